@@ -1,0 +1,237 @@
+//! ConfigMap manifests from a folder: what `--manifests DIR` reads instead of an apiserver.
+//!
+//! Every `*.yaml`, `*.yml` and `*.json` file under the folder (recursively, in path order)
+//! is read as one or more documents; `ConfigMap` documents are kept, `List` and
+//! `ConfigMapList` documents contribute their items, other kinds are skipped. Parsing is as
+//! strict as kubectl's: an unquoted `8080` or `true` under `data:` is an error, because the
+//! apiserver would refuse it. Every error names the file, and the line where it has one.
+//! Self-contained (serde, serde_json, serde-saphyr, base64) so the test apiserver can
+//! include this file by path.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use serde::Deserialize;
+
+/// One ConfigMap read from a manifest.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ManifestConfigMap {
+    /// The file it came from.
+    pub file: PathBuf,
+    /// `metadata.namespace`, or `default` when the manifest has none (as `kubectl apply`).
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub data: BTreeMap<String, String>,
+    /// `binaryData`, decoded.
+    pub binary_data: BTreeMap<String, Vec<u8>>,
+    pub immutable: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Doc {
+    kind: Option<String>,
+    metadata: Option<Meta>,
+    data: Option<BTreeMap<String, String>>,
+    binary_data: Option<BTreeMap<String, String>>,
+    immutable: Option<bool>,
+    items: Option<Vec<Doc>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+/// Reads every ConfigMap under `dir`. The error is one line naming the file.
+pub fn load_dir(dir: &Path) -> Result<Vec<ManifestConfigMap>, String> {
+    let mut files = Vec::new();
+    collect(dir, &mut files)?;
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        load_file(&file, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn collect(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
+    let entries =
+        fs::read_dir(dir).map_err(|e| format!("cannot read folder '{}': {e}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read folder '{}': {e}", dir.display()))?;
+        let path = entry.path();
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let meta =
+            fs::metadata(&path).map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
+        if meta.is_dir() {
+            collect(&path, files)?;
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Reads the ConfigMaps of one file into `out`.
+pub fn load_file(file: &Path, out: &mut Vec<ManifestConfigMap>) -> Result<(), String> {
+    let text =
+        fs::read_to_string(file).map_err(|e| format!("cannot read '{}': {e}", file.display()))?;
+    let docs: Vec<Doc> = if file.extension().is_some_and(|e| e == "json") {
+        let doc = serde_json::from_str(&text).map_err(|e| format!("'{}': {e}", file.display()))?;
+        vec![doc]
+    } else {
+        let options = serde_saphyr::options! { no_schema: true, with_snippet: false };
+        serde_saphyr::from_multiple_with_options(&text, options).map_err(|e| {
+            let msg = e.to_string();
+            let msg = msg.trim_start_matches("error: ").trim();
+            format!("'{}': {msg}", file.display())
+        })?
+    };
+    for (i, doc) in docs.into_iter().enumerate() {
+        flatten(file, i + 1, doc, out)?;
+    }
+    Ok(())
+}
+
+fn flatten(
+    file: &Path,
+    index: usize,
+    doc: Doc,
+    out: &mut Vec<ManifestConfigMap>,
+) -> Result<(), String> {
+    match doc.kind.as_deref() {
+        Some("ConfigMap") => out.push(convert(file, index, doc)?),
+        Some("List" | "ConfigMapList") => {
+            for item in doc.items.unwrap_or_default() {
+                flatten(file, index, item, out)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn convert(file: &Path, index: usize, doc: Doc) -> Result<ManifestConfigMap, String> {
+    let meta = doc.metadata.unwrap_or_default();
+    let name = meta.name.filter(|n| !n.is_empty()).ok_or_else(|| {
+        format!(
+            "'{}': document {index}: a ConfigMap needs metadata.name",
+            file.display()
+        )
+    })?;
+    let mut binary_data = BTreeMap::new();
+    for (key, b64) in doc.binary_data.unwrap_or_default() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .map_err(|e| {
+                format!(
+                    "'{}': ConfigMap \"{name}\": binaryData[{key}] is not base64: {e}",
+                    file.display()
+                )
+            })?;
+        binary_data.insert(key, bytes);
+    }
+    Ok(ManifestConfigMap {
+        file: file.to_path_buf(),
+        namespace: meta
+            .namespace
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".to_string()),
+        name,
+        uid: meta.uid.unwrap_or_default(),
+        resource_version: meta.resource_version.unwrap_or_default(),
+        labels: meta.labels.unwrap_or_default(),
+        annotations: meta.annotations.unwrap_or_default(),
+        data: doc.data.unwrap_or_default(),
+        binary_data,
+        immutable: doc.immutable,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(name: &str, text: &str) -> Result<Vec<ManifestConfigMap>, String> {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(name), text).unwrap();
+        load_dir(dir.path())
+    }
+
+    #[test]
+    fn reads_multi_document_yaml_lists_and_json() {
+        let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: {x: \"1\"}\ndata:\n  k: v\nbinaryData:\n  b.bin: AAEC\n---\n# a comment-only document\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: skipped\n---\nkind: List\nitems:\n- kind: ConfigMap\n  metadata: {name: b, namespace: ns}\n";
+        let cms = load("m.yaml", yaml).unwrap();
+        assert_eq!(cms.len(), 2);
+        assert_eq!(
+            (cms[0].namespace.as_str(), cms[0].name.as_str()),
+            ("default", "a")
+        );
+        assert_eq!(cms[0].binary_data["b.bin"], vec![0, 1, 2]);
+        assert_eq!(cms[0].labels["x"], "1");
+        assert_eq!(
+            (cms[1].namespace.as_str(), cms[1].name.as_str()),
+            ("ns", "b")
+        );
+        let json = r#"{"kind":"ConfigMapList","items":[{"kind":"ConfigMap","metadata":{"name":"c"},"data":{"k":"v"}}]}"#;
+        assert_eq!(load("l.json", json).unwrap()[0].name, "c");
+    }
+
+    #[test]
+    fn errors_name_the_file_and_line() {
+        let err = load("bad.yaml", "kind: ConfigMap\nmetadata: {name: a}\ndata:\n  port: 8080\n")
+            .unwrap_err();
+        assert!(err.contains("bad.yaml") && err.contains("line 4"), "{err}");
+        let err = load("broken.yaml", "kind: ConfigMap\ndata:\n  a: [1\n").unwrap_err();
+        assert!(err.contains("broken.yaml") && err.contains("line 3"), "{err}");
+        assert!(!err.contains('\n'), "one line: {err}");
+        let err = load("x.json", "{\"kind\": ").unwrap_err();
+        assert!(err.contains("x.json") && err.contains("line 1"), "{err}");
+        let err = load("n.yaml", "kind: ConfigMap\ndata: {a: b}\n").unwrap_err();
+        assert!(err.contains("metadata.name"), "{err}");
+        let err = load(
+            "b.yaml",
+            "kind: ConfigMap\nmetadata: {name: a}\nbinaryData: {k: '!!'}\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("binaryData[k]"), "{err}");
+    }
+
+    #[test]
+    fn walks_folders_in_order_and_skips_hidden_and_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("sub")).unwrap();
+        fs::create_dir_all(dir.path().join(".git")).unwrap();
+        let cm = |n: &str| format!("kind: ConfigMap\nmetadata: {{name: {n}}}\n");
+        fs::write(dir.path().join("sub/b.yml"), cm("b")).unwrap();
+        fs::write(dir.path().join("a.yaml"), cm("a")).unwrap();
+        fs::write(dir.path().join(".git/c.yaml"), cm("c")).unwrap();
+        fs::write(dir.path().join("README.md"), "not yaml").unwrap();
+        let names: Vec<String> = load_dir(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(load_dir(&dir.path().join("missing")).unwrap_err().contains("missing"));
+    }
+}
