@@ -198,11 +198,17 @@ mod tests {
 
     #[test]
     fn errors_name_the_file_and_line() {
-        let err = load("bad.yaml", "kind: ConfigMap\nmetadata: {name: a}\ndata:\n  port: 8080\n")
-            .unwrap_err();
+        let err = load(
+            "bad.yaml",
+            "kind: ConfigMap\nmetadata: {name: a}\ndata:\n  port: 8080\n",
+        )
+        .unwrap_err();
         assert!(err.contains("bad.yaml") && err.contains("line 4"), "{err}");
         let err = load("broken.yaml", "kind: ConfigMap\ndata:\n  a: [1\n").unwrap_err();
-        assert!(err.contains("broken.yaml") && err.contains("line 3"), "{err}");
+        assert!(
+            err.contains("broken.yaml") && err.contains("line 3"),
+            "{err}"
+        );
         assert!(!err.contains('\n'), "one line: {err}");
         let err = load("x.json", "{\"kind\": ").unwrap_err();
         assert!(err.contains("x.json") && err.contains("line 1"), "{err}");
@@ -232,6 +238,10 @@ mod tests {
             .map(|c| c.name)
             .collect();
         assert_eq!(names, ["a", "b"]);
-        assert!(load_dir(&dir.path().join("missing")).unwrap_err().contains("missing"));
+        assert!(
+            load_dir(&dir.path().join("missing"))
+                .unwrap_err()
+                .contains("missing")
+        );
     }
 }

@@ -281,7 +281,9 @@ impl Parser {
                         Token::Comma => {
                             let (t2, l2) = self.lookahead(Context::Values);
                             if t2 != Token::Identifier && t2 != Token::DoesNotExist {
-                                return Err(format!("found '{l2}', expected: identifier after ','"));
+                                return Err(format!(
+                                    "found '{l2}', expected: identifier after ','"
+                                ));
                             }
                         }
                         _ => return Err(format!("found '{l}', expected: ',' or 'end of string'")),
@@ -341,7 +343,11 @@ impl Parser {
             Token::LessThan => Op::LessThan,
             Token::NotIn => Op::NotIn,
             Token::NotEquals => Op::NotEquals,
-            _ => return Err(format!("found '{lit}', expected: in, notin, =, ==, !=, gt, lt")),
+            _ => {
+                return Err(format!(
+                    "found '{lit}', expected: in, notin, =, ==, !=, gt, lt"
+                ));
+            }
         })
     }
 
@@ -604,7 +610,8 @@ mod tests {
 
     #[test]
     fn parses_the_whole_grammar() {
-        let cases: &[(&str, &[(&str, Op, &[&str])])] = &[
+        type Want<'a> = &'a [(&'a str, Op, &'a [&'a str])];
+        let cases: &[(&str, Want)] = &[
             ("", &[]),
             ("a", &[("a", Op::Exists, &[])]),
             ("!a", &[("a", Op::DoesNotExist, &[])]),
@@ -657,24 +664,42 @@ mod tests {
             ("a=b b", "found 'b', expected: ',' or 'end of string'"),
             ("a,", "found '', expected: identifier after ','"),
             ("a,,b", "found ',', expected: identifier after ','"),
-            ("=a", "found '=', expected: !, identifier, or 'end of string'"),
+            (
+                "=a",
+                "found '=', expected: !, identifier, or 'end of string'",
+            ),
             (
                 "a b",
                 "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt",
             ),
-            ("x in a", "unable to parse requirement: found 'a' expected: '('"),
-            ("x in (a b)", "unable to parse requirement: found 'b', expected: ',' or ')'"),
+            (
+                "x in a",
+                "unable to parse requirement: found 'a' expected: '('",
+            ),
+            (
+                "x in (a b)",
+                "unable to parse requirement: found 'b', expected: ',' or ')'",
+            ),
             (
                 "x in (=)",
                 "unable to parse requirement: found '=', expected: ',', ')' or identifier",
             ),
-            ("x in (a", "unable to parse requirement: found '', expected: ',' or ')'"),
+            (
+                "x in (a",
+                "unable to parse requirement: found '', expected: ',' or ')'",
+            ),
             (
                 "a<-1",
                 "unable to parse requirement: values[0][a]: Invalid value: \"-1\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
             ),
-            ("a=(", "unable to parse requirement: found '(', expected: identifier"),
-            ("!", "unable to parse requirement: found '', expected: identifier"),
+            (
+                "a=(",
+                "unable to parse requirement: found '(', expected: identifier",
+            ),
+            (
+                "!",
+                "unable to parse requirement: found '', expected: identifier",
+            ),
             (
                 "app:web",
                 "unable to parse requirement: <nil>: Invalid value: \"app:web\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
@@ -714,7 +739,12 @@ mod tests {
     fn nul_is_read_like_go() {
         // Go's lexer reads a NUL as "no character": it ends the input at the start of a
         // token, and only ends the token inside one.
-        assert!(LabelSelector::parse("\0a").unwrap().requirements().is_empty());
+        assert!(
+            LabelSelector::parse("\0a")
+                .unwrap()
+                .requirements()
+                .is_empty()
+        );
         assert_eq!(
             LabelSelector::parse("a\0b").unwrap_err(),
             LabelSelector::parse("a b").unwrap_err()

@@ -17,10 +17,12 @@ const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
 const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 const CONFIG_KEY_FMT: &str = "[-._a-zA-Z0-9]+";
-const CONFIG_KEY_MSG: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
+const CONFIG_KEY_MSG: &str =
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
 
 fn max_len_error(n: usize) -> String {
     format!("must be no more than {n} characters")
@@ -230,11 +232,17 @@ mod tests {
             assert!(qualified_name(ok).is_empty(), "{ok}");
         }
         let cases: &[(&str, &str)] = &[
-            ("app:web", "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"),
+            (
+                "app:web",
+                "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+            ),
             ("/a", "prefix part must be non-empty"),
             ("a/b/c", "a qualified name must consist of"),
             ("-a", "name part must consist"),
-            ("Example.com/a", "prefix part a lowercase RFC 1123 subdomain"),
+            (
+                "Example.com/a",
+                "prefix part a lowercase RFC 1123 subdomain",
+            ),
         ];
         for (input, want) in cases {
             let got = qualified_name(input).join("; ");
@@ -244,7 +252,11 @@ mod tests {
             qualified_name(&"a".repeat(64))[0],
             "name part must be no more than 63 characters"
         );
-        assert_eq!(qualified_name("").len(), 2, "empty is both non-empty and regex");
+        assert_eq!(
+            qualified_name("").len(),
+            2,
+            "empty is both non-empty and regex"
+        );
     }
 
     #[test]

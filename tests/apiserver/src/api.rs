@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::http::{Handler, Reply, Request, Response, Written};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{Object, ReadError, Store};
+use crate::store::{Object, ReadError, Store, go_json};
 
 const JSON: &str = "application/json";
 
@@ -162,7 +162,9 @@ impl Match {
         let is_cm = req.path.contains("/configmaps");
         let is_list = req.path.ends_with("/configmaps");
         let continued = req.param("continue").is_some_and(|c| !c.is_empty());
-        let metadata = req.header("accept").is_some_and(|a| a.contains("as=Partial"));
+        let metadata = req
+            .header("accept")
+            .is_some_and(|a| a.contains("as=Partial"));
         self.path_prefix
             .as_ref()
             .is_none_or(|p| req.path.starts_with(p.as_str()))
@@ -177,6 +179,10 @@ impl Match {
 pub enum Fault {
     /// 500 InternalError ("etcdserver: request timed out").
     InternalError,
+    /// 500 ServerTimeout: the list could not reach etcd, with `retryAfterSeconds`.
+    EtcdUnreachable(u32),
+    /// 500 with the plain-text body of a handler panic.
+    Panic,
     /// 503 ServiceUnavailable with `Retry-After` (seconds).
     Unavailable(u32),
     /// 504 Timeout, as the apiserver's timeout filter answers.
@@ -249,9 +255,9 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(behaviour: Behaviour) -> State {
+    pub fn new(behaviour: Behaviour, start_revision: u64) -> State {
         State {
-            store: Store::new(1000),
+            store: Store::new(start_revision),
             frozen_cache: None,
             tokens: HashMap::new(),
             basic: HashMap::new(),
@@ -319,19 +325,80 @@ impl State {
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct StatusBody<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
     kind: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
     api_version: &'a str,
     metadata: Value,
     status: &'a str,
     message: &'a str,
     reason: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    details: Option<Value>,
+    details: Option<Details>,
     code: u16,
 }
 
+/// `StatusDetails`, fields in Go's order.
+#[derive(serde::Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Details {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<Cause>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u32>,
+}
+
+/// `StatusCause`, fields in Go's order.
+#[derive(serde::Serialize)]
+pub struct Cause {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl Details {
+    fn kind(kind: &str) -> Details {
+        Details {
+            kind: Some(kind.into()),
+            ..Details::default()
+        }
+    }
+
+    fn named(name: &str) -> Details {
+        Details {
+            name: Some(name.into()),
+            kind: Some("configmaps".into()),
+            ..Details::default()
+        }
+    }
+
+    fn retry(secs: u32) -> Details {
+        Details {
+            retry_after_seconds: Some(secs),
+            ..Details::default()
+        }
+    }
+
+    fn cause(mut self, reason: Option<&str>, message: &str, field: Option<&str>) -> Details {
+        self.causes.push(Cause {
+            reason: reason.map(str::to_string),
+            message: message.into(),
+            field: field.map(str::to_string),
+        });
+        self
+    }
+}
+
 /// Builds a `Status` body, fields in the apiserver's order.
-pub fn status_json(code: u16, reason: &str, message: &str, details: Option<Value>) -> Vec<u8> {
+pub fn status_json(code: u16, reason: &str, message: &str, details: Option<Details>) -> Vec<u8> {
     status_with_meta(code, reason, message, details, json!({}))
 }
 
@@ -339,26 +406,28 @@ fn status_with_meta(
     code: u16,
     reason: &str,
     message: &str,
-    details: Option<Value>,
+    details: Option<Details>,
     metadata: Value,
 ) -> Vec<u8> {
-    serde_json::to_vec(&StatusBody {
-        kind: "Status",
-        api_version: "v1",
-        metadata,
-        status: "Failure",
-        message,
-        reason,
-        details,
-        code,
-    })
-    .expect("JSON of a plain value")
+    go_json(
+        serde_json::to_vec(&StatusBody {
+            kind: "Status",
+            api_version: "v1",
+            metadata,
+            status: "Failure",
+            message,
+            reason,
+            details,
+            code,
+        })
+        .expect("JSON of a plain value"),
+    )
 }
 
 /// An error answer: a `Status` response plus any extra headers.
 struct ApiError(Response);
 
-fn status(code: u16, reason: &str, message: &str, details: Option<Value>) -> ApiError {
+fn status(code: u16, reason: &str, message: &str, details: Option<Details>) -> ApiError {
     ApiError(Response::new(
         code,
         JSON,
@@ -543,10 +612,10 @@ impl Api {
             Some(n) => format!("configmaps \"{n}\""),
             None => "configmaps".to_string(),
         };
-        let mut details = json!({"kind": "configmaps"});
-        if let Some(n) = name {
-            details = json!({"name": n, "kind": "configmaps"});
-        }
+        let details = match name {
+            Some(n) => Details::named(n),
+            None => Details::kind("configmaps"),
+        };
         Err(status(
             403,
             "Forbidden",
@@ -588,7 +657,7 @@ impl Api {
                     404,
                     "NotFound",
                     "the server could not find the requested resource",
-                    Some(json!({})),
+                    Some(Details::default()),
                 ));
             }
             _ => {
@@ -673,7 +742,9 @@ impl Api {
                     return Err(too_large(n, st.cache_revision()));
                 }
                 log.route = Route::Cache;
-                cache_objects(&st, &key)?.into_iter().find(|o| o.key() == key)
+                cache_objects(&st, &key)?
+                    .into_iter()
+                    .find(|o| o.key() == key)
             }
             None => {
                 log.route = Route::Etcd;
@@ -687,7 +758,7 @@ impl Api {
                 404,
                 "NotFound",
                 &format!("configmaps \"{name}\" not found"),
-                Some(json!({"name": name, "kind": "configmaps"})),
+                Some(Details::named(name)),
             )
         })?;
         let body = if want == Want::Partial {
@@ -828,10 +899,11 @@ fn too_large(requested: u64, current: u64) -> ApiError {
         504,
         "Timeout",
         &format!("Timeout: Too large resource version: {requested}, current: {current}"),
-        Some(json!({
-            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-            "retryAfterSeconds": 1,
-        })),
+        Some(Details::retry(1).cause(
+            Some("ResourceVersionTooLarge"),
+            "Too large resource version",
+            None,
+        )),
     );
     e.0 = e.0.header("Retry-After", "1");
     e
@@ -889,11 +961,14 @@ fn plan_list(req: &Request, prefix: &str) -> Result<Plan, ApiError> {
             422,
             "Invalid",
             &format!("ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: {msg}"),
-            Some(json!({
-                "group": "meta.k8s.io",
-                "kind": "ListOptions",
-                "causes": [{"reason": reason, "message": msg, "field": "resourceVersionMatch"}],
-            })),
+            Some(
+                Details {
+                    group: Some("meta.k8s.io".into()),
+                    kind: Some("ListOptions".into()),
+                    ..Details::default()
+                }
+                .cause(Some(reason), msg, Some("resourceVersionMatch")),
+            ),
         )
     };
     if let Some(m) = rvm {
@@ -905,9 +980,7 @@ fn plan_list(req: &Request, prefix: &str) -> Result<Plan, ApiError> {
         }
         if m != "NotOlderThan" && m != "Exact" {
             return Err(invalid(
-                &format!(
-                    "Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\""
-                ),
+                &format!("Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\""),
                 "FieldValueNotSupported",
             ));
         }
@@ -989,26 +1062,26 @@ impl Page {
         if want == Want::Table {
             return json_response(table(&self));
         }
-        let (head, item): (&str, fn(&Object) -> std::borrow::Cow<'_, [u8]>) = match want {
-            Want::PartialList => (
-                "{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":",
-                |o| std::borrow::Cow::Owned(o.partial_json()),
-            ),
-            _ => (
-                "{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":",
-                |o| std::borrow::Cow::Borrowed(&o.item_json),
-            ),
+        let partial = want == Want::PartialList;
+        let head: &[u8] = if partial {
+            b"{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":"
+        } else {
+            b"{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":"
         };
         let size: usize = self.items.iter().map(|o| o.item_json.len() + 1).sum();
         let mut body = Vec::with_capacity(size + 256);
-        body.extend_from_slice(head.as_bytes());
+        body.extend_from_slice(head);
         body.extend_from_slice(self.list_meta().as_bytes());
         body.extend_from_slice(b",\"items\":[");
         for (i, o) in self.items.iter().enumerate() {
             if i > 0 {
                 body.push(b',');
             }
-            body.extend_from_slice(&item(o));
+            if partial {
+                body.extend_from_slice(&o.partial_json());
+            } else {
+                body.extend_from_slice(&o.item_json);
+            }
         }
         body.extend_from_slice(b"]}");
         Response::new(200, JSON, body)
@@ -1095,7 +1168,11 @@ pub fn human_duration(d: Duration) -> String {
 }
 
 fn json_response(v: Value) -> Response {
-    Response::new(200, JSON, serde_json::to_vec(&v).expect("JSON of a plain value"))
+    Response::new(
+        200,
+        JSON,
+        serde_json::to_vec(&v).expect("JSON of a plain value"),
+    )
 }
 
 fn version_json() -> Value {
@@ -1143,7 +1220,9 @@ struct LogFields {
 
 /// The fault's answer, given the answer the request would have had.
 fn apply_fault(fault: &Fault, normal: impl FnOnce() -> Response) -> Reply {
-    let plain = |code, body: &str| Response::new(code, "text/plain; charset=utf-8", body.as_bytes().to_vec());
+    let plain = |code, body: &str| {
+        Response::new(code, "text/plain; charset=utf-8", body.as_bytes().to_vec())
+    };
     match fault {
         Fault::InternalError => Reply::Full(Response::new(
             500,
@@ -1152,8 +1231,27 @@ fn apply_fault(fault: &Fault, normal: impl FnOnce() -> Response) -> Reply {
                 500,
                 "InternalError",
                 "Internal error occurred: etcdserver: request timed out",
-                Some(json!({"causes": [{"message": "etcdserver: request timed out"}]})),
+                Some(Details::default().cause(None, "etcdserver: request timed out", None)),
             ),
+        )),
+        Fault::EtcdUnreachable(secs) => Reply::Full(Response::new(
+            500,
+            JSON,
+            status_json(
+                500,
+                "ServerTimeout",
+                "The list operation against configmaps could not be completed at this time, please try again.",
+                Some(Details {
+                    name: Some("list".into()),
+                    kind: Some("configmaps".into()),
+                    retry_after_seconds: Some(*secs),
+                    ..Details::default()
+                }),
+            ),
+        )),
+        Fault::Panic => Reply::Full(plain(
+            500,
+            "This request caused apiserver to panic. Look in the logs for details.\n",
         )),
         Fault::Unavailable(secs) => Reply::Full(
             Response::new(
@@ -1163,22 +1261,25 @@ fn apply_fault(fault: &Fault, normal: impl FnOnce() -> Response) -> Reply {
                     503,
                     "ServiceUnavailable",
                     "the request has been made before all known HTTP paths have been installed, please try again",
-                    Some(json!({"retryAfterSeconds": secs})),
+                    Some(Details::retry(*secs)),
                 ),
             )
             .header("Retry-After", &secs.to_string()),
         ),
+        // The timeout filter's body has no kind or apiVersion.
         Fault::GatewayTimeout => Reply::Full(Response::new(
             504,
             JSON,
-            serde_json::to_vec(&json!({
-                "metadata": {},
-                "status": "Failure",
-                "message": "Timeout: request did not complete within the allotted timeout",
-                "reason": "Timeout",
-                "details": {},
-                "code": 504,
-            }))
+            serde_json::to_vec(&StatusBody {
+                kind: "",
+                api_version: "",
+                metadata: json!({}),
+                status: "Failure",
+                message: "Timeout: request did not complete within the allotted timeout",
+                reason: "Timeout",
+                details: Some(Details::default()),
+                code: 504,
+            })
             .expect("JSON"),
         )),
         Fault::TooManyRequests(secs) => Reply::Full(
@@ -1194,7 +1295,7 @@ fn apply_fault(fault: &Fault, normal: impl FnOnce() -> Response) -> Reply {
                     429,
                     "TooManyRequests",
                     "storage is (re)initializing",
-                    Some(json!({"retryAfterSeconds": secs})),
+                    Some(Details::retry(*secs)),
                 ),
             )
             .header("Retry-After", &secs.to_string()),
@@ -1244,7 +1345,7 @@ impl Handler for Api {
         reply
     }
 
-    fn written(&self, req: &Request, reply: &Reply, written: Written) {
+    fn sending(&self, req: &Request, reply: &Reply, written: Written) {
         let log = PENDING.with(|p| p.borrow_mut().take()).unwrap_or_default();
         let status = match reply {
             Reply::Full(r) | Reply::CutShort(r) | Reply::Trickle(r, ..) => r.status,
@@ -1313,14 +1414,25 @@ mod tests {
             "byte-identical to the fixture"
         );
         let c = decode_continue(&t).unwrap();
-        assert_eq!((c.rv, c.start.as_str()), (184467302, "team-a/payments-config\0"));
+        assert_eq!(
+            (c.rv, c.start.as_str()),
+            (184467302, "team-a/payments-config\0")
+        );
         assert!(decode_continue("!!").is_err());
         assert!(decode_continue(&encode_continue(0, "a")).is_err());
     }
 
     #[test]
     fn ages_read_like_kubectl() {
-        let cases = [(5, "5s"), (130, "2m10s"), (600, "10m"), (3 * 3600 + 60, "3h1m"), (30 * 3600, "30h"), (50 * 3600, "2d2h"), (400 * 86400, "400d")];
+        let cases = [
+            (5, "5s"),
+            (130, "2m10s"),
+            (600, "10m"),
+            (3 * 3600 + 60, "3h1m"),
+            (30 * 3600, "30h"),
+            (50 * 3600, "2d2h"),
+            (400 * 86400, "400d"),
+        ];
         for (secs, want) in cases {
             assert_eq!(human_duration(Duration::from_secs(secs)), want);
         }

@@ -84,16 +84,16 @@ pub enum Reply {
     Trickle(Response, usize, Duration),
 }
 
-/// What the connection loop reports back to the handler after writing a reply.
+/// What the connection loop tells the handler about a reply, just before sending it.
 pub struct Written {
     pub body_bytes: u64,
     pub gzip: bool,
 }
 
-/// The request handler: called once per request, then told what was written.
+/// The request handler: called once per request, then told what will be written.
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: &Request) -> Reply;
-    fn written(&self, req: &Request, reply: &Reply, written: Written);
+    fn sending(&self, req: &Request, reply: &Reply, written: Written);
 }
 
 const GZIP_THRESHOLD: usize = 128 * 1024;
@@ -190,24 +190,11 @@ fn serve_requests<S: Read + Write>(
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         let reply = handler.handle(&req);
         let gzip_ok = req.header("accept-encoding").is_some_and(accepts_gzip);
-        let result = write_reply(reader.get_mut(), raw, &reply, gzip_ok);
-        let keep = match result {
-            Ok((written, keep)) => {
-                handler.written(&req, &reply, written);
-                keep
-            }
-            Err(e) => {
-                handler.written(
-                    &req,
-                    &reply,
-                    Written {
-                        body_bytes: 0,
-                        gzip: false,
-                    },
-                );
-                return Err(e);
-            }
-        };
+        // The request is logged before its answer goes out, so a client that has the
+        // answer always finds the request in the log.
+        let keep = write_reply(reader.get_mut(), raw, &reply, gzip_ok, |w| {
+            handler.sending(&req, &reply, w)
+        })?;
         if close || !keep {
             let _ = raw.shutdown(Shutdown::Both);
             return Ok(());
@@ -228,7 +215,10 @@ fn read_head<R: BufRead>(r: &mut R) -> io::Result<Option<Request>> {
     }
     let mut parts = line.split_whitespace();
     let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "bad request line"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad request line",
+        ));
     };
     let (path, raw_query) = target.split_once('?').unwrap_or((target, ""));
     let mut req = Request {
@@ -373,40 +363,37 @@ fn gzip(body: &[u8]) -> Vec<u8> {
     enc.finish().expect("vec write")
 }
 
-/// Writes `reply`; returns what was written and whether the connection may be reused.
+/// Writes `reply`, calling `ready` with what is about to go out just before the first
+/// byte; returns whether the connection may be reused.
 fn write_reply<W: Write>(
     w: &mut W,
     raw: &TcpStream,
     reply: &Reply,
     gzip_ok: bool,
-) -> io::Result<(Written, bool)> {
+    ready: impl FnOnce(Written),
+) -> io::Result<bool> {
+    let plain = |n: usize| Written {
+        body_bytes: n as u64,
+        gzip: false,
+    };
     match reply {
         Reply::Reset => {
+            ready(plain(0));
             let _ = socket2::SockRef::from(raw).set_linger(Some(Duration::ZERO));
             let _ = raw.shutdown(Shutdown::Both);
-            Ok((
-                Written {
-                    body_bytes: 0,
-                    gzip: false,
-                },
-                false,
-            ))
+            Ok(false)
         }
         Reply::CutShort(resp) => {
             let half = resp.body.len() / 2;
             let mut out = head(resp, Some(resp.body.len()), false);
             out.extend_from_slice(&resp.body[..half]);
+            ready(plain(half));
             w.write_all(&out)?;
             w.flush()?;
-            Ok((
-                Written {
-                    body_bytes: half as u64,
-                    gzip: false,
-                },
-                false,
-            ))
+            Ok(false)
         }
         Reply::Trickle(resp, chunk, pause) => {
+            ready(plain(resp.body.len()));
             w.write_all(&head(resp, Some(resp.body.len()), false))?;
             w.flush()?;
             for piece in resp.body.chunks((*chunk).max(1)) {
@@ -414,13 +401,7 @@ fn write_reply<W: Write>(
                 w.write_all(piece)?;
                 w.flush()?;
             }
-            Ok((
-                Written {
-                    body_bytes: resp.body.len() as u64,
-                    gzip: false,
-                },
-                true,
-            ))
+            Ok(true)
         }
         Reply::Full(resp) => {
             let compress = gzip_ok && resp.body.len() > GZIP_THRESHOLD;
@@ -431,6 +412,10 @@ fn write_reply<W: Write>(
             } else {
                 &resp.body[..]
             };
+            ready(Written {
+                body_bytes: body.len() as u64,
+                gzip: compress,
+            });
             if body.len() <= CHUNKED_OVER && !compress {
                 let mut out = head(resp, Some(body.len()), false);
                 out.extend_from_slice(body);
@@ -447,13 +432,7 @@ fn write_reply<W: Write>(
                 w.write_all(b"0\r\n\r\n")?;
             }
             w.flush()?;
-            Ok((
-                Written {
-                    body_bytes: body.len() as u64,
-                    gzip: compress,
-                },
-                true,
-            ))
+            Ok(true)
         }
     }
 }

@@ -50,6 +50,8 @@ pub struct Options {
     pub behaviour: Behaviour,
     /// The PKI to serve with (for example one whose serving certificate has other names).
     pub pki: Option<Pki>,
+    /// The resourceVersion before the first write.
+    pub start_revision: u64,
 }
 
 impl Default for Options {
@@ -63,6 +65,7 @@ impl Default for Options {
                 ..Behaviour::default()
             },
             pki: None,
+            start_revision: 1000,
         }
     }
 }
@@ -93,7 +96,7 @@ impl TestApiserver {
 
     pub fn start_with(opts: Options) -> TestApiserver {
         let pki = opts.pki.unwrap_or_else(|| Pki::new("test-apiserver-ca"));
-        let mut state = api::State::new(opts.behaviour);
+        let mut state = api::State::new(opts.behaviour, opts.start_revision);
         state.tokens.insert(TOKEN.into(), USER.into());
         state.grants.insert(USER.into(), Grant::all());
         let listener = TcpListener::bind((opts.bind, 0)).expect("bind the test apiserver");
@@ -228,7 +231,9 @@ impl TestApiserver {
     pub fn bulk_load(&self, n: usize, size: usize, namespaces: usize) {
         let mut st = self.state();
         for i in 0..n {
-            st.store.put(generated(i, size, namespaces)).expect("generated put");
+            st.store
+                .put(generated(i, size, namespaces))
+                .expect("generated put");
         }
     }
 
@@ -336,9 +341,7 @@ impl TestApiserver {
             Trust::CaData => {
                 cluster += &format!("    certificate-authority-data: {}\n", b64(&self.ca_pem()))
             }
-            Trust::CaFile(p) => {
-                cluster += &format!("    certificate-authority: {}\n", p.display())
-            }
+            Trust::CaFile(p) => cluster += &format!("    certificate-authority: {}\n", p.display()),
             Trust::Insecure => cluster += "    insecure-skip-tls-verify: true\n",
             Trust::System => {}
         }
@@ -434,7 +437,10 @@ impl Kubeconfig {
 pub enum Credential {
     Token(String),
     TokenFile(PathBuf),
-    ClientCertFiles { cert: PathBuf, key: PathBuf },
+    ClientCertFiles {
+        cert: PathBuf,
+        key: PathBuf,
+    },
     ClientCertData(CertPair),
     /// A `user:` block written as given (indented four spaces).
     Raw(String),

@@ -75,7 +75,7 @@ fn main() -> ExitCode {
         bind: args.bind,
         plain_http: args.http,
         behaviour: Default::default(),
-        pki: None,
+        ..Options::default()
     });
     let started = Instant::now();
     server.bulk_load(args.configmaps, args.size, args.namespaces);

@@ -38,12 +38,7 @@ impl Pki {
         let server = issue(
             &ca,
             "kube-apiserver",
-            &[
-                "127.0.0.1",
-                "::1",
-                "localhost",
-                "kubernetes.default.svc",
-            ],
+            &["127.0.0.1", "::1", "localhost", "kubernetes.default.svc"],
             ExtendedKeyUsagePurpose::ServerAuth,
         );
         Pki { ca, server }
@@ -107,7 +102,9 @@ fn tlv(d: &[u8]) -> Option<(u8, &[u8], &[u8])> {
         if n == 0 || n > 4 || d.len() < n {
             return None;
         }
-        let len = d[..n].iter().fold(0usize, |acc, b| (acc << 8) | *b as usize);
+        let len = d[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | *b as usize);
         d = &d[n..];
         len
     };

@@ -77,13 +77,7 @@ pub struct Object {
 }
 
 impl Object {
-    fn new(
-        spec: ConfigMap,
-        uid: String,
-        rv: u64,
-        created: String,
-        managed_time: &str,
-    ) -> Object {
+    fn new(spec: ConfigMap, uid: String, rv: u64, created: String, managed_time: &str) -> Object {
         let mut fields = serde_json::Map::new();
         for k in spec.data.keys() {
             fields.insert(format!("f:{k}"), json!({}));
@@ -157,8 +151,8 @@ impl Object {
             uid,
             resource_version: rv,
             creation_timestamp: created,
-            item_json: item,
-            meta_json,
+            item_json: go_json(item),
+            meta_json: go_json(meta_json),
         }
     }
 
@@ -212,6 +206,37 @@ struct ManagedField<'a> {
     fields_type: &'a str,
     #[serde(rename = "fieldsV1")]
     fields_v1: Value,
+}
+
+/// Go's `encoding/json` escapes `<`, `>`, `&`, U+2028 and U+2029 inside strings; serde_json
+/// does not. Those characters can only occur inside JSON strings, so a byte-level pass over
+/// serde_json's output gives Go's bytes.
+pub fn go_json(v: Vec<u8>) -> Vec<u8> {
+    let special = |w: &[u8]| matches!(w, [b'<' | b'>' | b'&', ..] | [0xe2, 0x80, 0xa8 | 0xa9, ..]);
+    if !(0..v.len()).any(|i| special(&v[i..])) {
+        return v;
+    }
+    let mut out = Vec::with_capacity(v.len() + 16);
+    let mut i = 0;
+    while i < v.len() {
+        match &v[i..] {
+            [b'<', ..] => out.extend_from_slice(b"\\u003c"),
+            [b'>', ..] => out.extend_from_slice(b"\\u003e"),
+            [b'&', ..] => out.extend_from_slice(b"\\u0026"),
+            [0xe2, 0x80, 0xa8, ..] => {
+                out.extend_from_slice(b"\\u2028");
+                i += 2;
+            }
+            [0xe2, 0x80, 0xa9, ..] => {
+                out.extend_from_slice(b"\\u2029");
+                i += 2;
+            }
+            [b, ..] => out.push(*b),
+            [] => unreachable!("i < len"),
+        }
+        i += 1;
+    }
+    out
 }
 
 struct ByteWriter<'a>(&'a mut Vec<u8>);
@@ -350,10 +375,7 @@ impl Store {
     pub fn compact(&mut self, rev: u64) {
         let rev = rev.min(self.rev);
         self.keys.retain(|_, versions| {
-            let keep_from = versions
-                .iter()
-                .rposition(|v| v.rev <= rev)
-                .unwrap_or(0);
+            let keep_from = versions.iter().rposition(|v| v.rev <= rev).unwrap_or(0);
             versions.drain(..keep_from);
             !(versions.len() == 1 && versions[0].obj.is_none())
         });
@@ -436,7 +458,10 @@ mod tests {
         assert_ne!(a1.uid, a3.uid, "a re-create gets a new uid");
         let old = s.range_at("", "", r1).unwrap();
         assert_eq!(old[0].spec.data["k"], "1");
-        assert_eq!(s.range_at("", "", s.revision() + 1).err(), Some(ReadError::Future));
+        assert_eq!(
+            s.range_at("", "", s.revision() + 1).err(),
+            Some(ReadError::Future)
+        );
         s.compact(s.revision());
         assert_eq!(s.range_at("", "", r1).err(), Some(ReadError::Compacted));
         assert_eq!(s.range_at("", "", s.revision()).unwrap().len(), 1);
@@ -466,6 +491,16 @@ mod tests {
     }
 
     #[test]
+    fn escapes_like_go() {
+        assert_eq!(
+            go_json("{\"a\":\"<b>&\u{2028}x\"}".as_bytes().to_vec()),
+            br#"{"a":"\u003cb\u003e\u0026\u2028x"}"#.to_vec()
+        );
+        let plain = br#"{"a":"b"}"#.to_vec();
+        assert_eq!(go_json(plain.clone()), plain);
+    }
+
+    #[test]
     fn encodes_like_the_apiserver() {
         let mut s = Store::new(1);
         let o = s
@@ -483,10 +518,15 @@ mod tests {
         assert_eq!(v["metadata"]["resourceVersion"], "2");
         assert!(v.get("kind").is_none(), "list items carry no kind");
         let text = String::from_utf8(o.item_json.clone()).unwrap();
-        let order: Vec<usize> = ["\"metadata\"", "\"immutable\"", "\"data\"", "\"binaryData\""]
-            .iter()
-            .map(|f| text.find(f).unwrap())
-            .collect();
+        let order: Vec<usize> = [
+            "\"metadata\"",
+            "\"immutable\"",
+            "\"data\"",
+            "\"binaryData\"",
+        ]
+        .iter()
+        .map(|f| text.find(f).unwrap())
+        .collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]), "Go field order");
         let get: Value = serde_json::from_slice(&o.get_json()).unwrap();
         assert_eq!(get["kind"], "ConfigMap");
