@@ -1,4 +1,142 @@
-//! cmpoll (work in progress)
+//! cmpoll: poll labelled Kubernetes ConfigMaps and hand them to an agent.
+//!
+//! Data flow, one poll:
+//!
+//! ```text
+//! cli → settings → kube::Config → kube::Client (or source::manifests) → poll (all pages,
+//!     all namespaces) → module (filter keys, validate, hash) → snapshot → diff(prev, next)
+//!     → batch → sinks [outdir → child (stdin/signal) → reload_url → stdout]
+//!     → health + metrics + sd_notify
+//! ```
+//!
+//! Module contents never sit in memory as a whole: the poll streams items into the spool
+//! (`spool.rs`) and the snapshot keeps hashes and locations only.
+
+pub mod cli;
+pub mod error;
+pub mod event;
+pub mod hash;
+pub mod kube;
+pub mod list;
+pub mod logging;
 pub mod manifests;
+pub mod module;
+pub mod poll;
+pub mod secret;
 pub mod selector;
+pub mod settings;
+pub mod signals;
+pub mod snapshot;
+pub mod source;
+pub mod spool;
 pub mod validation;
+
+use std::io::Write;
+
+use cli::Command;
+use error::Error;
+use kube::client::Options;
+use poll::Poller;
+use settings::{Mode, Settings, SourceSettings};
+use snapshot::Snapshot;
+use source::api::ApiSource;
+use source::manifests::ManifestSource;
+use spool::Spool;
+
+/// Runs a parsed command; `env` is the process environment (a parameter for tests).
+pub fn main(command: Command, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+    let settings = Settings::from_args(&command, env)?;
+    logging::init(settings.log_format);
+    if settings.client.metadata_first {
+        return Err(Error::Usage("--metadata-first: not supported yet".into()));
+    }
+    let poller = Poller::new(source(&settings, env)?);
+    match &settings.command {
+        Mode::List { json } => list(poller, *json),
+        Mode::Run(_) => Err(Error::Usage("run: not supported yet".into())),
+    }
+}
+
+/// Builds the source the settings ask for; configuration problems exit 2.
+fn source(
+    settings: &Settings,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Box<dyn source::Source>, Error> {
+    let mut selection = settings.selection.clone();
+    match &settings.source {
+        SourceSettings::Manifests(dir) => {
+            if settings.client.namespace_from_context {
+                return Err(Error::Usage(
+                    "--namespace-from-context: not used with --manifests (use --namespace)".into(),
+                ));
+            }
+            Ok(Box::new(ManifestSource::new(dir.clone(), selection)))
+        }
+        SourceSettings::Api(flags) => {
+            let config = kube::Config::resolve(flags, env).map_err(Error::Config)?;
+            if settings.client.namespace_from_context && selection.namespaces.is_empty() {
+                let ns = config.namespace.clone().ok_or_else(|| {
+                    Error::Config(format!(
+                        "--namespace-from-context: {} has no namespace",
+                        config.origin
+                    ))
+                })?;
+                log::info!("listing namespace \"{ns}\" (from {})", config.origin);
+                selection.namespaces = vec![ns];
+            }
+            let options = Options {
+                timeout: settings.client.timeout,
+                max_response_bytes: settings.client.max_response_bytes,
+                allow_insecure_http: settings.client.allow_insecure_http,
+            };
+            let client = kube::Client::new(&config, options, env).map_err(Error::Config)?;
+            log::debug!("apiserver {} ({})", config.server, config.origin);
+            Ok(Box::new(ApiSource::new(
+                client,
+                selection,
+                settings.client.page_size,
+            )))
+        }
+    }
+}
+
+/// `cmpoll list`: one poll, then print; a failed poll prints nothing and exits 1.
+fn list(mut poller: Poller, json: bool) -> Result<(), Error> {
+    let mut spool = Spool::new(None);
+    let (snapshot, stats) = poller.poll(&Snapshot::default(), &mut spool)?;
+    log::debug!(
+        "{}: {} configmaps, {} modules, {} rejected, {} without selected keys",
+        poller.describe(),
+        stats.items,
+        stats.modules,
+        stats.rejected,
+        stats.without_keys
+    );
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let written = if json {
+        list::json(&snapshot, &spool, &mut out)
+    } else {
+        list::table(&snapshot, &mut out)
+    }
+    .and_then(|()| out.flush());
+    match written {
+        Ok(()) => Ok(()),
+        // `cmpoll list | head`: the reader left; that is not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::Runtime(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// Helpers for unit tests.
+#[cfg(test)]
+pub(crate) mod testutil {
+    /// A file of `tests/fixtures/kube-api`.
+    pub fn fixture(name: &str) -> Vec<u8> {
+        let path = format!(
+            "{}/tests/fixtures/kube-api/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+}

@@ -1,1 +1,45 @@
-fn main() {}
+//! The `cmpoll` binary: parse, run, print `cmpoll: error: …` once, exit 0/1/2.
+
+use std::process::ExitCode;
+
+use argh::FromArgs;
+use cmpoll::cli::TopLevel;
+use cmpoll::error::Error;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let strs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let top = match TopLevel::from_args(&["cmpoll"], strs.get(1..).unwrap_or_default()) {
+        Ok(t) => t,
+        Err(early) => {
+            return match early.status {
+                Ok(()) => {
+                    print!("{}", early.output);
+                    ExitCode::SUCCESS
+                }
+                Err(()) => {
+                    eprintln!("cmpoll: error: {}", early.output.trim_end());
+                    ExitCode::from(2)
+                }
+            };
+        }
+    };
+    if top.version {
+        println!("cmpoll {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    let Some(command) = top.command else {
+        eprintln!(
+            "cmpoll: error: a command is needed: cmpoll run | cmpoll list (see cmpoll --help)"
+        );
+        return ExitCode::from(2);
+    };
+    match cmpoll::main(command, &|k| std::env::var(k).ok()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Error::Exit(code)) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("cmpoll: error: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}

@@ -329,6 +329,9 @@ impl TestApiserver {
 
     /// Writes a kubeconfig for this server; returns its path.
     pub fn write_kubeconfig(&self, path: &Path, spec: &Kubeconfig) -> PathBuf {
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).expect("kubeconfig folder");
+        }
         fs::write(path, self.kubeconfig_yaml(spec)).expect("write kubeconfig");
         path.to_path_buf()
     }

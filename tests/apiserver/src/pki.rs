@@ -25,6 +25,15 @@ pub struct Pki {
 impl Pki {
     /// A fresh CA named `name` and a serving certificate signed by it.
     pub fn new(name: &str) -> Pki {
+        Pki::with_server_names(
+            name,
+            &["127.0.0.1", "::1", "localhost", "kubernetes.default.svc"],
+        )
+    }
+
+    /// A fresh CA whose serving certificate has only `names` (for example a DNS-only one,
+    /// reached by IP with `tls-server-name`).
+    pub fn with_server_names(name: &str, names: &[&str]) -> Pki {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("empty SAN list");
         params.distinguished_name.push(DnType::CommonName, name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -38,7 +47,7 @@ impl Pki {
         let server = issue(
             &ca,
             "kube-apiserver",
-            &["127.0.0.1", "::1", "localhost", "kubernetes.default.svc"],
+            names,
             ExtendedKeyUsagePurpose::ServerAuth,
         );
         Pki { ca, server }
@@ -55,17 +64,6 @@ impl Pki {
     /// A client certificate whose subject CN is `user`.
     pub fn client_cert(&self, user: &str) -> CertPair {
         issue(&self.ca, user, &[], ExtendedKeyUsagePurpose::ClientAuth)
-    }
-
-    /// A serving certificate for other names (for example a DNS-only one, to test
-    /// `tls-server-name`).
-    pub fn server_cert(&self, names: &[&str]) -> CertPair {
-        issue(
-            &self.ca,
-            "kube-apiserver",
-            names,
-            ExtendedKeyUsagePurpose::ServerAuth,
-        )
     }
 }
 

@@ -1,0 +1,188 @@
+//! Request credentials: a static token, a token file, or basic auth. (Client certificates
+//! are part of TLS, see `tls.rs`.)
+//!
+//! A token file is re-read whenever it changed (path, size, mtime or inode differ, which is
+//! what kubelet's atomic symlink swap of a projected token looks like) and, unconditionally,
+//! after a 401. A failed re-read keeps the previous token and says so, like client-go.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use base64::Engine as _;
+
+use crate::secret::Secret;
+
+/// Where the credential comes from (plain data, part of `kube::Config`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Credential {
+    None,
+    Token(Secret),
+    TokenFile(PathBuf),
+    Basic { username: String, password: Secret },
+}
+
+/// What identifies a file version without reading it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Stamp {
+    mtime: Option<SystemTime>,
+    len: u64,
+    ino: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(path).ok()?;
+    Some(Stamp {
+        mtime: m.modified().ok(),
+        len: m.len(),
+        ino: m.ino(),
+    })
+}
+
+/// Reads a token file: trimmed, non-empty.
+pub fn read_token_file(path: &Path) -> Result<Secret, String> {
+    let text = fs::read_to_string(path)
+        .map_err(|e| format!("cannot read token file '{}': {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("token file '{}' is empty", path.display()));
+    }
+    Ok(Secret::new(token))
+}
+
+/// The live credential: what goes in the `Authorization` header, kept fresh.
+#[derive(Debug)]
+pub struct Auth {
+    source: Credential,
+    header: Option<Secret>,
+    stamp: Option<Stamp>,
+}
+
+impl Auth {
+    /// Reads the credential once; a token file that cannot be read is an error here.
+    pub fn new(source: Credential) -> Result<Auth, String> {
+        let mut auth = Auth {
+            source,
+            header: None,
+            stamp: None,
+        };
+        auth.load()?;
+        Ok(auth)
+    }
+
+    fn load(&mut self) -> Result<(), String> {
+        self.header = match &self.source {
+            Credential::None => None,
+            Credential::Token(t) => Some(Secret::new(format!("Bearer {}", t.expose()))),
+            Credential::TokenFile(path) => {
+                self.stamp = stamp(path);
+                let token = read_token_file(path)?;
+                Some(Secret::new(format!("Bearer {}", token.expose())))
+            }
+            Credential::Basic { username, password } => {
+                let raw = format!("{username}:{}", password.expose());
+                Some(Secret::new(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(raw)
+                )))
+            }
+        };
+        Ok(())
+    }
+
+    /// The `Authorization` header value, if any.
+    pub fn header(&self) -> Option<&Secret> {
+        self.header.as_ref()
+    }
+
+    /// Whether a bearer token or password is sent (and must not go over plain HTTP).
+    pub fn sends_secret(&self) -> bool {
+        !matches!(self.source, Credential::None)
+    }
+
+    /// Before a poll: re-reads a token file that changed. Returns whether it did.
+    pub fn refresh_if_changed(&mut self) -> bool {
+        let Credential::TokenFile(path) = &self.source else {
+            return false;
+        };
+        if stamp(path) == self.stamp {
+            return false;
+        }
+        self.reload("changed")
+    }
+
+    /// After a 401: re-reads whatever can be re-read. Returns whether anything could be.
+    pub fn refresh_after_unauthorized(&mut self) -> bool {
+        match self.source {
+            Credential::TokenFile(_) => self.reload("401 Unauthorized"),
+            _ => false,
+        }
+    }
+
+    fn reload(&mut self, why: &str) -> bool {
+        let before = self.header.clone();
+        match self.load() {
+            Ok(()) => {
+                if self.header != before {
+                    log::info!("token file re-read ({why}): using the new token");
+                }
+                true
+            }
+            Err(e) => {
+                log::warn!("{e}; keeping the previous token");
+                self.header = before;
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_file_is_re_read_when_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        fs::write(&path, "one\n").unwrap();
+        let mut auth = Auth::new(Credential::TokenFile(path.clone())).unwrap();
+        assert_eq!(auth.header().unwrap().expose(), "Bearer one");
+        assert!(!auth.refresh_if_changed(), "unchanged file is not re-read");
+        // Kubelet swaps a symlink; a new file (new inode) is what the path shows.
+        let next = dir.path().join("token.new");
+        fs::write(&next, "two").unwrap();
+        fs::rename(&next, &path).unwrap();
+        assert!(auth.refresh_if_changed());
+        assert_eq!(auth.header().unwrap().expose(), "Bearer two");
+        fs::remove_file(&path).unwrap();
+        assert!(
+            !auth.refresh_after_unauthorized(),
+            "a vanished file keeps the token"
+        );
+        assert_eq!(auth.header().unwrap().expose(), "Bearer two");
+    }
+
+    #[test]
+    fn a_missing_or_empty_token_file_is_an_error_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Auth::new(Credential::TokenFile(dir.path().join("nope"))).unwrap_err();
+        assert!(e.starts_with("cannot read token file"), "{e}");
+        fs::write(dir.path().join("empty"), " \n").unwrap();
+        let e = Auth::new(Credential::TokenFile(dir.path().join("empty"))).unwrap_err();
+        assert!(e.ends_with("is empty"), "{e}");
+    }
+
+    #[test]
+    fn basic_auth_and_debug_redaction() {
+        let auth = Auth::new(Credential::Basic {
+            username: "bob".into(),
+            password: Secret::new("secret"),
+        })
+        .unwrap();
+        assert_eq!(auth.header().unwrap().expose(), "Basic Ym9iOnNlY3JldA==");
+        let dbg = format!("{auth:?}");
+        assert!(!dbg.contains("secret") && !dbg.contains("Ym9i"), "{dbg}");
+    }
+}

@@ -1,0 +1,99 @@
+//! `cmpoll list`: one poll, printed as a table or (`--json`) a JSON array of modules with
+//! their files. Nothing is printed unless the whole poll succeeded.
+
+use std::io::{self, Write};
+
+use crate::event;
+use crate::snapshot::Snapshot;
+use crate::spool::Spool;
+
+/// Prints a table: module, number of files, bytes, hash prefix.
+pub fn table(snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
+    let width = snapshot
+        .modules
+        .keys()
+        .map(|k| k.len())
+        .max()
+        .unwrap_or(0)
+        .max("MODULE".len());
+    writeln!(
+        out,
+        "{:<width$}  {:>5}  {:>9}  HASH",
+        "MODULE", "FILES", "BYTES"
+    )?;
+    for (id, e) in &snapshot.modules {
+        writeln!(
+            out,
+            "{id:<width$}  {:>5}  {:>9}  {}",
+            e.files,
+            e.bytes,
+            e.hash.short(12)
+        )?;
+    }
+    Ok(())
+}
+
+/// Prints a JSON array, one module object per line, contents read back from the spool.
+pub fn json(snapshot: &Snapshot, spool: &Spool, out: &mut dyn Write) -> io::Result<()> {
+    if snapshot.is_empty() {
+        return out.write_all(b"[]\n");
+    }
+    out.write_all(b"[\n")?;
+    for (i, (id, e)) in snapshot.modules.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",\n")?;
+        }
+        let files = spool.get(e.loc)?;
+        out.write_all(&event::module(None, id, e, &files))?;
+    }
+    out.write_all(b"\n]\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::Hash;
+    use crate::module::{Content, File};
+    use crate::snapshot::Entry;
+
+    #[test]
+    fn table_and_json() {
+        let mut spool = Spool::memory();
+        let files = vec![File {
+            key: "a.alloy".into(),
+            content: Content::Text("x".into()),
+        }];
+        let loc = spool.put(&files).unwrap();
+        let mut snap = Snapshot::default();
+        snap.modules.insert(
+            "monitoring/agent-module".into(),
+            Entry {
+                uid: "u".into(),
+                resource_version: "7".into(),
+                hash: Hash::of([("a.alloy", &b"x"[..])]),
+                loc,
+                files: 1,
+                bytes: 1,
+            },
+        );
+        let mut out = Vec::new();
+        table(&snap, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("MODULE                   FILES      BYTES  HASH\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("monitoring/agent-module      1          1  sha256:"),
+            "{text}"
+        );
+        let mut out = Vec::new();
+        json(&snap, &spool, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v[0]["files"]["a.alloy"], "x");
+        assert_eq!(v[0]["module"], "monitoring/agent-module");
+        let mut out = Vec::new();
+        json(&Snapshot::default(), &spool, &mut out).unwrap();
+        assert_eq!(out, b"[]\n");
+    }
+}

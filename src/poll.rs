@@ -1,0 +1,271 @@
+//! One complete poll: every item of every namespace and page becomes a module (or is
+//! skipped with a reason) and the result is a new snapshot, or an error and nothing else.
+//!
+//! Items stream from the source one at a time. A module whose hash equals the previous
+//! snapshot's keeps its spooled contents; a new or changed one is appended to the spool.
+//! If the poll fails anywhere, what it appended is truncated away and the caller keeps its
+//! previous snapshot: a failed poll changes nothing.
+
+use std::collections::HashMap;
+
+use crate::kube;
+use crate::module::{Item, Module, NotAModule};
+use crate::snapshot::{Entry, Snapshot};
+use crate::source::{Source, Visit};
+use crate::spool::Spool;
+
+/// Counts of one poll, for logs and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollStats {
+    pub items: usize,
+    pub modules: usize,
+    pub rejected: usize,
+    pub without_keys: usize,
+}
+
+pub struct Poller {
+    source: Box<dyn Source>,
+    /// What was already logged about a ConfigMap (`id` → its resourceVersion then), so a
+    /// daemon says it once per version, not once per poll.
+    noted: HashMap<String, String>,
+}
+
+impl Poller {
+    pub fn new(source: Box<dyn Source>) -> Poller {
+        Poller {
+            source,
+            noted: HashMap::new(),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        self.source.describe()
+    }
+
+    /// Polls once; on success the new snapshot, whose new contents are in `spool`.
+    pub fn poll(
+        &mut self,
+        prev: &Snapshot,
+        spool: &mut Spool,
+    ) -> Result<(Snapshot, PollStats), kube::Error> {
+        let start = spool.len();
+        let mut collector = Collector {
+            prev,
+            spool,
+            entries: Vec::new(),
+            mark: (0, start),
+            noted: &mut self.noted,
+            stats: PollStats::default(),
+        };
+        let result = self.source.list(&mut collector);
+        let Collector { entries, stats, .. } = collector;
+        if let Err(e) = result {
+            spool
+                .truncate(start)
+                .map_err(|io| kube::Error::Local(format!("spool: {io}")))?;
+            return Err(e);
+        }
+        let mut next = Snapshot::default();
+        for (id, entry) in entries {
+            if next.modules.insert(id.clone(), entry).is_some() {
+                log::warn!("configmap {id} was listed twice; using the last one");
+            }
+        }
+        Ok((next, stats))
+    }
+}
+
+struct Collector<'a> {
+    prev: &'a Snapshot,
+    spool: &'a mut Spool,
+    entries: Vec<(String, Entry)>,
+    /// (entries, spool length) at the last mark.
+    mark: (usize, u64),
+    noted: &'a mut HashMap<String, String>,
+    stats: PollStats,
+}
+
+impl Collector<'_> {
+    /// Logs about a ConfigMap once per resourceVersion.
+    fn note(&mut self, id: &str, rv: &str, log: impl FnOnce()) {
+        if self.noted.get(id).is_none_or(|seen| seen != rv) {
+            self.noted.insert(id.to_string(), rv.to_string());
+            log();
+        }
+    }
+}
+
+impl Visit for Collector<'_> {
+    fn item(&mut self, item: Item) -> Result<(), kube::Error> {
+        self.stats.items += 1;
+        let (id, rv, keys_seen) = (item.id(), item.resource_version.clone(), item.keys_seen);
+        let module = match Module::from_item(item) {
+            Ok(m) => m,
+            Err(NotAModule::NoMatchingKey) => {
+                self.stats.without_keys += 1;
+                self.note(&id, &rv, || {
+                    log::info!(
+                        "configmap {id}: none of its {keys_seen} keys matches --keys; not a module"
+                    )
+                });
+                return Ok(());
+            }
+            Err(NotAModule::Rejected(why)) => {
+                self.stats.rejected += 1;
+                self.note(&id, &rv, || log::warn!("configmap {id} rejected: {why}"));
+                return Ok(());
+            }
+        };
+        self.stats.modules += 1;
+        let loc = match self.prev.modules.get(&id) {
+            Some(old) if old.hash == module.hash => old.loc,
+            _ => self
+                .spool
+                .put(&module.files)
+                .map_err(|e| kube::Error::Local(format!("spool: {e}")))?,
+        };
+        self.entries.push((
+            id,
+            Entry {
+                uid: module.uid.clone(),
+                resource_version: module.resource_version.clone(),
+                hash: module.hash,
+                loc,
+                files: module.files.len() as u32,
+                bytes: module.bytes(),
+            },
+        ));
+        Ok(())
+    }
+
+    fn mark(&mut self) {
+        self.mark = (self.entries.len(), self.spool.len());
+    }
+
+    fn rollback(&mut self) -> Result<(), kube::Error> {
+        self.entries.truncate(self.mark.0);
+        self.spool
+            .truncate(self.mark.1)
+            .map_err(|e| kube::Error::Local(format!("spool: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::module::{Content, File};
+
+    /// A source that delivers fixed pages and can fail or restart.
+    struct Pages {
+        pages: Vec<Vec<Item>>,
+        fail_at: Option<usize>,
+        restart_after: Option<usize>,
+    }
+
+    impl Source for Pages {
+        fn list(&mut self, visit: &mut dyn Visit) -> Result<(), kube::Error> {
+            visit.mark();
+            for (i, page) in self.pages.iter().enumerate() {
+                if self.fail_at == Some(i) {
+                    return Err(kube::Error::Local("page failed".into()));
+                }
+                if self.restart_after == Some(i) {
+                    visit.rollback()?;
+                }
+                for item in page {
+                    visit.item(item.clone())?;
+                }
+            }
+            Ok(())
+        }
+
+        fn describe(&self) -> String {
+            "pages".into()
+        }
+    }
+
+    fn item(name: &str, v: &str) -> Item {
+        Item {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            resource_version: "1".into(),
+            files: vec![File {
+                key: "k".into(),
+                content: Content::Text(v.into()),
+            }],
+            ..Item::default()
+        }
+    }
+
+    fn poller(
+        pages: Vec<Vec<Item>>,
+        fail_at: Option<usize>,
+        restart_after: Option<usize>,
+    ) -> Poller {
+        Poller::new(Box::new(Pages {
+            pages,
+            fail_at,
+            restart_after,
+        }))
+    }
+
+    #[test]
+    fn failed_page_changes_nothing() {
+        let mut spool = Spool::memory();
+        let mut p = poller(
+            vec![vec![item("a", "1")], vec![item("b", "2")]],
+            Some(1),
+            None,
+        );
+        let err = p.poll(&Snapshot::default(), &mut spool).unwrap_err();
+        assert_eq!(err.to_string(), "page failed");
+        assert_eq!(spool.len(), 0, "the first page's contents were dropped");
+    }
+
+    #[test]
+    fn unchanged_modules_keep_their_spooled_contents() {
+        let mut spool = Spool::memory();
+        let mut p = poller(vec![vec![item("a", "1"), item("b", "2")]], None, None);
+        let (first, stats) = p.poll(&Snapshot::default(), &mut spool).unwrap();
+        assert_eq!(stats.modules, 2);
+        let after_first = spool.len();
+        let (second, _) = p.poll(&first, &mut spool).unwrap();
+        assert_eq!(spool.len(), after_first, "nothing new was spooled");
+        assert_eq!(first, second);
+        assert_eq!(
+            spool.get(second.modules["ns/b"].loc).unwrap()[0].content,
+            Content::Text("2".into())
+        );
+    }
+
+    #[test]
+    fn rollback_forgets_a_restarted_listing() {
+        let mut spool = Spool::memory();
+        let mut p = poller(
+            vec![
+                vec![item("a", "old")],
+                vec![item("a", "new"), item("b", "2")],
+            ],
+            None,
+            Some(1),
+        );
+        let (snap, _) = p.poll(&Snapshot::default(), &mut spool).unwrap();
+        assert_eq!(snap.len(), 2);
+        let files = spool.get(snap.modules["ns/a"].loc).unwrap();
+        assert_eq!(files[0].content, Content::Text("new".into()));
+    }
+
+    #[test]
+    fn rejected_and_keyless_items_are_not_modules() {
+        let mut spool = Spool::memory();
+        let mut bad = item("bad", "x");
+        bad.files[0].key = "../x".into();
+        let mut keyless = item("keyless", "x");
+        keyless.files.clear();
+        let mut p = poller(vec![vec![bad, keyless, item("ok", "1")]], None, None);
+        let (snap, stats) = p.poll(&Snapshot::default(), &mut spool).unwrap();
+        assert_eq!(snap.modules.keys().collect::<Vec<_>>(), ["ns/ok"]);
+        assert_eq!((stats.rejected, stats.without_keys, stats.items), (1, 1, 3));
+    }
+}

@@ -1,0 +1,48 @@
+//! Where ConfigMaps come from: an apiserver (`api.rs`) or a manifests folder
+//! (`manifests.rs`). A source streams items to a `Visit`; `mark`/`rollback` let it discard
+//! what it already delivered when a paged list has to start over, so a poll never mixes
+//! pages of two lists and nothing has to be buffered.
+
+pub mod api;
+pub mod manifests;
+
+use crate::kube;
+use crate::module::{Item, KeyFilter};
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// What to select: the same for every source.
+#[derive(Clone, Debug)]
+pub struct Selection {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    /// Empty: all namespaces (one cluster-wide list).
+    pub namespaces: Vec<String>,
+    pub keys: KeyFilter,
+}
+
+impl Selection {
+    /// Whether an item matches, checked locally (for manifests, and to check what an
+    /// apiserver returned rather than trust it).
+    pub fn admits(&self, item: &Item) -> bool {
+        (self.namespaces.is_empty() || self.namespaces.contains(&item.namespace))
+            && self.labels.matches(|k| item.label(k))
+            && self.fields.matches(&item.namespace, &item.name)
+    }
+}
+
+/// Receives a poll's items.
+pub trait Visit {
+    fn item(&mut self, item: Item) -> Result<(), kube::Error>;
+    /// Remembers the current position.
+    fn mark(&mut self);
+    /// Forgets every item since the last `mark`.
+    fn rollback(&mut self) -> Result<(), kube::Error>;
+}
+
+/// A source of ConfigMaps.
+pub trait Source: Send {
+    /// Delivers every selected ConfigMap, or fails; a failure means the poll failed.
+    fn list(&mut self, visit: &mut dyn Visit) -> Result<(), kube::Error>;
+    /// What the source is, for logs.
+    fn describe(&self) -> String;
+}

@@ -1,0 +1,246 @@
+//! The spool: module contents kept on disk, not in memory.
+//!
+//! A poll streams the list item by item; each new or changed module's files are appended
+//! here and the snapshot keeps only a `Loc` (offset and length). Sinks read a module back
+//! when they need it, one at a time, so memory stays flat however large the cluster is.
+//! The file is an unlinked temporary file (in the output folder's `.cmpoll/` when there is
+//! one, else `$TMPDIR`); if none can be made, the spool falls back to memory with a warning.
+//! Space of superseded contents is reclaimed by `compact`.
+
+use std::fs::File as FsFile;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use crate::module::{Content, File};
+
+/// Where a module's files are in the spool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Loc {
+    pub off: u64,
+    pub len: u64,
+}
+
+enum Backing {
+    Disk(FsFile),
+    Memory(Vec<u8>),
+}
+
+pub struct Spool {
+    backing: Backing,
+    len: u64,
+    /// Bytes that belong to no current module (superseded or removed contents).
+    dead: u64,
+}
+
+impl Spool {
+    /// A spool in `dir` (or `$TMPDIR`), falling back to memory.
+    pub fn new(dir: Option<&Path>) -> Spool {
+        let file = match dir {
+            Some(d) => tempfile::tempfile_in(d),
+            None => tempfile::tempfile(),
+        };
+        match file {
+            Ok(f) => Spool {
+                backing: Backing::Disk(f),
+                len: 0,
+                dead: 0,
+            },
+            Err(e) => {
+                log::warn!(
+                    "cannot create a spool file in {} ({e}); keeping module contents in memory",
+                    dir.map_or_else(
+                        || std::env::temp_dir().display().to_string(),
+                        |d| d.display().to_string()
+                    )
+                );
+                Spool::memory()
+            }
+        }
+    }
+
+    pub fn memory() -> Spool {
+        Spool {
+            backing: Backing::Memory(Vec::new()),
+            len: 0,
+            dead: 0,
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends a module's files.
+    pub fn put(&mut self, files: &[File]) -> io::Result<Loc> {
+        let mut buf = Vec::with_capacity(
+            files
+                .iter()
+                .map(|f| 13 + f.key.len() + f.content.bytes().len())
+                .sum(),
+        );
+        for f in files {
+            buf.push(u8::from(f.content.is_binary()));
+            buf.extend_from_slice(&(f.key.len() as u32).to_be_bytes());
+            buf.extend_from_slice(f.key.as_bytes());
+            let bytes = f.content.bytes();
+            buf.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+            buf.extend_from_slice(bytes);
+        }
+        let loc = Loc {
+            off: self.len,
+            len: buf.len() as u64,
+        };
+        match &mut self.backing {
+            Backing::Disk(f) => f.write_all_at(&buf, loc.off)?,
+            Backing::Memory(m) => m.extend_from_slice(&buf),
+        }
+        self.len += loc.len;
+        Ok(loc)
+    }
+
+    /// Reads a module's files back.
+    pub fn get(&self, loc: Loc) -> io::Result<Vec<File>> {
+        let mut buf = vec![0; loc.len as usize];
+        match &self.backing {
+            Backing::Disk(f) => f.read_exact_at(&mut buf, loc.off)?,
+            Backing::Memory(m) => buf.copy_from_slice(
+                m.get(loc.off as usize..(loc.off + loc.len) as usize)
+                    .ok_or_else(|| corrupt("location past the end"))?,
+            ),
+        }
+        decode(&buf)
+    }
+
+    /// Forgets everything appended after `len` (the contents of a failed poll).
+    pub fn truncate(&mut self, len: u64) -> io::Result<()> {
+        if len >= self.len {
+            return Ok(());
+        }
+        match &mut self.backing {
+            Backing::Disk(f) => f.set_len(len)?,
+            Backing::Memory(m) => m.truncate(len as usize),
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Marks a module's old contents as no longer needed.
+    pub fn release(&mut self, loc: Loc) {
+        self.dead += loc.len;
+    }
+
+    /// Whether enough space is dead to be worth a compaction.
+    pub fn wants_compaction(&self) -> bool {
+        self.dead > 4 << 20 && self.dead > self.len - self.dead
+    }
+
+    /// Rewrites the live contents (`locs`, updated in place) into a fresh spool.
+    pub fn compact<'a>(&mut self, locs: impl Iterator<Item = &'a mut Loc>) -> io::Result<()> {
+        let mut next = match &self.backing {
+            Backing::Disk(_) => Spool::new(None),
+            Backing::Memory(_) => Spool::memory(),
+        };
+        for loc in locs {
+            let files = self.get(*loc)?;
+            *loc = next.put(&files)?;
+        }
+        *self = next;
+        Ok(())
+    }
+}
+
+fn corrupt(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("spool: {what}"))
+}
+
+fn decode(mut buf: &[u8]) -> io::Result<Vec<File>> {
+    fn take<'a>(buf: &mut &'a [u8], n: usize) -> io::Result<&'a [u8]> {
+        if buf.len() < n {
+            return Err(corrupt("truncated record"));
+        }
+        let (head, rest) = buf.split_at(n);
+        *buf = rest;
+        Ok(head)
+    }
+    let mut files = Vec::new();
+    while !buf.is_empty() {
+        let binary = take(&mut buf, 1)?[0] == 1;
+        let klen = u32::from_be_bytes(take(&mut buf, 4)?.try_into().expect("4 bytes")) as usize;
+        let key = String::from_utf8(take(&mut buf, klen)?.to_vec())
+            .map_err(|_| corrupt("key is not UTF-8"))?;
+        let clen = u64::from_be_bytes(take(&mut buf, 8)?.try_into().expect("8 bytes")) as usize;
+        let bytes = take(&mut buf, clen)?.to_vec();
+        let content = if binary {
+            Content::Binary(bytes)
+        } else {
+            Content::Text(String::from_utf8(bytes).map_err(|_| corrupt("text is not UTF-8"))?)
+        };
+        files.push(File { key, content });
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(n: u8) -> Vec<File> {
+        vec![
+            File {
+                key: format!("a{n}"),
+                content: Content::Text("x".repeat(n as usize)),
+            },
+            File {
+                key: "b.bin".into(),
+                content: Content::Binary(vec![0, 255, n]),
+            },
+        ]
+    }
+
+    #[test]
+    fn round_trips_on_disk_and_in_memory() {
+        for mut s in [Spool::new(None), Spool::memory()] {
+            let a = s.put(&files(1)).unwrap();
+            let b = s.put(&files(2)).unwrap();
+            assert_eq!(s.get(b).unwrap(), files(2));
+            assert_eq!(s.get(a).unwrap(), files(1));
+            let mark = s.len();
+            s.put(&files(3)).unwrap();
+            s.truncate(mark).unwrap();
+            assert_eq!(s.len(), mark);
+            let empty = s.put(&[]).unwrap();
+            assert_eq!(s.get(empty).unwrap(), vec![]);
+        }
+    }
+
+    #[test]
+    fn compaction_keeps_only_live_contents() {
+        let mut s = Spool::new(None);
+        let mut live = Vec::new();
+        for i in 0..10 {
+            let loc = s.put(&files(i)).unwrap();
+            if i % 2 == 0 {
+                live.push((i, loc));
+            } else {
+                s.release(loc);
+            }
+        }
+        let before = s.len();
+        s.compact(live.iter_mut().map(|(_, l)| l)).unwrap();
+        assert!(s.len() < before);
+        for (i, loc) in live {
+            assert_eq!(s.get(loc).unwrap(), files(i));
+        }
+    }
+
+    #[test]
+    fn corrupt_records_are_errors_not_panics() {
+        assert!(decode(&[0, 0, 0, 0, 9]).is_err());
+        assert!(decode(&[0]).is_err());
+    }
+}

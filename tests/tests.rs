@@ -1,0 +1,7 @@
+//! cmpoll's integration tests: one test binary (ripgrep-style), the real `cmpoll` binary
+//! against the test apiserver (`tests/apiserver`).
+
+mod util;
+
+mod credentials;
+mod list;

@@ -1,0 +1,231 @@
+//! The integration test harness: run the real `cmpoll` binary with a scrubbed environment
+//! and a fresh folder, against the test apiserver, and fail with everything needed to see
+//! why (command, environment, stdout, stderr, the apiserver's request log).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use test_apiserver::{Kubeconfig, TestApiserver};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_cmpoll");
+
+/// A `cmpoll` invocation: a temp folder as HOME, only the variables a test sets.
+pub struct Cmpoll {
+    pub dir: tempfile::TempDir,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+}
+
+/// What a finished run printed.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub described: String,
+}
+
+impl Run {
+    pub fn success(self) -> Run {
+        assert_eq!(self.code, Some(0), "expected success\n{}", self.described);
+        self
+    }
+
+    pub fn failure(self, code: i32) -> Run {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "expected exit {code}\n{}",
+            self.described
+        );
+        self
+    }
+
+    /// The one `cmpoll: error: …` line.
+    pub fn error_line(&self) -> String {
+        let lines: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("cmpoll: error: "))
+            .collect();
+        assert_eq!(lines.len(), 1, "one error line\n{}", self.described);
+        lines[0].trim_start_matches("cmpoll: error: ").to_string()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e})\n{}", self.described))
+    }
+
+    /// Module names of a `list --json` output.
+    pub fn modules(&self) -> Vec<String> {
+        self.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["module"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+impl Cmpoll {
+    pub fn new() -> Cmpoll {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = BTreeMap::new();
+        env.insert("PATH".into(), std::env::var("PATH").unwrap_or_default());
+        env.insert("HOME".into(), dir.path().display().to_string());
+        env.insert("RUST_LOG".into(), "info".into());
+        Cmpoll {
+            dir,
+            args: Vec::new(),
+            env,
+        }
+    }
+
+    /// A run pointed at `server` through a kubeconfig with its default token.
+    pub fn against(server: &TestApiserver) -> Cmpoll {
+        Cmpoll::against_with(server, &Kubeconfig::token())
+    }
+
+    /// A run pointed at `server` through a kubeconfig written from `spec`.
+    pub fn against_with(server: &TestApiserver, spec: &Kubeconfig) -> Cmpoll {
+        let c = Cmpoll::new();
+        let kc = server.write_kubeconfig(&c.path("kubeconfig"), spec);
+        c.env("KUBECONFIG", kc.to_str().unwrap())
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.path(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    pub fn args<S: AsRef<str>>(mut self, args: &[S]) -> Cmpoll {
+        self.args
+            .extend(args.iter().map(|a| a.as_ref().to_string()));
+        self
+    }
+
+    /// The same folder and environment with other arguments (the folder lives on in `self`).
+    pub fn with_args<S: AsRef<str>>(&self, args: &[S]) -> Invocation<'_> {
+        Invocation {
+            base: self,
+            args: args.iter().map(|a| a.as_ref().to_string()).collect(),
+        }
+    }
+
+    pub fn env(mut self, k: &str, v: &str) -> Cmpoll {
+        self.env.insert(k.into(), v.into());
+        self
+    }
+
+    pub fn unset(mut self, k: &str) -> Cmpoll {
+        self.env.remove(k);
+        self
+    }
+
+    pub fn command(&self) -> Command {
+        self.command_with(&self.args)
+    }
+
+    fn command_with(&self, args: &[String]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env_clear()
+            .envs(&self.env)
+            .current_dir(self.dir.path());
+        cmd
+    }
+
+    pub fn describe(&self) -> String {
+        format!("env: {:?}\nfolder: {}", self.env, self.dir.path().display())
+    }
+
+    pub fn run(&self) -> Run {
+        self.run_with(&self.args)
+    }
+
+    fn run_with(&self, args: &[String]) -> Run {
+        let out: Output = self.command_with(args).output().expect("run cmpoll");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let described = format!(
+            "command: cmpoll {}\n{}\nexit: {:?}\nstdout:\n{}\nstderr:\n{}",
+            args.join(" "),
+            self.describe(),
+            out.status.code(),
+            truncate(&stdout),
+            stderr
+        );
+        Run {
+            code: out.status.code(),
+            stdout,
+            stderr,
+            described,
+        }
+    }
+
+    /// Starts cmpoll in the background with piped stdout/stderr.
+    pub fn spawn(&self) -> Child {
+        self.command()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn cmpoll")
+    }
+}
+
+/// A run with other arguments in the same folder and environment.
+pub struct Invocation<'a> {
+    base: &'a Cmpoll,
+    args: Vec<String>,
+}
+
+impl Invocation<'_> {
+    pub fn run(&self) -> Run {
+        self.base.run_with(&self.args)
+    }
+}
+
+fn truncate(s: &str) -> &str {
+    let mut end = s.len().min(4000);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The module hash, computed independently of cmpoll's code: SPEC's framing over SHA-256.
+pub fn spec_hash(files: &[(&str, &[u8])]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut sorted: Vec<&(&str, &[u8])> = files.iter().collect();
+    sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let mut h = Sha256::new();
+    for (k, v) in sorted {
+        let mut frame = Vec::new();
+        frame.extend_from_slice(k.as_bytes());
+        frame.push(0);
+        frame.extend_from_slice(&(v.len() as u64).to_be_bytes());
+        frame.extend_from_slice(v);
+        h.update(&frame);
+    }
+    let digest = h.finalize();
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// The repository root.
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
