@@ -12,7 +12,9 @@
 //! Module contents never sit in memory as a whole: the poll streams items into the spool
 //! (`spool.rs`) and the snapshot keeps hashes and locations only.
 
+pub mod backoff;
 pub mod cli;
+pub mod daemon;
 pub mod error;
 pub mod event;
 pub mod hash;
@@ -26,6 +28,7 @@ pub mod secret;
 pub mod selector;
 pub mod settings;
 pub mod signals;
+pub mod sink;
 pub mod snapshot;
 pub mod source;
 pub mod spool;
@@ -53,8 +56,27 @@ pub fn main(command: Command, env: &dyn Fn(&str) -> Option<String>) -> Result<()
     let poller = Poller::new(source(&settings, env)?);
     match &settings.command {
         Mode::List { json } => list(poller, *json),
-        Mode::Run(_) => Err(Error::Usage("run: not supported yet".into())),
+        Mode::Run(run) => daemon(poller, run),
     }
+}
+
+/// `cmpoll run`: builds the sinks in SPEC's order and runs the loop.
+fn daemon(poller: Poller, run: &settings::RunSettings) -> Result<(), Error> {
+    let unsupported = [
+        ("--out-dir", run.out_dir.is_some()),
+        ("an agent command", !run.agent.is_empty()),
+        ("--reload-url", run.reload_url.is_some()),
+        ("--listen", run.listen.is_some()),
+    ];
+    if let Some((what, _)) = unsupported.iter().find(|(_, given)| *given) {
+        return Err(Error::Usage(format!("{what}: not supported yet")));
+    }
+    let mut sinks: Vec<Box<dyn sink::Sink>> = Vec::new();
+    let others = run.out_dir.is_some() || !run.agent.is_empty() || run.reload_url.is_some();
+    if run.stdout_events || !others {
+        sinks.push(Box::new(sink::stdout::StdoutSink::new(std::io::stdout())));
+    }
+    daemon::Daemon::new(run.clone(), sinks).run(poller, Spool::new(None))
 }
 
 /// Builds the source the settings ask for; configuration problems exit 2.

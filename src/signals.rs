@@ -1,7 +1,11 @@
 //! Signal names and numbers: `HUP`, `SIGHUP`, `hup` and `1` are the same signal.
 
 use std::fmt;
+use std::io;
 use std::str::FromStr;
+use std::thread;
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 /// A Linux signal number with its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +71,29 @@ impl fmt::Display for Signal {
             None => write!(f, "signal {}", self.0),
         }
     }
+}
+
+/// Forwards SIGTERM, SIGINT and SIGHUP to `on_signal` from a background thread (nothing
+/// runs in the signal handler itself). A second SIGTERM or SIGINT exits at once, status 1:
+/// the operator insists.
+pub fn forward(on_signal: impl Fn(Signal) + Send + 'static) -> io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut stops = 0;
+            for sig in signals.forever() {
+                if sig == SIGTERM || sig == SIGINT {
+                    stops += 1;
+                    if stops > 1 {
+                        log::warn!("{}: stopping at once", Signal(sig));
+                        std::process::exit(1);
+                    }
+                }
+                on_signal(Signal(sig));
+            }
+        })?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,3 +5,4 @@ mod util;
 
 mod credentials;
 mod list;
+mod run;

@@ -229,3 +229,130 @@ pub fn spec_hash(files: &[(&str, &[u8])]) -> String {
 pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
+
+/// A running `cmpoll run` whose stdout events are read as they come.
+pub struct Daemon {
+    pub child: Child,
+    pub cmd: Cmpoll,
+    events: std::sync::mpsc::Receiver<serde_json::Value>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Daemon {
+    /// Starts `cmpoll run` with `args` after `run`.
+    pub fn start(cmd: Cmpoll, args: &[&str]) -> Daemon {
+        let mut all = vec!["run"];
+        all.extend_from_slice(args);
+        let cmd = cmd.args(&all);
+        let mut child = cmd.spawn();
+        let (tx, events) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let v: serde_json::Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(err).lines() {
+                let Ok(line) = line else { return };
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Daemon {
+            child,
+            cmd,
+            events,
+            stderr,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn context(&self) -> String {
+        format!("{}\nstderr so far:\n{}", self.cmd.describe(), self.stderr())
+    }
+
+    /// The next event, or a panic after `within`.
+    pub fn event(&self, within: std::time::Duration) -> serde_json::Value {
+        self.events
+            .recv_timeout(within)
+            .unwrap_or_else(|_| panic!("no event within {within:?}\n{}", self.context()))
+    }
+
+    /// The events up to and including the next `synced`.
+    pub fn batch(&self, within: std::time::Duration) -> Vec<serde_json::Value> {
+        let deadline = std::time::Instant::now() + within;
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let e = self.event(left.max(std::time::Duration::from_millis(1)));
+            let done = e["type"] == "synced";
+            out.push(e);
+            if done {
+                return out;
+            }
+        }
+    }
+
+    /// Asserts that nothing is emitted for `quiet`.
+    pub fn no_event(&self, quiet: std::time::Duration) {
+        if let Ok(e) = self.events.recv_timeout(quiet) {
+            panic!("unexpected event {e}\n{}", self.context());
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([format!("-{sig}"), self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig}");
+    }
+
+    /// Waits for the process to exit; its exit code (None if killed by a signal).
+    pub fn wait(&mut self, within: std::time::Duration) -> Option<i32> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("cmpoll did not exit within {within:?}\n{}", self.context());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// SIGTERM, then the exit code.
+    pub fn stop(mut self) -> Option<i32> {
+        self.signal("TERM");
+        self.wait(std::time::Duration::from_secs(5))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -270,6 +270,17 @@ impl TestApiserver {
         st.frozen_cache = Some((rev, objs));
     }
 
+    /// Freezes the watch cache at an older revision, as a lagging apiserver behind a load
+    /// balancer serves it: `resourceVersion` above `rev` gets 504 from the cache.
+    pub fn freeze_cache_at(&self, rev: u64) {
+        let mut st = self.state();
+        let objs = st
+            .store
+            .range_at("", "", rev)
+            .expect("revision still in history");
+        st.frozen_cache = Some((rev, objs));
+    }
+
     /// Lets the watch cache catch up again.
     pub fn thaw_cache(&self) {
         self.state().frozen_cache = None;

@@ -1,0 +1,149 @@
+//! Waiting between polls: the interval with jitter, and exponential backoff after failures.
+//!
+//! Every wait is `base × (1 + random in [0, jitter))`, so a fleet of daemons started
+//! together does not poll in lock-step. After a failed poll the base doubles, starting at
+//! the interval and capped at min(10 × interval, 5 min); a `Retry-After` from the apiserver
+//! is a floor for the next wait; a successful poll resets it.
+
+use std::time::Duration;
+
+/// A small, seedable PRNG (SplitMix64): enough for jitter, not for secrets.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// Seeded from the clock and the process id.
+    pub fn from_time() -> Rng {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Rng(nanos ^ (u64::from(std::process::id()) << 32))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Backoff {
+    interval: Duration,
+    jitter: f64,
+    failures: u32,
+    rng: Rng,
+}
+
+impl Backoff {
+    pub fn new(interval: Duration, jitter: f64, rng: Rng) -> Backoff {
+        Backoff {
+            interval,
+            jitter,
+            failures: 0,
+            rng,
+        }
+    }
+
+    /// The longest base wait after failures: min(10 × interval, 5 min) (but never below
+    /// the interval itself).
+    pub fn cap(&self) -> Duration {
+        (self.interval * 10)
+            .min(Duration::from_secs(300))
+            .max(self.interval)
+    }
+
+    fn jittered(&mut self, base: Duration) -> Duration {
+        base.mul_f64(1.0 + self.jitter * self.rng.unit())
+    }
+
+    /// The wait after a successful poll (and the failure count starts over).
+    pub fn after_success(&mut self) -> Duration {
+        self.failures = 0;
+        self.jittered(self.interval)
+    }
+
+    /// The wait after a failed poll; `retry_after` (from the apiserver) is a floor.
+    pub fn after_failure(&mut self, retry_after: Option<Duration>) -> Duration {
+        let doublings = self.failures.min(16);
+        self.failures = self.failures.saturating_add(1);
+        let base = self
+            .interval
+            .saturating_mul(1u32 << doublings)
+            .min(self.cap());
+        let wait = self.jittered(base);
+        wait.max(retry_after.unwrap_or_default())
+    }
+
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    #[test]
+    fn doubles_from_the_interval_up_to_the_cap_and_resets() {
+        let mut b = Backoff::new(secs(1.0), 0.0, Rng::new(1));
+        let waits: Vec<Duration> = (0..6).map(|_| b.after_failure(None)).collect();
+        assert_eq!(
+            waits,
+            [
+                secs(1.0),
+                secs(2.0),
+                secs(4.0),
+                secs(8.0),
+                secs(10.0),
+                secs(10.0)
+            ]
+        );
+        assert_eq!(b.after_success(), secs(1.0));
+        assert_eq!(b.after_failure(None), secs(1.0), "reset by a success");
+    }
+
+    #[test]
+    fn the_cap_is_at_most_five_minutes() {
+        let b = Backoff::new(secs(60.0), 0.1, Rng::new(1));
+        assert_eq!(b.cap(), secs(300.0));
+        let b = Backoff::new(secs(0.05), 0.1, Rng::new(1));
+        assert_eq!(b.cap(), secs(0.5));
+        let b = Backoff::new(secs(600.0), 0.1, Rng::new(1));
+        assert_eq!(b.cap(), secs(600.0), "never below the interval");
+    }
+
+    #[test]
+    fn retry_after_is_a_floor() {
+        let mut b = Backoff::new(secs(1.0), 0.0, Rng::new(1));
+        assert_eq!(b.after_failure(Some(secs(7.0))), secs(7.0));
+        assert_eq!(b.after_failure(Some(secs(0.5))), secs(2.0));
+    }
+
+    #[test]
+    fn jitter_stays_within_the_fraction_and_varies() {
+        let mut b = Backoff::new(secs(10.0), 0.1, Rng::new(42));
+        let waits: Vec<Duration> = (0..200).map(|_| b.after_success()).collect();
+        assert!(waits.iter().all(|w| *w >= secs(10.0) && *w < secs(11.0)));
+        let distinct: std::collections::BTreeSet<_> = waits.iter().collect();
+        assert!(distinct.len() > 150, "not lock-step");
+        let mut r = Rng::new(7);
+        assert!((0..1000).map(|_| r.unit()).all(|u| (0.0..1.0).contains(&u)));
+    }
+}

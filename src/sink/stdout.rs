@@ -1,0 +1,120 @@
+//! `--stdout-events`: the batch as JSON lines on stdout, flushed once per batch. When the
+//! reader goes away (EPIPE), the daemon stops cleanly with a message instead of panicking.
+
+use std::io::Write;
+
+use super::{Batch, Fatal, Outcome, Sink};
+
+pub struct StdoutSink<W: Write> {
+    out: W,
+}
+
+impl<W: Write> StdoutSink<W> {
+    pub fn new(out: W) -> StdoutSink<W> {
+        StdoutSink { out }
+    }
+}
+
+impl<W: Write> Sink for StdoutSink<W> {
+    fn name(&self) -> &'static str {
+        "stdout"
+    }
+
+    fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
+        batch
+            .write_lines(&mut self.out)
+            .and_then(|()| self.out.flush())
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::BrokenPipe => {
+                    Fatal("stdout was closed (its reader went away); stopping".into())
+                }
+                _ => Fatal(format!("cannot write events to stdout: {e}")),
+            })?;
+        Ok(Outcome::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Synced;
+    use crate::hash::Hash;
+    use crate::module::{Content, File};
+    use crate::snapshot::{Change, Entry, Event};
+    use crate::spool::Spool;
+
+    #[test]
+    fn writes_one_line_per_event_and_synced_last() {
+        let mut spool = Spool::memory();
+        let loc = spool
+            .put(&[File {
+                key: "k".into(),
+                content: Content::Text("v".into()),
+            }])
+            .unwrap();
+        let entry = Entry {
+            uid: "u".into(),
+            resource_version: "1".into(),
+            hash: Hash([1; 32]),
+            loc,
+            files: 1,
+            bytes: 1,
+        };
+        let batch = Batch {
+            events: vec![
+                Event {
+                    change: Change::Removed,
+                    id: "a/old".into(),
+                    entry: entry.clone(),
+                },
+                Event {
+                    change: Change::Added,
+                    id: "a/new".into(),
+                    entry,
+                },
+            ],
+            synced: Synced {
+                modules: 1,
+                added: 1,
+                updated: 0,
+                removed: 1,
+                poll: 3,
+            },
+            spool: &spool,
+        };
+        let mut sink = StdoutSink::new(Vec::new());
+        sink.apply(&batch).unwrap();
+        let text = String::from_utf8(sink.out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with(r#"{"type":"removed","module":"a/old""#));
+        assert!(lines[1].contains(r#""files":{"k":"v"}"#));
+        assert_eq!(
+            lines[2],
+            r#"{"type":"synced","modules":1,"added":1,"updated":0,"removed":1,"poll":3}"#
+        );
+        assert!(text.ends_with('\n'));
+    }
+
+    struct Closed;
+    impl Write for Closed {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_reader_is_a_clean_fatal_stop() {
+        let spool = Spool::memory();
+        let batch = Batch {
+            events: vec![],
+            synced: Synced::default(),
+            spool: &spool,
+        };
+        let err = StdoutSink::new(Closed).apply(&batch).unwrap_err();
+        assert!(err.0.contains("reader went away"), "{}", err.0);
+    }
+}
