@@ -180,6 +180,9 @@ args! {
         /// mode of written files, octal (default: 0644)
         #[argh(option, arg_name = "MODE")]
         pub file_mode: Option<String>,
+        /// how long a replaced module version stays readable in --out-dir (default: 30s)
+        #[argh(option, arg_name = "DURATION")]
+        pub old_version_ttl: Option<String>,
         /// what the agent gets on stdin: events or null (default: null)
         #[argh(option, arg_name = "MODE")]
         pub child_stdin: Option<String>,

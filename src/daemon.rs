@@ -179,6 +179,9 @@ impl Daemon {
                             wait
                         }
                     };
+                    for sink in &mut self.sinks {
+                        sink.tick();
+                    }
                     state = Some(st);
                     next_poll = if poll_again {
                         poll_again = false;

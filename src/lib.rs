@@ -63,7 +63,6 @@ pub fn main(command: Command, env: &dyn Fn(&str) -> Option<String>) -> Result<()
 /// `cmpoll run`: builds the sinks in SPEC's order and runs the loop.
 fn daemon(poller: Poller, run: &settings::RunSettings) -> Result<(), Error> {
     let unsupported = [
-        ("--out-dir", run.out_dir.is_some()),
         ("an agent command", !run.agent.is_empty()),
         ("--reload-url", run.reload_url.is_some()),
         ("--listen", run.listen.is_some()),
@@ -71,12 +70,27 @@ fn daemon(poller: Poller, run: &settings::RunSettings) -> Result<(), Error> {
     if let Some((what, _)) = unsupported.iter().find(|(_, given)| *given) {
         return Err(Error::Usage(format!("{what}: not supported yet")));
     }
+    // SPEC's order: output directory → child stdin → reload signal → reload URL → stdout.
     let mut sinks: Vec<Box<dyn sink::Sink>> = Vec::new();
+    let mut spool_dir = None;
+    if let Some(dir) = &run.out_dir {
+        let out = sink::outdir::OutDir::open(
+            dir,
+            run.layout,
+            &run.ext,
+            run.file_mode,
+            run.old_version_ttl,
+        )
+        .map_err(Error::Config)?;
+        spool_dir = Some(dir.join(".cmpoll"));
+        sinks.push(Box::new(out));
+    }
     let others = run.out_dir.is_some() || !run.agent.is_empty() || run.reload_url.is_some();
     if run.stdout_events || !others {
         sinks.push(Box::new(sink::stdout::StdoutSink::new(std::io::stdout())));
     }
-    daemon::Daemon::new(run.clone(), sinks).run(poller, Spool::new(None))
+    let spool = Spool::new(spool_dir.as_deref());
+    daemon::Daemon::new(run.clone(), sinks).run(poller, spool)
 }
 
 /// Builds the source the settings ask for; configuration problems exit 2.

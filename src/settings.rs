@@ -87,6 +87,7 @@ pub struct RunSettings {
     pub layout: Layout,
     pub ext: String,
     pub file_mode: u32,
+    pub old_version_ttl: Duration,
     pub child_stdin: ChildStdin,
     pub reload_signal: Option<Signal>,
     pub restart: Restart,
@@ -497,6 +498,11 @@ fn run_settings(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
         layout,
         ext: ext.map(|e| e.value).unwrap_or_default(),
         file_mode,
+        old_version_ttl: match look.opt(&r.old_version_ttl, "old-version-ttl") {
+            Some(v) => humantime::parse_duration(v.value.trim())
+                .map_err(|e| usage(&v.from, format!("invalid duration '{}': {e}", v.value)))?,
+            None => Duration::from_secs(30),
+        },
         child_stdin,
         reload_signal,
         restart,

@@ -5,4 +5,5 @@ mod util;
 
 mod credentials;
 mod list;
+mod outdir;
 mod run;

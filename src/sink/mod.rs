@@ -5,6 +5,8 @@
 //! A batch carries events with spool locations, not contents: a sink reads a module's
 //! files when it needs them, one module at a time.
 
+pub mod atomic;
+pub mod outdir;
 pub mod stdout;
 
 use std::io;
@@ -64,4 +66,6 @@ pub struct Outcome {
 pub trait Sink {
     fn name(&self) -> &'static str;
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal>;
+    /// Called after every poll, with or without a batch (housekeeping).
+    fn tick(&mut self) {}
 }

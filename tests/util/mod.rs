@@ -196,6 +196,17 @@ impl Invocation<'_> {
     pub fn run(&self) -> Run {
         self.base.run_with(&self.args)
     }
+
+    /// Starts it in the background, output discarded.
+    pub fn spawn(&self) -> Child {
+        self.base
+            .command_with(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn cmpoll")
+    }
 }
 
 fn truncate(s: &str) -> &str {

@@ -1,0 +1,490 @@
+//! `--out-dir`: layouts, atomic switches, ownership, restarts and crashes, with the real
+//! binary against the test apiserver.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use test_apiserver::{ConfigMap, TestApiserver};
+
+use crate::util::{Cmpoll, Daemon};
+
+const SOON: Duration = Duration::from_secs(10);
+
+fn module(ns: &str, name: &str) -> ConfigMap {
+    ConfigMap::new(ns, name).label("cmpoll.io/module", "true")
+}
+
+/// Every regular file under `dir` (following the module symlinks), except `.cmpoll/`.
+fn tree(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for ns in fs::read_dir(dir).unwrap() {
+        let ns = ns.unwrap();
+        let name = ns.file_name().to_string_lossy().into_owned();
+        if name == ".cmpoll" {
+            continue;
+        }
+        if ns.path().is_file() {
+            out.insert(name, fs::read_to_string(ns.path()).unwrap());
+            continue;
+        }
+        for m in fs::read_dir(ns.path()).unwrap() {
+            let m = m.unwrap();
+            let mname = m.file_name().to_string_lossy().into_owned();
+            if m.path().is_file() {
+                out.insert(
+                    format!("{name}/{mname}"),
+                    fs::read_to_string(m.path()).unwrap(),
+                );
+                continue;
+            }
+            for f in fs::read_dir(m.path()).unwrap() {
+                let f = f.unwrap();
+                out.insert(
+                    format!("{name}/{mname}/{}", f.file_name().to_string_lossy()),
+                    fs::read_to_string(f.path()).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn leftovers(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.contains("cmpoll-tmp") || name.ends_with(".tmp") {
+                found.push(e.path().display().to_string());
+            }
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn files_layout_contents_and_modes() {
+    let s = TestApiserver::start();
+    s.put(
+        module("monitoring", "scrape")
+            .data("a.alloy", "A")
+            .data("b.alloy", "B"),
+    );
+    s.put(module("web", "site").binary("logo.png", &[0, 1, 2, 255]));
+    let c = Cmpoll::against(&s);
+    let out = c.path("out/modules");
+    c.with_args(&[
+        "run",
+        "--once",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--file-mode",
+        "0640",
+    ])
+    .run()
+    .success();
+    assert_eq!(
+        fs::read_to_string(out.join("monitoring/scrape/a.alloy")).unwrap(),
+        "A"
+    );
+    assert_eq!(
+        fs::read(out.join("web/site/logo.png")).unwrap(),
+        [0, 1, 2, 255]
+    );
+    let file = fs::metadata(out.join("monitoring/scrape/b.alloy")).unwrap();
+    assert_eq!(file.mode() & 0o7777, 0o640);
+    assert_eq!(
+        fs::metadata(out.join("monitoring")).unwrap().mode() & 0o7777,
+        0o755
+    );
+    assert!(
+        fs::symlink_metadata(out.join("monitoring/scrape"))
+            .unwrap()
+            .is_symlink()
+    );
+    let state: serde_json::Value =
+        serde_json::from_slice(&fs::read(out.join(".cmpoll/state.json")).unwrap()).unwrap();
+    assert_eq!(
+        state["modules"]["monitoring/scrape"]["files"],
+        serde_json::json!(["a.alloy", "b.alloy"])
+    );
+    assert!(leftovers(&out).is_empty());
+}
+
+#[test]
+fn concat_layout_contents() {
+    let s = TestApiserver::start();
+    s.put(
+        module("monitoring", "scrape")
+            .data("b.alloy", "second")
+            .data("a.alloy", "first\n"),
+    );
+    let c = Cmpoll::against(&s);
+    let out = c.path("out");
+    c.with_args(&[
+        "run",
+        "--once",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--layout",
+        "concat",
+        "--ext",
+        ".alloy",
+    ])
+    .run()
+    .success();
+    assert_eq!(
+        tree(&out),
+        map(&[("monitoring.scrape.alloy", "first\nsecond\n")])
+    );
+    assert_eq!(
+        fs::metadata(out.join("monitoring.scrape.alloy"))
+            .unwrap()
+            .mode()
+            & 0o7777,
+        0o644
+    );
+}
+
+#[test]
+fn a_reader_never_sees_a_mixed_or_partial_version() {
+    let s = TestApiserver::start();
+    let put = |n: u32| {
+        s.put(
+            module("ns", "m")
+                .data("a", &format!("{n}-a"))
+                .data("b", &format!("{n}-b")),
+        );
+    };
+    put(0);
+    let c = Cmpoll::against(&s);
+    let out = c.path("out");
+    let d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "5ms",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--stdout-events",
+        ],
+    );
+    d.batch(SOON);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (out, stop) = (out.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut reads, mut versions) = (0u64, std::collections::BTreeSet::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Resolve the module path once, then read both files of that version.
+                let real = fs::canonicalize(out.join("ns/m")).expect("the module path resolves");
+                let a = fs::read_to_string(real.join("a")).expect("a is there");
+                let b = fs::read_to_string(real.join("b")).expect("b is there");
+                let (va, vb) = (a.trim_end_matches("-a"), b.trim_end_matches("-b"));
+                assert_eq!(va, vb, "mixed version: {a} / {b}");
+                versions.insert(va.to_string());
+                reads += 1;
+            }
+            (reads, versions.len())
+        })
+    };
+    let started = Instant::now();
+    let mut n = 0;
+    while started.elapsed() < Duration::from_secs(2) {
+        n += 1;
+        put(n);
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (reads, versions) = reader.join().expect("the reader never failed");
+    assert!(reads > 1000, "{reads} reads");
+    assert!(versions > 20, "{versions} versions seen");
+    eprintln!("reader: {reads} reads across {versions} versions");
+    d.stop();
+}
+
+#[test]
+fn foreign_files_survive_and_the_directory_is_written_before_stdout_hears() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "a").data("k", "1"));
+    s.put(module("ns", "b").data("k", "1"));
+    let c = Cmpoll::against(&s);
+    let out = c.path("out");
+    fs::create_dir_all(out.join("ns")).unwrap();
+    fs::write(out.join("ns/README"), "written by a human").unwrap();
+    fs::write(out.join("top.txt"), "also foreign").unwrap();
+    let d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "20ms",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--stdout-events",
+        ],
+    );
+    d.batch(SOON);
+    for v in 2..5 {
+        s.put(module("ns", "a").data("k", &v.to_string()));
+        let b = d.batch(SOON);
+        assert_eq!(b[0]["type"], "updated");
+        // Told "synced", the reader finds the directory already switched.
+        assert_eq!(
+            fs::read_to_string(out.join("ns/a/k")).unwrap(),
+            v.to_string()
+        );
+    }
+    s.delete("ns", "a");
+    s.delete("ns", "b");
+    let b = d.batch(SOON);
+    assert_eq!(b.len(), 3);
+    assert_eq!(
+        tree(&out),
+        map(&[
+            ("ns/README", "written by a human"),
+            ("top.txt", "also foreign")
+        ])
+    );
+    d.stop();
+}
+
+#[test]
+fn a_path_cmpoll_did_not_write_blocks_only_that_module_until_it_is_gone() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "blocked").data("k", "v"));
+    s.put(module("ns", "fine").data("k", "v"));
+    let c = Cmpoll::against(&s);
+    let out = c.path("out");
+    fs::create_dir_all(out.join("ns/blocked")).unwrap();
+    fs::write(out.join("ns/blocked/mine"), "keep").unwrap();
+    let d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "20ms",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--stdout-events",
+        ],
+    );
+    let b = d.batch(SOON);
+    assert_eq!(b.len(), 2, "only ns/fine is reported: {b:?}");
+    assert_eq!(b[0]["module"], "ns/fine");
+    assert!(
+        d.stderr().contains("cannot write ns/blocked"),
+        "{}",
+        d.stderr()
+    );
+    assert_eq!(
+        fs::read_to_string(out.join("ns/blocked/mine")).unwrap(),
+        "keep"
+    );
+    // Once the human removes it, the next poll writes the module and reports it.
+    fs::remove_dir_all(out.join("ns/blocked")).unwrap();
+    let b = d.batch(SOON);
+    assert_eq!(
+        (b[0]["type"].as_str(), b[0]["module"].as_str()),
+        (Some("added"), Some("ns/blocked"))
+    );
+    assert_eq!(fs::read_to_string(out.join("ns/blocked/k")).unwrap(), "v");
+    d.stop();
+}
+
+#[test]
+fn a_restart_reconciles_and_leaves_unchanged_modules_untouched() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "keep").data("k", "same"));
+    s.put(module("ns", "change").data("k", "old"));
+    s.put(module("ns", "gone").data("k", "x"));
+    let c = Cmpoll::against(&s);
+    let out = c.path("out");
+    let args = [
+        "run",
+        "--once",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--old-version-ttl",
+        "0s",
+    ];
+    c.with_args(&args).run().success();
+    let before = fs::metadata(out.join("ns/keep/k")).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    // While cmpoll is down: one module deleted, one changed, one added.
+    s.delete("ns", "gone");
+    s.put(module("ns", "change").data("k", "new"));
+    s.put(module("other", "new").data("k", "n"));
+    c.with_args(&args).run().success();
+    let after = fs::metadata(out.join("ns/keep/k")).unwrap();
+    assert_eq!(
+        (after.ino(), after.mtime_nsec()),
+        (before.ino(), before.mtime_nsec()),
+        "not rewritten"
+    );
+    assert_eq!(
+        tree(&out),
+        map(&[
+            ("ns/change/k", "new"),
+            ("ns/keep/k", "same"),
+            ("other/new/k", "n")
+        ])
+    );
+    let versions = fs::read_dir(out.join(".cmpoll/versions")).unwrap().count();
+    assert_eq!(versions, 3, "one version folder per module, no orphans");
+}
+
+#[test]
+fn a_crash_mid_batch_then_a_restart_ends_equal_to_the_cluster() {
+    let s = TestApiserver::start();
+    s.bulk_load(1500, 4096, 5);
+    let c = Cmpoll::against(&s);
+    let out = c.path("out");
+    let mut child = c
+        .with_args(&[
+            "run",
+            "--interval",
+            "1h",
+            "--out-dir",
+            out.to_str().unwrap(),
+        ])
+        .spawn();
+    // Kill -9 once the batch is well under way.
+    let started = Instant::now();
+    loop {
+        let written = fs::read_dir(out.join(".cmpoll/versions"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        if written >= 200 {
+            break;
+        }
+        assert!(started.elapsed() < SOON, "the batch never got going");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let state: serde_json::Value =
+        serde_json::from_slice(&fs::read(out.join(".cmpoll/state.json")).unwrap()).unwrap();
+    let pending = state["pending"].as_array().unwrap().len();
+    assert!(
+        pending > 0,
+        "killed in the middle of the batch (the record still lists its writes)"
+    );
+    // The cluster moves on while cmpoll is down.
+    s.delete("ns-00", "module-000000");
+    s.put(module("ns-01", "module-000001").data("config.alloy", "changed"));
+    c.with_args(&[
+        "run",
+        "--once",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--old-version-ttl",
+        "0s",
+    ])
+    .run()
+    .success();
+    let on_disk = tree(&out);
+    assert_eq!(on_disk.len(), 1499);
+    for o in s.objects() {
+        let key = format!("{}/{}/config.alloy", o.spec.namespace, o.spec.name);
+        assert_eq!(on_disk.get(&key), o.spec.data.get("config.alloy"), "{key}");
+    }
+    assert!(leftovers(&out).is_empty(), "{:?}", leftovers(&out));
+    let versions = fs::read_dir(out.join(".cmpoll/versions")).unwrap().count();
+    assert_eq!(versions, 1499, "no orphaned version folders");
+    let state: serde_json::Value =
+        serde_json::from_slice(&fs::read(out.join(".cmpoll/state.json")).unwrap()).unwrap();
+    assert_eq!(state["pending"], serde_json::json!([]));
+}
+
+#[test]
+fn a_hostile_key_never_escapes_while_other_modules_are_written() {
+    let s = TestApiserver::start();
+    s.put(
+        module("ns", "evil")
+            .data("../../x", "pwned")
+            .data("ok", "fine"),
+    );
+    s.put(module("ns", "good").data("k", "v"));
+    let c = Cmpoll::against(&s);
+    let out = c.path("deep/out");
+    let run = c
+        .with_args(&["run", "--once", "--out-dir", out.to_str().unwrap()])
+        .run()
+        .success();
+    assert!(
+        run.stderr
+            .contains("configmap ns/evil rejected: invalid key \"../../x\""),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(tree(&out), map(&[("ns/good/k", "v")]));
+    assert!(!c.path("x").exists() && !c.path("deep/x").exists());
+}
+
+#[test]
+fn an_unwritable_folder_is_a_start_up_error() {
+    let s = TestApiserver::start();
+    let run = Cmpoll::against(&s)
+        .args(&["run", "--once", "--out-dir", "/proc"])
+        .run()
+        .failure(2);
+    assert!(
+        run.error_line()
+            .starts_with("--out-dir '/proc': cannot write to it"),
+        "{}",
+        run.described
+    );
+    assert!(s.requests().is_empty(), "nothing was polled");
+    let c = Cmpoll::new();
+    c.write("file", "x");
+    let run = c
+        .with_args(&["run", "--once", "--manifests", ".", "--out-dir", "file"])
+        .run()
+        .failure(2);
+    assert!(
+        run.error_line().starts_with("--out-dir 'file':"),
+        "{}",
+        run.described
+    );
+}
+
+#[test]
+fn two_daemons_cannot_share_a_folder() {
+    let s = TestApiserver::start();
+    let c = Cmpoll::against(&s);
+    let out = c.path("out");
+    let d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "1h",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--stdout-events",
+        ],
+    );
+    d.batch(SOON);
+    let run = Cmpoll::against(&s)
+        .args(&["run", "--once", "--out-dir", out.to_str().unwrap()])
+        .run()
+        .failure(2);
+    assert!(
+        run.error_line()
+            .contains("another cmpoll is writing to this folder")
+    );
+    d.stop();
+}
