@@ -18,7 +18,7 @@ use crate::kube;
 use crate::poll::{PollStats, Poller};
 use crate::settings::RunSettings;
 use crate::signals::{self, Signal};
-use crate::sink::{Batch, Sink};
+use crate::sink::{Batch, Control, Sink, View};
 use crate::snapshot::{Change, Snapshot};
 use crate::spool::Spool;
 
@@ -76,6 +76,8 @@ pub struct Daemon {
     backoff: Backoff,
     /// Successful polls so far (the first one always emits a batch).
     batches: u64,
+    /// The number of the poll the current snapshot came from.
+    last_poll: u64,
 }
 
 impl Daemon {
@@ -86,6 +88,7 @@ impl Daemon {
             sinks,
             backoff,
             batches: 0,
+            last_poll: 0,
         }
     }
 
@@ -93,9 +96,12 @@ impl Daemon {
     pub fn run(mut self, poller: Poller, spool: Spool) -> Result<(), Error> {
         let (tx, rx) = mpsc::channel();
         let signal_tx = tx.clone();
-        signals::forward(move |s| {
-            let _ = signal_tx.send(Msg::Signal(s));
-        })
+        signals::forward(
+            move |s| {
+                let _ = signal_tx.send(Msg::Signal(s));
+            },
+            crate::sink::child::kill_agent_now,
+        )
         .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
         log::info!(
             "polling {} every {} (jitter {})",
@@ -129,20 +135,26 @@ impl Daemon {
                 })
                 .map_err(|_| Error::Runtime("the poll thread stopped".into()))?;
             }
-            // While a poll is out, only a message can move things on.
-            let wait = match state {
-                Some(_) => next_poll.saturating_duration_since(Instant::now()),
-                None => Duration::from_secs(3600),
-            };
+            // While a poll is out only a message or a sink's deadline moves things on.
+            let deadline = self
+                .sinks
+                .iter()
+                .filter_map(|s| s.deadline())
+                .chain(state.as_ref().map(|_| next_poll))
+                .min();
+            let wait = deadline.map_or(Duration::from_secs(3600), |d| {
+                d.saturating_duration_since(Instant::now())
+            });
             let msg = match rx.recv_timeout(wait) {
-                Ok(m) => m,
-                Err(RecvTimeoutError::Timeout) => continue,
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(Error::Runtime("the poll thread stopped".into()));
                 }
             };
             match msg {
-                Msg::Signal(Signal::HUP) => {
+                None | Some(Msg::Signal(Signal::CHLD)) => {}
+                Some(Msg::Signal(Signal::HUP)) => {
                     log::info!("SIGHUP: polling now");
                     if state.is_some() {
                         next_poll = Instant::now();
@@ -150,18 +162,24 @@ impl Daemon {
                         poll_again = true;
                     }
                 }
-                Msg::Signal(s) => {
+                Some(Msg::Signal(s)) => {
                     log::info!("{s}: stopping");
+                    self.shutdown(Some(s));
                     return Ok(());
                 }
-                Msg::Polled(done) => {
+                Some(Msg::Polled(done)) => {
                     let done = *done;
                     let mut st = done.state;
                     let wait = match done.result {
                         Ok((next, stats)) => {
                             self.commit(&mut st, next, done.number, &stats, done.took)
-                                .map_err(Error::Runtime)?;
+                                .map_err(|e| {
+                                    self.shutdown(None);
+                                    Error::Runtime(e)
+                                })?;
+                            self.last_poll = done.number;
                             if self.run.once {
+                                self.shutdown(None);
                                 return Ok(());
                             }
                             self.backoff.after_success()
@@ -179,9 +197,6 @@ impl Daemon {
                             wait
                         }
                     };
-                    for sink in &mut self.sinks {
-                        sink.tick();
-                    }
                     state = Some(st);
                     next_poll = if poll_again {
                         poll_again = false;
@@ -191,6 +206,38 @@ impl Daemon {
                     };
                 }
             }
+            // Housekeeping after anything: reap an agent, restart it, expire old versions.
+            if let Some(code) = self.tick(state.as_ref())? {
+                self.shutdown(None);
+                return if code == 0 {
+                    Ok(())
+                } else {
+                    Err(Error::Exit(code))
+                };
+            }
+        }
+    }
+
+    /// Ticks every sink; `Some(code)` when one asks cmpoll to exit.
+    fn tick(&mut self, state: Option<&State>) -> Result<Option<i32>, Error> {
+        let view = state.map(|st| View {
+            snapshot: &st.snapshot,
+            spool: &st.spool,
+            poll: self.last_poll,
+        });
+        for sink in &mut self.sinks {
+            match sink.tick(view.as_ref()) {
+                Ok(Control::Continue) => {}
+                Ok(Control::Exit(code)) => return Ok(Some(code)),
+                Err(f) => return Err(Error::Runtime(f.0)),
+            }
+        }
+        Ok(None)
+    }
+
+    fn shutdown(&mut self, signal: Option<Signal>) {
+        for sink in &mut self.sinks {
+            sink.shutdown(signal);
         }
     }
 
@@ -219,6 +266,7 @@ impl Daemon {
             events: Vec::new(),
             synced: Synced::default(),
             spool: &st.spool,
+            first,
         };
         let mut dead = Vec::new();
         for sink in &mut self.sinks {

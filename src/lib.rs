@@ -56,19 +56,21 @@ pub fn main(command: Command, env: &dyn Fn(&str) -> Option<String>) -> Result<()
     let poller = Poller::new(source(&settings, env)?);
     match &settings.command {
         Mode::List { json } => list(poller, *json),
-        Mode::Run(run) => daemon(poller, run),
+        Mode::Run(run) => daemon(poller, run, settings.client.timeout, env),
     }
 }
 
 /// `cmpoll run`: builds the sinks in SPEC's order and runs the loop.
-fn daemon(poller: Poller, run: &settings::RunSettings) -> Result<(), Error> {
-    let unsupported = [
-        ("an agent command", !run.agent.is_empty()),
-        ("--reload-url", run.reload_url.is_some()),
-        ("--listen", run.listen.is_some()),
-    ];
-    if let Some((what, _)) = unsupported.iter().find(|(_, given)| *given) {
-        return Err(Error::Usage(format!("{what}: not supported yet")));
+fn daemon(
+    poller: Poller,
+    run: &settings::RunSettings,
+    timeout: std::time::Duration,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), Error> {
+    if let Some(listen) = run.listen {
+        return Err(Error::Usage(format!(
+            "--listen {listen}: not supported yet"
+        )));
     }
     // SPEC's order: output directory → child stdin → reload signal → reload URL → stdout.
     let mut sinks: Vec<Box<dyn sink::Sink>> = Vec::new();
@@ -84,6 +86,29 @@ fn daemon(poller: Poller, run: &settings::RunSettings) -> Result<(), Error> {
         .map_err(Error::Config)?;
         spool_dir = Some(dir.join(".cmpoll"));
         sinks.push(Box::new(out));
+    }
+    if !run.agent.is_empty() {
+        sinks.push(Box::new(sink::child::Supervisor::new(
+            sink::child::Options {
+                argv: run.agent.clone(),
+                stdin_events: run.child_stdin == settings::ChildStdin::Events,
+                reload_signal: run.reload_signal,
+                restart: run.restart,
+                grace: run.shutdown_grace,
+                spool_dir: spool_dir.clone(),
+            },
+        )));
+    }
+    if let Some(url) = &run.reload_url {
+        let reload = sink::reload_url::ReloadUrl::new(
+            url,
+            &run.reload_method,
+            run.reload_ca_file.as_deref(),
+            timeout,
+            env,
+        )
+        .map_err(Error::Config)?;
+        sinks.push(Box::new(reload));
     }
     let others = run.out_dir.is_some() || !run.agent.is_empty() || run.reload_url.is_some();
     if run.stdout_events || !others {

@@ -437,7 +437,14 @@ fn run_settings(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
                 value: v.value.clone(),
                 from: v.from.clone(),
             }))?;
-            Some(v.value.parse::<Signal>().map_err(|e| usage(&v.from, e))?)
+            let sig = v.value.parse::<Signal>().map_err(|e| usage(&v.from, e))?;
+            if sig.to_rustix().is_none() {
+                return Err(usage(
+                    &v.from,
+                    format!("{sig} cannot be sent (use a named signal)"),
+                ));
+            }
+            Some(sig)
         }
         None => None,
     };

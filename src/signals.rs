@@ -5,7 +5,7 @@ use std::io;
 use std::str::FromStr;
 use std::thread;
 
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 
 /// A Linux signal number with its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,9 +34,16 @@ impl Signal {
     pub const INT: Signal = Signal(2);
     pub const KILL: Signal = Signal(9);
     pub const TERM: Signal = Signal(15);
+    pub const CHLD: Signal = Signal(17);
 
     pub fn name(self) -> Option<&'static str> {
         NAMES.iter().find(|(_, n)| *n == self.0).map(|(s, _)| *s)
+    }
+
+    /// The signal as rustix sends it (`None` for real-time signals, which cmpoll does not
+    /// send).
+    pub fn to_rustix(self) -> Option<rustix::process::Signal> {
+        rustix::process::Signal::from_named_raw(self.0)
     }
 }
 
@@ -73,11 +80,14 @@ impl fmt::Display for Signal {
     }
 }
 
-/// Forwards SIGTERM, SIGINT and SIGHUP to `on_signal` from a background thread (nothing
-/// runs in the signal handler itself). A second SIGTERM or SIGINT exits at once, status 1:
-/// the operator insists.
-pub fn forward(on_signal: impl Fn(Signal) + Send + 'static) -> io::Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+/// Forwards SIGTERM, SIGINT, SIGHUP and SIGCHLD to `on_signal` from a background thread
+/// (nothing runs in the signal handler itself). A second SIGTERM or SIGINT calls `on_abort`
+/// and exits at once, status 1: the operator insists.
+pub fn forward(
+    on_signal: impl Fn(Signal) + Send + 'static,
+    on_abort: impl Fn() + Send + 'static,
+) -> io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGCHLD])?;
     thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -87,6 +97,7 @@ pub fn forward(on_signal: impl Fn(Signal) + Send + 'static) -> io::Result<()> {
                     stops += 1;
                     if stops > 1 {
                         log::warn!("{}: stopping at once", Signal(sig));
+                        on_abort();
                         std::process::exit(1);
                     }
                 }

@@ -3,6 +3,7 @@
 
 mod util;
 
+mod child;
 mod credentials;
 mod list;
 mod outdir;

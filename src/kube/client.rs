@@ -50,6 +50,35 @@ pub struct Client {
     pub stats: Stats,
 }
 
+/// An HTTP agent over cmpoll's TLS connector: no redirects, no environment proxies, status
+/// codes as answers (not errors), `timeout` from connect to the last body byte.
+pub fn agent(
+    tls_config: std::sync::Arc<rustls::ClientConfig>,
+    server_name: Option<ServerName<'static>>,
+    timeout: Duration,
+    disable_compression: bool,
+) -> ureq::Agent {
+    let connector =
+        ().chain(ConnectProxyConnector::default())
+            .chain(TcpConnector::default())
+            .chain(TlsConnector {
+                config: tls_config,
+                server_name,
+            });
+    let mut builder = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .https_only(false)
+        .proxy(None)
+        .max_redirects(0)
+        .user_agent(format!("cmpoll/{}", env!("CARGO_PKG_VERSION")))
+        .timeout_global(Some(timeout))
+        .max_idle_connections_per_host(2);
+    if disable_compression {
+        builder = builder.accept_encoding(ureq::config::AutoHeaderValue::None);
+    }
+    ureq::Agent::with_parts(builder.build(), connector, DefaultResolver::default())
+}
+
 /// Why reading a 2xx body failed: an I/O error (classified by `get`: the cap, a timeout,
 /// a connection cut) or an error already typed by the reader (a decode error).
 #[derive(Debug)]
@@ -104,25 +133,12 @@ impl Client {
             ),
             None => None,
         };
-        let connector =
-            ().chain(ConnectProxyConnector::default())
-                .chain(TcpConnector::default())
-                .chain(TlsConnector {
-                    config: tls_config,
-                    server_name,
-                });
-        let mut builder = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .https_only(false)
-            .proxy(None)
-            .max_redirects(0)
-            .user_agent(format!("cmpoll/{}", env!("CARGO_PKG_VERSION")))
-            .timeout_global(Some(options.timeout))
-            .max_idle_connections_per_host(2);
-        if config.disable_compression {
-            builder = builder.accept_encoding(ureq::config::AutoHeaderValue::None);
-        }
-        let agent = ureq::Agent::with_parts(builder.build(), connector, DefaultResolver::default());
+        let agent = agent(
+            tls_config,
+            server_name,
+            options.timeout,
+            config.disable_compression,
+        );
         Ok(Client {
             agent,
             server: config.server.clone(),

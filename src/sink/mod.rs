@@ -6,14 +6,18 @@
 //! files when it needs them, one module at a time.
 
 pub mod atomic;
+pub mod child;
 pub mod outdir;
+pub mod reload_url;
 pub mod stdout;
 
 use std::io;
+use std::time::Instant;
 
 use crate::event::{self, Synced};
 use crate::module::File;
-use crate::snapshot::{Change, Event};
+use crate::signals::Signal;
+use crate::snapshot::{Change, Event, Snapshot};
 use crate::spool::Spool;
 
 /// The events of one poll, closed by `synced`.
@@ -21,6 +25,8 @@ pub struct Batch<'a> {
     pub events: Vec<Event>,
     pub synced: Synced,
     pub spool: &'a Spool,
+    /// The first batch since cmpoll started (always sent, even without changes).
+    pub first: bool,
 }
 
 impl Batch<'_> {
@@ -63,9 +69,35 @@ pub struct Outcome {
     pub failed: Vec<String>,
 }
 
+/// The current modules, for a sink that needs all of them (a restarted child).
+pub struct View<'a> {
+    pub snapshot: &'a Snapshot,
+    pub spool: &'a Spool,
+    /// The poll that produced the snapshot.
+    pub poll: u64,
+}
+
+/// What a sink asks of the daemon after a tick.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Control {
+    Continue,
+    /// Stop cmpoll with this exit code (the agent ended and is not to be restarted).
+    Exit(i32),
+}
+
 pub trait Sink {
     fn name(&self) -> &'static str;
+    /// Applies a batch, in SPEC's sink order.
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal>;
-    /// Called after every poll, with or without a batch (housekeeping).
-    fn tick(&mut self) {}
+    /// Housekeeping: after every poll, on SIGCHLD, and at `deadline`. `view` is the current
+    /// state, or `None` while a poll is out (a sink that needs it waits for the next tick).
+    fn tick(&mut self, _view: Option<&View>) -> Result<Control, Fatal> {
+        Ok(Control::Continue)
+    }
+    /// When this sink next needs a tick, if ever.
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
+    /// cmpoll is stopping because of `signal` (or `None`: its own decision).
+    fn shutdown(&mut self, _signal: Option<Signal>) {}
 }

@@ -626,10 +626,11 @@ impl Sink for OutDir {
         Ok(Outcome { failed })
     }
 
-    fn tick(&mut self) {
+    fn tick(&mut self, _view: Option<&super::View>) -> Result<super::Control, Fatal> {
         if let Err(e) = self.expire(false) {
             log::warn!("--out-dir: cannot delete old versions: {e}");
         }
+        Ok(super::Control::Continue)
     }
 }
 
@@ -687,6 +688,7 @@ mod tests {
                 events,
                 synced: Synced::default(),
                 spool: &self.spool,
+                first: false,
             };
             out.apply(&batch).unwrap().failed
         }
@@ -709,7 +711,7 @@ mod tests {
         f.apply(&mut out, vec![e]);
         assert_ne!(fs::read_link(f.path("ns/m")).unwrap(), first);
         assert!(!f.path("ns/m/b.conf").exists());
-        out.tick();
+        out.tick(None).unwrap();
         assert_eq!(
             fs::read_dir(f.path(".cmpoll/versions")).unwrap().count(),
             1,

@@ -81,6 +81,7 @@ mod tests {
                 poll: 3,
             },
             spool: &spool,
+            first: false,
         };
         let mut sink = StdoutSink::new(Vec::new());
         sink.apply(&batch).unwrap();
@@ -113,6 +114,7 @@ mod tests {
             events: vec![],
             synced: Synced::default(),
             spool: &spool,
+            first: false,
         };
         let err = StdoutSink::new(Closed).apply(&batch).unwrap_err();
         assert!(err.0.contains("reader went away"), "{}", err.0);

@@ -138,6 +138,18 @@ impl Cmpoll {
         self.command_with(&self.args)
     }
 
+    /// `wrapper… cmpoll args…` (for example under `unshare`), same folder and environment.
+    pub fn wrapped(&self, wrapper: &[&str], args: &[&str]) -> Command {
+        let mut cmd = Command::new(wrapper[0]);
+        cmd.args(&wrapper[1..])
+            .arg(BIN)
+            .args(args)
+            .env_clear()
+            .envs(&self.env)
+            .current_dir(self.dir.path());
+        cmd
+    }
+
     fn command_with(&self, args: &[String]) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.args(args)

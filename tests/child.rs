@@ -1,0 +1,495 @@
+//! Supervising the agent (`cmpoll run -- AGENT`) and the reload URL, with real child
+//! programs: small shell scripts that log what they get and trap signals.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use test_apiserver::{ConfigMap, TestApiserver};
+
+use crate::util::{Cmpoll, Daemon};
+
+const SOON: Duration = Duration::from_secs(10);
+
+fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
+    ConfigMap::new(ns, name)
+        .label("cmpoll.io/module", "true")
+        .data("k", v)
+}
+
+/// Writes an executable script.
+fn script(c: &Cmpoll, name: &str, body: &str) -> PathBuf {
+    let p = c.write(name, &format!("#!/bin/sh\n{body}"));
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// Lines of a log file (empty if it does not exist yet).
+fn lines(p: &Path) -> Vec<String> {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until `f` holds, or panics with `what`.
+fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < within, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// An agent that copies its stdin to `stdin.log`, logs HUP (with what the output folder
+/// holds at that moment) and TERM, and runs until told to stop. (dash gives a background
+/// job /dev/null as stdin, hence the copy to fd 3 first.)
+const AGENT: &str = r#"
+log="$LOGDIR/agent.log"
+echo "start $$" >> "$log"
+trap 'echo "hup $(cat "$OUT/ns/m/k" 2>/dev/null)" >> "$log"' HUP
+trap 'echo "term" >> "$log"; exit 0' TERM
+exec 3<&0
+cat <&3 >> "$LOGDIR/stdin.log" &
+while true; do sleep 0.02; done
+"#;
+
+fn agent_env(c: Cmpoll) -> Cmpoll {
+    let logdir = c.path("logs");
+    std::fs::create_dir_all(&logdir).unwrap();
+    let out = c.path("out");
+    c.env("LOGDIR", logdir.to_str().unwrap())
+        .env("OUT", out.to_str().unwrap())
+}
+
+#[test]
+fn the_agent_gets_the_full_state_then_live_batches_and_a_signal_after_the_folder() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "m", "v1"));
+    s.put(module("ns", "other", "x"));
+    let c = agent_env(Cmpoll::against(&s));
+    let agent = script(&c, "agent.sh", AGENT);
+    let (log, stdin) = (c.path("logs/agent.log"), c.path("logs/stdin.log"));
+    let out = c.path("out");
+    let mut d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "30ms",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--child-stdin",
+            "events",
+            "--reload-signal",
+            "HUP",
+            "--",
+            agent.to_str().unwrap(),
+        ],
+    );
+    eventually("the full state on stdin", SOON, || lines(&stdin).len() >= 3);
+    let first = lines(&stdin);
+    assert!(
+        first[0].starts_with(r#"{"type":"added","module":"ns/m""#),
+        "{first:?}"
+    );
+    assert!(first[1].starts_with(r#"{"type":"added","module":"ns/other""#));
+    assert!(first[2].starts_with(r#"{"type":"synced","modules":2,"added":2"#));
+    assert_eq!(
+        lines(&log).len(),
+        1,
+        "no signal for the state it started with"
+    );
+
+    s.put(module("ns", "m", "v2"));
+    eventually("the update on stdin", SOON, || lines(&stdin).len() >= 5);
+    let l = lines(&stdin);
+    assert!(
+        l[3].starts_with(r#"{"type":"updated","module":"ns/m""#),
+        "{l:?}"
+    );
+    assert!(l[3].contains(r#""files":{"k":"v2"}"#));
+    assert!(l[4].starts_with(r#"{"type":"synced","modules":2,"added":0,"updated":1"#));
+    eventually("the HUP", SOON, || {
+        lines(&log).iter().any(|l| l.starts_with("hup"))
+    });
+    assert_eq!(
+        lines(&log)[1],
+        "hup v2",
+        "the folder held the new content when HUP came"
+    );
+
+    // A label-only edit is no batch: no signal, nothing on stdin.
+    s.put(module("ns", "m", "v2").label("x", "y"));
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(lines(&log).len(), 2);
+    assert_eq!(lines(&stdin).len(), 5);
+    assert!(d.is_running());
+    d.signal("TERM");
+    assert_eq!(d.wait(SOON), Some(0));
+    assert_eq!(
+        lines(&log).last().map(String::as_str),
+        Some("term"),
+        "SIGTERM reached the agent"
+    );
+}
+
+#[test]
+fn a_killed_agent_is_restarted_with_backoff_and_gets_the_full_state_again() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "m", "v1"));
+    let c = agent_env(Cmpoll::against(&s));
+    let agent = script(&c, "agent.sh", AGENT);
+    let (log, stdin) = (c.path("logs/agent.log"), c.path("logs/stdin.log"));
+    let d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "30ms",
+            "--child-stdin",
+            "events",
+            "--stdout-events",
+            "--",
+            agent.to_str().unwrap(),
+        ],
+    );
+    d.batch(SOON);
+    eventually("started", SOON, || lines(&log).len() == 1);
+    let pid: i32 = lines(&log)[0].trim_start_matches("start ").parse().unwrap();
+    s.put(module("ns", "m", "v2"));
+    d.batch(SOON);
+    eventually("the update reached the first agent", SOON, || {
+        lines(&stdin).len() >= 4
+    });
+    let killed = Instant::now();
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    eventually("restarted", SOON, || {
+        lines(&log)
+            .iter()
+            .filter(|l| l.starts_with("start"))
+            .count()
+            == 2
+    });
+    assert!(
+        killed.elapsed() >= Duration::from_millis(900),
+        "restarted after the 1 s backoff"
+    );
+    eventually("the full state again", SOON, || lines(&stdin).len() >= 6);
+    let l = lines(&stdin);
+    assert!(
+        l[4].starts_with(r#"{"type":"added","module":"ns/m""#),
+        "{l:?}"
+    );
+    assert!(l[4].contains(r#""k":"v2""#));
+    assert!(l[5].starts_with(r#"{"type":"synced","modules":1,"added":1"#));
+    assert!(
+        d.stderr()
+            .contains("agent was killed by SIGKILL; restarting it in 1s"),
+        "{}",
+        d.stderr()
+    );
+    d.stop();
+}
+
+#[test]
+fn restart_never_ends_cmpoll_with_the_agents_exit_code() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "m", "v1"));
+    let c = Cmpoll::against(&s);
+    let agent = script(&c, "agent.sh", "sleep 0.2\nexit 7\n");
+    let mut d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "30ms",
+            "--restart",
+            "never",
+            "--",
+            agent.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(d.wait(SOON), Some(7));
+    let c = Cmpoll::against(&s);
+    let agent = script(&c, "agent.sh", "kill -TERM $$\n");
+    let mut d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "30ms",
+            "--restart",
+            "never",
+            "--",
+            agent.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(d.wait(SOON), Some(143), "128 + SIGTERM");
+    let c = Cmpoll::against(&s);
+    let agent = script(&c, "agent.sh", "exit 0\n");
+    let mut d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "30ms",
+            "--restart",
+            "on-failure",
+            "--",
+            agent.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        d.wait(SOON),
+        Some(0),
+        "on-failure: a clean exit ends cmpoll"
+    );
+}
+
+#[test]
+fn shutdown_reaches_the_process_group_and_sigkill_follows_the_grace() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "m", "v1"));
+    let c = agent_env(Cmpoll::against(&s));
+    // The agent's own child must not be orphaned: it is in the agent's process group.
+    let agent = script(
+        &c,
+        "agent.sh",
+        r#"sh -c 'trap "echo grandchild-term >> \"$LOGDIR/g.log\"; exit 0" TERM; echo up >> "$LOGDIR/g.log"; while true; do sleep 0.02; done' &
+trap 'echo term >> "$LOGDIR/agent.log"; wait; exit 0' TERM
+while true; do sleep 0.02; done
+"#,
+    );
+    let glog = c.path("logs/g.log");
+    let alog = c.path("logs/agent.log");
+    let mut d = Daemon::start(c, &["--interval", "30ms", "--", agent.to_str().unwrap()]);
+    eventually("the grandchild runs", SOON, || !lines(&glog).is_empty());
+    d.signal("TERM");
+    assert_eq!(d.wait(SOON), Some(0));
+    assert_eq!(lines(&alog), ["term"]);
+    assert_eq!(lines(&glog), ["up", "grandchild-term"]);
+
+    // An agent that ignores SIGTERM gets SIGKILL after --shutdown-grace.
+    let c = Cmpoll::against(&s);
+    let agent = script(
+        &c,
+        "stubborn.sh",
+        "trap '' TERM\nwhile true; do sleep 0.02; done\n",
+    );
+    let mut d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "30ms",
+            "--shutdown-grace",
+            "500ms",
+            "--",
+            agent.to_str().unwrap(),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    d.signal("TERM");
+    assert_eq!(d.wait(SOON), Some(0));
+    assert!(
+        t.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(
+        d.stderr().contains("did not stop within 500ms; SIGKILL"),
+        "{}",
+        d.stderr()
+    );
+}
+
+#[test]
+fn an_agent_that_never_reads_stdin_does_not_stall_polling() {
+    let s = TestApiserver::start();
+    // Big modules, so the pipe fills at once.
+    let big = "x".repeat(200_000);
+    s.put(module("ns", "m", &big));
+    let c = Cmpoll::against(&s);
+    let agent = script(&c, "deaf.sh", "while true; do sleep 1; done\n");
+    let d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "20ms",
+            "--child-stdin",
+            "events",
+            "--stdout-events",
+            "--",
+            agent.to_str().unwrap(),
+        ],
+    );
+    d.batch(SOON);
+    for i in 0..5 {
+        s.put(module("ns", "m", &format!("{big}{i}")));
+        let b = d.batch(SOON);
+        assert_eq!(b[0]["type"], "updated", "polling goes on");
+    }
+    d.stop();
+}
+
+#[test]
+fn an_agent_too_far_behind_on_stdin_is_restarted_with_the_full_state() {
+    let s = TestApiserver::start();
+    let big = "y".repeat(900_000);
+    s.put(module("ns", "m", "small"));
+    let c = agent_env(Cmpoll::against(&s));
+    let agent = script(
+        &c,
+        "deaf.sh",
+        "echo \"start $$\" >> \"$LOGDIR/agent.log\"\nwhile true; do sleep 0.05; done\n",
+    );
+    let log = c.path("logs/agent.log");
+    let d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "20ms",
+            "--child-stdin",
+            "events",
+            "--stdout-events",
+            "--",
+            agent.to_str().unwrap(),
+        ],
+    );
+    d.batch(SOON);
+    // Each update is ~1 MB of events the agent never reads: past 8 MiB it is recycled.
+    for i in 0..12 {
+        s.put(module("ns", "m", &format!("{big}{i}")));
+        d.batch(SOON);
+    }
+    eventually("recycled", SOON, || lines(&log).len() >= 2);
+    assert!(
+        d.stderr()
+            .contains("MiB behind on its stdin; restarting it"),
+        "{}",
+        d.stderr()
+    );
+    d.stop();
+}
+
+/// A tiny HTTP server: answers `codes` in turn (then 200), counting calls by method.
+fn reload_server(codes: Vec<u16>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/-/reload", listener.local_addr().unwrap());
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let seen = calls.clone();
+    let n = Arc::new(AtomicU32::new(0));
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let mut conn = conn.unwrap();
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            loop {
+                let mut h = String::new();
+                reader.read_line(&mut h).unwrap();
+                if h == "\r\n" || h.is_empty() {
+                    break;
+                }
+            }
+            seen.lock().unwrap().push(line.trim().to_string());
+            let i = n.fetch_add(1, Ordering::SeqCst) as usize;
+            let code = codes.get(i).copied().unwrap_or(200);
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    (url, calls)
+}
+
+#[test]
+fn the_reload_url_is_called_once_per_changed_batch_and_retried_on_failure() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "m", "v1"));
+    let (url, calls) = reload_server(vec![200, 503, 500]);
+    let c = Cmpoll::against(&s);
+    let out = c.path("out");
+    let d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "30ms",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--reload-url",
+            &url,
+            "--stdout-events",
+        ],
+    );
+    d.batch(SOON);
+    eventually("the first batch's call", SOON, || {
+        calls.lock().unwrap().len() == 1
+    });
+    assert_eq!(calls.lock().unwrap()[0], "POST /-/reload HTTP/1.1");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(calls.lock().unwrap().len(), 1, "no call without changes");
+    s.put(module("ns", "m", "v2"));
+    d.batch(SOON);
+    // 503, then 500, then 200: three calls for one batch, with backoff between.
+    eventually("the retries", Duration::from_secs(15), || {
+        calls.lock().unwrap().len() == 4
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(calls.lock().unwrap().len(), 4);
+    assert!(
+        d.stderr()
+            .contains("503 Service Unavailable; retrying in 1s"),
+        "{}",
+        d.stderr()
+    );
+    d.stop();
+}
+
+#[test]
+fn as_pid_1_orphaned_grandchildren_are_reaped() {
+    let probe = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: unshare --pid --fork is not permitted here");
+        return;
+    }
+    let s = TestApiserver::start();
+    s.put(module("ns", "m", "v1"));
+    let c = agent_env(Cmpoll::against(&s));
+    // Orphans: each inner sh exits at once, leaving its sleep to PID 1 (cmpoll).
+    let agent = script(
+        &c,
+        "agent.sh",
+        r#"for i in 1 2 3 4 5; do sh -c 'sleep 0.1 &'; done
+sleep 1
+zombies=$(cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == "Z"' | wc -l)
+echo "pid1=$(cat /proc/1/comm) zombies=$zombies" >> "$LOGDIR/agent.log"
+while true; do sleep 0.05; done
+"#,
+    );
+    let log = c.path("logs/agent.log");
+    let mut child = c
+        .wrapped(
+            &["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"],
+            &["run", "--interval", "1h", "--", agent.to_str().unwrap()],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("the agent's report", SOON, || !lines(&log).is_empty());
+    let report = lines(&log)[0].clone();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        report, "pid1=cmpoll zombies=0",
+        "cmpoll is PID 1 and reaped the orphans"
+    );
+}
