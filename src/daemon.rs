@@ -7,20 +7,27 @@
 //! costs nothing. The snapshot and the spool travel to the poll thread with each job and
 //! come back with its result: only one side holds them at a time, without locks.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::backoff::{Backoff, Rng};
 use crate::error::Error;
 use crate::event::Synced;
+use crate::health::Health;
 use crate::kube;
+use crate::metrics::Metrics;
 use crate::poll::{PollStats, Poller};
 use crate::settings::RunSettings;
 use crate::signals::{self, Signal};
+use crate::sink::child::ChildStatus;
+use crate::sink::reload_url::ReloadStatus;
 use crate::sink::{Batch, Control, Sink, View};
 use crate::snapshot::{Change, Snapshot};
 use crate::spool::Spool;
+use crate::systemd::Notifier;
 
 /// What the main loop waits for.
 pub enum Msg {
@@ -40,7 +47,23 @@ pub struct Polled {
     pub number: u64,
     pub result: Result<(Snapshot, PollStats), kube::Error>,
     pub took: Duration,
+    /// The source's running request totals by status code, and response bytes.
+    pub requests: BTreeMap<String, u64>,
+    pub response_bytes: u64,
 }
+
+/// What the daemon reports to and reads from: health, metrics, systemd, and the sinks'
+/// own status (agent restarts and signals, reload URL calls).
+pub struct Ops {
+    pub health: Arc<Mutex<Health>>,
+    pub metrics: Arc<Mutex<Metrics>>,
+    pub notifier: Notifier,
+    pub child: Option<Arc<Mutex<ChildStatus>>>,
+    pub reload: Option<Arc<Mutex<ReloadStatus>>>,
+}
+
+/// The loop wakes at least this often, so health sees it alive.
+const HEARTBEAT: Duration = Duration::from_secs(60);
 
 struct Job {
     state: State,
@@ -55,11 +78,14 @@ fn spawn_poller(mut poller: Poller, tx: Sender<Msg>) -> Result<Sender<Job>, Erro
             for mut job in rx {
                 let started = Instant::now();
                 let result = poller.poll(&job.state.snapshot, &mut job.state.spool);
+                let (requests, response_bytes) = poller.counters();
                 let done = Polled {
                     state: job.state,
                     number: job.number,
                     result,
                     took: started.elapsed(),
+                    requests,
+                    response_bytes,
                 };
                 if tx.send(Msg::Polled(Box::new(done))).is_err() {
                     return;
@@ -73,6 +99,7 @@ fn spawn_poller(mut poller: Poller, tx: Sender<Msg>) -> Result<Sender<Job>, Erro
 pub struct Daemon {
     run: RunSettings,
     sinks: Vec<Box<dyn Sink>>,
+    ops: Ops,
     backoff: Backoff,
     /// Successful polls so far (the first one always emits a batch).
     batches: u64,
@@ -81,11 +108,12 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(run: RunSettings, sinks: Vec<Box<dyn Sink>>) -> Daemon {
+    pub fn new(run: RunSettings, sinks: Vec<Box<dyn Sink>>, ops: Ops) -> Daemon {
         let backoff = Backoff::new(run.interval, run.jitter, Rng::from_time());
         Daemon {
             run,
             sinks,
+            ops,
             backoff,
             batches: 0,
             last_poll: 0,
@@ -126,7 +154,22 @@ impl Daemon {
         let mut next_poll = Instant::now();
         let mut polls = 0u64;
         let mut poll_again = false;
+        let mut next_watchdog = Instant::now();
         loop {
+            self.health().loop_at = Instant::now();
+            if let Some(every) = self.ops.notifier.watchdog_every()
+                && Instant::now() >= next_watchdog
+            {
+                // Only a loop that is really alive pets the watchdog.
+                let live = self
+                    .health()
+                    .liveness(Instant::now(), std::time::SystemTime::now());
+                match live {
+                    Ok(()) => self.ops.notifier.send("WATCHDOG=1"),
+                    Err(why) => log::warn!("not alive, not notifying the watchdog: {why}"),
+                }
+                next_watchdog = Instant::now() + every;
+            }
             if let Some(st) = state.take_if(|_| Instant::now() >= next_poll) {
                 polls += 1;
                 jobs.send(Job {
@@ -136,15 +179,17 @@ impl Daemon {
                 .map_err(|_| Error::Runtime("the poll thread stopped".into()))?;
             }
             // While a poll is out only a message or a sink's deadline moves things on.
+            let watchdog = self.ops.notifier.watchdog_every().map(|_| next_watchdog);
             let deadline = self
                 .sinks
                 .iter()
                 .filter_map(|s| s.deadline())
                 .chain(state.as_ref().map(|_| next_poll))
+                .chain(watchdog)
                 .min();
-            let wait = deadline.map_or(Duration::from_secs(3600), |d| {
-                d.saturating_duration_since(Instant::now())
-            });
+            let wait = deadline
+                .map_or(HEARTBEAT, |d| d.saturating_duration_since(Instant::now()))
+                .min(HEARTBEAT);
             let msg = match rx.recv_timeout(wait) {
                 Ok(m) => Some(m),
                 Err(RecvTimeoutError::Timeout) => None,
@@ -170,14 +215,18 @@ impl Daemon {
                 Some(Msg::Polled(done)) => {
                     let done = *done;
                     let mut st = done.state;
+                    self.metrics()
+                        .apiserver(&done.requests, done.response_bytes);
                     let wait = match done.result {
                         Ok((next, stats)) => {
-                            self.commit(&mut st, next, done.number, &stats, done.took)
+                            let synced = self
+                                .commit(&mut st, next, done.number, &stats, done.took)
                                 .map_err(|e| {
                                     self.shutdown(None);
                                     Error::Runtime(e)
                                 })?;
                             self.last_poll = done.number;
+                            self.polled_ok(&st, &stats, synced, done.took);
                             if self.run.once {
                                 self.shutdown(None);
                                 return Ok(());
@@ -185,6 +234,7 @@ impl Daemon {
                             self.backoff.after_success()
                         }
                         Err(e) => {
+                            self.polled_err(&e, done.took);
                             if self.run.once {
                                 return Err(e.into());
                             }
@@ -207,7 +257,9 @@ impl Daemon {
                 }
             }
             // Housekeeping after anything: reap an agent, restart it, expire old versions.
-            if let Some(code) = self.tick(state.as_ref())? {
+            let exit = self.tick(state.as_ref())?;
+            self.observe_sinks();
+            if let Some(code) = exit {
                 self.shutdown(None);
                 return if code == 0 {
                     Ok(())
@@ -216,6 +268,83 @@ impl Daemon {
                 };
             }
         }
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.ops.health.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn metrics(&self) -> std::sync::MutexGuard<'_, Metrics> {
+        self.ops.metrics.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn polled_ok(&mut self, st: &State, stats: &PollStats, synced: Option<Synced>, took: Duration) {
+        let first = !self.health().first_batch;
+        {
+            let mut h = self.health();
+            h.first_batch = true;
+            h.last_success = Some(Instant::now());
+            h.last_error = None;
+            h.modules = st.snapshot.len();
+        }
+        {
+            let m = self.metrics();
+            m.poll_succeeded(took, st.snapshot.len(), stats.rejected);
+            if let Some(s) = synced {
+                m.events(s.added, s.updated, s.removed);
+            }
+        }
+        let status = format!("STATUS={} modules", st.snapshot.len());
+        if first {
+            self.ops.notifier.send(&format!("READY=1\n{status}"));
+        } else {
+            self.ops.notifier.send(&status);
+        }
+    }
+
+    fn polled_err(&mut self, e: &kube::Error, took: Duration) {
+        self.metrics().poll_failed(took);
+        let modules = {
+            let mut h = self.health();
+            h.last_error = Some(e.to_string());
+            h.modules
+        };
+        self.ops
+            .notifier
+            .send(&format!("STATUS={modules} modules; last poll failed: {e}"));
+    }
+
+    /// Takes the sinks' own totals into metrics and their last reload into health.
+    fn observe_sinks(&mut self) {
+        let child = self
+            .ops
+            .child
+            .as_ref()
+            .map(|c| c.lock().unwrap_or_else(|p| p.into_inner()).clone());
+        let reload = self
+            .ops
+            .reload
+            .as_ref()
+            .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()).clone());
+        let mut last = Vec::new();
+        {
+            let mut m = self.metrics();
+            if let Some(c) = &child {
+                m.child_restarts(c.restarts);
+                m.reloads("signal", c.signals_ok, c.signals_failed);
+                last.extend(c.last_signal.clone());
+            }
+            if let Some(r) = &reload {
+                m.reloads("url", r.successes, r.failures);
+                last.extend(r.last.clone());
+            }
+        }
+        // Any failing reload path makes cmpoll unready.
+        let combined = match last.iter().find(|r| r.is_err()) {
+            Some(err) => Some(err.clone()),
+            None => last.first().cloned(),
+        };
+        self.health().reload = combined;
     }
 
     /// Ticks every sink; `Some(code)` when one asks cmpoll to exit.
@@ -236,6 +365,7 @@ impl Daemon {
     }
 
     fn shutdown(&mut self, signal: Option<Signal>) {
+        self.ops.notifier.send("STOPPING=1");
         for sink in &mut self.sinks {
             sink.shutdown(signal);
         }
@@ -250,7 +380,7 @@ impl Daemon {
         number: u64,
         stats: &PollStats,
         took: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<Option<Synced>, String> {
         let first = self.batches == 0;
         self.batches += 1;
         let mut events = st.snapshot.diff(&next);
@@ -260,7 +390,7 @@ impl Daemon {
                 next.len()
             );
             st.snapshot = next;
-            return Ok(());
+            return Ok(None);
         }
         let mut batch = Batch {
             events: Vec::new(),
@@ -323,7 +453,7 @@ impl Daemon {
                 return Err(format!("cannot compact the spool: {e}"));
             }
         }
-        Ok(())
+        Ok(Some(synced))
     }
 }
 

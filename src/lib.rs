@@ -18,20 +18,24 @@ pub mod daemon;
 pub mod error;
 pub mod event;
 pub mod hash;
+pub mod health;
 pub mod kube;
 pub mod list;
 pub mod logging;
 pub mod manifests;
+pub mod metrics;
 pub mod module;
 pub mod poll;
 pub mod secret;
 pub mod selector;
+pub mod server;
 pub mod settings;
 pub mod signals;
 pub mod sink;
 pub mod snapshot;
 pub mod source;
 pub mod spool;
+pub mod systemd;
 pub mod validation;
 
 use std::io::Write;
@@ -53,10 +57,11 @@ pub fn main(command: Command, env: &dyn Fn(&str) -> Option<String>) -> Result<()
     if settings.client.metadata_first {
         return Err(Error::Usage("--metadata-first: not supported yet".into()));
     }
-    let poller = Poller::new(source(&settings, env)?);
+    let in_flight = health::InFlight::default();
+    let poller = Poller::new(source(&settings, env, &in_flight)?);
     match &settings.command {
         Mode::List { json } => list(poller, *json),
-        Mode::Run(run) => daemon(poller, run, settings.client.timeout, env),
+        Mode::Run(run) => daemon(poller, run, settings.client.timeout, in_flight, env),
     }
 }
 
@@ -65,16 +70,28 @@ fn daemon(
     poller: Poller,
     run: &settings::RunSettings,
     timeout: std::time::Duration,
+    in_flight: health::InFlight,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), Error> {
-    if let Some(listen) = run.listen {
-        return Err(Error::Usage(format!(
-            "--listen {listen}: not supported yet"
-        )));
+    use std::sync::{Arc, Mutex};
+    let backoff_cap = backoff::Backoff::new(run.interval, 0.0, backoff::Rng::new(0)).cap();
+    let health = Arc::new(Mutex::new(health::Health::new(
+        run.interval,
+        backoff_cap,
+        timeout,
+        in_flight,
+    )));
+    let metrics = Arc::new(Mutex::new(metrics::Metrics::new()));
+    if let Some(addr) = run.listen {
+        let endpoints = server::Endpoints {
+            health: health.clone(),
+            metrics: metrics.clone(),
+        };
+        server::start(addr, endpoints).map_err(Error::Config)?;
     }
     // SPEC's order: output directory → child stdin → reload signal → reload URL → stdout.
     let mut sinks: Vec<Box<dyn sink::Sink>> = Vec::new();
-    let mut spool_dir = None;
+    let (mut spool_dir, mut child, mut reload) = (None, None, None);
     if let Some(dir) = &run.out_dir {
         let out = sink::outdir::OutDir::open(
             dir,
@@ -88,19 +105,19 @@ fn daemon(
         sinks.push(Box::new(out));
     }
     if !run.agent.is_empty() {
-        sinks.push(Box::new(sink::child::Supervisor::new(
-            sink::child::Options {
-                argv: run.agent.clone(),
-                stdin_events: run.child_stdin == settings::ChildStdin::Events,
-                reload_signal: run.reload_signal,
-                restart: run.restart,
-                grace: run.shutdown_grace,
-                spool_dir: spool_dir.clone(),
-            },
-        )));
+        let supervisor = sink::child::Supervisor::new(sink::child::Options {
+            argv: run.agent.clone(),
+            stdin_events: run.child_stdin == settings::ChildStdin::Events,
+            reload_signal: run.reload_signal,
+            restart: run.restart,
+            grace: run.shutdown_grace,
+            spool_dir: spool_dir.clone(),
+        });
+        child = Some(supervisor.status());
+        sinks.push(Box::new(supervisor));
     }
     if let Some(url) = &run.reload_url {
-        let reload = sink::reload_url::ReloadUrl::new(
+        let sink = sink::reload_url::ReloadUrl::new(
             url,
             &run.reload_method,
             run.reload_ca_file.as_deref(),
@@ -108,20 +125,29 @@ fn daemon(
             env,
         )
         .map_err(Error::Config)?;
-        sinks.push(Box::new(reload));
+        reload = Some(sink.status());
+        sinks.push(Box::new(sink));
     }
     let others = run.out_dir.is_some() || !run.agent.is_empty() || run.reload_url.is_some();
     if run.stdout_events || !others {
         sinks.push(Box::new(sink::stdout::StdoutSink::new(std::io::stdout())));
     }
     let spool = Spool::new(spool_dir.as_deref());
-    daemon::Daemon::new(run.clone(), sinks).run(poller, spool)
+    let ops = daemon::Ops {
+        health,
+        metrics,
+        notifier: systemd::Notifier::from_env(env),
+        child,
+        reload,
+    };
+    daemon::Daemon::new(run.clone(), sinks, ops).run(poller, spool)
 }
 
 /// Builds the source the settings ask for; configuration problems exit 2.
 fn source(
     settings: &Settings,
     env: &dyn Fn(&str) -> Option<String>,
+    in_flight: &health::InFlight,
 ) -> Result<Box<dyn source::Source>, Error> {
     let mut selection = settings.selection.clone();
     match &settings.source {
@@ -149,6 +175,7 @@ fn source(
                 timeout: settings.client.timeout,
                 max_response_bytes: settings.client.max_response_bytes,
                 allow_insecure_http: settings.client.allow_insecure_http,
+                in_flight: in_flight.clone(),
             };
             let client = kube::Client::new(&config, options, env).map_err(Error::Config)?;
             log::debug!("apiserver {} ({})", config.server, config.origin);

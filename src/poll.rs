@@ -42,6 +42,11 @@ impl Poller {
         self.source.describe()
     }
 
+    /// The source's running request totals (see `Source::counters`).
+    pub fn counters(&self) -> (std::collections::BTreeMap<String, u64>, u64) {
+        self.source.counters()
+    }
+
     /// Polls once; on success the new snapshot, whose new contents are in `spool`.
     pub fn poll(
         &mut self,

@@ -31,6 +31,8 @@ pub struct Options {
     pub max_response_bytes: u64,
     /// Send a credential over plain `http://`.
     pub allow_insecure_http: bool,
+    /// Marked while a request runs, for `/healthz`.
+    pub in_flight: crate::health::InFlight,
 }
 
 /// What the client has done, for metrics.
@@ -171,6 +173,15 @@ impl Client {
     ) -> Result<T, Error> {
         let url = format!("{}{path}", self.server);
         let mut retried = false;
+        // Marked from the first byte out to the last byte in, whatever the outcome.
+        struct Mark(crate::health::InFlight);
+        impl Drop for Mark {
+            fn drop(&mut self) {
+                self.0.stop();
+            }
+        }
+        self.options.in_flight.start();
+        let _mark = Mark(self.options.in_flight.clone());
         loop {
             let mut req = self.agent.get(&url).header("Accept", accept);
             if let Some(h) = self.auth.header() {

@@ -66,6 +66,8 @@ pub struct ChildStatus {
     pub running: bool,
     /// The last reload signal: `None` before any, `Some(Err)` if it could not be delivered.
     pub last_signal: Option<Result<(), String>>,
+    pub signals_ok: u64,
+    pub signals_failed: u64,
 }
 
 struct FeedState {
@@ -415,7 +417,13 @@ impl Sink for Supervisor {
                 Ok(()) => log::debug!("sent {sig} to the agent"),
                 Err(e) => log::warn!("cannot send {sig} to the agent: {e}"),
             }
-            self.set_status(|s| s.last_signal = Some(result));
+            self.set_status(|s| {
+                match result {
+                    Ok(()) => s.signals_ok += 1,
+                    Err(_) => s.signals_failed += 1,
+                }
+                s.last_signal = Some(result);
+            });
         }
         Ok(Outcome::default())
     }

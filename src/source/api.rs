@@ -184,6 +184,11 @@ impl Source for ApiSource {
     fn describe(&self) -> String {
         format!("apiserver {}", self.client.server())
     }
+
+    fn counters(&self) -> (std::collections::BTreeMap<String, u64>, u64) {
+        let stats = &self.client.stats;
+        (stats.requests.clone(), stats.response_bytes)
+    }
 }
 
 fn scope_name(ns: Option<&str>) -> String {

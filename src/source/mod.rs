@@ -45,4 +45,8 @@ pub trait Source: Send {
     fn list(&mut self, visit: &mut dyn Visit) -> Result<(), kube::Error>;
     /// What the source is, for logs.
     fn describe(&self) -> String;
+    /// Running totals of requests by status code and of response bytes (apiservers only).
+    fn counters(&self) -> (std::collections::BTreeMap<String, u64>, u64) {
+        Default::default()
+    }
 }

@@ -1,0 +1,189 @@
+//! Liveness and readiness, as rules over plain state and a `now`.
+//!
+//! Live (`/healthz`): the loop runs, and no apiserver request has hung past `--timeout`
+//! (a hung request is exactly what k8s-sidecar's health stayed green through).
+//! Ready (`/readyz`): a first batch went out, the last successful poll is younger than
+//! 3 × interval plus the backoff cap (min(10 × interval, 5 min)), and the last reload (signal
+//! delivery or URL call), if any, succeeded.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+/// How long past `--timeout` a request may run before the loop counts as stuck.
+const REQUEST_SLACK: Duration = Duration::from_secs(30);
+/// How long the main loop may go without running (it wakes at least every minute).
+const LOOP_STALE: Duration = Duration::from_secs(300);
+
+/// When the apiserver request in flight started (Unix milliseconds, 0: none), shared with
+/// the client on the poll thread.
+#[derive(Clone, Debug, Default)]
+pub struct InFlight(Arc<AtomicU64>);
+
+impl InFlight {
+    pub fn start(&self) {
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(1);
+        self.0.store(ms.max(1), Ordering::Relaxed);
+    }
+
+    pub fn stop(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+
+    /// How long the request in flight has run.
+    pub fn running_for(&self, now: SystemTime) -> Option<Duration> {
+        let ms = self.0.load(Ordering::Relaxed);
+        if ms == 0 {
+            return None;
+        }
+        let started = SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        Some(now.duration_since(started).unwrap_or_default())
+    }
+}
+
+#[derive(Debug)]
+pub struct Health {
+    pub interval: Duration,
+    pub backoff_cap: Duration,
+    pub timeout: Duration,
+    pub in_flight: InFlight,
+    /// The main loop's last turn.
+    pub loop_at: Instant,
+    pub first_batch: bool,
+    pub last_success: Option<Instant>,
+    pub last_error: Option<String>,
+    /// The last reload (signal or URL), when there is one.
+    pub reload: Option<Result<(), String>>,
+    pub modules: usize,
+}
+
+impl Health {
+    pub fn new(
+        interval: Duration,
+        backoff_cap: Duration,
+        timeout: Duration,
+        in_flight: InFlight,
+    ) -> Health {
+        Health {
+            interval,
+            backoff_cap,
+            timeout,
+            in_flight,
+            loop_at: Instant::now(),
+            first_batch: false,
+            last_success: None,
+            last_error: None,
+            reload: None,
+            modules: 0,
+        }
+    }
+
+    /// `/healthz`.
+    pub fn liveness(&self, now: Instant, wall: SystemTime) -> Result<(), String> {
+        if let Some(running) = self.in_flight.running_for(wall)
+            && running > self.timeout + REQUEST_SLACK
+        {
+            return Err(format!(
+                "an apiserver request has been running for {}s (--timeout is {})",
+                running.as_secs(),
+                humantime::format_duration(self.timeout)
+            ));
+        }
+        let idle = now.saturating_duration_since(self.loop_at);
+        if idle > LOOP_STALE {
+            return Err(format!("the main loop has not run for {}s", idle.as_secs()));
+        }
+        Ok(())
+    }
+
+    /// `/readyz`.
+    pub fn readiness(&self, now: Instant) -> Result<(), String> {
+        let Some(last) = self.last_success.filter(|_| self.first_batch) else {
+            return Err(match &self.last_error {
+                Some(e) => format!("no complete poll yet: {e}"),
+                None => "no complete poll yet".to_string(),
+            });
+        };
+        let limit = self.interval * 3 + self.backoff_cap;
+        let age = now.saturating_duration_since(last);
+        if age > limit {
+            return Err(format!(
+                "the last successful poll was {}s ago (more than {}s): {}",
+                age.as_secs(),
+                limit.as_secs(),
+                self.last_error.as_deref().unwrap_or("no error recorded")
+            ));
+        }
+        if let Some(Err(e)) = &self.reload {
+            return Err(format!("the last reload failed: {e}"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health() -> Health {
+        Health::new(
+            Duration::from_secs(30),
+            Duration::from_secs(300),
+            Duration::from_secs(10),
+            InFlight::default(),
+        )
+    }
+
+    #[test]
+    fn readiness_across_start_success_failure_and_reloads() {
+        let t0 = Instant::now();
+        let mut h = health();
+        assert_eq!(h.readiness(t0).unwrap_err(), "no complete poll yet");
+        h.last_error = Some("401 Unauthorized".into());
+        assert_eq!(
+            h.readiness(t0).unwrap_err(),
+            "no complete poll yet: 401 Unauthorized"
+        );
+        h.first_batch = true;
+        h.last_success = Some(t0);
+        h.last_error = None;
+        assert_eq!(h.readiness(t0 + Duration::from_secs(389)), Ok(()));
+        h.last_error = Some("500".into());
+        let stale = h.readiness(t0 + Duration::from_secs(391)).unwrap_err();
+        assert!(stale.contains("391s ago (more than 390s): 500"), "{stale}");
+        h.reload = Some(Err("503 Service Unavailable".into()));
+        assert_eq!(
+            h.readiness(t0).unwrap_err(),
+            "the last reload failed: 503 Service Unavailable"
+        );
+        h.reload = Some(Ok(()));
+        assert_eq!(h.readiness(t0), Ok(()));
+    }
+
+    #[test]
+    fn liveness_fails_for_a_hung_request_or_a_stalled_loop() {
+        let h = health();
+        let now = SystemTime::now();
+        assert_eq!(h.liveness(Instant::now(), now), Ok(()));
+        h.in_flight.start();
+        assert_eq!(
+            h.liveness(Instant::now(), now + Duration::from_secs(39)),
+            Ok(())
+        );
+        let e = h
+            .liveness(Instant::now(), now + Duration::from_secs(41))
+            .unwrap_err();
+        assert!(
+            e.starts_with("an apiserver request has been running for 4"),
+            "{e}"
+        );
+        h.in_flight.stop();
+        let e = h
+            .liveness(h.loop_at + Duration::from_secs(301), now)
+            .unwrap_err();
+        assert_eq!(e, "the main loop has not run for 301s");
+    }
+}
