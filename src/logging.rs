@@ -3,19 +3,39 @@
 //! for log pipelines.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::settings::LogFormat;
+
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// The line `main` prints for a fatal error: `cmpoll: error: …`, or a JSON object when the
+/// logs are JSON, so a log pipeline never meets a line it cannot parse.
+pub fn fatal_line(message: &str) -> String {
+    if JSON.load(Ordering::Relaxed) {
+        json_line("error", "cmpoll", message)
+    } else {
+        format!("cmpoll: error: {message}")
+    }
+}
+
+fn json_line(level: &str, target: &str, message: &str) -> String {
+    serde_json::json!({
+        "timestamp": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        "level": level,
+        "target": target,
+        "message": message,
+    })
+    .to_string()
+}
 
 pub fn init(format: LogFormat) {
     let mut b = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
     if format == LogFormat::Json {
+        JSON.store(true, Ordering::Relaxed);
         b.format(|buf, record| {
-            let line = serde_json::json!({
-                "timestamp": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
-                "level": record.level().as_str().to_ascii_lowercase(),
-                "target": record.target(),
-                "message": record.args().to_string(),
-            });
+            let level = record.level().as_str().to_ascii_lowercase();
+            let line = json_line(&level, record.target(), &record.args().to_string());
             writeln!(buf, "{line}")
         });
     }

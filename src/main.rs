@@ -38,7 +38,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(Error::Exit(code)) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("cmpoll: error: {e}");
+            eprintln!("{}", cmpoll::logging::fatal_line(&e.to_string()));
             ExitCode::from(e.exit_code() as u8)
         }
     }

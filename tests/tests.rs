@@ -5,6 +5,8 @@ mod util;
 
 mod child;
 mod credentials;
+mod deploy;
 mod list;
+mod ops;
 mod outdir;
 mod run;

@@ -1,0 +1,237 @@
+//! The deployment artefacts: the systemd unit and its environment file, the Kubernetes
+//! manifests (validated against the API schemas and scanned by checkov), the Dockerfile.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use test_apiserver::{TOKEN, TestApiserver};
+
+use crate::util::{BIN, Cmpoll, root};
+
+/// A tool from one of the virtualenvs `.ci/run` makes, or from PATH.
+fn tool(venv: &str, name: &str) -> PathBuf {
+    let p = root().join("target").join(venv).join("bin").join(name);
+    if p.exists() { p } else { name.into() }
+}
+
+fn run(cmd: &mut Command) -> (bool, String) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (bash .ci/run installs the tools)"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// The unit with ExecStart pointing at the binary under test.
+fn unit_for_test(dir: &std::path::Path) -> PathBuf {
+    let unit = std::fs::read_to_string(root().join("systemd/cmpoll.service")).unwrap();
+    assert!(unit.contains("ExecStart=/usr/local/bin/cmpoll run"));
+    let p = dir.join("cmpoll.service");
+    std::fs::write(&p, unit.replace("/usr/local/bin/cmpoll", BIN)).unwrap();
+    p
+}
+
+#[test]
+fn the_systemd_unit_verifies_and_exposes_at_most_2_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = unit_for_test(dir.path());
+    let (ok, out) = run(Command::new("systemd-analyze").arg("verify").arg(&unit));
+    assert!(ok, "systemd-analyze verify: {out}");
+    let (ok, out) = run(Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--threshold=20"])
+        .arg(&unit));
+    let score = out
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_default()
+        .to_string();
+    eprintln!("{score}");
+    assert!(ok, "exposure above 2.0: {score}\n{out}");
+    for needed in [
+        "Type=notify",
+        "WatchdogSec=",
+        "Restart=on-failure",
+        "DynamicUser=yes",
+        "StateDirectory=cmpoll",
+        "EnvironmentFile=",
+    ] {
+        assert!(
+            std::fs::read_to_string(&unit).unwrap().contains(needed),
+            "{needed}"
+        );
+    }
+}
+
+#[test]
+fn the_example_environment_file_is_accepted_by_cmpoll() {
+    let s = TestApiserver::start();
+    s.put(
+        test_apiserver::ConfigMap::new("monitoring", "m")
+            .label("cmpoll.io/module", "true")
+            .data("a.alloy", "x"),
+    );
+    let c = Cmpoll::new();
+    let env_file = std::fs::read_to_string(root().join("systemd/cmpoll.env")).unwrap();
+    let ca = c.write("ca.crt", &s.ca_pem());
+    let token = c.write("token", TOKEN);
+    let out = c.path("modules");
+    let mut c = c;
+    for line in env_file
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let (k, v) = line.split_once('=').unwrap();
+        assert!(k.starts_with("CMPOLL_"), "{k}");
+        c = c.env(k, v);
+    }
+    // What the unit adds, and what only this test changes: the server and a free port.
+    let c = c
+        .env("CMPOLL_SERVER", &s.url())
+        .env("CMPOLL_CA_FILE", ca.to_str().unwrap())
+        .env("CMPOLL_TOKEN_FILE", token.to_str().unwrap())
+        .env("CMPOLL_OUT_DIR", out.to_str().unwrap())
+        .env("CMPOLL_LISTEN", "127.0.0.1:0");
+    let c = c.args(&["run", "--once"]);
+    let run = c.run().success();
+    let written = std::fs::read_to_string(out.join("monitoring/m/a.alloy"));
+    assert_eq!(written.ok().as_deref(), Some("x"), "{}", run.described);
+    let list = s.requests().pop().unwrap();
+    assert_eq!(
+        list.path, "/api/v1/namespaces/team-payments/configmaps",
+        "CMPOLL_NAMESPACE applied"
+    );
+}
+
+/// The manifests of both kustomize variants plus the examples, in a folder.
+fn manifests() -> tempfile::TempDir {
+    // Not a hidden name: checkov skips hidden folders (and tempfile's are `.tmpXXXX`).
+    let dir = tempfile::Builder::new()
+        .prefix("cmpoll-manifests-")
+        .tempdir()
+        .unwrap();
+    for (name, path) in [
+        ("cluster-wide.yaml", "k8s"),
+        ("namespaced.yaml", "k8s/namespaced"),
+    ] {
+        let (ok, out) = run(Command::new("kubectl")
+            .args(["kustomize"])
+            .arg(root().join(path)));
+        assert!(ok, "kubectl kustomize {path}: {out}");
+        std::fs::write(dir.path().join(name), out).unwrap();
+    }
+    for e in std::fs::read_dir(root().join("k8s/examples")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn the_manifests_validate_against_the_kubernetes_schemas() {
+    let dir = manifests();
+    let files: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(files.len() >= 5);
+    for version in ["1.28.0", "1.34.0"] {
+        let (ok, out) = run(Command::new(tool("ci-venv", "kubernetes-validate"))
+            .args(["--strict", "--kubernetes-version", version])
+            .args(&files));
+        assert!(ok, "kubernetes-validate {version}:\n{out}");
+        assert!(!out.contains("ERROR"), "{out}");
+    }
+    let all = std::fs::read_to_string(dir.path().join("cluster-wide.yaml")).unwrap();
+    for kind in [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "NetworkPolicy",
+    ] {
+        assert!(all.contains(&format!("kind: {kind}\n")), "{kind}");
+    }
+    assert!(
+        all.contains("- list\n    - get\n") || all.contains("verbs:\n  - list\n  - get"),
+        "{all}"
+    );
+    let ns = std::fs::read_to_string(dir.path().join("namespaced.yaml")).unwrap();
+    assert!(ns.contains("kind: Role\n") && !ns.contains("kind: ClusterRole\n"));
+    assert!(ns.contains("CMPOLL_NAMESPACE_FROM_CONTEXT"));
+}
+
+#[test]
+fn checkov_finds_nothing_unjustified() {
+    let dir = manifests();
+    let out = Command::new(tool("ci-venv-checkov", "checkov"))
+        .args([
+            "--framework",
+            "kubernetes",
+            "--skip-download",
+            "--output",
+            "json",
+            "-d",
+        ])
+        .arg(dir.path())
+        .output()
+        .expect("checkov (bash .ci/run installs it)");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "checkov JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let summary = &report["summary"];
+    eprintln!("checkov: {summary}");
+    assert!(summary["passed"].as_u64().unwrap() > 100, "{summary}");
+    assert_eq!(
+        summary["failed"],
+        0,
+        "{}",
+        serde_json::to_string_pretty(&report["results"]["failed_checks"]).unwrap()
+    );
+    // Every skip is one of the two justified in deployment.yaml.
+    let deployment = std::fs::read_to_string(root().join("k8s/base/deployment.yaml")).unwrap();
+    for id in ["CKV_K8S_38", "CKV_K8S_43"] {
+        assert!(
+            deployment.contains(&format!("{id}=")),
+            "{id} is justified in place"
+        );
+    }
+}
+
+#[test]
+fn the_dockerfile_copies_the_binary_the_build_produces() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let cargo = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    assert!(cargo.contains("name = \"cmpoll\""));
+    // The build stage builds the cmpoll package in release mode, locked...
+    assert!(
+        dockerfile.contains("cargo build --release --locked -p cmpoll"),
+        "{dockerfile}"
+    );
+    // ...and what it copies out is that build's binary, under the name the entrypoint runs.
+    let built = format!("target/release/{}", "cmpoll");
+    assert!(
+        dockerfile.contains(&format!("cp {built} /cmpoll")),
+        "{dockerfile}"
+    );
+    assert!(dockerfile.contains("COPY --from=build /cmpoll /usr/local/bin/cmpoll"));
+    assert!(dockerfile.contains("ENTRYPOINT [\"/usr/local/bin/cmpoll\"]"));
+    // The release binary is named as the binary under test (the [[bin]] of this package).
+    assert!(BIN.ends_with("/cmpoll"), "{BIN}");
+    // Non-root, and the image cmpoll's manifests run.
+    assert!(dockerfile.contains("USER 65532:65532"));
+    let deployment = std::fs::read_to_string(root().join("k8s/base/deployment.yaml")).unwrap();
+    assert!(deployment.contains("runAsUser: 65532"));
+    let dockerignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
+    assert!(
+        dockerignore.lines().any(|l| l.trim() == "target/"),
+        "the context excludes build output"
+    );
+}

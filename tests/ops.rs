@@ -1,0 +1,327 @@
+//! Operations: the endpoints across a daemon's life, metrics a real Prometheus parser
+//! accepts, sd_notify on a real socket, and JSON logs.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use test_apiserver::{ConfigMap, Fault, Match, TestApiserver};
+
+use crate::util::{Cmpoll, Daemon};
+
+const SOON: Duration = Duration::from_secs(10);
+
+fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
+    ConfigMap::new(ns, name)
+        .label("cmpoll.io/module", "true")
+        .data("k", v)
+}
+
+/// The address cmpoll logged it listens on.
+fn listening(d: &Daemon) -> String {
+    let start = Instant::now();
+    loop {
+        if let Some(line) = d.stderr().lines().find(|l| l.contains("/metrics on ")) {
+            return line.rsplit(' ').next().unwrap().to_string();
+        }
+        assert!(
+            start.elapsed() < SOON,
+            "cmpoll never listened:\n{}",
+            d.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// GET `path`: (status, body).
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let code = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = out.split_once("\r\n\r\n").unwrap().1.to_string();
+    (code, body)
+}
+
+fn until(addr: &str, path: &str, code: u16) -> String {
+    let start = Instant::now();
+    loop {
+        let (c, body) = get(addr, path);
+        if c == code {
+            return body;
+        }
+        assert!(start.elapsed() < SOON, "{path} stayed {c}: {body}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn reload_target(ok: std::sync::Arc<std::sync::atomic::AtomicBool>) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/-/reload", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let mut c = c.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            let code = if ok.load(std::sync::atomic::Ordering::SeqCst) {
+                200
+            } else {
+                500
+            };
+            let _ = write!(
+                c,
+                "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn endpoints_across_start_up_failures_reloads_and_recovery() {
+    let s = TestApiserver::start();
+    s.put(module("a", "m", "1"));
+    s.fault_always(Match::lists(), Fault::InternalError);
+    let reload_ok = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let url = reload_target(reload_ok.clone());
+    let d = Daemon::start(
+        Cmpoll::against(&s),
+        &[
+            "--interval",
+            "50ms",
+            "--listen",
+            "127.0.0.1:0",
+            "--reload-url",
+            &url,
+            "--stdout-events",
+        ],
+    );
+    let addr = listening(&d);
+    // Start-up with a failing apiserver: alive, not ready, and it says why.
+    assert_eq!(get(&addr, "/healthz").0, 200);
+    let body = until(&addr, "/readyz", 503);
+    assert!(body.starts_with("no complete poll yet"), "{body}");
+    let body = until(&addr, "/readyz", 503);
+    assert!(body.contains("500 InternalError"), "{body}");
+    // Success.
+    s.clear_faults();
+    d.batch(SOON);
+    assert_eq!(until(&addr, "/readyz", 200), "ready\n");
+    // Failed polls for longer than 3 x interval + the backoff cap (0.15 s + 0.5 s).
+    s.fault_always(Match::lists(), Fault::Unavailable(0));
+    let body = until(&addr, "/readyz", 503);
+    assert!(body.starts_with("the last successful poll was"), "{body}");
+    assert_eq!(
+        get(&addr, "/healthz").0,
+        200,
+        "failing polls are not a dead loop"
+    );
+    s.clear_faults();
+    until(&addr, "/readyz", 200);
+    // A failing reload URL makes cmpoll unready until a reload succeeds again.
+    reload_ok.store(false, std::sync::atomic::Ordering::SeqCst);
+    s.put(module("a", "m", "2"));
+    d.batch(SOON);
+    let body = until(&addr, "/readyz", 503);
+    assert!(body.starts_with("the last reload failed: 500"), "{body}");
+    reload_ok.store(true, std::sync::atomic::Ordering::SeqCst);
+    until(&addr, "/readyz", 200);
+    assert_eq!(get(&addr, "/nope").0, 404);
+    d.stop();
+}
+
+fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("CMPOLL_TEST_PYTHON") {
+        return p.into();
+    }
+    let venv = crate::util::root().join("target/ci-venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
+}
+
+/// Parses OpenMetrics text with the Python prometheus_client: {"name{labels}": value}.
+fn parse_metrics(text: &str) -> serde_json::Value {
+    let script = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = {}
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+        out[f"{s.name}{{{labels}}}"] = s.value
+print(json.dumps(out))
+"#;
+    let mut child = std::process::Command::new(python())
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python (bash .ci/run installs prometheus_client)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the parser refused the text: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn metrics_parse_with_prometheus_client_and_counters_move() {
+    let s = TestApiserver::start();
+    s.put(module("a", "one", "1"));
+    s.put(module("a", "two", "2"));
+    let d = Daemon::start(
+        Cmpoll::against(&s),
+        &[
+            "--interval",
+            "30ms",
+            "--listen",
+            "127.0.0.1:0",
+            "--stdout-events",
+        ],
+    );
+    let addr = listening(&d);
+    d.batch(SOON);
+    let (code, text) = get(&addr, "/metrics");
+    assert_eq!(code, 200);
+    let m = parse_metrics(&text);
+    assert_eq!(m["cmpoll_modules{}"], 2.0);
+    assert_eq!(m["cmpoll_events_total{type=added}"], 2.0);
+    assert!(m["cmpoll_polls_total{result=success}"].as_f64().unwrap() >= 1.0);
+    assert!(
+        m["cmpoll_apiserver_requests_total{code=200}"]
+            .as_f64()
+            .unwrap()
+            >= 1.0
+    );
+    assert!(
+        m["cmpoll_apiserver_response_bytes_total{}"]
+            .as_f64()
+            .unwrap()
+            > 100.0
+    );
+    assert!(
+        m["cmpoll_last_success_timestamp_seconds{}"]
+            .as_f64()
+            .unwrap()
+            > 1.7e9
+    );
+    assert!(
+        m.as_object()
+            .unwrap()
+            .keys()
+            .any(|k| k.starts_with("cmpoll_poll_duration_seconds_bucket"))
+    );
+    s.put(module("a", "one", "changed"));
+    s.delete("a", "two");
+    s.fault(Match::lists(), Fault::InternalError, 2);
+    d.batch(SOON);
+    let m = parse_metrics(&get(&addr, "/metrics").1);
+    assert_eq!(m["cmpoll_events_total{type=updated}"], 1.0);
+    assert_eq!(m["cmpoll_events_total{type=removed}"], 1.0);
+    assert_eq!(m["cmpoll_modules{}"], 1.0);
+    assert_eq!(m["cmpoll_polls_total{result=error}"], 2.0);
+    assert_eq!(m["cmpoll_apiserver_requests_total{code=500}"], 2.0);
+    d.stop();
+}
+
+#[test]
+fn sd_notify_ready_after_the_first_batch_then_watchdog_status_and_stopping() {
+    let s = TestApiserver::start();
+    s.put(module("a", "m", "1"));
+    let c = Cmpoll::against(&s);
+    let sock_path = c.path("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(SOON)).unwrap();
+    let c = c
+        .env("NOTIFY_SOCKET", sock_path.to_str().unwrap())
+        .env("WATCHDOG_USEC", "200000");
+    let d = Daemon::start(c, &["--interval", "1h", "--stdout-events"]);
+    let recv = || {
+        let mut buf = [0u8; 512];
+        let n = sock.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let mut seen = Vec::new();
+    while !seen.iter().any(|m: &String| m.contains("READY=1")) {
+        seen.push(recv());
+    }
+    assert_eq!(seen.last().unwrap(), "READY=1\nSTATUS=1 modules");
+    assert!(
+        seen[..seen.len() - 1].iter().all(|m| m == "WATCHDOG=1"),
+        "{seen:?}"
+    );
+    d.batch(SOON);
+    // The watchdog keeps coming (every 100 ms) while cmpoll idles for an hour.
+    let t = Instant::now();
+    let pings = (0..5).map(|_| recv()).filter(|m| m == "WATCHDOG=1").count();
+    assert_eq!(pings, 5);
+    assert!(t.elapsed() < Duration::from_secs(2));
+    d.signal("TERM");
+    loop {
+        let m = recv();
+        if m == "STOPPING=1" {
+            break;
+        }
+        assert_eq!(m, "WATCHDOG=1");
+    }
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let s = TestApiserver::start();
+    s.put(module("a", "m", "1"));
+    s.fault(Match::lists(), Fault::InternalError, 1);
+    let parse = |stderr: &str| -> Vec<serde_json::Value> {
+        stderr
+            .lines()
+            .map(|line| {
+                let v: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+                for field in ["timestamp", "level", "target", "message"] {
+                    assert!(v.get(field).is_some(), "{field} missing: {line}");
+                }
+                v
+            })
+            .collect()
+    };
+    // Even the final error of a failed run is a JSON line.
+    let run = Cmpoll::against(&s)
+        .args(&["run", "--once", "--log-format", "json"])
+        .run()
+        .failure(1);
+    let last = parse(&run.stderr).pop().unwrap();
+    assert_eq!(last["level"], "error");
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("500 InternalError")
+    );
+    let run = Cmpoll::against(&s)
+        .env("RUST_LOG", "debug")
+        .args(&["run", "--once", "--log-format", "json"])
+        .run()
+        .success();
+    let lines = parse(&run.stderr);
+    assert!(lines.len() >= 2, "{}", run.stderr);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["level"] == "info" && l["target"] == "cmpoll::daemon")
+    );
+}
