@@ -54,9 +54,6 @@ use spool::Spool;
 pub fn main(command: Command, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
     let settings = Settings::from_args(&command, env)?;
     logging::init(settings.log_format);
-    if settings.client.metadata_first {
-        return Err(Error::Usage("--metadata-first: not supported yet".into()));
-    }
     let in_flight = health::InFlight::default();
     let poller = Poller::new(source(&settings, env, &in_flight)?);
     match &settings.command {
@@ -157,6 +154,9 @@ fn source(
                     "--namespace-from-context: not used with --manifests (use --namespace)".into(),
                 ));
             }
+            if settings.client.metadata_first {
+                log::info!("--metadata-first: not used with --manifests");
+            }
             Ok(Box::new(ManifestSource::new(dir.clone(), selection)))
         }
         SourceSettings::Api(flags) => {
@@ -183,6 +183,7 @@ fn source(
                 client,
                 selection,
                 settings.client.page_size,
+                settings.client.metadata_first,
             )))
         }
     }

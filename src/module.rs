@@ -52,6 +52,8 @@ pub struct Item {
     pub keys_seen: usize,
     /// What was wrong with the item while decoding it (bad base64, a repeated key).
     pub problems: Vec<String>,
+    /// A `PartialObjectMetadata` item: metadata only, contents still to be fetched.
+    pub partial: bool,
 }
 
 impl Item {

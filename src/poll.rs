@@ -25,9 +25,16 @@ pub struct PollStats {
 
 pub struct Poller {
     source: Box<dyn Source>,
-    /// What was already logged about a ConfigMap (`id` → its resourceVersion then), so a
-    /// daemon says it once per version, not once per poll.
-    noted: HashMap<String, String>,
+    /// ConfigMaps that are not modules (`id` → the resourceVersion seen): said once per
+    /// version, not once per poll, and (metadata-first) not fetched again until they change.
+    noted: HashMap<String, Noted>,
+}
+
+/// What is remembered of a ConfigMap that is not a module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Noted {
+    resource_version: String,
+    rejected: bool,
 }
 
 impl Poller {
@@ -60,16 +67,25 @@ impl Poller {
             entries: Vec::new(),
             mark: (0, start),
             noted: &mut self.noted,
+            not_modules: Vec::new(),
             stats: PollStats::default(),
         };
         let result = self.source.list(&mut collector);
-        let Collector { entries, stats, .. } = collector;
+        let Collector {
+            entries,
+            stats,
+            not_modules,
+            ..
+        } = collector;
         if let Err(e) = result {
             spool
                 .truncate(start)
                 .map_err(|io| kube::Error::Local(format!("spool: {io}")))?;
             return Err(e);
         }
+        // Forget ConfigMaps that are gone, so the memory follows the cluster.
+        let still: std::collections::HashSet<String> = not_modules.into_iter().collect();
+        self.noted.retain(|id, _| still.contains(id));
         let mut next = Snapshot::default();
         for (id, entry) in entries {
             if next.modules.insert(id.clone(), entry).is_some() {
@@ -86,15 +102,26 @@ struct Collector<'a> {
     entries: Vec<(String, Entry)>,
     /// (entries, spool length) at the last mark.
     mark: (usize, u64),
-    noted: &'a mut HashMap<String, String>,
+    noted: &'a mut HashMap<String, Noted>,
+    /// The ids of this poll's ConfigMaps that are not modules.
+    not_modules: Vec<String>,
     stats: PollStats,
 }
 
 impl Collector<'_> {
     /// Logs about a ConfigMap once per resourceVersion.
-    fn note(&mut self, id: &str, rv: &str, log: impl FnOnce()) {
-        if self.noted.get(id).is_none_or(|seen| seen != rv) {
-            self.noted.insert(id.to_string(), rv.to_string());
+    fn note(&mut self, id: &str, rv: &str, rejected: bool, log: impl FnOnce()) {
+        self.not_modules.push(id.to_string());
+        if self
+            .noted
+            .get(id)
+            .is_none_or(|seen| seen.resource_version != rv)
+        {
+            let noted = Noted {
+                resource_version: rv.to_string(),
+                rejected,
+            };
+            self.noted.insert(id.to_string(), noted);
             log();
         }
     }
@@ -108,7 +135,7 @@ impl Visit for Collector<'_> {
             Ok(m) => m,
             Err(NotAModule::NoMatchingKey) => {
                 self.stats.without_keys += 1;
-                self.note(&id, &rv, || {
+                self.note(&id, &rv, false, || {
                     log::info!(
                         "configmap {id}: none of its {keys_seen} keys matches --keys; not a module"
                     )
@@ -117,7 +144,9 @@ impl Visit for Collector<'_> {
             }
             Err(NotAModule::Rejected(why)) => {
                 self.stats.rejected += 1;
-                self.note(&id, &rv, || log::warn!("configmap {id} rejected: {why}"));
+                self.note(&id, &rv, true, || {
+                    log::warn!("configmap {id} rejected: {why}")
+                });
                 return Ok(());
             }
         };
@@ -152,6 +181,32 @@ impl Visit for Collector<'_> {
         self.spool
             .truncate(self.mark.1)
             .map_err(|e| kube::Error::Local(format!("spool: {e}")))
+    }
+
+    fn reuse(&mut self, id: &str, resource_version: &str) -> bool {
+        if let Some(old) = self.prev.modules.get(id)
+            && old.resource_version == resource_version
+        {
+            self.stats.items += 1;
+            self.stats.modules += 1;
+            self.entries.push((id.to_string(), old.clone()));
+            return true;
+        }
+        if let Some(n) = self
+            .noted
+            .get(id)
+            .filter(|n| n.resource_version == resource_version)
+        {
+            self.stats.items += 1;
+            if n.rejected {
+                self.stats.rejected += 1;
+            } else {
+                self.stats.without_keys += 1;
+            }
+            self.not_modules.push(id.to_string());
+            return true;
+        }
+        false
     }
 }
 

@@ -7,6 +7,7 @@ mod child;
 mod credentials;
 mod deploy;
 mod list;
+mod metadata;
 mod ops;
 mod outdir;
 mod run;

@@ -60,6 +60,7 @@ enum ListField {
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "camelCase")]
 enum ItemField {
+    Kind,
     Metadata,
     Data,
     BinaryData,
@@ -94,6 +95,32 @@ pub fn decode_list<R: Read>(
             cause: format!("not a valid list: {e}"),
         })),
     }
+}
+
+/// Decodes one object (a single GET): its `kind` and the item.
+pub fn decode_object<R: Read>(
+    reader: R,
+    keys: &KeyFilter,
+    action: &str,
+) -> Result<(String, Item), ReadFailure> {
+    #[derive(Deserialize)]
+    struct Kind {
+        kind: Option<String>,
+    }
+    let mut bytes = Vec::new();
+    std::io::BufReader::new(reader)
+        .read_to_end(&mut bytes)
+        .map_err(ReadFailure::Io)?;
+    let bad = |e: serde_json::Error| {
+        ReadFailure::Fail(Error::Decode {
+            action: action.to_string(),
+            cause: format!("not a valid object: {e}"),
+        })
+    };
+    let kind: Kind = serde_json::from_slice(&bytes).map_err(bad)?;
+    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    let item = ItemSeed { keys }.deserialize(&mut de).map_err(bad)?;
+    Ok((kind.kind.unwrap_or_default(), item))
 }
 
 struct ListSeed<'a> {
@@ -210,6 +237,10 @@ impl<'de> Visitor<'de> for ItemSeed<'_> {
         let mut item = Item::default();
         while let Some(field) = map.next_key::<ItemField>()? {
             match field {
+                ItemField::Kind => {
+                    let kind: Option<String> = map.next_value()?;
+                    item.partial = kind.as_deref() == Some("PartialObjectMetadata");
+                }
                 ItemField::Metadata => {
                     let m: Option<RawObjectMeta> = map.next_value()?;
                     let m = m.unwrap_or_default();
@@ -420,6 +451,29 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn metadata_items_are_marked_partial_and_single_objects_decode() {
+        let (_, items) = decode(
+            &fixture("partialobjectmetadatalist.json"),
+            &KeyFilter::all(),
+        )
+        .unwrap();
+        assert!(items.iter().all(|i| i.partial));
+        let (_, items) = decode(&fixture("configmaplist.json"), &KeyFilter::all()).unwrap();
+        assert!(items.iter().all(|i| !i.partial));
+        let obj = fixture("upstream/core.v1.ConfigMap.json");
+        let (kind, item) = decode_object(&obj[..], &KeyFilter::all(), "get").unwrap();
+        assert_eq!(kind, "ConfigMap");
+        assert!(!item.partial);
+        let body = br#"{"kind":"Status","code":404}"#;
+        assert_eq!(
+            decode_object(&body[..], &KeyFilter::all(), "get")
+                .unwrap()
+                .0,
+            "Status"
+        );
     }
 
     #[test]

@@ -7,21 +7,29 @@
 //! behind) falls back to `resourceVersion=0` for that request. `--page-size N` pages with
 //! `limit`/`continue` and no resourceVersion, as client-go's pager does; a 410 on a later
 //! page discards the pages so far and lists the scope once more, unpaged.
-//! Items are checked against the selection before they are used: the answer is checked,
-//! not trusted.
+//! `--metadata-first` lists metadata only (`PartialObjectMetadataList`, same routing) and
+//! GETs, from the cache too (`resourceVersion=<the item's>`), only the ConfigMaps whose
+//! resourceVersion differs from the last poll's; an apiserver that answers with a full
+//! list is used as is (the response `kind` decides). Items are checked against the
+//! selection before they are used: the answer is checked, not trusted.
 
 use std::collections::{HashMap, HashSet};
 
 use super::{Selection, Source, Visit};
-use crate::kube::decode::{ListMeta, decode_list};
+use crate::kube::decode::{ListMeta, decode_list, decode_object};
 use crate::kube::{Client, Error};
+use crate::module::Item;
 
 const ACCEPT_JSON: &str = "application/json";
+/// Metadata only, or the full list from an apiserver that cannot (the kind tells which).
+const ACCEPT_METADATA: &str =
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json";
 
 pub struct ApiSource {
     client: Client,
     selection: Selection,
     page_size: u32,
+    metadata_first: bool,
     /// The resourceVersion of each scope's last list ("" = all namespaces).
     last_rv: HashMap<String, String>,
     /// Items already warned about, so a daemon does not repeat itself every poll.
@@ -29,11 +37,17 @@ pub struct ApiSource {
 }
 
 impl ApiSource {
-    pub fn new(client: Client, selection: Selection, page_size: u32) -> ApiSource {
+    pub fn new(
+        client: Client,
+        selection: Selection,
+        page_size: u32,
+        metadata_first: bool,
+    ) -> ApiSource {
         ApiSource {
             client,
             selection,
             page_size,
+            metadata_first,
             last_rv: HashMap::new(),
             warned: HashSet::new(),
         }
@@ -145,29 +159,96 @@ impl ApiSource {
         let action = format!("list configmaps {}", scope_name(ns));
         let selection = &self.selection;
         let warned = &mut self.warned;
-        let meta = self.client.get(&url, ACCEPT_JSON, &action, |body| {
+        let accept = if self.metadata_first {
+            ACCEPT_METADATA
+        } else {
+            ACCEPT_JSON
+        };
+        // Metadata items whose contents are needed: fetched once the list is read.
+        let mut fetch: Vec<(String, String, String)> = Vec::new();
+        let meta = self.client.get(&url, accept, &action, |body| {
+            fetch.clear();
             decode_list(body, &selection.keys, &action, &mut |item| {
                 let in_scope = ns.is_none_or(|n| item.namespace == n);
-                if in_scope && selection.admits(&item) {
-                    visit.item(item)
-                } else {
+                if !(in_scope && selection.admits(&item)) {
                     let id = item.id();
                     if warned.insert(format!("{id}@{}", item.resource_version)) {
                         log::warn!(
                             "the apiserver returned configmap {id}, which the selection does not match; ignored"
                         );
                     }
-                    Ok(())
+                    return Ok(());
                 }
+                if !item.partial {
+                    return visit.item(item);
+                }
+                if !visit.reuse(&item.id(), &item.resource_version) {
+                    fetch.push((item.namespace, item.name, item.resource_version));
+                }
+                Ok(())
             })
         })?;
-        if meta.kind != "ConfigMapList" {
+        let kinds: &[&str] = if self.metadata_first {
+            &["ConfigMapList", "PartialObjectMetadataList"]
+        } else {
+            &["ConfigMapList"]
+        };
+        if !kinds.contains(&meta.kind.as_str()) {
             return Err(Error::Decode {
                 action,
-                cause: format!("expected a ConfigMapList, got kind '{}'", meta.kind),
+                cause: format!(
+                    "expected a {}, got kind '{}'",
+                    kinds.join(" or a "),
+                    meta.kind
+                ),
             });
         }
+        for (namespace, name, rv) in fetch {
+            if let Some(item) = self.get_one(&namespace, &name, &rv)? {
+                visit.item(item)?;
+            }
+        }
         Ok(meta)
+    }
+
+    /// GETs one ConfigMap from the cache, not older than `rv`; `None` if it was deleted
+    /// since the list (it is then simply gone from this poll).
+    fn get_one(&mut self, namespace: &str, name: &str, rv: &str) -> Result<Option<Item>, Error> {
+        let action = format!("get configmap {namespace}/{name}");
+        let path = format!(
+            "/api/v1/namespaces/{}/configmaps/{}",
+            encode(namespace),
+            encode(name)
+        );
+        let keys = &self.selection.keys;
+        let mut url = format!("{path}?resourceVersion={}", encode(rv));
+        loop {
+            let got = self.client.get(&url, ACCEPT_JSON, &action, |body| {
+                decode_object(body, keys, &action)
+            });
+            match got {
+                Ok((kind, item)) if kind == "ConfigMap" => {
+                    let same = item.namespace == namespace && item.name == name;
+                    if !(same && self.selection.admits(&item)) {
+                        // Relabelled or renamed since the list: not selected any more.
+                        return Ok(None);
+                    }
+                    return Ok(Some(item));
+                }
+                Ok((kind, _)) => {
+                    return Err(Error::Decode {
+                        action,
+                        cause: format!("expected a ConfigMap, got kind '{kind}'"),
+                    });
+                }
+                Err(e) if e.code() == Some(404) => return Ok(None),
+                Err(e) if e.is_too_large_resource_version() && url != path => {
+                    log::info!("{e}; reading it from the apiserver's storage instead");
+                    url = path.clone();
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 

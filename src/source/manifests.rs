@@ -53,6 +53,7 @@ impl Source for ManifestSource {
                 files,
                 keys_seen,
                 problems: Vec::new(),
+                partial: false,
             };
             if self.selection.admits(&item) {
                 visit.item(item)?;

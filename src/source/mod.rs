@@ -37,6 +37,11 @@ pub trait Visit {
     fn mark(&mut self);
     /// Forgets every item since the last `mark`.
     fn rollback(&mut self) -> Result<(), kube::Error>;
+    /// Metadata-first: keeps what the last poll had for `id` if it was at this
+    /// resourceVersion (a module, or known not to be one). `false`: its contents are needed.
+    fn reuse(&mut self, _id: &str, _resource_version: &str) -> bool {
+        false
+    }
 }
 
 /// A source of ConfigMaps.

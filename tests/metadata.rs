@@ -1,0 +1,162 @@
+//! `--metadata-first`: list metadata only, GET only what changed, everything from the
+//! watch cache, and the same events as full lists.
+
+use std::time::Duration;
+
+use test_apiserver::{ConfigMap, Fault, Match, Route, TestApiserver};
+
+use crate::util::{Cmpoll, Daemon};
+
+const SOON: Duration = Duration::from_secs(10);
+
+fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
+    ConfigMap::new(ns, name)
+        .label("cmpoll.io/module", "true")
+        .data("k", v)
+}
+
+fn wait_requests(s: &TestApiserver, n: usize) {
+    let start = std::time::Instant::now();
+    while s.requests().len() < n {
+        assert!(
+            start.elapsed() < SOON,
+            "only {} requests",
+            s.requests().len()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn steady_state_costs_one_metadata_list_and_a_get_per_change() {
+    let s = TestApiserver::start();
+    for i in 0..5 {
+        s.put(module("a", &format!("m{i}"), "1"));
+    }
+    s.put(ConfigMap::new("a", "keyless").label("cmpoll.io/module", "true"));
+    let d = Daemon::start(
+        Cmpoll::against(&s),
+        &["--interval", "30ms", "--metadata-first", "--keys", "k"],
+    );
+    let first = d.batch(SOON);
+    assert_eq!(first.len(), 6, "5 modules and synced");
+    assert_eq!(first[0]["files"]["k"], "1", "contents fetched by GET");
+    let reqs = s.requests();
+    let lists: Vec<_> = reqs.iter().filter(|r| r.is_list()).collect();
+    let gets: Vec<_> = reqs.iter().filter(|r| !r.is_list()).collect();
+    assert_eq!(lists.len(), 1);
+    assert!(
+        lists[0]
+            .accept
+            .as_deref()
+            .unwrap()
+            .starts_with("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+    );
+    assert_eq!(gets.len(), 6, "every ConfigMap once, the keyless one too");
+    for g in &gets {
+        assert!(
+            g.param("resourceVersion").is_some(),
+            "GETs name the item's RV: {g:?}"
+        );
+        assert_eq!(g.route, Route::Cache);
+    }
+
+    // Unchanged polls: one metadata list each, no GET, the keyless ConfigMap not again.
+    s.clear_requests();
+    wait_requests(&s, 4);
+    let reqs = s.requests();
+    assert!(
+        reqs.iter().all(|r| r.is_list() && r.route == Route::Cache),
+        "{reqs:?}"
+    );
+
+    // One change: one GET; a label-only edit: one GET, no event.
+    s.put(module("a", "m3", "2"));
+    let b = d.batch(SOON);
+    assert_eq!(
+        (b[0]["type"].as_str(), b[0]["module"].as_str()),
+        (Some("updated"), Some("a/m3"))
+    );
+    s.put(module("a", "m1", "1").label("x", "y"));
+    d.no_event(Duration::from_millis(300));
+    let gets: Vec<String> = s
+        .requests()
+        .iter()
+        .filter(|r| !r.is_list())
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(
+        gets,
+        [
+            "/api/v1/namespaces/a/configmaps/m3",
+            "/api/v1/namespaces/a/configmaps/m1"
+        ]
+    );
+    s.delete("a", "m0");
+    let b = d.batch(SOON);
+    assert_eq!(
+        (b[0]["type"].as_str(), b[0]["module"].as_str()),
+        (Some("removed"), Some("a/m0"))
+    );
+    d.stop();
+}
+
+#[test]
+fn the_same_events_as_full_lists() {
+    let s = TestApiserver::start();
+    s.put(module("a", "one", "1").binary("b.bin", &[0, 1]));
+    s.put(module("b", "two", "2"));
+    let full = Cmpoll::against(&s).args(&["run", "--once"]).run().success();
+    let meta = Cmpoll::against(&s)
+        .args(&["run", "--once", "--metadata-first"])
+        .run()
+        .success();
+    assert_eq!(full.stdout, meta.stdout);
+}
+
+#[test]
+fn a_failing_get_fails_the_poll_and_a_404_means_gone() {
+    let s = TestApiserver::start();
+    s.put(module("a", "one", "1"));
+    s.put(module("a", "two", "1"));
+    let d = Daemon::start(
+        Cmpoll::against(&s),
+        &["--interval", "30ms", "--metadata-first"],
+    );
+    d.batch(SOON);
+    // A change whose GET fails: nothing, until the GET works.
+    s.fault_always(Match::gets(), Fault::InternalError);
+    s.put(module("a", "one", "2"));
+    d.no_event(Duration::from_millis(300));
+    s.clear_faults();
+    let b = d.batch(SOON);
+    assert_eq!(b[0]["type"], "updated");
+    assert!(
+        d.stderr()
+            .contains("apiserver failed to get configmap a/one: 500"),
+        "{}",
+        d.stderr()
+    );
+    // Deleted between the list and the GET (a 404): the module is gone from that poll.
+    s.fault(
+        Match::gets(),
+        Fault::Status(
+            404,
+            "NotFound".into(),
+            "configmaps \"two\" not found".into(),
+        ),
+        1,
+    );
+    s.put(module("a", "two", "2"));
+    let b = d.batch(SOON);
+    assert_eq!(
+        (b[0]["type"].as_str(), b[0]["module"].as_str()),
+        (Some("removed"), Some("a/two"))
+    );
+    let b = d.batch(SOON);
+    assert_eq!(
+        (b[0]["type"].as_str(), b[0]["module"].as_str()),
+        (Some("added"), Some("a/two"))
+    );
+    d.stop();
+}
