@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use crate::kube;
 use crate::module::{Item, Module, NotAModule};
 use crate::snapshot::{Entry, Snapshot};
-use crate::source::{Source, Visit};
+use crate::source::{Mark, Source, Visit};
 use crate::spool::Spool;
 
 /// Counts of one poll, for logs and metrics.
@@ -65,7 +65,6 @@ impl Poller {
             prev,
             spool,
             entries: Vec::new(),
-            mark: (0, start),
             noted: &mut self.noted,
             not_modules: Vec::new(),
             stats: PollStats::default(),
@@ -100,8 +99,6 @@ struct Collector<'a> {
     prev: &'a Snapshot,
     spool: &'a mut Spool,
     entries: Vec<(String, Entry)>,
-    /// (entries, spool length) at the last mark.
-    mark: (usize, u64),
     noted: &'a mut HashMap<String, Noted>,
     /// The ids of this poll's ConfigMaps that are not modules.
     not_modules: Vec<String>,
@@ -172,15 +169,33 @@ impl Visit for Collector<'_> {
         Ok(())
     }
 
-    fn mark(&mut self) {
-        self.mark = (self.entries.len(), self.spool.len());
+    fn mark(&mut self) -> Mark {
+        Mark {
+            entries: self.entries.len(),
+            spool: self.spool.len(),
+            not_modules: self.not_modules.len(),
+            stats: self.stats,
+        }
     }
 
-    fn rollback(&mut self) -> Result<(), kube::Error> {
-        self.entries.truncate(self.mark.0);
+    fn rollback(&mut self, to: Mark) -> Result<(), kube::Error> {
+        self.entries.truncate(to.entries);
+        self.not_modules.truncate(to.not_modules);
+        self.stats = to.stats;
         self.spool
-            .truncate(self.mark.1)
+            .truncate(to.spool)
             .map_err(|e| kube::Error::Local(format!("spool: {e}")))
+    }
+
+    fn known(&self, id: &str, resource_version: &str) -> bool {
+        self.prev
+            .modules
+            .get(id)
+            .is_some_and(|old| old.resource_version == resource_version)
+            || self
+                .noted
+                .get(id)
+                .is_some_and(|n| n.resource_version == resource_version)
     }
 
     fn reuse(&mut self, id: &str, resource_version: &str) -> bool {
@@ -224,13 +239,13 @@ mod tests {
 
     impl Source for Pages {
         fn list(&mut self, visit: &mut dyn Visit) -> Result<(), kube::Error> {
-            visit.mark();
+            let start = visit.mark();
             for (i, page) in self.pages.iter().enumerate() {
                 if self.fail_at == Some(i) {
                     return Err(kube::Error::Local("page failed".into()));
                 }
                 if self.restart_after == Some(i) {
-                    visit.rollback()?;
+                    visit.rollback(start)?;
                 }
                 for item in page {
                     visit.item(item.clone())?;
@@ -310,8 +325,9 @@ mod tests {
             None,
             Some(1),
         );
-        let (snap, _) = p.poll(&Snapshot::default(), &mut spool).unwrap();
+        let (snap, stats) = p.poll(&Snapshot::default(), &mut spool).unwrap();
         assert_eq!(snap.len(), 2);
+        assert_eq!(stats.items, 2, "the forgotten page is not counted");
         let files = spool.get(snap.modules["ns/a"].loc).unwrap();
         assert_eq!(files[0].content, Content::Text("new".into()));
     }
@@ -327,5 +343,62 @@ mod tests {
         let (snap, stats) = p.poll(&Snapshot::default(), &mut spool).unwrap();
         assert_eq!(snap.modules.keys().collect::<Vec<_>>(), ["ns/ok"]);
         assert_eq!((stats.rejected, stats.without_keys, stats.items), (1, 1, 3));
+    }
+
+    /// Asks `known` for each item, as the apiserver source does before reading contents,
+    /// and records the answers.
+    struct Asks {
+        items: Vec<Item>,
+        answers: std::sync::Arc<std::sync::Mutex<Vec<bool>>>,
+    }
+
+    impl Source for Asks {
+        fn list(&mut self, visit: &mut dyn Visit) -> Result<(), kube::Error> {
+            let mut answers = self.answers.lock().unwrap();
+            answers.clear();
+            for it in &self.items {
+                let known = visit.known(&it.id(), &it.resource_version);
+                answers.push(known);
+                if known {
+                    assert!(visit.reuse(&it.id(), &it.resource_version));
+                } else {
+                    visit.item(it.clone())?;
+                }
+            }
+            Ok(())
+        }
+
+        fn describe(&self) -> String {
+            "asks".into()
+        }
+    }
+
+    #[test]
+    fn known_means_the_last_poll_has_it_at_that_version() {
+        let mut spool = Spool::memory();
+        let mut keyless = item("keyless", "x");
+        keyless.files.clear();
+        let mut bad = item("bad", "x");
+        bad.files[0].key = "../x".into();
+        let answers = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let items = vec![item("a", "1"), keyless, bad];
+        let mut p = Poller::new(Box::new(Asks {
+            items: items.clone(),
+            answers: answers.clone(),
+        }));
+        let (first, stats1) = p.poll(&Snapshot::default(), &mut spool).unwrap();
+        assert_eq!(*answers.lock().unwrap(), [false, false, false]);
+        let (second, stats2) = p.poll(&first, &mut spool).unwrap();
+        assert_eq!(*answers.lock().unwrap(), [true, true, true]);
+        assert_eq!((first, stats1), (second.clone(), stats2));
+        // A new resourceVersion is not known.
+        let mut changed = items;
+        changed[0].resource_version = "2".into();
+        let mut p2 = Poller::new(Box::new(Asks {
+            items: changed,
+            answers: answers.clone(),
+        }));
+        p2.poll(&second, &mut spool).unwrap();
+        assert!(!answers.lock().unwrap()[0]);
     }
 }

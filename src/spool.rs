@@ -22,9 +22,19 @@ pub struct Loc {
 }
 
 enum Backing {
-    Disk(FsFile),
+    /// Records are gathered in `pending` and written at `flushed` a few hundred KiB at a
+    /// time: a write per module would cost a system call each. A record is always wholly
+    /// in `pending` or wholly in the file.
+    Disk {
+        file: FsFile,
+        pending: Vec<u8>,
+        flushed: u64,
+    },
     Memory(Vec<u8>),
 }
+
+/// How much `pending` may hold before it is written.
+const FLUSH_AT: usize = 256 * 1024;
 
 pub struct Spool {
     backing: Backing,
@@ -41,8 +51,12 @@ impl Spool {
             None => tempfile::tempfile(),
         };
         match file {
-            Ok(f) => Spool {
-                backing: Backing::Disk(f),
+            Ok(file) => Spool {
+                backing: Backing::Disk {
+                    file,
+                    pending: Vec::new(),
+                    flushed: 0,
+                },
                 len: 0,
                 dead: 0,
             },
@@ -77,7 +91,13 @@ impl Spool {
 
     /// Appends a module's files.
     pub fn put(&mut self, files: &[File]) -> io::Result<Loc> {
-        let mut buf = Vec::with_capacity(
+        let start = self.len;
+        let buf = match &mut self.backing {
+            Backing::Disk { pending, .. } => pending,
+            Backing::Memory(m) => m,
+        };
+        let before = buf.len();
+        buf.reserve(
             files
                 .iter()
                 .map(|f| 13 + f.key.len() + f.content.bytes().len())
@@ -92,28 +112,44 @@ impl Spool {
             buf.extend_from_slice(bytes);
         }
         let loc = Loc {
-            off: self.len,
-            len: buf.len() as u64,
+            off: start,
+            len: (buf.len() - before) as u64,
         };
-        match &mut self.backing {
-            Backing::Disk(f) => f.write_all_at(&buf, loc.off)?,
-            Backing::Memory(m) => m.extend_from_slice(&buf),
-        }
         self.len += loc.len;
+        if let Backing::Disk {
+            file,
+            pending,
+            flushed,
+        } = &mut self.backing
+            && pending.len() >= FLUSH_AT
+        {
+            file.write_all_at(pending, *flushed)?;
+            *flushed += pending.len() as u64;
+            pending.clear();
+        }
         Ok(loc)
     }
 
     /// Reads a module's files back.
     pub fn get(&self, loc: Loc) -> io::Result<Vec<File>> {
-        let mut buf = vec![0; loc.len as usize];
-        match &self.backing {
-            Backing::Disk(f) => f.read_exact_at(&mut buf, loc.off)?,
-            Backing::Memory(m) => buf.copy_from_slice(
-                m.get(loc.off as usize..(loc.off + loc.len) as usize)
+        let in_memory = |m: &[u8], from: u64| -> io::Result<Vec<File>> {
+            let at = (loc.off - from) as usize;
+            decode(
+                m.get(at..at + loc.len as usize)
                     .ok_or_else(|| corrupt("location past the end"))?,
-            ),
+            )
+        };
+        match &self.backing {
+            Backing::Disk {
+                pending, flushed, ..
+            } if loc.off >= *flushed => in_memory(pending, *flushed),
+            Backing::Disk { file, .. } => {
+                let mut buf = vec![0; loc.len as usize];
+                file.read_exact_at(&mut buf, loc.off)?;
+                decode(&buf)
+            }
+            Backing::Memory(m) => in_memory(m, 0),
         }
-        decode(&buf)
     }
 
     /// Forgets everything appended after `len` (the contents of a failed poll).
@@ -122,7 +158,18 @@ impl Spool {
             return Ok(());
         }
         match &mut self.backing {
-            Backing::Disk(f) => f.set_len(len)?,
+            Backing::Disk {
+                pending, flushed, ..
+            } if len >= *flushed => pending.truncate((len - *flushed) as usize),
+            Backing::Disk {
+                file,
+                pending,
+                flushed,
+            } => {
+                pending.clear();
+                file.set_len(len)?;
+                *flushed = len;
+            }
             Backing::Memory(m) => m.truncate(len as usize),
         }
         self.len = len;
@@ -142,7 +189,7 @@ impl Spool {
     /// Rewrites the live contents (`locs`, updated in place) into a fresh spool.
     pub fn compact<'a>(&mut self, locs: impl Iterator<Item = &'a mut Loc>) -> io::Result<()> {
         let mut next = match &self.backing {
-            Backing::Disk(_) => Spool::new(None),
+            Backing::Disk { .. } => Spool::new(None),
             Backing::Memory(_) => Spool::memory(),
         };
         for loc in locs {
@@ -215,6 +262,40 @@ mod tests {
             assert_eq!(s.len(), mark);
             let empty = s.put(&[]).unwrap();
             assert_eq!(s.get(empty).unwrap(), vec![]);
+        }
+    }
+
+    #[test]
+    fn writes_are_gathered_and_truncation_works_on_both_sides_of_a_flush() {
+        let big = |n: u8| {
+            vec![File {
+                key: format!("k{n}"),
+                content: Content::Text(char::from(b'a' + n % 26).to_string().repeat(40_000)),
+            }]
+        };
+        let mut s = Spool::new(None);
+        let locs: Vec<Loc> = (0..20).map(|i| s.put(&big(i)).unwrap()).collect();
+        let Backing::Disk { file, flushed, .. } = &s.backing else {
+            panic!("a disk spool")
+        };
+        let on_disk = file.metadata().unwrap().len();
+        assert!(*flushed > 0 && on_disk == *flushed, "written in batches");
+        assert!(*flushed < s.len(), "the tail is still gathered");
+        for (i, loc) in locs.iter().enumerate() {
+            assert_eq!(s.get(*loc).unwrap(), big(i as u8), "record {i}");
+        }
+        // Back into the gathered tail, then back into what was written.
+        s.truncate(locs[18].off).unwrap();
+        assert_eq!(s.get(locs[17]).unwrap(), big(17));
+        s.truncate(locs[2].off).unwrap();
+        assert_eq!(s.len(), locs[2].off);
+        let again = s.put(&big(7)).unwrap();
+        assert_eq!(again.off, locs[2].off);
+        assert_eq!(s.get(again).unwrap(), big(7));
+        assert_eq!(s.get(locs[1]).unwrap(), big(1));
+        let more: Vec<Loc> = (0..10).map(|i| s.put(&big(i)).unwrap()).collect();
+        for (i, loc) in more.iter().enumerate() {
+            assert_eq!(s.get(*loc).unwrap(), big(i as u8));
         }
     }
 

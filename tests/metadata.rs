@@ -40,33 +40,24 @@ fn steady_state_costs_one_metadata_list_and_a_get_per_change() {
     );
     let first = d.batch(SOON);
     assert_eq!(first.len(), 6, "5 modules and synced");
-    assert_eq!(first[0]["files"]["k"], "1", "contents fetched by GET");
+    assert_eq!(first[0]["files"]["k"], "1");
+    // The first list is a full one: every item would need a GET.
     let reqs = s.requests();
-    let lists: Vec<_> = reqs.iter().filter(|r| r.is_list()).collect();
-    let gets: Vec<_> = reqs.iter().filter(|r| !r.is_list()).collect();
-    assert_eq!(lists.len(), 1);
-    assert!(
-        lists[0]
-            .accept
-            .as_deref()
-            .unwrap()
-            .starts_with("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
-    );
-    assert_eq!(gets.len(), 6, "every ConfigMap once, the keyless one too");
-    for g in &gets {
-        assert!(
-            g.param("resourceVersion").is_some(),
-            "GETs name the item's RV: {g:?}"
-        );
-        assert_eq!(g.route, Route::Cache);
-    }
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    assert!(reqs[0].is_list());
+    assert_eq!(reqs[0].accept.as_deref(), Some("application/json"));
 
     // Unchanged polls: one metadata list each, no GET, the keyless ConfigMap not again.
     s.clear_requests();
     wait_requests(&s, 4);
     let reqs = s.requests();
     assert!(
-        reqs.iter().all(|r| r.is_list() && r.route == Route::Cache),
+        reqs.iter().all(|r| r.is_list()
+            && r.route == Route::Cache
+            && r.accept
+                .as_deref()
+                .unwrap()
+                .starts_with("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")),
         "{reqs:?}"
     );
 
@@ -92,11 +83,57 @@ fn steady_state_costs_one_metadata_list_and_a_get_per_change() {
             "/api/v1/namespaces/a/configmaps/m1"
         ]
     );
+    for g in s.requests().iter().filter(|r| !r.is_list()) {
+        assert!(
+            g.param("resourceVersion").is_some(),
+            "GETs name the item's RV: {g:?}"
+        );
+        assert_eq!(g.route, Route::Cache);
+    }
     s.delete("a", "m0");
     let b = d.batch(SOON);
     assert_eq!(
         (b[0]["type"].as_str(), b[0]["module"].as_str()),
         (Some("removed"), Some("a/m0"))
+    );
+    d.stop();
+}
+
+#[test]
+fn many_changes_at_once_are_one_full_list_not_a_get_each() {
+    let s = TestApiserver::start();
+    for i in 0..40 {
+        s.put(module("a", &format!("m{i:02}"), "1"));
+    }
+    let d = Daemon::start(
+        Cmpoll::against(&s),
+        &["--interval", "30ms", "--metadata-first"],
+    );
+    d.batch(SOON);
+    s.freeze_cache();
+    for i in 0..33 {
+        s.put(module("a", &format!("m{i:02}"), "2"));
+    }
+    s.clear_requests();
+    s.thaw_cache();
+    let b = d.batch(SOON);
+    assert_eq!(b.len(), 34, "33 updates and synced");
+    assert!(
+        b[..33]
+            .iter()
+            .all(|e| e["type"] == "updated" && e["files"]["k"] == "2")
+    );
+    let reqs = s.requests();
+    assert!(reqs.iter().all(|r| r.is_list()), "no GET: {reqs:?}");
+    let full = reqs
+        .iter()
+        .position(|r| r.accept.as_deref() == Some("application/json"))
+        .expect("a full list");
+    assert!(full > 0, "after the metadata list that showed the changes");
+    assert_eq!(
+        reqs[full].param("resourceVersion"),
+        reqs[full - 1].param("resourceVersion"),
+        "the same request, for full objects"
     );
     d.stop();
 }

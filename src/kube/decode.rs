@@ -1,7 +1,9 @@
 //! Streaming decode of a `ConfigMapList` (or `PartialObjectMetadataList`) body.
 //!
-//! The body is read through serde_json's reader deserializer and each item is handed to a
-//! callback as soon as it is complete, so a list of any size is held one item at a time.
+//! The body is split into items as it is read and each item is parsed from its own slice
+//! and handed on as soon as it is complete, so a list of any size is held one item at a
+//! time. An item whose contents the caller already has (same resourceVersion) is not read
+//! past its metadata.
 //! Only what cmpoll uses is kept: name, namespace, uid, resourceVersion, labels, and the
 //! contents of the keys `--keys` selects (other values are skipped without being stored;
 //! `managedFields` and annotations are never stored). `binaryData` is base64-decoded here;
@@ -13,7 +15,7 @@ use std::io::Read;
 
 use base64::Engine as _;
 use serde::Deserialize;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use super::Error;
 use super::client::ReadFailure;
@@ -49,16 +51,6 @@ struct RawObjectMeta {
 
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "camelCase")]
-enum ListField {
-    Kind,
-    Metadata,
-    Items,
-    #[serde(other)]
-    Other,
-}
-
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "camelCase")]
 enum ItemField {
     Kind,
     Metadata,
@@ -68,32 +60,280 @@ enum ItemField {
     Other,
 }
 
-/// Decodes a list body from `reader`, calling `on_item` for each item in order.
+/// Receives a list's items as they are decoded.
+pub trait Items {
+    /// Whether the contents of this ConfigMap at this resourceVersion are needed. `false`:
+    /// its `data` and `binaryData` are skipped unread and the item arrives `partial`, as a
+    /// metadata-only item would. Asked once per item, after its `metadata`.
+    fn wants_contents(&mut self, _namespace: &str, _name: &str, _resource_version: &str) -> bool {
+        true
+    }
+    /// Takes one item; an error stops the decoding and is returned.
+    fn item(&mut self, item: Item) -> Result<(), Error>;
+}
+
+impl<F: FnMut(Item) -> Result<(), Error>> Items for F {
+    fn item(&mut self, item: Item) -> Result<(), Error> {
+        self(item)
+    }
+}
+
+/// Decodes a list body from `reader`, handing each item to `items` in order.
+///
+/// The body is split, not parsed, as it arrives: a byte scanner finds where each element of
+/// `items` begins and ends (strings and nesting only), and that slice alone is parsed, then
+/// dropped. Everything around `items` (kind, metadata) is parsed at the end from what is
+/// left. So the buffer holds one item plus one read, and parsing runs over slices, which is
+/// several times faster than parsing through a reader.
 pub fn decode_list<R: Read>(
     reader: R,
     keys: &KeyFilter,
     action: &str,
-    on_item: &mut dyn FnMut(Item) -> Result<(), Error>,
+    items: &mut dyn Items,
 ) -> Result<ListMeta, ReadFailure> {
-    let mut failed = None;
-    let mut de =
-        serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(64 * 1024, reader));
-    let seed = ListSeed {
-        keys,
-        on_item,
-        failed: &mut failed,
-    };
-    let result = seed
-        .deserialize(&mut de)
-        .and_then(|meta| de.end().map(|_| meta));
-    match result {
-        Ok(meta) => Ok(meta),
-        Err(_) if failed.is_some() => Err(ReadFailure::Fail(failed.expect("checked"))),
-        Err(e) if e.is_io() => Err(ReadFailure::Io(std::io::Error::from(e))),
-        Err(e) => Err(ReadFailure::Fail(Error::Decode {
+    let bad = |cause: String| {
+        ReadFailure::Fail(Error::Decode {
             action: action.to_string(),
-            cause: format!("not a valid list: {e}"),
-        })),
+            cause: format!("not a valid list: {cause}"),
+        })
+    };
+    let mut s = Scanner {
+        reader,
+        buf: Vec::with_capacity(CHUNK),
+        pos: 0,
+        eof: false,
+    };
+    // The list without its items' elements: `"items":[]`.
+    let mut rest = Vec::with_capacity(512);
+    let mut count = 0usize;
+    s.expect(b'{', "expected '{'")
+        .map_err(|e| e.into_failure(&bad))?;
+    rest.push(b'{');
+    let mut first = true;
+    loop {
+        let next = s.peek().map_err(|e| e.into_failure(&bad))?;
+        if first && next == Some(b'}') {
+            s.pos += 1;
+            break;
+        }
+        first = false;
+        if next != Some(b'"') {
+            return Err(bad("expected a field name".into()));
+        }
+        let name = s.value().map_err(|e| e.into_failure(&bad))?;
+        let name_bytes = s.buf[name].to_vec();
+        let field: String = serde_json::from_slice(&name_bytes).map_err(|e| bad(e.to_string()))?;
+        s.expect(b':', "expected ':'")
+            .map_err(|e| e.into_failure(&bad))?;
+        rest.extend_from_slice(&name_bytes);
+        rest.push(b':');
+        if field == "items" && s.peek().map_err(|e| e.into_failure(&bad))? == Some(b'[') {
+            s.pos += 1;
+            rest.extend_from_slice(b"[]");
+            let mut more = s.peek().map_err(|e| e.into_failure(&bad))? != Some(b']');
+            if !more {
+                s.pos += 1;
+            }
+            while more {
+                s.compact();
+                let range = s.value().map_err(|e| e.into_failure(&bad))?;
+                let mut de = serde_json::Deserializer::from_slice(&s.buf[range]);
+                let seed = ItemSeed {
+                    keys,
+                    items: Some(&mut *items),
+                };
+                let item = seed
+                    .deserialize(&mut de)
+                    .and_then(|item| de.end().map(|_| item))
+                    .map_err(|e| bad(format!("item {count}: {e}")))?;
+                count += 1;
+                items.item(item).map_err(ReadFailure::Fail)?;
+                match s.peek().map_err(|e| e.into_failure(&bad))? {
+                    Some(b',') => s.pos += 1,
+                    Some(b']') => {
+                        s.pos += 1;
+                        more = false;
+                    }
+                    _ => return Err(bad(format!("expected ',' or ']' after item {count}"))),
+                }
+            }
+        } else {
+            let value = s.value().map_err(|e| e.into_failure(&bad))?;
+            rest.extend_from_slice(&s.buf[value]);
+        }
+        match s.peek().map_err(|e| e.into_failure(&bad))? {
+            Some(b',') => {
+                s.pos += 1;
+                rest.push(b',');
+            }
+            Some(b'}') => {
+                s.pos += 1;
+                break;
+            }
+            _ => return Err(bad("expected ',' or '}' after a field".into())),
+        }
+    }
+    rest.push(b'}');
+    if s.peek().map_err(|e| e.into_failure(&bad))?.is_some() {
+        return Err(bad("trailing characters after the list".into()));
+    }
+    let list: RawList = serde_json::from_slice(&rest).map_err(|e| bad(e.to_string()))?;
+    let m = list.metadata.unwrap_or_default();
+    Ok(ListMeta {
+        kind: list.kind.unwrap_or_default(),
+        resource_version: m.resource_version,
+        continue_token: m.continue_token.filter(|c| !c.is_empty()),
+        remaining_item_count: m.remaining_item_count,
+    })
+}
+
+/// How much is read at a time.
+const CHUNK: usize = 64 * 1024;
+
+/// A growing window on the body: `buf[pos..]` is not yet consumed.
+struct Scanner<R> {
+    reader: R,
+    buf: Vec<u8>,
+    pos: usize,
+    eof: bool,
+}
+
+enum ScanError {
+    Io(std::io::Error),
+    Bad(String),
+}
+
+impl ScanError {
+    fn into_failure(self, bad: &impl Fn(String) -> ReadFailure) -> ReadFailure {
+        match self {
+            ScanError::Io(e) => ReadFailure::Io(e),
+            ScanError::Bad(m) => bad(m),
+        }
+    }
+}
+
+impl<R: Read> Scanner<R> {
+    /// Reads until `buf[at]` exists; `false` if the body ends first.
+    #[inline]
+    fn have(&mut self, at: usize) -> Result<bool, ScanError> {
+        if at < self.buf.len() {
+            return Ok(true);
+        }
+        self.fill_to(at)
+    }
+
+    #[cold]
+    fn fill_to(&mut self, at: usize) -> Result<bool, ScanError> {
+        while at >= self.buf.len() {
+            if self.eof {
+                return Ok(false);
+            }
+            let len = self.buf.len();
+            self.buf.resize(len + CHUNK, 0);
+            let got = self.reader.read(&mut self.buf[len..]);
+            self.buf.truncate(len + *got.as_ref().unwrap_or(&0));
+            match got {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ScanError::Io(e)),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Drops what was consumed, when that is at least half the buffer (so each byte is
+    /// moved at most about once).
+    fn compact(&mut self) {
+        if self.pos >= CHUNK && self.pos * 2 >= self.buf.len() {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+    }
+
+    /// Skips whitespace; the next byte, not consumed, or `None` at the end.
+    fn peek(&mut self) -> Result<Option<u8>, ScanError> {
+        loop {
+            if !self.have(self.pos)? {
+                return Ok(None);
+            }
+            match self.buf[self.pos] {
+                b' ' | b'\t' | b'\n' | b'\r' => self.pos += 1,
+                b => return Ok(Some(b)),
+            }
+        }
+    }
+
+    fn expect(&mut self, want: u8, why: &str) -> Result<(), ScanError> {
+        if self.peek()? != Some(want) {
+            return Err(ScanError::Bad(why.to_string()));
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// The extent of the next value, which is consumed. Only strings and nesting are
+    /// followed; whether the value is valid JSON is for the parser of that slice to say.
+    fn value(&mut self) -> Result<std::ops::Range<usize>, ScanError> {
+        let eof = || ScanError::Bad("the body ends inside a value".into());
+        let Some(first) = self.peek()? else {
+            return Err(eof());
+        };
+        let start = self.pos;
+        let mut i = start;
+        match first {
+            b'"' => i = self.string_end(i + 1)?,
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    if !self.have(i)? {
+                        return Err(eof());
+                    }
+                    match self.buf[i] {
+                        b'"' => {
+                            i = self.string_end(i + 1)?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                i += 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+            }
+            _ => {
+                while self.have(i)?
+                    && !matches!(
+                        self.buf[i],
+                        b',' | b']' | b'}' | b':' | b' ' | b'\t' | b'\n' | b'\r'
+                    )
+                {
+                    i += 1;
+                }
+            }
+        }
+        self.pos = i;
+        Ok(start..i)
+    }
+
+    /// From just after an opening quote to just after the closing one.
+    fn string_end(&mut self, mut i: usize) -> Result<usize, ScanError> {
+        loop {
+            if !self.have(i)? {
+                return Err(ScanError::Bad("the body ends inside a string".into()));
+            }
+            match memchr::memchr2(b'"', b'\\', &self.buf[i..]) {
+                Some(k) if self.buf[i + k] == b'"' => return Ok(i + k + 1),
+                Some(k) => i += k + 2,
+                None => i = self.buf.len(),
+            }
+        }
     }
 }
 
@@ -119,103 +359,27 @@ pub fn decode_object<R: Read>(
     };
     let kind: Kind = serde_json::from_slice(&bytes).map_err(bad)?;
     let mut de = serde_json::Deserializer::from_slice(&bytes);
-    let item = ItemSeed { keys }.deserialize(&mut de).map_err(bad)?;
+    let item = ItemSeed { keys, items: None }
+        .deserialize(&mut de)
+        .map_err(bad)?;
     Ok((kind.kind.unwrap_or_default(), item))
 }
 
-struct ListSeed<'a> {
-    keys: &'a KeyFilter,
-    on_item: &'a mut dyn FnMut(Item) -> Result<(), Error>,
-    failed: &'a mut Option<Error>,
-}
-
-impl<'de> DeserializeSeed<'de> for ListSeed<'_> {
-    type Value = ListMeta;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ListMeta, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ListSeed<'_> {
-    type Value = ListMeta;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a list object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ListMeta, A::Error> {
-        let mut meta = ListMeta::default();
-        let ListSeed {
-            keys,
-            on_item,
-            failed,
-        } = self;
-        while let Some(field) = map.next_key::<ListField>()? {
-            match field {
-                ListField::Kind => {
-                    meta.kind = map.next_value::<Option<String>>()?.unwrap_or_default()
-                }
-                ListField::Metadata => {
-                    let m: Option<RawListMeta> = map.next_value()?;
-                    let m = m.unwrap_or_default();
-                    meta.resource_version = m.resource_version;
-                    meta.continue_token = m.continue_token.filter(|c| !c.is_empty());
-                    meta.remaining_item_count = m.remaining_item_count;
-                }
-                ListField::Items => map.next_value_seed(ItemsSeed {
-                    keys,
-                    on_item: &mut *on_item,
-                    failed: &mut *failed,
-                })?,
-                ListField::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(meta)
-    }
-}
-
-struct ItemsSeed<'a> {
-    keys: &'a KeyFilter,
-    on_item: &'a mut dyn FnMut(Item) -> Result<(), Error>,
-    failed: &'a mut Option<Error>,
-}
-
-impl<'de> DeserializeSeed<'de> for ItemsSeed<'_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        // `null` is accepted as an empty list.
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ItemsSeed<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an array of items")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(item) = seq.next_element_seed(ItemSeed { keys: self.keys })? {
-            if let Err(e) = (self.on_item)(item) {
-                *self.failed = Some(e);
-                return Err(de::Error::custom("stopped by the item handler"));
-            }
-        }
-        Ok(())
-    }
+/// What is kept of the list itself.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawList {
+    kind: Option<String>,
+    metadata: Option<RawListMeta>,
+    /// Always `[]` or `null` here (the elements were taken out); anything else is an error.
+    #[allow(dead_code)]
+    items: Option<Vec<IgnoredAny>>,
 }
 
 struct ItemSeed<'a> {
     keys: &'a KeyFilter,
+    /// Asked whether contents are needed (lists); `None`: always read them.
+    items: Option<&'a mut dyn Items>,
 }
 
 impl<'de> DeserializeSeed<'de> for ItemSeed<'_> {
@@ -233,13 +397,28 @@ impl<'de> Visitor<'de> for ItemSeed<'_> {
         f.write_str("a ConfigMap object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Item, A::Error> {
         let mut item = Item::default();
+        // Whether `data`/`binaryData` are read: decided once, after `metadata`.
+        let mut read_contents: Option<bool> = None;
         while let Some(field) = map.next_key::<ItemField>()? {
+            if matches!(field, ItemField::Data | ItemField::BinaryData) {
+                let wanted = *read_contents.get_or_insert_with(|| match self.items.as_mut() {
+                    Some(items) if !item.name.is_empty() && !item.resource_version.is_empty() => {
+                        items.wants_contents(&item.namespace, &item.name, &item.resource_version)
+                    }
+                    _ => true,
+                });
+                if !wanted {
+                    item.partial = true;
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            }
             match field {
                 ItemField::Kind => {
                     let kind: Option<String> = map.next_value()?;
-                    item.partial = kind.as_deref() == Some("PartialObjectMetadata");
+                    item.partial |= kind.as_deref() == Some("PartialObjectMetadata");
                 }
                 ItemField::Metadata => {
                     let m: Option<RawObjectMeta> = map.next_value()?;
@@ -444,6 +623,17 @@ mod tests {
             br#"{"items":[{"data":{"k":1}}]}"#,
             br#"{"items":{}}"#,
             br#"{} trailing"#,
+            br#"{"items":[{"metadata":{"name":"a"}},]}"#,
+            br#"{"items":[{"metadata":{"name":"a"}} {"metadata":{"name":"b"}}]}"#,
+            br#"{"items":[{"metadata":{"name":"a"}}] "kind":"x"}"#,
+            br#"{"items":[{"metadata":{"name":"a"}}x]}"#,
+            br#"{"items":[{"metadata":{"name":"a\"}}]}"#,
+            br#"{"kind":"ConfigMapList","items":[],}"#,
+            br#"{"kind" "x"}"#,
+            br#"{kind:1}"#,
+            br#"{"items":[1 2]}"#,
+            b"",
+            b"   ",
         ] {
             let e = decode(body, &KeyFilter::all()).unwrap_err();
             assert!(
@@ -474,6 +664,143 @@ mod tests {
                 .0,
             "Status"
         );
+    }
+
+    /// Hands out the body a few bytes at a time, so every boundary falls somewhere odd.
+    struct Dribble<'a>(&'a [u8], usize);
+
+    impl Read for Dribble<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn any_read_boundaries_give_the_same_items() {
+        let tricky = br#" { "kind" : "ConfigMapList", "items" : [ {"metadata":{"name":"a\"]}","namespace":"n","resourceVersion":"1"},"data":{"k\\":"v \"[{\\","items":"]"}} , {"metadata":{"name":"b","namespace":"n"},"data":{}} ] , "metadata" : {"resourceVersion":"9"} } "#;
+        for body in [&tricky[..], &fixture("configmaplist.json")[..]] {
+            let (want_meta, want) = decode(body, &KeyFilter::all()).unwrap();
+            for step in [1, 2, 3, 7, 64] {
+                let mut got = Vec::new();
+                let meta = decode_list(Dribble(body, step), &KeyFilter::all(), "list", &mut |i| {
+                    got.push(i);
+                    Ok(())
+                })
+                .unwrap_or_else(|_| panic!("step {step}"));
+                assert_eq!(meta, want_meta, "step {step}");
+                assert_eq!(got, want, "step {step}");
+            }
+        }
+        let (meta, items) = decode(tricky, &KeyFilter::all()).unwrap();
+        assert_eq!(meta.resource_version.as_deref(), Some("9"));
+        assert_eq!(items[0].name, "a\"]}");
+        assert_eq!(items[0].files[0].key, "k\\");
+        assert_eq!(items[0].files[0].content, Content::Text("v \"[{\\".into()));
+        assert_eq!(items[0].files[1].content, Content::Text("]".into()));
+        assert_eq!(items[1].name, "b");
+    }
+
+    #[test]
+    fn a_large_list_is_held_one_item_at_a_time() {
+        let value = "x".repeat(4096);
+        let mut body = String::from(r#"{"kind":"ConfigMapList","items":["#);
+        let mut ends = Vec::new();
+        for i in 0..2000 {
+            if i > 0 {
+                body.push(',');
+            }
+            body += &format!(
+                r#"{{"metadata":{{"name":"m{i}","namespace":"n","resourceVersion":"{i}"}},"data":{{"k":"{value}"}}}}"#
+            );
+            ends.push(body.len());
+        }
+        body += "]}";
+        /// Counts what it has handed out.
+        struct Counted<'a>(&'a [u8], &'a std::cell::Cell<usize>);
+        impl Read for Counted<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(self.0.len());
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                self.1.set(self.1.get() + n);
+                Ok(n)
+            }
+        }
+        let read = std::cell::Cell::new(0);
+        let mut n = 0;
+        decode_list(
+            Counted(body.as_bytes(), &read),
+            &KeyFilter::all(),
+            "list",
+            &mut |_| {
+                // Read so far is up to the end of this item plus at most one read ahead.
+                assert!(
+                    read.get() <= ends[n] + CHUNK,
+                    "item {n}: read {}",
+                    read.get()
+                );
+                n += 1;
+                Ok(())
+            },
+        )
+        .map_err(|_| "decode")
+        .unwrap();
+        assert_eq!(n, 2000);
+        // And what was consumed is let go: the buffer stays a few chunks long.
+        let mut s = Scanner {
+            reader: &body.as_bytes()[body.find('[').unwrap() + 1..],
+            buf: Vec::new(),
+            pos: 0,
+            eof: false,
+        };
+        let mut widest = 0;
+        for _ in 0..2000 {
+            s.compact();
+            s.value().map_err(|_| "scan").unwrap();
+            widest = widest.max(s.buf.capacity());
+            s.peek().map_err(|_| "scan").unwrap();
+            s.pos += 1;
+        }
+        assert!(widest <= 4 * CHUNK, "buffer grew to {widest}");
+    }
+
+    /// Skips the contents of every item at resourceVersion "1".
+    struct Knows(Vec<Item>);
+
+    impl Items for Knows {
+        fn wants_contents(&mut self, _: &str, _: &str, rv: &str) -> bool {
+            rv != "1"
+        }
+        fn item(&mut self, item: Item) -> Result<(), Error> {
+            self.0.push(item);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn known_contents_are_skipped_unread() {
+        // The skipped item's data is not even valid for a ConfigMap: it is never looked at.
+        let body = br#"{"kind":"ConfigMapList","items":[
+            {"metadata":{"name":"a","namespace":"n","resourceVersion":"1"},"data":{"k":1},"binaryData":{"b":"!!"}},
+            {"metadata":{"name":"b","namespace":"n","resourceVersion":"2"},"data":{"k":"v"}},
+            {"data":{"k":"v"},"metadata":{"name":"c","namespace":"n","resourceVersion":"1"}}]}"#;
+        let mut known = Knows(Vec::new());
+        decode_list(&body[..], &KeyFilter::all(), "list", &mut known)
+            .map_err(|_| "decode")
+            .unwrap();
+        let [a, b, c] = &known.0[..] else {
+            panic!("three items")
+        };
+        assert!(a.partial && a.files.is_empty() && a.problems.is_empty());
+        assert!(!b.partial && b.files.len() == 1);
+        assert!(
+            !c.partial,
+            "data before metadata is read: nothing is known yet"
+        );
+        assert_eq!(c.files.len(), 1);
     }
 
     #[test]

@@ -15,8 +15,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Selection, Source, Visit};
-use crate::kube::decode::{ListMeta, decode_list, decode_object};
+use super::{Mark, Selection, Source, Visit};
+use crate::kube::decode::{Items, ListMeta, decode_list, decode_object};
 use crate::kube::{Client, Error};
 use crate::module::Item;
 
@@ -32,6 +32,8 @@ pub struct ApiSource {
     metadata_first: bool,
     /// The resourceVersion of each scope's last list ("" = all namespaces).
     last_rv: HashMap<String, String>,
+    /// Scopes listed completely at least once: metadata-first starts after the first.
+    listed: HashSet<String>,
     /// Items already warned about, so a daemon does not repeat itself every poll.
     warned: HashSet<String>,
 }
@@ -49,6 +51,7 @@ impl ApiSource {
             page_size,
             metadata_first,
             last_rv: HashMap::new(),
+            listed: HashSet::new(),
             warned: HashSet::new(),
         }
     }
@@ -71,10 +74,15 @@ impl ApiSource {
     }
 
     fn list_scope(&mut self, ns: Option<&str>, visit: &mut dyn Visit) -> Result<(), Error> {
-        if self.page_size > 0 {
-            return self.list_paged(ns, visit);
-        }
+        let start = visit.mark();
         let key = ns.unwrap_or("").to_string();
+        // The first list of a scope is a full one: every item would need a GET.
+        let metadata = self.metadata_first && self.listed.contains(&key);
+        if self.page_size > 0 {
+            self.list_paged(ns, metadata, start, visit)?;
+            self.listed.insert(key);
+            return Ok(());
+        }
         let mut rv = self.last_rv.get(&key).cloned();
         loop {
             let mut params = Vec::new();
@@ -85,7 +93,7 @@ impl ApiSource {
                 }
                 None => params.push(("resourceVersion", "0".to_string())),
             }
-            match self.request(ns, &params, visit) {
+            match self.request(ns, &params, metadata, visit) {
                 Err(e) if rv.is_some() && e.is_too_large_resource_version() => {
                     log::info!(
                         "{e}; this apiserver's cache is behind, listing with resourceVersion=0 instead"
@@ -95,22 +103,29 @@ impl ApiSource {
                 Err(e) => return Err(e),
                 Ok(meta) => {
                     if let Some(v) = meta.resource_version {
-                        self.last_rv.insert(key, v);
+                        self.last_rv.insert(key.clone(), v);
                     }
+                    self.listed.insert(key);
                     return Ok(());
                 }
             }
         }
     }
 
-    fn list_paged(&mut self, ns: Option<&str>, visit: &mut dyn Visit) -> Result<(), Error> {
+    fn list_paged(
+        &mut self,
+        ns: Option<&str>,
+        metadata: bool,
+        start: Mark,
+        visit: &mut dyn Visit,
+    ) -> Result<(), Error> {
         let mut token: Option<String> = None;
         loop {
             let mut params = vec![("limit", self.page_size.to_string())];
             if let Some(t) = &token {
                 params.push(("continue", t.clone()));
             }
-            match self.request(ns, &params, visit) {
+            match self.request(ns, &params, metadata, visit) {
                 Ok(meta) => match meta.continue_token {
                     Some(t) => token = Some(t),
                     None => return Ok(()),
@@ -120,9 +135,9 @@ impl ApiSource {
                         "{e}; listing {} again in one unpaged request",
                         scope_name(ns)
                     );
-                    visit.rollback()?;
+                    visit.rollback(start)?;
                     // client-go's pager: one full list, no limit, no continue, no RV.
-                    self.request(ns, &[], visit)?;
+                    self.request(ns, &[], metadata, visit)?;
                     return Ok(());
                 }
                 Err(e) => return Err(e),
@@ -130,10 +145,15 @@ impl ApiSource {
         }
     }
 
+    /// One list request (a page, or all of a scope), its items delivered to `visit`.
+    /// `metadata`: ask for metadata only and GET what changed — unless more changed than
+    /// GETs are worth (over 32 and over an eighth of the list): then the same request is
+    /// made again for full objects.
     fn request(
         &mut self,
         ns: Option<&str>,
         params: &[(&str, String)],
+        metadata: bool,
         visit: &mut dyn Visit,
     ) -> Result<ListMeta, Error> {
         let path = match ns {
@@ -159,36 +179,30 @@ impl ApiSource {
         let action = format!("list configmaps {}", scope_name(ns));
         let selection = &self.selection;
         let warned = &mut self.warned;
-        let accept = if self.metadata_first {
+        let accept = if metadata {
             ACCEPT_METADATA
         } else {
             ACCEPT_JSON
         };
+        let here = visit.mark();
         // Metadata items whose contents are needed: fetched once the list is read.
         let mut fetch: Vec<(String, String, String)> = Vec::new();
+        let mut seen = 0;
         let meta = self.client.get(&url, accept, &action, |body| {
             fetch.clear();
-            decode_list(body, &selection.keys, &action, &mut |item| {
-                let in_scope = ns.is_none_or(|n| item.namespace == n);
-                if !(in_scope && selection.admits(&item)) {
-                    let id = item.id();
-                    if warned.insert(format!("{id}@{}", item.resource_version)) {
-                        log::warn!(
-                            "the apiserver returned configmap {id}, which the selection does not match; ignored"
-                        );
-                    }
-                    return Ok(());
-                }
-                if !item.partial {
-                    return visit.item(item);
-                }
-                if !visit.reuse(&item.id(), &item.resource_version) {
-                    fetch.push((item.namespace, item.name, item.resource_version));
-                }
-                Ok(())
-            })
+            let mut items = Received {
+                ns,
+                selection,
+                warned: &mut *warned,
+                visit: &mut *visit,
+                fetch: &mut fetch,
+                seen: 0,
+            };
+            let meta = decode_list(body, &selection.keys, &action, &mut items);
+            seen = items.seen;
+            meta
         })?;
-        let kinds: &[&str] = if self.metadata_first {
+        let kinds: &[&str] = if metadata {
             &["ConfigMapList", "PartialObjectMetadataList"]
         } else {
             &["ConfigMapList"]
@@ -202,6 +216,14 @@ impl ApiSource {
                     meta.kind
                 ),
             });
+        }
+        if metadata && fetch.len() > 32.max(seen / 8) {
+            log::debug!(
+                "{} of {seen} configmaps changed: listing them in full rather than one GET each",
+                fetch.len()
+            );
+            visit.rollback(here)?;
+            return self.request(ns, params, false, visit);
         }
         for (namespace, name, rv) in fetch {
             if let Some(item) = self.get_one(&namespace, &name, &rv)? {
@@ -252,11 +274,56 @@ impl ApiSource {
     }
 }
 
+/// One list's items on their way to the poll: out-of-selection items are dropped (with a
+/// warning once per version), complete items are visited, and metadata-only items are
+/// either reused from the last poll or queued for a GET.
+struct Received<'a> {
+    ns: Option<&'a str>,
+    selection: &'a Selection,
+    warned: &'a mut HashSet<String>,
+    visit: &'a mut dyn Visit,
+    fetch: &'a mut Vec<(String, String, String)>,
+    /// Items in the selection, so far.
+    seen: usize,
+}
+
+impl Items for Received<'_> {
+    fn wants_contents(&mut self, namespace: &str, name: &str, resource_version: &str) -> bool {
+        !self
+            .visit
+            .known(&format!("{namespace}/{name}"), resource_version)
+    }
+
+    fn item(&mut self, item: Item) -> Result<(), Error> {
+        let in_scope = self.ns.is_none_or(|n| item.namespace == n);
+        if !(in_scope && self.selection.admits(&item)) {
+            let id = item.id();
+            if self
+                .warned
+                .insert(format!("{id}@{}", item.resource_version))
+            {
+                log::warn!(
+                    "the apiserver returned configmap {id}, which the selection does not match; ignored"
+                );
+            }
+            return Ok(());
+        }
+        self.seen += 1;
+        if !item.partial {
+            return self.visit.item(item);
+        }
+        if !self.visit.reuse(&item.id(), &item.resource_version) {
+            self.fetch
+                .push((item.namespace, item.name, item.resource_version));
+        }
+        Ok(())
+    }
+}
+
 impl Source for ApiSource {
     fn list(&mut self, visit: &mut dyn Visit) -> Result<(), Error> {
         self.client.refresh_credentials();
         for ns in self.scopes() {
-            visit.mark();
             self.list_scope(ns.as_deref(), visit)?;
         }
         Ok(())

@@ -30,14 +30,28 @@ impl Selection {
     }
 }
 
+/// A position in a poll, from `Visit::mark`: opaque to sources.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mark {
+    pub(crate) entries: usize,
+    pub(crate) spool: u64,
+    pub(crate) not_modules: usize,
+    pub(crate) stats: crate::poll::PollStats,
+}
+
 /// Receives a poll's items.
 pub trait Visit {
     fn item(&mut self, item: Item) -> Result<(), kube::Error>;
-    /// Remembers the current position.
-    fn mark(&mut self);
-    /// Forgets every item since the last `mark`.
-    fn rollback(&mut self) -> Result<(), kube::Error>;
-    /// Metadata-first: keeps what the last poll had for `id` if it was at this
+    /// The current position, to come back to.
+    fn mark(&mut self) -> Mark;
+    /// Forgets every item since `mark` was taken.
+    fn rollback(&mut self, to: Mark) -> Result<(), kube::Error>;
+    /// Whether `reuse(id, resource_version)` would succeed; asked before an item's contents
+    /// are read, so that contents the last poll already has are skipped unread.
+    fn known(&self, _id: &str, _resource_version: &str) -> bool {
+        false
+    }
+    /// Metadata-first (and items whose contents were skipped): keeps what the last poll had for `id` if it was at this
     /// resourceVersion (a module, or known not to be one). `false`: its contents are needed.
     fn reuse(&mut self, _id: &str, _resource_version: &str) -> bool {
         false

@@ -362,6 +362,9 @@ impl TestApiserver {
         if let Some(name) = &spec.tls_server_name {
             cluster += &format!("    tls-server-name: {name}\n");
         }
+        if spec.disable_compression {
+            cluster += "    disable-compression: true\n";
+        }
         let user = match &spec.credential {
             Credential::Token(t) => format!("    token: {t}\n"),
             Credential::TokenFile(p) => format!("    tokenFile: {}\n", p.display()),
@@ -422,6 +425,7 @@ pub struct Kubeconfig {
     pub server: Option<String>,
     pub namespace: Option<String>,
     pub tls_server_name: Option<String>,
+    pub disable_compression: bool,
 }
 
 impl Kubeconfig {
@@ -438,6 +442,7 @@ impl Kubeconfig {
             server: None,
             namespace: None,
             tls_server_name: None,
+            disable_compression: false,
         }
     }
 

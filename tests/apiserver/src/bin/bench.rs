@@ -1,0 +1,541 @@
+//! `bench`: cmpoll's cost, side by side with the alternatives, against the test apiserver.
+//!
+//! ```text
+//! cargo run --release -p test-apiserver --bin bench                       # 1k, 10k, 50k
+//! cargo run --release -p test-apiserver --bin bench -- --sizes 10k --runs 5
+//! ```
+//! For each population it runs every contender as its own process several times and
+//! prints the median CPU (user + sys), wall time and peak RSS (from `wait4`), the bytes the
+//! apiserver sent, the requests and how many reached "etcd" — cmpoll's full poll (`list
+//! --json`, with and without gzip), `kubectl get -o json`, and the floor: decoding the same
+//! response bytes with serde_json into nothing plus SHA-256 over the same data bytes,
+//! in-process. Then the daemon in steady state (no changes): CPU and bytes per poll for
+//! full lists and `--metadata-first`, and RSS after 10 and after 100 polls. Timing lives
+//! here, never in the test suite.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use test_apiserver::{Kubeconfig, Options, Route, TOKEN, TestApiserver};
+
+struct Args {
+    sizes: Vec<usize>,
+    bytes: usize,
+    runs: usize,
+    steady_polls: usize,
+}
+
+fn parse_count(s: &str) -> usize {
+    let s = s.trim();
+    let (num, mult) = match s.strip_suffix('k') {
+        Some(n) => (n, 1000),
+        None => (s, 1),
+    };
+    num.parse::<usize>().expect("a count like 10k") * mult
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        sizes: vec![1000, 10_000, 50_000],
+        bytes: 2048,
+        runs: 3,
+        steady_polls: 100,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let v = it.next().unwrap_or_default();
+        match flag.as_str() {
+            "--sizes" => a.sizes = v.split(',').map(parse_count).collect(),
+            "--bytes" => a.bytes = v.parse().expect("--bytes N"),
+            "--runs" => a.runs = v.parse().expect("--runs N"),
+            "--steady-polls" => a.steady_polls = v.parse().expect("--steady-polls N"),
+            _ => {
+                eprintln!(
+                    "usage: bench [--sizes 1k,10k,50k] [--bytes 2048] [--runs 3] [--steady-polls 100]"
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    a
+}
+
+/// One run of a child process, as `wait4` saw it.
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    cpu: f64,
+    wall: f64,
+    max_rss_kib: u64,
+}
+
+/// Runs `cmd` through `bench --measure`, a small re-exec of this binary that spawns it and
+/// reports its `wait4` rusage. Measuring from here would be wrong: a child spawned with
+/// `posix_spawn` (vfork) inherits this process's peak RSS — the in-process apiserver's —
+/// as its own starting `ru_maxrss`.
+fn run_measured(cmd: &mut Command) -> Usage {
+    let mut launcher = Command::new(std::env::current_exe().expect("current exe"));
+    launcher
+        .arg("--measure")
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => launcher.env(k, v),
+            None => launcher.env_remove(k),
+        };
+    }
+    let out = launcher
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("bench --measure");
+    assert!(out.status.success(), "{cmd:?} failed");
+    let line = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .map(|x| x.parse().expect("usage line"))
+        .collect();
+    Usage {
+        cpu: f[0],
+        wall: f[1],
+        max_rss_kib: f[2] as u64,
+    }
+}
+
+/// `bench --measure PROGRAM ARGS…`: run it (stdout discarded, stderr shown only on
+/// failure) and print "cpu wall max_rss_kib" on stdout.
+fn measure(argv: &[String]) -> ! {
+    let started = Instant::now();
+    let child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", argv[0]));
+    let pid = child.id() as libc::pid_t;
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr {
+        let _ = e.read_to_string(&mut stderr);
+    }
+    let mut status = 0;
+    // SAFETY: plain FFI call with valid pointers to locals; the pid is our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid, "wait4");
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        eprintln!("{argv:?} failed: {stderr}");
+        std::process::exit(1);
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    println!(
+        "{} {} {}",
+        secs(ru.ru_utime) + secs(ru.ru_stime),
+        started.elapsed().as_secs_f64(),
+        ru.ru_maxrss
+    );
+    std::process::exit(0);
+}
+
+fn thread_cpu() -> f64 {
+    // SAFETY: clock_gettime writes into the timespec we pass.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// What the apiserver saw of a contender's runs, per run.
+#[derive(Default, Clone, Copy)]
+struct Cost {
+    bytes: u64,
+    requests: usize,
+    cache: usize,
+    etcd: usize,
+}
+
+fn cost_since(server: &TestApiserver, from: usize, runs: usize) -> Cost {
+    let reqs = server.requests();
+    let mine = &reqs[from..];
+    let lists = mine.iter().filter(|r| r.path.contains("/configmaps"));
+    let mut c = Cost::default();
+    for r in lists {
+        c.bytes += r.bytes;
+        c.requests += 1;
+        match r.route {
+            Route::Cache => c.cache += 1,
+            Route::Etcd => c.etcd += 1,
+            Route::None => {}
+        }
+    }
+    let n = runs.max(1);
+    Cost {
+        bytes: c.bytes / n as u64,
+        requests: c.requests / n,
+        cache: c.cache / n,
+        etcd: c.etcd / n,
+    }
+}
+
+struct Row {
+    name: String,
+    usage: Usage,
+    cost: Option<Cost>,
+}
+
+fn contender(
+    server: &TestApiserver,
+    name: &str,
+    runs: usize,
+    mut cmd: impl FnMut() -> Command,
+) -> Row {
+    run_measured(&mut cmd()); // warm-up: page cache, kubectl's discovery cache
+    let from = server.requests().len();
+    let usages: Vec<Usage> = (0..runs).map(|_| run_measured(&mut cmd())).collect();
+    let cost = cost_since(server, from, runs);
+    Row {
+        name: name.to_string(),
+        usage: Usage {
+            cpu: median(usages.iter().map(|u| u.cpu).collect()),
+            wall: median(usages.iter().map(|u| u.wall).collect()),
+            max_rss_kib: median(usages.iter().map(|u| u.max_rss_kib as f64).collect()) as u64,
+        },
+        cost: Some(cost),
+    }
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.2} MB", bytes as f64 / 1e6)
+}
+
+/// The list body, uncompressed, as the apiserver sends it (over plain HTTP).
+fn list_body(server: &TestApiserver) -> Vec<u8> {
+    let http = server.http_url().expect("plain HTTP");
+    let mut s = std::net::TcpStream::connect(http.trim_start_matches("http://")).unwrap();
+    write!(
+        s,
+        "GET /api/v1/configmaps?labelSelector=cmpoll.io%2Fmodule%3Dtrue&resourceVersion=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let at = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let (head, mut rest) = (String::from_utf8_lossy(&raw[..at]).to_string(), &raw[at..]);
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return rest.to_vec();
+    }
+    let mut body = Vec::new();
+    loop {
+        let eol = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+        let n =
+            usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            return body;
+        }
+        body.extend_from_slice(&rest[eol + 2..eol + 2 + n]);
+        rest = &rest[eol + 2 + n + 2..];
+    }
+}
+
+/// The floor: serde_json over the same bytes into nothing, plus SHA-256 over the data.
+fn floor(server: &TestApiserver, runs: usize) -> Row {
+    let body = list_body(server);
+    let data: Vec<Vec<u8>> = server
+        .objects()
+        .iter()
+        .flat_map(|o| o.spec.data.values().map(|v| v.as_bytes().to_vec()))
+        .collect();
+    let times: Vec<f64> = (0..runs + 1)
+        .map(|_| {
+            let t = thread_cpu();
+            let _: serde::de::IgnoredAny = serde_json::from_slice(&body).expect("valid JSON");
+            let mut h = Sha256::new();
+            for d in &data {
+                h.update(d);
+            }
+            std::hint::black_box(h.finalize());
+            thread_cpu() - t
+        })
+        .skip(1)
+        .collect();
+    Row {
+        name: "floor (serde_json + SHA-256)".into(),
+        usage: Usage {
+            cpu: median(times),
+            ..Usage::default()
+        },
+        cost: None,
+    }
+}
+
+fn print_rows(rows: &[Row]) {
+    let base = rows[0].usage.cpu;
+    println!(
+        "  {:<34} {:>9} {:>9} {:>11} {:>10} {:>5} {:>10} {:>9}",
+        "contender", "cpu", "wall", "peak RSS", "bytes in", "reqs", "cache/etcd", "cpu/cmpoll"
+    );
+    for r in rows {
+        let (wall, rss) = if r.usage.wall > 0.0 {
+            (format!("{:.3}s", r.usage.wall), mib(r.usage.max_rss_kib))
+        } else {
+            ("-".into(), "-".into())
+        };
+        let (bytes, reqs, split) = match r.cost {
+            Some(c) => (
+                mb(c.bytes),
+                c.requests.to_string(),
+                format!("{}/{}", c.cache, c.etcd),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        println!(
+            "  {:<34} {:>8.3}s {:>9} {:>11} {:>10} {:>5} {:>10} {:>8.2}x",
+            r.name,
+            r.usage.cpu,
+            wall,
+            rss,
+            bytes,
+            reqs,
+            split,
+            r.usage.cpu / base
+        );
+    }
+}
+
+/// CPU seconds used so far by a running process, and its RSS (KiB).
+fn proc_usage(pid: u32) -> (f64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let cpu = (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / ticks;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (cpu, rss)
+}
+
+fn lists_so_far(server: &TestApiserver) -> usize {
+    server.requests().iter().filter(|r| r.is_list()).count()
+}
+
+fn wait_lists(server: &TestApiserver, n: usize) {
+    let start = Instant::now();
+    while lists_so_far(server) < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "the daemon stopped polling"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The daemon with no changes: CPU and bytes per poll, RSS after 10 and after `polls`.
+fn steady(
+    server: &TestApiserver,
+    cmpoll: &Path,
+    kubeconfig: &Path,
+    metadata_first: bool,
+    polls: usize,
+) {
+    server.clear_requests();
+    let mut cmd = Command::new(cmpoll);
+    cmd.args(["run", "--interval", "100ms", "--jitter", "0"])
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if metadata_first {
+        cmd.arg("--metadata-first");
+    }
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id();
+    wait_lists(server, 10);
+    let (cpu10, rss10) = proc_usage(pid);
+    let from = server.requests().len();
+    let lists_from = lists_so_far(server);
+    wait_lists(server, lists_from + polls);
+    let (cpu_n, rss_n) = proc_usage(pid);
+    let reqs = server.requests();
+    let steady = &reqs[from..];
+    let bytes: u64 = steady.iter().map(|r| r.bytes).sum();
+    let per = |x: f64| x / polls as f64;
+    let etcd = steady.iter().filter(|r| r.route == Route::Etcd).count();
+    println!(
+        "  {:<22} cpu/poll {:>7.2} ms   bytes/poll {:>10}   requests/poll {:.2} (etcd: {etcd})   RSS after 10 polls {}, after {} {}",
+        if metadata_first {
+            "--metadata-first"
+        } else {
+            "full list"
+        },
+        per(cpu_n - cpu10) * 1e3,
+        mb((per(bytes as f64)) as u64),
+        steady.len() as f64 / polls as f64,
+        mib(rss10),
+        polls + 10,
+        mib(rss_n),
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// CPU while idle between polls (a long interval, after the first batch).
+fn idle(server: &TestApiserver, cmpoll: &Path, kubeconfig: &Path) {
+    server.clear_requests();
+    let mut child = Command::new(cmpoll)
+        .args(["run", "--interval", "1h"])
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_lists(server, 1);
+    std::thread::sleep(Duration::from_secs(1));
+    let (before, _) = proc_usage(child.id());
+    std::thread::sleep(Duration::from_secs(10));
+    let (after, _) = proc_usage(child.id());
+    println!("  idle between polls: {:.3} s CPU in 10 s", after - before);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("--measure") {
+        measure(&argv[1..]);
+    }
+    let a = args();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--quiet", "-p", "cmpoll"])
+        .current_dir(&root)
+        .status()
+        .expect("cargo");
+    assert!(status.success(), "cargo build --release -p cmpoll");
+    let cmpoll = root.join("target/release/cmpoll").canonicalize().unwrap();
+    let kubectl = Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    println!(
+        "cmpoll benchmark: {cores} cores, {} runs per contender (median), {} B per ConfigMap\n",
+        a.runs, a.bytes
+    );
+    let mut rss_by_size = Vec::new();
+    for &n in &a.sizes {
+        let server = TestApiserver::start_with(Options {
+            plain_http: true,
+            ..Options::default()
+        });
+        server.bulk_load(n, a.bytes, 20);
+        let dir = tempfile::tempdir().unwrap();
+        let kc = server.write_kubeconfig(&dir.path().join("kubeconfig"), &Kubeconfig::token());
+        let mut plain = Kubeconfig::token();
+        plain.disable_compression = true;
+        let kc_plain = server.write_kubeconfig(&dir.path().join("kubeconfig-plain"), &plain);
+        let body = list_body(&server).len();
+        println!(
+            "{n} ConfigMaps x {} B: the list is {} ({} namespaces)",
+            a.bytes,
+            mb(body as u64),
+            20
+        );
+        let cmpoll_cmd = |kc: &Path, json: bool| {
+            let mut c = Command::new(&cmpoll);
+            c.arg("list").env("KUBECONFIG", kc).env("RUST_LOG", "warn");
+            if json {
+                c.arg("--json");
+            }
+            c
+        };
+        let mut rows = vec![
+            contender(&server, "cmpoll list --json", a.runs, || {
+                cmpoll_cmd(&kc, true)
+            }),
+            contender(&server, "cmpoll list --json (no gzip)", a.runs, || {
+                cmpoll_cmd(&kc_plain, true)
+            }),
+            contender(
+                &server,
+                "cmpoll list (table, no contents out)",
+                a.runs,
+                || cmpoll_cmd(&kc, false),
+            ),
+        ];
+        if kubectl {
+            rows.push(contender(
+                &server,
+                "kubectl get -A -l … -o json",
+                a.runs,
+                || {
+                    let mut c = Command::new("kubectl");
+                    c.args([
+                        "get",
+                        "configmaps",
+                        "-A",
+                        "-l",
+                        "cmpoll.io/module=true",
+                        "-o",
+                        "json",
+                    ])
+                    .env("KUBECONFIG", &kc)
+                    .env("HOME", dir.path());
+                    c
+                },
+            ));
+        }
+        rows.push(floor(&server, a.runs));
+        print_rows(&rows);
+        rss_by_size.push((n, rows[0].usage.max_rss_kib));
+        println!(
+            "  daemon, steady state ({} polls at 100 ms, no changes):",
+            a.steady_polls
+        );
+        steady(&server, &cmpoll, &kc, false, a.steady_polls);
+        steady(&server, &cmpoll, &kc, true, a.steady_polls);
+        if n == a.sizes[0] {
+            idle(&server, &cmpoll, &kc);
+        }
+        println!();
+    }
+    if let (Some(first), Some(last)) = (rss_by_size.first(), rss_by_size.last())
+        && last.0 > first.0
+    {
+        let per = (last.1 as f64 - first.1 as f64) * 1024.0 / (last.0 - first.0) as f64;
+        println!(
+            "peak RSS of cmpoll list: {} at {}, {} at {}: {per:.0} bytes per additional module",
+            mib(first.1),
+            first.0,
+            mib(last.1),
+            last.0
+        );
+    }
+}
