@@ -1,6 +1,7 @@
 //! Logging to stderr through `log` + env_logger: `RUST_LOG` sets levels (default `info`),
 //! `--log-format json` writes one JSON object per line (timestamp, level, target, message)
-//! for log pipelines.
+//! for log pipelines. The HTTP client's own trace output is never written: it dumps the
+//! raw request bytes, `Authorization` header included.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +40,33 @@ pub fn init(format: LogFormat) {
             writeln!(buf, "{line}")
         });
     }
+    let logger = b.build();
+    let max = logger.filter();
     // A second init (tests calling run twice) keeps the first logger.
-    let _ = b.try_init();
+    if log::set_logger(Box::leak(Box::new(Guarded(logger)))).is_ok() {
+        log::set_max_level(max);
+    }
+}
+
+/// env_logger minus what must never reach a log: trace records of ureq and ureq-proto.
+struct Guarded(env_logger::Logger);
+
+fn hidden(meta: &log::Metadata) -> bool {
+    meta.level() == log::Level::Trace && meta.target().starts_with("ureq")
+}
+
+impl log::Log for Guarded {
+    fn enabled(&self, meta: &log::Metadata) -> bool {
+        !hidden(meta) && self.0.enabled(meta)
+    }
+
+    fn log(&self, record: &log::Record) {
+        if !hidden(record.metadata()) {
+            self.0.log(record);
+        }
+    }
+
+    fn flush(&self) {
+        self.0.flush();
+    }
 }

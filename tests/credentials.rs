@@ -293,8 +293,8 @@ fn unsupported_kubeconfig_users_are_refused_by_name() {
     let s = server();
     for (user, want) in [
         (
-            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: helper\n",
-            "exec credential plugins are not supported yet",
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: helper\n      interactiveMode: Always\n",
+            "exec interactiveMode is Always, but cmpoll never runs interactively",
         ),
         (
             "    auth-provider:\n      name: oidc\n",

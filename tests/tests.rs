@@ -8,6 +8,7 @@ mod credentials;
 mod deploy;
 mod list;
 mod metadata;
+mod offcluster;
 mod ops;
 mod outdir;
 mod run;

@@ -1,9 +1,12 @@
-//! Request credentials: a static token, a token file, or basic auth. (Client certificates
-//! are part of TLS, see `tls.rs`.)
+//! Request credentials: a static token, a token file, basic auth, or an exec plugin.
+//! (Static client certificates are part of TLS, see `tls.rs`; an exec plugin's
+//! certificate is handed to the client, which rebuilds its TLS configuration.)
 //!
 //! A token file is re-read whenever it changed (path, size, mtime or inode differ, which is
 //! what kubelet's atomic symlink swap of a projected token looks like) and, unconditionally,
 //! after a 401. A failed re-read keeps the previous token and says so, like client-go.
+//! An exec plugin runs before the first request, again a little before what it issued
+//! expires, and after a 401; a failed run keeps what it issued last while that is valid.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -11,6 +14,8 @@ use std::time::SystemTime;
 
 use base64::Engine as _;
 
+use super::exec::{self, Issued, Plugin};
+use super::tls::Identity;
 use crate::secret::Secret;
 
 /// Where the credential comes from (plain data, part of `kube::Config`).
@@ -20,17 +25,18 @@ pub enum Credential {
     Token(Secret),
     TokenFile(PathBuf),
     Basic { username: String, password: Secret },
+    Exec(Box<Plugin>),
 }
 
 /// What identifies a file version without reading it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Stamp {
+pub struct Stamp {
     mtime: Option<SystemTime>,
     len: u64,
     ino: u64,
 }
 
-fn stamp(path: &Path) -> Option<Stamp> {
+pub fn stamp(path: &Path) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
     let m = fs::metadata(path).ok()?;
     Some(Stamp {
@@ -57,6 +63,10 @@ pub struct Auth {
     source: Credential,
     header: Option<Secret>,
     stamp: Option<Stamp>,
+    /// What the exec plugin issued last, and when.
+    issued: Option<(Issued, SystemTime)>,
+    /// Counts changes of the exec plugin's client certificate.
+    identity_changes: u64,
 }
 
 impl Auth {
@@ -66,6 +76,8 @@ impl Auth {
             source,
             header: None,
             stamp: None,
+            issued: None,
+            identity_changes: 0,
         };
         auth.load()?;
         Ok(auth)
@@ -87,8 +99,74 @@ impl Auth {
                     base64::engine::general_purpose::STANDARD.encode(raw)
                 )))
             }
+            // Run on first use (`prepare`), not at start-up.
+            Credential::Exec(_) => None,
         };
         Ok(())
+    }
+
+    /// Before a request: runs the exec plugin if it has not run yet or what it issued is
+    /// due for renewal. An error only when there is no valid credential left.
+    pub fn prepare(&mut self, now: SystemTime) -> Result<(), String> {
+        let Credential::Exec(plugin) = &self.source else {
+            return Ok(());
+        };
+        let due = match &self.issued {
+            None => true,
+            Some((issued, at)) => exec::refresh_at(*at, issued.expires).is_some_and(|t| now >= t),
+        };
+        if !due {
+            return Ok(());
+        }
+        match plugin.run(exec::TIMEOUT) {
+            Ok(issued) => {
+                self.accept(issued, now);
+                Ok(())
+            }
+            Err(e) => match &self.issued {
+                Some((old, _)) if old.expires.is_some_and(|x| now < x) => {
+                    log::warn!("{e}; using the credential it issued before until it expires");
+                    Ok(())
+                }
+                _ => {
+                    self.header = None;
+                    Err(e)
+                }
+            },
+        }
+    }
+
+    fn accept(&mut self, issued: Issued, now: SystemTime) {
+        let old_identity = self.issued.as_ref().and_then(|(i, _)| i.identity.as_ref());
+        if issued.identity.as_ref() != old_identity {
+            self.identity_changes += 1;
+        }
+        self.header = issued
+            .token
+            .as_ref()
+            .map(|t| Secret::new(format!("Bearer {}", t.expose())));
+        let until = issued
+            .expires
+            .map(|x| humantime::format_rfc3339_seconds(x).to_string())
+            .unwrap_or_else(|| "a 401".into());
+        log::debug!(
+            "exec credential plugin issued a {} valid until {until}",
+            match (&issued.token, &issued.identity) {
+                (Some(_), Some(_)) => "token and client certificate",
+                (Some(_), None) => "token",
+                _ => "client certificate",
+            }
+        );
+        self.issued = Some((issued, now));
+    }
+
+    /// The exec plugin's client certificate, if it issued one, and a counter that changes
+    /// whenever that certificate does.
+    pub fn identity(&self) -> (Option<&Identity>, u64) {
+        (
+            self.issued.as_ref().and_then(|(i, _)| i.identity.as_ref()),
+            self.identity_changes,
+        )
     }
 
     /// The `Authorization` header value, if any.
@@ -112,10 +190,24 @@ impl Auth {
         self.reload("changed")
     }
 
-    /// After a 401: re-reads whatever can be re-read. Returns whether anything could be.
+    /// After a 401: re-reads whatever can be re-read, re-runs an exec plugin. Returns
+    /// whether anything could be.
     pub fn refresh_after_unauthorized(&mut self) -> bool {
-        match self.source {
+        match &self.source {
             Credential::TokenFile(_) => self.reload("401 Unauthorized"),
+            Credential::Exec(plugin) => match plugin.run(exec::TIMEOUT) {
+                Ok(issued) => {
+                    log::info!(
+                        "401 Unauthorized: the exec credential plugin issued a new credential"
+                    );
+                    self.accept(issued, SystemTime::now());
+                    true
+                }
+                Err(e) => {
+                    log::warn!("{e}");
+                    false
+                }
+            },
             _ => false,
         }
     }

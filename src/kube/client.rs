@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
@@ -16,9 +17,10 @@ use ureq::unversioned::resolver::DefaultResolver;
 use ureq::unversioned::transport::{ConnectProxyConnector, Connector as _, TcpConnector};
 
 use super::Error;
-use super::auth::Auth;
+use super::auth::{Auth, Credential, Stamp};
 use super::config::Config;
-use super::tls::{self, TlsConnector};
+use super::proxy;
+use super::tls::{self, Identity, TlsConnector, Trust};
 
 /// How much of an error body is read to find the `Status` in it.
 const ERROR_BODY_LIMIT: u64 = 64 * 1024;
@@ -46,19 +48,39 @@ pub struct Stats {
 
 pub struct Client {
     agent: ureq::Agent,
+    /// What the agent is built from, to build it again when a certificate changes.
+    transport: Transport,
     server: String,
     auth: Auth,
     options: Options,
     pub stats: Stats,
 }
 
-/// An HTTP agent over cmpoll's TLS connector: no redirects, no environment proxies, status
-/// codes as answers (not errors), `timeout` from connect to the last body byte.
+/// The parts of the HTTP agent that can change while cmpoll runs: the CA (a CA file is
+/// re-read when it changes) and the client certificate (an exec plugin may issue a new one).
+struct Transport {
+    /// Always `Pem` or `Insecure` here: the platform bundle is read once, up front.
+    trust: Trust,
+    ca_file: Option<(PathBuf, Option<Stamp>)>,
+    /// The kubeconfig's own client certificate; an exec plugin's replaces it.
+    identity: Option<Identity>,
+    /// `Auth::identity`'s counter when the agent was built.
+    identity_changes: u64,
+    server_name: Option<ServerName<'static>>,
+    proxy: Option<ureq::Proxy>,
+    disable_compression: bool,
+    origin: String,
+}
+
+/// An HTTP agent over cmpoll's TLS connector: no redirects, the given proxy only (never
+/// one from ureq's own reading of the environment), status codes as answers (not errors),
+/// `timeout` from connect to the last body byte.
 pub fn agent(
     tls_config: std::sync::Arc<rustls::ClientConfig>,
     server_name: Option<ServerName<'static>>,
     timeout: Duration,
     disable_compression: bool,
+    proxy: Option<ureq::Proxy>,
 ) -> ureq::Agent {
     let connector =
         ().chain(ConnectProxyConnector::default())
@@ -70,7 +92,7 @@ pub fn agent(
     let mut builder = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .https_only(false)
-        .proxy(None)
+        .proxy(proxy)
         .max_redirects(0)
         .user_agent(format!("cmpoll/{}", env!("CARGO_PKG_VERSION")))
         .timeout_global(Some(timeout))
@@ -79,6 +101,22 @@ pub fn agent(
         builder = builder.accept_encoding(ureq::config::AutoHeaderValue::None);
     }
     ureq::Agent::with_parts(builder.build(), connector, DefaultResolver::default())
+}
+
+impl Transport {
+    /// An agent presenting `issued` (an exec plugin's certificate) or the configured one.
+    fn agent(&self, issued: Option<&Identity>, timeout: Duration) -> Result<ureq::Agent, String> {
+        let identity = issued.or(self.identity.as_ref());
+        let config = tls::client_config(&self.trust, identity, &|_| None)
+            .map_err(|e| format!("{}: {e}", self.origin))?;
+        Ok(agent(
+            config,
+            self.server_name.clone(),
+            timeout,
+            self.disable_compression,
+            self.proxy.clone(),
+        ))
+    }
 }
 
 /// Why reading a 2xx body failed: an I/O error (classified by `get`: the cap, a timeout,
@@ -127,7 +165,9 @@ impl Client {
                 config.origin, config.server
             ));
         }
-        let tls_config = tls::client_config(&config.trust, config.identity.as_ref(), env)?;
+        if let Credential::Exec(plugin) = &config.credential {
+            plugin.locate(env)?;
+        }
         let server_name = match &config.tls_server_name {
             Some(n) => Some(
                 ServerName::try_from(n.clone())
@@ -135,14 +175,38 @@ impl Client {
             ),
             None => None,
         };
-        let agent = agent(
-            tls_config,
-            server_name,
-            options.timeout,
-            config.disable_compression,
-        );
+        let proxy = proxy::choose(&config.server, config.proxy_url.as_deref(), env)
+            .map_err(|e| format!("{}: {e}", config.origin))?;
+        if let Some(p) = &proxy {
+            log::info!(
+                "reaching {} through the proxy {}",
+                config.server,
+                proxy::redact(p)
+            );
+        }
+        let transport =
+            Transport {
+                trust: tls::resolve_trust(&config.trust, env)?,
+                ca_file: config
+                    .ca_file
+                    .clone()
+                    .map(|p| (p.clone(), super::auth::stamp(&p))),
+                identity: config.identity.clone(),
+                identity_changes: 0,
+                server_name,
+                proxy: match proxy {
+                    Some(p) => Some(ureq::Proxy::new(&p).map_err(|e| {
+                        format!("{}: proxy {}: {e}", config.origin, proxy::redact(&p))
+                    })?),
+                    None => None,
+                },
+                disable_compression: config.disable_compression,
+                origin: config.origin.clone(),
+            };
+        let agent = transport.agent(None, options.timeout)?;
         Ok(Client {
             agent,
+            transport,
             server: config.server.clone(),
             auth,
             options,
@@ -154,9 +218,75 @@ impl Client {
         &self.server
     }
 
-    /// Before a poll: picks up a rotated token file.
+    /// Before a poll: picks up a rotated token file and a rotated CA file.
     pub fn refresh_credentials(&mut self) {
         self.auth.refresh_if_changed();
+        self.reread_ca();
+    }
+
+    /// Re-reads the CA file if it changed; a bad new file keeps the old CA, with a warning.
+    fn reread_ca(&mut self) {
+        let Some((path, seen)) = &self.transport.ca_file else {
+            return;
+        };
+        let now = super::auth::stamp(path);
+        if now == *seen || now.is_none() {
+            return;
+        }
+        let path = path.clone();
+        let previous = std::mem::replace(
+            &mut self.transport.trust,
+            match std::fs::read(&path) {
+                Ok(pem) => Trust::Pem {
+                    pem,
+                    origin: format!("'{}'", path.display()),
+                },
+                Err(e) => {
+                    log::warn!(
+                        "cannot re-read CA file '{}' ({e}); keeping the previous CA",
+                        path.display()
+                    );
+                    return;
+                }
+            },
+        );
+        self.transport.ca_file = Some((path.clone(), now));
+        match self
+            .transport
+            .agent(self.auth.identity().0, self.options.timeout)
+        {
+            Ok(agent) => {
+                self.agent = agent;
+                log::info!(
+                    "CA file '{}' changed: verifying the apiserver with the new CA",
+                    path.display()
+                );
+            }
+            Err(e) => {
+                log::warn!("{e}; keeping the previous CA");
+                self.transport.trust = previous;
+            }
+        }
+    }
+
+    /// Runs an exec plugin when due and, if it issued a new client certificate, rebuilds
+    /// the agent so the next connection presents it.
+    fn prepare(&mut self, action: &str) -> Result<(), Error> {
+        self.auth
+            .prepare(std::time::SystemTime::now())
+            .map_err(|e| Error::Credentials(format!("cannot {action}: {e}")))?;
+        self.use_issued_identity()
+            .map_err(|e| Error::Credentials(format!("cannot {action}: {e}")))
+    }
+
+    fn use_issued_identity(&mut self) -> Result<(), String> {
+        let (identity, changes) = self.auth.identity();
+        if changes == self.transport.identity_changes {
+            return Ok(());
+        }
+        self.agent = self.transport.agent(identity, self.options.timeout)?;
+        self.transport.identity_changes = changes;
+        Ok(())
     }
 
     fn count(&mut self, code: &str) {
@@ -182,6 +312,7 @@ impl Client {
         }
         self.options.in_flight.start();
         let _mark = Mark(self.options.in_flight.clone());
+        self.prepare(action)?;
         loop {
             let mut req = self.agent.get(&url).header("Accept", accept);
             if let Some(h) = self.auth.header() {
@@ -197,8 +328,11 @@ impl Client {
             let code = resp.status().as_u16();
             self.count(&code.to_string());
             if code == 401 && !retried && self.auth.refresh_after_unauthorized() {
-                log::info!("{action}: 401 Unauthorized; retrying once with the re-read credential");
+                log::info!("{action}: 401 Unauthorized; retrying once with the renewed credential");
                 retried = true;
+                if let Err(e) = self.use_issued_identity() {
+                    return Err(Error::Credentials(format!("cannot {action}: {e}")));
+                }
                 continue;
             }
             let retry_after = resp

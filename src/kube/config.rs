@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 
 use super::auth::Credential;
+use super::exec::{self, Plugin};
 use super::incluster;
 use super::kubeconfig::Kubeconfig;
 use super::tls::{Identity, Trust};
@@ -30,6 +31,10 @@ pub struct Config {
     /// Where this configuration came from, for messages.
     pub origin: String,
     pub disable_compression: bool,
+    /// The file `trust` was read from, re-read when it changes (CA rotation).
+    pub ca_file: Option<PathBuf>,
+    /// The kubeconfig cluster's `proxy-url`.
+    pub proxy_url: Option<String>,
 }
 
 /// The flags that choose a source of credentials.
@@ -127,6 +132,8 @@ impl Config {
             namespace: None,
             origin: "--server".into(),
             disable_compression: false,
+            ca_file: flags.ca_file.clone(),
+            proxy_url: None,
         })
     }
 
@@ -139,17 +146,20 @@ impl Config {
                 files.token.display()
             ));
         }
-        let trust = match std::fs::read(&files.ca) {
-            Ok(pem) => Trust::Pem {
-                pem,
-                origin: format!("'{}'", files.ca.display()),
-            },
+        let (trust, ca_file) = match std::fs::read(&files.ca) {
+            Ok(pem) => (
+                Trust::Pem {
+                    pem,
+                    origin: format!("'{}'", files.ca.display()),
+                },
+                Some(files.ca.clone()),
+            ),
             Err(e) => {
                 log::warn!(
                     "in-cluster: cannot read '{}' ({e}); verifying the apiserver with the platform CAs",
                     files.ca.display()
                 );
-                Trust::Platform
+                (Trust::Platform, None)
             }
         };
         let namespace = std::fs::read_to_string(&files.namespace)
@@ -165,6 +175,8 @@ impl Config {
             namespace,
             origin: "in-cluster service account".into(),
             disable_compression: false,
+            ca_file,
+            proxy_url: None,
         })
     }
 
@@ -211,6 +223,13 @@ impl Config {
             )),
             _ => None,
         };
+        let ca_file = match (&ca, &cluster.certificate_authority_data) {
+            (Some(_), data) if data.as_deref().is_none_or(str::is_empty) => {
+                cluster.certificate_authority.as_ref().map(PathBuf::from)
+            }
+            _ => None,
+        };
+        let ca_pem = ca.as_ref().map(|(pem, _)| pem.clone());
         let trust = match (ca, insecure) {
             (Some(_), true) => {
                 return Err(format!(
@@ -242,13 +261,13 @@ impl Config {
         if user.impersonate.is_some() {
             return Err(format!("{who}: impersonation (as) is not supported"));
         }
-        if user.exec.is_some() {
-            return Err(format!(
-                "{who}: exec credential plugins are not supported yet"
-            ));
-        }
         let identity = identity(&user, &who)?;
-        let credential = if let Some(t) = user.token.as_deref().filter(|t| !t.is_empty()) {
+        let credential = if let Some(e) = &user.exec {
+            let cluster_info = e
+                .provide_cluster_info
+                .then(|| cluster_info(cluster, &server, ca_pem.as_deref(), insecure));
+            Credential::Exec(Box::new(plugin(e, cluster_info, &who)?))
+        } else if let Some(t) = user.token.as_deref().filter(|t| !t.is_empty()) {
             Credential::Token(Secret::new(t))
         } else if let Some(f) = user.token_file.as_deref().filter(|f| !f.is_empty()) {
             Credential::TokenFile(PathBuf::from(f))
@@ -277,9 +296,99 @@ impl Config {
             ),
             origin: where_,
             disable_compression: cluster.disable_compression.unwrap_or(false),
+            ca_file,
+            proxy_url: cluster.proxy_url.clone().filter(|p| !p.is_empty()),
         })
     }
 }
+
+/// An exec plugin from a kubeconfig user, checked as client-go checks it.
+fn plugin(
+    e: &super::kubeconfig::ExecConfig,
+    cluster: Option<serde_json::Value>,
+    who: &str,
+) -> Result<Plugin, String> {
+    let api_version = e.api_version.clone().unwrap_or_default();
+    if api_version != exec::V1 && api_version != exec::V1BETA1 {
+        return Err(format!(
+            "{who}: exec apiVersion '{api_version}' is not supported (use {} or {})",
+            exec::V1,
+            exec::V1BETA1
+        ));
+    }
+    if e.command.is_empty() {
+        return Err(format!("{who}: exec has no command"));
+    }
+    match e.interactive_mode.as_deref() {
+        None if api_version == exec::V1 => {
+            return Err(format!(
+                "{who}: exec interactiveMode must be specified for {api_version} (Never or IfAvailable)"
+            ));
+        }
+        None | Some("Never") | Some("IfAvailable") => {}
+        Some("Always") => {
+            return Err(format!(
+                "{who}: exec interactiveMode is Always, but cmpoll never runs interactively (use Never or IfAvailable)"
+            ));
+        }
+        Some(other) => {
+            return Err(format!(
+                "{who}: exec interactiveMode '{other}' is not one of Never, IfAvailable, Always"
+            ));
+        }
+    }
+    Ok(Plugin {
+        api_version,
+        command: e.command.clone(),
+        args: e.args.clone().unwrap_or_default(),
+        env: e
+            .env
+            .iter()
+            .flatten()
+            .map(|v| (v.name.clone(), v.value.clone()))
+            .collect(),
+        install_hint: e.install_hint.clone(),
+        cluster,
+        origin: who.to_string(),
+    })
+}
+
+/// `spec.cluster` for a plugin with `provideClusterInfo`: client-go's `Cluster`, empty
+/// fields left out.
+fn cluster_info(
+    cluster: &super::kubeconfig::Cluster,
+    server: &str,
+    ca_pem: Option<&[u8]>,
+    insecure: bool,
+) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    m.insert("server".into(), server.into());
+    if let Some(n) = cluster.tls_server_name.as_deref().filter(|n| !n.is_empty()) {
+        m.insert("tls-server-name".into(), n.into());
+    }
+    if insecure {
+        m.insert("insecure-skip-tls-verify".into(), true.into());
+    }
+    if let Some(pem) = ca_pem {
+        m.insert(
+            "certificate-authority-data".into(),
+            base64::engine::general_purpose::STANDARD.encode(pem).into(),
+        );
+    }
+    if let Some(p) = cluster.proxy_url.as_deref().filter(|p| !p.is_empty()) {
+        m.insert("proxy-url".into(), p.into());
+    }
+    if cluster.disable_compression == Some(true) {
+        m.insert("disable-compression".into(), true.into());
+    }
+    if let Some(config) = super::kubeconfig::extensions(cluster).remove(EXEC_EXTENSION) {
+        m.insert("config".into(), config);
+    }
+    serde_json::Value::Object(m)
+}
+
+/// The cluster extension handed to exec plugins as `spec.cluster.config`.
+const EXEC_EXTENSION: &str = "client.authentication.k8s.io/exec";
 
 fn identity(user: &super::kubeconfig::AuthInfo, who: &str) -> Result<Option<Identity>, String> {
     let cert = match (&user.client_certificate_data, &user.client_certificate) {
@@ -453,7 +562,23 @@ mod tests {
             ),
             (
                 "{exec: {command: x}}",
-                "exec credential plugins are not supported yet",
+                "exec apiVersion '' is not supported",
+            ),
+            (
+                "{exec: {command: x, apiVersion: client.authentication.k8s.io/v1alpha1}}",
+                "exec apiVersion 'client.authentication.k8s.io/v1alpha1' is not supported",
+            ),
+            (
+                "{exec: {command: x, apiVersion: client.authentication.k8s.io/v1}}",
+                "exec interactiveMode must be specified for client.authentication.k8s.io/v1",
+            ),
+            (
+                "{exec: {command: x, apiVersion: client.authentication.k8s.io/v1, interactiveMode: Always}}",
+                "cmpoll never runs interactively",
+            ),
+            (
+                "{exec: {command: x, apiVersion: client.authentication.k8s.io/v1, interactiveMode: Sometimes}}",
+                "interactiveMode 'Sometimes' is not one of",
             ),
             ("{as: admin}", "impersonation"),
             (
@@ -473,6 +598,40 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn exec_plugins_with_and_without_cluster_info() {
+        let yaml = format!(
+            "{BASE}users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: get-token\n      args: [--region, eu]\n      env: [{{name: A, value: b}}]\n      installHint: brew install get-token\n"
+        );
+        let c = Config::from_kubeconfig(&kc(&yaml), None).unwrap();
+        let Credential::Exec(p) = &c.credential else {
+            panic!("{:?}", c.credential)
+        };
+        assert_eq!(p.command, "get-token");
+        assert_eq!(p.args, ["--region", "eu"]);
+        assert_eq!(p.env, [("A".to_string(), "b".to_string())]);
+        assert_eq!(p.cluster, None);
+        let with_info = yaml.replace("command: get-token", "command: get-token\n      provideClusterInfo: true")
+            .replace(
+                "insecure-skip-tls-verify: true}",
+                "insecure-skip-tls-verify: true, proxy-url: 'http://p:3128', extensions: [{name: client.authentication.k8s.io/exec, extension: {audience: x}}]}",
+            );
+        let c = Config::from_kubeconfig(&kc(&with_info), None).unwrap();
+        let Credential::Exec(p) = &c.credential else {
+            panic!("{:?}", c.credential)
+        };
+        assert_eq!(
+            p.cluster,
+            Some(serde_json::json!({
+                "server": "https://h:6443",
+                "insecure-skip-tls-verify": true,
+                "proxy-url": "http://p:3128",
+                "config": {"audience": "x"},
+            }))
+        );
+        assert_eq!(c.proxy_url.as_deref(), Some("http://p:3128"));
     }
 
     #[test]

@@ -139,7 +139,8 @@ impl Kubeconfig {
                 if let Some(exec) = user.exec.as_mut()
                     && exec.command.contains('/')
                 {
-                    let mut cmd = Some(exec.command.clone());
+                    let bare = exec.command.trim_start_matches("./");
+                    let mut cmd = Some(bare.to_string());
                     resolve(&mut cmd, dir);
                     exec.command = cmd.unwrap_or_default();
                 }

@@ -8,8 +8,10 @@ pub mod auth;
 pub mod client;
 pub mod config;
 pub mod decode;
+pub mod exec;
 pub mod incluster;
 pub mod kubeconfig;
+pub mod proxy;
 pub mod tls;
 
 use std::fmt;

@@ -94,6 +94,18 @@ fn platform_roots(env: &dyn Fn(&str) -> Option<String>) -> Result<(Vec<u8>, Stri
     ))
 }
 
+/// `Platform` read into `Pem` (once, so the config can be rebuilt without the
+/// environment); other kinds as they are.
+pub fn resolve_trust(trust: &Trust, env: &dyn Fn(&str) -> Option<String>) -> Result<Trust, String> {
+    Ok(match trust {
+        Trust::Platform => {
+            let (pem, origin) = platform_roots(env)?;
+            Trust::Pem { pem, origin }
+        }
+        other => other.clone(),
+    })
+}
+
 /// Builds the rustls config; every problem is a one-line error naming its origin.
 pub fn client_config(
     trust: &Trust,

@@ -272,6 +272,15 @@ impl Supervisor {
     /// Collects the agent's exit, if it exited (and, as PID 1, every orphan's).
     fn reap(&mut self) -> Option<(Option<i32>, Option<i32>)> {
         let running = self.running.as_mut()?;
+        let exclusive = crate::kube::exec::CHILDREN.try_write();
+        if self.pid1 && exclusive.is_err() {
+            // An exec credential plugin is running: reaping any child could take its exit
+            // status from under it. Only the agent now; orphans at the next tick.
+            return match rustix::process::waitpid(Some(running.pid), WaitOptions::NOHANG) {
+                Ok(Some((_, status))) => Some((status.exit_status(), status.terminating_signal())),
+                _ => None,
+            };
+        }
         if self.pid1 {
             let mut mine = None;
             // `wait`, not `waitpid(None)`: the latter is waitpid(0), this process group

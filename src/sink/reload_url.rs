@@ -58,7 +58,7 @@ impl ReloadUrl {
             tls::client_config(&Trust::Insecure, None, env)
                 .map_err(|e| format!("--reload-url: {e}"))?
         };
-        let agent = crate::kube::client::agent(tls_config, None, timeout, true);
+        let agent = crate::kube::client::agent(tls_config, None, timeout, true, None);
         let request = ureq::http::Request::builder()
             .method(method)
             .uri(url)

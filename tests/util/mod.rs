@@ -10,6 +10,8 @@ use std::process::{Child, Command, Output, Stdio};
 
 use test_apiserver::{Kubeconfig, TestApiserver};
 
+pub mod proxy;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_cmpoll");
 
 /// A `cmpoll` invocation: a temp folder as HOME, only the variables a test sets.
@@ -262,6 +264,11 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// The invocation it was started from (its folder and environment).
+    pub fn cmd(&self) -> &Cmpoll {
+        &self.cmd
+    }
+
     /// Starts `cmpoll run` with `args` after `run`.
     pub fn start(cmd: Cmpoll, args: &[&str]) -> Daemon {
         let mut all = vec!["run"];

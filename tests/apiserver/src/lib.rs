@@ -365,6 +365,9 @@ impl TestApiserver {
         if spec.disable_compression {
             cluster += "    disable-compression: true\n";
         }
+        if let Some(url) = &spec.proxy_url {
+            cluster += &format!("    proxy-url: {url}\n");
+        }
         let user = match &spec.credential {
             Credential::Token(t) => format!("    token: {t}\n"),
             Credential::TokenFile(p) => format!("    tokenFile: {}\n", p.display()),
@@ -426,6 +429,7 @@ pub struct Kubeconfig {
     pub namespace: Option<String>,
     pub tls_server_name: Option<String>,
     pub disable_compression: bool,
+    pub proxy_url: Option<String>,
 }
 
 impl Kubeconfig {
@@ -443,6 +447,7 @@ impl Kubeconfig {
             namespace: None,
             tls_server_name: None,
             disable_compression: false,
+            proxy_url: None,
         }
     }
 

@@ -363,11 +363,19 @@ fn steady(
 ) {
     server.clear_requests();
     let mut cmd = Command::new(cmpoll);
-    cmd.args(["run", "--interval", "100ms", "--jitter", "0"])
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    cmd.args([
+        "run",
+        "--interval",
+        "100ms",
+        "--jitter",
+        "0",
+        "--max-response-bytes",
+        "1Gi",
+    ])
+    .env("KUBECONFIG", kubeconfig)
+    .env("RUST_LOG", "warn")
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
     if metadata_first {
         cmd.arg("--metadata-first");
     }
@@ -406,7 +414,7 @@ fn steady(
 fn idle(server: &TestApiserver, cmpoll: &Path, kubeconfig: &Path) {
     server.clear_requests();
     let mut child = Command::new(cmpoll)
-        .args(["run", "--interval", "1h"])
+        .args(["run", "--interval", "1h", "--max-response-bytes", "1Gi"])
         .env("KUBECONFIG", kubeconfig)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -470,7 +478,10 @@ fn main() {
         );
         let cmpoll_cmd = |kc: &Path, json: bool| {
             let mut c = Command::new(&cmpoll);
-            c.arg("list").env("KUBECONFIG", kc).env("RUST_LOG", "warn");
+            // The default cap (64 MiB) is below a 50k x 2 KiB list.
+            c.args(["list", "--max-response-bytes", "1Gi"])
+                .env("KUBECONFIG", kc)
+                .env("RUST_LOG", "warn");
             if json {
                 c.arg("--json");
             }
