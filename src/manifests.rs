@@ -95,12 +95,17 @@ fn collect(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
 pub fn load_file(file: &Path, out: &mut Vec<ManifestConfigMap>) -> Result<(), String> {
     let text =
         fs::read_to_string(file).map_err(|e| format!("cannot read '{}': {e}", file.display()))?;
+    parse(file, &text, out)
+}
+
+/// Parses the text of `file` (JSON if it is named `*.json`, else YAML).
+pub fn parse(file: &Path, text: &str, out: &mut Vec<ManifestConfigMap>) -> Result<(), String> {
     let docs: Vec<Doc> = if file.extension().is_some_and(|e| e == "json") {
-        let doc = serde_json::from_str(&text).map_err(|e| format!("'{}': {e}", file.display()))?;
+        let doc = serde_json::from_str(text).map_err(|e| format!("'{}': {e}", file.display()))?;
         vec![doc]
     } else {
         let options = serde_saphyr::options! { no_schema: true, with_snippet: false };
-        serde_saphyr::from_multiple_with_options(&text, options).map_err(|e| {
+        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
             let msg = e.to_string();
             let msg = msg.trim_start_matches("error: ").trim();
             format!("'{}': {msg}", file.display())

@@ -1,17 +1,12 @@
 //! Supervising the agent (`cmpoll run -- AGENT`) and the reload URL, with real child
 //! programs: small shell scripts that log what they get and trap signals.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use test_apiserver::{ConfigMap, TestApiserver};
 
-use crate::util::{Cmpoll, Daemon};
+use crate::util::http::reload_server;
+use crate::util::{Cmpoll, Daemon, eventually, lines, script};
 
 const SOON: Duration = Duration::from_secs(10);
 
@@ -19,31 +14,6 @@ fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
     ConfigMap::new(ns, name)
         .label("cmpoll.io/module", "true")
         .data("k", v)
-}
-
-/// Writes an executable script.
-fn script(c: &Cmpoll, name: &str, body: &str) -> PathBuf {
-    let p = c.write(name, &format!("#!/bin/sh\n{body}"));
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
-}
-
-/// Lines of a log file (empty if it does not exist yet).
-fn lines(p: &Path) -> Vec<String> {
-    std::fs::read_to_string(p)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-/// Waits until `f` holds, or panics with `what`.
-fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < within, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// An agent that copies its stdin to `stdin.log`, logs HUP (with what the output folder
@@ -377,37 +347,6 @@ fn an_agent_too_far_behind_on_stdin_is_restarted_with_the_full_state() {
 }
 
 /// A tiny HTTP server: answers `codes` in turn (then 200), counting calls by method.
-fn reload_server(codes: Vec<u16>) -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/-/reload", listener.local_addr().unwrap());
-    let calls = Arc::new(Mutex::new(Vec::new()));
-    let seen = calls.clone();
-    let n = Arc::new(AtomicU32::new(0));
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let mut conn = conn.unwrap();
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            loop {
-                let mut h = String::new();
-                reader.read_line(&mut h).unwrap();
-                if h == "\r\n" || h.is_empty() {
-                    break;
-                }
-            }
-            seen.lock().unwrap().push(line.trim().to_string());
-            let i = n.fetch_add(1, Ordering::SeqCst) as usize;
-            let code = codes.get(i).copied().unwrap_or(200);
-            let _ = write!(
-                conn,
-                "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            );
-        }
-    });
-    (url, calls)
-}
-
 #[test]
 fn the_reload_url_is_called_once_per_changed_batch_and_retried_on_failure() {
     let s = TestApiserver::start();

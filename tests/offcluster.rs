@@ -7,9 +7,8 @@ use test_apiserver::{
     ConfigMap, Credential, Grant, Kubeconfig, Options, Pki, TOKEN, TestApiserver, Trust, USER,
 };
 
-use crate::util::Cmpoll;
-use crate::util::Daemon;
 use crate::util::proxy::ConnectProxy;
+use crate::util::{Cmpoll, Daemon, eventually, script};
 
 const SOON: Duration = Duration::from_secs(10);
 
@@ -29,8 +28,7 @@ fn module(name: &str, v: &str) -> ConfigMap {
 /// in `DIR/info-N`, says so on stderr, and issues `exec-token-N` valid for the number of
 /// seconds in `DIR/life` (read before the count is written, so a test that saw run N can
 /// change the life of run N+1).
-const TOKEN_PLUGIN: &str = r#"#!/bin/sh
-dir=$(dirname "$0")
+const TOKEN_PLUGIN: &str = r#"dir=$(dirname "$0")
 life=$(cat "$dir/life")
 n=$(( $(cat "$dir/count" 2>/dev/null || echo 0) + 1 ))
 printf '%s' "$KUBERNETES_EXEC_INFO" > "$dir/info-$n"
@@ -39,12 +37,6 @@ echo "plugin run $n for $PLUGIN_USER" >&2
 exp=$(date -u -d "@$(( $(date +%s) + life ))" +%Y-%m-%dT%H:%M:%SZ)
 printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"exec-token-%s","expirationTimestamp":"%s"}}\n' $n $exp
 "#;
-
-fn write_script(c: &Cmpoll, name: &str, text: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    let p = c.write(name, text);
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
 
 fn exec_user(command: &str, extra: &str) -> Credential {
     Credential::Raw(format!(
@@ -58,15 +50,7 @@ fn runs(c: &Cmpoll) -> u32 {
         .unwrap_or(0)
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < SOON, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// `wait_for`, failing with the daemon's own log lines.
+/// `eventually`, failing with the daemon's own log lines.
 fn wait_daemon(d: &Daemon, what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
@@ -92,7 +76,7 @@ fn an_exec_token_is_renewed_before_expiry_and_after_a_401_and_never_logged() {
     // The command has a `/`: it resolves against the kubeconfig's folder.
     let spec = Kubeconfig::with(exec_user("plugin/get-token", ""));
     let c = Cmpoll::against_with(&s, &spec).env("RUST_LOG", "trace");
-    write_script(&c, "plugin/get-token", TOKEN_PLUGIN);
+    script(&c, "plugin/get-token", TOKEN_PLUGIN);
     c.write("plugin/life", "2");
     let d = Daemon::start(c, &["--interval", "100ms"]);
     d.batch(SOON);
@@ -159,10 +143,10 @@ fn an_exec_client_certificate_is_presented_and_cluster_info_is_provided() {
         "status": {"clientCertificateData": pair.cert_pem, "clientKeyData": pair.key_pem},
     });
     c.write("bin/cred.json", &cred.to_string());
-    write_script(
+    script(
         &c,
         "bin/get-cert",
-        "#!/bin/sh\nprintf '%s' \"$KUBERNETES_EXEC_INFO\" > \"$(dirname \"$0\")/info\"\ncat \"$(dirname \"$0\")/cred.json\"\n",
+        "printf '%s' \"$KUBERNETES_EXEC_INFO\" > \"$(dirname \"$0\")/info\"\ncat \"$(dirname \"$0\")/cred.json\"\n",
     );
     // A bare command name: looked up on PATH.
     let path = format!(
@@ -211,11 +195,7 @@ fn a_missing_plugin_names_its_install_hint_and_a_failing_one_fails_the_poll() {
     assert!(s.requests().is_empty());
 
     let c = Cmpoll::against_with(&s, &Kubeconfig::with(exec_user("./fails", "")));
-    write_script(
-        &c,
-        "fails",
-        "#!/bin/sh\necho 'no SSO session' >&2\nexit 3\n",
-    );
+    script(&c, "fails", "echo 'no SSO session' >&2\nexit 3\n");
     let run = c.with_args(&["list"]).run().failure(1);
     assert!(
         run.error_line().ends_with(&format!(
@@ -348,7 +328,7 @@ fn a_ca_file_that_changes_is_read_again() {
             ca.to_str().unwrap(),
         ],
     );
-    wait_for("a failed poll", || d.stderr().contains("TLS"));
+    eventually("a failed poll", SOON, || d.stderr().contains("TLS"));
     // Rotated as kubelet does it: a new file renamed over the old one.
     let c = d.cmd();
     c.write("ca.new", &s.ca_pem());
@@ -378,13 +358,13 @@ fn as_pid_1_reaping_orphans_never_takes_a_plugins_exit_status() {
         s.add_token(&format!("exec-token-{n}"), USER);
     }
     let c = Cmpoll::against_with(&s, &Kubeconfig::with(exec_user("plugin/get-token", "")));
-    write_script(&c, "plugin/get-token", TOKEN_PLUGIN);
+    script(&c, "plugin/get-token", TOKEN_PLUGIN);
     // One second of life: a run about every 0.9 s, while orphans keep PID 1 reaping.
     c.write("plugin/life", "1");
-    write_script(
+    script(
         &c,
         "agent.sh",
-        "#!/bin/sh\nwhile true; do sh -c 'sleep 0.02 &'; sleep 0.03; done\n",
+        "while true; do sh -c 'sleep 0.02 &'; sleep 0.03; done\n",
     );
     let stderr = std::fs::File::create(c.path("stderr")).unwrap();
     let mut child = c
@@ -402,7 +382,7 @@ fn as_pid_1_reaping_orphans_never_takes_a_plugins_exit_status() {
         .stderr(stderr)
         .spawn()
         .unwrap();
-    wait_for("four plugin runs", || runs(&c) >= 4);
+    eventually("four plugin runs", SOON, || runs(&c) >= 4);
     let _ = child.kill();
     let _ = child.wait();
     let log = std::fs::read_to_string(c.path("stderr")).unwrap();

@@ -2,13 +2,14 @@
 //! accepts, sd_notify on a real socket, and JSON logs.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use test_apiserver::{ConfigMap, Fault, Match, TestApiserver};
 
+use crate::util::http::{get, listening, until, until_body};
 use crate::util::{Cmpoll, Daemon};
 
 const SOON: Duration = Duration::from_secs(10);
@@ -17,50 +18,6 @@ fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
     ConfigMap::new(ns, name)
         .label("cmpoll.io/module", "true")
         .data("k", v)
-}
-
-/// The address cmpoll logged it listens on.
-fn listening(d: &Daemon) -> String {
-    let start = Instant::now();
-    loop {
-        if let Some(line) = d.stderr().lines().find(|l| l.contains("/metrics on ")) {
-            return line.rsplit(' ').next().unwrap().to_string();
-        }
-        assert!(
-            start.elapsed() < SOON,
-            "cmpoll never listened:\n{}",
-            d.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// GET `path`: (status, body).
-fn get(addr: &str, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let code = out.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = out.split_once("\r\n\r\n").unwrap().1.to_string();
-    (code, body)
-}
-
-/// Polls `path` until it answers `code` with a body containing `needle`.
-fn until_body(addr: &str, path: &str, code: u16, needle: &str) -> String {
-    let start = Instant::now();
-    loop {
-        let (c, body) = get(addr, path);
-        if c == code && body.contains(needle) {
-            return body;
-        }
-        assert!(start.elapsed() < SOON, "{path} stayed {c}: {body}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn until(addr: &str, path: &str, code: u16) -> String {
-    until_body(addr, path, code, "")
 }
 
 fn reload_target(ok: std::sync::Arc<std::sync::atomic::AtomicBool>) -> String {

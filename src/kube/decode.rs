@@ -804,6 +804,25 @@ mod tests {
     }
 
     #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let deep = |open: &str, close: &str| {
+            let n = 200_000;
+            format!("{}{}", open.repeat(n), close.repeat(n))
+        };
+        for body in [
+            format!(r#"{{"items":[{}]}}"#, deep("[", "]")),
+            format!(r#"{{"items":[{{"metadata":{}}}]}}"#, deep(r#"{"a":"#, "}")),
+            format!(r#"{{"metadata":{},"items":[]}}"#, deep("[", "]")),
+        ] {
+            let e = decode(body.as_bytes(), &KeyFilter::all()).unwrap_err();
+            assert!(e.contains("not a valid list"), "{e}");
+        }
+        // A field cmpoll does not read is skipped without recursion, however deep.
+        let body = format!(r#"{{"items":[], "x": {}}}"#, deep("[", "]"));
+        assert!(decode(body.as_bytes(), &KeyFilter::all()).is_ok());
+    }
+
+    #[test]
     fn a_handler_error_stops_decoding_and_is_returned() {
         let mut n = 0;
         let r = decode_list(

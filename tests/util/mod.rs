@@ -5,11 +5,14 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use test_apiserver::{Kubeconfig, TestApiserver};
 
+pub mod http;
 pub mod proxy;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cmpoll");
@@ -384,5 +387,30 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Writes an executable script.
+pub fn script(c: &Cmpoll, name: &str, body: &str) -> PathBuf {
+    let p = c.write(name, &format!("#!/bin/sh\n{body}"));
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// Lines of a log file (empty if it does not exist yet).
+pub fn lines(p: &Path) -> Vec<String> {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until `f` holds, or panics with `what`.
+pub fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < within, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -353,7 +353,8 @@ fn wait_lists(server: &TestApiserver, n: usize) {
     }
 }
 
-/// The daemon with no changes: CPU and bytes per poll, RSS after 10 and after `polls`.
+/// The daemon with no changes: CPU and bytes per poll, RSS after a 20-poll warm-up and
+/// after `polls` more.
 fn steady(
     server: &TestApiserver,
     cmpoll: &Path,
@@ -381,7 +382,7 @@ fn steady(
     }
     let mut child = cmd.spawn().unwrap();
     let pid = child.id();
-    wait_lists(server, 10);
+    wait_lists(server, 20);
     let (cpu10, rss10) = proc_usage(pid);
     let from = server.requests().len();
     let lists_from = lists_so_far(server);
@@ -393,7 +394,7 @@ fn steady(
     let per = |x: f64| x / polls as f64;
     let etcd = steady.iter().filter(|r| r.route == Route::Etcd).count();
     println!(
-        "  {:<22} cpu/poll {:>7.2} ms   bytes/poll {:>10}   requests/poll {:.2} (etcd: {etcd})   RSS after 10 polls {}, after {} {}",
+        "  {:<22} cpu/poll {:>7.2} ms   bytes/poll {:>10}   requests/poll {:.2} (etcd: {etcd})   RSS after 20 polls {}, after {} {}",
         if metadata_first {
             "--metadata-first"
         } else {
@@ -403,7 +404,7 @@ fn steady(
         mb((per(bytes as f64)) as u64),
         steady.len() as f64 / polls as f64,
         mib(rss10),
-        polls + 10,
+        polls + 20,
         mib(rss_n),
     );
     let _ = child.kill();

@@ -1,0 +1,17 @@
+//! Kubeconfig YAML, then resolving its current context: errors, never panics.
+#![no_main]
+
+use cmpoll::kube::config::Config;
+use cmpoll::kube::kubeconfig::Kubeconfig;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(mut kc) = Kubeconfig::from_yaml(text) {
+        kc.files = vec!["/fuzz/kubeconfig".into()];
+        let _ = Config::from_kubeconfig(&kc, None);
+        let _ = kc.clone().merge(kc);
+    }
+});

@@ -1,0 +1,346 @@
+//! The fault matrix: every fault the test apiserver can inject, in every phase of a
+//! daemon's life, against every sink at once (output folder, supervised agent with stdin
+//! events and a reload signal, reload URL, stdout). While the fault lasts: no event, no
+//! file change, no line on the agent's stdin, no signal, no reload call; the daemon stays
+//! up and `/readyz` says it is not ready. Once it clears: exactly the events the cluster's
+//! changes call for, in every sink, and ready again.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use test_apiserver::{ConfigMap, Fault, Match, TestApiserver};
+
+use crate::util::http::{get, listening, reload_server, until};
+use crate::util::{Cmpoll, Daemon, eventually, lines, script};
+
+const SOON: Duration = Duration::from_secs(15);
+/// How long a fault is watched for changes: longer than the readiness limit (3 × 50 ms
+/// interval + the 500 ms backoff cap).
+const WINDOW: Duration = Duration::from_millis(1200);
+
+fn module(name: &str, v: &str) -> ConfigMap {
+    ConfigMap::new("a", name)
+        .label("cmpoll.io/module", "true")
+        .data("k", v)
+}
+
+/// Copies stdin to `stdin.log`, logs each HUP, and ends with cmpoll (even a killed one).
+const AGENT: &str = r#"
+trap 'echo hup >> "$LOGDIR/hup.log"' HUP
+trap 'exit 0' TERM
+exec 3<&0
+cat <&3 >> "$LOGDIR/stdin.log" &
+while kill -0 $PPID 2>/dev/null; do sleep 0.05; done
+"#;
+
+struct Phase {
+    name: &'static str,
+    args: &'static [&'static str],
+    when: fn() -> Match,
+    /// The fault is there from the start: the first poll meets it.
+    from_start: bool,
+}
+
+const PHASES: &[Phase] = &[
+    Phase {
+        name: "first poll",
+        args: &[],
+        when: Match::lists,
+        from_start: true,
+    },
+    Phase {
+        name: "steady state",
+        args: &[],
+        when: Match::lists,
+        from_start: false,
+    },
+    Phase {
+        name: "later pages",
+        args: &["--page-size", "1"],
+        when: Match::continue_pages,
+        from_start: false,
+    },
+    Phase {
+        name: "metadata-first GETs",
+        args: &["--metadata-first"],
+        when: Match::gets,
+        from_start: false,
+    },
+];
+
+fn faults() -> Vec<(&'static str, Fault)> {
+    vec![
+        ("500 etcd timeout", Fault::InternalError),
+        ("500 etcd unreachable", Fault::EtcdUnreachable(1)),
+        ("500 handler panic", Fault::Panic),
+        ("503 with Retry-After", Fault::Unavailable(1)),
+        ("504 timeout filter", Fault::GatewayTimeout),
+        ("429 priority and fairness", Fault::TooManyRequests(1)),
+        ("429 cache initializing", Fault::CacheInitializing(1)),
+        (
+            "401",
+            Fault::Status(401, "Unauthorized".into(), "Unauthorized".into()),
+        ),
+        (
+            "403",
+            Fault::Status(403, "Forbidden".into(), "configmaps is forbidden".into()),
+        ),
+        (
+            "slower than --timeout",
+            Fault::Delay(Duration::from_millis(900)),
+        ),
+        ("connection reset", Fault::Reset),
+        ("body cut short", Fault::CutShort),
+        ("not JSON", Fault::NotJson),
+        (
+            "endless slow body",
+            Fault::Trickle {
+                bytes: 16,
+                pause: Duration::from_millis(100),
+            },
+        ),
+        ("over --max-response-bytes", Fault::Huge(2 << 20)),
+    ]
+}
+
+/// Everything under `dir`: path → file contents or `-> link target` (and what a link to a
+/// folder holds, under the link's path).
+fn tree(dir: &Path) -> BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            if meta.file_type().is_symlink() {
+                out.insert(
+                    rel,
+                    format!("-> {}", std::fs::read_link(&p).unwrap().display()),
+                );
+                if p.is_dir() {
+                    walk(root, &p, out);
+                }
+            } else if meta.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.insert(
+                    rel,
+                    String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into(),
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// What every sink has shown so far.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    modules: BTreeMap<String, String>,
+    stdin: usize,
+    hups: usize,
+    reloads: usize,
+}
+
+fn run_case(phase: &Phase, fault: Fault) {
+    let s = TestApiserver::start();
+    s.put(module("one", "1"));
+    s.put(module("two", "2"));
+    // Stays, so that with --page-size 1 a later page always exists.
+    s.put(module("zzz", "3"));
+    let c = Cmpoll::against(&s);
+    let logs = c.path("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let c = c.env("LOGDIR", logs.to_str().unwrap());
+    let agent = script(&c, "agent.sh", AGENT);
+    let out = c.path("out");
+    let (url, calls) = reload_server(vec![]);
+    let seen = || Seen {
+        modules: tree(&out)
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("a/"))
+            .collect(),
+        stdin: lines(&logs.join("stdin.log")).len(),
+        hups: lines(&logs.join("hup.log")).len(),
+        reloads: calls.lock().unwrap().len(),
+    };
+    let mut args = vec![
+        "--interval",
+        "50ms",
+        "--jitter",
+        "0",
+        "--timeout",
+        "300ms",
+        "--max-response-bytes",
+        "1MiB",
+        "--listen",
+        "127.0.0.1:0",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--reload-url",
+        &url,
+        "--stdout-events",
+        "--child-stdin",
+        "events",
+        "--reload-signal",
+        "HUP",
+    ];
+    args.extend_from_slice(phase.args);
+    args.extend_from_slice(&["--", agent.to_str().unwrap()]);
+    let when = (phase.when)();
+    if phase.from_start {
+        s.fault_always(when.clone(), fault.clone());
+    }
+    let mut d = Daemon::start(c, &args);
+    let addr = listening(&d);
+    let before = if phase.from_start {
+        Seen {
+            modules: BTreeMap::new(),
+            stdin: 0,
+            hups: 0,
+            reloads: 0,
+        }
+    } else {
+        assert_eq!(d.batch(SOON).len(), 4, "first batch");
+        until(&addr, "/readyz", 200);
+        // The agent starts with the first batch on its stdin: no signal for that one.
+        eventually("the first batch in every sink", SOON, || {
+            let now = seen();
+            now.reloads == 1 && now.stdin == 4
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let seen = seen();
+        assert_eq!((seen.reloads, seen.stdin, seen.hups), (1, 4, 0), "{seen:?}");
+        assert_eq!(
+            seen.modules.len(),
+            6,
+            "three symlinks and three files: {seen:?}"
+        );
+        s.fault_always(when, fault);
+        s.put(module("one", "changed"));
+        s.delete("a", "two");
+        seen
+    };
+    eventually("the fault to be hit", SOON, || {
+        s.requests().iter().any(|r| r.fault.is_some())
+    });
+    d.no_event(WINDOW);
+    assert!(d.is_running(), "the daemon stays up");
+    assert_eq!(seen(), before, "nothing changed in any sink");
+    let (code, body) = get(&addr, "/readyz");
+    assert_eq!(code, 503, "not ready while the fault lasts: {body}");
+
+    s.clear_faults();
+    let b = d.batch(SOON);
+    let got: Vec<(String, String)> = b
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (s("type"), s("module"))
+        })
+        .collect();
+    let want: Vec<(&str, &str)> = if phase.from_start {
+        vec![
+            ("added", "a/one"),
+            ("added", "a/two"),
+            ("added", "a/zzz"),
+            ("synced", ""),
+        ]
+    } else {
+        vec![("removed", "a/two"), ("updated", "a/one"), ("synced", "")]
+    };
+    let want: Vec<(String, String)> = want
+        .into_iter()
+        .map(|(t, m)| (t.to_string(), m.to_string()))
+        .collect();
+    assert_eq!(got, want, "exactly the events the changes call for");
+    until(&addr, "/readyz", 200);
+    // A first batch starts the agent (no signal); a later one signals it.
+    let hups = before.hups + usize::from(!phase.from_start);
+    let caught_up = || {
+        let now = seen();
+        now.hups == hups
+            && now.reloads == before.reloads + 1
+            && now.stdin == before.stdin + want.len()
+    };
+    let start = Instant::now();
+    while !caught_up() {
+        assert!(
+            start.elapsed() < SOON,
+            "every sink to catch up: {:?}",
+            seen()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let files = seen().modules;
+    let contents: Vec<&String> = files
+        .iter()
+        .filter(|(k, _)| k.ends_with("/k"))
+        .map(|(_, v)| v)
+        .collect();
+    if phase.from_start {
+        assert_eq!(contents, ["1", "2", "3"], "{files:?}");
+    } else {
+        assert_eq!(contents, ["changed", "3"], "{files:?}");
+    }
+    assert_eq!(d.stop(), Some(0));
+}
+
+#[test]
+fn every_fault_in_every_phase_changes_nothing_in_any_sink_and_recovery_is_exact() {
+    let mut cases = Vec::new();
+    let only = std::env::var("FAULT_CASE").unwrap_or_default();
+    for phase in PHASES {
+        for (what, fault) in faults() {
+            if !format!("{what} / {}", phase.name).contains(&only) {
+                continue;
+            }
+            cases.push((phase, what, fault));
+        }
+    }
+    let total = cases.len();
+    let queue = Mutex::new(cases);
+    let failures = Mutex::new(Vec::new());
+    let started = Instant::now();
+    // Each case is its own apiserver, daemon and agent; most of their time is waiting.
+    std::thread::scope(|scope| {
+        for _ in 0..6 {
+            scope.spawn(|| {
+                loop {
+                    let Some((phase, what, fault)) = queue.lock().unwrap().pop() else {
+                        return;
+                    };
+                    let name = format!("{what} / {}", phase.name);
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        run_case(phase, fault)
+                    }));
+                    if let Err(e) = result {
+                        let msg = e
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default();
+                        failures.lock().unwrap().push(format!("{name}: {msg}"));
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    eprintln!(
+        "fault matrix: {total} cases, {} failed, {:.1}s",
+        failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        failures.is_empty(),
+        "failed cases:\n{}",
+        failures.join("\n\n")
+    );
+}
