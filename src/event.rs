@@ -48,8 +48,8 @@ struct ModuleOut<'a> {
     module: &'a str,
     namespace: &'a str,
     name: &'a str,
-    uid: &'a str,
-    resource_version: &'a str,
+    uid: String,
+    resource_version: String,
     hash: String,
     files: TextFiles<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,8 +64,8 @@ pub fn module(kind: Option<&str>, id: &str, entry: &Entry, files: &[File]) -> Ve
         module: id,
         namespace,
         name,
-        uid: &entry.uid,
-        resource_version: &entry.resource_version,
+        uid: entry.uid.to_string(),
+        resource_version: entry.resource_version.to_string(),
         hash: entry.hash.to_string(),
         files: TextFiles(files),
         binary_files: files

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use crate::kube;
 use crate::module::{Item, Module, NotAModule};
-use crate::snapshot::{Entry, Snapshot};
+use crate::snapshot::{Entry, Ident, Snapshot};
 use crate::source::{Mark, Source, Visit};
 use crate::spool::Spool;
 
@@ -64,7 +64,8 @@ impl Poller {
         let mut collector = Collector {
             prev,
             spool,
-            entries: Vec::new(),
+            // About as many as last time: no doubling past the cluster's size.
+            entries: Vec::with_capacity(prev.modules.len()),
             noted: &mut self.noted,
             not_modules: Vec::new(),
             stats: PollStats::default(),
@@ -170,8 +171,8 @@ impl Visit for Collector<'_> {
         self.entries.push((
             id,
             Entry {
-                uid: module.uid.clone(),
-                resource_version: module.resource_version.clone(),
+                uid: Ident::new(&module.uid),
+                resource_version: Ident::new(&module.resource_version),
                 hash: module.hash,
                 loc,
                 files: module.files.len() as u32,

@@ -61,21 +61,30 @@ fn rss_and_fds(pid: u32) -> (u64, usize) {
     (rss, fds)
 }
 
-/// The folder as modules: `DIR/ns/name/key`.
+/// The folder as modules: `DIR/ns/name/key`. Read while cmpoll may be writing: what
+/// vanishes in between is left out (the next look will see the folder settled).
 fn folder(dir: &Path) -> Modules {
     let mut out = Modules::new();
-    for ns in std::fs::read_dir(dir).unwrap().flatten() {
+    let Ok(namespaces) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for ns in namespaces.flatten() {
         let name = ns.file_name().to_string_lossy().to_string();
+        let Ok(modules) = std::fs::read_dir(ns.path()) else {
+            continue;
+        };
         if name.starts_with('.') {
             continue;
         }
-        for m in std::fs::read_dir(ns.path()).unwrap().flatten() {
-            let files = std::fs::read_dir(m.path())
-                .unwrap()
+        for m in modules.flatten() {
+            let Ok(files) = std::fs::read_dir(m.path()) else {
+                continue;
+            };
+            let files = files
                 .flatten()
-                .map(|f| {
+                .filter_map(|f| {
                     let k = f.file_name().to_string_lossy().to_string();
-                    (k, std::fs::read_to_string(f.path()).unwrap())
+                    Some((k, std::fs::read_to_string(f.path()).ok()?))
                 })
                 .collect();
             out.insert(format!("{name}/{}", m.file_name().to_string_lossy()), files);
@@ -164,7 +173,11 @@ fn soak_under_churn_and_faults() {
     args.extend(["--", agent.to_str().unwrap()]);
     let c = c.env("RUST_LOG", "warn");
     let mut d = Daemon::start(c, &args);
-    d.batch(Duration::from_secs(30));
+    eventually(
+        "the first batch in the folder",
+        Duration::from_secs(30),
+        || out.join(".cmpoll/state.json").exists() && folder(&out).len() == 1000,
+    );
     let pid = d.child.id();
 
     let faults = [
