@@ -191,7 +191,13 @@ fn metrics_parse_with_prometheus_client_and_counters_move() {
     s.delete("a", "two");
     s.fault(Match::lists(), Fault::InternalError, 2);
     d.batch(SOON);
-    let m = parse_metrics(&get(&addr, "/metrics").1);
+    // The metrics follow the sinks: the batch on stdout may be a moment ahead of them.
+    let mut m = parse_metrics(&get(&addr, "/metrics").1);
+    let start = Instant::now();
+    while m["cmpoll_events_total{type=updated}"] != 1.0 && start.elapsed() < SOON {
+        std::thread::sleep(Duration::from_millis(20));
+        m = parse_metrics(&get(&addr, "/metrics").1);
+    }
     assert_eq!(m["cmpoll_events_total{type=updated}"], 1.0);
     assert_eq!(m["cmpoll_events_total{type=removed}"], 1.0);
     assert_eq!(m["cmpoll_modules{}"], 1.0);
