@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use test_apiserver::{ConfigMap, TestApiserver};
 
 use crate::util::http::reload_server;
-use crate::util::{Cmpoll, Daemon, eventually, lines, script};
+use crate::util::{Cmpoll, Daemon, KillOnDrop, eventually, lines, script};
 
 const SOON: Duration = Duration::from_secs(10);
 
@@ -17,7 +17,8 @@ fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
 }
 
 /// An agent that copies its stdin to `stdin.log`, logs HUP (with what the output folder
-/// holds at that moment) and TERM, and runs until told to stop. (dash gives a background
+/// holds at that moment) and TERM, and runs until told to stop (or cmpoll is gone, so a
+/// failed test leaves nothing behind). (dash gives a background
 /// job /dev/null as stdin, hence the copy to fd 3 first.)
 const AGENT: &str = r#"
 log="$LOGDIR/agent.log"
@@ -26,7 +27,7 @@ trap 'echo "hup $(cat "$OUT/ns/m/k" 2>/dev/null)" >> "$log"' HUP
 trap 'echo "term" >> "$log"; exit 0' TERM
 exec 3<&0
 cat <&3 >> "$LOGDIR/stdin.log" &
-while true; do sleep 0.02; done
+while kill -0 $PPID 2>/dev/null; do sleep 0.02; done
 "#;
 
 fn agent_env(c: Cmpoll) -> Cmpoll {
@@ -231,7 +232,7 @@ fn shutdown_reaches_the_process_group_and_sigkill_follows_the_grace() {
         "agent.sh",
         r#"sh -c 'trap "echo grandchild-term >> \"$LOGDIR/g.log\"; exit 0" TERM; echo up >> "$LOGDIR/g.log"; while true; do sleep 0.02; done' &
 trap 'echo term >> "$LOGDIR/agent.log"; wait; exit 0' TERM
-while true; do sleep 0.02; done
+while kill -0 $PPID 2>/dev/null; do sleep 0.02; done
 "#,
     );
     let glog = c.path("logs/g.log");
@@ -248,7 +249,7 @@ while true; do sleep 0.02; done
     let agent = script(
         &c,
         "stubborn.sh",
-        "trap '' TERM\nwhile true; do sleep 0.02; done\n",
+        "trap '' TERM\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.02; done\n",
     );
     let mut d = Daemon::start(
         c,
@@ -284,7 +285,11 @@ fn an_agent_that_never_reads_stdin_does_not_stall_polling() {
     let big = "x".repeat(200_000);
     s.put(module("ns", "m", &big));
     let c = Cmpoll::against(&s);
-    let agent = script(&c, "deaf.sh", "while true; do sleep 1; done\n");
+    let agent = script(
+        &c,
+        "deaf.sh",
+        "while kill -0 $PPID 2>/dev/null; do sleep 1; done\n",
+    );
     let d = Daemon::start(
         c,
         &[
@@ -315,7 +320,7 @@ fn an_agent_too_far_behind_on_stdin_is_restarted_with_the_full_state() {
     let agent = script(
         &c,
         "deaf.sh",
-        "echo \"start $$\" >> \"$LOGDIR/agent.log\"\nwhile true; do sleep 0.05; done\n",
+        "echo \"start $$\" >> \"$LOGDIR/agent.log\"\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.05; done\n",
     );
     let log = c.path("logs/agent.log");
     let d = Daemon::start(
@@ -414,19 +419,19 @@ while true; do sleep 0.05; done
 "#,
     );
     let log = c.path("logs/agent.log");
-    let mut child = c
-        .wrapped(
+    let child = KillOnDrop(
+        c.wrapped(
             &["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"],
             &["run", "--interval", "1h", "--", agent.to_str().unwrap()],
         )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap(),
+    );
     eventually("the agent's report", SOON, || !lines(&log).is_empty());
     let report = lines(&log)[0].clone();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     assert_eq!(
         report, "pid1=cmpoll zombies=0",
         "cmpoll is PID 1 and reaped the orphans"

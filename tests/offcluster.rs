@@ -8,7 +8,7 @@ use test_apiserver::{
 };
 
 use crate::util::proxy::ConnectProxy;
-use crate::util::{Cmpoll, Daemon, eventually, script};
+use crate::util::{Cmpoll, Daemon, KillOnDrop, eventually, script};
 
 const SOON: Duration = Duration::from_secs(10);
 
@@ -367,8 +367,8 @@ fn as_pid_1_reaping_orphans_never_takes_a_plugins_exit_status() {
         "while true; do sh -c 'sleep 0.02 &'; sleep 0.03; done\n",
     );
     let stderr = std::fs::File::create(c.path("stderr")).unwrap();
-    let mut child = c
-        .wrapped(
+    let child = KillOnDrop(
+        c.wrapped(
             &["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"],
             &[
                 "run",
@@ -381,10 +381,10 @@ fn as_pid_1_reaping_orphans_never_takes_a_plugins_exit_status() {
         .stdout(std::process::Stdio::null())
         .stderr(stderr)
         .spawn()
-        .unwrap();
+        .unwrap(),
+    );
     eventually("four plugin runs", SOON, || runs(&c) >= 4);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     let log = std::fs::read_to_string(c.path("stderr")).unwrap();
     assert!(
         !log.contains("cannot wait for exec credential plugin"),

@@ -414,3 +414,14 @@ pub fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A child process killed (and waited for) when it goes out of scope, so a test that fails
+/// half-way leaves nothing running.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
