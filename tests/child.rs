@@ -3,18 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use test_apiserver::{ConfigMap, TestApiserver};
+use test_apiserver::TestApiserver;
 
 use crate::util::http::reload_server;
-use crate::util::{Cmpoll, Daemon, KillOnDrop, eventually, lines, script};
+use crate::util::{Cmpoll, Daemon, KillOnDrop, eventually, lines, module, script};
 
 const SOON: Duration = Duration::from_secs(10);
-
-fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
-    ConfigMap::new(ns, name)
-        .label("cmpoll.io/module", "true")
-        .data("k", v)
-}
 
 /// An agent that copies its stdin to `stdin.log`, logs HUP (with what the output folder
 /// holds at that moment) and TERM, and runs until told to stop (or cmpoll is gone, so a
@@ -397,11 +391,7 @@ fn the_reload_url_is_called_once_per_changed_batch_and_retried_on_failure() {
 
 #[test]
 fn as_pid_1_orphaned_grandchildren_are_reaped() {
-    let probe = std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "--kill-child", "true"])
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: unshare --pid --fork is not permitted here");
+    if !crate::util::unshare_available() {
         return;
     }
     let s = TestApiserver::start();

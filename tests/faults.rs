@@ -21,9 +21,7 @@ const SOON: Duration = Duration::from_secs(15);
 const WINDOW: Duration = Duration::from_millis(1200);
 
 fn module(name: &str, v: &str) -> ConfigMap {
-    ConfigMap::new("a", name)
-        .label("cmpoll.io/module", "true")
-        .data("k", v)
+    crate::util::module("a", name, v)
 }
 
 /// Copies stdin to `stdin.log`, logs each HUP, and ends with cmpoll (even a killed one).

@@ -5,15 +5,9 @@ use std::time::Duration;
 
 use test_apiserver::{ConfigMap, Fault, Match, Route, TestApiserver};
 
-use crate::util::{Cmpoll, Daemon};
+use crate::util::{Cmpoll, Daemon, module};
 
 const SOON: Duration = Duration::from_secs(10);
-
-fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
-    ConfigMap::new(ns, name)
-        .label("cmpoll.io/module", "true")
-        .data("k", v)
-}
 
 fn wait_requests(s: &TestApiserver, n: usize) {
     let start = std::time::Instant::now();

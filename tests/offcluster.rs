@@ -19,9 +19,7 @@ fn server() -> TestApiserver {
 }
 
 fn module(name: &str, v: &str) -> ConfigMap {
-    ConfigMap::new("apps", name)
-        .label("cmpoll.io/module", "true")
-        .data("k", v)
+    crate::util::module("apps", name, v)
 }
 
 /// A plugin that counts its runs in `DIR/count`, keeps each run's `KUBERNETES_EXEC_INFO`
@@ -346,11 +344,7 @@ fn a_ca_file_that_changes_is_read_again() {
 
 #[test]
 fn as_pid_1_reaping_orphans_never_takes_a_plugins_exit_status() {
-    let probe = std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "--kill-child", "true"])
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: unshare --pid --fork is not permitted here");
+    if !crate::util::unshare_available() {
         return;
     }
     let s = server();

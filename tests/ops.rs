@@ -7,18 +7,12 @@ use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use test_apiserver::{ConfigMap, Fault, Match, TestApiserver};
+use test_apiserver::{Fault, Match, TestApiserver};
 
 use crate::util::http::{get, listening, until, until_body};
-use crate::util::{Cmpoll, Daemon};
+use crate::util::{Cmpoll, Daemon, module};
 
 const SOON: Duration = Duration::from_secs(10);
-
-fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
-    ConfigMap::new(ns, name)
-        .label("cmpoll.io/module", "true")
-        .data("k", v)
-}
 
 fn reload_target(ok: std::sync::Arc<std::sync::atomic::AtomicBool>) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -9,47 +9,12 @@ use std::time::{Duration, Instant};
 
 use test_apiserver::{ConfigMap, TestApiserver};
 
-use crate::util::{Cmpoll, Daemon};
+use crate::util::{Cmpoll, Daemon, tree};
 
 const SOON: Duration = Duration::from_secs(10);
 
 fn module(ns: &str, name: &str) -> ConfigMap {
     ConfigMap::new(ns, name).label("cmpoll.io/module", "true")
-}
-
-/// Every regular file under `dir` (following the module symlinks), except `.cmpoll/`.
-fn tree(dir: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for ns in fs::read_dir(dir).unwrap() {
-        let ns = ns.unwrap();
-        let name = ns.file_name().to_string_lossy().into_owned();
-        if name == ".cmpoll" {
-            continue;
-        }
-        if ns.path().is_file() {
-            out.insert(name, fs::read_to_string(ns.path()).unwrap());
-            continue;
-        }
-        for m in fs::read_dir(ns.path()).unwrap() {
-            let m = m.unwrap();
-            let mname = m.file_name().to_string_lossy().into_owned();
-            if m.path().is_file() {
-                out.insert(
-                    format!("{name}/{mname}"),
-                    fs::read_to_string(m.path()).unwrap(),
-                );
-                continue;
-            }
-            for f in fs::read_dir(m.path()).unwrap() {
-                let f = f.unwrap();
-                out.insert(
-                    format!("{name}/{mname}/{}", f.file_name().to_string_lossy()),
-                    fs::read_to_string(f.path()).unwrap(),
-                );
-            }
-        }
-    }
-    out
 }
 
 fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

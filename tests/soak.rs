@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use test_apiserver::{ConfigMap, Fault, Match, TestApiserver};
 
-use crate::util::{Cmpoll, Daemon, eventually, lines, script};
+use crate::util::{Cmpoll, Daemon, eventually, lines, script, tree};
 
 /// xorshift64*: reproducible from the printed seed.
 struct Rng(u64);
@@ -48,46 +48,21 @@ while kill -0 $PPID 2>/dev/null; do sleep 0.1; done
 "#;
 
 fn rss_and_fds(pid: u32) -> (u64, usize) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0);
-    (rss, fds)
+    (
+        test_apiserver::proc_rss_kib(pid),
+        test_apiserver::proc_fds(pid),
+    )
 }
 
-/// The folder as modules: `DIR/ns/name/key`. Read while cmpoll may be writing: what
-/// vanishes in between is left out (the next look will see the folder settled).
+/// The folder as modules: `DIR/ns/name/key`.
 fn folder(dir: &Path) -> Modules {
     let mut out = Modules::new();
-    let Ok(namespaces) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for ns in namespaces.flatten() {
-        let name = ns.file_name().to_string_lossy().to_string();
-        let Ok(modules) = std::fs::read_dir(ns.path()) else {
-            continue;
-        };
-        if name.starts_with('.') {
-            continue;
-        }
-        for m in modules.flatten() {
-            let Ok(files) = std::fs::read_dir(m.path()) else {
-                continue;
-            };
-            let files = files
-                .flatten()
-                .filter_map(|f| {
-                    let k = f.file_name().to_string_lossy().to_string();
-                    Some((k, std::fs::read_to_string(f.path()).ok()?))
-                })
-                .collect();
-            out.insert(format!("{name}/{}", m.file_name().to_string_lossy()), files);
+    for (path, text) in tree(dir) {
+        let mut parts = path.splitn(3, '/');
+        if let (Some(ns), Some(name), Some(key)) = (parts.next(), parts.next(), parts.next()) {
+            out.entry(format!("{ns}/{name}"))
+                .or_default()
+                .insert(key.to_string(), text);
         }
     }
     out

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use test_apiserver::{Kubeconfig, TestApiserver};
+use test_apiserver::{ConfigMap, Kubeconfig, TestApiserver};
 
 pub mod http;
 pub mod proxy;
@@ -424,4 +424,63 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A module ConfigMap: the default selector's label and one key `k`.
+pub fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
+    ConfigMap::new(ns, name)
+        .label("cmpoll.io/module", "true")
+        .data("k", v)
+}
+
+/// Whether this machine lets a test make a PID namespace (`unshare --pid --fork`).
+pub fn unshare_available() -> bool {
+    let probe = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child", "true"])
+        .status();
+    if probe.is_ok_and(|s| s.success()) {
+        return true;
+    }
+    eprintln!("skipped: unshare --pid --fork is not permitted here");
+    false
+}
+
+/// Every regular file under an output folder (following the module symlinks), except
+/// `.cmpoll/`: relative path → contents. Read while cmpoll may be writing, what vanishes
+/// in between is left out.
+pub fn tree(dir: &Path) -> BTreeMap<String, String> {
+    fn entries(dir: &Path) -> Vec<(String, PathBuf)> {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    let mut out = BTreeMap::new();
+    let mut add = |rel: String, p: &Path| {
+        if let Ok(text) = std::fs::read_to_string(p) {
+            out.insert(rel, text);
+        }
+    };
+    for (ns, ns_path) in entries(dir) {
+        if ns == ".cmpoll" {
+            continue;
+        }
+        if ns_path.is_file() {
+            add(ns, &ns_path);
+            continue;
+        }
+        for (m, m_path) in entries(&ns_path) {
+            if m_path.is_file() {
+                add(format!("{ns}/{m}"), &m_path);
+                continue;
+            }
+            for (f, f_path) in entries(&m_path) {
+                add(format!("{ns}/{m}/{f}"), &f_path);
+            }
+        }
+    }
+    out
 }

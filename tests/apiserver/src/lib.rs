@@ -493,3 +493,20 @@ impl Drop for TestApiserver {
         }
     }
 }
+
+/// A running process's resident set (KiB, from `/proc/PID/status`; 0 if it is gone), for
+/// the benchmark and the soak.
+pub fn proc_rss_kib(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// How many file descriptors a running process holds (0 if it is gone).
+pub fn proc_fds(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
