@@ -3,9 +3,28 @@
 //! Every wait is `base × (1 + random in [0, jitter))`, so a fleet of daemons started
 //! together does not poll in lock-step. After a failed poll the base doubles, starting at
 //! the interval and capped at min(10 × interval, 5 min); a `Retry-After` from the apiserver
-//! is a floor for the next wait; a successful poll resets it.
+//! is a floor for the next wait, itself capped at that same cap; a successful poll resets it.
+//! All arithmetic saturates: no interval or `Retry-After` can overflow the clock.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The longest base wait after failures: min(10 × interval, 5 min), but never below the
+/// interval itself.
+pub fn cap(interval: Duration) -> Duration {
+    interval
+        .saturating_mul(10)
+        .min(Duration::from_secs(300))
+        .max(interval)
+}
+
+/// The longest wait anything in cmpoll schedules: far enough to mean "not soon", near
+/// enough that adding it to the clock can never overflow.
+pub const MAX_WAIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// `now + wait`, saturating at `MAX_WAIT`.
+pub fn after(now: Instant, wait: Duration) -> Instant {
+    now.checked_add(wait.min(MAX_WAIT)).unwrap_or(now)
+}
 
 /// A small, seedable PRNG (SplitMix64): enough for jitter, not for secrets.
 #[derive(Clone, Debug)]
@@ -57,16 +76,16 @@ impl Backoff {
         }
     }
 
-    /// The longest base wait after failures: min(10 × interval, 5 min) (but never below
-    /// the interval itself).
+    /// The longest base wait after failures (see `cap`).
     pub fn cap(&self) -> Duration {
-        (self.interval * 10)
-            .min(Duration::from_secs(300))
-            .max(self.interval)
+        cap(self.interval)
     }
 
     fn jittered(&mut self, base: Duration) -> Duration {
-        base.mul_f64(1.0 + self.jitter * self.rng.unit())
+        let factor = 1.0 + self.jitter * self.rng.unit();
+        Duration::try_from_secs_f64(base.as_secs_f64() * factor)
+            .unwrap_or(MAX_WAIT)
+            .min(MAX_WAIT)
     }
 
     /// The wait after a successful poll (and the failure count starts over).
@@ -75,7 +94,9 @@ impl Backoff {
         self.jittered(self.interval)
     }
 
-    /// The wait after a failed poll; `retry_after` (from the apiserver) is a floor.
+    /// The wait after a failed poll; `retry_after` (from the apiserver) is a floor, capped
+    /// at `cap` like the backoff itself: an apiserver cannot push the next poll further out
+    /// than failures alone would.
     pub fn after_failure(&mut self, retry_after: Option<Duration>) -> Duration {
         let doublings = self.failures.min(16);
         self.failures = self.failures.saturating_add(1);
@@ -84,7 +105,7 @@ impl Backoff {
             .saturating_mul(1u32 << doublings)
             .min(self.cap());
         let wait = self.jittered(base);
-        wait.max(retry_after.unwrap_or_default())
+        wait.max(retry_after.unwrap_or_default().min(self.cap()))
     }
 
     pub fn failures(&self) -> u32 {
@@ -134,6 +155,30 @@ mod tests {
         let mut b = Backoff::new(secs(1.0), 0.0, Rng::new(1));
         assert_eq!(b.after_failure(Some(secs(7.0))), secs(7.0));
         assert_eq!(b.after_failure(Some(secs(0.5))), secs(2.0));
+    }
+
+    #[test]
+    fn retry_after_and_huge_intervals_are_capped_never_overflow() {
+        let mut b = Backoff::new(secs(1.0), 0.1, Rng::new(1));
+        for huge in [
+            Duration::from_secs(999_999_999),
+            Duration::from_secs(u64::MAX),
+        ] {
+            let w = b.after_failure(Some(huge));
+            assert!(
+                w <= secs(11.0),
+                "{w:?}: capped at min(10 × interval, 5 min)"
+            );
+        }
+        let mut b = Backoff::new(Duration::from_secs(u64::MAX), 0.5, Rng::new(1));
+        assert!(b.after_failure(None) <= MAX_WAIT);
+        assert!(b.after_success() <= MAX_WAIT);
+        assert_eq!(
+            cap(Duration::from_secs(u64::MAX)),
+            Duration::from_secs(u64::MAX)
+        );
+        let now = Instant::now();
+        assert!(after(now, Duration::from_secs(u64::MAX)) > now);
     }
 
     #[test]

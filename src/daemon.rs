@@ -168,7 +168,7 @@ impl Daemon {
                     Ok(()) => self.ops.notifier.send("WATCHDOG=1"),
                     Err(why) => log::warn!("not alive, not notifying the watchdog: {why}"),
                 }
-                next_watchdog = Instant::now() + every;
+                next_watchdog = crate::backoff::after(Instant::now(), every);
             }
             if let Some(st) = state.take_if(|_| Instant::now() >= next_poll) {
                 polls += 1;
@@ -219,7 +219,7 @@ impl Daemon {
                         .apiserver(&done.requests, done.response_bytes);
                     let wait = match done.result {
                         Ok((next, stats)) => {
-                            let synced = self
+                            let (synced, unwritten) = self
                                 .commit(&mut st, next, done.number, &stats, done.took)
                                 .map_err(|e| {
                                     self.shutdown(None);
@@ -227,8 +227,16 @@ impl Daemon {
                                 })?;
                             self.last_poll = done.number;
                             self.polled_ok(&st, &stats, synced, done.took);
+                            self.metrics().write_failures(unwritten.len());
                             if self.run.once {
                                 self.shutdown(None);
+                                if !unwritten.is_empty() {
+                                    return Err(Error::Runtime(format!(
+                                        "{} module(s) could not be written: {} (see the warnings above)",
+                                        unwritten.len(),
+                                        unwritten.join(", ")
+                                    )));
+                                }
                                 return Ok(());
                             }
                             self.backoff.after_success()
@@ -252,7 +260,7 @@ impl Daemon {
                         poll_again = false;
                         Instant::now()
                     } else {
-                        Instant::now() + wait
+                        crate::backoff::after(Instant::now(), wait)
                     };
                 }
             }
@@ -380,7 +388,7 @@ impl Daemon {
         number: u64,
         stats: &PollStats,
         took: Duration,
-    ) -> Result<Option<Synced>, String> {
+    ) -> Result<(Option<Synced>, Vec<String>), String> {
         let first = self.batches == 0;
         self.batches += 1;
         let mut events = st.snapshot.diff(&next);
@@ -390,7 +398,7 @@ impl Daemon {
                 next.len()
             );
             st.snapshot = next;
-            return Ok(None);
+            return Ok((None, Vec::new()));
         }
         let mut batch = Batch {
             events: Vec::new(),
@@ -399,11 +407,13 @@ impl Daemon {
             first,
         };
         let mut dead = Vec::new();
+        let mut unwritten: Vec<String> = Vec::new();
         for sink in &mut self.sinks {
             batch.synced = counts(&events, next.len(), number);
             batch.events = std::mem::take(&mut events);
             let outcome = sink.apply(&batch).map_err(|f| f.0)?;
             events = std::mem::take(&mut batch.events);
+            unwritten.extend(outcome.failed.iter().cloned());
             for id in &outcome.failed {
                 // Not written: later sinks do not hear of it and the snapshot keeps what
                 // was there before, so the next poll tries again.
@@ -453,7 +463,9 @@ impl Daemon {
                 return Err(format!("cannot compact the spool: {e}"));
             }
         }
-        Ok(Some(synced))
+        unwritten.sort();
+        unwritten.dedup();
+        Ok((Some(synced), unwritten))
     }
 }
 

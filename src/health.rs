@@ -107,7 +107,10 @@ impl Health {
                 None => "no complete poll yet".to_string(),
             });
         };
-        let limit = self.interval * 3 + self.backoff_cap;
+        let limit = self
+            .interval
+            .saturating_mul(3)
+            .saturating_add(self.backoff_cap);
         let age = now.saturating_duration_since(last);
         if age > limit {
             return Err(format!(

@@ -71,7 +71,7 @@ fn daemon(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), Error> {
     use std::sync::{Arc, Mutex};
-    let backoff_cap = backoff::Backoff::new(run.interval, 0.0, backoff::Rng::new(0)).cap();
+    let backoff_cap = backoff::cap(run.interval);
     let health = Arc::new(Mutex::new(health::Health::new(
         run.interval,
         backoff_cap,
@@ -90,15 +90,15 @@ fn daemon(
     let mut sinks: Vec<Box<dyn sink::Sink>> = Vec::new();
     let (mut spool_dir, mut child, mut reload) = (None, None, None);
     if let Some(dir) = &run.out_dir {
-        let out = sink::outdir::OutDir::open(
-            dir,
-            run.layout,
-            &run.ext,
-            run.file_mode,
-            run.old_version_ttl,
-        )
+        let out = sink::outdir::OutDir::open(sink::outdir::Options {
+            dir: dir.clone(),
+            layout: run.layout,
+            ext: run.ext.clone(),
+            file_mode: run.file_mode,
+            old_version_ttl: run.old_version_ttl,
+        })
         .map_err(Error::Config)?;
-        spool_dir = Some(dir.join(".cmpoll"));
+        spool_dir = Some(sink::outdir::meta_dir(dir));
         sinks.push(Box::new(out));
     }
     if !run.agent.is_empty() {
@@ -129,7 +129,7 @@ fn daemon(
     if run.stdout_events || !others {
         sinks.push(Box::new(sink::stdout::StdoutSink::new(std::io::stdout())));
     }
-    let spool = Spool::new(spool_dir.as_deref());
+    let spool = Spool::new(spool_dir.as_deref()).map_err(|e| Error::Config(e.to_string()))?;
     let ops = daemon::Ops {
         health,
         metrics,
@@ -191,7 +191,7 @@ fn source(
 
 /// `cmpoll list`: one poll, then print; a failed poll prints nothing and exits 1.
 fn list(mut poller: Poller, json: bool) -> Result<(), Error> {
-    let mut spool = Spool::new(None);
+    let mut spool = Spool::new(None).map_err(|e| Error::Runtime(e.to_string()))?;
     let (snapshot, stats) = poller.poll(&Snapshot::default(), &mut spool)?;
     log::debug!(
         "{}: {} configmaps, {} modules, {} rejected, {} without selected keys",

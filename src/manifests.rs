@@ -98,24 +98,45 @@ pub fn load_file(file: &Path, out: &mut Vec<ManifestConfigMap>) -> Result<(), St
     parse(file, &text, out)
 }
 
-/// Parses the text of `file` (JSON if it is named `*.json`, else YAML).
+/// Parses the text of `file` (JSON if it is named `*.json`, else YAML). Both may hold any
+/// number of documents: YAML separated by `---`, JSON concatenated (as `kubectl get -o
+/// json` output piped together). YAML's resource limits apply to each document on its
+/// own, so a long file is never refused for its length.
 pub fn parse(file: &Path, text: &str, out: &mut Vec<ManifestConfigMap>) -> Result<(), String> {
-    let docs: Vec<Doc> = if file.extension().is_some_and(|e| e == "json") {
-        let doc = serde_json::from_str(text).map_err(|e| format!("'{}': {e}", file.display()))?;
-        vec![doc]
-    } else {
-        let options = serde_saphyr::options! { no_schema: true, with_snippet: false };
-        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
+    let name = file.display();
+    if file.extension().is_some_and(|e| e == "json") {
+        let docs = serde_json::Deserializer::from_str(text).into_iter::<Doc>();
+        for (i, doc) in docs.enumerate() {
+            let doc = doc.map_err(|e| format!("'{name}': document {}: {e}", i + 1))?;
+            flatten(file, i + 1, doc, out)?;
+        }
+        return Ok(());
+    }
+    let options = serde_saphyr::options! { no_schema: true, with_snippet: false };
+    let mut bytes = text.as_bytes();
+    let docs = serde_saphyr::read_with_options::<_, Doc>(&mut bytes, options);
+    for (i, doc) in docs.enumerate() {
+        let doc = doc.map_err(|e| {
             let msg = e.to_string();
             let msg = msg.trim_start_matches("error: ").trim();
-            format!("'{}': {msg}", file.display())
-        })?
-    };
-    for (i, doc) in docs.into_iter().enumerate() {
+            if msg.contains("budget breached") {
+                format!(
+                    "'{name}': document {}: larger than a manifest may be ({msg}; limits per document: {})",
+                    i + 1,
+                    YAML_LIMITS
+                )
+            } else {
+                format!("'{name}': {msg}")
+            }
+        })?;
         flatten(file, i + 1, doc, out)?;
     }
     Ok(())
 }
+
+/// serde-saphyr's default budget, which applies to each YAML document.
+const YAML_LIMITS: &str =
+    "1,000,000 parser events, 250,000 nodes, nesting depth 64, 64 MiB of scalars";
 
 fn flatten(
     file: &Path,
@@ -199,6 +220,42 @@ mod tests {
         );
         let json = r#"{"kind":"ConfigMapList","items":[{"kind":"ConfigMap","metadata":{"name":"c"},"data":{"k":"v"}}]}"#;
         assert_eq!(load("l.json", json).unwrap()[0].name, "c");
+    }
+
+    #[test]
+    fn many_documents_and_concatenated_json() {
+        // r13: more than serde-saphyr's 1,024-document stream budget, and JSON documents
+        // one after another (what `kubectl get cm a -o json; kubectl get cm b -o json` gives).
+        let yaml: String = (0..3000)
+            .map(|i| format!("---\nkind: ConfigMap\nmetadata: {{name: m{i}}}\ndata: {{k: v}}\n"))
+            .collect();
+        assert_eq!(load("many.yaml", &yaml).unwrap().len(), 3000);
+        let json = r#"{"kind":"ConfigMap","metadata":{"name":"a"}}
+{"kind":"ConfigMap","metadata":{"name":"b"}} {"kind":"List","items":[{"kind":"ConfigMap","metadata":{"name":"c"}}]}"#;
+        let names: Vec<String> = load("x.json", json)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        let err = load(
+            "bad.json",
+            "{\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"a\"}} {\"kind\":",
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("bad.json") && err.contains("document 2"),
+            "{err}"
+        );
+        let huge = format!(
+            "kind: ConfigMap\nmetadata: {{name: a}}\nx:\n{}",
+            "- 1\n".repeat(260_000)
+        );
+        let err = load("huge.yaml", &huge).unwrap_err();
+        assert!(
+            err.contains("huge.yaml") && err.contains("limits per document"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub struct Metrics {
     response_bytes: Counter,
     reloads: Family<Labels, Counter>,
     child_restarts: Counter,
+    write_failures: Gauge,
     /// Running totals already counted, by source.
     seen: BTreeMap<String, u64>,
 }
@@ -100,6 +101,12 @@ impl Metrics {
             "Restarts of the supervised agent",
             child_restarts.clone(),
         );
+        let write_failures = Gauge::default();
+        registry.register(
+            "module_write_failures",
+            "Modules the output directory could not write in the last batch",
+            write_failures.clone(),
+        );
         let info = Family::<Labels, Gauge>::default();
         registry.register("build_info", "cmpoll's version", info.clone());
         info.get_or_create(&label("version", env!("CARGO_PKG_VERSION")))
@@ -116,6 +123,7 @@ impl Metrics {
             response_bytes,
             reloads,
             child_restarts,
+            write_failures,
             seen: BTreeMap::new(),
         }
     }
@@ -135,6 +143,12 @@ impl Metrics {
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
         self.last_success.set(now);
+    }
+
+    /// Modules a sink could not write in the last poll (every poll retries them, so a poll
+    /// without changes has none).
+    pub fn write_failures(&self, n: usize) {
+        self.write_failures.set(n as i64);
     }
 
     pub fn events(&self, added: usize, updated: usize, removed: usize) {

@@ -1,21 +1,30 @@
-//! `--listen ADDR`: `/healthz`, `/readyz` and `/metrics` over a small synchronous HTTP/1.1
-//! server. Three fixed GETs need no framework, but this one is careful: a thread per
-//! connection with at most `MAX_CONNECTIONS` at once (more are answered 503 and closed),
-//! read and write timeouts, an 8 KiB cap on the request head, `Connection: close`.
+//! `--listen ADDR`: `/healthz`, `/readyz` and `/metrics` over a small HTTP/1.1 server.
+//!
+//! Three fixed GETs need no framework, but the server must stay answerable whatever its
+//! clients do: a kubelet that gets no answer from `/healthz` restarts a healthy pod. So it is
+//! one thread multiplexing non-blocking sockets with `poll(2)`, never blocked by any one
+//! client: each connection has `REQUEST_DEADLINE` from accept to the last byte of the answer
+//! (a client that dribbles its request is cut off, not waited for), the request head is
+//! capped at 8 KiB, every answer closes the connection, and when `MAX_CONNECTIONS` are open
+//! the oldest unfinished one is dropped to make room: a new, well-behaved request (a probe
+//! sends its head at once) is always served.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+
 use crate::health::Health;
 use crate::metrics::Metrics;
 
-pub const MAX_CONNECTIONS: usize = 32;
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
-const MAX_HEAD: u64 = 8 * 1024;
+/// Open connections at most; the oldest unfinished one makes room for a new one.
+pub const MAX_CONNECTIONS: usize = 64;
+/// From accept to the last byte of the answer.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+const MAX_HEAD: usize = 8 * 1024;
 
 /// What the endpoints read.
 #[derive(Clone)]
@@ -31,124 +40,220 @@ pub fn start(addr: SocketAddr, endpoints: Endpoints) -> Result<SocketAddr, Strin
     let bound = listener
         .local_addr()
         .map_err(|e| format!("--listen {addr}: {e}"))?;
-    let active = Arc::new(AtomicUsize::new(0));
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("--listen {addr}: {e}"))?;
     thread::Builder::new()
         .name("http".into())
-        .spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-                    active.fetch_sub(1, Ordering::AcqRel);
-                    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-                    let _ = respond(&stream, "503 Service Unavailable", "text/plain", "busy\n");
-                    continue;
-                }
-                let (endpoints, active) = (endpoints.clone(), active.clone());
-                let spawned = thread::Builder::new()
-                    .name("http-conn".into())
-                    .spawn(move || {
-                        let _ = handle(stream, &endpoints);
-                        active.fetch_sub(1, Ordering::AcqRel);
-                    });
-                if spawned.is_err() {
-                    log::warn!("--listen: cannot start a connection thread");
-                }
-            }
-        })
+        .spawn(move || serve(&listener, &endpoints))
         .map_err(|e| format!("--listen {addr}: cannot start the server: {e}"))?;
     log::info!("serving /healthz, /readyz and /metrics on {bound}");
     Ok(bound)
 }
 
-fn respond(mut w: &TcpStream, status: &str, content_type: &str, body: &str) -> io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    w.write_all(head.as_bytes())?;
-    w.write_all(body.as_bytes())?;
-    w.flush()
+/// One client connection: reading its head, then writing the answer.
+struct Conn {
+    stream: TcpStream,
+    accepted: Instant,
+    head: Vec<u8>,
+    /// The answer once the head is read; `sent` bytes of it are out.
+    answer: Option<Vec<u8>>,
+    sent: usize,
+    done: bool,
 }
 
-fn handle(stream: TcpStream, e: &Endpoints) -> io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut reader = BufReader::new((&stream).take(MAX_HEAD));
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 || !line.ends_with('\n') {
-        return respond(&stream, "400 Bad Request", "text/plain", "bad request\n");
+impl Conn {
+    fn deadline(&self) -> Instant {
+        self.accepted + REQUEST_DEADLINE
     }
+
+    /// Reads what is there; builds the answer once the head is complete (or too large).
+    fn readable(&mut self, e: &Endpoints) {
+        let mut buf = [0u8; 2048];
+        loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => {
+                    // The client closed before finishing its request.
+                    if self.answer.is_none() {
+                        self.done = true;
+                    }
+                    return;
+                }
+                Ok(n) => {
+                    self.head.extend_from_slice(&buf[..n]);
+                    if let Some(answer) = answer_for(&self.head, e) {
+                        self.answer = Some(answer);
+                        return;
+                    }
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.done = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn writable(&mut self) {
+        let Some(answer) = &self.answer else { return };
+        while self.sent < answer.len() {
+            match self.stream.write(&answer[self.sent..]) {
+                Ok(0) => break,
+                Ok(n) => self.sent += n,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        self.done = true;
+    }
+}
+
+fn serve(listener: &TcpListener, endpoints: &Endpoints) {
+    let mut conns: Vec<Conn> = Vec::new();
     loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h)? == 0 || !h.ends_with('\n') {
-            // The head did not end within the cap: too large, or cut short.
-            return respond(
-                &stream,
-                "431 Request Header Fields Too Large",
-                "text/plain",
-                "request too large\n",
-            );
+        let now = Instant::now();
+        let wait = conns
+            .iter()
+            .map(|c| c.deadline().saturating_duration_since(now))
+            .min()
+            .unwrap_or(Duration::from_secs(60));
+        let ready: Vec<PollFlags> = {
+            let mut fds = Vec::with_capacity(conns.len() + 1);
+            fds.push(PollFd::new(listener, PollFlags::IN));
+            for c in &conns {
+                let want = if c.answer.is_some() {
+                    PollFlags::OUT
+                } else {
+                    PollFlags::IN
+                };
+                fds.push(PollFd::new(&c.stream, want));
+            }
+            let timeout = Timespec::try_from(wait).unwrap_or_default();
+            match poll(&mut fds, Some(&timeout)) {
+                Ok(_) => fds.iter().map(PollFd::revents).collect(),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    log::warn!("--listen: poll failed: {e}; the health server stops");
+                    return;
+                }
+            }
+        };
+        for (c, flags) in conns.iter_mut().zip(&ready[1..]) {
+            if flags.is_empty() {
+                continue;
+            }
+            if c.answer.is_none() {
+                c.readable(endpoints);
+            }
+            if c.answer.is_some() {
+                c.writable();
+            }
         }
-        if h == "\r\n" || h == "\n" {
-            break;
+        let now = Instant::now();
+        // A connection past its deadline is dropped, answered or not.
+        conns.retain(|c| !c.done && now < c.deadline());
+        if !ready[0].is_empty() {
+            accept_all(listener, &mut conns);
         }
     }
+}
+
+/// Accepts every waiting connection, dropping the oldest unfinished ones beyond the cap.
+fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>) {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if stream.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                if conns.len() >= MAX_CONNECTIONS {
+                    // `conns` is in accept order: the first is the oldest.
+                    conns.remove(0);
+                }
+                conns.push(Conn {
+                    stream,
+                    accepted: Instant::now(),
+                    head: Vec::new(),
+                    answer: None,
+                    sent: 0,
+                    done: false,
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // WouldBlock: all taken. Anything else (EMFILE…): try again at the next wake.
+            Err(_) => return,
+        }
+    }
+}
+
+fn response(status: &str, content_type: &str, body: &str) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+fn text(status: &str, body: &str) -> Vec<u8> {
+    response(status, "text/plain", body)
+}
+
+/// The answer to a request head, once it is complete (`None`: read on).
+fn answer_for(head: &[u8], e: &Endpoints) -> Option<Vec<u8>> {
+    let end = head
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .map(|i| i + 2)
+        .or_else(|| {
+            head.windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map(|i| i + 4)
+        });
+    let Some(end) = end.filter(|&end| end <= MAX_HEAD) else {
+        return (head.len() > MAX_HEAD)
+            .then(|| text("431 Request Header Fields Too Large", "request too large\n"));
+    };
+    let head = String::from_utf8_lossy(&head[..end]);
+    let line = head.lines().next().unwrap_or("");
     let mut parts = line.split_whitespace();
-    let (method, target, version) = (parts.next(), parts.next(), parts.next());
-    let (Some(method), Some(target), Some(version)) = (method, target, version) else {
-        return respond(&stream, "400 Bad Request", "text/plain", "bad request\n");
+    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Some(text("400 Bad Request", "bad request\n"));
     };
     if !version.starts_with("HTTP/1.") {
-        return respond(&stream, "400 Bad Request", "text/plain", "bad request\n");
+        return Some(text("400 Bad Request", "bad request\n"));
     }
     let path = target.split('?').next().unwrap_or("");
     if !matches!(path, "/healthz" | "/readyz" | "/metrics") {
-        return respond(&stream, "404 Not Found", "text/plain", "not found\n");
+        return Some(text("404 Not Found", "not found\n"));
     }
     if method != "GET" {
-        return respond(
-            &stream,
-            "405 Method Not Allowed",
-            "text/plain",
-            "only GET\n",
-        );
+        return Some(text("405 Method Not Allowed", "only GET\n"));
     }
-    let lock = |h: &Arc<Mutex<Health>>| {
-        let g = h.lock().unwrap_or_else(|p| p.into_inner());
-        (
-            g.liveness(Instant::now(), SystemTime::now()),
-            g.readiness(Instant::now()),
-        )
+    let check = |f: &dyn Fn(&Health) -> Result<(), String>, ok: &str| {
+        let verdict = f(&e.health.lock().unwrap_or_else(|p| p.into_inner()));
+        match verdict {
+            Ok(()) => text("200 OK", ok),
+            Err(why) => text("503 Service Unavailable", &format!("{why}\n")),
+        }
     };
-    match path {
+    Some(match path {
         "/metrics" => {
-            let text = e.metrics.lock().unwrap_or_else(|p| p.into_inner()).render();
-            respond(
-                &stream,
+            let body = e.metrics.lock().unwrap_or_else(|p| p.into_inner()).render();
+            response(
                 "200 OK",
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                &text,
+                &body,
             )
         }
-        "/healthz" => match lock(&e.health).0 {
-            Ok(()) => respond(&stream, "200 OK", "text/plain", "ok\n"),
-            Err(why) => respond(
-                &stream,
-                "503 Service Unavailable",
-                "text/plain",
-                &format!("{why}\n"),
-            ),
-        },
-        _ => match lock(&e.health).1 {
-            Ok(()) => respond(&stream, "200 OK", "text/plain", "ready\n"),
-            Err(why) => respond(
-                &stream,
-                "503 Service Unavailable",
-                "text/plain",
-                &format!("{why}\n"),
-            ),
-        },
-    }
+        "/healthz" => check(&|h| h.liveness(Instant::now(), SystemTime::now()), "ok\n"),
+        _ => check(&|h| h.readiness(Instant::now()), "ready\n"),
+    })
 }
 
 #[cfg(test)]
@@ -175,7 +280,7 @@ mod tests {
 
     fn raw(addr: SocketAddr, request: &[u8]) -> String {
         let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         s.write_all(request).unwrap();
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
@@ -197,7 +302,7 @@ mod tests {
             h.last_success = Some(Instant::now());
         }
         assert!(raw(addr, b"GET /readyz?verbose HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200 OK"));
-        let m = raw(addr, b"GET /metrics HTTP/1.0\r\n\r\n");
+        let m = raw(addr, b"GET /metrics HTTP/1.0\n\n");
         assert!(
             m.contains("application/openmetrics-text") && m.contains("# EOF"),
             "{m}"
@@ -207,7 +312,7 @@ mod tests {
     }
 
     #[test]
-    fn malformed_oversized_and_slow_requests() {
+    fn malformed_and_oversized_requests() {
         let (addr, _) = serve();
         assert!(raw(addr, b"garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
         assert!(raw(addr, b"GET /healthz SPDY/3\r\n\r\n").starts_with("HTTP/1.1 400"));
@@ -221,25 +326,36 @@ mod tests {
         );
         big.extend_from_slice(b"\r\n");
         assert!(raw(addr, &big).starts_with("HTTP/1.1 431"));
-        // Slow clients hold a slot for at most the read timeout; the rest are answered.
-        let idle: Vec<TcpStream> = (0..MAX_CONNECTIONS)
-            .map(|_| TcpStream::connect(addr).unwrap())
-            .collect();
-        // Once the server has taken them all (a loaded machine may take a moment, well
-        // within the read timeout that would free them), the next one is turned away.
-        let start = std::time::Instant::now();
-        while !raw(addr, b"GET /healthz HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 503") {
-            assert!(
-                start.elapsed() < IO_TIMEOUT / 2,
-                "the cap holds: never turned away"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(IO_TIMEOUT + Duration::from_millis(500));
+        // A client that never finishes its request is cut off at the deadline.
+        let mut stalled = TcpStream::connect(addr).unwrap();
+        stalled.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+        stalled
+            .set_read_timeout(Some(REQUEST_DEADLINE * 10))
+            .unwrap();
+        let mut rest = Vec::new();
+        let read = stalled.read_to_end(&mut rest);
         assert!(
-            raw(addr, b"GET /healthz HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"),
-            "slots freed"
+            matches!(read, Ok(0)) || rest.is_empty(),
+            "closed without an answer: {read:?} {rest:?}"
         );
-        drop(idle);
+    }
+
+    /// r13: slow clients that hold every slot must not turn a probe away.
+    #[test]
+    fn slow_clients_never_keep_a_probe_waiting() {
+        let (addr, _) = serve();
+        // Twice as many dribbling clients as there are slots, each one byte in.
+        let slow: Vec<TcpStream> = (0..MAX_CONNECTIONS * 2)
+            .map(|_| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(b"G").unwrap();
+                s
+            })
+            .collect();
+        for _ in 0..5 {
+            let r = raw(addr, b"GET /healthz HTTP/1.1\r\n\r\n");
+            assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+        }
+        drop(slow);
     }
 }

@@ -15,6 +15,7 @@ use crate::kube::config::Flags;
 use crate::module::KeyFilter;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::signals::Signal;
+use crate::sink::outdir::Layout;
 use crate::source::Selection;
 use crate::validation;
 
@@ -56,12 +57,6 @@ pub struct ClientSettings {
 pub enum LogFormat {
     Text,
     Json,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
-    Files,
-    Concat,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,8 +171,7 @@ impl Lookup<'_> {
         let Some(v) = self.opt(cli, flag) else {
             return Ok(default);
         };
-        let d = humantime::parse_duration(v.value.trim())
-            .map_err(|e| usage(&v.from, format!("invalid duration '{}': {e}", v.value)))?;
+        let d = parse_duration(&v)?;
         if d.is_zero() {
             return Err(usage(&v.from, "must be more than zero"));
         }
@@ -206,6 +200,23 @@ impl Lookup<'_> {
                 )
             })
     }
+}
+
+/// The longest duration any flag takes: a year is already no interval anyone means, and
+/// anything far longer would overflow the clock when added to it.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A humantime duration (`30s`, `1m30s`, `1h`), at most `MAX_DURATION`.
+fn parse_duration(v: &Val) -> Result<Duration, Error> {
+    let d = humantime::parse_duration(v.value.trim())
+        .map_err(|e| usage(&v.from, format!("invalid duration '{}': {e}", v.value)))?;
+    if d > MAX_DURATION {
+        return Err(usage(
+            &v.from,
+            format!("'{}' is too long (at most 365d)", v.value),
+        ));
+    }
+    Ok(d)
 }
 
 /// `64MiB`, `1Gi`, `500k`, `1048576`: bytes.
@@ -506,8 +517,7 @@ fn run_settings(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
         ext: ext.map(|e| e.value).unwrap_or_default(),
         file_mode,
         old_version_ttl: match look.opt(&r.old_version_ttl, "old-version-ttl") {
-            Some(v) => humantime::parse_duration(v.value.trim())
-                .map_err(|e| usage(&v.from, format!("invalid duration '{}': {e}", v.value)))?,
+            Some(v) => parse_duration(&v)?,
             None => Duration::from_secs(30),
         },
         child_stdin,
@@ -624,6 +634,16 @@ mod tests {
                 &["list", "--timeout", "0s"],
                 &[],
                 "--timeout: must be more than zero",
+            ),
+            (
+                &["run", "--interval", "10000000000000000000s"],
+                &[],
+                "--interval: '10000000000000000000s' is too long (at most 365d)",
+            ),
+            (
+                &["run"],
+                &[("CMPOLL_SHUTDOWN_GRACE", "400d")],
+                "CMPOLL_SHUTDOWN_GRACE: '400d' is too long",
             ),
             (
                 &["list", "--page-size", "-1"],

@@ -3,9 +3,11 @@
 //! A poll streams the list item by item; each new or changed module's files are appended
 //! here and the snapshot keeps only a `Loc` (offset and length). Sinks read a module back
 //! when they need it, one at a time, so memory stays flat however large the cluster is.
-//! The file is an unlinked temporary file (in the output folder's `.cmpoll/` when there is
-//! one, else `$TMPDIR`); if none can be made, the spool falls back to memory with a warning.
-//! Space of superseded contents is reclaimed by `compact`.
+//! The file is an unlinked temporary file in the output folder's `.cmpoll/` when there is
+//! one, else in `$TMPDIR`, and it stays in that folder for the whole run (compaction makes
+//! its new file there too). A spool that cannot be created is an error, never a silent
+//! move into memory: in a pod with a read-only root and no `/tmp`, memory is exactly what
+//! the operator did not plan for. Space of superseded contents is reclaimed by `compact`.
 
 use std::fs::File as FsFile;
 use std::io;
@@ -38,44 +40,50 @@ const FLUSH_AT: usize = 256 * 1024;
 
 pub struct Spool {
     backing: Backing,
+    /// Where the file lives (`None`: `$TMPDIR`); compaction stays there.
+    dir: Option<std::path::PathBuf>,
     len: u64,
     /// Bytes that belong to no current module (superseded or removed contents).
     dead: u64,
 }
 
 impl Spool {
-    /// A spool in `dir` (or `$TMPDIR`), falling back to memory.
-    pub fn new(dir: Option<&Path>) -> Spool {
+    /// A spool file in `dir` (or `$TMPDIR`); the error names the folder.
+    pub fn new(dir: Option<&Path>) -> io::Result<Spool> {
         let file = match dir {
             Some(d) => tempfile::tempfile_in(d),
             None => tempfile::tempfile(),
         };
-        match file {
-            Ok(file) => Spool {
-                backing: Backing::Disk {
-                    file,
-                    pending: Vec::new(),
-                    flushed: 0,
-                },
-                len: 0,
-                dead: 0,
+        let file = file.map_err(|e| {
+            let (folder, hint) = match dir {
+                Some(d) => (d.display().to_string(), ""),
+                None => (
+                    std::env::temp_dir().display().to_string(),
+                    " (set TMPDIR to a writable folder, or use --out-dir)",
+                ),
+            };
+            io::Error::new(
+                e.kind(),
+                format!("cannot create the spool file in '{folder}': {e}{hint}"),
+            )
+        })?;
+        Ok(Spool {
+            backing: Backing::Disk {
+                file,
+                pending: Vec::new(),
+                flushed: 0,
             },
-            Err(e) => {
-                log::warn!(
-                    "cannot create a spool file in {} ({e}); keeping module contents in memory",
-                    dir.map_or_else(
-                        || std::env::temp_dir().display().to_string(),
-                        |d| d.display().to_string()
-                    )
-                );
-                Spool::memory()
-            }
-        }
+            dir: dir.map(Path::to_path_buf),
+            len: 0,
+            dead: 0,
+        })
     }
 
+    /// A spool in memory (for tests and small one-shot uses).
     pub fn memory() -> Spool {
         Spool {
             backing: Backing::Memory(Vec::new()),
+            dir: None,
             len: 0,
             dead: 0,
         }
@@ -189,7 +197,7 @@ impl Spool {
     /// Rewrites the live contents (`locs`, updated in place) into a fresh spool.
     pub fn compact<'a>(&mut self, locs: impl Iterator<Item = &'a mut Loc>) -> io::Result<()> {
         let mut next = match &self.backing {
-            Backing::Disk { .. } => Spool::new(None),
+            Backing::Disk { .. } => Spool::new(self.dir.as_deref())?,
             Backing::Memory(_) => Spool::memory(),
         };
         for loc in locs {
@@ -251,7 +259,7 @@ mod tests {
 
     #[test]
     fn round_trips_on_disk_and_in_memory() {
-        for mut s in [Spool::new(None), Spool::memory()] {
+        for mut s in [Spool::new(None).unwrap(), Spool::memory()] {
             let a = s.put(&files(1)).unwrap();
             let b = s.put(&files(2)).unwrap();
             assert_eq!(s.get(b).unwrap(), files(2));
@@ -273,7 +281,7 @@ mod tests {
                 content: Content::Text(char::from(b'a' + n % 26).to_string().repeat(40_000)),
             }]
         };
-        let mut s = Spool::new(None);
+        let mut s = Spool::new(None).unwrap();
         let locs: Vec<Loc> = (0..20).map(|i| s.put(&big(i)).unwrap()).collect();
         let Backing::Disk { file, flushed, .. } = &s.backing else {
             panic!("a disk spool")
@@ -300,8 +308,9 @@ mod tests {
     }
 
     #[test]
-    fn compaction_keeps_only_live_contents() {
-        let mut s = Spool::new(None);
+    fn compaction_keeps_only_live_contents_in_the_same_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Spool::new(Some(dir.path())).unwrap();
         let mut live = Vec::new();
         for i in 0..10 {
             let loc = s.put(&files(i)).unwrap();
@@ -317,6 +326,24 @@ mod tests {
         for (i, loc) in live {
             assert_eq!(s.get(loc).unwrap(), files(i));
         }
+        assert_eq!(
+            s.dir.as_deref(),
+            Some(dir.path()),
+            "r13: stays where it started"
+        );
+        // A folder that went away is an error, not a silent move into memory.
+        let gone = dir.path().join("gone");
+        std::fs::create_dir(&gone).unwrap();
+        let mut s = Spool::new(Some(&gone)).unwrap();
+        let loc = s.put(&files(1)).unwrap();
+        std::fs::remove_dir(&gone).unwrap();
+        let mut locs = [loc];
+        let e = s.compact(locs.iter_mut()).unwrap_err();
+        assert!(
+            e.to_string().contains("cannot create the spool file in"),
+            "{e}"
+        );
+        assert!(Spool::new(Some(Path::new("/proc"))).is_err());
     }
 
     #[test]

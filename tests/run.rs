@@ -133,7 +133,8 @@ fn an_empty_cluster_still_gets_a_first_batch() {
 fn retry_after_is_a_floor_for_the_next_poll() {
     let s = TestApiserver::start();
     s.put(module("a", "one", "1"));
-    let d = Daemon::start(Cmpoll::against(&s), &["--interval", "20ms"]);
+    // The floor is itself capped at the backoff cap, min(10 × interval, 5 min): 2 s here.
+    let d = Daemon::start(Cmpoll::against(&s), &["--interval", "200ms"]);
     d.batch(SOON);
     s.fault(Match::lists(), Fault::TooManyRequests(1), 1);
     let hit = Instant::now();

@@ -218,6 +218,11 @@ impl Client {
         &self.server
     }
 
+    /// `--timeout`: per request.
+    pub fn timeout(&self) -> Duration {
+        self.options.timeout
+    }
+
     /// Before a poll: picks up a rotated token file and a rotated CA file.
     pub fn refresh_credentials(&mut self) {
         self.auth.refresh_if_changed();

@@ -106,6 +106,8 @@ pub fn decode_list<R: Read>(
     // The list without its items' elements: `"items":[]`.
     let mut rest = Vec::with_capacity(512);
     let mut count = 0usize;
+    // Whether an `items` array was there at all: a list without one is not an empty list.
+    let mut items_seen = false;
     s.expect(b'{', "expected '{'")
         .map_err(|e| e.into_failure(&bad))?;
     rest.push(b'{');
@@ -128,6 +130,7 @@ pub fn decode_list<R: Read>(
         rest.extend_from_slice(&name_bytes);
         rest.push(b':');
         if field == "items" && s.peek().map_err(|e| e.into_failure(&bad))? == Some(b'[') {
+            items_seen = true;
             s.pos += 1;
             rest.extend_from_slice(b"[]");
             let mut more = s.peek().map_err(|e| e.into_failure(&bad))? != Some(b']');
@@ -178,6 +181,14 @@ pub fn decode_list<R: Read>(
         return Err(bad("trailing characters after the list".into()));
     }
     let list: RawList = serde_json::from_slice(&rest).map_err(|e| bad(e.to_string()))?;
+    if !items_seen {
+        // An apiserver always sends `"items":[]` for an empty list; without it, this answer
+        // says nothing about what exists, and taking it for "nothing" would remove every
+        // module.
+        return Err(bad(
+            "it has no \"items\" array (an empty list has \"items\":[])".into(),
+        ));
+    }
     let m = list.metadata.unwrap_or_default();
     Ok(ListMeta {
         kind: list.kind.unwrap_or_default(),
@@ -604,12 +615,6 @@ mod tests {
             1,
             "bad base64 is the item's problem"
         );
-        let (_, items) = decode(
-            br#"{"kind":"ConfigMapList","items":null}"#,
-            &KeyFilter::all(),
-        )
-        .unwrap();
-        assert!(items.is_empty());
         let body = "{\"items\":[{\"metadata\":{\"name\":\"a\"},\"data\":{\"k\":\"\\u003chtml\\u003e \\u0026\"}}]}";
         let (_, items) = decode(body.as_bytes(), &KeyFilter::all()).unwrap();
         assert_eq!(items[0].files[0].content, Content::Text("<html> &".into()));
@@ -634,6 +639,10 @@ mod tests {
             br#"{"items":[1 2]}"#,
             b"",
             b"   ",
+            // r13: no items is not an empty list.
+            br#"{"kind":"ConfigMapList","items":null}"#,
+            br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"5"}}"#,
+            br#"{}"#,
         ] {
             let e = decode(body, &KeyFilter::all()).unwrap_err();
             assert!(

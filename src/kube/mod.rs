@@ -54,6 +54,14 @@ pub enum Error {
     Decode { action: String, cause: String },
     /// A credential could not be read or refreshed.
     Credentials(String),
+    /// The answer is older than one already seen: results never go back in time.
+    Stale {
+        action: String,
+        got: String,
+        had: String,
+    },
+    /// A paged list that would not end (too many pages, too long, a repeated token).
+    Unbounded { action: String, cause: String },
     /// Something local failed while handling the answer (for example the spool).
     Local(String),
 }
@@ -134,6 +142,11 @@ impl fmt::Display for Error {
                 write!(f, "cannot {action}: unexpected answer: {cause}")
             }
             Error::Credentials(why) => f.write_str(why),
+            Error::Stale { action, got, had } => write!(
+                f,
+                "cannot {action}: the answer is at resourceVersion {got}, older than the {had} already seen (a lagging apiserver cache); not going back in time"
+            ),
+            Error::Unbounded { action, cause } => write!(f, "cannot {action}: {cause}"),
             Error::Local(why) => f.write_str(why),
         }
     }

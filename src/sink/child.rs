@@ -397,17 +397,21 @@ impl Sink for Supervisor {
         };
         if let Some(feed) = &running.feed {
             let mut lines = Vec::new();
-            if let Err(e) = batch
+            let queued = batch
                 .write_lines(&mut lines)
-                .and_then(|()| feed.push(&lines))
-            {
-                log::warn!("cannot queue events for the agent: {e}");
-            }
-            if feed.lag() > feed.bound {
-                log::warn!(
-                    "the agent is {} MiB behind on its stdin; restarting it (it gets the full state again)",
+                .and_then(|()| feed.push(&lines));
+            // An agent that missed a batch, or is too far behind to catch up, would drift
+            // from the cluster for good: restart it, and it gets the full state again.
+            let why = match queued {
+                Err(e) => Some(format!("cannot queue events for the agent ({e})")),
+                Ok(()) if feed.lag() > feed.bound => Some(format!(
+                    "the agent is {} MiB behind on its stdin",
                     feed.lag() >> 20
-                );
+                )),
+                Ok(()) => None,
+            };
+            if let Some(why) = why {
+                log::warn!("{why}; restarting it (it gets the full state again)");
                 running.recycled = true;
                 if let Some(s) = Signal::TERM.to_rustix() {
                     let _ = kill_process_group(running.pid, s);
@@ -494,7 +498,7 @@ impl Sink for Supervisor {
         let sig = signal.unwrap_or(Signal::TERM);
         log::info!("stopping the agent: {sig} to its process group");
         self.signal_group(sig);
-        let deadline = Instant::now() + self.opts.grace;
+        let deadline = crate::backoff::after(Instant::now(), self.opts.grace);
         while Instant::now() < deadline {
             if let Some((code, sig)) = self.reap() {
                 log::info!("agent {}", describe(code, sig));

@@ -59,20 +59,31 @@ impl ReloadUrl {
                 .map_err(|e| format!("--reload-url: {e}"))?
         };
         let agent = crate::kube::client::agent(tls_config, None, timeout, true, None);
-        let request = ureq::http::Request::builder()
-            .method(method)
-            .uri(url)
-            .body(())
-            .map_err(|e| format!("--reload-url: {e}"))?;
+        // Userinfo becomes basic auth here; ureq never sees it (it would not send it).
+        let (bare, basic) = split_userinfo(url);
+        let mut request = ureq::http::Request::builder().method(method).uri(&bare);
+        if let Some(b) = &basic {
+            request = request.header("Authorization", b.expose());
+        }
+        let request = request.body(()).map_err(|e| {
+            format!(
+                "--reload-url '{}': {e}",
+                crate::kube::proxy::redact_url(url)
+            )
+        })?;
         let (tx, rx) = mpsc::channel();
         let status = Arc::new(Mutex::new(ReloadStatus::default()));
         let st = status.clone();
-        let (url, method) = (url.to_string(), method.to_string());
+        let shown = crate::kube::proxy::redact_url(url);
+        let secret_parts = secret_parts(url);
+        let method = method.to_string();
         thread::Builder::new()
             .name("reload-url".into())
             .spawn(move || {
                 let call = || -> Result<(), String> {
-                    let resp = agent.run(request.clone()).map_err(|e| e.to_string())?;
+                    let resp = agent
+                        .run(request.clone())
+                        .map_err(|e| scrub(&e.to_string(), &secret_parts))?;
                     let code = resp.status().as_u16();
                     if (200..300).contains(&code) {
                         Ok(())
@@ -83,7 +94,7 @@ impl ReloadUrl {
                         ))
                     }
                 };
-                caller(&rx, &st, call, &format!("{method} {url}"));
+                caller(&rx, &st, call, &format!("{method} {shown}"));
             })
             .map_err(|e| format!("--reload-url: cannot start its thread: {e}"))?;
         Ok(ReloadUrl { tx, status })
@@ -92,6 +103,77 @@ impl ReloadUrl {
     pub fn status(&self) -> Arc<Mutex<ReloadStatus>> {
         self.status.clone()
     }
+}
+
+/// The URL without its userinfo, and the userinfo as a basic-auth header value (both
+/// halves percent-decoded, as browsers and curl read them).
+fn split_userinfo(url: &str) -> (String, Option<crate::secret::Secret>) {
+    use base64::Engine as _;
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return (url.to_string(), None);
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return (url.to_string(), None);
+    };
+    let (user, pass) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+    let raw = format!("{}:{}", percent_decode(user), percent_decode(pass));
+    let header = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(raw)
+    );
+    (
+        format!("{scheme}://{host}{tail}"),
+        Some(crate::secret::Secret::new(header)),
+    )
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    let hex = |c: u8| char::from(c).to_digit(16);
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 3 <= b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The parts of a URL that must never reach a log line: its userinfo and query string.
+fn secret_parts(url: &str) -> Vec<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let mut parts = Vec::new();
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if let Some((userinfo, _)) = authority.rsplit_once('@') {
+        parts.extend(userinfo.split(':').map(str::to_string));
+        parts.push(userinfo.to_string());
+    }
+    if let Some((_, q)) = rest.split_once('?') {
+        parts.push(q.split('#').next().unwrap_or("").to_string());
+    }
+    parts.retain(|p| !p.is_empty());
+    // Longest first, so a whole userinfo goes before its halves.
+    parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    parts
+}
+
+/// An error text with every secret part of the URL replaced.
+fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_string();
+    for s in secrets {
+        out = out.replace(s.as_str(), "[REDACTED]");
+    }
+    out
 }
 
 /// The caller loop: one batch number at a time, the newest wins.
@@ -171,6 +253,21 @@ impl Sink for ReloadUrl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn userinfo_becomes_basic_auth_and_never_shows() {
+        let (bare, auth) = split_userinfo("http://admin:s%40cret@h:9/-/reload?x=1");
+        assert_eq!(bare, "http://h:9/-/reload?x=1");
+        // printf 'admin:s@cret' | base64
+        assert_eq!(auth.unwrap().expose(), "Basic YWRtaW46c0BjcmV0");
+        assert_eq!(split_userinfo("http://h/a@b").1, None);
+        let parts = secret_parts("http://admin:secret@h/p?token=t0k");
+        let scrubbed = scrub("POST http://admin:secret@h/p?token=t0k: refused", &parts);
+        assert!(
+            !scrubbed.contains("secret") && !scrubbed.contains("t0k"),
+            "{scrubbed}"
+        );
+    }
     use std::sync::atomic::{AtomicU32, Ordering};
 
     #[test]

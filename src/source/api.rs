@@ -21,6 +21,8 @@ use crate::kube::{Client, Error};
 use crate::module::Item;
 
 const ACCEPT_JSON: &str = "application/json";
+/// The most pages one paged list may take (with the time bound of 10 × `--timeout`).
+const MAX_PAGES: u32 = 10_000;
 /// Metadata only, or the full list from an apiserver that cannot (the kind tells which).
 const ACCEPT_METADATA: &str =
     "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json";
@@ -102,14 +104,31 @@ impl ApiSource {
                 }
                 Err(e) => return Err(e),
                 Ok(meta) => {
-                    if let Some(v) = meta.resource_version {
-                        self.last_rv.insert(key.clone(), v);
-                    }
+                    self.advance(&key, ns, meta.resource_version)?;
                     self.listed.insert(key);
                     return Ok(());
                 }
             }
         }
+    }
+
+    /// Records a scope's new resourceVersion, refusing one older than the last: after the
+    /// 504 fallback to `resourceVersion=0` a lagging cache can answer with an older state,
+    /// and acting on it would take modules back in time.
+    fn advance(&mut self, key: &str, ns: Option<&str>, rv: Option<String>) -> Result<(), Error> {
+        let Some(rv) = rv else { return Ok(()) };
+        if let Some(last) = self.last_rv.get(key)
+            && let (Ok(new), Ok(old)) = (rv.parse::<u64>(), last.parse::<u64>())
+            && new < old
+        {
+            return Err(Error::Stale {
+                action: format!("list configmaps {}", scope_name(ns)),
+                got: rv,
+                had: last.clone(),
+            });
+        }
+        self.last_rv.insert(key.to_string(), rv);
+        Ok(())
     }
 
     fn list_paged(
@@ -119,17 +138,55 @@ impl ApiSource {
         start: Mark,
         visit: &mut dyn Visit,
     ) -> Result<(), Error> {
+        let key = ns.unwrap_or("").to_string();
         let mut token: Option<String> = None;
+        // A paged list is bounded in time and in pages: a continue token that never ends
+        // must not keep a poll running forever.
+        let timeout = self.client.timeout();
+        let deadline = crate::backoff::after(std::time::Instant::now(), timeout.saturating_mul(10));
+        let mut pages = 0u32;
         loop {
             let mut params = vec![("limit", self.page_size.to_string())];
             if let Some(t) = &token {
                 params.push(("continue", t.clone()));
             }
+            let action = || format!("list configmaps {}", scope_name(ns));
+            if pages >= MAX_PAGES {
+                return Err(Error::Unbounded {
+                    action: action(),
+                    cause: format!(
+                        "more than {MAX_PAGES} pages of {} (raise --page-size, or 0 for one unpaged list)",
+                        self.page_size
+                    ),
+                });
+            }
+            if pages > 0 && std::time::Instant::now() >= deadline {
+                return Err(Error::Unbounded {
+                    action: action(),
+                    cause: format!(
+                        "{pages} pages took more than 10 × --timeout ({}) in all (raise --page-size or --timeout)",
+                        humantime::format_duration(timeout.saturating_mul(10))
+                    ),
+                });
+            }
+            pages += 1;
             match self.request(ns, &params, metadata, visit) {
-                Ok(meta) => match meta.continue_token {
-                    Some(t) => token = Some(t),
-                    None => return Ok(()),
-                },
+                Ok(meta) => {
+                    if token.is_none() {
+                        self.advance(&key, ns, meta.resource_version)?;
+                    }
+                    match meta.continue_token {
+                        Some(t) if token.as_ref() == Some(&t) => {
+                            return Err(Error::Unbounded {
+                                action: action(),
+                                cause: "the apiserver returned the same continue token twice"
+                                    .into(),
+                            });
+                        }
+                        Some(t) => token = Some(t),
+                        None => return Ok(()),
+                    }
+                }
                 Err(e) if token.is_some() && e.is_expired() => {
                     log::warn!(
                         "{e}; listing {} again in one unpaged request",
@@ -137,7 +194,8 @@ impl ApiSource {
                     );
                     visit.rollback(start)?;
                     // client-go's pager: one full list, no limit, no continue, no RV.
-                    self.request(ns, &[], metadata, visit)?;
+                    let meta = self.request(ns, &[], metadata, visit)?;
+                    self.advance(&key, ns, meta.resource_version)?;
                     return Ok(());
                 }
                 Err(e) => return Err(e),
@@ -250,9 +308,19 @@ impl ApiSource {
             });
             match got {
                 Ok((kind, item)) if kind == "ConfigMap" => {
-                    let same = item.namespace == namespace && item.name == name;
-                    if !(same && self.selection.admits(&item)) {
-                        // Relabelled or renamed since the list: not selected any more.
+                    if item.namespace != namespace || item.name != name {
+                        // Not a deletion: an answer about another object says nothing about
+                        // this one.
+                        return Err(Error::Decode {
+                            action,
+                            cause: format!(
+                                "asked for {namespace}/{name}, got {}/{}",
+                                item.namespace, item.name
+                            ),
+                        });
+                    }
+                    if !self.selection.admits(&item) {
+                        // Relabelled since the list: not selected any more.
                         return Ok(None);
                     }
                     return Ok(Some(item));

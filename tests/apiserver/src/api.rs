@@ -205,6 +205,25 @@ pub enum Fault {
     Trickle { bytes: usize, pause: Duration },
     /// Answer 200 with a valid ConfigMapList holding one object of about this many bytes.
     Huge(usize),
+    /// Answer exactly this: status code, extra headers, body (served as JSON). For crafted
+    /// and hostile answers: a list without `items`, a `Retry-After` past any clock, another
+    /// object than the one asked for.
+    Raw {
+        code: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+}
+
+impl Fault {
+    /// A 200 JSON answer with this body.
+    pub fn body(body: &str) -> Fault {
+        Fault::Raw {
+            code: 200,
+            headers: Vec::new(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
 }
 
 struct FaultRule {
@@ -1321,6 +1340,17 @@ fn apply_fault(fault: &Fault, normal: impl FnOnce() -> Response) -> Reply {
             body.resize(body.len() + size, b'x');
             body.extend_from_slice(b"\"}}]}");
             Reply::Full(Response::new(200, JSON, body))
+        }
+        Fault::Raw {
+            code,
+            headers,
+            body,
+        } => {
+            let mut r = Response::new(*code, JSON, body.clone());
+            for (k, v) in headers {
+                r = r.header(k, v);
+            }
+            Reply::Full(r)
         }
     }
 }

@@ -1,0 +1,756 @@
+//! `--out-dir DIR`: modules as files, switched atomically, with a record of what was written.
+//!
+//! `files` layout: `DIR/NS/NAME` is a symlink to `DIR/.cmpoll/versions/NS.NAME.SEQ/`, a
+//! complete, fsynced folder of the module's files; an update writes a new version folder and
+//! swaps the symlink with `rename(2)` (kubelet's AtomicWriter), so a reader that resolves
+//! the module path once reads one consistent version. Replaced versions stay readable for
+//! `--old-version-ttl` before they are deleted. `concat` layout: `DIR/NS.NAME{EXT}`, the
+//! files concatenated, written to a temporary file, fsynced and renamed.
+//!
+//! Ownership: `DIR/.cmpoll/state.json` (`record.rs`) lists every path cmpoll wrote. Before a
+//! batch, the writes it is about to make are added to it (write-ahead), and only after each
+//! target was checked to be absent or cmpoll's own; a file or symlink cmpoll did not write
+//! blocks that module (it is retried every poll) and is never replaced or removed. After a
+//! crash, a restart finishes or undoes what the record says was under way, adopting only
+//! what it can prove it wrote: a symlink pointing at its own version folder, a file whose
+//! bytes have the recorded SHA-256, a temporary name that did not exist when it was
+//! recorded. The first batch after a start reconciles the folder with the cluster: modules
+//! removed meanwhile are removed, unchanged ones are not touched (same inode and mtime),
+//! and what an earlier run wrote in another layout is cleaned up. Nothing inside `DIR` is
+//! reached through a symlink cmpoll did not make. `DIR/.cmpoll/lock` keeps a second cmpoll
+//! out.
+
+mod record;
+
+use std::collections::BTreeSet;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest, Sha256};
+
+use self::record::{Pending, Record, Retired, TMP_PREFIX, Written, component};
+use super::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_exists};
+use super::{Batch, Fatal, Outcome, Sink};
+use crate::module::File as ModuleFile;
+use crate::snapshot::{Change, Entry, Event, split_id};
+
+/// cmpoll's own folder inside the output folder: the record, the lock, version folders,
+/// and the spool and agent feed files.
+pub const META: &str = ".cmpoll";
+const VERSIONS: &str = "versions";
+const STATE: &str = "state.json";
+const DIR_MODE: u32 = 0o755;
+
+/// `DIR/.cmpoll`.
+pub fn meta_dir(dir: &Path) -> PathBuf {
+    dir.join(META)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Files,
+    Concat,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub dir: PathBuf,
+    pub layout: Layout,
+    /// File name extension for `concat`.
+    pub ext: String,
+    pub file_mode: u32,
+    pub old_version_ttl: Duration,
+}
+
+pub struct OutDir {
+    opts: Options,
+    record: Record,
+    reconciled: bool,
+    /// Part of every temporary name of this run, so that no name is ever reused.
+    nonce: String,
+    _lock: File,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// A checked path component (see `record::component`).
+fn part(s: &str) -> io::Result<&str> {
+    component(s).map_err(invalid)
+}
+
+/// What is at a path, without following a symlink there.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    Nothing,
+    Dir,
+    File,
+    Link(PathBuf),
+    Other,
+}
+
+fn found(path: &Path) -> io::Result<Found> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Found::Nothing),
+        Err(e) => Err(e),
+        Ok(m) if m.is_symlink() => Ok(Found::Link(fs::read_link(path)?)),
+        Ok(m) if m.is_dir() => Ok(Found::Dir),
+        Ok(m) if m.is_file() => Ok(Found::File),
+        Ok(_) => Ok(Found::Other),
+    }
+}
+
+fn not_ours(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!(
+            "'{}' exists and cmpoll did not write it; leaving it alone",
+            path.display()
+        ),
+    )
+}
+
+/// The bytes `concat` writes for a module: the files in key order, each ending in `\n`.
+fn concat_bytes(files: &[ModuleFile]) -> Vec<u8> {
+    let mut content = Vec::new();
+    for f in files {
+        let bytes = f.content.bytes();
+        content.extend_from_slice(bytes);
+        if !bytes.ends_with(b"\n") {
+            content.push(b'\n');
+        }
+    }
+    content
+}
+
+fn digest(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The SHA-256 of a regular file (not through a symlink); `None` if it is not one.
+fn file_digest(path: &Path) -> io::Result<Option<String>> {
+    if found(path)? != Found::File {
+        return Ok(None);
+    }
+    Ok(Some(digest(&fs::read(path)?)))
+}
+
+impl OutDir {
+    /// Opens (creating if needed) and locks the folder, checks the record, then recovers
+    /// from an interrupted run. Errors are start-up errors naming the folder.
+    pub fn open(opts: Options) -> Result<OutDir, String> {
+        let dir = opts.dir.clone();
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            format!("--out-dir '{}': {what}: {e}", dir.display())
+        };
+        fs::create_dir_all(&dir).map_err(|e| fail("cannot create it", &e))?;
+        if !dir.is_dir() {
+            return Err(fail("not a folder", &"it is a file"));
+        }
+        let meta = meta_dir(&dir);
+        for d in [meta.clone(), meta.join(VERSIONS)] {
+            match found(&d).map_err(|e| fail("cannot inspect it", &e))? {
+                Found::Dir => {}
+                Found::Nothing => {
+                    create_dir(&d, DIR_MODE).map_err(|e| fail("cannot write to it", &e))?
+                }
+                _ => {
+                    return Err(fail(
+                        &format!("'{}' is not a folder cmpoll made", d.display()),
+                        &"refusing to use it",
+                    ));
+                }
+            }
+        }
+        // Writable where modules go, not only in .cmpoll.
+        tempfile::tempfile_in(&dir).map_err(|e| fail("cannot write to it", &e))?;
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(meta.join("lock"))
+            .map_err(|e| fail("cannot write to it", &e))?;
+        lock.try_lock()
+            .map_err(|_| fail("locked", &"another cmpoll is writing to this folder"))?;
+        let state_path = meta.join(STATE);
+        let record = match fs::read(&state_path) {
+            Ok(bytes) => Record::parse(&bytes).map_err(|e| {
+                fail(
+                    &format!(
+                        "record '{}' is not valid (remove it to start afresh; cmpoll will then leave what it wrote before alone)",
+                        state_path.display()
+                    ),
+                    &e,
+                )
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Record::new(),
+            Err(e) => {
+                return Err(fail(
+                    &format!("cannot read '{}'", state_path.display()),
+                    &e,
+                ));
+            }
+        };
+        let nonce = format!("{:08x}", crate::backoff::Rng::from_time().next_u64() as u32);
+        let mut out = OutDir {
+            opts,
+            record,
+            reconciled: false,
+            nonce,
+            _lock: lock,
+        };
+        out.recover()
+            .map_err(|e| fail("cannot recover from the last run", &e))?;
+        Ok(out)
+    }
+
+    fn dir(&self) -> &Path {
+        &self.opts.dir
+    }
+
+    fn versions(&self) -> PathBuf {
+        meta_dir(self.dir()).join(VERSIONS)
+    }
+
+    /// The symlink target of a version, relative to `DIR/NS/`.
+    fn link_target(version: &str) -> PathBuf {
+        Path::new("..").join(META).join(VERSIONS).join(version)
+    }
+
+    /// `DIR/NS` if it is a real folder; `None` if there is nothing there. Anything else (a
+    /// symlink, a file) is never reached through: an error.
+    fn ns_dir(&self, ns: &str) -> io::Result<Option<PathBuf>> {
+        let path = self.dir().join(part(ns)?);
+        match found(&path)? {
+            Found::Dir => Ok(Some(path)),
+            Found::Nothing => Ok(None),
+            _ => Err(io::Error::other(format!(
+                "'{}' is not a folder cmpoll can write to (a file or a symlink it did not make)",
+                path.display()
+            ))),
+        }
+    }
+
+    /// `DIR/.cmpoll/versions/VERSION` if it is a real folder.
+    fn version_dir(&self, version: &str) -> io::Result<Option<PathBuf>> {
+        let path = self.versions().join(part(version)?);
+        match found(&path)? {
+            Found::Dir => Ok(Some(path)),
+            Found::Nothing => Ok(None),
+            _ => Err(io::Error::other(format!(
+                "'{}' is not a folder cmpoll made",
+                path.display()
+            ))),
+        }
+    }
+
+    fn save(&mut self) -> io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(&self.record).map_err(io::Error::other)?;
+        let meta = meta_dir(self.dir());
+        remove_if_exists(&meta.join(".state.json.tmp"))?;
+        atomic::replace_file(&meta, STATE, ".state.json.tmp", &bytes, 0o644)
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.record.seq += 1;
+        self.record.seq
+    }
+
+    /// Finishes or undoes the writes an interrupted run had recorded as pending, adopting
+    /// only what it can prove it wrote.
+    fn recover(&mut self) -> io::Result<()> {
+        let pending = std::mem::take(&mut self.record.pending);
+        if !pending.is_empty() {
+            log::info!(
+                "--out-dir: recovering {} interrupted write(s)",
+                pending.len()
+            );
+        }
+        for p in pending {
+            match &p.written.version {
+                Some(v) => self.recover_version(&p, v)?,
+                None => self.recover_file(&p)?,
+            }
+        }
+        // A namespace folder an interrupted run made but never put a module in.
+        let used: BTreeSet<&str> = self
+            .record
+            .modules
+            .keys()
+            .map(|id| split_id(id).0)
+            .collect();
+        let unused: Vec<String> = (self.record.namespaces.iter())
+            .filter(|ns| !used.contains(ns.as_str()))
+            .cloned()
+            .collect();
+        for ns in unused {
+            if let Ok(Some(d)) = self.ns_dir(&ns)
+                && remove_dir_if_empty(&d)?
+            {
+                self.record.namespaces.remove(&ns);
+            }
+        }
+        self.expire(true)?;
+        self.save()
+    }
+
+    fn recover_version(&mut self, p: &Pending, version: &str) -> io::Result<()> {
+        let (ns, name) = split_id(&p.module);
+        let ns_dir = match self.ns_dir(ns) {
+            Ok(d) => d,
+            Err(e) => {
+                log::warn!("--out-dir: {e}; not looking inside it");
+                None
+            }
+        };
+        let mut switched = false;
+        if let Some(ns_dir) = ns_dir {
+            if !self.record.namespaces.contains(ns) && p.new_namespace {
+                // It did not exist when the write was recorded: this run made it.
+                self.record.namespaces.insert(ns.to_string());
+            }
+            let tmp = self.dir().join(&p.tmp);
+            if matches!(found(&tmp)?, Found::Link(_)) {
+                remove_if_exists(&tmp)?;
+            }
+            let target = Self::link_target(version);
+            switched = found(&ns_dir.join(part(name)?))? == Found::Link(target);
+        }
+        if switched {
+            // The switch happened: the new version is the module now.
+            self.install(&p.module, p.written.clone())?;
+        } else {
+            self.delete_version(version, &p.written.files)?;
+        }
+        Ok(())
+    }
+
+    fn recover_file(&mut self, p: &Pending) -> io::Result<()> {
+        let tmp = self.dir().join(part(&p.tmp)?);
+        if found(&tmp)? == Found::File {
+            remove_if_exists(&tmp)?;
+        }
+        let Some(file) = &p.written.file else {
+            return Ok(());
+        };
+        let path = self.dir().join(part(file)?);
+        let adopted = p.written.digest.is_some() && file_digest(&path)? == p.written.digest;
+        if adopted {
+            // Renamed into place before the crash: byte for byte what cmpoll wrote.
+            self.install(&p.module, p.written.clone())?;
+        }
+        // Otherwise what is there is the old version (still recorded as such) or not
+        // cmpoll's at all: either way it is left as it is.
+        fsync_dir(self.dir())
+    }
+
+    /// Makes `w` the record of `id`, and removes what the previous record had that `w`
+    /// no longer uses (another layout's symlink or file; an old version is retired).
+    fn install(&mut self, id: &str, w: Written) -> io::Result<()> {
+        let old = self.record.modules.insert(id.to_string(), w.clone());
+        if let Some(old) = old {
+            self.clear(id, old, Some(&w))?;
+        }
+        Ok(())
+    }
+
+    /// Removes what `old` recorded for `id` and `new` (if any) does not reuse.
+    fn clear(&mut self, id: &str, old: Written, new: Option<&Written>) -> io::Result<()> {
+        let (ns, name) = split_id(id);
+        if let Some(version) = &old.version
+            && new.is_none_or(|n| n.version.is_none())
+        {
+            // No longer in the files layout: the module's symlink goes, if it is still
+            // the one cmpoll made, and the namespace folder if that emptied it.
+            match self.ns_dir(ns) {
+                Ok(Some(ns_dir)) => {
+                    let link = ns_dir.join(part(name)?);
+                    match found(&link)? {
+                        Found::Link(t) if t == Self::link_target(version) => {
+                            fs::remove_file(&link)?;
+                            fsync_dir(&ns_dir)?;
+                        }
+                        Found::Nothing => {}
+                        _ => log::warn!(
+                            "--out-dir: '{}' is no longer the link cmpoll made; leaving it",
+                            link.display()
+                        ),
+                    }
+                    if self.record.namespaces.contains(ns) && remove_dir_if_empty(&ns_dir)? {
+                        self.record.namespaces.remove(ns);
+                        fsync_dir(self.dir())?;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => log::warn!("--out-dir: {e}; not looking inside it"),
+            }
+        }
+        if let Some(file) = &old.file
+            && new.is_none_or(|n| n.file.as_ref() != Some(file))
+        {
+            let path = self.dir().join(part(file)?);
+            if found(&path)? == Found::File {
+                remove_if_exists(&path)?;
+                fsync_dir(self.dir())?;
+            }
+        }
+        if let Some(version) = old.version
+            && new.is_none_or(|n| n.version.as_ref() != Some(&version))
+        {
+            self.record.retired.push(Retired {
+                version,
+                files: old.files,
+                since: now_secs(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Deletes a version folder: its recorded files, then the folder if that left it empty.
+    fn delete_version(&self, version: &str, files: &[String]) -> io::Result<()> {
+        let Some(vdir) = self.version_dir(version)? else {
+            return Ok(());
+        };
+        for f in files {
+            remove_if_exists(&vdir.join(part(f)?))?;
+        }
+        if !remove_dir_if_empty(&vdir)? && vdir.exists() {
+            log::warn!(
+                "--out-dir: '{}' holds files cmpoll did not write; leaving it",
+                vdir.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Deletes retired versions older than the TTL, and saves the record if that changed
+    /// it (at start the caller saves).
+    fn expire(&mut self, at_start: bool) -> io::Result<()> {
+        let now = now_secs();
+        let ttl = self.opts.old_version_ttl.as_secs();
+        let (due, keep): (Vec<Retired>, Vec<Retired>) = std::mem::take(&mut self.record.retired)
+            .into_iter()
+            .partition(|r| now.saturating_sub(r.since) >= ttl);
+        self.record.retired = keep;
+        let changed = !due.is_empty();
+        for r in due {
+            if let Err(e) = self.delete_version(&r.version, &r.files) {
+                log::warn!("--out-dir: cannot delete old version {}: {e}", r.version);
+                self.record.retired.push(r);
+            }
+        }
+        if changed {
+            fsync_dir(&self.versions())?;
+            if !at_start {
+                self.save()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn concat_name(&self, id: &str) -> io::Result<String> {
+        let (ns, name) = split_id(id);
+        let file = format!("{}.{}{}", part(ns)?, part(name)?, self.opts.ext);
+        part(&file).map(str::to_string)
+    }
+
+    /// A temporary name of this run: new, never reused.
+    fn tmp_name(&self, seq: u64) -> String {
+        format!("{TMP_PREFIX}{seq:x}.{}", self.nonce)
+    }
+
+    /// Refuses a module path that is there but not what the record says cmpoll made.
+    fn check_ours(&self, id: &str, path: &Path) -> io::Result<()> {
+        let w = self.record.modules.get(id);
+        let ours = match found(path)? {
+            Found::Nothing => true,
+            Found::Link(t) => w
+                .and_then(|w| w.version.as_deref())
+                .is_some_and(|v| t == Self::link_target(v)),
+            Found::File => w
+                .and_then(|w| w.file.as_deref())
+                .is_some_and(|f| path.file_name().and_then(|n| n.to_str()) == Some(f)),
+            Found::Dir | Found::Other => false,
+        };
+        if ours { Ok(()) } else { Err(not_ours(path)) }
+    }
+
+    /// What writing `id` will create, decided and checked before it is recorded.
+    fn plan(&mut self, id: &str, entry: &Entry, files: &[ModuleFile]) -> io::Result<Pending> {
+        let seq = self.next_seq();
+        let (ns, name) = split_id(id);
+        let tmp = self.tmp_name(seq);
+        let mut written = Written {
+            hash: entry.hash.to_string(),
+            mode: self.opts.file_mode,
+            ..Written::default()
+        };
+        let mut new_namespace = false;
+        let tmp = match self.opts.layout {
+            Layout::Files => {
+                match self.ns_dir(ns)? {
+                    Some(ns_dir) => {
+                        self.check_ours(id, &ns_dir.join(part(name)?))?;
+                        if found(&ns_dir.join(&tmp))? != Found::Nothing {
+                            return Err(not_ours(&ns_dir.join(&tmp)));
+                        }
+                    }
+                    None => new_namespace = true,
+                }
+                let version = format!("{}.{}.{seq:x}", part(ns)?, part(name)?);
+                if found(&self.versions().join(&version))? != Found::Nothing {
+                    return Err(not_ours(&self.versions().join(&version)));
+                }
+                written.version = Some(version);
+                written.files = files.iter().map(|f| f.key.clone()).collect();
+                format!("{ns}/{tmp}")
+            }
+            Layout::Concat => {
+                let file = self.concat_name(id)?;
+                self.check_ours(id, &self.dir().join(&file))?;
+                if found(&self.dir().join(&tmp))? != Found::Nothing {
+                    return Err(not_ours(&self.dir().join(&tmp)));
+                }
+                written.digest = Some(digest(&concat_bytes(files)));
+                written.file = Some(file);
+                tmp
+            }
+        };
+        Ok(Pending {
+            module: id.to_string(),
+            written,
+            tmp,
+            new_namespace,
+        })
+    }
+
+    fn write(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Written> {
+        match &p.written.version {
+            Some(version) => self.write_version(p, version, files),
+            None => self.write_concat(p, files),
+        }
+    }
+
+    fn write_version(
+        &mut self,
+        p: &Pending,
+        version: &str,
+        files: &[ModuleFile],
+    ) -> io::Result<Written> {
+        let (ns, name) = split_id(&p.module);
+        let ns_dir = match self.ns_dir(ns)? {
+            Some(d) => d,
+            None => {
+                let d = self.dir().join(part(ns)?);
+                create_dir(&d, DIR_MODE)?;
+                fsync_dir(self.dir())?;
+                self.record.namespaces.insert(ns.to_string());
+                d
+            }
+        };
+        self.check_ours(&p.module, &ns_dir.join(part(name)?))?;
+        let vdir = self.versions().join(part(version)?);
+        create_dir(&vdir, DIR_MODE)?;
+        let written = (|| {
+            for f in files {
+                atomic::write_new(
+                    &vdir.join(part(&f.key)?),
+                    f.content.bytes(),
+                    self.opts.file_mode,
+                )?;
+            }
+            fsync_dir(&vdir)?;
+            fsync_dir(&self.versions())?;
+            let tmp = p.tmp.rsplit('/').next().unwrap_or(&p.tmp);
+            atomic::swap_symlink(&ns_dir, name, tmp, &Self::link_target(version))
+        })();
+        if let Err(e) = written {
+            let _ = self.delete_version(version, &p.written.files);
+            return Err(e);
+        }
+        Ok(p.written.clone())
+    }
+
+    fn write_concat(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Written> {
+        let name = p.written.file.clone().unwrap_or_default();
+        self.check_ours(&p.module, &self.dir().join(part(&name)?))?;
+        let content = concat_bytes(files);
+        if Some(digest(&content)) != p.written.digest {
+            return Err(io::Error::other("its contents changed while being written"));
+        }
+        atomic::replace_file(self.dir(), &name, &p.tmp, &content, self.opts.file_mode)?;
+        Ok(p.written.clone())
+    }
+
+    /// Removes what cmpoll wrote for `id`.
+    fn remove(&mut self, id: &str) -> io::Result<()> {
+        let Some(w) = self.record.modules.remove(id) else {
+            return Ok(());
+        };
+        if let Err(e) = self.clear(id, w.clone(), None) {
+            // Still recorded: tried again with the next removal or reconcile.
+            self.record.modules.insert(id.to_string(), w);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Whether `id` is on disk as recorded, with this hash, layout and mode.
+    fn unchanged(&self, id: &str, entry: &Entry) -> bool {
+        let Some(w) = self.record.modules.get(id) else {
+            return false;
+        };
+        if w.hash != entry.hash.to_string() || w.mode != self.opts.file_mode {
+            return false;
+        }
+        let (ns, name) = split_id(id);
+        match (self.opts.layout, &w.version, &w.file) {
+            (Layout::Files, Some(v), _) => {
+                let Ok(Some(ns_dir)) = self.ns_dir(ns) else {
+                    return false;
+                };
+                let Ok(Some(vdir)) = self.version_dir(v) else {
+                    return false;
+                };
+                found(&ns_dir.join(name)).ok() == Some(Found::Link(Self::link_target(v)))
+                    && w.files.iter().all(|f| vdir.join(f).exists())
+            }
+            (Layout::Concat, _, Some(f)) => {
+                self.concat_name(id).ok().as_deref() == Some(f)
+                    && found(&self.dir().join(f)).ok() == Some(Found::File)
+            }
+            _ => false,
+        }
+    }
+
+    /// Applies the writes and removals; returns the modules that failed.
+    fn sync(
+        &mut self,
+        batch: &Batch,
+        writes: Vec<&Event>,
+        removals: Vec<String>,
+    ) -> Result<Vec<String>, Fatal> {
+        let mut failed = Vec::new();
+        // Decided and checked first, then recorded, then made: contents are read from
+        // the spool again when written, so a batch never holds them all in memory.
+        let mut planned: Vec<(Pending, &Event)> = Vec::new();
+        for e in writes {
+            let plan = batch
+                .files(e)
+                .and_then(|files| self.plan(&e.id, &e.entry, &files));
+            match plan {
+                Ok(p) => planned.push((p, e)),
+                Err(err) => {
+                    log::warn!(
+                        "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
+                        e.id
+                    );
+                    failed.push(e.id.clone());
+                }
+            }
+        }
+        self.record.pending = planned.iter().map(|(p, _)| p.clone()).collect();
+        if let Err(e) = self.save() {
+            // Without the record nothing may be written: the whole batch waits.
+            log::warn!("--out-dir: cannot record the writes to come: {e}");
+            self.record.pending.clear();
+            let mut all: Vec<String> = planned.into_iter().map(|(p, _)| p.module).collect();
+            all.extend(removals);
+            all.extend(failed);
+            return Ok(all);
+        }
+        for id in removals {
+            if let Err(e) = self.remove(&id) {
+                log::warn!("--out-dir: cannot remove {id}: {e}");
+                failed.push(id);
+            }
+        }
+        for (p, e) in planned {
+            let written = batch.files(e).and_then(|files| self.write(&p, &files));
+            let result = written.and_then(|w| self.install(&p.module, w));
+            if let Err(err) = result {
+                log::warn!(
+                    "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
+                    p.module
+                );
+                failed.push(p.module.clone());
+            }
+        }
+        self.record.pending.clear();
+        if let Err(e) = self.expire(true) {
+            log::warn!("--out-dir: cannot delete old versions: {e}");
+        }
+        self.save().map_err(|e| {
+            Fatal(format!(
+                "--out-dir: cannot save '{}': {e}",
+                meta_dir(self.dir()).join(STATE).display()
+            ))
+        })?;
+        Ok(failed)
+    }
+}
+
+impl Sink for OutDir {
+    fn name(&self) -> &'static str {
+        "out-dir"
+    }
+
+    fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
+        let (writes, removals) = if self.reconciled {
+            let writes = batch
+                .events
+                .iter()
+                .filter(|e| e.change != Change::Removed)
+                .collect();
+            let removals = batch
+                .events
+                .iter()
+                .filter(|e| e.change == Change::Removed)
+                .map(|e| e.id.clone())
+                .collect();
+            (writes, removals)
+        } else {
+            // The first batch after a start: every module is "added"; the folder may
+            // already hold some of them (in this layout or another), and some it holds may
+            // be gone from the cluster.
+            let wanted: BTreeSet<&str> = batch.events.iter().map(|e| e.id.as_str()).collect();
+            let removals = self
+                .record
+                .modules
+                .keys()
+                .filter(|id| !wanted.contains(id.as_str()))
+                .cloned()
+                .collect();
+            let writes = batch
+                .events
+                .iter()
+                .filter(|e| !self.unchanged(&e.id, &e.entry))
+                .collect();
+            (writes, removals)
+        };
+        let failed = self.sync(batch, writes, removals)?;
+        self.reconciled = true;
+        Ok(Outcome { failed })
+    }
+
+    fn tick(&mut self, _view: Option<&super::View>) -> Result<super::Control, Fatal> {
+        if let Err(e) = self.expire(false) {
+            log::warn!("--out-dir: cannot delete old versions: {e}");
+        }
+        Ok(super::Control::Continue)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,321 @@
+//! `DIR/.cmpoll/state.json`: what cmpoll wrote in the output folder, and the writes it is
+//! about to make (a write-ahead record).
+//!
+//! The record is the only thing that lets cmpoll delete a file, so it is never trusted
+//! blindly: every name read back is checked to be what cmpoll itself would have written
+//! (a valid module id, a key the apiserver allows, a single path component, a temporary
+//! name of cmpoll's own form). A record that fails the check is a start-up error naming the
+//! file and the entry, not something to act on: whoever can write `DIR/.cmpoll` must not be
+//! able to make cmpoll delete files elsewhere.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::snapshot::split_id;
+use crate::validation;
+
+/// What cmpoll wrote for one module.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Written {
+    pub hash: String,
+    pub mode: u32,
+    /// `files` layout: the version folder under `.cmpoll/versions`, and its files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+    /// `concat` layout: the file, relative to DIR.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// `concat` layout: SHA-256 of the file's bytes, which proves after a crash that a file
+    /// found at `file` is the one cmpoll renamed into place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// A write about to be made (recorded before it is made).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pending {
+    pub module: String,
+    #[serde(flatten)]
+    pub written: Written,
+    /// The temporary name used on the way (a symlink or a file), relative to DIR. It did
+    /// not exist when the write was recorded and is created exclusively, so whatever is
+    /// found there after a crash is cmpoll's.
+    pub tmp: String,
+    /// `files` layout: the namespace folder did not exist when the write was recorded, so
+    /// a folder found there after a crash is cmpoll's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub new_namespace: bool,
+}
+
+/// A version folder no longer in use, deleted once it is older than the TTL.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Retired {
+    pub version: String,
+    pub files: Vec<String>,
+    /// Unix seconds when it was replaced.
+    pub since: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub version: u32,
+    pub seq: u64,
+    pub modules: BTreeMap<String, Written>,
+    /// Namespace folders cmpoll created (and may remove once empty).
+    pub namespaces: BTreeSet<String>,
+    pub pending: Vec<Pending>,
+    pub retired: Vec<Retired>,
+}
+
+/// The prefix of every temporary name cmpoll makes in the output folder.
+pub const TMP_PREFIX: &str = ".cmpoll-tmp.";
+
+impl Record {
+    pub fn new() -> Record {
+        Record {
+            version: 1,
+            ..Record::default()
+        }
+    }
+
+    /// Parses and checks a record; the error names the entry that is wrong.
+    pub fn parse(bytes: &[u8]) -> Result<Record, String> {
+        let r: Record = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        r.check()?;
+        Ok(r)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        for (id, w) in &self.modules {
+            let at = |what: String| format!("modules[{}]: {what}", validation::go_quote(id));
+            module_id(id).map_err(at)?;
+            written(id, w).map_err(at)?;
+        }
+        for ns in &self.namespaces {
+            namespace(ns).map_err(|e| format!("namespaces: {e}"))?;
+        }
+        for (i, p) in self.pending.iter().enumerate() {
+            let at = |what: String| format!("pending[{i}]: {what}");
+            module_id(&p.module).map_err(at)?;
+            written(&p.module, &p.written).map_err(at)?;
+            tmp(&p.module, &p.tmp).map_err(at)?;
+        }
+        for (i, r) in self.retired.iter().enumerate() {
+            let at = |what: String| format!("retired[{i}]: {what}");
+            version_name(&r.version).map_err(at)?;
+            keys(&r.files).map_err(at)?;
+        }
+        Ok(())
+    }
+}
+
+fn module_id(id: &str) -> Result<(), String> {
+    let Some((ns, name)) = id.split_once('/') else {
+        return Err("not a module name (namespace/name)".into());
+    };
+    namespace(ns)?;
+    let errs = validation::dns1123_subdomain(name);
+    if !errs.is_empty() {
+        return Err(format!(
+            "name {}: {}",
+            validation::go_quote(name),
+            errs.join("; ")
+        ));
+    }
+    Ok(())
+}
+
+fn namespace(ns: &str) -> Result<(), String> {
+    let errs = validation::dns1123_label(ns);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "namespace {}: {}",
+            validation::go_quote(ns),
+            errs.join("; ")
+        ))
+    }
+}
+
+/// One path component that stays in its folder and is not cmpoll's meta folder.
+pub fn component(s: &str) -> Result<&str, String> {
+    if s.is_empty()
+        || s == "."
+        || s == ".."
+        || s.contains('/')
+        || s.contains('\0')
+        || s == ".cmpoll"
+        || s.len() > 255
+    {
+        return Err(format!(
+            "{} is not a safe file name",
+            validation::go_quote(s)
+        ));
+    }
+    Ok(s)
+}
+
+fn keys(files: &[String]) -> Result<(), String> {
+    for f in files {
+        let errs = validation::config_map_key(f);
+        if !errs.is_empty() {
+            return Err(format!(
+                "file {}: {}",
+                validation::go_quote(f),
+                errs.join("; ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A version folder's name: `NS.NAME.HEX`, as `plan` makes it.
+fn version_name(v: &str) -> Result<(), String> {
+    component(v)?;
+    let ok = v
+        .rsplit_once('.')
+        .is_some_and(|(_, seq)| !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_hexdigit()));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "version {} is not a version folder name",
+            validation::go_quote(v)
+        ))
+    }
+}
+
+fn written(id: &str, w: &Written) -> Result<(), String> {
+    if let Some(v) = &w.version {
+        version_name(v)?;
+        let (ns, name) = split_id(id);
+        if !v.starts_with(&format!("{ns}.{name}.")) {
+            return Err(format!(
+                "version {} is not this module's",
+                validation::go_quote(v)
+            ));
+        }
+    }
+    keys(&w.files)?;
+    if let Some(f) = &w.file {
+        component(f)?;
+        if f.starts_with(TMP_PREFIX) {
+            return Err(format!(
+                "file {} is a temporary name",
+                validation::go_quote(f)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A temporary name: `.cmpoll-tmp.X` in DIR, or `NS/.cmpoll-tmp.X` in the module's
+/// namespace folder.
+fn tmp(id: &str, t: &str) -> Result<(), String> {
+    let (folder, file) = match t.split_once('/') {
+        Some((folder, file)) => (Some(folder), file),
+        None => (None, t),
+    };
+    let bad = || {
+        format!(
+            "tmp {} is not a temporary name cmpoll makes",
+            validation::go_quote(t)
+        )
+    };
+    if let Some(folder) = folder
+        && folder != split_id(id).0
+    {
+        return Err(bad());
+    }
+    component(file).map_err(|_| bad())?;
+    if !file.starts_with(TMP_PREFIX) {
+        return Err(bad());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(json: &str) -> Result<Record, String> {
+        Record::parse(json.as_bytes())
+    }
+
+    #[test]
+    fn a_record_cmpoll_wrote_parses() {
+        let r = with(
+            r#"{"version":1,"seq":3,"modules":{"ns/m":{"hash":"h","mode":420,"version":"ns.m.2","files":["a.conf"]},"ns/c":{"hash":"h","mode":420,"file":"ns.c.conf","digest":"d"}},"namespaces":["ns"],"pending":[{"module":"ns/m","hash":"h","mode":420,"version":"ns.m.3","files":["a.conf"],"tmp":"ns/.cmpoll-tmp.3"}],"retired":[{"version":"ns.m.1","files":["a.conf"],"since":5}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.pending[0].written.version.as_deref(), Some("ns.m.3"));
+    }
+
+    /// r13: paths read back are checked, never joined onto DIR blindly.
+    #[test]
+    fn hostile_records_are_refused_by_entry() {
+        let cases = [
+            (
+                r#"{"modules":{"../etc/x":{"hash":"","mode":0}}}"#,
+                "modules[\"../etc/x\"]: namespace \"..\"",
+            ),
+            (
+                r#"{"modules":{"ns/m":{"hash":"","mode":0,"file":"../../etc/passwd"}}}"#,
+                "not a safe file name",
+            ),
+            (
+                r#"{"modules":{"ns/m":{"hash":"","mode":0,"file":"/etc/passwd"}}}"#,
+                "not a safe file name",
+            ),
+            (
+                r#"{"modules":{"ns/m":{"hash":"","mode":0,"version":"ns.m.1","files":["../../x"]}}}"#,
+                "file \"../../x\"",
+            ),
+            (
+                r#"{"modules":{"ns/m":{"hash":"","mode":0,"version":"other.x.1"}}}"#,
+                "is not this module's",
+            ),
+            (r#"{"namespaces":[".."]}"#, "namespaces: namespace \"..\""),
+            (
+                r#"{"pending":[{"module":"ns/m","hash":"","mode":0,"tmp":"../x"}]}"#,
+                "pending[0]: tmp \"../x\"",
+            ),
+            (
+                r#"{"pending":[{"module":"ns/m","hash":"","mode":0,"tmp":"other/.cmpoll-tmp.1"}]}"#,
+                "not a temporary name",
+            ),
+            (
+                r#"{"pending":[{"module":"ns/m","hash":"","mode":0,"tmp":"ns.m.conf"}]}"#,
+                "not a temporary name",
+            ),
+            (
+                r#"{"retired":[{"version":"..","files":[],"since":0}]}"#,
+                "retired[0]",
+            ),
+            (
+                r#"{"retired":[{"version":".cmpoll","files":[],"since":0}]}"#,
+                "retired[0]",
+            ),
+        ];
+        for (json, want) in cases {
+            let full = json.replacen('{', r#"{"version":1,"seq":1,"#, 1);
+            let full =
+                ["modules", "namespaces", "pending", "retired"]
+                    .iter()
+                    .fold(full, |acc, k| {
+                        if acc.contains(&format!("\"{k}\"")) {
+                            acc
+                        } else {
+                            let empty = if *k == "modules" { "{}" } else { "[]" };
+                            acc.replacen('{', &format!(r#"{{"{k}":{empty},"#), 1)
+                        }
+                    });
+            let e = with(&full).unwrap_err();
+            assert!(e.contains(want), "{json}: {e}");
+        }
+    }
+}

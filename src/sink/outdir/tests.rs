@@ -1,0 +1,315 @@
+//! Unit tests of the output folder sink.
+
+use super::*;
+use crate::event::Synced;
+use crate::hash::Hash;
+use crate::module::Content;
+use crate::snapshot::Event;
+use crate::spool::Spool;
+use std::collections::BTreeSet;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    spool: Spool,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture {
+            dir: tempfile::tempdir().unwrap(),
+            spool: Spool::memory(),
+        }
+    }
+
+    fn options(&self, layout: Layout) -> Options {
+        Options {
+            dir: self.dir.path().to_path_buf(),
+            layout,
+            ext: ".conf".into(),
+            file_mode: 0o644,
+            old_version_ttl: Duration::ZERO,
+        }
+    }
+
+    fn open(&self, layout: Layout) -> OutDir {
+        OutDir::open(self.options(layout)).unwrap()
+    }
+
+    fn record(&self) -> Record {
+        Record::parse(&fs::read(self.path(".cmpoll/state.json")).unwrap()).unwrap()
+    }
+
+    fn event(&mut self, change: Change, id: &str, files: &[(&str, &str)]) -> Event {
+        let files: Vec<ModuleFile> = files
+            .iter()
+            .map(|(k, v)| ModuleFile {
+                key: k.to_string(),
+                content: Content::Text(v.to_string()),
+            })
+            .collect();
+        let loc = self.spool.put(&files).unwrap();
+        Event {
+            change,
+            id: id.into(),
+            entry: Entry {
+                uid: "u".into(),
+                resource_version: "1".into(),
+                hash: Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes()))),
+                loc,
+                files: files.len() as u32,
+                bytes: 0,
+            },
+        }
+    }
+
+    fn apply(&self, out: &mut OutDir, events: Vec<Event>) -> Vec<String> {
+        let batch = Batch {
+            events,
+            synced: Synced::default(),
+            spool: &self.spool,
+            first: false,
+        };
+        out.apply(&batch).unwrap().failed
+    }
+
+    /// The first batch after a start (the daemon's reconcile batch).
+    fn apply_first(&self, out: &mut OutDir, events: Vec<Event>) -> Vec<String> {
+        let batch = Batch {
+            events,
+            synced: Synced::default(),
+            spool: &self.spool,
+            first: true,
+        };
+        out.apply(&batch).unwrap().failed
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+}
+
+#[test]
+fn files_layout_switches_a_symlink_and_records_it() {
+    let mut f = Fixture::new();
+    let mut out = f.open(Layout::Files);
+    let e = f.event(Change::Added, "ns/m", &[("a.conf", "1"), ("b.conf", "2")]);
+    assert!(f.apply(&mut out, vec![e]).is_empty());
+    assert_eq!(fs::read_to_string(f.path("ns/m/a.conf")).unwrap(), "1");
+    let first = fs::read_link(f.path("ns/m")).unwrap();
+    assert!(first.starts_with("../.cmpoll/versions"), "{first:?}");
+    let e = f.event(Change::Updated, "ns/m", &[("a.conf", "3")]);
+    f.apply(&mut out, vec![e]);
+    assert_ne!(fs::read_link(f.path("ns/m")).unwrap(), first);
+    assert!(!f.path("ns/m/b.conf").exists());
+    out.tick(None).unwrap();
+    assert_eq!(
+        fs::read_dir(f.path(".cmpoll/versions")).unwrap().count(),
+        1,
+        "old version gone"
+    );
+    let state = f.record();
+    assert!(state.pending.is_empty());
+    assert_eq!(state.modules["ns/m"].files, ["a.conf"]);
+    let e = f.event(Change::Removed, "ns/m", &[]);
+    f.apply(&mut out, vec![e]);
+    assert!(
+        !f.path("ns").exists(),
+        "an emptied namespace folder cmpoll made goes"
+    );
+}
+
+#[test]
+fn concat_layout_and_newlines() {
+    let mut f = Fixture::new();
+    let mut out = f.open(Layout::Concat);
+    let e = f.event(
+        Change::Added,
+        "ns/m",
+        &[("a", "x"), ("b", "y\n"), ("c", "")],
+    );
+    f.apply(&mut out, vec![e]);
+    assert_eq!(fs::read_to_string(f.path("ns.m.conf")).unwrap(), "x\ny\n\n");
+    let e = f.event(Change::Removed, "ns/m", &[]);
+    f.apply(&mut out, vec![e]);
+    assert!(!f.path("ns.m.conf").exists());
+}
+
+#[test]
+fn foreign_files_are_never_replaced_or_removed() {
+    let mut f = Fixture::new();
+    fs::create_dir_all(f.path("ns")).unwrap();
+    fs::write(f.path("ns/m"), "mine, not cmpoll's").unwrap();
+    fs::write(f.path("ns/notes.txt"), "keep").unwrap();
+    let mut out = f.open(Layout::Files);
+    let bad = f.event(Change::Added, "ns/m", &[("a", "1")]);
+    let good = f.event(Change::Added, "ns/n", &[("a", "1")]);
+    assert_eq!(f.apply(&mut out, vec![bad, good]), ["ns/m"]);
+    assert_eq!(
+        fs::read_to_string(f.path("ns/m")).unwrap(),
+        "mine, not cmpoll's"
+    );
+    let gone = f.event(Change::Removed, "ns/n", &[]);
+    f.apply(&mut out, vec![gone]);
+    assert!(
+        f.path("ns/notes.txt").exists(),
+        "a folder cmpoll did not make stays"
+    );
+    assert!(!f.path("ns/n").exists());
+}
+
+#[test]
+fn a_second_cmpoll_is_locked_out() {
+    let f = Fixture::new();
+    let _first = f.open(Layout::Files);
+    let e = OutDir::open(f.options(Layout::Files)).err().unwrap();
+    assert!(
+        e.contains("another cmpoll is writing to this folder"),
+        "{e}"
+    );
+}
+
+#[test]
+fn recovery_adopts_a_finished_switch_and_drops_an_unfinished_one() {
+    let mut f = Fixture::new();
+    {
+        let mut out = f.open(Layout::Files);
+        let e = f.event(Change::Added, "ns/done", &[("a", "1")]);
+        let files = f.spool.get(e.entry.loc).unwrap();
+        let done = out.plan("ns/done", &e.entry, &files).unwrap();
+        let half = out.plan("ns/half", &e.entry, &files).unwrap();
+        out.record.pending = vec![done.clone(), half.clone()];
+        out.save().unwrap();
+        // A crash after the first switch, in the middle of the second write.
+        out.write(&done, &files).unwrap();
+        let vdir = out.versions().join(half.written.version.as_ref().unwrap());
+        fs::create_dir(&vdir).unwrap();
+        fs::write(vdir.join("a"), "1").unwrap();
+    }
+    let out = f.open(Layout::Files);
+    assert!(out.record.modules.contains_key("ns/done"));
+    assert!(!out.record.modules.contains_key("ns/half"));
+    assert_eq!(fs::read_dir(f.path(".cmpoll/versions")).unwrap().count(), 1);
+    assert!(out.record.pending.is_empty());
+    assert!(
+        out.record.namespaces.contains("ns"),
+        "the namespace folder the interrupted run made is known to be cmpoll's"
+    );
+}
+
+/// r13: a crash between recording a concat write and finishing it never makes a file in
+/// the way cmpoll's: it is neither overwritten on restart nor deleted later.
+#[test]
+fn concat_recovery_adopts_only_what_it_can_prove_it_wrote() {
+    let mut f = Fixture::new();
+    let e = f.event(Change::Added, "ns/foreign", &[("a", "new")]);
+    let done = f.event(Change::Added, "ns/done", &[("a", "1")]);
+    {
+        let mut out = f.open(Layout::Concat);
+        let files = f.spool.get(e.entry.loc).unwrap();
+        let p = out.plan("ns/foreign", &e.entry, &files).unwrap();
+        let done_files = f.spool.get(done.entry.loc).unwrap();
+        let q = out.plan("ns/done", &done.entry, &done_files).unwrap();
+        out.record.pending = vec![p, q.clone()];
+        out.save().unwrap();
+        // Someone's file lands where the module goes, and the crash comes after the second
+        // write's rename.
+        fs::write(f.path("ns.foreign.conf"), "hand-made").unwrap();
+        out.write(&q, &done_files).unwrap();
+    }
+    let mut out = f.open(Layout::Concat);
+    assert!(
+        !out.record.modules.contains_key("ns/foreign"),
+        "not adopted"
+    );
+    assert!(
+        out.record.modules.contains_key("ns/done"),
+        "proved by its digest"
+    );
+    assert_eq!(
+        fs::read_to_string(f.path("ns.foreign.conf")).unwrap(),
+        "hand-made"
+    );
+    // The module stays blocked while the file is there, and its removal leaves the file.
+    let again = f.event(Change::Added, "ns/foreign", &[("a", "new")]);
+    assert_eq!(f.apply(&mut out, vec![again]), ["ns/foreign"]);
+    let gone = f.event(Change::Removed, "ns/foreign", &[]);
+    f.apply(&mut out, vec![gone]);
+    assert_eq!(
+        fs::read_to_string(f.path("ns.foreign.conf")).unwrap(),
+        "hand-made"
+    );
+}
+
+/// r13: switching layouts between runs removes what the old layout wrote, so switching
+/// back is not blocked by cmpoll's own leftovers.
+#[test]
+fn a_layout_switch_cleans_up_and_can_switch_back() {
+    let mut f = Fixture::new();
+    for layout in [Layout::Files, Layout::Concat, Layout::Files, Layout::Concat] {
+        let mut out = f.open(layout);
+        let e = f.event(Change::Added, "ns/m", &[("a", "1")]);
+        // Every start reconciles: the first batch has every module as added.
+        assert!(f.apply_first(&mut out, vec![e]).is_empty(), "{layout:?}");
+        out.tick(None).unwrap();
+        let names: BTreeSet<String> = fs::read_dir(f.path(""))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let want: BTreeSet<String> = match layout {
+            Layout::Files => [".cmpoll", "ns"],
+            Layout::Concat => [".cmpoll", "ns.m.conf"],
+        }
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(names, want, "{layout:?}");
+        drop(out);
+    }
+}
+
+/// r13: a recorded namespace folder that became a symlink is never reached through.
+#[test]
+fn nothing_is_removed_through_a_symlink_cmpoll_did_not_make() {
+    let mut f = Fixture::new();
+    let elsewhere = tempfile::tempdir().unwrap();
+    {
+        let mut out = f.open(Layout::Files);
+        let e = f.event(Change::Added, "ns/m", &[("a", "1")]);
+        f.apply(&mut out, vec![e]);
+    }
+    // Swap DIR/ns for a symlink to a folder holding a file named like the module.
+    fs::remove_file(f.path("ns/m")).unwrap();
+    fs::remove_dir(f.path("ns")).unwrap();
+    fs::write(elsewhere.path().join("m"), "victim").unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), f.path("ns")).unwrap();
+    let mut out = f.open(Layout::Files);
+    let gone = f.event(Change::Removed, "ns/m", &[]);
+    f.apply(&mut out, vec![gone]);
+    assert_eq!(
+        fs::read_to_string(elsewhere.path().join("m")).unwrap(),
+        "victim"
+    );
+    let e = f.event(Change::Added, "ns/x", &[("a", "1")]);
+    assert_eq!(f.apply(&mut out, vec![e]), ["ns/x"], "nor written through");
+    assert!(!elsewhere.path().join("x").exists());
+}
+
+/// r13: a hostile record is a start-up error naming the file, and nothing is deleted.
+#[test]
+fn a_record_pointing_outside_is_a_start_up_error() {
+    let f = Fixture::new();
+    let victim = tempfile::tempdir().unwrap();
+    fs::write(victim.path().join("precious"), "x").unwrap();
+    fs::create_dir_all(f.path(".cmpoll/versions")).unwrap();
+    let evil = format!(
+        r#"{{"version":1,"seq":1,"modules":{{"ns/m":{{"hash":"","mode":420,"file":"../../../../../..{}/precious"}}}},"namespaces":[],"pending":[],"retired":[]}}"#,
+        victim.path().display()
+    );
+    fs::write(f.path(".cmpoll/state.json"), evil).unwrap();
+    let e = OutDir::open(f.options(Layout::Concat)).err().unwrap();
+    assert!(
+        e.contains("state.json' is not valid") && e.contains("modules[\"ns/m\"]"),
+        "{e}"
+    );
+    assert!(victim.path().join("precious").exists());
+}
