@@ -427,3 +427,202 @@ while true; do sleep 0.05; done
         "cmpoll is PID 1 and reaped the orphans"
     );
 }
+
+/// `--restart on-failure`: restarted after a non-zero exit and after a signal; a clean
+/// exit then ends cmpoll with status 0.
+#[test]
+fn restart_on_failure_after_an_error_and_a_signal_then_a_clean_exit_ends_cmpoll() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "m", "v1"));
+    let c = agent_env(Cmpoll::against(&s));
+    let logs = c.path("logs");
+    let agent = script(
+        &c,
+        "agent.sh",
+        r#"n=$(( $(cat "$LOGDIR/runs" 2>/dev/null || echo 0) + 1 ))
+echo $n > "$LOGDIR/runs"
+echo $$ > "$LOGDIR/pid"
+[ $n = 1 ] && exit 3
+while kill -0 $PPID 2>/dev/null; do [ -f "$LOGDIR/exit0" ] && exit 0; sleep 0.02; done
+"#,
+    );
+    let mut d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "1h",
+            "--restart",
+            "on-failure",
+            "--stdout-events",
+            "--",
+            agent.to_str().unwrap(),
+        ],
+    );
+    d.batch(SOON);
+    let runs = || {
+        std::fs::read_to_string(logs.join("runs"))
+            .map(|s| s.trim().parse::<u32>().unwrap())
+            .unwrap_or(0)
+    };
+    eventually("a restart after exit 3", SOON, || runs() == 2);
+    let pid = std::fs::read_to_string(logs.join("pid")).unwrap();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-KILL", pid.trim()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    eventually("a restart after SIGKILL", SOON, || runs() == 3);
+    let log = d.stderr();
+    assert!(
+        log.contains("agent exited with status 3; restarting it"),
+        "{log}"
+    );
+    assert!(
+        log.contains("agent was killed by SIGKILL; restarting it"),
+        "{log}"
+    );
+    std::fs::write(logs.join("exit0"), "").unwrap();
+    assert_eq!(d.wait(SOON), Some(0), "a clean exit ends cmpoll with 0");
+}
+
+/// r13.12: when an event cannot be queued for the agent's stdin, the agent is restarted
+/// (and then gets the full state) instead of silently missing a batch. The feed file is
+/// made unwritable past 128 KiB with RLIMIT_FSIZE (SIGXFSZ ignored: the write fails); the
+/// module stays below the 256 KiB the spool gathers in memory before it writes.
+#[test]
+fn r13_a_failed_write_to_the_agents_stdin_restarts_it() {
+    let prlimit = std::process::Command::new("prlimit")
+        .arg("--version")
+        .output();
+    if crate::util::skip_unless(
+        prlimit.is_ok_and(|o| o.status.success()),
+        "prlimit (util-linux)",
+    ) {
+        return;
+    }
+    let s = TestApiserver::start();
+    s.put(module("ns", "m", "v1"));
+    let c = agent_env(Cmpoll::against(&s));
+    let logs = c.path("logs");
+    let agent = script(
+        &c,
+        "agent.sh",
+        r#"echo start >> "$LOGDIR/agent.log"
+exec 3<&0
+cat <&3 >> "$LOGDIR/stdin-$$.log" &
+while kill -0 $PPID 2>/dev/null; do sleep 0.02; done
+"#,
+    );
+    let wrapper = [
+        "sh",
+        "-c",
+        "trap '' XFSZ; exec prlimit --fsize=131072 -- \"$@\"",
+        "sh",
+    ];
+    let mut cmd = c.wrapped(
+        &wrapper,
+        &[
+            "run",
+            "--interval",
+            "30ms",
+            "--child-stdin",
+            "events",
+            "--",
+            agent.to_str().unwrap(),
+        ],
+    );
+    let child = KillOnDrop(
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(c.path("cmpoll.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let starts = || lines(&logs.join("agent.log")).len();
+    eventually("the agent starts", SOON, || starts() == 1);
+    // A module larger than what the feed file may hold: queuing its event fails.
+    s.put(module("ns", "big", &"x".repeat(200 << 10)));
+    eventually("the agent is restarted", SOON, || starts() >= 2);
+    let log = std::fs::read_to_string(c.path("cmpoll.log")).unwrap();
+    assert!(
+        log.contains("cannot queue events for the agent") && log.contains("restarting it"),
+        "{log}"
+    );
+    // Once the module shrinks the restarted agent gets the full state, and it is current.
+    s.put(module("ns", "big", "small"));
+    let stdin_logs = || -> Vec<String> {
+        std::fs::read_dir(&logs)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("stdin-"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .collect()
+    };
+    eventually("an agent got the full current state", SOON, || {
+        stdin_logs().iter().any(|l| {
+            l.contains(r#""module":"ns/big""#)
+                && l.contains(r#""files":{"k":"small"}"#)
+                && l.contains(r#""module":"ns/m""#)
+                && !l.contains("xxxx")
+        })
+    });
+    drop(child);
+}
+
+/// The test CA's certificate, for `--reload-ca-file`.
+fn https_endpoint(
+    c: &Cmpoll,
+) -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<crate::util::http::Call>>>,
+    std::path::PathBuf,
+) {
+    let pki = test_apiserver::Pki::new("reload-ca");
+    let ca = c.write("reload-ca.pem", &pki.ca_pem());
+    let (url, calls) = crate::util::http::https_reload_server(&pki);
+    (url, calls, ca)
+}
+
+/// `--reload-method` and `--reload-ca-file` against an https endpoint.
+#[test]
+fn reload_url_over_https_with_a_ca_file_and_another_method() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "m", "v1"));
+    let c = Cmpoll::against(&s);
+    let (url, calls, ca) = https_endpoint(&c);
+    let d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "30ms",
+            "--reload-url",
+            &url,
+            "--reload-method",
+            "put",
+            "--reload-ca-file",
+            ca.to_str().unwrap(),
+            "--stdout-events",
+        ],
+    );
+    d.batch(SOON);
+    eventually("the reload call", SOON, || {
+        !calls.lock().unwrap().is_empty()
+    });
+    assert_eq!(calls.lock().unwrap()[0].0, "PUT /-/reload HTTP/1.1");
+    d.stop();
+    // Without the CA the endpoint's certificate is not trusted: the call fails.
+    let c = Cmpoll::against(&s);
+    let (url, calls, _) = https_endpoint(&c);
+    let d = Daemon::start(
+        c,
+        &["--interval", "1h", "--reload-url", &url, "--stdout-events"],
+    );
+    d.batch(SOON);
+    eventually("a failed call is logged", SOON, || {
+        d.stderr().contains("/-/reload failed")
+    });
+    assert!(calls.lock().unwrap().is_empty());
+    d.stop();
+}

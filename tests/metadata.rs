@@ -63,7 +63,7 @@ fn steady_state_costs_one_metadata_list_and_a_get_per_change() {
         (Some("updated"), Some("a/m3"))
     );
     s.put(module("a", "m1", "1").label("x", "y"));
-    d.no_event(Duration::from_millis(300));
+    d.quiet_through(&s, 2, 1);
     let gets: Vec<String> = s
         .requests()
         .iter()
@@ -158,7 +158,7 @@ fn a_failing_get_fails_the_poll_and_a_404_means_gone() {
     // A change whose GET fails: nothing, until the GET works.
     s.fault_always(Match::gets(), Fault::InternalError);
     s.put(module("a", "one", "2"));
-    d.no_event(Duration::from_millis(300));
+    d.quiet_through(&s, 2, 1);
     s.clear_faults();
     let b = d.batch(SOON);
     assert_eq!(b[0]["type"], "updated");

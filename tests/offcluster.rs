@@ -391,3 +391,32 @@ fn as_pid_1_reaping_orphans_never_takes_a_plugins_exit_status() {
     );
     assert!(s.requests().iter().all(|r| r.status == 200));
 }
+
+/// A `client.authentication.k8s.io/v1beta1` plugin end to end (no `interactiveMode`
+/// needed): its token is sent, and it is told the version it was configured with.
+#[test]
+fn a_v1beta1_exec_plugin_end_to_end() {
+    let s = server();
+    s.add_token("beta-token", USER);
+    let plugin = r#"dir=$(dirname "$0")
+printf '%s' "$KUBERNETES_EXEC_INFO" > "$dir/info"
+printf '{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"token":"beta-token"}}\n'
+"#;
+    let spec = Kubeconfig::with(Credential::Raw(
+        "    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: plugin/beta\n".into(),
+    ));
+    let c = Cmpoll::against_with(&s, &spec);
+    script(&c, "plugin/beta", plugin);
+    let run = c.with_args(&["list", "--json"]).run().success();
+    assert_eq!(run.modules(), ["apps/m"]);
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(c.path("plugin/info")).unwrap()).unwrap();
+    assert_eq!(info["apiVersion"], "client.authentication.k8s.io/v1beta1");
+    assert!(
+        s.requests()
+            .iter()
+            .all(|r| r.bearer.as_deref() == Some("beta-token")),
+        "{:?}",
+        s.requests()
+    );
+}

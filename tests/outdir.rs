@@ -453,3 +453,84 @@ fn two_daemons_cannot_share_a_folder() {
     );
     d.stop();
 }
+
+/// The concat layout on restart: modules removed meanwhile go, changed ones are
+/// rewritten, unchanged ones are left as they are (same inode and mtime).
+#[test]
+fn a_concat_restart_reconciles_and_leaves_unchanged_files_untouched() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "keep").data("k", "same"));
+    s.put(module("ns", "change").data("k", "old"));
+    s.put(module("ns", "gone").data("k", "x"));
+    let c = Cmpoll::against(&s);
+    let out = c.path("out");
+    let args = [
+        "run",
+        "--once",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--layout",
+        "concat",
+        "--ext",
+        ".conf",
+    ];
+    c.with_args(&args).run().success();
+    let before = fs::metadata(out.join("ns.keep.conf")).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    s.delete("ns", "gone");
+    s.put(module("ns", "change").data("k", "new"));
+    s.put(module("other", "new").data("k", "n"));
+    c.with_args(&args).run().success();
+    let after = fs::metadata(out.join("ns.keep.conf")).unwrap();
+    assert_eq!(
+        (after.ino(), after.mtime_nsec()),
+        (before.ino(), before.mtime_nsec()),
+        "not rewritten"
+    );
+    assert_eq!(
+        tree(&out),
+        map(&[
+            ("ns.change.conf", "new\n"),
+            ("ns.keep.conf", "same\n"),
+            ("other.new.conf", "n\n")
+        ])
+    );
+    assert!(leftovers(&out).is_empty());
+}
+
+/// SIGTERM while a large batch is being written: the write in progress is finished (the
+/// whole batch, recorded as done), then cmpoll exits 0.
+#[test]
+fn sigterm_finishes_the_write_in_progress() {
+    let s = TestApiserver::start();
+    s.bulk_load(1500, 4096, 5);
+    let c = Cmpoll::against(&s);
+    let out = c.path("out");
+    let mut d = Daemon::start(c, &["--interval", "1h", "--out-dir", out.to_str().unwrap()]);
+    let started = Instant::now();
+    while fs::read_dir(out.join(".cmpoll/versions"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+        < 100
+    {
+        assert!(started.elapsed() < SOON, "the batch never got going");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    d.signal("TERM");
+    let written_at_term = fs::read_dir(out.join(".cmpoll/versions")).unwrap().count();
+    assert!(
+        written_at_term < 1500,
+        "TERM came mid-batch ({written_at_term})"
+    );
+    assert_eq!(d.wait(SOON), Some(0));
+    let state: serde_json::Value =
+        serde_json::from_slice(&fs::read(out.join(".cmpoll/state.json")).unwrap()).unwrap();
+    assert_eq!(
+        state["pending"],
+        serde_json::json!([]),
+        "nothing left half-done"
+    );
+    assert_eq!(state["modules"].as_object().unwrap().len(), 1500);
+    assert_eq!(tree(&out).len(), 1500);
+    assert!(leftovers(&out).is_empty());
+}

@@ -92,7 +92,7 @@ fn events_follow_the_cluster_exactly() {
     );
     s.delete("apps", "b");
     s.put(module("apps", "b", "b1"));
-    d.no_event(Duration::from_millis(400));
+    d.quiet_through(&s, 2, 1);
 
     // Removal by deletion and by a label that no longer matches, then an addition.
     s.delete("apps", "a");
@@ -124,7 +124,8 @@ fn an_empty_cluster_still_gets_a_first_batch() {
     let b = d.batch(SOON);
     assert_eq!(b.len(), 1);
     synced(0, 0, 0, 0)(&b[0]);
-    d.no_event(Duration::from_millis(300));
+    d.quiet_through(&s, 2, 1);
+    d.stop();
 }
 
 /// Each fault: no event while it lasts, the daemon stays up, and a change made during the
@@ -184,7 +185,8 @@ fn an_expired_continue_token_never_yields_a_partial_batch() {
     );
     assert_eq!(b[0]["module"], "p/m3");
     assert_eq!(b[0]["type"], "updated");
-    d.no_event(Duration::from_millis(300));
+    // Each poll: a first page, a 410 on the next, one unpaged list.
+    d.quiet_through(&s, 2, 2);
     d.stop();
 }
 
@@ -246,7 +248,8 @@ fn a_lagging_cache_504_falls_back_to_resource_version_zero() {
         "the fallback, at once"
     );
     assert_eq!(reqs[i + 1].status, 200);
-    d.no_event(Duration::from_millis(200));
+    // Each poll: the 504 and the fallback.
+    d.quiet_through(&s, 2, 2);
     assert!(d.stderr().contains("Too large resource version"));
     d.stop();
 }
@@ -326,7 +329,10 @@ fn sighup_polls_now_and_sigterm_exits_zero_mid_interval() {
     let mut d = Daemon::start(Cmpoll::against(&s), &["--interval", "1h"]);
     d.batch(SOON);
     s.put(module("a", "one", "2"));
-    d.no_event(Duration::from_millis(200));
+    // With an hour's interval nothing polls until the SIGHUP.
+    let lists = s.requests().len();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(s.requests().len(), lists, "no poll before the SIGHUP");
     d.signal("HUP");
     let b = d.batch(SOON);
     assert_eq!(b[0]["type"], "updated");
@@ -433,6 +439,45 @@ fn manifests_folders_are_polled_too() {
     assert_eq!(
         (b[0]["type"].as_str(), b[0]["files"]["k"].as_str()),
         (Some("updated"), Some("two"))
+    );
+    d.stop();
+}
+
+/// A ConfigMap without a key `--keys` selects is not a module, and that is logged once per
+/// version of it, not once per poll.
+#[test]
+fn a_configmap_without_selected_keys_is_logged_once_per_version() {
+    let s = TestApiserver::start();
+    let none = |v: &str| {
+        ConfigMap::new("a", "none")
+            .label("cmpoll.io/module", "true")
+            .data("k", v)
+    };
+    s.put(none("v"));
+    s.put(
+        ConfigMap::new("a", "some")
+            .label("cmpoll.io/module", "true")
+            .data("x.alloy", "1"),
+    );
+    let d = Daemon::start(
+        Cmpoll::against(&s),
+        &["--interval", "20ms", "--keys", "*.alloy"],
+    );
+    let b = d.batch(SOON);
+    assert_eq!(b.len(), 2, "only a/some is a module: {b:?}");
+    d.quiet_through(&s, 5, 1);
+    let said = |log: &str| {
+        log.matches("configmap a/none: none of its 1 keys matches --keys")
+            .count()
+    };
+    assert_eq!(said(&d.stderr()), 1, "{}", d.stderr());
+    s.put(none("changed"));
+    d.quiet_through(&s, 3, 1);
+    assert_eq!(
+        said(&d.stderr()),
+        2,
+        "a new version is said again\n{}",
+        d.stderr()
     );
     d.stop();
 }

@@ -9,6 +9,7 @@ mod deploy;
 mod faults;
 mod list;
 mod metadata;
+mod never;
 mod offcluster;
 mod ops;
 mod outdir;

@@ -1,6 +1,7 @@
 //! HTTP helpers for the tests: a reload endpoint that records its calls, and plain GETs
 //! against cmpoll's `--listen` endpoints.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,34 +15,66 @@ const SOON: Duration = Duration::from_secs(10);
 /// A reload endpoint answering `codes` in turn (then 200); returns its URL and the request
 /// lines it got.
 pub fn reload_server(codes: Vec<u16>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let (url, _, lines) = endpoint(codes);
+    (url, lines)
+}
+
+/// One call to a test endpoint: the request line and the headers (names lowercased).
+pub type Call = (String, BTreeMap<String, String>);
+
+/// A reload endpoint answering `codes` in turn (then 200), recording each request line
+/// with its headers.
+pub fn reload_server_with_headers(codes: Vec<u16>) -> (String, Arc<Mutex<Vec<Call>>>) {
+    let (url, calls, _) = endpoint(codes);
+    (url, calls)
+}
+
+type Recorded = (String, Arc<Mutex<Vec<Call>>>, Arc<Mutex<Vec<String>>>);
+
+fn endpoint(codes: Vec<u16>) -> Recorded {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/-/reload", listener.local_addr().unwrap());
     let calls = Arc::new(Mutex::new(Vec::new()));
-    let seen = calls.clone();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let (seen, seen_lines) = (calls.clone(), lines.clone());
     let n = Arc::new(AtomicU32::new(0));
     std::thread::spawn(move || {
         for conn in listener.incoming() {
-            let mut conn = conn.unwrap();
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            loop {
-                let mut h = String::new();
-                reader.read_line(&mut h).unwrap();
-                if h == "\r\n" || h.is_empty() {
-                    break;
-                }
-            }
-            seen.lock().unwrap().push(line.trim().to_string());
+            let Ok(conn) = conn else { continue };
             let i = n.fetch_add(1, Ordering::SeqCst) as usize;
             let code = codes.get(i).copied().unwrap_or(200);
-            let _ = write!(
-                conn,
-                "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            );
+            if let Some((line, _)) = answer(conn, code, &seen) {
+                seen_lines.lock().unwrap().push(line);
+            }
         }
     });
-    (url, calls)
+    (url, calls, lines)
+}
+
+/// Reads one request head from `conn`, records it, answers `code`; the call recorded.
+pub fn answer(mut conn: TcpStream, code: u16, calls: &Mutex<Vec<Call>>) -> Option<Call> {
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() {
+        return None;
+    }
+    let mut headers = BTreeMap::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    let call = (line.trim().to_string(), headers);
+    calls.lock().unwrap().push(call.clone());
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    Some(call)
 }
 
 /// The address cmpoll logged it listens on.
@@ -86,4 +119,39 @@ pub fn until_body(addr: &str, path: &str, code: u16, needle: &str) -> String {
 
 pub fn until(addr: &str, path: &str, code: u16) -> String {
     until_body(addr, path, code, "")
+}
+
+/// An https reload endpoint with a certificate of `pki` for 127.0.0.1, answering 200 and
+/// recording each call.
+pub fn https_reload_server(pki: &test_apiserver::Pki) -> (String, Arc<Mutex<Vec<Call>>>) {
+    struct Recorder(Arc<Mutex<Vec<Call>>>);
+    impl test_apiserver::http::Handler for Recorder {
+        fn handle(&self, req: &test_apiserver::http::Request) -> test_apiserver::http::Reply {
+            let line = format!("{} {} HTTP/1.1", req.method, req.path);
+            self.0
+                .lock()
+                .unwrap()
+                .push((line, req.headers.iter().cloned().collect()));
+            test_apiserver::http::Reply::Full(test_apiserver::http::Response::new(
+                200,
+                "text/plain",
+                Vec::new(),
+            ))
+        }
+        fn sending(
+            &self,
+            _: &test_apiserver::http::Request,
+            _: &test_apiserver::http::Reply,
+            _: test_apiserver::http::Written,
+        ) {
+        }
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}/-/reload", listener.local_addr().unwrap());
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let handler: Arc<dyn test_apiserver::http::Handler> = Arc::new(Recorder(calls.clone()));
+    let tls = test_apiserver::http::tls_config(pki);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    std::thread::spawn(move || test_apiserver::http::serve(listener, Some(tls), handler, stop));
+    (url, calls)
 }

@@ -17,6 +17,31 @@ pub mod proxy;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cmpoll");
 
+/// The binary under test: `CMPOLL_TEST_BIN` (to run the suite against another build, for
+/// example the commit before a fix, and see its regression tests fail), else this build's.
+pub fn bin() -> String {
+    std::env::var("CMPOLL_TEST_BIN").unwrap_or_else(|_| BIN.to_string())
+}
+
+/// Whether this run is CI's (`.ci/run` exports `CI=true`): a test that needs a tool or a
+/// privilege fails there instead of skipping.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Skips a test that cannot run here, loudly; under CI it fails instead.
+pub fn skip_unless(available: bool, what: &str) -> bool {
+    if available {
+        return false;
+    }
+    assert!(
+        !in_ci(),
+        "{what} is needed and CI=true: this test must run here"
+    );
+    eprintln!("SKIPPED: {what} is not available here (under CI=true this fails)");
+    true
+}
+
 /// A `cmpoll` invocation: a temp folder as HOME, only the variables a test sets.
 pub struct Cmpoll {
     pub dir: tempfile::TempDir,
@@ -147,7 +172,7 @@ impl Cmpoll {
     pub fn wrapped(&self, wrapper: &[&str], args: &[&str]) -> Command {
         let mut cmd = Command::new(wrapper[0]);
         cmd.args(&wrapper[1..])
-            .arg(BIN)
+            .arg(bin())
             .args(args)
             .env_clear()
             .envs(&self.env)
@@ -156,7 +181,7 @@ impl Cmpoll {
     }
 
     fn command_with(&self, args: &[String]) -> Command {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.args(args)
             .env_clear()
             .envs(&self.env)
@@ -173,7 +198,13 @@ impl Cmpoll {
     }
 
     fn run_with(&self, args: &[String]) -> Run {
-        let out: Output = self.command_with(args).output().expect("run cmpoll");
+        let out = bounded(self.command_with(args), RUN_LIMIT).unwrap_or_else(|| {
+            panic!(
+                "cmpoll {} did not exit within {RUN_LIMIT:?}; killed it\n{}",
+                args.join(" "),
+                self.describe()
+            )
+        });
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         let described = format!(
@@ -224,6 +255,46 @@ impl Invocation<'_> {
             .spawn()
             .expect("spawn cmpoll")
     }
+}
+
+/// How long any one `cmpoll` run a test waits for may take: a run that hangs (the very
+/// bug some tests look for) fails its test instead of hanging the suite.
+pub const RUN_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs `cmd` to completion with its output captured, or kills it after `limit` (`None`).
+pub fn bounded(mut cmd: Command, limit: Duration) -> Option<Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run cmpoll");
+    let read = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = read(Box::new(child.stdout.take().expect("piped")));
+    let err = read(Box::new(child.stderr.take().expect("piped")));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Some(Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
 }
 
 fn truncate(s: &str) -> &str {
@@ -341,9 +412,35 @@ impl Daemon {
         }
     }
 
-    /// Asserts that nothing is emitted for `quiet`.
-    pub fn no_event(&self, quiet: std::time::Duration) {
-        if let Ok(e) = self.events.recv_timeout(quiet) {
+    /// Asserts that nothing was emitted while `server` served `polls` more polls: proves
+    /// the moment passed before it checks. The daemon applies a poll's batch before it
+    /// starts the next poll, so once the apiserver has seen the first list of the poll
+    /// after those, their events are on the pipe; a short grace lets the reader take them.
+    /// `lists_per_poll`: the lists that start a scope (not continued pages) in one poll: 1,
+    /// or the number of `--namespace` scopes, more where a poll lists a scope again.
+    pub fn quiet_through(&self, server: &TestApiserver, polls: usize, lists_per_poll: usize) {
+        let lists = || {
+            server
+                .requests()
+                .iter()
+                .filter(|r| r.is_list() && r.param("continue").is_none())
+                .count()
+        };
+        let want = lists() + (polls + 1) * lists_per_poll;
+        let start = Instant::now();
+        while lists() < want {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the daemon stopped polling ({} of {want} lists)\n{}",
+                lists(),
+                self.context()
+            );
+            if let Ok(e) = self.events.try_recv() {
+                panic!("unexpected event {e}\n{}", self.context());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Ok(e) = self.events.recv_timeout(Duration::from_millis(100)) {
             panic!("unexpected event {e}\n{}", self.context());
         }
     }
@@ -376,10 +473,23 @@ impl Daemon {
         }
     }
 
-    /// SIGTERM, then the exit code.
+    /// SIGTERM, then the exit code, which must be 0 (SPEC: a clean stop).
     pub fn stop(mut self) -> Option<i32> {
         self.signal("TERM");
-        self.wait(std::time::Duration::from_secs(5))
+        let code = self.wait(std::time::Duration::from_secs(10));
+        assert_eq!(
+            code,
+            Some(0),
+            "cmpoll did not stop cleanly\n{}",
+            self.context()
+        );
+        code
+    }
+
+    /// SIGTERM, then the exit code, whatever it is.
+    pub fn stop_with_code(mut self) -> Option<i32> {
+        self.signal("TERM");
+        self.wait(std::time::Duration::from_secs(10))
     }
 }
 
@@ -433,16 +543,32 @@ pub fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
         .data("k", v)
 }
 
-/// Whether this machine lets a test make a PID namespace (`unshare --pid --fork`).
+/// Whether this machine lets a test make a PID namespace (`unshare --pid --fork`); under
+/// CI a machine that cannot fails the test instead.
 pub fn unshare_available() -> bool {
     let probe = std::process::Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "--kill-child", "true"])
         .status();
-    if probe.is_ok_and(|s| s.success()) {
-        return true;
-    }
-    eprintln!("skipped: unshare --pid --fork is not permitted here");
-    false
+    !skip_unless(
+        probe.is_ok_and(|s| s.success()),
+        "unshare --pid --fork (a PID namespace)",
+    )
+}
+
+/// Whether this machine lets a test make a mount namespace with a tmpfs in it.
+pub fn mount_namespace_available() -> bool {
+    let probe = std::process::Command::new("unshare")
+        .args([
+            "--mount",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o size=64k tmpfs /mnt",
+        ])
+        .status();
+    !skip_unless(
+        probe.is_ok_and(|s| s.success()),
+        "unshare --mount with a tmpfs (root)",
+    )
 }
 
 /// Every regular file under an output folder (following the module symlinks), except
