@@ -1,10 +1,12 @@
-//! Waiting between polls: the interval with jitter, and exponential backoff after failures.
+//! Waiting: one exponential backoff for everything that retries — polls, agent restarts,
+//! reload calls.
 //!
-//! Every wait is `base × (1 + random in [0, jitter))`, so a fleet of daemons started
-//! together does not poll in lock-step. After a failed poll the base doubles, starting at
-//! the interval and capped at min(10 × interval, 5 min); a `Retry-After` from the apiserver
-//! is a floor for the next wait, itself capped at that same cap; a successful poll resets it.
-//! All arithmetic saturates: no interval or `Retry-After` can overflow the clock.
+//! Every wait is `base × (1 + random in [0, jitter))`. After each failure the base doubles,
+//! from `initial` up to `max`; a floor (the apiserver's `Retry-After`) raises one wait, but
+//! never past `max`; a success starts over. Polls wait `interval` between successes and back
+//! off from the interval to min(10 × interval, 5 min) (`Backoff::polls`), with jitter so a
+//! fleet started together does not poll in lock-step; the agent and reload URLs back off from
+//! 1 s to 30 s. All arithmetic saturates: no interval or `Retry-After` can overflow the clock.
 
 use std::time::{Duration, Instant};
 
@@ -60,25 +62,33 @@ impl Rng {
 
 #[derive(Clone, Debug)]
 pub struct Backoff {
-    interval: Duration,
+    initial: Duration,
+    max: Duration,
     jitter: f64,
     failures: u32,
     rng: Rng,
 }
 
 impl Backoff {
-    pub fn new(interval: Duration, jitter: f64, rng: Rng) -> Backoff {
+    /// From `initial`, doubling up to `max`, each wait spread by up to `jitter` of itself.
+    pub fn new(initial: Duration, max: Duration, jitter: f64, rng: Rng) -> Backoff {
         Backoff {
-            interval,
+            initial,
+            max: max.max(initial),
             jitter,
             failures: 0,
             rng,
         }
     }
 
-    /// The longest base wait after failures (see `cap`).
+    /// Polls: `interval` after a success, from it to `cap(interval)` after failures.
+    pub fn polls(interval: Duration, jitter: f64, rng: Rng) -> Backoff {
+        Backoff::new(interval, cap(interval), jitter, rng)
+    }
+
+    /// The longest base wait.
     pub fn cap(&self) -> Duration {
-        cap(self.interval)
+        self.max
     }
 
     fn jittered(&mut self, base: Duration) -> Duration {
@@ -88,24 +98,26 @@ impl Backoff {
             .min(MAX_WAIT)
     }
 
-    /// The wait after a successful poll (and the failure count starts over).
+    /// The wait after a success (and the failure count starts over).
     pub fn after_success(&mut self) -> Duration {
         self.failures = 0;
-        self.jittered(self.interval)
+        self.jittered(self.initial)
     }
 
-    /// The wait after a failed poll; `retry_after` (from the apiserver) is a floor, capped
-    /// at `cap` like the backoff itself: an apiserver cannot push the next poll further out
+    /// The wait after a failure; `floor` (an apiserver's `Retry-After`) raises it, capped at
+    /// `max` like the backoff itself: an apiserver cannot push the next poll further out
     /// than failures alone would.
-    pub fn after_failure(&mut self, retry_after: Option<Duration>) -> Duration {
+    pub fn after_failure(&mut self, floor: Option<Duration>) -> Duration {
         let doublings = self.failures.min(16);
         self.failures = self.failures.saturating_add(1);
-        let base = self
-            .interval
-            .saturating_mul(1u32 << doublings)
-            .min(self.cap());
+        let base = self.initial.saturating_mul(1u32 << doublings).min(self.max);
         let wait = self.jittered(base);
-        wait.max(retry_after.unwrap_or_default().min(self.cap()))
+        wait.max(floor.unwrap_or_default().min(self.max))
+    }
+
+    /// Starts over, without a wait (the agent ran long enough to count as stable).
+    pub fn reset(&mut self) {
+        self.failures = 0;
     }
 
     pub fn failures(&self) -> u32 {
@@ -123,7 +135,7 @@ mod tests {
 
     #[test]
     fn doubles_from_the_interval_up_to_the_cap_and_resets() {
-        let mut b = Backoff::new(secs(1.0), 0.0, Rng::new(1));
+        let mut b = Backoff::polls(secs(1.0), 0.0, Rng::new(1));
         let waits: Vec<Duration> = (0..6).map(|_| b.after_failure(None)).collect();
         assert_eq!(
             waits,
@@ -142,24 +154,35 @@ mod tests {
 
     #[test]
     fn the_cap_is_at_most_five_minutes() {
-        let b = Backoff::new(secs(60.0), 0.1, Rng::new(1));
+        let b = Backoff::polls(secs(60.0), 0.1, Rng::new(1));
         assert_eq!(b.cap(), secs(300.0));
-        let b = Backoff::new(secs(0.05), 0.1, Rng::new(1));
+        let b = Backoff::polls(secs(0.05), 0.1, Rng::new(1));
         assert_eq!(b.cap(), secs(0.5));
-        let b = Backoff::new(secs(600.0), 0.1, Rng::new(1));
+        let b = Backoff::polls(secs(600.0), 0.1, Rng::new(1));
         assert_eq!(b.cap(), secs(600.0), "never below the interval");
     }
 
     #[test]
+    fn restarts_and_retries_back_off_from_one_to_thirty_seconds() {
+        let mut b = Backoff::new(secs(1.0), secs(30.0), 0.0, Rng::new(1));
+        let waits: Vec<f64> = (0..7)
+            .map(|_| b.after_failure(None).as_secs_f64())
+            .collect();
+        assert_eq!(waits, [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]);
+        b.reset();
+        assert_eq!(b.after_failure(None), secs(1.0));
+    }
+
+    #[test]
     fn retry_after_is_a_floor() {
-        let mut b = Backoff::new(secs(1.0), 0.0, Rng::new(1));
+        let mut b = Backoff::polls(secs(1.0), 0.0, Rng::new(1));
         assert_eq!(b.after_failure(Some(secs(7.0))), secs(7.0));
         assert_eq!(b.after_failure(Some(secs(0.5))), secs(2.0));
     }
 
     #[test]
     fn retry_after_and_huge_intervals_are_capped_never_overflow() {
-        let mut b = Backoff::new(secs(1.0), 0.1, Rng::new(1));
+        let mut b = Backoff::polls(secs(1.0), 0.1, Rng::new(1));
         for huge in [
             Duration::from_secs(999_999_999),
             Duration::from_secs(u64::MAX),
@@ -170,7 +193,7 @@ mod tests {
                 "{w:?}: capped at min(10 × interval, 5 min)"
             );
         }
-        let mut b = Backoff::new(Duration::from_secs(u64::MAX), 0.5, Rng::new(1));
+        let mut b = Backoff::polls(Duration::from_secs(u64::MAX), 0.5, Rng::new(1));
         assert!(b.after_failure(None) <= MAX_WAIT);
         assert!(b.after_success() <= MAX_WAIT);
         assert_eq!(
@@ -183,7 +206,7 @@ mod tests {
 
     #[test]
     fn jitter_stays_within_the_fraction_and_varies() {
-        let mut b = Backoff::new(secs(10.0), 0.1, Rng::new(42));
+        let mut b = Backoff::polls(secs(10.0), 0.1, Rng::new(42));
         let waits: Vec<Duration> = (0..200).map(|_| b.after_success()).collect();
         assert!(waits.iter().all(|w| *w >= secs(10.0) && *w < secs(11.0)));
         let distinct: std::collections::BTreeSet<_> = waits.iter().collect();

@@ -36,9 +36,3 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
-
-impl From<crate::kube::Error> for Error {
-    fn from(e: crate::kube::Error) -> Error {
-        Error::Runtime(e.to_string())
-    }
-}

@@ -3,9 +3,42 @@
 
 use std::io::{self, Write};
 
-use crate::event;
-use crate::snapshot::Snapshot;
-use crate::spool::Spool;
+use crate::error::Error;
+use crate::poll::Poller;
+use crate::poll::event;
+use crate::poll::snapshot::Snapshot;
+use crate::poll::spool::Spool;
+
+/// One poll, then print; a failed poll prints nothing and exits 1.
+pub fn run(mut poller: Poller, json: bool) -> Result<(), Error> {
+    let mut spool = Spool::new(None).map_err(|e| Error::Runtime(e.to_string()))?;
+    let polled = poller
+        .poll(&Snapshot::default(), &mut spool)
+        .map_err(|e| Error::Runtime(e.to_string()))?;
+    let stats = polled.stats;
+    log::debug!(
+        "{}: {} configmaps, {} modules, {} rejected, {} without selected keys",
+        poller.describe(),
+        stats.items,
+        stats.modules,
+        stats.rejected,
+        stats.without_keys
+    );
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let written = if json {
+        self::json(&polled.snapshot, &spool, &mut out)
+    } else {
+        table(&polled.snapshot, &mut out)
+    }
+    .and_then(|()| out.flush());
+    match written {
+        Ok(()) => Ok(()),
+        // `cmpoll list | head`: the reader left; that is not an error.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::Runtime(format!("cannot write to stdout: {e}"))),
+    }
+}
 
 /// Prints a table: module, number of files, bytes, hash prefix.
 pub fn table(snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
@@ -52,14 +85,14 @@ pub fn json(snapshot: &Snapshot, spool: &Spool, out: &mut dyn Write) -> io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::Hash;
-    use crate::module::{Content, File};
-    use crate::snapshot::Entry;
+    use crate::poll::hash::Hash;
+    use crate::poll::snapshot::Entry;
+    use crate::source::{Content, ModuleFile};
 
     #[test]
     fn table_and_json() {
         let mut spool = Spool::memory();
-        let files = vec![File {
+        let files = vec![ModuleFile {
             key: "a.alloy".into(),
             content: Content::Text("x".into()),
         }];

@@ -34,11 +34,11 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    match cmpoll::main(command, &|k| std::env::var(k).ok()) {
+    match cmpoll::run(command, &|k| std::env::var(k).ok()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Error::Exit(code)) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("{}", cmpoll::logging::fatal_line(&e.to_string()));
+            eprintln!("{}", cmpoll::ops::logging::fatal_line(&e.to_string()));
             ExitCode::from(e.exit_code() as u8)
         }
     }

@@ -6,9 +6,7 @@ use std::time::{Duration, Instant};
 use test_apiserver::TestApiserver;
 
 use crate::util::http::reload_server;
-use crate::util::{Cmpoll, Daemon, KillOnDrop, eventually, lines, module, script};
-
-const SOON: Duration = Duration::from_secs(10);
+use crate::util::{Cmpoll, KillOnDrop, SOON, cluster, eventually, lines, module, script};
 
 /// An agent that copies its stdin to `stdin.log`, logs HUP (with what the output folder
 /// holds at that moment) and TERM, and runs until told to stop (or cmpoll is gone, so a
@@ -27,7 +25,7 @@ while kill -0 $PPID 2>/dev/null; do sleep 0.02; done
 fn agent_env(c: Cmpoll) -> Cmpoll {
     let logdir = c.path("logs");
     std::fs::create_dir_all(&logdir).unwrap();
-    let out = c.path("out");
+    let out = c.out();
     c.env("LOGDIR", logdir.to_str().unwrap())
         .env("OUT", out.to_str().unwrap())
 }
@@ -40,22 +38,19 @@ fn the_agent_gets_the_full_state_then_live_batches_and_a_signal_after_the_folder
     let c = agent_env(Cmpoll::against(&s));
     let agent = script(&c, "agent.sh", AGENT);
     let (log, stdin) = (c.path("logs/agent.log"), c.path("logs/stdin.log"));
-    let out = c.path("out");
-    let mut d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "30ms",
-            "--out-dir",
-            out.to_str().unwrap(),
-            "--child-stdin",
-            "events",
-            "--reload-signal",
-            "HUP",
-            "--",
-            agent.to_str().unwrap(),
-        ],
-    );
+    let out = c.out();
+    let mut d = c.daemon(&[
+        "--interval",
+        "30ms",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--child-stdin",
+        "events",
+        "--reload-signal",
+        "HUP",
+        "--",
+        agent.to_str().unwrap(),
+    ]);
     eventually("the full state on stdin", SOON, || lines(&stdin).len() >= 3);
     let first = lines(&stdin);
     assert!(
@@ -110,18 +105,15 @@ fn a_killed_agent_is_restarted_with_backoff_and_gets_the_full_state_again() {
     let c = agent_env(Cmpoll::against(&s));
     let agent = script(&c, "agent.sh", AGENT);
     let (log, stdin) = (c.path("logs/agent.log"), c.path("logs/stdin.log"));
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "30ms",
-            "--child-stdin",
-            "events",
-            "--stdout-events",
-            "--",
-            agent.to_str().unwrap(),
-        ],
-    );
+    let d = c.daemon(&[
+        "--interval",
+        "30ms",
+        "--child-stdin",
+        "events",
+        "--stdout-events",
+        "--",
+        agent.to_str().unwrap(),
+    ]);
     d.batch(SOON);
     eventually("started", SOON, || lines(&log).len() == 1);
     let pid: i32 = lines(&log)[0].trim_start_matches("start ").parse().unwrap();
@@ -165,49 +157,38 @@ fn a_killed_agent_is_restarted_with_backoff_and_gets_the_full_state_again() {
 
 #[test]
 fn restart_never_ends_cmpoll_with_the_agents_exit_code() {
-    let s = TestApiserver::start();
-    s.put(module("ns", "m", "v1"));
-    let c = Cmpoll::against(&s);
+    let (s, c) = cluster(&[("ns", "m", "v1")]);
     let agent = script(&c, "agent.sh", "sleep 0.2\nexit 7\n");
-    let mut d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "30ms",
-            "--restart",
-            "never",
-            "--",
-            agent.to_str().unwrap(),
-        ],
-    );
+    let mut d = c.daemon(&[
+        "--interval",
+        "30ms",
+        "--restart",
+        "never",
+        "--",
+        agent.to_str().unwrap(),
+    ]);
     assert_eq!(d.wait(SOON), Some(7));
     let c = Cmpoll::against(&s);
     let agent = script(&c, "agent.sh", "kill -TERM $$\n");
-    let mut d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "30ms",
-            "--restart",
-            "never",
-            "--",
-            agent.to_str().unwrap(),
-        ],
-    );
+    let mut d = c.daemon(&[
+        "--interval",
+        "30ms",
+        "--restart",
+        "never",
+        "--",
+        agent.to_str().unwrap(),
+    ]);
     assert_eq!(d.wait(SOON), Some(143), "128 + SIGTERM");
     let c = Cmpoll::against(&s);
     let agent = script(&c, "agent.sh", "exit 0\n");
-    let mut d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "30ms",
-            "--restart",
-            "on-failure",
-            "--",
-            agent.to_str().unwrap(),
-        ],
-    );
+    let mut d = c.daemon(&[
+        "--interval",
+        "30ms",
+        "--restart",
+        "on-failure",
+        "--",
+        agent.to_str().unwrap(),
+    ]);
     assert_eq!(
         d.wait(SOON),
         Some(0),
@@ -231,7 +212,7 @@ while kill -0 $PPID 2>/dev/null; do sleep 0.02; done
     );
     let glog = c.path("logs/g.log");
     let alog = c.path("logs/agent.log");
-    let mut d = Daemon::start(c, &["--interval", "30ms", "--", agent.to_str().unwrap()]);
+    let mut d = c.daemon(&["--interval", "30ms", "--", agent.to_str().unwrap()]);
     eventually("the grandchild runs", SOON, || !lines(&glog).is_empty());
     d.signal("TERM");
     assert_eq!(d.wait(SOON), Some(0));
@@ -245,17 +226,14 @@ while kill -0 $PPID 2>/dev/null; do sleep 0.02; done
         "stubborn.sh",
         "trap '' TERM\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.02; done\n",
     );
-    let mut d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "30ms",
-            "--shutdown-grace",
-            "500ms",
-            "--",
-            agent.to_str().unwrap(),
-        ],
-    );
+    let mut d = c.daemon(&[
+        "--interval",
+        "30ms",
+        "--shutdown-grace",
+        "500ms",
+        "--",
+        agent.to_str().unwrap(),
+    ]);
     std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();
     d.signal("TERM");
@@ -284,18 +262,15 @@ fn an_agent_that_never_reads_stdin_does_not_stall_polling() {
         "deaf.sh",
         "while kill -0 $PPID 2>/dev/null; do sleep 1; done\n",
     );
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "20ms",
-            "--child-stdin",
-            "events",
-            "--stdout-events",
-            "--",
-            agent.to_str().unwrap(),
-        ],
-    );
+    let d = c.daemon(&[
+        "--interval",
+        "20ms",
+        "--child-stdin",
+        "events",
+        "--stdout-events",
+        "--",
+        agent.to_str().unwrap(),
+    ]);
     d.batch(SOON);
     for i in 0..5 {
         s.put(module("ns", "m", &format!("{big}{i}")));
@@ -317,18 +292,15 @@ fn an_agent_too_far_behind_on_stdin_is_restarted_with_the_full_state() {
         "echo \"start $$\" >> \"$LOGDIR/agent.log\"\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.05; done\n",
     );
     let log = c.path("logs/agent.log");
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "20ms",
-            "--child-stdin",
-            "events",
-            "--stdout-events",
-            "--",
-            agent.to_str().unwrap(),
-        ],
-    );
+    let d = c.daemon(&[
+        "--interval",
+        "20ms",
+        "--child-stdin",
+        "events",
+        "--stdout-events",
+        "--",
+        agent.to_str().unwrap(),
+    ]);
     d.batch(SOON);
     // Each update is ~1 MB of events the agent never reads: past 8 MiB it is recycled.
     for i in 0..12 {
@@ -352,19 +324,16 @@ fn the_reload_url_is_called_once_per_changed_batch_and_retried_on_failure() {
     s.put(module("ns", "m", "v1"));
     let (url, calls) = reload_server(vec![200, 503, 500]);
     let c = Cmpoll::against(&s);
-    let out = c.path("out");
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "30ms",
-            "--out-dir",
-            out.to_str().unwrap(),
-            "--reload-url",
-            &url,
-            "--stdout-events",
-        ],
-    );
+    let out = c.out();
+    let d = c.daemon(&[
+        "--interval",
+        "30ms",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--reload-url",
+        &url,
+        "--stdout-events",
+    ]);
     d.batch(SOON);
     eventually("the first batch's call", SOON, || {
         calls.lock().unwrap().len() == 1
@@ -446,18 +415,15 @@ echo $$ > "$LOGDIR/pid"
 while kill -0 $PPID 2>/dev/null; do [ -f "$LOGDIR/exit0" ] && exit 0; sleep 0.02; done
 "#,
     );
-    let mut d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "1h",
-            "--restart",
-            "on-failure",
-            "--stdout-events",
-            "--",
-            agent.to_str().unwrap(),
-        ],
-    );
+    let mut d = c.daemon(&[
+        "--interval",
+        "1h",
+        "--restart",
+        "on-failure",
+        "--stdout-events",
+        "--",
+        agent.to_str().unwrap(),
+    ]);
     d.batch(SOON);
     let runs = || {
         std::fs::read_to_string(logs.join("runs"))
@@ -588,24 +554,19 @@ fn https_endpoint(
 /// `--reload-method` and `--reload-ca-file` against an https endpoint.
 #[test]
 fn reload_url_over_https_with_a_ca_file_and_another_method() {
-    let s = TestApiserver::start();
-    s.put(module("ns", "m", "v1"));
-    let c = Cmpoll::against(&s);
+    let (s, c) = cluster(&[("ns", "m", "v1")]);
     let (url, calls, ca) = https_endpoint(&c);
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "30ms",
-            "--reload-url",
-            &url,
-            "--reload-method",
-            "put",
-            "--reload-ca-file",
-            ca.to_str().unwrap(),
-            "--stdout-events",
-        ],
-    );
+    let d = c.daemon(&[
+        "--interval",
+        "30ms",
+        "--reload-url",
+        &url,
+        "--reload-method",
+        "put",
+        "--reload-ca-file",
+        ca.to_str().unwrap(),
+        "--stdout-events",
+    ]);
     d.batch(SOON);
     eventually("the reload call", SOON, || {
         !calls.lock().unwrap().is_empty()
@@ -615,10 +576,7 @@ fn reload_url_over_https_with_a_ca_file_and_another_method() {
     // Without the CA the endpoint's certificate is not trusted: the call fails.
     let c = Cmpoll::against(&s);
     let (url, calls, _) = https_endpoint(&c);
-    let d = Daemon::start(
-        c,
-        &["--interval", "1h", "--reload-url", &url, "--stdout-events"],
-    );
+    let d = c.daemon(&["--interval", "1h", "--reload-url", &url, "--stdout-events"]);
     d.batch(SOON);
     eventually("a failed call is logged", SOON, || {
         d.stderr().contains("/-/reload failed")

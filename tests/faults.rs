@@ -6,20 +6,13 @@
 //! changes call for, in every sink, and ready again.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use test_apiserver::{ConfigMap, Fault, Match, TestApiserver};
+use test_apiserver::{Fault, Match, TestApiserver};
 
 use crate::util::http::{listening, reload_server, until};
-use crate::util::{Cmpoll, Daemon, eventually, lines, script};
-
-const SOON: Duration = Duration::from_secs(15);
-
-fn module(name: &str, v: &str) -> ConfigMap {
-    crate::util::module("a", name, v)
-}
+use crate::util::{Cmpoll, SOON, eventually, lines, module, script, tree_with_links};
 
 /// Copies stdin to `stdin.log`, logs each HUP, and ends with cmpoll (even a killed one).
 const AGENT: &str = r#"
@@ -121,40 +114,6 @@ fn faults() -> Vec<(&'static str, Fault)> {
     ]
 }
 
-/// Everything under `dir`: path → file contents or `-> link target` (and what a link to a
-/// folder holds, under the link's path).
-fn tree(dir: &Path) -> BTreeMap<String, String> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            let meta = std::fs::symlink_metadata(&p).unwrap();
-            if meta.file_type().is_symlink() {
-                out.insert(
-                    rel,
-                    format!("-> {}", std::fs::read_link(&p).unwrap().display()),
-                );
-                if p.is_dir() {
-                    walk(root, &p, out);
-                }
-            } else if meta.is_dir() {
-                walk(root, &p, out);
-            } else {
-                out.insert(
-                    rel,
-                    String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into(),
-                );
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
-}
-
 /// What every sink has shown so far.
 #[derive(Debug, PartialEq)]
 struct Seen {
@@ -166,19 +125,19 @@ struct Seen {
 
 fn run_case(phase: &Phase, fault: Fault) {
     let s = TestApiserver::start();
-    s.put(module("one", "1"));
-    s.put(module("two", "2"));
+    s.put(module("a", "one", "1"));
+    s.put(module("a", "two", "2"));
     // Stays, so that with --page-size 1 a later page always exists.
-    s.put(module("zzz", "3"));
+    s.put(module("a", "zzz", "3"));
     let c = Cmpoll::against(&s);
     let logs = c.path("logs");
     std::fs::create_dir_all(&logs).unwrap();
     let c = c.env("LOGDIR", logs.to_str().unwrap());
     let agent = script(&c, "agent.sh", AGENT);
-    let out = c.path("out");
+    let out = c.out();
     let (url, calls) = reload_server(vec![]);
     let seen = || Seen {
-        modules: tree(&out)
+        modules: tree_with_links(&out)
             .into_iter()
             .filter(|(k, _)| k.starts_with("a/"))
             .collect(),
@@ -213,7 +172,7 @@ fn run_case(phase: &Phase, fault: Fault) {
     if phase.from_start {
         s.fault_always(when.clone(), fault.clone());
     }
-    let mut d = Daemon::start(c, &args);
+    let mut d = c.daemon(&args);
     let addr = listening(&d);
     let before = if phase.from_start {
         Seen {
@@ -239,7 +198,16 @@ fn run_case(phase: &Phase, fault: Fault) {
             "three symlinks and three files: {seen:?}"
         );
         s.fault_always(when, fault);
-        s.put(module("one", "changed"));
+        // A list that arrived before the fault was set may still be answered after it; so
+        // where lists are faulted, the changes wait until a faulted one was served (then
+        // nothing earlier is in flight: cmpoll makes one request at a time). GETs follow
+        // from the change, so there the change comes first.
+        if phase.name != "metadata-first GETs" {
+            eventually("the fault to be hit", SOON, || {
+                s.requests().iter().any(|r| r.fault.is_some())
+            });
+        }
+        s.put(module("a", "one", "changed"));
         s.delete("a", "two");
         seen
     };

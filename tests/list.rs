@@ -4,19 +4,19 @@ use std::time::Duration;
 
 use test_apiserver::{ConfigMap, Credential, Fault, Kubeconfig, Match, Route, TestApiserver};
 
-use crate::util::{Cmpoll, root, spec_hash};
-
-fn module(ns: &str, name: &str) -> ConfigMap {
-    ConfigMap::new(ns, name).label("cmpoll.io/module", "true")
-}
+use crate::util::{Cmpoll, labelled, root, spec_hash};
 
 #[test]
 fn selects_by_label_and_namespace() {
     let s = TestApiserver::start();
-    s.put(module("monitoring", "a").data("a.alloy", "1"));
-    s.put(module("web", "b").data("b.conf", "2"));
+    s.put(labelled("monitoring", "a").data("a.alloy", "1"));
+    s.put(labelled("web", "b").data("b.conf", "2"));
     s.put(ConfigMap::new("web", "unlabelled").data("x", "3"));
-    s.put(module("web", "off").label("tier", "legacy").data("x", "4"));
+    s.put(
+        labelled("web", "off")
+            .label("tier", "legacy")
+            .data("x", "4"),
+    );
     let run = Cmpoll::against(&s)
         .args(&["list", "--json"])
         .run()
@@ -77,12 +77,12 @@ fn key_globs_binary_data_and_the_hash() {
     let s = TestApiserver::start();
     let png: &[u8] = &[0x89, b'P', b'N', b'G', 0, 1, 2, 255];
     s.put(
-        module("web", "site")
+        labelled("web", "site")
             .data("site.conf", "server {}\n")
             .data("README.md", "docs")
             .binary("logo.png", png),
     );
-    s.put(module("web", "docs-only").data("README.md", "x"));
+    s.put(labelled("web", "docs-only").data("README.md", "x"));
     let run = Cmpoll::against(&s)
         .args(&["list", "--json"])
         .run()
@@ -151,7 +151,7 @@ fn a_bad_selector_is_refused_locally_without_a_request() {
 fn paging_walks_every_page_with_client_gos_parameters() {
     let s = TestApiserver::start();
     for i in 0..7 {
-        s.put(module("p", &format!("m{i}")).data("k", &i.to_string()));
+        s.put(labelled("p", &format!("m{i}")).data("k", &i.to_string()));
     }
     let run = Cmpoll::against(&s)
         .args(&["list", "--json", "--page-size", "3"])
@@ -171,7 +171,7 @@ fn paging_walks_every_page_with_client_gos_parameters() {
 fn an_expired_continue_token_gives_the_full_list() {
     let s = TestApiserver::start();
     for i in 0..6 {
-        s.put(module("p", &format!("m{i}")).data("k", &i.to_string()));
+        s.put(labelled("p", &format!("m{i}")).data("k", &i.to_string()));
     }
     // The token expires while the second page waits.
     s.fault(
@@ -190,7 +190,7 @@ fn an_expired_continue_token_gives_the_full_list() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    s.put(module("p", "m9").data("k", "late"));
+    s.put(labelled("p", "m9").data("k", "late"));
     s.expire_continue_tokens();
     let out = child.wait_with_output().unwrap();
     assert!(
@@ -225,7 +225,7 @@ fn an_expired_continue_token_gives_the_full_list() {
 fn a_failure_after_an_expired_token_prints_nothing() {
     let s = TestApiserver::start();
     for i in 0..4 {
-        s.put(module("p", &format!("m{i}")).data("k", "v"));
+        s.put(labelled("p", &format!("m{i}")).data("k", "v"));
     }
     s.fault(
         Match::continue_pages(),
@@ -257,7 +257,7 @@ fn a_failure_after_an_expired_token_prints_nothing() {
 #[test]
 fn failures_are_one_clear_line_and_exit_1() {
     let s = TestApiserver::start();
-    s.put(module("a", "b").data("k", "v"));
+    s.put(labelled("a", "b").data("k", "v"));
     // 403, with the apiserver's message.
     s.add_token("weak", "weak-user");
     s.grant("weak-user", test_apiserver::Grant::namespaces(&["other"]));
@@ -390,8 +390,8 @@ fn large_lists_arrive_gzipped_and_decode() {
 #[test]
 fn hostile_answers_are_checked_not_trusted() {
     let s = TestApiserver::start();
-    s.put(module("ns", "evil").data("../../x", "pwned"));
-    s.put(module("ns", "good").data("ok.conf", "fine"));
+    s.put(labelled("ns", "evil").data("../../x", "pwned"));
+    s.put(labelled("ns", "good").data("ok.conf", "fine"));
     let run = Cmpoll::against(&s)
         .args(&["list", "--json"])
         .run()

@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use test_apiserver::{ConfigMap, Fault, Match, Route, TestApiserver};
 
-use crate::util::{Cmpoll, Daemon, module};
-
-const SOON: Duration = Duration::from_secs(10);
+use crate::util::{Cmpoll, Daemon, SOON, module};
 
 fn wait_requests(s: &TestApiserver, n: usize) {
     let start = std::time::Instant::now();

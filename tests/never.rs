@@ -6,15 +6,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::net::TcpStream;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use test_apiserver::{ConfigMap, Fault, Match, TestApiserver};
 
 use crate::util::http::{get, listening};
-use crate::util::{Cmpoll, Daemon, KillOnDrop, eventually, module, tree};
-
-const SOON: Duration = Duration::from_secs(15);
+use crate::util::{Cmpoll, Daemon, KillOnDrop, SOON, cluster, eventually, leftovers, module, tree};
 
 fn raw_429(retry_after: &str) -> Fault {
     Fault::Raw {
@@ -75,21 +72,15 @@ fn r13_retry_after_past_any_clock_is_capped() {
 /// cluster: nothing is removed.
 #[test]
 fn r13_a_list_without_items_removes_nothing() {
-    let s = TestApiserver::start();
-    s.put(module("a", "one", "1"));
-    s.put(module("a", "two", "2"));
-    let c = Cmpoll::against(&s);
-    let out = c.path("out");
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "30ms",
-            "--out-dir",
-            out.to_str().unwrap(),
-            "--stdout-events",
-        ],
-    );
+    let (s, c) = cluster(&[("a", "one", "1"), ("a", "two", "2")]);
+    let out = c.out();
+    let d = c.daemon(&[
+        "--interval",
+        "30ms",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--stdout-events",
+    ]);
     assert_eq!(d.batch(SOON).len(), 3);
     let before = tree(&out);
     for body in [
@@ -175,7 +166,7 @@ fn r13_a_hostile_state_json_is_refused_and_deletes_nothing() {
     let s = TestApiserver::start();
     let c = Cmpoll::against(&s);
     let victim = c.write("victim/precious.conf", "keep");
-    let out = c.path("out");
+    let out = c.out();
     fs::create_dir_all(out.join(".cmpoll/versions")).unwrap();
     let record = serde_json::json!({
         "version": 1, "seq": 1,
@@ -371,17 +362,14 @@ fn r13_the_spool_stays_in_the_output_folder() {
     s.put(module("a", "one", &big));
     s.put(module("a", "two", &big));
     let c = Cmpoll::against(&s).env("TMPDIR", "/nonexistent");
-    let out = c.path("out");
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "20ms",
-            "--out-dir",
-            out.to_str().unwrap(),
-            "--stdout-events",
-        ],
-    );
+    let out = c.out();
+    let d = c.daemon(&[
+        "--interval",
+        "20ms",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--stdout-events",
+    ]);
     d.batch(SOON);
     // Enough superseded contents (over 4 MiB, more than what is live) for compactions.
     for i in 0..8 {
@@ -415,11 +403,8 @@ fn r13_the_spool_stays_in_the_output_folder() {
 /// switching back works.
 #[test]
 fn r13_switching_layouts_between_runs() {
-    let s = TestApiserver::start();
-    s.put(module("ns", "a", "1"));
-    s.put(module("ns", "b", "2"));
-    let c = Cmpoll::against(&s);
-    let out = c.path("out");
+    let (_s, c) = cluster(&[("ns", "a", "1"), ("ns", "b", "2")]);
+    let out = c.out();
     let want_files = BTreeMap::from([
         ("ns/a/k".to_string(), "1\n".trim_end().to_string()),
         ("ns/b/k".to_string(), "2".to_string()),
@@ -484,11 +469,8 @@ fn r13_long_manifest_files_are_read_whole() {
 /// daemon counts such modules in `cmpoll_module_write_failures`.
 #[test]
 fn r13_a_module_that_cannot_be_written_is_a_failure() {
-    let s = TestApiserver::start();
-    s.put(module("ns", "blocked", "1"));
-    s.put(module("ns", "fine", "1"));
-    let c = Cmpoll::against(&s);
-    let out = c.path("out");
+    let (s, c) = cluster(&[("ns", "blocked", "1"), ("ns", "fine", "1")]);
+    let out = c.out();
     c.write("out/ns/blocked", "a file of someone else's");
     let run = c
         .with_args(&["run", "--once", "--out-dir", out.to_str().unwrap()])
@@ -522,25 +504,6 @@ fn r13_a_module_that_cannot_be_written_is_a_failure() {
     d.stop();
 }
 
-/// Every `.cmpoll-tmp` name left in a folder.
-fn leftovers(dir: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.contains("cmpoll-tmp") || name.ends_with(".tmp") {
-                found.push(e.path().display().to_string());
-            }
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            }
-        }
-    }
-    found
-}
-
 /// r13.1: `kill -9` at many points of a large batch, in both layouts, with files of
 /// someone else's in the way of some modules: after a restart those files are byte for
 /// byte what they were, the folder equals the cluster otherwise, and no temporary is left.
@@ -550,7 +513,7 @@ fn r13_crashes_at_many_points_never_touch_foreign_files() {
         let s = TestApiserver::start();
         s.bulk_load(600, 2048, 3);
         let c = Cmpoll::against(&s);
-        let out = c.path("out");
+        let out = c.out();
         // Foreign files where three modules go.
         let blocked = ["module-000007", "module-000300", "module-000599"];
         let mut foreign = BTreeMap::new();

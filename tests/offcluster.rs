@@ -4,22 +4,16 @@
 use std::time::{Duration, Instant};
 
 use test_apiserver::{
-    ConfigMap, Credential, Grant, Kubeconfig, Options, Pki, TOKEN, TestApiserver, Trust, USER,
+    Credential, Grant, Kubeconfig, Options, Pki, TOKEN, TestApiserver, Trust, USER,
 };
 
 use crate::util::proxy::ConnectProxy;
-use crate::util::{Cmpoll, Daemon, KillOnDrop, eventually, script};
-
-const SOON: Duration = Duration::from_secs(10);
+use crate::util::{Cmpoll, Daemon, KillOnDrop, SOON, eventually, module, script};
 
 fn server() -> TestApiserver {
     let s = TestApiserver::start();
-    s.put(module("m", "1"));
+    s.put(module("apps", "m", "1"));
     s
-}
-
-fn module(name: &str, v: &str) -> ConfigMap {
-    crate::util::module("apps", name, v)
 }
 
 /// A plugin that counts its runs in `DIR/count`, keeps each run's `KUBERNETES_EXEC_INFO`
@@ -76,7 +70,7 @@ fn an_exec_token_is_renewed_before_expiry_and_after_a_401_and_never_logged() {
     let c = Cmpoll::against_with(&s, &spec).env("RUST_LOG", "trace");
     script(&c, "plugin/get-token", TOKEN_PLUGIN);
     c.write("plugin/life", "2");
-    let d = Daemon::start(c, &["--interval", "100ms"]);
+    let d = c.daemon(&["--interval", "100ms"]);
     d.batch(SOON);
     let c = d.cmd();
     assert_eq!(runs(c), 1);
@@ -99,7 +93,7 @@ fn an_exec_token_is_renewed_before_expiry_and_after_a_401_and_never_logged() {
     // Revoked: the 401 re-runs the plugin and the request is retried once, at once.
     s.clear_requests();
     s.revoke_token(&format!("exec-token-{n}"));
-    s.put(module("m", "2"));
+    s.put(module("apps", "m", "2"));
     let b = d.batch(SOON);
     assert_eq!(b[0]["type"], "updated");
     assert_eq!(runs(c), n + 1);
@@ -217,7 +211,7 @@ fn named_server() -> TestApiserver {
         )),
         ..Options::default()
     });
-    s.put(module("m", "1"));
+    s.put(module("apps", "m", "1"));
     s
 }
 
@@ -313,19 +307,16 @@ fn a_ca_file_that_changes_is_read_again() {
     c.write("ca.crt", &Pki::new("another-ca").ca_pem());
     c.write("token", TOKEN);
     let (token, ca) = (c.path("token"), c.path("ca.crt"));
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "100ms",
-            "--server",
-            &s.url(),
-            "--token-file",
-            token.to_str().unwrap(),
-            "--ca-file",
-            ca.to_str().unwrap(),
-        ],
-    );
+    let d = c.daemon(&[
+        "--interval",
+        "100ms",
+        "--server",
+        &s.url(),
+        "--token-file",
+        token.to_str().unwrap(),
+        "--ca-file",
+        ca.to_str().unwrap(),
+    ]);
     eventually("a failed poll", SOON, || d.stderr().contains("TLS"));
     // Rotated as kubelet does it: a new file renamed over the old one.
     let c = d.cmd();

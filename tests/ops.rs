@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 use test_apiserver::{Fault, Match, TestApiserver};
 
 use crate::util::http::{get, listening, until, until_body};
-use crate::util::{Cmpoll, Daemon, module};
-
-const SOON: Duration = Duration::from_secs(10);
+use crate::util::{Cmpoll, Daemon, SOON, cluster, module};
 
 fn reload_target(ok: std::sync::Arc<std::sync::atomic::AtomicBool>) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -202,16 +200,14 @@ fn metrics_parse_with_prometheus_client_and_counters_move() {
 
 #[test]
 fn sd_notify_ready_after_the_first_batch_then_watchdog_status_and_stopping() {
-    let s = TestApiserver::start();
-    s.put(module("a", "m", "1"));
-    let c = Cmpoll::against(&s);
+    let (_s, c) = cluster(&[("a", "m", "1")]);
     let sock_path = c.path("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(SOON)).unwrap();
     let c = c
         .env("NOTIFY_SOCKET", sock_path.to_str().unwrap())
         .env("WATCHDOG_USEC", "200000");
-    let d = Daemon::start(c, &["--interval", "1h", "--stdout-events"]);
+    let d = c.daemon(&["--interval", "1h", "--stdout-events"]);
     let recv = || {
         let mut buf = [0u8; 512];
         let n = sock.recv(&mut buf).expect("a notification");

@@ -1,56 +1,23 @@
 //! `--out-dir`: layouts, atomic switches, ownership, restarts and crashes, with the real
 //! binary against the test apiserver.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use test_apiserver::{ConfigMap, TestApiserver};
+use test_apiserver::TestApiserver;
 
-use crate::util::{Cmpoll, Daemon, tree};
-
-const SOON: Duration = Duration::from_secs(10);
-
-fn module(ns: &str, name: &str) -> ConfigMap {
-    ConfigMap::new(ns, name).label("cmpoll.io/module", "true")
-}
-
-fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn leftovers(dir: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.contains("cmpoll-tmp") || name.ends_with(".tmp") {
-                found.push(e.path().display().to_string());
-            }
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            }
-        }
-    }
-    found
-}
+use crate::util::{Cmpoll, SOON, cluster, labelled, leftovers, map, tree};
 
 #[test]
 fn files_layout_contents_and_modes() {
     let s = TestApiserver::start();
     s.put(
-        module("monitoring", "scrape")
+        labelled("monitoring", "scrape")
             .data("a.alloy", "A")
             .data("b.alloy", "B"),
     );
-    s.put(module("web", "site").binary("logo.png", &[0, 1, 2, 255]));
+    s.put(labelled("web", "site").binary("logo.png", &[0, 1, 2, 255]));
     let c = Cmpoll::against(&s);
     let out = c.path("out/modules");
     c.with_args(&[
@@ -95,12 +62,12 @@ fn files_layout_contents_and_modes() {
 fn concat_layout_contents() {
     let s = TestApiserver::start();
     s.put(
-        module("monitoring", "scrape")
+        labelled("monitoring", "scrape")
             .data("b.alloy", "second")
             .data("a.alloy", "first\n"),
     );
     let c = Cmpoll::against(&s);
-    let out = c.path("out");
+    let out = c.out();
     c.with_args(&[
         "run",
         "--once",
@@ -131,24 +98,21 @@ fn a_reader_never_sees_a_mixed_or_partial_version() {
     let s = TestApiserver::start();
     let put = |n: u32| {
         s.put(
-            module("ns", "m")
+            labelled("ns", "m")
                 .data("a", &format!("{n}-a"))
                 .data("b", &format!("{n}-b")),
         );
     };
     put(0);
     let c = Cmpoll::against(&s);
-    let out = c.path("out");
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "5ms",
-            "--out-dir",
-            out.to_str().unwrap(),
-            "--stdout-events",
-        ],
-    );
+    let out = c.out();
+    let d = c.daemon(&[
+        "--interval",
+        "5ms",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--stdout-events",
+    ]);
     d.batch(SOON);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
@@ -185,27 +149,21 @@ fn a_reader_never_sees_a_mixed_or_partial_version() {
 
 #[test]
 fn foreign_files_survive_and_the_directory_is_written_before_stdout_hears() {
-    let s = TestApiserver::start();
-    s.put(module("ns", "a").data("k", "1"));
-    s.put(module("ns", "b").data("k", "1"));
-    let c = Cmpoll::against(&s);
-    let out = c.path("out");
+    let (s, c) = cluster(&[("ns", "a", "1"), ("ns", "b", "1")]);
+    let out = c.out();
     fs::create_dir_all(out.join("ns")).unwrap();
     fs::write(out.join("ns/README"), "written by a human").unwrap();
     fs::write(out.join("top.txt"), "also foreign").unwrap();
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "20ms",
-            "--out-dir",
-            out.to_str().unwrap(),
-            "--stdout-events",
-        ],
-    );
+    let d = c.daemon(&[
+        "--interval",
+        "20ms",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--stdout-events",
+    ]);
     d.batch(SOON);
     for v in 2..5 {
-        s.put(module("ns", "a").data("k", &v.to_string()));
+        s.put(labelled("ns", "a").data("k", &v.to_string()));
         let b = d.batch(SOON);
         assert_eq!(b[0]["type"], "updated");
         // Told "synced", the reader finds the directory already switched.
@@ -230,23 +188,17 @@ fn foreign_files_survive_and_the_directory_is_written_before_stdout_hears() {
 
 #[test]
 fn a_path_cmpoll_did_not_write_blocks_only_that_module_until_it_is_gone() {
-    let s = TestApiserver::start();
-    s.put(module("ns", "blocked").data("k", "v"));
-    s.put(module("ns", "fine").data("k", "v"));
-    let c = Cmpoll::against(&s);
-    let out = c.path("out");
+    let (_s, c) = cluster(&[("ns", "blocked", "v"), ("ns", "fine", "v")]);
+    let out = c.out();
     fs::create_dir_all(out.join("ns/blocked")).unwrap();
     fs::write(out.join("ns/blocked/mine"), "keep").unwrap();
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "20ms",
-            "--out-dir",
-            out.to_str().unwrap(),
-            "--stdout-events",
-        ],
-    );
+    let d = c.daemon(&[
+        "--interval",
+        "20ms",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--stdout-events",
+    ]);
     let b = d.batch(SOON);
     assert_eq!(b.len(), 2, "only ns/fine is reported: {b:?}");
     assert_eq!(b[0]["module"], "ns/fine");
@@ -272,12 +224,12 @@ fn a_path_cmpoll_did_not_write_blocks_only_that_module_until_it_is_gone() {
 
 #[test]
 fn a_restart_reconciles_and_leaves_unchanged_modules_untouched() {
-    let s = TestApiserver::start();
-    s.put(module("ns", "keep").data("k", "same"));
-    s.put(module("ns", "change").data("k", "old"));
-    s.put(module("ns", "gone").data("k", "x"));
-    let c = Cmpoll::against(&s);
-    let out = c.path("out");
+    let (s, c) = cluster(&[
+        ("ns", "keep", "same"),
+        ("ns", "change", "old"),
+        ("ns", "gone", "x"),
+    ]);
+    let out = c.out();
     let args = [
         "run",
         "--once",
@@ -291,8 +243,8 @@ fn a_restart_reconciles_and_leaves_unchanged_modules_untouched() {
     std::thread::sleep(Duration::from_millis(20));
     // While cmpoll is down: one module deleted, one changed, one added.
     s.delete("ns", "gone");
-    s.put(module("ns", "change").data("k", "new"));
-    s.put(module("other", "new").data("k", "n"));
+    s.put(labelled("ns", "change").data("k", "new"));
+    s.put(labelled("other", "new").data("k", "n"));
     c.with_args(&args).run().success();
     let after = fs::metadata(out.join("ns/keep/k")).unwrap();
     assert_eq!(
@@ -317,7 +269,7 @@ fn a_crash_mid_batch_then_a_restart_ends_equal_to_the_cluster() {
     let s = TestApiserver::start();
     s.bulk_load(1500, 4096, 5);
     let c = Cmpoll::against(&s);
-    let out = c.path("out");
+    let out = c.out();
     let mut child = c
         .with_args(&[
             "run",
@@ -350,7 +302,7 @@ fn a_crash_mid_batch_then_a_restart_ends_equal_to_the_cluster() {
     );
     // The cluster moves on while cmpoll is down.
     s.delete("ns-00", "module-000000");
-    s.put(module("ns-01", "module-000001").data("config.alloy", "changed"));
+    s.put(labelled("ns-01", "module-000001").data("config.alloy", "changed"));
     c.with_args(&[
         "run",
         "--once",
@@ -379,11 +331,11 @@ fn a_crash_mid_batch_then_a_restart_ends_equal_to_the_cluster() {
 fn a_hostile_key_never_escapes_while_other_modules_are_written() {
     let s = TestApiserver::start();
     s.put(
-        module("ns", "evil")
+        labelled("ns", "evil")
             .data("../../x", "pwned")
             .data("ok", "fine"),
     );
-    s.put(module("ns", "good").data("k", "v"));
+    s.put(labelled("ns", "good").data("k", "v"));
     let c = Cmpoll::against(&s);
     let out = c.path("deep/out");
     let run = c
@@ -431,17 +383,14 @@ fn an_unwritable_folder_is_a_start_up_error() {
 fn two_daemons_cannot_share_a_folder() {
     let s = TestApiserver::start();
     let c = Cmpoll::against(&s);
-    let out = c.path("out");
-    let d = Daemon::start(
-        c,
-        &[
-            "--interval",
-            "1h",
-            "--out-dir",
-            out.to_str().unwrap(),
-            "--stdout-events",
-        ],
-    );
+    let out = c.out();
+    let d = c.daemon(&[
+        "--interval",
+        "1h",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--stdout-events",
+    ]);
     d.batch(SOON);
     let run = Cmpoll::against(&s)
         .args(&["run", "--once", "--out-dir", out.to_str().unwrap()])
@@ -458,12 +407,12 @@ fn two_daemons_cannot_share_a_folder() {
 /// rewritten, unchanged ones are left as they are (same inode and mtime).
 #[test]
 fn a_concat_restart_reconciles_and_leaves_unchanged_files_untouched() {
-    let s = TestApiserver::start();
-    s.put(module("ns", "keep").data("k", "same"));
-    s.put(module("ns", "change").data("k", "old"));
-    s.put(module("ns", "gone").data("k", "x"));
-    let c = Cmpoll::against(&s);
-    let out = c.path("out");
+    let (s, c) = cluster(&[
+        ("ns", "keep", "same"),
+        ("ns", "change", "old"),
+        ("ns", "gone", "x"),
+    ]);
+    let out = c.out();
     let args = [
         "run",
         "--once",
@@ -478,8 +427,8 @@ fn a_concat_restart_reconciles_and_leaves_unchanged_files_untouched() {
     let before = fs::metadata(out.join("ns.keep.conf")).unwrap();
     std::thread::sleep(Duration::from_millis(20));
     s.delete("ns", "gone");
-    s.put(module("ns", "change").data("k", "new"));
-    s.put(module("other", "new").data("k", "n"));
+    s.put(labelled("ns", "change").data("k", "new"));
+    s.put(labelled("other", "new").data("k", "n"));
     c.with_args(&args).run().success();
     let after = fs::metadata(out.join("ns.keep.conf")).unwrap();
     assert_eq!(
@@ -505,8 +454,8 @@ fn sigterm_finishes_the_write_in_progress() {
     let s = TestApiserver::start();
     s.bulk_load(1500, 4096, 5);
     let c = Cmpoll::against(&s);
-    let out = c.path("out");
-    let mut d = Daemon::start(c, &["--interval", "1h", "--out-dir", out.to_str().unwrap()]);
+    let out = c.out();
+    let mut d = c.daemon(&["--interval", "1h", "--out-dir", out.to_str().unwrap()]);
     let started = Instant::now();
     while fs::read_dir(out.join(".cmpoll/versions"))
         .map(|d| d.count())

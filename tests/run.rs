@@ -7,14 +7,11 @@ use test_apiserver::{
     ConfigMap, Credential, Fault, Kubeconfig, Match, Route, TOKEN, TestApiserver, USER,
 };
 
-use crate::util::{Cmpoll, Daemon, spec_hash};
+use crate::util::{Cmpoll, Daemon, SOON, spec_hash};
 
-const SOON: Duration = Duration::from_secs(5);
-
-fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
-    ConfigMap::new(ns, name)
-        .label("cmpoll.io/module", "true")
-        .data("config.alloy", v)
+/// A module whose one key is `config.alloy`.
+fn alloy(ns: &str, name: &str, v: &str) -> ConfigMap {
+    crate::util::labelled(ns, name).data("config.alloy", v)
 }
 
 fn hash(v: &str) -> String {
@@ -55,8 +52,8 @@ fn synced(modules: u64, added: u64, updated: u64, removed: u64) -> impl Fn(&serd
 #[test]
 fn events_follow_the_cluster_exactly() {
     let s = TestApiserver::start();
-    s.put(module("apps", "b", "b1"));
-    s.put(module("apps", "a", "a1"));
+    s.put(alloy("apps", "b", "b1"));
+    s.put(alloy("apps", "a", "a1"));
     s.put(ConfigMap::new("apps", "other").data("x", "y"));
     let d = Daemon::start(Cmpoll::against(&s), &["--interval", "50ms"]);
 
@@ -74,7 +71,7 @@ fn events_follow_the_cluster_exactly() {
     assert_eq!(first[2]["poll"], 1);
 
     // An update.
-    s.put(module("apps", "a", "a2"));
+    s.put(alloy("apps", "a", "a2"));
     let b = d.batch(SOON);
     assert_eq!(b.len(), 2);
     assert_eq!(
@@ -86,12 +83,12 @@ fn events_follow_the_cluster_exactly() {
 
     // A label-only edit and a delete + re-create with the same content: silence.
     s.put(
-        module("apps", "a", "a2")
+        alloy("apps", "a", "a2")
             .label("team", "x")
             .annotation("note", "y"),
     );
     s.delete("apps", "b");
-    s.put(module("apps", "b", "b1"));
+    s.put(alloy("apps", "b", "b1"));
     d.quiet_through(&s, 2, 1);
 
     // Removal by deletion and by a label that no longer matches, then an addition.
@@ -110,7 +107,7 @@ fn events_follow_the_cluster_exactly() {
         ]
     );
     synced(0, 0, 0, 2)(&b[2]);
-    s.put(module("web", "c", "c1"));
+    s.put(alloy("web", "c", "c1"));
     let b = d.batch(SOON);
     assert_eq!(short(&b[0]), added("web", "c", "c1"));
     synced(1, 1, 0, 0)(&b[1]);
@@ -133,7 +130,7 @@ fn an_empty_cluster_still_gets_a_first_batch() {
 #[test]
 fn retry_after_is_a_floor_for_the_next_poll() {
     let s = TestApiserver::start();
-    s.put(module("a", "one", "1"));
+    s.put(alloy("a", "one", "1"));
     // The floor is itself capped at the backoff cap, min(10 × interval, 5 min): 2 s here.
     let d = Daemon::start(Cmpoll::against(&s), &["--interval", "200ms"]);
     d.batch(SOON);
@@ -159,7 +156,7 @@ fn retry_after_is_a_floor_for_the_next_poll() {
 fn an_expired_continue_token_never_yields_a_partial_batch() {
     let s = TestApiserver::start();
     for i in 0..5 {
-        s.put(module("p", &format!("m{i}"), "v"));
+        s.put(alloy("p", &format!("m{i}"), "v"));
     }
     let d = Daemon::start(
         Cmpoll::against(&s),
@@ -176,7 +173,7 @@ fn an_expired_continue_token_never_yields_a_partial_batch() {
                 .into(),
         ),
     );
-    s.put(module("p", "m3", "changed"));
+    s.put(alloy("p", "m3", "changed"));
     let b = d.batch(SOON);
     assert_eq!(
         b.len(),
@@ -193,7 +190,7 @@ fn an_expired_continue_token_never_yields_a_partial_batch() {
 #[test]
 fn steady_state_is_served_from_the_watch_cache() {
     let s = TestApiserver::start();
-    s.put(module("a", "one", "1"));
+    s.put(alloy("a", "one", "1"));
     let d = Daemon::start(Cmpoll::against(&s), &["--interval", "30ms"]);
     d.batch(SOON);
     while s.requests().len() < 6 {
@@ -224,7 +221,7 @@ fn steady_state_is_served_from_the_watch_cache() {
 #[test]
 fn a_lagging_cache_504_falls_back_to_resource_version_zero() {
     let s = TestApiserver::start();
-    s.put(module("a", "one", "1"));
+    s.put(alloy("a", "one", "1"));
     let behind = s.revision();
     s.bump_revision();
     s.bump_revision();
@@ -257,7 +254,7 @@ fn a_lagging_cache_504_falls_back_to_resource_version_zero() {
 #[test]
 fn a_rotated_token_file_is_picked_up_without_a_restart() {
     let s = TestApiserver::start();
-    s.put(module("a", "one", "1"));
+    s.put(alloy("a", "one", "1"));
     let c = Cmpoll::new();
     let token = c.write("token", TOKEN);
     let kc = s.write_kubeconfig(
@@ -275,7 +272,7 @@ fn a_rotated_token_file_is_picked_up_without_a_restart() {
     std::fs::write(&next, "rotated-token\n").unwrap();
     std::fs::rename(&next, &token).unwrap();
     s.revoke_token(TOKEN);
-    s.put(module("a", "one", "2"));
+    s.put(alloy("a", "one", "2"));
     let b = d.batch(SOON);
     assert_eq!(b[0]["type"], "updated");
     assert_eq!(
@@ -288,7 +285,7 @@ fn a_rotated_token_file_is_picked_up_without_a_restart() {
 #[test]
 fn a_401_re_reads_the_token_file_and_retries_at_once() {
     let s = TestApiserver::start();
-    s.put(module("a", "one", "1"));
+    s.put(alloy("a", "one", "1"));
     let c = Cmpoll::new();
     let token = c.write("token", TOKEN);
     let kc = s.write_kubeconfig(
@@ -312,7 +309,7 @@ fn a_401_re_reads_the_token_file_and_retries_at_once() {
         .set_modified(mtime)
         .unwrap();
     s.revoke_token(TOKEN);
-    s.put(module("a", "one", "2"));
+    s.put(alloy("a", "one", "2"));
     s.clear_requests();
     d.signal("HUP");
     let b = d.batch(SOON);
@@ -325,10 +322,10 @@ fn a_401_re_reads_the_token_file_and_retries_at_once() {
 #[test]
 fn sighup_polls_now_and_sigterm_exits_zero_mid_interval() {
     let s = TestApiserver::start();
-    s.put(module("a", "one", "1"));
+    s.put(alloy("a", "one", "1"));
     let mut d = Daemon::start(Cmpoll::against(&s), &["--interval", "1h"]);
     d.batch(SOON);
-    s.put(module("a", "one", "2"));
+    s.put(alloy("a", "one", "2"));
     // With an hour's interval nothing polls until the SIGHUP.
     let lists = s.requests().len();
     std::thread::sleep(Duration::from_millis(200));
@@ -363,14 +360,14 @@ fn sigterm_does_not_wait_for_a_hanging_request() {
 #[test]
 fn a_closed_stdout_stops_cmpoll_with_a_message() {
     let s = TestApiserver::start();
-    s.put(module("a", "one", "1"));
+    s.put(alloy("a", "one", "1"));
     let c = Cmpoll::against(&s).args(&["run", "--interval", "20ms"]);
     let mut child = c.spawn();
     let mut out = child.stdout.take().unwrap();
     let mut buf = [0u8; 64];
     std::io::Read::read(&mut out, &mut buf).unwrap();
     drop(out);
-    s.put(module("a", "one", "2"));
+    s.put(alloy("a", "one", "2"));
     let status = child.wait().unwrap();
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
@@ -385,7 +382,7 @@ fn a_closed_stdout_stops_cmpoll_with_a_message() {
 #[test]
 fn once_polls_applies_and_exits() {
     let s = TestApiserver::start();
-    s.put(module("a", "one", "1"));
+    s.put(alloy("a", "one", "1"));
     let run = Cmpoll::against(&s).args(&["run", "--once"]).run().success();
     let lines: Vec<&str> = run.stdout.lines().collect();
     assert_eq!(lines.len(), 2);
@@ -402,7 +399,7 @@ fn once_polls_applies_and_exits() {
 #[test]
 fn logs_one_line_per_batch_and_per_failure_none_per_idle_poll() {
     let s = TestApiserver::start();
-    s.put(module("a", "one", "1"));
+    s.put(alloy("a", "one", "1"));
     let d = Daemon::start(Cmpoll::against(&s), &["--interval", "20ms"]);
     d.batch(SOON);
     std::thread::sleep(Duration::from_millis(300));
@@ -429,10 +426,7 @@ fn manifests_folders_are_polled_too() {
     let c = Cmpoll::new();
     c.write("m/a.yaml", "kind: ConfigMap\nmetadata: {name: a, namespace: apps, labels: {cmpoll.io/module: 'true'}}\ndata: {k: one}\n");
     let dir = c.path("m");
-    let d = Daemon::start(
-        c,
-        &["--interval", "30ms", "--manifests", dir.to_str().unwrap()],
-    );
+    let d = c.daemon(&["--interval", "30ms", "--manifests", dir.to_str().unwrap()]);
     assert_eq!(d.batch(SOON)[0]["files"]["k"], "one");
     std::fs::write(dir.join("a.yaml"), "kind: ConfigMap\nmetadata: {name: a, namespace: apps, labels: {cmpoll.io/module: 'true'}}\ndata: {k: two}\n").unwrap();
     let b = d.batch(SOON);

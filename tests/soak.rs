@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use test_apiserver::{ConfigMap, Fault, Match, TestApiserver};
 
-use crate::util::{Cmpoll, Daemon, eventually, lines, script, tree};
+use crate::util::{Cmpoll, eventually, lines, script, tree};
 
 /// xorshift64*: reproducible from the printed seed.
 struct Rng(u64);
@@ -133,7 +133,7 @@ fn soak_under_churn_and_faults() {
     std::fs::create_dir_all(&logs).unwrap();
     let c = c.env("LOGDIR", logs.to_str().unwrap());
     let agent = script(&c, "agent.sh", AGENT);
-    let out = c.path("out");
+    let out = c.out();
     let mut args = vec![
         "--interval",
         "100ms",
@@ -147,7 +147,7 @@ fn soak_under_churn_and_faults() {
     args.extend(extra.split_whitespace());
     args.extend(["--", agent.to_str().unwrap()]);
     let c = c.env("RUST_LOG", "warn");
-    let mut d = Daemon::start(c, &args);
+    let mut d = c.daemon(&args);
     eventually(
         "the first batch in the folder",
         Duration::from_secs(30),

@@ -1,6 +1,9 @@
 //! cmpoll's integration tests: one test binary (ripgrep-style), the real `cmpoll` binary
 //! against the test apiserver (`tests/apiserver`).
 
+// A test binary: unwrapping is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 mod util;
 
 mod child;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use cmpoll::manifests::parse;
+use cmpoll::source::manifests::files::parse;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

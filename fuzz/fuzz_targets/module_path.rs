@@ -4,7 +4,8 @@
 
 use std::path::{Component, Path};
 
-use cmpoll::module::{Content, File, Item, Module};
+use cmpoll::poll::module::Module;
+use cmpoll::source::{Content, Item, ModuleFile};
 use libfuzzer_sys::fuzz_target;
 
 /// Exactly one normal path component, equal to `s`.
@@ -21,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
     let namespace = parts.next().unwrap_or_default().to_string();
     let name = parts.next().unwrap_or_default().to_string();
     let files = parts
-        .map(|k| File {
+        .map(|k| ModuleFile {
             key: k.to_string(),
             content: Content::Text("x".into()),
         })

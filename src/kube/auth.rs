@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use base64::Engine as _;
 
 use super::exec::{self, Issued, Plugin};
-use super::tls::Identity;
+use crate::http::tls::Identity;
 use crate::secret::Secret;
 
 /// Where the credential comes from (plain data, part of `kube::Config`).

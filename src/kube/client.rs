@@ -3,29 +3,31 @@
 //! One request function, not one per call site: it adds `Accept`, `User-Agent` and the
 //! credential, retries once right away after a 401 if the credential could be refreshed,
 //! turns a non-2xx answer into `Error::Api` with the `Status` reason and message, and hands
-//! a 2xx body to the caller as a reader capped at `--max-response-bytes` (counted after gzip
-//! decoding, so a compression bomb is capped too). It never reads an unbounded body and
-//! never puts a credential in an error.
+//! a 2xx body to the caller as a `Body`: a reader capped at `--max-response-bytes` (counted
+//! after gzip decoding, so a compression bomb is capped too), marked in flight for
+//! `/healthz` until it is dropped, whose read errors `Failure` classifies. It never reads
+//! an unbounded body and never puts a credential in an error. Requests and bytes are
+//! counted into the shared metric handles it was given.
 
-use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
-use ureq::unversioned::resolver::DefaultResolver;
-use ureq::unversioned::transport::{ConnectProxyConnector, Connector as _, TcpConnector};
 
 use super::Error;
 use super::auth::{Auth, Credential, Stamp};
 use super::config::Config;
+use super::error::{api_error, classify};
 use super::proxy;
-use super::tls::{self, Identity, TlsConnector, Trust};
+use crate::http::tls::{self, Identity, Trust};
+use crate::ops::health::InFlight;
+use crate::ops::metrics::ApiCounters;
 
 /// How much of an error body is read to find the `Status` in it.
 const ERROR_BODY_LIMIT: u64 = 64 * 1024;
 
-/// Client behaviour that is not part of `kube::Config`.
+/// Client behaviour that is not part of `kube::Config` (plain data, from flags).
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Per request, connect to last body byte.
@@ -33,17 +35,15 @@ pub struct Options {
     pub max_response_bytes: u64,
     /// Send a credential over plain `http://`.
     pub allow_insecure_http: bool,
-    /// Marked while a request runs, for `/healthz`.
-    pub in_flight: crate::health::InFlight,
 }
 
-/// What the client has done, for metrics.
+/// What the client reports into while it runs.
 #[derive(Clone, Debug, Default)]
-pub struct Stats {
-    /// Requests by status code (`"error"` when there was no answer).
-    pub requests: BTreeMap<String, u64>,
-    /// Response body bytes read (after gzip decoding).
-    pub response_bytes: u64,
+pub struct Handles {
+    /// Marked while a request runs, for `/healthz`.
+    pub in_flight: InFlight,
+    /// Requests by status code and response bytes, counted here.
+    pub counters: ApiCounters,
 }
 
 pub struct Client {
@@ -53,7 +53,7 @@ pub struct Client {
     server: String,
     auth: Auth,
     options: Options,
-    pub stats: Stats,
+    handles: Handles,
 }
 
 /// The parts of the HTTP agent that can change while cmpoll runs: the CA (a CA file is
@@ -72,78 +72,100 @@ struct Transport {
     origin: String,
 }
 
-/// An HTTP agent over cmpoll's TLS connector: no redirects, the given proxy only (never
-/// one from ureq's own reading of the environment), status codes as answers (not errors),
-/// `timeout` from connect to the last body byte.
-pub fn agent(
-    tls_config: std::sync::Arc<rustls::ClientConfig>,
-    server_name: Option<ServerName<'static>>,
-    timeout: Duration,
-    disable_compression: bool,
-    proxy: Option<ureq::Proxy>,
-) -> ureq::Agent {
-    let connector =
-        ().chain(ConnectProxyConnector::default())
-            .chain(TcpConnector::default())
-            .chain(TlsConnector {
-                config: tls_config,
-                server_name,
-            });
-    let mut builder = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .https_only(false)
-        .proxy(proxy)
-        .max_redirects(0)
-        .user_agent(format!("cmpoll/{}", env!("CARGO_PKG_VERSION")))
-        .timeout_global(Some(timeout))
-        .max_idle_connections_per_host(2);
-    if disable_compression {
-        builder = builder.accept_encoding(ureq::config::AutoHeaderValue::None);
-    }
-    ureq::Agent::with_parts(builder.build(), connector, DefaultResolver::default())
-}
-
 impl Transport {
     /// An agent presenting `issued` (an exec plugin's certificate) or the configured one.
     fn agent(&self, issued: Option<&Identity>, timeout: Duration) -> Result<ureq::Agent, String> {
         let identity = issued.or(self.identity.as_ref());
         let config = tls::client_config(&self.trust, identity, &|_| None)
             .map_err(|e| format!("{}: {e}", self.origin))?;
-        Ok(agent(
-            config,
-            self.server_name.clone(),
+        Ok(crate::http::agent(crate::http::AgentOptions {
+            tls: config,
+            server_name: self.server_name.clone(),
             timeout,
-            self.disable_compression,
-            self.proxy.clone(),
-        ))
+            disable_compression: self.disable_compression,
+            proxy: self.proxy.clone(),
+        }))
     }
 }
 
-/// Why reading a 2xx body failed: an I/O error (classified by `get`: the cap, a timeout,
-/// a connection cut) or an error already typed by the reader (a decode error).
-#[derive(Debug)]
-pub enum ReadFailure {
-    Io(io::Error),
-    Fail(Error),
+/// The answer body of a successful request: capped, counted, and marked in flight until
+/// it is dropped.
+pub struct Body {
+    reader: ureq::BodyReader<'static>,
+    counters: ApiCounters,
+    failure: Failure,
+    _mark: InFlightMark,
 }
 
-impl From<Error> for ReadFailure {
-    fn from(e: Error) -> Self {
-        ReadFailure::Fail(e)
-    }
-}
-
-/// The answer body of a successful request, capped and counted.
-pub struct Body<'a> {
-    inner: Box<dyn Read + 'a>,
-    counted: &'a mut u64,
-}
-
-impl Read for Body<'_> {
+impl Read for Body {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        *self.counted += n as u64;
+        let n = self.reader.read(buf)?;
+        self.counters.bytes(n as u64);
         Ok(n)
+    }
+}
+
+impl Body {
+    /// What turns this body's read errors into typed errors.
+    pub fn failure(&self) -> Failure {
+        self.failure.clone()
+    }
+}
+
+/// Marked from the first byte out to the last byte in, whatever the outcome.
+struct InFlightMark(InFlight);
+
+impl InFlightMark {
+    fn start(f: &InFlight) -> InFlightMark {
+        f.start();
+        InFlightMark(f.clone())
+    }
+}
+
+impl Drop for InFlightMark {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+/// Classifies what goes wrong while a body is read: the cap, a timeout, a cut connection
+/// (from the reader), or a body that is not what was asked for.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    action: String,
+    server: String,
+    timeout: Duration,
+    limit: u64,
+}
+
+impl Failure {
+    /// An I/O error met while reading the body.
+    pub fn io(&self, e: io::Error) -> Error {
+        let ureq_err = if e.get_ref().is_some_and(|r| r.is::<ureq::Error>()) {
+            // Wrapped by ureq's body reader: unwrap and classify like a request error.
+            ureq::Error::from(e)
+        } else {
+            ureq::Error::Io(e)
+        };
+        classify(
+            ureq_err,
+            &self.action,
+            &self.server,
+            self.timeout,
+            self.limit,
+        )
+    }
+
+    /// A body that is not what the request asked for.
+    pub fn decode(&self, cause: impl std::fmt::Display) -> Error {
+        Error::Decode {
+            action: self.action.clone(),
+            cause: cause.to_string(),
+        }
+    }
+
+    pub fn action(&self) -> &str {
+        &self.action
     }
 }
 
@@ -152,6 +174,7 @@ impl Client {
     pub fn new(
         config: &Config,
         options: Options,
+        handles: Handles,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Client, String> {
         let auth =
@@ -181,28 +204,31 @@ impl Client {
             log::info!(
                 "reaching {} through the proxy {}",
                 config.server,
-                proxy::redact(p)
+                crate::http::url::redact(p)
             );
         }
-        let transport =
-            Transport {
-                trust: tls::resolve_trust(&config.trust, env)?,
-                ca_file: config
-                    .ca_file
-                    .clone()
-                    .map(|p| (p.clone(), super::auth::stamp(&p))),
-                identity: config.identity.clone(),
-                identity_changes: 0,
-                server_name,
-                proxy: match proxy {
-                    Some(p) => Some(ureq::Proxy::new(&p).map_err(|e| {
-                        format!("{}: proxy {}: {e}", config.origin, proxy::redact(&p))
-                    })?),
-                    None => None,
-                },
-                disable_compression: config.disable_compression,
-                origin: config.origin.clone(),
-            };
+        let transport = Transport {
+            trust: tls::resolve_trust(&config.trust, env)?,
+            ca_file: config
+                .ca_file
+                .clone()
+                .map(|p| (p.clone(), super::auth::stamp(&p))),
+            identity: config.identity.clone(),
+            identity_changes: 0,
+            server_name,
+            proxy: match proxy {
+                Some(p) => Some(ureq::Proxy::new(&p).map_err(|e| {
+                    format!(
+                        "{}: proxy {}: {e}",
+                        config.origin,
+                        crate::http::url::redact(&p)
+                    )
+                })?),
+                None => None,
+            },
+            disable_compression: config.disable_compression,
+            origin: config.origin.clone(),
+        };
         let agent = transport.agent(None, options.timeout)?;
         Ok(Client {
             agent,
@@ -210,7 +236,7 @@ impl Client {
             server: config.server.clone(),
             auth,
             options,
-            stats: Stats::default(),
+            handles,
         })
     }
 
@@ -294,29 +320,11 @@ impl Client {
         Ok(())
     }
 
-    fn count(&mut self, code: &str) {
-        *self.stats.requests.entry(code.to_string()).or_default() += 1;
-    }
-
-    /// GETs `path` (with its query) and hands a 2xx body to `read`.
-    pub fn get<T>(
-        &mut self,
-        path: &str,
-        accept: &str,
-        action: &str,
-        mut read: impl FnMut(&mut Body<'_>) -> Result<T, ReadFailure>,
-    ) -> Result<T, Error> {
+    /// GETs `path` (with its query); a 2xx answer's body, or the typed error.
+    pub fn get(&mut self, path: &str, accept: &str, action: &str) -> Result<Body, Error> {
         let url = format!("{}{path}", self.server);
         let mut retried = false;
-        // Marked from the first byte out to the last byte in, whatever the outcome.
-        struct Mark(crate::health::InFlight);
-        impl Drop for Mark {
-            fn drop(&mut self) {
-                self.0.stop();
-            }
-        }
-        self.options.in_flight.start();
-        let _mark = Mark(self.options.in_flight.clone());
+        let mark = InFlightMark::start(&self.handles.in_flight);
         self.prepare(action)?;
         loop {
             let mut req = self.agent.get(&url).header("Accept", accept);
@@ -326,12 +334,12 @@ impl Client {
             let resp = match req.call() {
                 Ok(r) => r,
                 Err(e) => {
-                    self.count("error");
+                    self.handles.counters.request("error");
                     return Err(self.transport_error(e, action));
                 }
             };
             let code = resp.status().as_u16();
-            self.count(&code.to_string());
+            self.handles.counters.request(&code.to_string());
             if code == 401 && !retried && self.auth.refresh_after_unauthorized() {
                 log::info!("{action}: 401 Unauthorized; retrying once with the renewed credential");
                 retried = true;
@@ -355,21 +363,21 @@ impl Client {
                     .limit(ERROR_BODY_LIMIT)
                     .reader()
                     .read_to_end(&mut text);
-                self.stats.response_bytes += text.len() as u64;
+                self.handles.counters.bytes(text.len() as u64);
                 return Err(api_error(action, code, &reason_phrase, &text, retry_after));
             }
-            let (timeout, limit) = (self.options.timeout, self.options.max_response_bytes);
-            let mut body = Body {
-                inner: Box::new(body.into_with_config().limit(limit).reader()),
-                counted: &mut self.stats.response_bytes,
-            };
-            return match read(&mut body) {
-                Ok(t) => Ok(t),
-                Err(ReadFailure::Fail(e)) => Err(e),
-                Err(ReadFailure::Io(e)) => {
-                    Err(classify_io(e, action, &self.server, timeout, limit))
-                }
-            };
+            let limit = self.options.max_response_bytes;
+            return Ok(Body {
+                reader: body.into_with_config().limit(limit).reader(),
+                counters: self.handles.counters.clone(),
+                failure: Failure {
+                    action: action.to_string(),
+                    server: self.server.clone(),
+                    timeout: self.options.timeout,
+                    limit,
+                },
+                _mark: mark,
+            });
         }
     }
 
@@ -381,171 +389,5 @@ impl Client {
             self.options.timeout,
             self.options.max_response_bytes,
         )
-    }
-}
-
-/// Classifies an I/O error met while reading a body (the cap, a timeout, a cut).
-fn classify_io(e: io::Error, action: &str, server: &str, timeout: Duration, limit: u64) -> Error {
-    if e.get_ref().is_some_and(|r| r.is::<ureq::Error>()) {
-        // Wrapped by ureq's body reader: unwrap and classify like a request error.
-        return classify(ureq::Error::from(e), action, server, timeout, limit);
-    }
-    classify(ureq::Error::Io(e), action, server, timeout, limit)
-}
-
-fn classify(e: ureq::Error, action: &str, server: &str, timeout: Duration, limit: u64) -> Error {
-    let action = action.to_string();
-    let server = server.to_string();
-    match e {
-        ureq::Error::Timeout(_) => Error::Timeout {
-            action,
-            server,
-            after: timeout,
-        },
-        ureq::Error::BodyExceedsLimit(_) => Error::TooLarge { action, limit },
-        ureq::Error::Io(io) => {
-            let cause = match io.get_ref().and_then(|r| r.downcast_ref::<rustls::Error>()) {
-                Some(tls) => format!("TLS: {tls}"),
-                None if io.kind() == io::ErrorKind::UnexpectedEof => {
-                    "the connection closed before the answer was complete".into()
-                }
-                None => io.to_string(),
-            };
-            Error::Transport {
-                action,
-                server,
-                cause,
-            }
-        }
-        ureq::Error::HostNotFound => Error::Transport {
-            action,
-            server,
-            cause: "host not found".into(),
-        },
-        other => Error::Transport {
-            action,
-            server,
-            cause: other.to_string(),
-        },
-    }
-}
-
-/// The typed error for a non-2xx answer, from its `Status` body when it has one.
-fn api_error(
-    action: &str,
-    code: u16,
-    phrase: &str,
-    body: &[u8],
-    retry_after: Option<Duration>,
-) -> Error {
-    #[derive(serde::Deserialize, Default)]
-    #[serde(default)]
-    struct Status {
-        kind: String,
-        message: String,
-        reason: String,
-        details: Option<Details>,
-    }
-    #[derive(serde::Deserialize, Default)]
-    #[serde(default, rename_all = "camelCase")]
-    struct Details {
-        causes: Vec<Cause>,
-        retry_after_seconds: Option<u64>,
-    }
-    #[derive(serde::Deserialize, Default)]
-    #[serde(default)]
-    struct Cause {
-        reason: String,
-    }
-    let status: Status = serde_json::from_slice(body).unwrap_or_default();
-    let (reason, message, causes, detail_retry) =
-        if status.kind == "Status" || !status.reason.is_empty() {
-            let d = status.details.unwrap_or_default();
-            (
-                status.reason,
-                status.message,
-                d.causes.into_iter().map(|c| c.reason).collect(),
-                d.retry_after_seconds,
-            )
-        } else {
-            // A plain-text body (the APF 429, a proxy's error page): its first line, bounded.
-            let text = String::from_utf8_lossy(body);
-            let line: String = text
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .chars()
-                .take(200)
-                .collect();
-            (String::new(), line, Vec::new(), None)
-        };
-    Error::Api {
-        action: action.to_string(),
-        code,
-        reason: if reason.is_empty() {
-            phrase.to_string()
-        } else {
-            reason
-        },
-        message,
-        retry_after: retry_after.or(detail_retry.map(Duration::from_secs)),
-        causes,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testutil::fixture;
-
-    #[test]
-    fn status_bodies_become_typed_errors() {
-        let e = api_error(
-            "list configmaps",
-            403,
-            "Forbidden",
-            &fixture("status-403-namespace.json"),
-            None,
-        );
-        assert_eq!(e.code(), Some(403));
-        assert!(e.to_string().starts_with(
-            "apiserver refused to list configmaps: 403 Forbidden: configmaps is forbidden: User"
-        ));
-        let e = api_error(
-            "list",
-            504,
-            "Gateway Timeout",
-            &fixture("status-504-too-large-resource-version.json"),
-            None,
-        );
-        assert!(e.is_too_large_resource_version());
-        assert_eq!(
-            e.retry_after(),
-            Some(Duration::from_secs(1)),
-            "from details"
-        );
-        let e = api_error(
-            "list",
-            410,
-            "Gone",
-            &fixture("status-410-continue-expired.json"),
-            None,
-        );
-        assert!(e.is_expired());
-        let e = api_error(
-            "list",
-            429,
-            "Too Many Requests",
-            &fixture("apf-429-body.txt"),
-            Some(Duration::from_secs(4)),
-        );
-        assert_eq!(
-            e.to_string(),
-            "apiserver refused to list: 429 Too Many Requests: Too many requests, please try again later."
-        );
-        assert_eq!(e.retry_after(), Some(Duration::from_secs(4)));
-        let e = api_error("list", 502, "Bad Gateway", b"", None);
-        assert_eq!(e.to_string(), "apiserver failed to list: 502 Bad Gateway");
     }
 }

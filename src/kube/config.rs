@@ -14,7 +14,7 @@ use super::auth::Credential;
 use super::exec::{self, Plugin};
 use super::incluster;
 use super::kubeconfig::Kubeconfig;
-use super::tls::{Identity, Trust};
+use crate::http::tls::{Identity, Trust};
 use crate::secret::Secret;
 
 /// How to reach and authenticate to the apiserver.

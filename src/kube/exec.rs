@@ -6,19 +6,19 @@
 //! (with `spec.cluster` when `provideClusterInfo` is set), no stdin, and at most `TIMEOUT`
 //! before it is killed. Its stderr is logged line by line; its stdout is the credential and
 //! never reaches a log line or an error message (parse errors say where, not what).
-//! A plugin holds `CHILDREN` (shared) from spawn to exit status, and cmpoll as PID 1
-//! reaps orphans only while it can hold it exclusively, so it never takes a plugin's exit
+//! A plugin holds `ops::process::children()` from spawn to exit status, and cmpoll as
+//! PID 1 reaps orphans only while nothing holds it, so it never takes a plugin's exit
 //! status from under it.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{RwLock, mpsc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::Deserialize;
 
-use super::tls::Identity;
+use crate::http::tls::Identity;
 use crate::secret::Secret;
 
 pub const V1: &str = "client.authentication.k8s.io/v1";
@@ -54,9 +54,6 @@ pub struct Issued {
     pub identity: Option<Identity>,
     pub expires: Option<SystemTime>,
 }
-
-/// Held shared by each running plugin; exclusively by whoever reaps any child (PID 1).
-pub static CHILDREN: RwLock<()> = RwLock::new(());
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -132,9 +129,7 @@ impl Plugin {
 
     /// Runs the plugin once and checks what it printed.
     pub fn run(&self, timeout: Duration) -> Result<Issued, String> {
-        let _running = CHILDREN
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _running = crate::ops::process::children();
         let started = Instant::now();
         let mut child = Command::new(&self.command)
             .args(&self.args)

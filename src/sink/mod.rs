@@ -2,8 +2,9 @@
 //! (output directory → child stdin → reload signal → reload URL → stdout events), so
 //! whoever hears of a batch finds the directory already written.
 //!
-//! A batch carries events with spool locations, not contents: a sink reads a module's
-//! files when it needs them, one module at a time.
+//! Each sink defines its own `Options`; `open` builds the sinks those options ask for, in
+//! that order. A batch carries events with spool locations, not contents: a sink reads a
+//! module's files when it needs them, one module at a time.
 
 pub mod atomic;
 pub mod child;
@@ -14,11 +15,13 @@ pub mod stdout;
 use std::io;
 use std::time::Instant;
 
-use crate::event::{self, Synced};
-use crate::module::File;
-use crate::signals::Signal;
-use crate::snapshot::{Change, Event, Snapshot};
-use crate::spool::Spool;
+use crate::ops::health::ReloadOutcomes;
+use crate::ops::metrics::Reloads;
+use crate::ops::signals::Signal;
+use crate::poll::event::{self, Change, Event, Synced};
+use crate::poll::snapshot::Snapshot;
+use crate::poll::spool::Spool;
+use crate::source::ModuleFile;
 
 /// The events of one poll, closed by `synced`.
 pub struct Batch<'a> {
@@ -31,7 +34,7 @@ pub struct Batch<'a> {
 
 impl Batch<'_> {
     /// A module's files (for `added` and `updated` events).
-    pub fn files(&self, e: &Event) -> io::Result<Vec<File>> {
+    pub fn files(&self, e: &Event) -> io::Result<Vec<ModuleFile>> {
         self.spool.get(e.entry.loc)
     }
 
@@ -86,7 +89,6 @@ pub enum Control {
 }
 
 pub trait Sink {
-    fn name(&self) -> &'static str;
     /// Applies a batch, in SPEC's sink order.
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal>;
     /// Housekeeping: after every poll, on SIGCHLD, and at `deadline`. `view` is the current
@@ -100,4 +102,66 @@ pub trait Sink {
     }
     /// cmpoll is stopping because of `signal` (or `None`: its own decision).
     fn shutdown(&mut self, _signal: Option<Signal>) {}
+}
+
+/// Where a reload path reports each outcome: readiness and the reload counter.
+#[derive(Clone, Debug, Default)]
+pub struct ReloadReport {
+    pub outcomes: ReloadOutcomes,
+    pub counter: Reloads,
+}
+
+impl ReloadReport {
+    pub fn report(&self, path: &str, outcome: Result<(), String>) {
+        self.counter.record(outcome.is_ok());
+        self.outcomes.report(path, outcome);
+    }
+}
+
+/// Every sink's options: what `cmpoll run` delivers to.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub out_dir: Option<outdir::Options>,
+    pub agent: Option<child::Options>,
+    pub reload_url: Option<reload_url::Options>,
+    /// JSON lines on stdout (`--stdout-events`, or no other sink).
+    pub stdout: bool,
+}
+
+/// The shared handles sinks count and report into.
+#[derive(Clone, Debug, Default)]
+pub struct Handles {
+    pub reloads: ReloadReport,
+    pub child_restarts: prometheus_client::metrics::counter::Counter,
+}
+
+/// Builds the sinks `opts` ask for, in SPEC's order; problems are start-up errors.
+pub fn open(
+    opts: &Options,
+    handles: &Handles,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Box<dyn Sink>>, String> {
+    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    if let Some(o) = &opts.out_dir {
+        sinks.push(Box::new(outdir::OutDir::open(o.clone())?));
+    }
+    if let Some(o) = &opts.agent {
+        sinks.push(Box::new(child::Supervisor::new(
+            o.clone(),
+            Box::new(child::Processes),
+            handles.child_restarts.clone(),
+            handles.reloads.clone(),
+        )));
+    }
+    if let Some(o) = &opts.reload_url {
+        sinks.push(Box::new(reload_url::ReloadUrl::new(
+            o,
+            handles.reloads.clone(),
+            env,
+        )?));
+    }
+    if opts.stdout {
+        sinks.push(Box::new(stdout::StdoutSink::new(io::stdout())));
+    }
+    Ok(sinks)
 }

@@ -16,10 +16,6 @@ impl<W: Write> StdoutSink<W> {
 }
 
 impl<W: Write> Sink for StdoutSink<W> {
-    fn name(&self) -> &'static str {
-        "stdout"
-    }
-
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
         batch
             .write_lines(&mut self.out)
@@ -37,17 +33,18 @@ impl<W: Write> Sink for StdoutSink<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Synced;
-    use crate::hash::Hash;
-    use crate::module::{Content, File};
-    use crate::snapshot::{Change, Entry, Event};
-    use crate::spool::Spool;
+    use crate::poll::event::Synced;
+    use crate::poll::event::{Change, Event};
+    use crate::poll::hash::Hash;
+    use crate::poll::snapshot::Entry;
+    use crate::poll::spool::Spool;
+    use crate::source::{Content, ModuleFile};
 
     #[test]
     fn writes_one_line_per_event_and_synced_last() {
         let mut spool = Spool::memory();
         let loc = spool
-            .put(&[File {
+            .put(&[ModuleFile {
                 key: "k".into(),
                 content: Content::Text("v".into()),
             }])

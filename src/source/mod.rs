@@ -1,71 +1,153 @@
-//! Where ConfigMaps come from: an apiserver (`api.rs`) or a manifests folder
-//! (`manifests.rs`). A source streams items to a `Visit`; `mark`/`rollback` let it discard
-//! what it already delivered when a paged list has to start over, so a poll never mixes
-//! pages of two lists and nothing has to be buffered.
+//! Where ConfigMaps come from: an apiserver (`api.rs`, reading lists with `reader.rs`) or a
+//! manifests folder (`manifests/`).
+//!
+//! A source is told what the last poll had (`Previous`, read-only) and puts what it lists
+//! into a `Collect` (the poll), in one direction: a selected ConfigMap at the version the
+//! last poll had is `unchanged` (its contents are never read), any other is an `item` with
+//! its contents. When a scope's list has to start over (an expired continue token, a
+//! metadata list that changed too much) the source says `restart_scope`, and the collector
+//! forgets what that scope delivered; so a poll never mixes two lists and nothing is
+//! buffered.
 
 pub mod api;
+pub mod item;
 pub mod manifests;
+pub mod reader;
+pub mod selection;
+
+use std::fmt;
+
+pub use item::{Content, Item, ModuleFile};
+pub use selection::{KeyFilter, Selection};
 
 use crate::kube;
-use crate::module::{Item, KeyFilter};
-use crate::selector::{FieldSelector, LabelSelector};
 
-/// What to select: the same for every source.
-#[derive(Clone, Debug)]
-pub struct Selection {
-    pub labels: LabelSelector,
-    pub fields: FieldSelector,
-    /// Empty: all namespaces (one cluster-wide list).
-    pub namespaces: Vec<String>,
-    pub keys: KeyFilter,
+/// Why a poll failed.
+#[derive(Debug)]
+pub enum Error {
+    /// Talking to the apiserver.
+    Api(kube::Error),
+    /// Reading the manifests folder.
+    Manifests(String),
+    /// Keeping what was listed (the poll's spool).
+    Spool(std::io::Error),
 }
 
-impl Selection {
-    /// Whether an item matches, checked locally (for manifests, and to check what an
-    /// apiserver returned rather than trust it).
-    pub fn admits(&self, item: &Item) -> bool {
-        (self.namespaces.is_empty() || self.namespaces.contains(&item.namespace))
-            && self.labels.matches(|k| item.label(k))
-            && self.fields.matches(&item.namespace, &item.name)
+impl Error {
+    /// The apiserver's `Retry-After`, if it sent one.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::Api(e) => e.retry_after(),
+            _ => None,
+        }
     }
 }
 
-/// A position in a poll, from `Visit::mark`: opaque to sources.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Mark {
-    pub(crate) entries: usize,
-    pub(crate) spool: u64,
-    pub(crate) not_modules: usize,
-    pub(crate) stats: crate::poll::PollStats,
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Api(e) => e.fmt(f),
+            Error::Manifests(e) => write!(f, "--manifests: {e}"),
+            Error::Spool(e) => write!(f, "spool: {e}"),
+        }
+    }
 }
 
-/// Receives a poll's items.
-pub trait Visit {
-    fn item(&mut self, item: Item) -> Result<(), kube::Error>;
-    /// The current position, to come back to.
-    fn mark(&mut self) -> Mark;
-    /// Forgets every item since `mark` was taken.
-    fn rollback(&mut self, to: Mark) -> Result<(), kube::Error>;
-    /// Whether `reuse(id, resource_version)` would succeed; asked before an item's contents
-    /// are read, so that contents the last poll already has are skipped unread.
-    fn known(&self, _id: &str, _resource_version: &str) -> bool {
-        false
+impl std::error::Error for Error {}
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Error {
+        Error::Api(e)
     }
-    /// Metadata-first (and items whose contents were skipped): keeps what the last poll had for `id` if it was at this
-    /// resourceVersion (a module, or known not to be one). `false`: its contents are needed.
-    fn reuse(&mut self, _id: &str, _resource_version: &str) -> bool {
-        false
-    }
+}
+
+/// What the last poll had, by `namespace/name`: a module, or a ConfigMap known not to be
+/// one (its contents need not be read again until its resourceVersion changes).
+pub trait Previous {
+    fn has(&self, id: &str, resource_version: &str) -> bool;
+}
+
+/// Where a source puts what it lists.
+pub trait Collect {
+    /// A scope (one namespace, or all of them) begins.
+    fn begin_scope(&mut self);
+    /// A selected ConfigMap with its contents.
+    fn item(&mut self, item: Item) -> Result<(), Error>;
+    /// A selected ConfigMap that `Previous::has` at its resourceVersion: it stays as it was.
+    fn unchanged(&mut self, id: &str);
+    /// Forget everything delivered since the scope began: its list starts over.
+    fn restart_scope(&mut self) -> Result<(), Error>;
 }
 
 /// A source of ConfigMaps.
 pub trait Source: Send {
-    /// Delivers every selected ConfigMap, or fails; a failure means the poll failed.
-    fn list(&mut self, visit: &mut dyn Visit) -> Result<(), kube::Error>;
+    /// Lists every selected ConfigMap into `out`, or fails; a failure fails the poll.
+    fn list(&mut self, prev: &dyn Previous, out: &mut dyn Collect) -> Result<(), Error>;
     /// What the source is, for logs.
     fn describe(&self) -> String;
-    /// Running totals of requests by status code and of response bytes (apiservers only).
-    fn counters(&self) -> (std::collections::BTreeMap<String, u64>, u64) {
-        Default::default()
+}
+
+/// The options a source is opened with.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub origin: Origin,
+    pub selection: Selection,
+    pub page_size: u32,
+    pub metadata_first: bool,
+    pub namespace_from_context: bool,
+    pub client: kube::client::Options,
+}
+
+/// Where ConfigMaps come from.
+#[derive(Clone, Debug)]
+pub enum Origin {
+    Manifests(std::path::PathBuf),
+    Api(kube::config::Flags),
+}
+
+/// Opens the source `opts` describe: reads credentials, builds the client. Problems are
+/// configuration errors, reported before any poll.
+pub fn open(
+    opts: &Options,
+    handles: kube::client::Handles,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Box<dyn Source>, String> {
+    let mut selection = opts.selection.clone();
+    match &opts.origin {
+        Origin::Manifests(dir) => {
+            if opts.namespace_from_context {
+                return Err(
+                    "--namespace-from-context: not used with --manifests (use --namespace)".into(),
+                );
+            }
+            if opts.metadata_first {
+                log::info!("--metadata-first: not used with --manifests");
+            }
+            Ok(Box::new(manifests::ManifestSource::new(
+                dir.clone(),
+                selection,
+            )))
+        }
+        Origin::Api(flags) => {
+            let config = kube::Config::resolve(flags, env)?;
+            if opts.namespace_from_context && selection.namespaces.is_empty() {
+                let ns = config.namespace.clone().ok_or_else(|| {
+                    format!(
+                        "--namespace-from-context: {} has no namespace",
+                        config.origin
+                    )
+                })?;
+                log::info!("listing namespace \"{ns}\" (from {})", config.origin);
+                selection.namespaces = vec![ns];
+            }
+            let client = kube::Client::new(&config, opts.client.clone(), handles, env)?;
+            log::debug!("apiserver {} ({})", config.server, config.origin);
+            Ok(Box::new(api::ApiSource::new(
+                client,
+                selection,
+                opts.page_size,
+                opts.metadata_first,
+            )))
+        }
     }
 }

@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::Daemon;
-
-const SOON: Duration = Duration::from_secs(10);
+use super::{Daemon, SOON};
 
 /// A reload endpoint answering `codes` in turn (then 200); returns its URL and the request
 /// lines it got.

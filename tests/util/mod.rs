@@ -17,6 +17,10 @@ pub mod proxy;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cmpoll");
 
+/// How long a test waits for something that should happen at once (a batch, a file, an
+/// answer) before it fails.
+pub const SOON: Duration = Duration::from_secs(15);
+
 /// The binary under test: `CMPOLL_TEST_BIN` (to run the suite against another build, for
 /// example the commit before a fix, and see its regression tests fail), else this build's.
 pub fn bin() -> String {
@@ -129,6 +133,16 @@ impl Cmpoll {
 
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+
+    /// `FOLDER/out`, where tests point `--out-dir`.
+    pub fn out(&self) -> PathBuf {
+        self.path("out")
+    }
+
+    /// Starts `cmpoll run ARGS` in the background (see `Daemon::start`).
+    pub fn daemon(self, args: &[&str]) -> Daemon {
+        Daemon::start(self, args)
     }
 
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
@@ -536,11 +550,25 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// A ConfigMap with the default selector's label and no data yet.
+pub fn labelled(ns: &str, name: &str) -> ConfigMap {
+    ConfigMap::new(ns, name).label("cmpoll.io/module", "true")
+}
+
 /// A module ConfigMap: the default selector's label and one key `k`.
 pub fn module(ns: &str, name: &str, v: &str) -> ConfigMap {
-    ConfigMap::new(ns, name)
-        .label("cmpoll.io/module", "true")
-        .data("k", v)
+    labelled(ns, name).data("k", v)
+}
+
+/// A test apiserver holding `modules` (namespace, name, value of key `k`), and a `cmpoll`
+/// pointed at it: the usual start of a test.
+pub fn cluster(modules: &[(&str, &str, &str)]) -> (TestApiserver, Cmpoll) {
+    let s = TestApiserver::start();
+    for (ns, name, v) in modules {
+        s.put(module(ns, name, v));
+    }
+    let c = Cmpoll::against(&s);
+    (s, c)
 }
 
 /// Whether this machine lets a test make a PID namespace (`unshare --pid --fork`); under
@@ -572,41 +600,71 @@ pub fn mount_namespace_available() -> bool {
 }
 
 /// Every regular file under an output folder (following the module symlinks), except
-/// `.cmpoll/`: relative path → contents. Read while cmpoll may be writing, what vanishes
-/// in between is left out.
+/// `.cmpoll/`: relative path → contents. Read while cmpoll may be writing, what vanishes in
+/// between is left out.
 pub fn tree(dir: &Path) -> BTreeMap<String, String> {
-    fn entries(dir: &Path) -> Vec<(String, PathBuf)> {
-        std::fs::read_dir(dir)
-            .map(|d| {
-                d.flatten()
-                    .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-    let mut out = BTreeMap::new();
-    let mut add = |rel: String, p: &Path| {
-        if let Ok(text) = std::fs::read_to_string(p) {
-            out.insert(rel, text);
-        }
-    };
-    for (ns, ns_path) in entries(dir) {
-        if ns == ".cmpoll" {
-            continue;
-        }
-        if ns_path.is_file() {
-            add(ns, &ns_path);
-            continue;
-        }
-        for (m, m_path) in entries(&ns_path) {
-            if m_path.is_file() {
-                add(format!("{ns}/{m}"), &m_path);
+    walk(dir, false)
+}
+
+/// `tree`, plus every symlink as `-> target`: what a reader resolving paths sees.
+pub fn tree_with_links(dir: &Path) -> BTreeMap<String, String> {
+    walk(dir, true)
+}
+
+fn walk(root: &Path, links: bool) -> BTreeMap<String, String> {
+    fn visit(root: &Path, dir: &Path, links: bool, out: &mut BTreeMap<String, String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap_or(&p).display().to_string();
+            if rel == ".cmpoll" {
                 continue;
             }
-            for (f, f_path) in entries(&m_path) {
-                add(format!("{ns}/{m}/{f}"), &f_path);
+            let Ok(meta) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if meta.file_type().is_symlink()
+                && links
+                && let Ok(target) = std::fs::read_link(&p)
+            {
+                out.insert(rel.clone(), format!("-> {}", target.display()));
+            }
+            if p.is_dir() {
+                visit(root, &p, links, out);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                out.insert(rel, String::from_utf8_lossy(&bytes).into_owned());
             }
         }
     }
+    let mut out = BTreeMap::new();
+    visit(root, root, links, &mut out);
     out
+}
+
+/// Every temporary name (`.cmpoll-tmp…`, `*.tmp`) left anywhere under a folder.
+pub fn leftovers(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.contains("cmpoll-tmp") || name.ends_with(".tmp") {
+                found.push(e.path().display().to_string());
+            }
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+/// `[(path, contents)]` as the map `tree` returns.
+pub fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }

@@ -21,6 +21,7 @@
 //! out.
 
 mod record;
+mod recover;
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
@@ -33,8 +34,9 @@ use sha2::{Digest, Sha256};
 use self::record::{Pending, Record, Retired, TMP_PREFIX, Written, component};
 use super::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_exists};
 use super::{Batch, Fatal, Outcome, Sink};
-use crate::module::File as ModuleFile;
-use crate::snapshot::{Change, Entry, Event, split_id};
+use crate::poll::event::{Change, Event};
+use crate::poll::snapshot::{Entry, split_id};
+use crate::source::ModuleFile;
 
 /// cmpoll's own folder inside the output folder: the record, the lock, version folders,
 /// and the spool and agent feed files.
@@ -265,94 +267,6 @@ impl OutDir {
     fn next_seq(&mut self) -> u64 {
         self.record.seq += 1;
         self.record.seq
-    }
-
-    /// Finishes or undoes the writes an interrupted run had recorded as pending, adopting
-    /// only what it can prove it wrote.
-    fn recover(&mut self) -> io::Result<()> {
-        let pending = std::mem::take(&mut self.record.pending);
-        if !pending.is_empty() {
-            log::info!(
-                "--out-dir: recovering {} interrupted write(s)",
-                pending.len()
-            );
-        }
-        for p in pending {
-            match &p.written.version {
-                Some(v) => self.recover_version(&p, v)?,
-                None => self.recover_file(&p)?,
-            }
-        }
-        // A namespace folder an interrupted run made but never put a module in.
-        let used: BTreeSet<&str> = self
-            .record
-            .modules
-            .keys()
-            .map(|id| split_id(id).0)
-            .collect();
-        let unused: Vec<String> = (self.record.namespaces.iter())
-            .filter(|ns| !used.contains(ns.as_str()))
-            .cloned()
-            .collect();
-        for ns in unused {
-            if let Ok(Some(d)) = self.ns_dir(&ns)
-                && remove_dir_if_empty(&d)?
-            {
-                self.record.namespaces.remove(&ns);
-            }
-        }
-        self.expire(true)?;
-        self.save()
-    }
-
-    fn recover_version(&mut self, p: &Pending, version: &str) -> io::Result<()> {
-        let (ns, name) = split_id(&p.module);
-        let ns_dir = match self.ns_dir(ns) {
-            Ok(d) => d,
-            Err(e) => {
-                log::warn!("--out-dir: {e}; not looking inside it");
-                None
-            }
-        };
-        let mut switched = false;
-        if let Some(ns_dir) = ns_dir {
-            if !self.record.namespaces.contains(ns) && p.new_namespace {
-                // It did not exist when the write was recorded: this run made it.
-                self.record.namespaces.insert(ns.to_string());
-            }
-            let tmp = self.dir().join(&p.tmp);
-            if matches!(found(&tmp)?, Found::Link(_)) {
-                remove_if_exists(&tmp)?;
-            }
-            let target = Self::link_target(version);
-            switched = found(&ns_dir.join(part(name)?))? == Found::Link(target);
-        }
-        if switched {
-            // The switch happened: the new version is the module now.
-            self.install(&p.module, p.written.clone())?;
-        } else {
-            self.delete_version(version, &p.written.files)?;
-        }
-        Ok(())
-    }
-
-    fn recover_file(&mut self, p: &Pending) -> io::Result<()> {
-        let tmp = self.dir().join(part(&p.tmp)?);
-        if found(&tmp)? == Found::File {
-            remove_if_exists(&tmp)?;
-        }
-        let Some(file) = &p.written.file else {
-            return Ok(());
-        };
-        let path = self.dir().join(part(file)?);
-        let adopted = p.written.digest.is_some() && file_digest(&path)? == p.written.digest;
-        if adopted {
-            // Renamed into place before the crash: byte for byte what cmpoll wrote.
-            self.install(&p.module, p.written.clone())?;
-        }
-        // Otherwise what is there is the old version (still recorded as such) or not
-        // cmpoll's at all: either way it is left as it is.
-        fsync_dir(self.dir())
     }
 
     /// Makes `w` the record of `id`, and removes what the previous record had that `w`
@@ -702,10 +616,6 @@ impl OutDir {
 }
 
 impl Sink for OutDir {
-    fn name(&self) -> &'static str {
-        "out-dir"
-    }
-
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
         let (writes, removals) = if self.reconciled {
             let writes = batch

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::split_id;
+use crate::poll::snapshot::split_id;
 use crate::validation;
 
 /// What cmpoll wrote for one module.

@@ -1,11 +1,11 @@
 //! Unit tests of the output folder sink.
 
 use super::*;
-use crate::event::Synced;
-use crate::hash::Hash;
-use crate::module::Content;
-use crate::snapshot::Event;
-use crate::spool::Spool;
+use crate::poll::event::Event;
+use crate::poll::event::Synced;
+use crate::poll::hash::Hash;
+use crate::poll::spool::Spool;
+use crate::source::Content;
 use std::collections::BTreeSet;
 
 struct Fixture {

@@ -1,7 +1,7 @@
 //! Manifest folders for the standalone server: cmpoll's own parser (so both read a folder
 //! identically), turned into store objects.
 
-#[path = "../../../src/manifests.rs"]
+#[path = "../../../src/source/manifests/files.rs"]
 mod parser;
 
 use std::path::Path;

@@ -6,7 +6,12 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::settings::LogFormat;
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 static JSON: AtomicBool = AtomicBool::new(false);
 

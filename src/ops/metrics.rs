@@ -1,8 +1,10 @@
-//! Prometheus metrics (prometheus-client, OpenMetrics text). Only the main loop updates
-//! them; counters owned by other threads (apiserver requests, agent restarts, reloads) are
-//! taken from their running totals, so nothing is counted twice or lost.
+//! Prometheus metrics (prometheus-client, OpenMetrics text).
+//!
+//! The loop sets the poll-level metrics; counters that other parts own are handed to them
+//! as shared, atomic handles at construction (`ApiCounters` to the apiserver client,
+//! `Reloads` to the reload paths, the restart counter to the agent's supervisor), so each
+//! counts where it happens and nothing is relayed or worked back out of running totals.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -19,6 +21,36 @@ fn label(k: &str, v: &str) -> Labels {
     vec![(k.to_string(), v.to_string())]
 }
 
+/// Apiserver requests by status code, and response bytes: the client's handle.
+#[derive(Clone, Debug, Default)]
+pub struct ApiCounters {
+    requests: Family<Labels, Counter>,
+    response_bytes: Counter,
+}
+
+impl ApiCounters {
+    /// One request that got `code` (`"error"`: no answer).
+    pub fn request(&self, code: &str) {
+        self.requests.get_or_create(&label("code", code)).inc();
+    }
+
+    /// Response body bytes read (after gzip decoding).
+    pub fn bytes(&self, n: u64) {
+        self.response_bytes.inc_by(n);
+    }
+}
+
+/// Reloads (signal deliveries, `--on-change` runs, reload URL calls) by result.
+#[derive(Clone, Debug, Default)]
+pub struct Reloads(Family<Labels, Counter>);
+
+impl Reloads {
+    pub fn record(&self, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.0.get_or_create(&label("result", result)).inc();
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
     polls: Family<Labels, Counter>,
@@ -27,13 +59,10 @@ pub struct Metrics {
     rejected: Gauge,
     events: Family<Labels, Counter>,
     last_success: Gauge<f64, AtomicU64>,
-    requests: Family<Labels, Counter>,
-    response_bytes: Counter,
-    reloads: Family<Labels, Counter>,
-    child_restarts: Counter,
     write_failures: Gauge,
-    /// Running totals already counted, by source.
-    seen: BTreeMap<String, u64>,
+    api: ApiCounters,
+    reloads: Reloads,
+    child_restarts: Counter,
 }
 
 impl Default for Metrics {
@@ -44,88 +73,100 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("cmpoll");
+        let mut r = Registry::with_prefix("cmpoll");
         let polls = Family::<Labels, Counter>::default();
-        registry.register(
+        r.register(
             "polls",
             "Polls, by result (success or error)",
             polls.clone(),
         );
         let poll_duration = Histogram::new(exponential_buckets(0.005, 2.0, 14));
-        registry.register(
+        r.register(
             "poll_duration_seconds",
             "Time to list, decode and hash one poll",
             poll_duration.clone(),
         );
         let modules = Gauge::default();
-        registry.register(
+        r.register(
             "modules",
             "Modules in the last complete poll",
             modules.clone(),
         );
         let rejected = Gauge::default();
-        registry.register(
+        r.register(
             "rejected_configmaps",
             "Selected ConfigMaps rejected in the last complete poll (invalid names or keys)",
             rejected.clone(),
         );
         let events = Family::<Labels, Counter>::default();
-        registry.register("events", "Events emitted, by type", events.clone());
+        r.register("events", "Events emitted, by type", events.clone());
         let last_success = Gauge::<f64, AtomicU64>::default();
-        registry.register(
+        r.register(
             "last_success_timestamp_seconds",
             "Unix time of the last successful poll",
             last_success.clone(),
         );
-        let requests = Family::<Labels, Counter>::default();
-        registry.register(
+        let api = ApiCounters::default();
+        r.register(
             "apiserver_requests",
             "Requests to the apiserver, by HTTP status code (error: no answer)",
-            requests.clone(),
+            api.requests.clone(),
         );
-        let response_bytes = Counter::default();
-        registry.register(
+        r.register(
             "apiserver_response_bytes",
             "Body bytes read from the apiserver (after gzip decoding)",
-            response_bytes.clone(),
+            api.response_bytes.clone(),
         );
-        let reloads = Family::<Labels, Counter>::default();
-        registry.register(
+        let reloads = Reloads::default();
+        r.register(
             "reloads",
-            "Reloads (signal deliveries and reload URL calls), by result",
-            reloads.clone(),
+            "Reloads (signal deliveries, on-change commands and reload URL calls), by result",
+            reloads.0.clone(),
         );
         let child_restarts = Counter::default();
-        registry.register(
+        r.register(
             "child_restarts",
             "Restarts of the supervised agent",
             child_restarts.clone(),
         );
         let write_failures = Gauge::default();
-        registry.register(
+        r.register(
             "module_write_failures",
             "Modules the output directory could not write in the last batch",
             write_failures.clone(),
         );
         let info = Family::<Labels, Gauge>::default();
-        registry.register("build_info", "cmpoll's version", info.clone());
+        r.register("build_info", "cmpoll's version", info.clone());
         info.get_or_create(&label("version", env!("CARGO_PKG_VERSION")))
             .set(1);
         Metrics {
-            registry,
+            registry: r,
             polls,
             poll_duration,
             modules,
             rejected,
             events,
             last_success,
-            requests,
-            response_bytes,
+            write_failures,
+            api,
             reloads,
             child_restarts,
-            write_failures,
-            seen: BTreeMap::new(),
         }
+    }
+
+    /// The apiserver client's handle.
+    pub fn api(&self) -> ApiCounters {
+        self.api.clone()
+    }
+
+    /// The reload paths' handle.
+    pub fn reloads(&self) -> Reloads {
+        self.reloads.clone()
+    }
+
+    /// The agent supervisor's handle.
+    pub fn child_restarts(&self) -> Counter {
+        self.child_restarts.clone()
     }
 
     pub fn poll_failed(&self, took: Duration) {
@@ -159,41 +200,6 @@ impl Metrics {
         }
     }
 
-    /// Counts what a running total grew by since the last call.
-    fn delta(&mut self, key: String, total: u64) -> u64 {
-        let seen = self.seen.entry(key).or_default();
-        let d = total.saturating_sub(*seen);
-        *seen = total;
-        d
-    }
-
-    /// Takes the client's running totals (requests by code, response bytes).
-    pub fn apiserver(&mut self, requests: &BTreeMap<String, u64>, bytes: u64) {
-        for (code, total) in requests {
-            let d = self.delta(format!("requests/{code}"), *total);
-            self.requests.get_or_create(&label("code", code)).inc_by(d);
-        }
-        let d = self.delta("bytes".into(), bytes);
-        self.response_bytes.inc_by(d);
-    }
-
-    /// Takes a reload source's running totals (`source` keeps signal and URL apart).
-    pub fn reloads(&mut self, source: &str, successes: u64, failures: u64) {
-        let d = self.delta(format!("reload-ok/{source}"), successes);
-        self.reloads
-            .get_or_create(&label("result", "success"))
-            .inc_by(d);
-        let d = self.delta(format!("reload-fail/{source}"), failures);
-        self.reloads
-            .get_or_create(&label("result", "failure"))
-            .inc_by(d);
-    }
-
-    pub fn child_restarts(&mut self, total: u64) {
-        let d = self.delta("restarts".into(), total);
-        self.child_restarts.inc_by(d);
-    }
-
     /// The OpenMetrics text.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -208,20 +214,22 @@ mod tests {
 
     #[test]
     fn renders_every_metric_with_help_and_type() {
-        let mut m = Metrics::new();
+        let m = Metrics::new();
         m.poll_succeeded(Duration::from_millis(12), 3, 1);
         m.poll_failed(Duration::from_millis(5));
         m.events(2, 1, 0);
-        m.apiserver(
-            &BTreeMap::from([("200".into(), 5), ("500".into(), 1)]),
-            1000,
-        );
-        m.apiserver(
-            &BTreeMap::from([("200".into(), 7), ("500".into(), 1)]),
-            1500,
-        );
-        m.reloads("url", 2, 1);
-        m.child_restarts(3);
+        // Handles count into the same registry from wherever they were handed.
+        let api = m.api();
+        for code in ["200", "200", "500", "200", "200", "200", "200", "200"] {
+            api.request(code);
+        }
+        api.bytes(1000);
+        m.api().bytes(500);
+        let reloads = m.reloads();
+        reloads.record(true);
+        reloads.record(true);
+        reloads.record(false);
+        m.child_restarts().inc_by(3);
         let text = m.render();
         for line in [
             "# TYPE cmpoll_polls counter",

@@ -14,7 +14,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use crate::module::{Content, File};
+use crate::source::{Content, ModuleFile};
 
 /// Where a module's files are in the spool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,7 +98,7 @@ impl Spool {
     }
 
     /// Appends a module's files.
-    pub fn put(&mut self, files: &[File]) -> io::Result<Loc> {
+    pub fn put(&mut self, files: &[ModuleFile]) -> io::Result<Loc> {
         let start = self.len;
         let buf = match &mut self.backing {
             Backing::Disk { pending, .. } => pending,
@@ -139,8 +139,8 @@ impl Spool {
     }
 
     /// Reads a module's files back.
-    pub fn get(&self, loc: Loc) -> io::Result<Vec<File>> {
-        let in_memory = |m: &[u8], from: u64| -> io::Result<Vec<File>> {
+    pub fn get(&self, loc: Loc) -> io::Result<Vec<ModuleFile>> {
+        let in_memory = |m: &[u8], from: u64| -> io::Result<Vec<ModuleFile>> {
             let at = (loc.off - from) as usize;
             decode(
                 m.get(at..at + loc.len as usize)
@@ -213,7 +213,7 @@ fn corrupt(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("spool: {what}"))
 }
 
-fn decode(mut buf: &[u8]) -> io::Result<Vec<File>> {
+fn decode(mut buf: &[u8]) -> io::Result<Vec<ModuleFile>> {
     fn take<'a>(buf: &mut &'a [u8], n: usize) -> io::Result<&'a [u8]> {
         if buf.len() < n {
             return Err(corrupt("truncated record"));
@@ -235,7 +235,7 @@ fn decode(mut buf: &[u8]) -> io::Result<Vec<File>> {
         } else {
             Content::Text(String::from_utf8(bytes).map_err(|_| corrupt("text is not UTF-8"))?)
         };
-        files.push(File { key, content });
+        files.push(ModuleFile { key, content });
     }
     Ok(files)
 }
@@ -244,13 +244,13 @@ fn decode(mut buf: &[u8]) -> io::Result<Vec<File>> {
 mod tests {
     use super::*;
 
-    fn files(n: u8) -> Vec<File> {
+    fn files(n: u8) -> Vec<ModuleFile> {
         vec![
-            File {
+            ModuleFile {
                 key: format!("a{n}"),
                 content: Content::Text("x".repeat(n as usize)),
             },
-            File {
+            ModuleFile {
                 key: "b.bin".into(),
                 content: Content::Binary(vec![0, 255, n]),
             },
@@ -276,7 +276,7 @@ mod tests {
     #[test]
     fn writes_are_gathered_and_truncation_works_on_both_sides_of_a_flush() {
         let big = |n: u8| {
-            vec![File {
+            vec![ModuleFile {
                 key: format!("k{n}"),
                 content: Content::Text(char::from(b'a' + n % 26).to_string().repeat(40_000)),
             }]

@@ -3,11 +3,13 @@
 //! Live (`/healthz`): the loop runs, and no apiserver request has hung past `--timeout`
 //! (a hung request is exactly what k8s-sidecar's health stayed green through).
 //! Ready (`/readyz`): a first batch went out, the last successful poll is younger than
-//! 3 × interval plus the backoff cap (min(10 × interval, 5 min)), and the last reload (signal
-//! delivery or URL call), if any, succeeded.
+//! 3 × interval plus the backoff cap (min(10 × interval, 5 min)), and the last reload of
+//! every reload path (signal delivery, `--on-change` command, each reload URL), if any,
+//! succeeded. Reload paths report into a shared `ReloadOutcomes` handle themselves.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How long past `--timeout` a request may run before the loop counts as stuck.
@@ -44,6 +46,34 @@ impl InFlight {
     }
 }
 
+/// The last outcome of each reload path, shared with the paths that report them.
+#[derive(Clone, Debug, Default)]
+pub struct ReloadOutcomes(Arc<Mutex<BTreeMap<String, Result<(), String>>>>);
+
+impl ReloadOutcomes {
+    /// `path`'s last reload (for example `signal`, or a reload URL as logged).
+    pub fn report(&self, path: &str, outcome: Result<(), String>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(path.to_string(), outcome);
+    }
+
+    /// The first path whose last reload failed, with why.
+    fn failing(&self) -> Option<String> {
+        let all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter().find_map(|(path, r)| {
+            r.as_ref().err().map(|e| {
+                if all.len() > 1 {
+                    format!("{path}: {e}")
+                } else {
+                    e.clone()
+                }
+            })
+        })
+    }
+}
+
 #[derive(Debug)]
 pub struct Health {
     pub interval: Duration,
@@ -55,8 +85,8 @@ pub struct Health {
     pub first_batch: bool,
     pub last_success: Option<Instant>,
     pub last_error: Option<String>,
-    /// The last reload (signal or URL), when there is one.
-    pub reload: Option<Result<(), String>>,
+    /// The last reload of every reload path.
+    pub reloads: ReloadOutcomes,
     pub modules: usize,
 }
 
@@ -76,7 +106,7 @@ impl Health {
             first_batch: false,
             last_success: None,
             last_error: None,
-            reload: None,
+            reloads: ReloadOutcomes::default(),
             modules: 0,
         }
     }
@@ -120,7 +150,7 @@ impl Health {
                 self.last_error.as_deref().unwrap_or("no error recorded")
             ));
         }
-        if let Some(Err(e)) = &self.reload {
+        if let Some(e) = self.reloads.failing() {
             return Err(format!("the last reload failed: {e}"));
         }
         Ok(())
@@ -157,13 +187,20 @@ mod tests {
         h.last_error = Some("500".into());
         let stale = h.readiness(t0 + Duration::from_secs(391)).unwrap_err();
         assert!(stale.contains("391s ago (more than 390s): 500"), "{stale}");
-        h.reload = Some(Err("503 Service Unavailable".into()));
+        h.reloads
+            .report("url", Err("503 Service Unavailable".into()));
         assert_eq!(
             h.readiness(t0).unwrap_err(),
             "the last reload failed: 503 Service Unavailable"
         );
-        h.reload = Some(Ok(()));
+        h.reloads.report("url", Ok(()));
         assert_eq!(h.readiness(t0), Ok(()));
+        // Every path must have succeeded last.
+        h.reloads.report("signal", Err("ESRCH".into()));
+        assert_eq!(
+            h.readiness(t0).unwrap_err(),
+            "the last reload failed: signal: ESRCH"
+        );
     }
 
     #[test]

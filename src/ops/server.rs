@@ -17,8 +17,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 
-use crate::health::Health;
-use crate::metrics::Metrics;
+use super::health::Health;
+use super::metrics::Metrics;
 
 /// Open connections at most; the oldest unfinished one makes room for a new one.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -259,7 +259,7 @@ fn answer_for(head: &[u8], e: &Endpoints) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::InFlight;
+    use crate::ops::health::InFlight;
 
     fn serve() -> (SocketAddr, Arc<Mutex<Health>>) {
         let health = Arc::new(Mutex::new(Health::new(

@@ -1,4 +1,9 @@
-//! The JSON shapes of SPEC "Events": one object per line, fields in SPEC's order.
+//! Events: what changed between two snapshots (`diff`), and their JSON shapes (SPEC
+//! "Events": one object per line, fields in SPEC's order).
+//!
+//! `diff` orders a batch as SPEC does: removals first, then additions and updates together,
+//! each in module-name order. Only the hash decides: a label edit, or a delete and
+//! re-create with the same content, changes nothing.
 //!
 //! `added`/`updated` carry the module with its files (`files` for `data`, `binaryFiles` as
 //! base64 for `binaryData`, present only when there are any), `removed` carries the last
@@ -9,11 +14,63 @@ use base64::Engine as _;
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
-use crate::module::File;
-use crate::snapshot::{Entry, split_id};
+use super::snapshot::{Entry, Snapshot, split_id};
+use crate::source::ModuleFile;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Added,
+    Updated,
+    Removed,
+}
+
+impl Change {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Added => "added",
+            Change::Updated => "updated",
+            Change::Removed => "removed",
+        }
+    }
+}
+
+/// One change: for `Removed` the entry is the last one seen, otherwise the new one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub change: Change,
+    pub id: String,
+    pub entry: Entry,
+}
+
+/// The events that turn `prev` into `next`.
+pub fn diff(prev: &Snapshot, next: &Snapshot) -> Vec<Event> {
+    let mut events: Vec<Event> = prev
+        .modules
+        .iter()
+        .filter(|(id, _)| !next.modules.contains_key(*id))
+        .map(|(id, e)| Event {
+            change: Change::Removed,
+            id: id.clone(),
+            entry: e.clone(),
+        })
+        .collect();
+    for (id, e) in &next.modules {
+        let change = match prev.modules.get(id) {
+            None => Change::Added,
+            Some(old) if old.hash != e.hash => Change::Updated,
+            Some(_) => continue,
+        };
+        events.push(Event {
+            change,
+            id: id.clone(),
+            entry: e.clone(),
+        });
+    }
+    events
+}
 
 /// Text files of a module as a JSON object, in key order.
-struct TextFiles<'a>(&'a [File]);
+struct TextFiles<'a>(&'a [ModuleFile]);
 
 impl Serialize for TextFiles<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -27,7 +84,7 @@ impl Serialize for TextFiles<'_> {
 }
 
 /// Binary files of a module as a JSON object of base64 strings, in key order.
-struct BinaryFiles<'a>(&'a [File]);
+struct BinaryFiles<'a>(&'a [ModuleFile]);
 
 impl Serialize for BinaryFiles<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -57,7 +114,7 @@ struct ModuleOut<'a> {
 }
 
 /// A module object (`type` is `added`/`updated`, or `None` for `list --json`), no newline.
-pub fn module(kind: Option<&str>, id: &str, entry: &Entry, files: &[File]) -> Vec<u8> {
+pub fn module(kind: Option<&str>, id: &str, entry: &Entry, files: &[ModuleFile]) -> Vec<u8> {
     let (namespace, name) = split_id(id);
     let out = ModuleOut {
         kind,
@@ -128,9 +185,9 @@ pub fn synced(s: &Synced) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::Hash;
-    use crate::module::Content;
-    use crate::spool::Loc;
+    use crate::poll::hash::Hash;
+    use crate::poll::spool::Loc;
+    use crate::source::Content;
 
     fn entry() -> Entry {
         Entry {
@@ -146,11 +203,11 @@ mod tests {
     #[test]
     fn added_matches_spec_field_order() {
         let files = vec![
-            File {
+            ModuleFile {
                 key: "logo.png".into(),
                 content: Content::Binary(vec![0, 1, 2]),
             },
-            File {
+            ModuleFile {
                 key: "scrape.river".into(),
                 content: Content::Text("a \"q\"\n".into()),
             },
@@ -195,5 +252,97 @@ mod tests {
             String::from_utf8(synced(&s)).unwrap(),
             r#"{"type":"synced","modules":12,"added":1,"updated":0,"removed":0,"poll":7}"#
         );
+    }
+
+    fn entry_of(hash: u8, uid: &str) -> Entry {
+        Entry {
+            uid: uid.into(),
+            resource_version: "1".into(),
+            hash: Hash([hash; 32]),
+            loc: Loc::default(),
+            files: 1,
+            bytes: 1,
+        }
+    }
+
+    fn snap(mods: &[(&str, u8, &str)]) -> Snapshot {
+        Snapshot {
+            modules: mods
+                .iter()
+                .map(|(id, h, uid)| (id.to_string(), entry_of(*h, uid)))
+                .collect(),
+        }
+    }
+
+    fn changes(events: &[Event]) -> Vec<(Change, &str)> {
+        events.iter().map(|e| (e.change, e.id.as_str())).collect()
+    }
+
+    #[test]
+    fn removals_first_then_additions_and_updates_in_module_order() {
+        let prev = snap(&[
+            ("a/x", 1, "u"),
+            ("b/y", 1, "u"),
+            ("c/z", 1, "u"),
+            ("d/w", 1, "u"),
+        ]);
+        let next = snap(&[
+            ("a/a", 1, "u"),
+            ("b/y", 2, "u"),
+            ("d/w", 1, "u"),
+            ("e/v", 1, "u"),
+        ]);
+        assert_eq!(
+            changes(&diff(&prev, &next)),
+            [
+                (Change::Removed, "a/x"),
+                (Change::Removed, "c/z"),
+                (Change::Added, "a/a"),
+                (Change::Updated, "b/y"),
+                (Change::Added, "e/v"),
+            ]
+        );
+        let removed = &diff(&prev, &next)[0];
+        assert_eq!(
+            removed.entry.hash,
+            Hash([1; 32]),
+            "a removal carries the last hash"
+        );
+    }
+
+    #[test]
+    fn only_content_counts() {
+        let prev = snap(&[("a/x", 1, "uid-1")]);
+        let relabelled = Snapshot {
+            modules: [(
+                "a/x".to_string(),
+                Entry {
+                    resource_version: "9".into(),
+                    ..entry_of(1, "uid-1")
+                },
+            )]
+            .into(),
+        };
+        assert!(diff(&prev, &relabelled).is_empty(), "metadata-only edit");
+        let recreated = snap(&[("a/x", 1, "uid-2")]);
+        assert!(
+            diff(&prev, &recreated).is_empty(),
+            "deleted and re-created, same content"
+        );
+        assert!(diff(&Snapshot::default(), &Snapshot::default()).is_empty());
+    }
+
+    #[test]
+    fn module_order_is_byte_order() {
+        let next = snap(&[("a-b/x", 1, "u"), ("a/x", 1, "u"), ("B/x", 1, "u")]);
+        assert_eq!(
+            changes(&diff(&Snapshot::default(), &next)),
+            [
+                (Change::Added, "B/x"),
+                (Change::Added, "a-b/x"),
+                (Change::Added, "a/x")
+            ]
+        );
+        assert_eq!(split_id("ns/name"), ("ns", "name"));
     }
 }

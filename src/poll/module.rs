@@ -8,92 +8,9 @@
 
 use std::fmt;
 
-use crate::hash::Hash;
+use super::hash::Hash;
+use crate::source::{Item, ModuleFile};
 use crate::validation;
-
-/// A file's content: `data` values are text, `binaryData` values are bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Content {
-    Text(String),
-    Binary(Vec<u8>),
-}
-
-impl Content {
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Content::Text(s) => s.as_bytes(),
-            Content::Binary(b) => b,
-        }
-    }
-
-    pub fn is_binary(&self) -> bool {
-        matches!(self, Content::Binary(_))
-    }
-}
-
-/// One selected key of a ConfigMap.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct File {
-    pub key: String,
-    pub content: Content,
-}
-
-/// A ConfigMap as a source delivers it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Item {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub resource_version: String,
-    pub labels: Vec<(String, String)>,
-    /// The selected keys, in any order.
-    pub files: Vec<File>,
-    /// Keys of `data` and `binaryData` seen in all, selected or not.
-    pub keys_seen: usize,
-    /// What was wrong with the item while decoding it (bad base64, a repeated key).
-    pub problems: Vec<String>,
-    /// A `PartialObjectMetadata` item: metadata only, contents still to be fetched.
-    pub partial: bool,
-}
-
-impl Item {
-    pub fn id(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
-    }
-
-    pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// The `--keys` globs.
-#[derive(Clone, Debug)]
-pub struct KeyFilter {
-    patterns: Vec<glob::Pattern>,
-}
-
-impl KeyFilter {
-    /// Compiles the globs; the error names the bad one.
-    pub fn new(globs: &[String]) -> Result<KeyFilter, String> {
-        let patterns = globs
-            .iter()
-            .map(|g| glob::Pattern::new(g).map_err(|e| format!("invalid glob '{g}': {e}")))
-            .collect::<Result<_, _>>()?;
-        Ok(KeyFilter { patterns })
-    }
-
-    /// Every key.
-    pub fn all() -> KeyFilter {
-        KeyFilter::new(&["*".to_string()]).expect("'*' is a valid glob")
-    }
-
-    pub fn matches(&self, key: &str) -> bool {
-        self.patterns.iter().any(|p| p.matches(key))
-    }
-}
 
 /// A validated, hashed module.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,7 +20,7 @@ pub struct Module {
     pub uid: String,
     pub resource_version: String,
     /// In byte order of the key.
-    pub files: Vec<File>,
+    pub files: Vec<ModuleFile>,
     pub hash: Hash,
 }
 
@@ -201,13 +118,15 @@ impl Module {
 mod tests {
     use super::*;
 
+    use crate::source::Content;
+
     fn item(ns: &str, name: &str, files: &[(&str, &str)]) -> Item {
         Item {
             namespace: ns.into(),
             name: name.into(),
             files: files
                 .iter()
-                .map(|(k, v)| File {
+                .map(|(k, v)| ModuleFile {
                     key: k.to_string(),
                     content: Content::Text(v.to_string()),
                 })
@@ -274,28 +193,5 @@ mod tests {
             Module::from_item(item("ns", "m", &[])),
             Err(NotAModule::NoMatchingKey)
         );
-    }
-
-    #[test]
-    fn key_globs() {
-        let f =
-            KeyFilter::new(&["*.alloy".into(), "rules-?.yaml".into(), "[a-c]*".into()]).unwrap();
-        for (key, want) in [
-            ("x.alloy", true),
-            (".alloy", true),
-            ("x.alloy.bak", false),
-            ("rules-1.yaml", true),
-            ("rules-10.yaml", false),
-            ("banana", true),
-            ("Banana", false),
-        ] {
-            assert_eq!(f.matches(key), want, "{key}");
-        }
-        assert!(
-            KeyFilter::new(&["[".into()])
-                .unwrap_err()
-                .contains("invalid glob '['")
-        );
-        assert!(KeyFilter::all().matches(".hidden"));
     }
 }

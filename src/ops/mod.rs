@@ -1,0 +1,11 @@
+//! Operations: what cmpoll tells its operators and its supervisor (health, metrics and the
+//! server for them, sd_notify, logs), and the process plumbing the loop and the agent share
+//! (signals, process groups). The bottom layer: nothing here knows about polls or sinks.
+
+pub mod health;
+pub mod logging;
+pub mod metrics;
+pub mod process;
+pub mod server;
+pub mod signals;
+pub mod systemd;

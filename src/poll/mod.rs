@@ -1,0 +1,221 @@
+//! One complete poll: every item of every namespace and page becomes a module (or is
+//! known not to be one) and the result is a new snapshot, or an error and nothing else.
+//!
+//! The source puts items into a `Collector` one at a time. A module whose hash equals the
+//! previous snapshot's keeps its spooled contents; a new or changed one is appended to the
+//! spool. If the poll fails anywhere, what it appended is truncated away and the caller
+//! keeps its previous snapshot: a failed poll changes nothing. The poll's statistics are
+//! counted at the end from what it collected.
+
+pub mod event;
+pub mod hash;
+pub mod module;
+pub mod snapshot;
+pub mod spool;
+pub mod store;
+
+use std::collections::HashMap;
+
+use self::module::{Module, NotAModule};
+use self::snapshot::{Entry, Ident, Snapshot};
+use self::spool::Spool;
+pub use crate::source::Error;
+use crate::source::{Collect, Item, Previous, Source};
+
+/// Counts of one poll, for logs and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollStats {
+    pub items: usize,
+    pub modules: usize,
+    pub rejected: usize,
+    pub without_keys: usize,
+}
+
+/// What a poll produced.
+#[derive(Debug)]
+pub struct Polled {
+    pub snapshot: Snapshot,
+    pub stats: PollStats,
+}
+
+/// A ConfigMap that is not a module, as last seen: said once per version, not once per
+/// poll, and (metadata-first) not fetched again until it changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Noted {
+    resource_version: String,
+    rejected: bool,
+}
+
+pub struct Poller {
+    source: Box<dyn Source>,
+    noted: HashMap<String, Noted>,
+}
+
+impl Poller {
+    pub fn new(source: Box<dyn Source>) -> Poller {
+        Poller {
+            source,
+            noted: HashMap::new(),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        self.source.describe()
+    }
+
+    /// Polls once; on success the new snapshot, whose new contents are in `spool`.
+    pub fn poll(&mut self, prev: &Snapshot, spool: &mut Spool) -> Result<Polled, Error> {
+        let start = spool.len();
+        let last = Last {
+            snapshot: prev,
+            noted: &self.noted,
+        };
+        let mut c = Collector {
+            last: &last,
+            spool,
+            // About as many as last time: no doubling past the cluster's size.
+            entries: Vec::with_capacity(prev.len()),
+            others: Vec::new(),
+            scope: (0, 0, start),
+        };
+        let result = self.source.list(&last, &mut c);
+        let Collector {
+            entries, others, ..
+        } = c;
+        if let Err(e) = result {
+            spool.truncate(start).map_err(Error::Spool)?;
+            return Err(e);
+        }
+        let stats = PollStats {
+            items: entries.len() + others.len(),
+            modules: entries.len(),
+            rejected: others.iter().filter(|(_, n)| n.rejected).count(),
+            without_keys: others.iter().filter(|(_, n)| !n.rejected).count(),
+        };
+        // What is remembered follows the cluster: ConfigMaps that are gone are forgotten.
+        self.noted = others.into_iter().collect();
+        Ok(Polled {
+            snapshot: snapshot(entries),
+            stats,
+        })
+    }
+}
+
+/// The snapshot of a poll's entries, built in one pass: sorted (stably, so the last of
+/// two entries for one ConfigMap wins) and bulk-loaded, which packs the map's nodes full
+/// instead of leaving them half-empty as one-by-one inserts in key order do.
+fn snapshot(mut entries: Vec<(String, Entry)>) -> Snapshot {
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for pair in entries.windows(2) {
+        if pair[0].0 == pair[1].0 {
+            log::warn!(
+                "configmap {} was listed twice; using the last one",
+                pair[0].0
+            );
+        }
+    }
+    Snapshot {
+        modules: entries.into_iter().collect(),
+    }
+}
+
+/// What the last poll had: its snapshot and the ConfigMaps it found not to be modules.
+struct Last<'a> {
+    snapshot: &'a Snapshot,
+    noted: &'a HashMap<String, Noted>,
+}
+
+impl Previous for Last<'_> {
+    fn has(&self, id: &str, resource_version: &str) -> bool {
+        self.snapshot
+            .modules
+            .get(id)
+            .is_some_and(|e| e.resource_version == resource_version)
+            || self
+                .noted
+                .get(id)
+                .is_some_and(|n| n.resource_version == resource_version)
+    }
+}
+
+struct Collector<'a> {
+    last: &'a Last<'a>,
+    spool: &'a mut Spool,
+    entries: Vec<(String, Entry)>,
+    /// This poll's ConfigMaps that are not modules.
+    others: Vec<(String, Noted)>,
+    /// Where the current scope began: entries, others, spool length.
+    scope: (usize, usize, u64),
+}
+
+impl Collector<'_> {
+    /// Keeps a ConfigMap that is not a module; logs about it once per version.
+    fn not_a_module(&mut self, id: String, resource_version: String, keys: usize, why: NotAModule) {
+        let new = (self.last.noted.get(&id)).is_none_or(|n| n.resource_version != resource_version);
+        let rejected = matches!(why, NotAModule::Rejected(_));
+        if new {
+            match why {
+                NotAModule::NoMatchingKey => log::info!(
+                    "configmap {id}: none of its {keys} keys matches --keys; not a module"
+                ),
+                NotAModule::Rejected(why) => log::warn!("configmap {id} rejected: {why}"),
+            }
+        }
+        let noted = Noted {
+            resource_version,
+            rejected,
+        };
+        self.others.push((id, noted));
+    }
+}
+
+impl Collect for Collector<'_> {
+    fn begin_scope(&mut self) {
+        self.scope = (self.entries.len(), self.others.len(), self.spool.len());
+    }
+
+    fn item(&mut self, item: Item) -> Result<(), Error> {
+        let (id, rv, keys) = (item.id(), item.resource_version.clone(), item.keys_seen);
+        let module = match Module::from_item(item) {
+            Ok(m) => m,
+            Err(why) => {
+                self.not_a_module(id, rv, keys, why);
+                return Ok(());
+            }
+        };
+        let loc = match self.last.snapshot.modules.get(&id) {
+            Some(old) if old.hash == module.hash => old.loc,
+            _ => self.spool.put(&module.files).map_err(Error::Spool)?,
+        };
+        self.entries.push((
+            id,
+            Entry {
+                uid: Ident::new(&module.uid),
+                resource_version: Ident::new(&module.resource_version),
+                hash: module.hash,
+                loc,
+                files: module.files.len() as u32,
+                bytes: module.bytes(),
+            },
+        ));
+        Ok(())
+    }
+
+    fn unchanged(&mut self, id: &str) {
+        if let Some(old) = self.last.snapshot.modules.get(id) {
+            self.entries.push((id.to_string(), old.clone()));
+        } else if let Some(n) = self.last.noted.get(id) {
+            self.others.push((id.to_string(), n.clone()));
+        }
+    }
+
+    fn restart_scope(&mut self) -> Result<(), Error> {
+        let (entries, others, spool) = self.scope;
+        self.entries.truncate(entries);
+        self.others.truncate(others);
+        self.spool.truncate(spool).map_err(Error::Spool)
+    }
+}
+
+#[cfg(test)]
+mod tests;

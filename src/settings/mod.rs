@@ -1,0 +1,391 @@
+//! What we decided: the command line plus `CMPOLL_*` variables plus defaults, validated,
+//! assembled into each layer's own options (`source::Options`, `daemon::Options`, every
+//! sink's `Options`). Settings own no option type of their own.
+//!
+//! Every usage error is born here, as one line naming the flag (or the variable it came
+//! from) and what is wrong with it. The environment is a parameter, so tests need no global
+//! state. Nothing here reads files or talks to the network: `source::open` does that next.
+
+mod lookup;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use self::lookup::parse_size;
+use self::lookup::{Lookup, Val, parse_duration, usage};
+use crate::cli::{Command, Common, RunArgs};
+use crate::daemon;
+use crate::error::Error;
+use crate::kube::client;
+use crate::kube::config::Flags;
+use crate::ops::logging::LogFormat;
+use crate::ops::signals::Signal;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::sink::{self, child, outdir, reload_url};
+use crate::source::{self, KeyFilter, Selection};
+use crate::validation;
+
+pub const DEFAULT_SELECTOR: &str = "cmpoll.io/module=true";
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 64 << 20;
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub command: Mode,
+    pub source: source::Options,
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Debug)]
+pub enum Mode {
+    List { json: bool },
+    Run(Box<RunSettings>),
+}
+
+/// `cmpoll run`: the loop, the endpoints, the sinks.
+#[derive(Clone, Debug)]
+pub struct RunSettings {
+    pub daemon: daemon::Options,
+    pub listen: Option<SocketAddr>,
+    pub sinks: sink::Options,
+}
+
+impl Settings {
+    /// Validates parsed arguments against the environment.
+    pub fn from_args(
+        command: &Command,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Settings, Error> {
+        let look = Lookup { env };
+        let common = match command {
+            Command::List(l) => l.common(),
+            Command::Run(r) => r.common(),
+        };
+        let source = source_options(&common, &look)?;
+        let mode = match command {
+            Command::List(l) => Mode::List {
+                json: look.switch(l.json, "json")?,
+            },
+            Command::Run(r) => Mode::Run(Box::new(run(r, &look, source.client.timeout)?)),
+        };
+        Ok(Settings {
+            command: mode,
+            source,
+            log_format: look.choice(
+                &common.log_format,
+                "log-format",
+                LogFormat::Text,
+                &[("text", LogFormat::Text), ("json", LogFormat::Json)],
+            )?,
+        })
+    }
+}
+
+fn path(v: Option<Val>) -> Option<PathBuf> {
+    v.map(|v| PathBuf::from(v.value))
+}
+
+fn source_options(c: &Common, look: &Lookup) -> Result<source::Options, Error> {
+    let page_size = match look.opt(&c.page_size, "page-size") {
+        Some(v) => v.value.trim().parse::<u32>().map_err(|_| {
+            usage(
+                &v.from,
+                format!("'{}' is not a page size (0 or more)", v.value),
+            )
+        })?,
+        None => 0,
+    };
+    Ok(source::Options {
+        origin: origin(c, look)?,
+        selection: selection(c, look)?,
+        page_size,
+        metadata_first: look.switch(c.metadata_first, "metadata-first")?,
+        namespace_from_context: look.switch(c.namespace_from_context, "namespace-from-context")?,
+        client: client_options(c, look)?,
+    })
+}
+
+fn origin(c: &Common, look: &Lookup) -> Result<source::Origin, Error> {
+    if let Some(dir) = look.opt(&c.manifests, "manifests") {
+        for (flag, given) in [
+            ("server", look.opt(&c.server, "server").is_some()),
+            (
+                "kubeconfig",
+                look.opt(&c.kubeconfig, "kubeconfig").is_some(),
+            ),
+        ] {
+            if given {
+                log::info!("{}: reading manifests, so --{flag} is not used", dir.from);
+            }
+        }
+        if !std::path::Path::new(&dir.value).is_dir() {
+            return Err(usage(&dir.from, format!("'{}' is not a folder", dir.value)));
+        }
+        return Ok(source::Origin::Manifests(dir.value.into()));
+    }
+    Ok(source::Origin::Api(Flags {
+        server: look.opt(&c.server, "server").map(|v| v.value),
+        token_file: path(look.opt(&c.token_file, "token-file")),
+        ca_file: path(look.opt(&c.ca_file, "ca-file")),
+        kubeconfig: path(look.opt(&c.kubeconfig, "kubeconfig")),
+        context: look.opt(&c.context, "context").map(|v| v.value),
+        service_account_dir: path(look.opt(&c.service_account_dir, "service-account-dir")),
+    }))
+}
+
+fn selection(c: &Common, look: &Lookup) -> Result<Selection, Error> {
+    let labels = match look.opt(&c.selector, "selector") {
+        Some(v) => LabelSelector::parse(&v.value).map_err(|e| usage(&v.from, e))?,
+        None => LabelSelector::parse(DEFAULT_SELECTOR).expect("the default selector parses"),
+    };
+    let fields = match look.opt(&c.field_selector, "field-selector") {
+        Some(v) => FieldSelector::parse(&v.value).map_err(|e| usage(&v.from, e))?,
+        None => FieldSelector::default(),
+    };
+    let (mut namespaces, from) = look.list(&c.namespace, "namespace");
+    for ns in &namespaces {
+        let errs = validation::dns1123_label(ns);
+        if !errs.is_empty() {
+            return Err(usage(
+                &from,
+                format!("'{ns}' is not a namespace name: {}", errs.join("; ")),
+            ));
+        }
+    }
+    namespaces.sort();
+    namespaces.dedup();
+    let (globs, from) = look.list(&c.keys, "keys");
+    let keys = if globs.is_empty() {
+        KeyFilter::all()
+    } else {
+        KeyFilter::new(&globs).map_err(|e| usage(&from, e))?
+    };
+    Ok(Selection {
+        labels,
+        fields,
+        namespaces,
+        keys,
+    })
+}
+
+fn client_options(c: &Common, look: &Lookup) -> Result<client::Options, Error> {
+    let max_response_bytes = match look.opt(&c.max_response_bytes, "max-response-bytes") {
+        Some(v) => parse_size(&v.value).map_err(|e| usage(&v.from, e))?,
+        None => DEFAULT_MAX_RESPONSE_BYTES,
+    };
+    Ok(client::Options {
+        timeout: look.duration(&c.timeout, "timeout", Duration::from_secs(10))?,
+        max_response_bytes,
+        allow_insecure_http: look.switch(c.allow_insecure_http, "allow-insecure-http")?,
+    })
+}
+
+/// `:8080` (all interfaces), `127.0.0.1:8080`, `[::]:8080`.
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let t = s.trim();
+    let full = if t.starts_with(':') {
+        format!("0.0.0.0{t}")
+    } else {
+        t.to_string()
+    };
+    full.parse()
+        .map_err(|_| format!("'{s}' is not an address (e.g. :8080, 127.0.0.1:8080, [::]:8080)"))
+}
+
+fn run(r: &RunArgs, look: &Lookup, timeout: Duration) -> Result<RunSettings, Error> {
+    let out_dir = out_dir(r, look)?;
+    let agent = agent(r, look, out_dir.as_ref())?;
+    let reload_url = reload_url(r, look, timeout)?;
+    let once = look.switch(r.once, "once")?;
+    if once && agent.is_some() {
+        return Err(usage("--once", "cannot be combined with an agent command"));
+    }
+    let others = out_dir.is_some() || agent.is_some() || reload_url.is_some();
+    let stdout = look.switch(r.stdout_events, "stdout-events")? || !others;
+    let listen = match look.opt(&r.listen, "listen") {
+        Some(v) => Some(parse_listen(&v.value).map_err(|e| usage(&v.from, e))?),
+        None => None,
+    };
+    Ok(RunSettings {
+        daemon: daemon::Options {
+            interval: look.duration(&r.interval, "interval", Duration::from_secs(30))?,
+            jitter: jitter(r, look)?,
+            once,
+        },
+        listen,
+        sinks: sink::Options {
+            out_dir,
+            agent,
+            reload_url,
+            stdout,
+        },
+    })
+}
+
+fn jitter(r: &RunArgs, look: &Lookup) -> Result<f64, Error> {
+    let Some(v) = look.opt(&r.jitter, "jitter") else {
+        return Ok(0.1);
+    };
+    let j: f64 = (v.value.trim().parse())
+        .map_err(|_| usage(&v.from, format!("'{}' is not a fraction", v.value)))?;
+    if !(0.0..=1.0).contains(&j) {
+        return Err(usage(&v.from, "must be between 0 and 1"));
+    }
+    Ok(j)
+}
+
+fn out_dir(r: &RunArgs, look: &Lookup) -> Result<Option<outdir::Options>, Error> {
+    let layout = look.choice(
+        &r.layout,
+        "layout",
+        outdir::Layout::Files,
+        &[
+            ("files", outdir::Layout::Files),
+            ("concat", outdir::Layout::Concat),
+        ],
+    )?;
+    let ext = look.opt(&r.ext, "ext");
+    if let Some(e) = &ext {
+        if layout != outdir::Layout::Concat {
+            return Err(usage(&e.from, "only used with --layout concat"));
+        }
+        if e.value.contains('/') || e.value.contains('\0') {
+            return Err(usage(&e.from, "must not contain '/'"));
+        }
+    }
+    let file_mode = match look.opt(&r.file_mode, "file-mode") {
+        Some(v) => u32::from_str_radix(v.value.trim().trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|m| *m <= 0o7777)
+            .ok_or_else(|| {
+                usage(
+                    &v.from,
+                    format!("'{}' is not an octal mode like 0644", v.value),
+                )
+            })?,
+        None => 0o644,
+    };
+    let old_version_ttl = match look.opt(&r.old_version_ttl, "old-version-ttl") {
+        Some(v) => parse_duration(&v)?,
+        None => Duration::from_secs(30),
+    };
+    Ok(
+        path(look.opt(&r.out_dir, "out-dir")).map(|dir| outdir::Options {
+            dir,
+            layout,
+            ext: ext.map(|e| e.value).unwrap_or_default(),
+            file_mode,
+            old_version_ttl,
+        }),
+    )
+}
+
+fn agent(
+    r: &RunArgs,
+    look: &Lookup,
+    out_dir: Option<&outdir::Options>,
+) -> Result<Option<child::Options>, Error> {
+    // The agent command is positional, not a flag: it has no CMPOLL_ variable.
+    let needs_agent = |v: &Option<Val>| match v {
+        Some(v) if r.agent.is_empty() => Err(usage(
+            &v.from,
+            "only used with an agent command (cmpoll run [options] -- AGENT ARGS...)",
+        )),
+        _ => Ok(()),
+    };
+    needs_agent(&look.opt(&r.child_stdin, "child-stdin"))?;
+    let stdin = look.choice(
+        &r.child_stdin,
+        "child-stdin",
+        child::ChildStdin::Null,
+        &[
+            ("events", child::ChildStdin::Events),
+            ("null", child::ChildStdin::Null),
+        ],
+    )?;
+    let reload_signal = match look.opt(&r.reload_signal, "reload-signal") {
+        Some(v) => {
+            needs_agent(&Some(Val {
+                value: v.value.clone(),
+                from: v.from.clone(),
+            }))?;
+            let sig = v.value.parse::<Signal>().map_err(|e| usage(&v.from, e))?;
+            if sig.to_rustix().is_none() {
+                return Err(usage(
+                    &v.from,
+                    format!("{sig} cannot be sent (use a named signal)"),
+                ));
+            }
+            Some(sig)
+        }
+        None => None,
+    };
+    needs_agent(&look.opt(&r.restart, "restart"))?;
+    let restart = look.choice(
+        &r.restart,
+        "restart",
+        child::Restart::Always,
+        &[
+            ("always", child::Restart::Always),
+            ("on-failure", child::Restart::OnFailure),
+            ("never", child::Restart::Never),
+        ],
+    )?;
+    let grace = look.duration(&r.shutdown_grace, "shutdown-grace", Duration::from_secs(10))?;
+    if r.agent.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(child::Options {
+        argv: r.agent.clone(),
+        stdin,
+        reload_signal,
+        restart,
+        grace,
+        feed_dir: out_dir.map(|o| outdir::meta_dir(&o.dir)),
+    }))
+}
+
+fn reload_url(
+    r: &RunArgs,
+    look: &Lookup,
+    timeout: Duration,
+) -> Result<Option<reload_url::Options>, Error> {
+    let url = match look.opt(&r.reload_url, "reload-url") {
+        Some(v) => {
+            crate::kube::config::normalize_server(&v.value).map_err(|e| usage(&v.from, e))?;
+            Some(v.value)
+        }
+        None => None,
+    };
+    let method = match look.opt(&r.reload_method, "reload-method") {
+        Some(v) => {
+            let m = v.value.trim().to_ascii_uppercase();
+            if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
+                return Err(usage(
+                    &v.from,
+                    format!("'{}' is not an HTTP method", v.value),
+                ));
+            }
+            if url.is_none() {
+                return Err(usage(&v.from, "only used with --reload-url"));
+            }
+            m
+        }
+        None => "POST".into(),
+    };
+    let ca_file = look.opt(&r.reload_ca_file, "reload-ca-file");
+    if let Some(v) = &ca_file
+        && url.is_none()
+    {
+        return Err(usage(&v.from, "only used with --reload-url"));
+    }
+    Ok(url.map(|url| reload_url::Options {
+        url,
+        method,
+        ca_file: path(ca_file),
+        timeout,
+    }))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,251 @@
+//! Unit tests of settings: defaults, the environment, and one usage error per flag.
+
+use super::*;
+use crate::cli::TopLevel;
+use argh::FromArgs;
+use std::collections::HashMap;
+
+fn settings(args: &[&str], env: &[(&str, &str)]) -> Result<Settings, String> {
+    let top = TopLevel::from_args(&["cmpoll"], args).map_err(|e| e.output)?;
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Settings::from_args(&top.command.unwrap(), &|k| env.get(k).cloned()).map_err(|e| e.to_string())
+}
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Result<RunSettings, String> {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    match settings(&all, env)?.command {
+        Mode::Run(r) => Ok(*r),
+        Mode::List { .. } => unreachable!(),
+    }
+}
+
+#[test]
+fn defaults() {
+    let s = settings(&["list"], &[]).unwrap();
+    assert_eq!(s.source.selection.labels.as_str(), DEFAULT_SELECTOR);
+    assert!(s.source.selection.namespaces.is_empty());
+    assert_eq!(s.source.client.timeout, Duration::from_secs(10));
+    assert_eq!(s.source.client.max_response_bytes, 64 << 20);
+    assert_eq!(s.source.page_size, 0);
+    let r = run(&[], &[]).unwrap();
+    assert_eq!(r.daemon.interval, Duration::from_secs(30));
+    assert_eq!(r.daemon.jitter, 0.1);
+    assert!(r.sinks.stdout, "stdout when no other sink is given");
+    let r = run(
+        &["--out-dir", "o", "--reload-url", "http://h/", "--", "agent"],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(r.sinks.out_dir.unwrap().file_mode, 0o644);
+    assert_eq!(r.sinks.agent.unwrap().restart, child::Restart::Always);
+    assert_eq!(r.sinks.reload_url.unwrap().method, "POST");
+    assert!(!r.sinks.stdout);
+}
+
+#[test]
+fn environment_fills_in_and_the_flag_wins() {
+    let env = [
+        ("CMPOLL_INTERVAL", "5s"),
+        ("CMPOLL_NAMESPACE", "a, b,,a"),
+        ("CMPOLL_ONCE", "true"),
+        ("CMPOLL_SELECTOR", "x=y"),
+    ];
+    let s = settings(&["run", "--interval", "2s"], &env).unwrap();
+    let Mode::Run(r) = s.command else { panic!() };
+    assert_eq!(r.daemon.interval, Duration::from_secs(2), "flag wins");
+    assert!(r.daemon.once);
+    assert_eq!(s.source.selection.namespaces, ["a", "b"]);
+    assert_eq!(s.source.selection.labels.as_str(), "x=y");
+    let s = settings(&["list", "--namespace", "c"], &env).unwrap();
+    assert_eq!(
+        s.source.selection.namespaces,
+        ["c"],
+        "a repeated flag replaces the list"
+    );
+}
+
+#[test]
+fn usage_errors_name_the_flag_or_variable() {
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let cases: &[(&[&str], Env, &str)] = &[
+        (
+            &["list", "--selector", "a=b b"],
+            &[],
+            "--selector: found 'b', expected: ',' or 'end of string'",
+        ),
+        (
+            &["list"],
+            &[("CMPOLL_SELECTOR", "app:web")],
+            "CMPOLL_SELECTOR: unable to parse requirement",
+        ),
+        (
+            &["list", "--field-selector", "data.x=1"],
+            &[],
+            "--field-selector: \"data.x\" is not a known field selector",
+        ),
+        (
+            &["list", "--namespace", "Bad_NS"],
+            &[],
+            "--namespace: 'Bad_NS' is not a namespace name",
+        ),
+        (&["list", "--keys", "["], &[], "--keys: invalid glob '['"),
+        (
+            &["list", "--timeout", "five"],
+            &[],
+            "--timeout: invalid duration 'five'",
+        ),
+        (
+            &["list", "--timeout", "0s"],
+            &[],
+            "--timeout: must be more than zero",
+        ),
+        (
+            &["run", "--interval", "10000000000000000000s"],
+            &[],
+            "--interval: '10000000000000000000s' is too long (at most 365d)",
+        ),
+        (
+            &["run"],
+            &[("CMPOLL_SHUTDOWN_GRACE", "400d")],
+            "CMPOLL_SHUTDOWN_GRACE: '400d' is too long",
+        ),
+        (
+            &["list", "--page-size", "-1"],
+            &[],
+            "--page-size: '-1' is not a page size",
+        ),
+        (
+            &["list", "--max-response-bytes", "64XB"],
+            &[],
+            "--max-response-bytes: '64XB': unknown unit",
+        ),
+        (
+            &["list", "--log-format", "xml"],
+            &[],
+            "--log-format: 'xml' is not one of text, json",
+        ),
+        (
+            &["list"],
+            &[("CMPOLL_JSON", "maybe")],
+            "CMPOLL_JSON: 'maybe' is not a boolean",
+        ),
+        (
+            &["list", "--manifests", "/nonexistent"],
+            &[],
+            "--manifests: '/nonexistent' is not a folder",
+        ),
+        (
+            &["run", "--jitter", "2"],
+            &[],
+            "--jitter: must be between 0 and 1",
+        ),
+        (
+            &["run", "--layout", "tree"],
+            &[],
+            "--layout: 'tree' is not one of files, concat",
+        ),
+        (
+            &["run", "--ext", ".conf"],
+            &[],
+            "--ext: only used with --layout concat",
+        ),
+        (
+            &["run", "--file-mode", "999"],
+            &[],
+            "--file-mode: '999' is not an octal mode",
+        ),
+        (
+            &["run", "--reload-signal", "HUP"],
+            &[],
+            "--reload-signal: only used with an agent command",
+        ),
+        (
+            &["run", "--reload-signal", "BOGUS", "--", "a"],
+            &[],
+            "--reload-signal: unknown signal 'BOGUS'",
+        ),
+        (
+            &["run", "--child-stdin", "events"],
+            &[],
+            "--child-stdin: only used with an agent command",
+        ),
+        (
+            &["run", "--reload-method", "GET"],
+            &[],
+            "--reload-method: only used with --reload-url",
+        ),
+        (
+            &["run", "--reload-url", "ftp://x"],
+            &[],
+            "--reload-url: 'ftp://x' is not an http",
+        ),
+        (
+            &["run", "--listen", "nowhere"],
+            &[],
+            "--listen: 'nowhere' is not an address",
+        ),
+        (
+            &["run", "--once", "--", "agent"],
+            &[],
+            "--once: cannot be combined with an agent command",
+        ),
+    ];
+    for (args, env, want) in cases {
+        let e = settings(args, env).unwrap_err();
+        assert!(e.starts_with(want), "{args:?}: {e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+}
+
+#[test]
+fn run_values() {
+    let r = run(
+        &[
+            "--out-dir",
+            "o",
+            "--file-mode",
+            "0600",
+            "--layout",
+            "concat",
+            "--ext",
+            ".alloy",
+            "--listen",
+            ":9090",
+            "--reload-url",
+            "http://127.0.0.1:9/-/reload",
+            "--reload-method",
+            "put",
+            "--",
+            "agent",
+            "--flag",
+        ],
+        &[],
+    )
+    .unwrap();
+    let out = r.sinks.out_dir.unwrap();
+    assert_eq!(out.file_mode, 0o600);
+    assert_eq!(out.ext, ".alloy");
+    assert_eq!(r.listen, Some("0.0.0.0:9090".parse().unwrap()));
+    assert_eq!(r.sinks.reload_url.unwrap().method, "PUT");
+    assert_eq!(r.sinks.agent.unwrap().argv, ["agent", "--flag"]);
+    assert_eq!(parse_listen("[::]:8080").unwrap().to_string(), "[::]:8080");
+}
+
+#[test]
+fn sizes() {
+    for (s, want) in [
+        ("64MiB", 64 << 20),
+        ("64Mi", 64 << 20),
+        ("1GiB", 1 << 30),
+        ("500k", 500_000),
+        ("1024", 1024),
+    ] {
+        assert_eq!(parse_size(s), Ok(want), "{s}");
+    }
+    assert!(parse_size("0").is_err());
+    assert!(parse_size("MiB").is_err());
+}

@@ -1,0 +1,101 @@
+//! Recovery after an interrupted run: the record's pending writes are finished or undone,
+//! adopting only what can be proved to be cmpoll's (see the parent module), and namespace
+//! folders an interrupted run made but never used are removed.
+
+use std::collections::BTreeSet;
+use std::io;
+
+use super::record::Pending;
+use super::{Found, OutDir, file_digest, found, part};
+use crate::poll::snapshot::split_id;
+use crate::sink::atomic::{fsync_dir, remove_dir_if_empty, remove_if_exists};
+
+impl OutDir {
+    /// Finishes or undoes the writes an interrupted run had recorded as pending, adopting
+    /// only what it can prove it wrote.
+    pub(super) fn recover(&mut self) -> io::Result<()> {
+        let pending = std::mem::take(&mut self.record.pending);
+        if !pending.is_empty() {
+            log::info!(
+                "--out-dir: recovering {} interrupted write(s)",
+                pending.len()
+            );
+        }
+        for p in pending {
+            match &p.written.version {
+                Some(v) => self.recover_version(&p, v)?,
+                None => self.recover_file(&p)?,
+            }
+        }
+        // A namespace folder an interrupted run made but never put a module in.
+        let used: BTreeSet<&str> = self
+            .record
+            .modules
+            .keys()
+            .map(|id| split_id(id).0)
+            .collect();
+        let unused: Vec<String> = (self.record.namespaces.iter())
+            .filter(|ns| !used.contains(ns.as_str()))
+            .cloned()
+            .collect();
+        for ns in unused {
+            if let Ok(Some(d)) = self.ns_dir(&ns)
+                && remove_dir_if_empty(&d)?
+            {
+                self.record.namespaces.remove(&ns);
+            }
+        }
+        self.expire(true)?;
+        self.save()
+    }
+
+    fn recover_version(&mut self, p: &Pending, version: &str) -> io::Result<()> {
+        let (ns, name) = split_id(&p.module);
+        let ns_dir = match self.ns_dir(ns) {
+            Ok(d) => d,
+            Err(e) => {
+                log::warn!("--out-dir: {e}; not looking inside it");
+                None
+            }
+        };
+        let mut switched = false;
+        if let Some(ns_dir) = ns_dir {
+            if !self.record.namespaces.contains(ns) && p.new_namespace {
+                // It did not exist when the write was recorded: this run made it.
+                self.record.namespaces.insert(ns.to_string());
+            }
+            let tmp = self.dir().join(&p.tmp);
+            if matches!(found(&tmp)?, Found::Link(_)) {
+                remove_if_exists(&tmp)?;
+            }
+            let target = Self::link_target(version);
+            switched = found(&ns_dir.join(part(name)?))? == Found::Link(target);
+        }
+        if switched {
+            // The switch happened: the new version is the module now.
+            self.install(&p.module, p.written.clone())?;
+        } else {
+            self.delete_version(version, &p.written.files)?;
+        }
+        Ok(())
+    }
+
+    fn recover_file(&mut self, p: &Pending) -> io::Result<()> {
+        let tmp = self.dir().join(part(&p.tmp)?);
+        if found(&tmp)? == Found::File {
+            remove_if_exists(&tmp)?;
+        }
+        let Some(file) = &p.written.file else {
+            return Ok(());
+        };
+        let path = self.dir().join(part(file)?);
+        let adopted = p.written.digest.is_some() && file_digest(&path)? == p.written.digest;
+        if adopted {
+            // Renamed into place before the crash: byte for byte what cmpoll wrote.
+            self.install(&p.module, p.written.clone())?;
+        }
+        // Otherwise what is there is the old version (still recorded as such) or not
+        // cmpoll's at all: either way it is left as it is.
+        fsync_dir(self.dir())
+    }
+}

@@ -1,0 +1,51 @@
+//! What a source produces: one selected ConfigMap with the keys `--keys` selects.
+
+/// A file's content: `data` values are text, `binaryData` values are bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Content {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+impl Content {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Content::Text(s) => s.as_bytes(),
+            Content::Binary(b) => b,
+        }
+    }
+
+    pub fn is_binary(&self) -> bool {
+        matches!(self, Content::Binary(_))
+    }
+}
+
+/// One selected key of a ConfigMap: a file of its module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleFile {
+    pub key: String,
+    pub content: Content,
+}
+
+/// A ConfigMap as a source delivers it, not yet validated.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Item {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub labels: Vec<(String, String)>,
+    /// The selected keys, in any order.
+    pub files: Vec<ModuleFile>,
+    /// Keys of `data` and `binaryData` seen in all, selected or not.
+    pub keys_seen: usize,
+    /// What was wrong with the item while decoding it (bad base64, a repeated key).
+    pub problems: Vec<String>,
+}
+
+impl Item {
+    /// `namespace/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}

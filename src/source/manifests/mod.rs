@@ -1,0 +1,59 @@
+//! `--manifests DIR`: ConfigMaps from manifest files (`files.rs` reads them) instead of an
+//! apiserver. The folder is read again on every poll, so editing a file while `cmpoll run`
+//! watches the folder produces events (handy for developing modules). Manifests carry no
+//! resourceVersion to compare, so every item is delivered with its contents; the poll's
+//! hashes decide what changed.
+
+pub mod files;
+
+use std::path::PathBuf;
+
+use super::{Collect, Content, Error, Item, ModuleFile, Previous, Selection, Source};
+
+pub struct ManifestSource {
+    dir: PathBuf,
+    selection: Selection,
+}
+
+impl ManifestSource {
+    pub fn new(dir: PathBuf, selection: Selection) -> ManifestSource {
+        ManifestSource { dir, selection }
+    }
+}
+
+impl Source for ManifestSource {
+    fn list(&mut self, _prev: &dyn Previous, out: &mut dyn Collect) -> Result<(), Error> {
+        let cms = files::load_dir(&self.dir).map_err(Error::Manifests)?;
+        out.begin_scope();
+        for cm in cms {
+            let labels: Vec<(String, String)> = cm.labels.into_iter().collect();
+            if !self.selection.admits(&cm.namespace, &cm.name, &labels) {
+                continue;
+            }
+            let keys_seen = cm.data.len() + cm.binary_data.len();
+            let keys = &self.selection.keys;
+            let text = cm.data.into_iter().map(|(key, v)| (key, Content::Text(v)));
+            let binary = (cm.binary_data.into_iter()).map(|(key, v)| (key, Content::Binary(v)));
+            let files = text
+                .chain(binary)
+                .filter(|(key, _)| keys.matches(key))
+                .map(|(key, content)| ModuleFile { key, content })
+                .collect();
+            out.item(Item {
+                namespace: cm.namespace,
+                name: cm.name,
+                uid: cm.uid,
+                resource_version: cm.resource_version,
+                labels,
+                files,
+                keys_seen,
+                problems: Vec::new(),
+            })?;
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("manifests in '{}'", self.dir.display())
+    }
+}

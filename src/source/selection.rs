@@ -1,0 +1,82 @@
+//! What to select, the same for every source: label and field selectors, namespaces, and
+//! the `--keys` globs. Sources check every item against it rather than trust an apiserver
+//! to have applied it.
+
+use crate::selector::{FieldSelector, LabelSelector};
+
+#[derive(Clone, Debug)]
+pub struct Selection {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    /// Empty: all namespaces (one cluster-wide list).
+    pub namespaces: Vec<String>,
+    pub keys: KeyFilter,
+}
+
+impl Selection {
+    /// Whether an object with this namespace, name and labels is selected.
+    pub fn admits(&self, namespace: &str, name: &str, labels: &[(String, String)]) -> bool {
+        (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace))
+            && self.labels.matches(|k| {
+                labels
+                    .iter()
+                    .find(|(key, _)| key == k)
+                    .map(|(_, v)| v.as_str())
+            })
+            && self.fields.matches(namespace, name)
+    }
+}
+
+/// The `--keys` globs.
+#[derive(Clone, Debug)]
+pub struct KeyFilter {
+    patterns: Vec<glob::Pattern>,
+}
+
+impl KeyFilter {
+    /// Compiles the globs; the error names the bad one.
+    pub fn new(globs: &[String]) -> Result<KeyFilter, String> {
+        let patterns = globs
+            .iter()
+            .map(|g| glob::Pattern::new(g).map_err(|e| format!("invalid glob '{g}': {e}")))
+            .collect::<Result<_, _>>()?;
+        Ok(KeyFilter { patterns })
+    }
+
+    /// Every key.
+    pub fn all() -> KeyFilter {
+        KeyFilter::new(&["*".to_string()]).expect("'*' is a valid glob")
+    }
+
+    pub fn matches(&self, key: &str) -> bool {
+        self.patterns.iter().any(|p| p.matches(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_globs() {
+        let f =
+            KeyFilter::new(&["*.alloy".into(), "rules-?.yaml".into(), "[a-c]*".into()]).unwrap();
+        for (key, want) in [
+            ("x.alloy", true),
+            (".alloy", true),
+            ("x.alloy.bak", false),
+            ("rules-1.yaml", true),
+            ("rules-10.yaml", false),
+            ("banana", true),
+            ("Banana", false),
+        ] {
+            assert_eq!(f.matches(key), want, "{key}");
+        }
+        assert!(
+            KeyFilter::new(&["[".into()])
+                .unwrap_err()
+                .contains("invalid glob '['")
+        );
+        assert!(KeyFilter::all().matches(".hidden"));
+    }
+}
