@@ -24,6 +24,39 @@ pub enum Op {
     LessThan,
 }
 
+impl Op {
+    /// apimachinery's `selection.Operator` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::In => "in",
+            Op::NotIn => "notin",
+            Op::Equals => "=",
+            Op::DoubleEquals => "==",
+            Op::NotEquals => "!=",
+            Op::Exists => "exists",
+            Op::DoesNotExist => "!",
+            Op::GreaterThan => "gt",
+            Op::LessThan => "lt",
+        }
+    }
+
+    fn from_str(s: &str) -> Option<Op> {
+        [
+            Op::In,
+            Op::NotIn,
+            Op::Equals,
+            Op::DoubleEquals,
+            Op::NotEquals,
+            Op::Exists,
+            Op::DoesNotExist,
+            Op::GreaterThan,
+            Op::LessThan,
+        ]
+        .into_iter()
+        .find(|op| op.as_str() == s)
+    }
+}
+
 /// One `key op values` term of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requirement {
@@ -75,6 +108,13 @@ impl LabelSelector {
 
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// The selector as apimachinery prints a parsed one (`internalSelector.String()`):
+    /// requirements by key, spaces gone, values in order.
+    pub fn canonical(&self) -> String {
+        let parts: Vec<String> = self.requirements.iter().map(|r| r.to_string()).collect();
+        parts.join(",")
     }
 
     pub fn requirements(&self) -> &[Requirement] {
@@ -302,14 +342,14 @@ impl Parser {
     fn parse_requirement(&mut self) -> Result<Requirement, String> {
         let (key, inferred) = self.parse_key_and_infer_operator()?;
         if let Some(op) = inferred {
-            return new_requirement(key, op, Vec::new());
+            return new_requirement(&key, op.as_str(), Vec::new());
         }
         let op = self.parse_operator()?;
         let values = match op {
             Op::In | Op::NotIn => self.parse_values()?,
             _ => self.parse_exact_value()?,
         };
-        new_requirement(key, op, values)
+        new_requirement(&key, op.as_str(), values)
     }
 
     fn parse_key_and_infer_operator(&mut self) -> Result<(String, Option<Op>), String> {
@@ -322,7 +362,7 @@ impl Parser {
         if tok != Token::Identifier {
             return Err(format!("found '{lit}', expected: identifier"));
         }
-        let errs = validation::qualified_name(&lit);
+        let errs = validation::label_key(&lit);
         if !errs.is_empty() {
             return Err(invalid("<nil>", &lit, &errs));
         }
@@ -398,7 +438,8 @@ impl Parser {
                         return Ok(set.into_iter().collect());
                     }
                     if t2 == Token::Comma {
-                        self.consume(Context::Values);
+                        // ",,": an empty value (v0.35 no longer consumes the second comma
+                        // here, so `(a,,)` parses).
                         set.insert(String::new());
                     }
                 }
@@ -430,19 +471,52 @@ fn invalid(path: &str, value: &str, errs: &[String]) -> String {
     )
 }
 
-/// `NewRequirement`: the checks the parser's output can still fail, aggregated as Go does.
-fn new_requirement(key: String, op: Op, values: Vec<String>) -> Result<Requirement, String> {
+/// Go's `%#v` of a `[]string`, as `field.Invalid` shows a list of values.
+fn go_list(values: &[String]) -> String {
+    let quoted: Vec<String> = values.iter().map(|v| validation::go_quote(v)).collect();
+    format!("[]string{{{}}}", quoted.join(", "))
+}
+
+/// `NewRequirement`, with `op` as apimachinery's operator string: every check, each error
+/// as `field.Error` prints it, aggregated as `ErrorList.ToAggregate` does (duplicates once,
+/// several in brackets).
+pub fn new_requirement(key: &str, op: &str, values: Vec<String>) -> Result<Requirement, String> {
     let mut errs: Vec<String> = Vec::new();
-    if matches!(op, Op::GreaterThan | Op::LessThan) {
-        for (i, v) in values.iter().enumerate() {
-            if v.parse::<i64>().is_err() {
-                errs.push(invalid(
-                    &format!("values[{i}]"),
-                    v,
-                    &["for 'Gt', 'Lt' operators, the value must be an integer".to_string()],
-                ));
+    let key_errs = validation::label_key(key);
+    if !key_errs.is_empty() {
+        errs.push(invalid("key", key, &key_errs));
+    }
+    let list = |detail: &str| format!("values: Invalid value: {}: {detail}", go_list(&values));
+    let parsed = Op::from_str(op);
+    match parsed {
+        Some(Op::In | Op::NotIn) if values.is_empty() => {
+            errs.push(list("for 'in', 'notin' operators, values set can't be empty"))
+        }
+        Some(Op::Equals | Op::DoubleEquals | Op::NotEquals) if values.len() != 1 => {
+            errs.push(list("exact-match compatibility requires one single value"))
+        }
+        Some(Op::Exists | Op::DoesNotExist) if !values.is_empty() => {
+            errs.push(list("values set must be empty for exists and does not exist"))
+        }
+        Some(Op::GreaterThan | Op::LessThan) => {
+            if values.len() != 1 {
+                errs.push(list("for 'Gt', 'Lt' operators, exactly one value is required"));
+            }
+            for (i, v) in values.iter().enumerate() {
+                if v.parse::<i64>().is_err() {
+                    errs.push(invalid(
+                        &format!("values[{i}]"),
+                        v,
+                        &["for 'Gt', 'Lt' operators, the value must be an integer".to_string()],
+                    ));
+                }
             }
         }
+        Some(_) => {}
+        None => errs.push(format!(
+            "operator: Unsupported value: {}: supported values: \"in\", \"notin\", \"=\", \"==\", \"!=\", \"gt\", \"lt\", \"exists\", \"!\"",
+            validation::go_quote(op)
+        )),
     }
     for (i, v) in values.iter().enumerate() {
         let v_errs = validation::label_value(v);
@@ -450,11 +524,48 @@ fn new_requirement(key: String, op: Op, values: Vec<String>) -> Result<Requireme
             errs.push(invalid(&format!("values[{i}][{key}]"), v, &v_errs));
         }
     }
-    errs.dedup();
-    match errs.len() {
-        0 => Ok(Requirement { key, op, values }),
-        1 => Err(errs.remove(0)),
+    let mut seen = std::collections::HashSet::new();
+    errs.retain(|e| seen.insert(e.clone()));
+    match (errs.len(), parsed) {
+        (0, Some(op)) => Ok(Requirement {
+            key: key.to_string(),
+            op,
+            values,
+        }),
+        (1, _) => Err(errs.remove(0)),
         _ => Err(format!("[{}]", errs.join(", "))),
+    }
+}
+
+impl std::fmt::Display for Requirement {
+    /// `Requirement.String()`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.op == Op::DoesNotExist {
+            f.write_str("!")?;
+        }
+        f.write_str(&self.key)?;
+        let op = match self.op {
+            Op::Equals => "=",
+            Op::DoubleEquals => "==",
+            Op::NotEquals => "!=",
+            Op::In => " in ",
+            Op::NotIn => " notin ",
+            Op::GreaterThan => ">",
+            Op::LessThan => "<",
+            Op::Exists | Op::DoesNotExist => return Ok(()),
+        };
+        f.write_str(op)?;
+        let paren = matches!(self.op, Op::In | Op::NotIn);
+        if paren {
+            f.write_str("(")?;
+        }
+        let mut values = self.values.clone();
+        values.sort();
+        f.write_str(&values.join(","))?;
+        if paren {
+            f.write_str(")")?;
+        }
+        Ok(())
     }
 }
 
@@ -784,6 +895,673 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(FieldSelector::parse(text).unwrap_err(), want, "{text}");
+        }
+    }
+
+    // ---------------------------------------------------------------------------------
+    // apimachinery's own tables, the authority for both cmpoll and the test apiserver
+    // (which includes this file): `pkg/labels/selector_test.go` at v0.36.3
+    // (github.com/kubernetes/apimachinery), ported as data. Each test names its origin.
+    // ---------------------------------------------------------------------------------
+
+    /// `Set` of the Go tests.
+    fn set(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        labels(pairs)
+    }
+
+    fn sel_matches(sel: &LabelSelector, ls: &BTreeMap<String, String>) -> bool {
+        sel.matches(|k| ls.get(k).map(String::as_str))
+    }
+
+    /// `getRequirement`: a requirement that must construct.
+    fn req(key: &str, op: Op, vals: &[&str]) -> Requirement {
+        let mut vals: Vec<String> = vals.iter().map(|v| v.to_string()).collect();
+        vals.sort();
+        vals.dedup();
+        new_requirement(key, op.as_str(), vals).unwrap()
+    }
+
+    /// upstream TestSelectorParse.
+    #[test]
+    fn upstream_selector_parse() {
+        let good = [
+            "x=a,y=b,z=c",
+            "",
+            "x!=a,y=b",
+            "x=",
+            "x= ",
+            "x=,z= ",
+            "x= ,z= ",
+            "!x",
+            "x>1",
+            "x>1,z<5",
+        ];
+        for text in good {
+            let sel = LabelSelector::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(sel.canonical(), text.replace(' ', ""), "{text} restring");
+        }
+        for text in ["x=a||y=b", "x==a==b", "!x=a", "x<a"] {
+            assert!(LabelSelector::parse(text).is_err(), "{text}");
+        }
+    }
+
+    /// upstream TestDeterministicParse.
+    #[test]
+    fn upstream_deterministic_parse() {
+        let a = LabelSelector::parse("x=a,a=x").unwrap();
+        let b = LabelSelector::parse("a=x,x=a").unwrap();
+        assert_eq!(a.canonical(), b.canonical());
+    }
+
+    /// upstream TestEverything, TestSelectorMatches and TestSetMatches (`SelectorFromSet`
+    /// is a selector of `key=value` requirements).
+    #[test]
+    fn upstream_selector_matches() {
+        let yes = |text: &str, ls: &[(&str, &str)]| {
+            let sel = LabelSelector::parse(text).unwrap();
+            assert!(sel_matches(&sel, &set(ls)), "{text} should match {ls:?}");
+        };
+        let no = |text: &str, ls: &[(&str, &str)]| {
+            let sel = LabelSelector::parse(text).unwrap();
+            assert!(
+                !sel_matches(&sel, &set(ls)),
+                "{text} should not match {ls:?}"
+            );
+        };
+        yes("", &[("x", "y")]);
+        yes("x=y", &[("x", "y")]);
+        yes("x=y,z=w", &[("x", "y"), ("z", "w")]);
+        yes("x!=y,z!=w", &[("x", "z"), ("z", "a")]);
+        yes("notin=in", &[("notin", "in")]);
+        yes("x", &[("x", "z")]);
+        yes("!x", &[("y", "z")]);
+        yes("x>1", &[("x", "2")]);
+        yes("x<1", &[("x", "0")]);
+        no("x=z", &[]);
+        no("x=y", &[("x", "z")]);
+        no("x=y,z=w", &[("x", "w"), ("z", "w")]);
+        no("x!=y,z!=w", &[("x", "z"), ("z", "w")]);
+        no("x", &[("y", "z")]);
+        no("!x", &[("x", "z")]);
+        no("x>1", &[("x", "0")]);
+        no("x<1", &[("x", "2")]);
+        let labelset = [("foo", "bar"), ("baz", "blah")];
+        yes("foo=bar", &labelset);
+        yes("baz=blah", &labelset);
+        yes("foo=bar,baz=blah", &labelset);
+        no("foo=blah", &labelset);
+        no("baz=bar", &labelset);
+        no("foo=bar,foobar=bar,baz=blah", &labelset);
+        // TestSetMatches: SelectorFromSet(Set{...}).Matches(labelset).
+        for from_set in ["", "foo=bar", "baz=blah", "foo=bar,baz=blah"] {
+            yes(from_set, &labelset);
+        }
+    }
+
+    /// upstream TestLexer.
+    #[test]
+    fn upstream_lexer() {
+        let cases = [
+            ("", Token::End),
+            (",", Token::Comma),
+            ("notin", Token::NotIn),
+            ("in", Token::In),
+            ("=", Token::Equals),
+            ("==", Token::DoubleEquals),
+            (">", Token::GreaterThan),
+            ("<", Token::LessThan),
+            ("!", Token::DoesNotExist),
+            ("!=", Token::NotEquals),
+            ("(", Token::OpenPar),
+            (")", Token::ClosedPar),
+            ("~", Token::Identifier),
+            ("||", Token::Identifier),
+        ];
+        for (text, want) in cases {
+            let mut l = Lexer {
+                s: text.as_bytes(),
+                pos: 0,
+            };
+            let (tok, lit) = l.lex();
+            assert_eq!(tok, want, "{text:?}");
+            assert_eq!(lit, text, "{text:?}");
+        }
+    }
+
+    const SEQUENCES: &[(&str, &[Token])] = &[
+        (
+            "key in ( value )",
+            &[
+                Token::Identifier,
+                Token::In,
+                Token::OpenPar,
+                Token::Identifier,
+                Token::ClosedPar,
+            ],
+        ),
+        (
+            "key notin ( value )",
+            &[
+                Token::Identifier,
+                Token::NotIn,
+                Token::OpenPar,
+                Token::Identifier,
+                Token::ClosedPar,
+            ],
+        ),
+        (
+            "key in ( value1, value2 )",
+            &[
+                Token::Identifier,
+                Token::In,
+                Token::OpenPar,
+                Token::Identifier,
+                Token::Comma,
+                Token::Identifier,
+                Token::ClosedPar,
+            ],
+        ),
+        ("key", &[Token::Identifier]),
+        ("!key", &[Token::DoesNotExist, Token::Identifier]),
+        ("()", &[Token::OpenPar, Token::ClosedPar]),
+        (
+            "x in (),y",
+            &[
+                Token::Identifier,
+                Token::In,
+                Token::OpenPar,
+                Token::ClosedPar,
+                Token::Comma,
+                Token::Identifier,
+            ],
+        ),
+        (
+            "== != (), = notin",
+            &[
+                Token::DoubleEquals,
+                Token::NotEquals,
+                Token::OpenPar,
+                Token::ClosedPar,
+                Token::Comma,
+                Token::Equals,
+                Token::NotIn,
+            ],
+        ),
+        (
+            "key>2",
+            &[Token::Identifier, Token::GreaterThan, Token::Identifier],
+        ),
+        (
+            "key<1",
+            &[Token::Identifier, Token::LessThan, Token::Identifier],
+        ),
+    ];
+
+    /// upstream TestLexerSequence.
+    #[test]
+    fn upstream_lexer_sequence() {
+        for (text, want) in SEQUENCES {
+            let mut l = Lexer {
+                s: text.as_bytes(),
+                pos: 0,
+            };
+            let mut got = Vec::new();
+            loop {
+                let (tok, _) = l.lex();
+                if tok == Token::End {
+                    break;
+                }
+                got.push(tok);
+            }
+            assert_eq!(&got, want, "{text}");
+        }
+    }
+
+    /// upstream TestParserLookahead (its table is TestLexerSequence's with the end token,
+    /// plus "").
+    #[test]
+    fn upstream_parser_lookahead() {
+        let mut cases: Vec<(&str, Vec<Token>)> = SEQUENCES
+            .iter()
+            .map(|(t, toks)| (*t, toks.iter().copied().chain([Token::End]).collect()))
+            .collect();
+        cases.push(("", vec![Token::End]));
+        for (text, want) in cases {
+            let mut p = Parser::new(text);
+            assert_eq!(p.items.len(), want.len(), "{text}");
+            loop {
+                let (tok, lit) = p.lookahead(Context::KeyAndOperator);
+                let (tok2, lit2) = p.consume(Context::KeyAndOperator);
+                if tok == Token::End {
+                    break;
+                }
+                assert_eq!((tok, lit), (tok2, lit2), "{text}");
+            }
+        }
+    }
+
+    /// upstream TestParseOperator.
+    #[test]
+    fn upstream_parse_operator() {
+        let expected = "in, notin, =, ==, !=, gt, lt";
+        for (token, err) in [
+            ("in", None),
+            ("=", None),
+            ("==", None),
+            (">", None),
+            ("<", None),
+            ("notin", None),
+            ("!=", None),
+            ("!", Some("!")),
+            ("exists", Some("exists")),
+            ("(", Some("(")),
+        ] {
+            let got = Parser::new(token).parse_operator();
+            match err {
+                None => assert!(got.is_ok(), "{token}: {got:?}"),
+                Some(found) => assert_eq!(
+                    got.unwrap_err(),
+                    format!("found '{found}', expected: {expected}"),
+                    "{token}"
+                ),
+            }
+        }
+    }
+
+    /// upstream TestRequirementConstructor: which constructions fail, and each error's
+    /// field, type and bad value (Go's test ignores the detail).
+    #[test]
+    fn upstream_requirement_constructor() {
+        let long = "a".repeat(254);
+        let cases: Vec<(&str, &str, Vec<&str>, Option<String>)> = vec![
+            (
+                "x1",
+                "in",
+                vec![],
+                Some("values: Invalid value: []string{}".into()),
+            ),
+            (
+                "x2",
+                "notin",
+                vec![],
+                Some("values: Invalid value: []string{}".into()),
+            ),
+            ("x3", "in", vec!["foo"], None),
+            ("x4", "notin", vec!["foo"], None),
+            (
+                "x5",
+                "=",
+                vec!["bar", "foo"],
+                Some(r#"values: Invalid value: []string{"bar", "foo"}"#.into()),
+            ),
+            ("x6", "exists", vec![], None),
+            ("x7", "!", vec![], None),
+            (
+                "x8",
+                "exists",
+                vec!["foo"],
+                Some(r#"values: Invalid value: []string{"foo"}"#.into()),
+            ),
+            ("x9", "in", vec!["bar"], None),
+            ("x10", "in", vec!["bar"], None),
+            ("x11", "gt", vec!["1"], None),
+            ("x12", "lt", vec!["6"], None),
+            (
+                "x13",
+                "gt",
+                vec![],
+                Some("values: Invalid value: []string{}".into()),
+            ),
+            (
+                "x14",
+                "gt",
+                vec!["bar"],
+                Some(r#"values[0]: Invalid value: "bar""#.into()),
+            ),
+            (
+                "x15",
+                "lt",
+                vec!["bar"],
+                Some(r#"values[0]: Invalid value: "bar""#.into()),
+            ),
+            (
+                &long,
+                "exists",
+                vec![],
+                Some(format!(r#"key: Invalid value: "{long}""#)),
+            ),
+            (
+                "x16",
+                "=",
+                vec![&long],
+                Some(format!(r#"values[0][x16]: Invalid value: "{long}""#)),
+            ),
+            (
+                "x17",
+                "=",
+                vec!["a b"],
+                Some(r#"values[0][x17]: Invalid value: "a b""#.into()),
+            ),
+            (
+                "x18",
+                "unsupportedOp",
+                vec![],
+                Some(r#"operator: Unsupported value: "unsupportedOp""#.into()),
+            ),
+        ];
+        for (key, op, vals, want) in cases {
+            let vals: Vec<String> = vals.iter().map(|v| v.to_string()).collect();
+            let got = new_requirement(key, op, vals);
+            match want {
+                None => assert!(got.is_ok(), "{key}: {got:?}"),
+                Some(prefix) => {
+                    let e = got.unwrap_err();
+                    assert!(e.starts_with(&format!("{prefix}: ")), "{key}: {e}");
+                    assert!(!e.starts_with('['), "{key}: one error: {e}");
+                }
+            }
+        }
+    }
+
+    /// upstream TestToString. `None` is Go's zero `Requirement`, which prints as nothing.
+    #[test]
+    fn upstream_to_string() {
+        let show = |reqs: &[Option<Requirement>]| -> String {
+            let parts: Vec<String> = reqs
+                .iter()
+                .map(|r| r.as_ref().map(|r| r.to_string()).unwrap_or_default())
+                .collect();
+            parts.join(",")
+        };
+        let cases: Vec<(Vec<Option<Requirement>>, &str)> = vec![
+            (
+                vec![
+                    Some(req("x", Op::In, &["abc", "def"])),
+                    Some(req("y", Op::NotIn, &["jkl"])),
+                    Some(req("z", Op::Exists, &[])),
+                ],
+                "x in (abc,def),y notin (jkl),z",
+            ),
+            (
+                vec![
+                    Some(req("x", Op::NotIn, &["abc", "def"])),
+                    Some(req("y", Op::NotEquals, &["jkl"])),
+                    Some(req("z", Op::DoesNotExist, &[])),
+                ],
+                "x notin (abc,def),y!=jkl,!z",
+            ),
+            (
+                vec![Some(req("x", Op::In, &["abc", "def"])), None],
+                "x in (abc,def),",
+            ),
+            (
+                vec![
+                    Some(req("x", Op::NotIn, &["abc"])),
+                    Some(req("y", Op::In, &["jkl", "mno"])),
+                    Some(req("z", Op::NotIn, &[""])),
+                ],
+                "x notin (abc),y in (jkl,mno),z notin ()",
+            ),
+            (
+                vec![
+                    Some(req("x", Op::Equals, &["abc"])),
+                    Some(req("y", Op::DoubleEquals, &["jkl"])),
+                    Some(req("z", Op::NotEquals, &["a"])),
+                    Some(req("z", Op::Exists, &[])),
+                ],
+                "x=abc,y==jkl,z!=a,z",
+            ),
+            (
+                vec![
+                    Some(req("x", Op::GreaterThan, &["2"])),
+                    Some(req("y", Op::LessThan, &["8"])),
+                    Some(req("z", Op::Exists, &[])),
+                ],
+                "x>2,y<8,z",
+            ),
+        ];
+        for (reqs, want) in cases {
+            assert_eq!(show(&reqs), want);
+        }
+    }
+
+    /// upstream TestRequirementSelectorMatching. `None` is Go's zero `Requirement`, which
+    /// matches nothing.
+    #[test]
+    fn upstream_requirement_selector_matching() {
+        /// (labels, requirements, whether they match)
+        type Case<'a> = (&'a [(&'a str, &'a str)], Vec<Option<Requirement>>, bool);
+        let cases: Vec<Case> = vec![
+            (&[("x", "foo"), ("y", "baz")], vec![None], false),
+            (
+                &[("x", "foo"), ("y", "baz")],
+                vec![
+                    Some(req("x", Op::In, &["foo"])),
+                    Some(req("y", Op::NotIn, &["alpha"])),
+                ],
+                true,
+            ),
+            (
+                &[("x", "foo"), ("y", "baz")],
+                vec![
+                    Some(req("x", Op::In, &["foo"])),
+                    Some(req("y", Op::In, &["alpha"])),
+                ],
+                false,
+            ),
+            (
+                &[("y", "")],
+                vec![
+                    Some(req("x", Op::NotIn, &[""])),
+                    Some(req("y", Op::Exists, &[])),
+                ],
+                true,
+            ),
+            (
+                &[("y", "")],
+                vec![
+                    Some(req("x", Op::DoesNotExist, &[])),
+                    Some(req("y", Op::Exists, &[])),
+                ],
+                true,
+            ),
+            (
+                &[("y", "")],
+                vec![
+                    Some(req("x", Op::NotIn, &[""])),
+                    Some(req("y", Op::DoesNotExist, &[])),
+                ],
+                false,
+            ),
+            (&[("y", "baz")], vec![Some(req("x", Op::In, &[""]))], false),
+            (
+                &[("z", "2")],
+                vec![Some(req("z", Op::GreaterThan, &["1"]))],
+                true,
+            ),
+            (
+                &[("z", "v2")],
+                vec![Some(req("z", Op::GreaterThan, &["1"]))],
+                false,
+            ),
+        ];
+        for (ls, reqs, want) in cases {
+            let ls = set(ls);
+            let got = reqs.iter().all(|r| match r {
+                Some(r) => r.matches(&|k| ls.get(k).map(String::as_str)),
+                None => false,
+            });
+            assert_eq!(got, want, "{reqs:?} on {ls:?}");
+        }
+    }
+
+    /// upstream TestSetSelectorParser: (input, expected requirements, compare them, valid).
+    #[test]
+    fn upstream_set_selector_parser() {
+        type Case = (&'static str, Vec<Requirement>, bool, bool);
+        let cases: Vec<Case> = vec![
+            ("", vec![], true, true),
+            ("\rx", vec![req("x", Op::Exists, &[])], true, true),
+            (
+                "this-is-a-dns.domain.com/key-with-dash",
+                vec![req(
+                    "this-is-a-dns.domain.com/key-with-dash",
+                    Op::Exists,
+                    &[],
+                )],
+                true,
+                true,
+            ),
+            (
+                "this-is-another-dns.domain.com/key-with-dash in (so,what)",
+                vec![req(
+                    "this-is-another-dns.domain.com/key-with-dash",
+                    Op::In,
+                    &["so", "what"],
+                )],
+                true,
+                true,
+            ),
+            (
+                "0.1.2.domain/99 notin (10.10.100.1, tick.tack.clock)",
+                vec![req(
+                    "0.1.2.domain/99",
+                    Op::NotIn,
+                    &["10.10.100.1", "tick.tack.clock"],
+                )],
+                true,
+                true,
+            ),
+            (
+                "foo  in\t (abc)",
+                vec![req("foo", Op::In, &["abc"])],
+                true,
+                true,
+            ),
+            (
+                "x notin\n (abc)",
+                vec![req("x", Op::NotIn, &["abc"])],
+                true,
+                true,
+            ),
+            (
+                "x  notin\t\t\t(abc,def)",
+                vec![req("x", Op::NotIn, &["abc", "def"])],
+                true,
+                true,
+            ),
+            (
+                "x in (abc,def)",
+                vec![req("x", Op::In, &["abc", "def"])],
+                true,
+                true,
+            ),
+            (
+                "x in (abc,)",
+                vec![req("x", Op::In, &["abc", ""])],
+                true,
+                true,
+            ),
+            (
+                "x in (abc,abc)",
+                vec![req("x", Op::In, &["abc"])],
+                true,
+                true,
+            ),
+            ("x in ()", vec![req("x", Op::In, &[""])], true, true),
+            ("x in (a,,)", vec![req("x", Op::In, &["a", ""])], true, true),
+            (
+                "x in (a,,,)",
+                vec![req("x", Op::In, &["a", ""])],
+                true,
+                true,
+            ),
+            (
+                "x in (a,,,,,,)",
+                vec![req("x", Op::In, &["a", ""])],
+                true,
+                true,
+            ),
+            (
+                "x in (a,,a,,a,,a,,)",
+                vec![req("x", Op::In, &["a", ""])],
+                true,
+                true,
+            ),
+            (
+                "x notin (abc,,def),bar,z in (),w",
+                vec![
+                    req("bar", Op::Exists, &[]),
+                    req("w", Op::Exists, &[]),
+                    req("x", Op::NotIn, &["abc", "", "def"]),
+                    req("z", Op::In, &[""]),
+                ],
+                true,
+                true,
+            ),
+            (
+                "x,y in (a)",
+                vec![req("y", Op::In, &["a"]), req("x", Op::Exists, &[])],
+                false,
+                true,
+            ),
+            ("x=a", vec![req("x", Op::Equals, &["a"])], true, true),
+            ("x>1", vec![req("x", Op::GreaterThan, &["1"])], true, true),
+            ("x<7", vec![req("x", Op::LessThan, &["7"])], true, true),
+            (
+                "x=a,y!=b",
+                vec![
+                    req("x", Op::Equals, &["a"]),
+                    req("y", Op::NotEquals, &["b"]),
+                ],
+                true,
+                true,
+            ),
+            (
+                "x=a,y!=b,z in (h,i,j)",
+                vec![
+                    req("x", Op::Equals, &["a"]),
+                    req("y", Op::NotEquals, &["b"]),
+                    req("z", Op::In, &["h", "i", "j"]),
+                ],
+                true,
+                true,
+            ),
+            ("x=a||y=b", vec![], false, false),
+            ("x,,y", vec![], true, false),
+            (",x,y", vec![], true, false),
+            ("x nott in (y)", vec![], true, false),
+            ("x notin ( )", vec![req("x", Op::NotIn, &[""])], true, true),
+            (
+                "x notin (, a)",
+                vec![req("x", Op::NotIn, &["", "a"])],
+                true,
+                true,
+            ),
+            ("a in (xyz),", vec![], true, false),
+            ("a in (xyz)b notin ()", vec![], true, false),
+            ("a ", vec![req("a", Op::Exists, &[])], true, true),
+            (
+                "a in (x,y,notin, z,in)",
+                vec![req("a", Op::In, &["in", "notin", "x", "y", "z"])],
+                true,
+                true,
+            ),
+            ("a in (xyz abc)", vec![], false, false),
+            ("a notin(", vec![], true, false),
+            ("a (", vec![], false, false),
+            ("(", vec![], false, false),
+        ];
+        for (text, want, compare, valid) in cases {
+            match LabelSelector::parse(text) {
+                Err(e) => assert!(!valid, "{text:?}: {e}"),
+                Ok(sel) => {
+                    assert!(valid, "{text:?} should not parse");
+                    if compare {
+                        assert_eq!(sel.requirements(), &want[..], "{text:?}");
+                    }
+                }
+            }
         }
     }
 }

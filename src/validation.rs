@@ -1,4 +1,7 @@
-//! The apiserver's name rules (apimachinery `pkg/util/validation`), with its exact messages.
+//! The apiserver's name rules, with its exact messages: object names and ConfigMap keys as
+//! apimachinery `pkg/util/validation` checks them, label keys and values as
+//! `pkg/api/validate/content` does (what `labels.Parse` uses since v0.35; lengths there are
+//! "bytes", not "characters"). Ported from apimachinery v0.36.3.
 //!
 //! cmpoll uses them to reject a ConfigMap the apiserver would never have accepted before a
 //! name or key reaches a file path, and the selector parser uses them for label keys and
@@ -24,8 +27,14 @@ const CONFIG_KEY_FMT: &str = "[-._a-zA-Z0-9]+";
 const CONFIG_KEY_MSG: &str =
     "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
 
+/// `validation.MaxLenError`.
 fn max_len_error(n: usize) -> String {
     format!("must be no more than {n} characters")
+}
+
+/// `content.MaxLenError`.
+fn max_bytes_error(n: usize) -> String {
+    format!("must be no more than {n} bytes")
 }
 
 fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
@@ -70,8 +79,8 @@ fn is_dns1123_subdomain_shape(s: &str) -> bool {
     s.split('.').all(is_dns1123_label_shape)
 }
 
-/// `IsQualifiedName`: a label key such as `app.kubernetes.io/name`.
-pub fn qualified_name(value: &str) -> Vec<String> {
+/// `content.IsLabelKey`: a label key such as `app.kubernetes.io/name`.
+pub fn label_key(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     let parts: Vec<&str> = value.split('/').collect();
     let name = match parts.as_slice() {
@@ -81,7 +90,7 @@ pub fn qualified_name(value: &str) -> Vec<String> {
                 errs.push("prefix part must be non-empty".to_string());
             } else {
                 errs.extend(
-                    dns1123_subdomain(prefix)
+                    dns1123_subdomain_content(prefix)
                         .into_iter()
                         .map(|m| format!("prefix part {m}")),
                 );
@@ -90,7 +99,7 @@ pub fn qualified_name(value: &str) -> Vec<String> {
         }
         _ => {
             errs.push(format!(
-                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                "a valid label key {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
                 regex_error(
                     QUALIFIED_NAME_MSG,
                     QUALIFIED_NAME_FMT,
@@ -103,7 +112,7 @@ pub fn qualified_name(value: &str) -> Vec<String> {
     if name.is_empty() {
         errs.push("name part must be non-empty".to_string());
     } else if name.len() > QUALIFIED_NAME_MAX {
-        errs.push(format!("name part {}", max_len_error(QUALIFIED_NAME_MAX)));
+        errs.push(format!("name part {}", max_bytes_error(QUALIFIED_NAME_MAX)));
     }
     if !is_qualified_name_part(name) {
         errs.push(format!(
@@ -118,11 +127,11 @@ pub fn qualified_name(value: &str) -> Vec<String> {
     errs
 }
 
-/// `IsValidLabelValue`: empty, or a qualified-name part of at most 63 bytes.
+/// `content.IsLabelValue`: empty, or a label-key name part of at most 63 bytes.
 pub fn label_value(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > LABEL_VALUE_MAX {
-        errs.push(max_len_error(LABEL_VALUE_MAX));
+        errs.push(max_bytes_error(LABEL_VALUE_MAX));
     }
     if !value.is_empty() && !is_qualified_name_part(value) {
         errs.push(regex_error(
@@ -134,11 +143,20 @@ pub fn label_value(value: &str) -> Vec<String> {
     errs
 }
 
-/// `IsDNS1123Subdomain`: ConfigMap names.
+/// `content.IsDNS1123Subdomain`: a label key's prefix (its length in bytes).
+fn dns1123_subdomain_content(value: &str) -> Vec<String> {
+    subdomain(value, max_bytes_error)
+}
+
+/// `IsDNS1123Subdomain`: ConfigMap names (their length in characters).
 pub fn dns1123_subdomain(value: &str) -> Vec<String> {
+    subdomain(value, max_len_error)
+}
+
+fn subdomain(value: &str, too_long: fn(usize) -> String) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > DNS1123_SUBDOMAIN_MAX {
-        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX));
+        errs.push(too_long(DNS1123_SUBDOMAIN_MAX));
     }
     if !is_dns1123_subdomain_shape(value) {
         errs.push(regex_error(
@@ -226,10 +244,12 @@ pub fn go_quote(s: &str) -> String {
 mod tests {
     use super::*;
 
+    /// apimachinery v0.36.3 `pkg/api/validate/content` (`IsLabelKey`): since v0.35 label
+    /// keys are "a valid label key" and lengths are in bytes.
     #[test]
-    fn qualified_names() {
+    fn label_keys() {
         for ok in ["a", "app", "app.kubernetes.io/name", "A_b-c.D", "x/y", "a1"] {
-            assert!(qualified_name(ok).is_empty(), "{ok}");
+            assert!(label_key(ok).is_empty(), "{ok}");
         }
         let cases: &[(&str, &str)] = &[
             (
@@ -237,7 +257,7 @@ mod tests {
                 "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
             ),
             ("/a", "prefix part must be non-empty"),
-            ("a/b/c", "a qualified name must consist of"),
+            ("a/b/c", "a valid label key must consist of"),
             ("-a", "name part must consist"),
             (
                 "Example.com/a",
@@ -245,18 +265,18 @@ mod tests {
             ),
         ];
         for (input, want) in cases {
-            let got = qualified_name(input).join("; ");
+            let got = label_key(input).join("; ");
             assert!(got.starts_with(want), "{input}: {got}");
         }
         assert_eq!(
-            qualified_name(&"a".repeat(64))[0],
-            "name part must be no more than 63 characters"
+            label_key(&"a".repeat(64))[0],
+            "name part must be no more than 63 bytes"
         );
         assert_eq!(
-            qualified_name("").len(),
-            2,
-            "empty is both non-empty and regex"
+            label_key(&format!("{}/a", "a".repeat(254)))[0],
+            "prefix part must be no more than 253 bytes"
         );
+        assert_eq!(label_key("").len(), 2, "empty is both non-empty and regex");
     }
 
     #[test]
@@ -264,7 +284,10 @@ mod tests {
         assert!(label_value("").is_empty());
         assert!(label_value("v1.2_x-y").is_empty());
         assert_eq!(label_value("-x").len(), 1);
-        assert_eq!(label_value(&"a".repeat(64)).len(), 1);
+        assert_eq!(
+            label_value(&"a".repeat(64)),
+            ["must be no more than 63 bytes"]
+        );
     }
 
     #[test]

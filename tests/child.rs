@@ -507,10 +507,14 @@ while kill -0 $PPID 2>/dev/null; do sleep 0.02; done
             .unwrap(),
     );
     let starts = || lines(&logs.join("agent.log")).len();
-    eventually("the agent starts", SOON, || starts() == 1);
+    let explain = || {
+        let log = std::fs::read_to_string(c.path("cmpoll.log")).unwrap_or_default();
+        format!("agent starts: {}\ncmpoll's log:\n{log}", starts())
+    };
+    crate::util::eventually_explained("the agent starts", SOON, || starts() == 1, explain);
     // A module larger than what the feed file may hold: queuing its event fails.
     s.put(module("ns", "big", &"x".repeat(200 << 10)));
-    eventually("the agent is restarted", SOON, || starts() >= 2);
+    crate::util::eventually_explained("the agent is restarted", SOON, || starts() >= 2, explain);
     let log = std::fs::read_to_string(c.path("cmpoll.log")).unwrap();
     assert!(
         log.contains("cannot queue events for the agent") && log.contains("restarting it"),
@@ -526,14 +530,22 @@ while kill -0 $PPID 2>/dev/null; do sleep 0.02; done
             .map(|e| std::fs::read_to_string(e.path()).unwrap())
             .collect()
     };
-    eventually("an agent got the full current state", SOON, || {
-        stdin_logs().iter().any(|l| {
-            l.contains(r#""module":"ns/big""#)
-                && l.contains(r#""files":{"k":"small"}"#)
-                && l.contains(r#""module":"ns/m""#)
-                && !l.contains("xxxx")
-        })
-    });
+    crate::util::eventually_explained(
+        "an agent got the full current state",
+        SOON,
+        || {
+            stdin_logs().iter().any(|l| {
+                l.contains(r#""module":"ns/big""#)
+                    && l.contains(r#""files":{"k":"small"}"#)
+                    && l.contains(r#""module":"ns/m""#)
+                    && !l.contains("xxxx")
+            })
+        },
+        || {
+            let sizes: Vec<usize> = stdin_logs().iter().map(String::len).collect();
+            format!("agents' stdin log sizes: {sizes:?}\n{}", explain())
+        },
+    );
     drop(child);
 }
 

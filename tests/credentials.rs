@@ -286,6 +286,28 @@ fn plain_http_gets_no_token_unless_asked() {
         .run()
         .success();
     assert_eq!(run.modules(), ["a/b"]);
+    // A kubeconfig cluster on plain http gets no credential, as kubectl sends none (the
+    // differential test compares that with kubectl); unless asked, as above.
+    s.clear_requests();
+    let mut spec = Kubeconfig::token();
+    spec.server = Some(http.clone());
+    let run = Cmpoll::against_with(&s, &spec)
+        .args(&["list"])
+        .run()
+        .failure(1);
+    assert!(
+        run.stderr.contains("no credentials are sent"),
+        "{}",
+        run.described
+    );
+    let seen = s.requests();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!((seen[0].status, seen[0].bearer.as_deref()), (401, None));
+    let run = Cmpoll::against_with(&s, &spec)
+        .args(&["list", "--json", "--allow-insecure-http"])
+        .run()
+        .success();
+    assert_eq!(run.modules(), ["a/b"]);
 }
 
 #[test]

@@ -10,6 +10,7 @@ mod child;
 mod credentials;
 mod deploy;
 mod faults;
+mod kubectl_parity;
 mod list;
 mod metadata;
 mod never;

@@ -9,8 +9,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(mut kc) = Kubeconfig::from_yaml(text) {
-        kc.files = vec!["/fuzz/kubeconfig".into()];
+    if let Ok(kc) = Kubeconfig::from_yaml(text, std::path::Path::new("/fuzz/kubeconfig")) {
         let _ = Config::from_kubeconfig(&kc, None);
         let _ = kc.clone().merge(kc);
     }

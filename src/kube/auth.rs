@@ -23,8 +23,16 @@ use crate::secret::Secret;
 pub enum Credential {
     None,
     Token(Secret),
-    TokenFile(PathBuf),
-    Basic { username: String, password: Secret },
+    /// A token file, read again when it changes and after a 401; `fallback` (a kubeconfig's
+    /// static `token` next to its `tokenFile`) is sent while the file has never been read.
+    TokenFile {
+        path: PathBuf,
+        fallback: Option<Secret>,
+    },
+    Basic {
+        username: String,
+        password: Secret,
+    },
     Exec(Box<Plugin>),
 }
 
@@ -67,6 +75,8 @@ pub struct Auth {
     issued: Option<(Issued, SystemTime)>,
     /// Counts changes of the exec plugin's client certificate.
     identity_changes: u64,
+    /// The token file was read at least once.
+    read_file: bool,
 }
 
 impl Auth {
@@ -78,6 +88,7 @@ impl Auth {
             stamp: None,
             issued: None,
             identity_changes: 0,
+            read_file: false,
         };
         auth.load()?;
         Ok(auth)
@@ -87,10 +98,21 @@ impl Auth {
         self.header = match &self.source {
             Credential::None => None,
             Credential::Token(t) => Some(Secret::new(format!("Bearer {}", t.expose()))),
-            Credential::TokenFile(path) => {
+            Credential::TokenFile { path, fallback } => {
                 self.stamp = stamp(path);
-                let token = read_token_file(path)?;
-                Some(Secret::new(format!("Bearer {}", token.expose())))
+                match (read_token_file(path), fallback) {
+                    (Ok(token), _) => {
+                        self.read_file = true;
+                        Some(Secret::new(format!("Bearer {}", token.expose())))
+                    }
+                    // client-go: the file when it can be read, what it last gave when it
+                    // cannot, the static token when it never could.
+                    (Err(e), Some(token)) if !self.read_file => {
+                        log::debug!("{e}; sending the kubeconfig's token instead");
+                        Some(Secret::new(format!("Bearer {}", token.expose())))
+                    }
+                    (Err(e), _) => return Err(e),
+                }
             }
             Credential::Basic { username, password } => {
                 let raw = format!("{username}:{}", password.expose());
@@ -181,7 +203,7 @@ impl Auth {
 
     /// Before a poll: re-reads a token file that changed. Returns whether it did.
     pub fn refresh_if_changed(&mut self) -> bool {
-        let Credential::TokenFile(path) = &self.source else {
+        let Credential::TokenFile { path, .. } = &self.source else {
             return false;
         };
         if stamp(path) == self.stamp {
@@ -194,7 +216,7 @@ impl Auth {
     /// whether anything could be.
     pub fn refresh_after_unauthorized(&mut self) -> bool {
         match &self.source {
-            Credential::TokenFile(_) => self.reload("401 Unauthorized"),
+            Credential::TokenFile { .. } => self.reload("401 Unauthorized"),
             Credential::Exec(plugin) => match plugin.run(exec::TIMEOUT) {
                 Ok(issued) => {
                     log::info!(
@@ -239,7 +261,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         fs::write(&path, "one\n").unwrap();
-        let mut auth = Auth::new(Credential::TokenFile(path.clone())).unwrap();
+        let mut auth = Auth::new(Credential::TokenFile {
+            path: path.clone(),
+            fallback: None,
+        })
+        .unwrap();
         assert_eq!(auth.header().unwrap().expose(), "Bearer one");
         assert!(!auth.refresh_if_changed(), "unchanged file is not re-read");
         // Kubelet swaps a symlink; a new file (new inode) is what the path shows.
@@ -259,11 +285,34 @@ mod tests {
     #[test]
     fn a_missing_or_empty_token_file_is_an_error_at_start() {
         let dir = tempfile::tempdir().unwrap();
-        let e = Auth::new(Credential::TokenFile(dir.path().join("nope"))).unwrap_err();
+        let file = |p: PathBuf| Credential::TokenFile {
+            path: p,
+            fallback: None,
+        };
+        let e = Auth::new(file(dir.path().join("nope"))).unwrap_err();
         assert!(e.starts_with("cannot read token file"), "{e}");
         fs::write(dir.path().join("empty"), " \n").unwrap();
-        let e = Auth::new(Credential::TokenFile(dir.path().join("empty"))).unwrap_err();
+        let e = Auth::new(file(dir.path().join("empty"))).unwrap_err();
         assert!(e.ends_with("is empty"), "{e}");
+    }
+
+    /// client-go: a token file next to a static token is read whenever it can be; the
+    /// static token is sent while it never could.
+    #[test]
+    fn a_token_file_wins_over_the_static_token_which_is_its_fallback() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        let both = || Credential::TokenFile {
+            path: path.clone(),
+            fallback: Some(Secret::new("static")),
+        };
+        let mut auth = Auth::new(both()).unwrap();
+        assert_eq!(auth.header().unwrap().expose(), "Bearer static");
+        fs::write(&path, "from-file\n").unwrap();
+        assert!(auth.refresh_if_changed());
+        assert_eq!(auth.header().unwrap().expose(), "Bearer from-file");
+        let auth = Auth::new(both()).unwrap();
+        assert_eq!(auth.header().unwrap().expose(), "Bearer from-file");
     }
 
     #[test]

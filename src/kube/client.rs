@@ -17,7 +17,7 @@ use rustls::pki_types::ServerName;
 
 use super::Error;
 use super::auth::{Auth, Credential, Stamp};
-use super::config::Config;
+use super::config::{Config, PlainHttp};
 use super::error::{api_error, classify};
 use super::proxy;
 use crate::http::tls::{self, Identity, Trust};
@@ -48,6 +48,8 @@ pub struct Handles {
 
 pub struct Client {
     agent: ureq::Agent,
+    /// `Impersonate-*` headers sent with every request.
+    impersonate: Vec<(String, String)>,
     /// What the agent is built from, to build it again when a certificate changes.
     transport: Transport,
     server: String,
@@ -177,18 +179,30 @@ impl Client {
         handles: Handles,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Client, String> {
-        let auth =
-            Auth::new(config.credential.clone()).map_err(|e| format!("{}: {e}", config.origin))?;
-        if config.server.starts_with("http://")
-            && auth.sends_secret()
-            && !options.allow_insecure_http
-        {
-            return Err(format!(
-                "{}: refusing to send credentials to '{}' over plain http (use https, or --allow-insecure-http if you really mean it)",
-                config.origin, config.server
-            ));
+        let mut credential = config.credential.clone();
+        let mut identity = config.identity.clone();
+        let has_any = credential != Credential::None || identity.is_some();
+        if config.server.starts_with("http://") && has_any && !options.allow_insecure_http {
+            match config.plain_http {
+                PlainHttp::Refuse => {
+                    return Err(format!(
+                        "{}: refusing to send credentials to '{}' over plain http (use https, or --allow-insecure-http if you really mean it)",
+                        config.origin, config.server
+                    ));
+                }
+                PlainHttp::Anonymous => {
+                    log::warn!(
+                        "{}: '{}' is plain http: no credentials are sent, as kubectl sends none (--allow-insecure-http sends them)",
+                        config.origin,
+                        config.server
+                    );
+                    credential = Credential::None;
+                    identity = None;
+                }
+            }
         }
-        if let Credential::Exec(plugin) = &config.credential {
+        let auth = Auth::new(credential.clone()).map_err(|e| format!("{}: {e}", config.origin))?;
+        if let Credential::Exec(plugin) = &credential {
             plugin.locate(env)?;
         }
         let server_name = match &config.tls_server_name {
@@ -213,7 +227,7 @@ impl Client {
                 .ca_file
                 .clone()
                 .map(|p| (p.clone(), super::auth::stamp(&p))),
-            identity: config.identity.clone(),
+            identity,
             identity_changes: 0,
             server_name,
             proxy: match proxy {
@@ -232,6 +246,11 @@ impl Client {
         let agent = transport.agent(None, options.timeout)?;
         Ok(Client {
             agent,
+            impersonate: config
+                .impersonate
+                .as_ref()
+                .map(|i| i.headers())
+                .unwrap_or_default(),
             transport,
             server: config.server.clone(),
             auth,
@@ -330,6 +349,9 @@ impl Client {
             let mut req = self.agent.get(&url).header("Accept", accept);
             if let Some(h) = self.auth.header() {
                 req = req.header("Authorization", h.expose());
+            }
+            for (k, v) in &self.impersonate {
+                req = req.header(k, v);
             }
             let resp = match req.call() {
                 Ok(r) => r,

@@ -1,179 +1,393 @@
-//! Kubeconfig files: the serde model, relative-path fix-up, and merging as kubectl merges
-//! (`KUBECONFIG=a:b`: the first file to set a name wins, whole entries, never field by
-//! field; the first `current-context` wins; each file's relative paths resolve against that
-//! file's own folder). Only the fields cmpoll uses are modelled; fields it refuses
-//! (`auth-provider`, impersonation) are modelled so it can refuse them by name.
+//! Kubeconfig files, loaded as client-go loads them (kubectl is the oracle).
+//!
+//! One file: YAML read with YAML 1.1 scalars as sigs.k8s.io/yaml reads them (`namespace:
+//! no` is a boolean, not a string, and is refused), `clusters`/`users`/`contexts` may be
+//! `null` or missing (what `kubectl config set-*` writes into a new file), any entry may
+//! lack any key, a name used twice in one list is an error, `-data` fields are base64 and
+//! decoded here, and relative paths (`certificate-authority`, `client-certificate`,
+//! `client-key`, `tokenFile`, an exec `command` with a `/`) are joined to the absolute
+//! folder of the file *as text* (`filepath.Abs` + `filepath.Join`: `..` is cleaned, never
+//! resolved through a symlink). Several files (`KUBECONFIG=a:b`): missing ones are skipped,
+//! the first file to name a cluster, user or context wins with its whole entry, and the
+//! first non-empty `current-context` wins. Every entry remembers its file, for messages.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
+use base64::Engine as _;
 use serde::Deserialize;
 
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// A loaded (and possibly merged) kubeconfig.
+#[derive(Clone, Debug, Default)]
 pub struct Kubeconfig {
-    #[serde(default)]
-    pub clusters: Vec<Named<Cluster>>,
-    #[serde(default)]
-    pub users: Vec<NamedUser>,
-    #[serde(default)]
-    pub contexts: Vec<Named<Context>>,
-    pub current_context: Option<String>,
-    /// The files this config was read from, in order (for messages).
-    #[serde(skip)]
+    pub clusters: BTreeMap<String, Entry<Cluster>>,
+    pub users: BTreeMap<String, Entry<AuthInfo>>,
+    pub contexts: BTreeMap<String, Entry<Context>>,
+    pub current_context: String,
+    /// The files this config was read from, in order.
     pub files: Vec<PathBuf>,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-pub struct Named<T> {
-    pub name: String,
-    #[serde(alias = "cluster", alias = "context")]
+/// A named entry and the file it came from.
+#[derive(Clone, Debug)]
+pub struct Entry<T> {
     pub value: T,
+    pub file: PathBuf,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-pub struct NamedUser {
-    pub name: String,
-    #[serde(default)]
-    pub user: Option<AuthInfo>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Debug, Default)]
 pub struct Cluster {
-    pub server: Option<String>,
-    pub certificate_authority: Option<String>,
-    pub certificate_authority_data: Option<String>,
-    pub insecure_skip_tls_verify: Option<bool>,
-    pub tls_server_name: Option<String>,
-    pub proxy_url: Option<String>,
-    pub disable_compression: Option<bool>,
-    #[serde(default)]
-    pub extensions: Vec<NamedExtension>,
+    pub server: String,
+    pub certificate_authority: String,
+    pub certificate_authority_data: Vec<u8>,
+    pub insecure_skip_tls_verify: bool,
+    pub tls_server_name: String,
+    pub proxy_url: String,
+    pub disable_compression: bool,
+    pub extensions: BTreeMap<String, serde_json::Value>,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-pub struct NamedExtension {
-    pub name: String,
-    pub extension: serde_json::Value,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Debug, Default)]
 pub struct AuthInfo {
-    pub token: Option<String>,
-    #[serde(rename = "tokenFile")]
-    pub token_file: Option<String>,
-    pub client_certificate: Option<String>,
-    pub client_certificate_data: Option<String>,
-    pub client_key: Option<String>,
-    pub client_key_data: Option<String>,
-    pub username: Option<String>,
-    pub password: Option<String>,
+    pub client_certificate: String,
+    pub client_certificate_data: Vec<u8>,
+    pub client_key: String,
+    pub client_key_data: Vec<u8>,
+    pub token: String,
+    pub token_file: String,
+    pub impersonate: String,
+    pub impersonate_uid: String,
+    pub impersonate_groups: Vec<String>,
+    pub impersonate_user_extra: BTreeMap<String, Vec<String>>,
+    pub username: String,
+    pub password: String,
+    /// Only its name: cmpoll refuses the legacy auth providers.
+    pub auth_provider: Option<String>,
     pub exec: Option<ExecConfig>,
-    pub auth_provider: Option<AuthProvider>,
-    #[serde(rename = "as")]
-    pub impersonate: Option<String>,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-pub struct AuthProvider {
-    pub name: String,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ExecConfig {
-    pub api_version: Option<String>,
+    pub api_version: String,
     pub command: String,
-    #[serde(default)]
-    pub args: Option<Vec<String>>,
-    #[serde(default)]
-    pub env: Option<Vec<ExecEnv>>,
-    pub install_hint: Option<String>,
-    #[serde(default)]
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub install_hint: String,
     pub provide_cluster_info: bool,
-    pub interactive_mode: Option<String>,
+    pub interactive_mode: String,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-pub struct ExecEnv {
-    pub name: String,
-    pub value: String,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default)]
 pub struct Context {
     pub cluster: String,
-    #[serde(default)]
     pub user: String,
-    pub namespace: Option<String>,
+    pub namespace: String,
 }
 
-/// Resolves `p` against `dir` unless it is absolute or empty.
-fn resolve(p: &mut Option<String>, dir: &Path) {
-    if let Some(path) = p.as_mut()
-        && !path.is_empty()
-        && Path::new(path).is_relative()
-    {
-        *path = dir.join(&*path).to_string_lossy().into_owned();
+// --- the file format (client-go's clientcmd/api/v1 types, as much as cmpoll reads) -------
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "kebab-case")]
+struct RawConfig {
+    clusters: Option<Vec<Option<RawNamed<RawCluster>>>>,
+    users: Option<Vec<Option<RawNamed<RawAuthInfo>>>>,
+    contexts: Option<Vec<Option<RawNamed<RawContext>>>>,
+    current_context: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawNamed<T> {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default, alias = "cluster", alias = "user", alias = "context")]
+    value: Option<T>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "kebab-case")]
+struct RawCluster {
+    server: Option<String>,
+    certificate_authority: Option<String>,
+    certificate_authority_data: Option<String>,
+    insecure_skip_tls_verify: Option<bool>,
+    tls_server_name: Option<String>,
+    proxy_url: Option<String>,
+    disable_compression: Option<bool>,
+    extensions: Option<Vec<Option<RawExtension>>>,
+}
+
+#[derive(Deserialize)]
+struct RawExtension {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    extension: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "kebab-case")]
+struct RawAuthInfo {
+    client_certificate: Option<String>,
+    client_certificate_data: Option<String>,
+    client_key: Option<String>,
+    client_key_data: Option<String>,
+    token: Option<String>,
+    #[serde(rename = "tokenFile")]
+    token_file: Option<String>,
+    #[serde(rename = "as")]
+    impersonate: Option<String>,
+    #[serde(rename = "as-uid")]
+    impersonate_uid: Option<String>,
+    #[serde(rename = "as-groups")]
+    impersonate_groups: Option<Vec<String>>,
+    #[serde(rename = "as-user-extra")]
+    impersonate_user_extra: Option<BTreeMap<String, Option<Vec<String>>>>,
+    username: Option<String>,
+    password: Option<String>,
+    auth_provider: Option<RawAuthProvider>,
+    exec: Option<RawExec>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawAuthProvider {
+    name: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct RawExec {
+    api_version: Option<String>,
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<Vec<Option<RawEnv>>>,
+    install_hint: Option<String>,
+    provide_cluster_info: Option<bool>,
+    interactive_mode: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawEnv {
+    name: Option<String>,
+    value: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawContext {
+    cluster: Option<String>,
+    user: Option<String>,
+    namespace: Option<String>,
+}
+
+/// Decodes a `-data` field as Go's `encoding/json` decodes a `[]byte` (standard base64;
+/// line breaks ignored).
+fn data(field: &str, v: Option<String>) -> Result<Vec<u8>, String> {
+    let Some(v) = v else { return Ok(Vec::new()) };
+    let compact: String = v.chars().filter(|c| *c != '\n' && *c != '\r').collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(compact)
+        .map_err(|e| format!("{field}: illegal base64 data: {e}"))
+}
+
+/// Checks one list's names the way client-go's conversion does, and keys the entries.
+fn named<R, T>(
+    what: &str,
+    list: Option<Vec<Option<RawNamed<R>>>>,
+    file: &Path,
+    convert: impl Fn(R) -> Result<T, String>,
+) -> Result<BTreeMap<String, Entry<T>>, String>
+where
+    R: Default,
+{
+    let mut out = BTreeMap::new();
+    for n in list.into_iter().flatten().flatten() {
+        let name = n.name.unwrap_or_default();
+        if out.contains_key(&name) {
+            return Err(format!(
+                "duplicate name \"{name}\" in the {what} list (kubectl refuses it)"
+            ));
+        }
+        let value =
+            convert(n.value.unwrap_or_default()).map_err(|e| format!("{what} \"{name}\": {e}"))?;
+        out.insert(
+            name,
+            Entry {
+                value,
+                file: file.to_path_buf(),
+            },
+        );
+    }
+    Ok(out)
+}
+
+fn cluster(r: RawCluster) -> Result<Cluster, String> {
+    let mut extensions = BTreeMap::new();
+    for e in r.extensions.into_iter().flatten().flatten() {
+        let name = e.name.unwrap_or_default();
+        if extensions.contains_key(&name) {
+            return Err(format!("duplicate extension name \"{name}\""));
+        }
+        extensions.insert(name, e.extension.unwrap_or(serde_json::Value::Null));
+    }
+    Ok(Cluster {
+        server: r.server.unwrap_or_default(),
+        certificate_authority: r.certificate_authority.unwrap_or_default(),
+        certificate_authority_data: data(
+            "certificate-authority-data",
+            r.certificate_authority_data,
+        )?,
+        insecure_skip_tls_verify: r.insecure_skip_tls_verify.unwrap_or(false),
+        tls_server_name: r.tls_server_name.unwrap_or_default(),
+        proxy_url: r.proxy_url.unwrap_or_default(),
+        disable_compression: r.disable_compression.unwrap_or(false),
+        extensions,
+    })
+}
+
+fn auth_info(r: RawAuthInfo) -> Result<AuthInfo, String> {
+    let exec = r.exec.map(|e| ExecConfig {
+        api_version: e.api_version.unwrap_or_default(),
+        command: e.command.unwrap_or_default(),
+        args: e.args.unwrap_or_default(),
+        env: (e.env.into_iter().flatten().flatten())
+            .map(|v| (v.name.unwrap_or_default(), v.value.unwrap_or_default()))
+            .collect(),
+        install_hint: e.install_hint.unwrap_or_default(),
+        provide_cluster_info: e.provide_cluster_info.unwrap_or(false),
+        interactive_mode: e.interactive_mode.unwrap_or_default(),
+    });
+    Ok(AuthInfo {
+        client_certificate: r.client_certificate.unwrap_or_default(),
+        client_certificate_data: data("client-certificate-data", r.client_certificate_data)?,
+        client_key: r.client_key.unwrap_or_default(),
+        client_key_data: data("client-key-data", r.client_key_data)?,
+        token: r.token.unwrap_or_default(),
+        token_file: r.token_file.unwrap_or_default(),
+        impersonate: r.impersonate.unwrap_or_default(),
+        impersonate_uid: r.impersonate_uid.unwrap_or_default(),
+        impersonate_groups: r.impersonate_groups.unwrap_or_default(),
+        impersonate_user_extra: (r.impersonate_user_extra.into_iter().flatten())
+            .map(|(k, v)| (k, v.unwrap_or_default()))
+            .collect(),
+        username: r.username.unwrap_or_default(),
+        password: r.password.unwrap_or_default(),
+        auth_provider: r.auth_provider.map(|p| p.name.unwrap_or_default()),
+        exec,
+    })
+}
+
+fn context(r: RawContext) -> Result<Context, String> {
+    Ok(Context {
+        cluster: r.cluster.unwrap_or_default(),
+        user: r.user.unwrap_or_default(),
+        namespace: r.namespace.unwrap_or_default(),
+    })
+}
+
+/// Go's `filepath.Clean`, on text: `.` and `x/..` elements removed, never looking at the
+/// file system (so `..` is not resolved through a symlink).
+pub fn clean(path: &Path) -> PathBuf {
+    let mut out: Vec<Component> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.last() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir) => {}
+                _ => out.push(c),
+            },
+            c => out.push(c),
+        }
+    }
+    if out.is_empty() {
+        return PathBuf::from(".");
+    }
+    out.iter().collect()
+}
+
+/// `filepath.Abs`: joined to the current folder if relative, then cleaned as text.
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        clean(path)
+    } else {
+        let cwd = std::env::current_dir().unwrap_or_default();
+        clean(&cwd.join(path))
+    }
+}
+
+/// Joins a relative, non-empty path to `base` (client-go's `ResolvePaths`).
+fn resolve(p: &mut String, base: &Path) {
+    if !p.is_empty() && Path::new(p.as_str()).is_relative() {
+        *p = clean(&base.join(&*p)).to_string_lossy().into_owned();
     }
 }
 
 impl Kubeconfig {
-    /// Parses one file and resolves its relative paths against its folder.
-    pub fn read_from(path: &Path) -> Result<Kubeconfig, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read kubeconfig '{}': {e}", path.display()))?;
-        let mut kc = Kubeconfig::from_yaml(&text)
-            .map_err(|e| format!("kubeconfig '{}': {e}", path.display()))?;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        for c in &mut kc.clusters {
-            resolve(&mut c.value.certificate_authority, dir);
+    /// Parses one file's text; `file` is where it came from (relative paths are joined to
+    /// its folder).
+    pub fn from_yaml(text: &str, file: &Path) -> Result<Kubeconfig, String> {
+        let raw: RawConfig = if text.trim().is_empty() {
+            RawConfig::default()
+        } else {
+            let options = serde_saphyr::options! { no_schema: true, with_snippet: false };
+            serde_saphyr::from_str_with_options::<Option<RawConfig>>(text, options)
+                .map_err(|e| {
+                    e.to_string()
+                        .trim_start_matches("error: ")
+                        .trim()
+                        .to_string()
+                })?
+                .unwrap_or_default()
+        };
+        let mut kc = Kubeconfig {
+            clusters: named("clusters", raw.clusters, file, cluster)?,
+            users: named("users", raw.users, file, auth_info)?,
+            contexts: named("contexts", raw.contexts, file, context)?,
+            current_context: raw.current_context.unwrap_or_default(),
+            files: vec![file.to_path_buf()],
+        };
+        let base = absolute(file.parent().unwrap_or(Path::new(".")));
+        for c in kc.clusters.values_mut() {
+            resolve(&mut c.value.certificate_authority, &base);
         }
-        for u in &mut kc.users {
-            if let Some(user) = u.user.as_mut() {
-                resolve(&mut user.token_file, dir);
-                resolve(&mut user.client_certificate, dir);
-                resolve(&mut user.client_key, dir);
-                if let Some(exec) = user.exec.as_mut()
-                    && exec.command.contains('/')
-                {
-                    let bare = exec.command.trim_start_matches("./");
-                    let mut cmd = Some(bare.to_string());
-                    resolve(&mut cmd, dir);
-                    exec.command = cmd.unwrap_or_default();
-                }
+        for u in kc.users.values_mut() {
+            let u = &mut u.value;
+            resolve(&mut u.client_certificate, &base);
+            resolve(&mut u.client_key, &base);
+            resolve(&mut u.token_file, &base);
+            if let Some(exec) = u.exec.as_mut()
+                && exec.command.contains('/')
+            {
+                resolve(&mut exec.command, &base);
             }
         }
-        kc.files = vec![path.to_path_buf()];
         Ok(kc)
     }
 
-    pub fn from_yaml(text: &str) -> Result<Kubeconfig, String> {
-        if text.trim().is_empty() {
-            return Ok(Kubeconfig::default());
-        }
-        let options = serde_saphyr::options! { with_snippet: false };
-        serde_saphyr::from_str_with_options(text, options).map_err(|e| {
-            let msg = e.to_string();
-            msg.trim_start_matches("error: ").trim().to_string()
-        })
+    /// Reads and parses one file; errors name it.
+    pub fn read_from(path: &Path) -> Result<Kubeconfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read kubeconfig '{}': {e}", path.display()))?;
+        Kubeconfig::from_yaml(&text, path)
+            .map_err(|e| format!("kubeconfig '{}': {e}", path.display()))
     }
 
-    /// Merges `next` into `self`: entries and `current-context` already set here win.
+    /// Merges `next` into `self`: names and `current-context` already set here win.
     pub fn merge(mut self, next: Kubeconfig) -> Kubeconfig {
-        fn add<T>(into: &mut Vec<T>, from: Vec<T>, name: impl Fn(&T) -> &str) {
-            for item in from {
-                if !into.iter().any(|i| name(i) == name(&item)) {
-                    into.push(item);
-                }
-            }
+        for (k, v) in next.clusters {
+            self.clusters.entry(k).or_insert(v);
         }
-        add(&mut self.clusters, next.clusters, |c| &c.name);
-        add(&mut self.users, next.users, |u| &u.name);
-        add(&mut self.contexts, next.contexts, |c| &c.name);
-        if self.current_context.as_deref().is_none_or(str::is_empty) {
+        for (k, v) in next.users {
+            self.users.entry(k).or_insert(v);
+        }
+        for (k, v) in next.contexts {
+            self.contexts.entry(k).or_insert(v);
+        }
+        if self.current_context.is_empty() {
             self.current_context = next.current_context;
         }
         self.files.extend(next.files);
@@ -210,150 +424,7 @@ impl Kubeconfig {
         let files: Vec<String> = self.files.iter().map(|f| f.display().to_string()).collect();
         format!("kubeconfig '{}'", files.join(":"))
     }
-
-    pub fn context(&self, name: &str) -> Option<&Context> {
-        self.contexts
-            .iter()
-            .find(|c| c.name == name)
-            .map(|c| &c.value)
-    }
-
-    pub fn cluster(&self, name: &str) -> Option<&Cluster> {
-        self.clusters
-            .iter()
-            .find(|c| c.name == name)
-            .map(|c| &c.value)
-    }
-
-    pub fn user(&self, name: &str) -> Option<AuthInfo> {
-        self.users
-            .iter()
-            .find(|u| u.name == name)
-            .map(|u| u.user.clone().unwrap_or_default())
-    }
-
-    pub fn context_names(&self) -> Vec<&str> {
-        self.contexts.iter().map(|c| c.name.as_str()).collect()
-    }
-}
-
-/// Extension values by name (`clusters[].cluster.extensions`), for exec plugins.
-pub fn extensions(cluster: &Cluster) -> BTreeMap<String, serde_json::Value> {
-    cluster
-        .extensions
-        .iter()
-        .map(|e| (e.name.clone(), e.extension.clone()))
-        .collect()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const EXAMPLE: &str = include_str!("../../tests/fixtures/kube-api/kubeconfig-example.yaml");
-
-    #[test]
-    fn parses_the_example_with_every_field() {
-        let kc = Kubeconfig::from_yaml(EXAMPLE).unwrap();
-        assert_eq!(kc.current_context.as_deref(), Some("prod-poller"));
-        let prod = kc.cluster("prod").unwrap();
-        assert_eq!(
-            prod.tls_server_name.as_deref(),
-            Some("kubernetes.default.svc")
-        );
-        assert_eq!(
-            extensions(prod)["client.authentication.k8s.io/exec"]["audience"],
-            "06e3fbd18de8"
-        );
-        let exec = kc.user("poller-exec").unwrap().exec.unwrap();
-        assert_eq!(exec.command, "cloud-auth-helper");
-        assert_eq!(exec.args.unwrap(), ["token", "--cluster", "prod"]);
-        assert!(exec.provide_cluster_info);
-        assert_eq!(
-            kc.context("prod-poller").unwrap().namespace.as_deref(),
-            Some("team-a")
-        );
-        assert_eq!(
-            kc.user("poller-token").unwrap().token_file.as_deref(),
-            Some("/var/run/cm-poller/token")
-        );
-    }
-
-    #[test]
-    fn namespace_no_stays_a_string() {
-        let kc = Kubeconfig::from_yaml(
-            "contexts:\n- name: c\n  context: {cluster: x, user: y, namespace: no}\n",
-        )
-        .unwrap();
-        assert_eq!(kc.context("c").unwrap().namespace.as_deref(), Some("no"));
-    }
-
-    #[test]
-    fn merging_keeps_the_first_entry_and_current_context() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = dir.path().join("a");
-        let sub = dir.path().join("sub");
-        std::fs::create_dir(&sub).unwrap();
-        let b = sub.join("b");
-        std::fs::write(
-            &a,
-            "current-context: one\nusers:\n- name: u\n  user: {tokenFile: tok-a}\ncontexts:\n- name: one\n  context: {cluster: c, user: u}\n",
-        )
-        .unwrap();
-        std::fs::write(
-            &b,
-            "current-context: two\nclusters:\n- name: c\n  cluster: {server: 'https://b', certificate-authority: ca.crt}\nusers:\n- name: u\n  user: {token: from-b, client-key: k}\n- name: v\n  user: {tokenFile: /abs/tok}\n",
-        )
-        .unwrap();
-        let list = format!(
-            "{}:{}:{}:/nonexistent",
-            a.display(),
-            b.display(),
-            a.display()
-        );
-        let kc = Kubeconfig::read_list(&list).unwrap();
-        assert_eq!(kc.current_context.as_deref(), Some("one"));
-        let u = kc.user("u").unwrap();
-        assert_eq!(
-            u.token, None,
-            "whole entries: b's fields for u are discarded"
-        );
-        assert_eq!(
-            u.token_file.unwrap(),
-            dir.path().join("tok-a").to_string_lossy()
-        );
-        assert_eq!(
-            kc.user("v").unwrap().token_file.as_deref(),
-            Some("/abs/tok")
-        );
-        assert_eq!(
-            kc.cluster("c")
-                .unwrap()
-                .certificate_authority
-                .as_deref()
-                .unwrap(),
-            sub.join("ca.crt").to_string_lossy(),
-            "relative to b's own folder"
-        );
-        assert_eq!(
-            kc.files.len(),
-            2,
-            "duplicates and missing files are skipped"
-        );
-        assert!(
-            Kubeconfig::read_list("/nope:/nada")
-                .unwrap_err()
-                .contains("none of its files")
-        );
-    }
-
-    #[test]
-    fn broken_yaml_names_the_file_and_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("config");
-        std::fs::write(&p, "clusters:\n- name: x\n  cluster:\n    server: [oops\n").unwrap();
-        let e = Kubeconfig::read_from(&p).unwrap_err();
-        assert!(e.contains("config") && e.contains("line"), "{e}");
-        assert!(!e.contains('\n'), "{e}");
-    }
-}
+mod tests;

@@ -7,7 +7,9 @@
 pub mod auth;
 pub mod client;
 pub mod config;
+pub mod context;
 pub mod exec;
+pub mod impersonate;
 pub mod incluster;
 pub mod kubeconfig;
 pub mod proxy;

@@ -531,10 +531,24 @@ pub fn lines(p: &Path) -> Vec<String> {
 }
 
 /// Waits until `f` holds, or panics with `what`.
-pub fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+pub fn eventually(what: &str, within: Duration, f: impl FnMut() -> bool) {
+    eventually_explained(what, within, f, String::new);
+}
+
+/// `eventually`, with `explain()` (logs, state) in the panic message.
+pub fn eventually_explained(
+    what: &str,
+    within: Duration,
+    mut f: impl FnMut() -> bool,
+    explain: impl Fn() -> String,
+) {
     let start = Instant::now();
     while !f() {
-        assert!(start.elapsed() < within, "timed out waiting: {what}");
+        assert!(
+            start.elapsed() < within,
+            "timed out waiting: {what}\n{}",
+            explain()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }

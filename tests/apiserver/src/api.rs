@@ -39,6 +39,12 @@ pub struct Recorded {
     pub user: Option<String>,
     /// The bearer token sent, if any (the test server may keep it; cmpoll never logs it).
     pub bearer: Option<String>,
+    /// The subject CN of the client certificate presented, if any.
+    pub client_cn: Option<String>,
+    /// The username of a basic-auth header, if any.
+    pub basic_user: Option<String>,
+    /// `Impersonate-*` headers, lower-cased names, in the order sent.
+    pub impersonate: Vec<(String, String)>,
     pub accept: Option<String>,
     pub accept_encoding: Option<String>,
     pub user_agent: Option<String>,
@@ -1387,6 +1393,23 @@ impl Handler for Api {
             query: req.query.clone(),
             user: log.user,
             bearer: log.bearer,
+            client_cn: req.client_cn.clone(),
+            basic_user: req
+                .header("authorization")
+                .and_then(|a| a.strip_prefix("Basic "))
+                .and_then(|b| {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(b.trim())
+                        .ok()
+                })
+                .and_then(|b| String::from_utf8(b).ok())
+                .and_then(|s| s.split_once(':').map(|(u, _)| u.to_string())),
+            impersonate: req
+                .headers
+                .iter()
+                .filter(|(k, _)| k.starts_with("impersonate-"))
+                .cloned()
+                .collect(),
             accept: req.header("accept").map(str::to_string),
             accept_encoding: req.header("accept-encoding").map(str::to_string),
             user_agent: req.header("user-agent").map(str::to_string),

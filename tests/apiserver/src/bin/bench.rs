@@ -588,7 +588,10 @@ fn main() {
         rows.push(honest_floor(&server, a.runs));
         print_rows(&rows);
         let honest = rows.last().map_or(0.0, |r| r.usage.cpu);
-        if let Some(table) = rows.iter().find(|r| r.name.starts_with("cmpoll list (table")) {
+        if let Some(table) = rows
+            .iter()
+            .find(|r| r.name.starts_with("cmpoll list (table"))
+        {
             println!(
                 "  cmpoll list (no contents out) / honest floor: {:.1}x",
                 table.usage.cpu / honest
