@@ -6,6 +6,7 @@
 
 mod util;
 
+mod agents;
 mod child;
 mod credentials;
 mod deploy;
