@@ -3,12 +3,29 @@
 #   docker build -t ghcr.io/cmpoll/cmpoll:0.1.0 .
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
+# The dependencies first, in a layer of their own: only the manifests and the lock file,
+# with empty targets, so that a change to cmpoll's source does not rebuild them.
+COPY Cargo.toml Cargo.lock ./
+COPY tests/apiserver/Cargo.toml tests/apiserver/
+RUN mkdir -p src tests/apiserver/src \
+ && echo 'fn main() {}' > src/main.rs && touch src/lib.rs tests/tests.rs \
+ && touch tests/apiserver/src/lib.rs && echo 'fn main() {}' > tests/apiserver/src/main.rs \
+ && cargo build --release --locked -p cmpoll \
+ && rm -rf src tests target/release/cmpoll* target/release/deps/cmpoll-* \
+    target/release/deps/libcmpoll-* target/release/.fingerprint/cmpoll-*
 COPY . .
 RUN cargo build --release --locked -p cmpoll \
  && cp target/release/cmpoll /cmpoll
 
 FROM gcr.io/distroless/cc-debian12:nonroot
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="cmpoll" \
+      org.opencontainers.image.description="Labelled Kubernetes ConfigMaps as atomic files, a supervised agent, a reload URL or JSON events" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/cmpoll/cmpoll"
 COPY --from=build /cmpoll /usr/local/bin/cmpoll
+# Numeric, so that Kubernetes' runAsNonRoot can check it (distroless's nonroot user).
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/cmpoll"]
 CMD ["run"]

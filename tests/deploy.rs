@@ -107,7 +107,7 @@ fn the_example_environment_file_is_accepted_by_cmpoll() {
     );
 }
 
-/// The manifests of both kustomize variants plus the examples, in a folder.
+/// The manifests of every kustomize variant plus the examples, in a folder.
 fn manifests() -> tempfile::TempDir {
     // Not a hidden name: checkov skips hidden folders (and tempfile's are `.tmpXXXX`).
     let dir = tempfile::Builder::new()
@@ -116,7 +116,8 @@ fn manifests() -> tempfile::TempDir {
         .unwrap();
     for (name, path) in [
         ("cluster-wide.yaml", "k8s"),
-        ("namespaced.yaml", "k8s/namespaced"),
+        ("alloy.yaml", "k8s/alloy"),
+        ("namespaced.yaml", "k8s/prometheus-namespaced"),
     ] {
         let (ok, out) = run(Command::new("kubectl")
             .args(["kustomize"])
@@ -146,8 +147,14 @@ fn the_manifests_validate_against_the_kubernetes_schemas() {
         assert!(ok, "kubernetes-validate {version}:\n{out}");
         assert!(!out.contains("ERROR"), "{out}");
     }
+    // The admission policy is ValidatingAdmissionPolicy v1: Kubernetes 1.30 and later.
+    let (ok, out) = run(Command::new(tool("ci-venv", "kubernetes-validate"))
+        .args(["--strict", "--kubernetes-version", "1.34.0"])
+        .arg(root().join("k8s/admission/module-label-policy.yaml")));
+    assert!(ok && !out.contains("ERROR"), "admission policy:\n{out}");
     let all = std::fs::read_to_string(dir.path().join("cluster-wide.yaml")).unwrap();
     for kind in [
+        "Service",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
@@ -195,14 +202,99 @@ fn checkov_finds_nothing_unjustified() {
         "{}",
         serde_json::to_string_pretty(&report["results"]["failed_checks"]).unwrap()
     );
-    // Every skip is one of the two justified in deployment.yaml.
-    let deployment = std::fs::read_to_string(root().join("k8s/base/deployment.yaml")).unwrap();
-    for id in ["CKV_K8S_38", "CKV_K8S_43"] {
+    // Every skip is justified in place, in each deployment (only CKV_K8S_43: digests).
+    for variant in ["prometheus", "alloy"] {
+        let deployment =
+            std::fs::read_to_string(root().join(format!("k8s/{variant}/deployment.yaml"))).unwrap();
         assert!(
-            deployment.contains(&format!("{id}=")),
-            "{id} is justified in place"
+            deployment.contains("CKV_K8S_43="),
+            "{variant}: the skip is justified"
+        );
+        assert!(
+            !deployment.contains("CKV_K8S_38"),
+            "{variant}: the token is not auto-mounted"
         );
     }
+    // Only those two, in each of the three rendered Deployments.
+    let skipped: Vec<&str> = report["results"]["skipped_checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| c["check_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(skipped.len(), 6, "{skipped:?}");
+    assert!(
+        skipped
+            .iter()
+            .all(|id| ["CKV_K8S_43", "CKV_K8S_15"].contains(id)),
+        "{skipped:?}"
+    );
+}
+
+/// cmpoll's alerts, as a module and as a PrometheusRule, pass `promtool check rules`.
+#[test]
+fn the_shipped_alerts_pass_promtool() {
+    let promtool = crate::agents::tool("promtool");
+    if crate::util::skip_unless(promtool.is_some(), "promtool (Debian package prometheus)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = |p: &str| {
+        let out = Command::new(tool("ci-venv", "python"))
+            .args([
+                "-c",
+                "import sys, json, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
+            ])
+            .arg(root().join(p))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let module = yaml("k8s/prometheus/cmpoll-alerts.yaml");
+    let rule = yaml("k8s/monitoring/prometheusrule.yaml");
+    let a = dir.path().join("module.rules.yaml");
+    std::fs::write(&a, module["data"]["cmpoll.rules.yaml"].as_str().unwrap()).unwrap();
+    let b = dir.path().join("prometheusrule.rules.yaml");
+    std::fs::write(&b, serde_json::to_string(&rule["spec"]).unwrap()).unwrap();
+    for f in [&a, &b] {
+        let (ok, out) = run(Command::new(promtool.as_ref().unwrap())
+            .args(["check", "rules"])
+            .arg(f));
+        assert!(
+            ok && out.contains("SUCCESS: 2 rules found"),
+            "{}: {out}",
+            f.display()
+        );
+    }
+    // The same two rules in both.
+    assert_eq!(
+        serde_json::to_string(&rule["spec"]).unwrap(),
+        serde_json::to_string(&yaml_str(
+            module["data"]["cmpoll.rules.yaml"].as_str().unwrap()
+        ))
+        .unwrap()
+    );
+}
+
+fn yaml_str(text: &str) -> serde_json::Value {
+    use std::io::Write as _;
+    let mut child = Command::new(tool("ci-venv", "python"))
+        .args([
+            "-c",
+            "import sys, json, yaml; print(json.dumps(yaml.safe_load(sys.stdin)))",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    serde_json::from_slice(&child.wait_with_output().unwrap().stdout).unwrap()
 }
 
 #[test]
@@ -227,8 +319,18 @@ fn the_dockerfile_copies_the_binary_the_build_produces() {
     assert!(BIN.ends_with("/cmpoll"), "{BIN}");
     // Non-root, and the image cmpoll's manifests run.
     assert!(dockerfile.contains("USER 65532:65532"));
-    let deployment = std::fs::read_to_string(root().join("k8s/base/deployment.yaml")).unwrap();
-    assert!(deployment.contains("runAsUser: 65532"));
+    for variant in ["prometheus", "alloy"] {
+        let path = root().join(format!("k8s/{variant}/deployment.yaml"));
+        let deployment = std::fs::read_to_string(path).unwrap();
+        assert!(deployment.contains("runAsUser: 65532"));
+        assert!(deployment.contains("image: ghcr.io/cmpoll/cmpoll:0.1.0"));
+    }
+    // Dependencies are built in a layer before the source is copied; OCI labels.
+    let deps = dockerfile
+        .find("COPY Cargo.toml Cargo.lock ./")
+        .expect("a dependency layer");
+    assert!(deps < dockerfile.find("COPY . .").unwrap());
+    assert!(dockerfile.contains("org.opencontainers.image.source"));
     let dockerignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
     assert!(
         dockerignore.lines().any(|l| l.trim() == "target/"),

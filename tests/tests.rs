@@ -18,5 +18,6 @@ mod never;
 mod offcluster;
 mod ops;
 mod outdir;
+mod pod;
 mod run;
 mod soak;

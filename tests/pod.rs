@@ -1,0 +1,739 @@
+//! The shipped deployments are executed, not only validated (issue 16). Each kustomize
+//! variant is rendered with `kubectl kustomize`, and each Deployment is run the way a
+//! kubelet would run it, as far as this machine allows:
+//!
+//! - the cluster is a test apiserver holding every ConfigMap the variant and
+//!   `k8s/examples` ship, with the service account's access granted from the rendered
+//!   ClusterRole or Role (a variant without RBAC cannot list);
+//! - volumes are folders: an emptyDir shared between containers, a ConfigMap volume filled
+//!   from the rendered ConfigMap, a projected service-account volume holding the test
+//!   apiserver's token, CA and the pod's namespace; each mount path is replaced by its
+//!   folder in args, env values and mounted configuration files (no mount namespaces), and
+//!   cmpoll finds its service-account folder through `CMPOLL_SERVICE_ACCOUNT_DIR` only when
+//!   the container mounts one at the default path (no mount, no token);
+//! - env `value`s and `fieldRef`s (`metadata.namespace`, `metadata.name`) are filled,
+//!   `KUBERNETES_SERVICE_HOST`/`_PORT` point at the test apiserver, processes run as
+//!   `runAsUser`/`runAsGroup` with volume folders owned by `fsGroup`;
+//! - init containers run to completion first, then the containers; every declared probe is
+//!   asked on its declared port and path until it answers 200 (a probe with a `host` is a
+//!   failure: the kubelet would probe the node, not the pod);
+//! - images run the real binaries: cmpoll's image the binary under test, Prometheus's
+//!   image Debian's `prometheus`. Alloy cannot be installed here: its args are checked
+//!   against `alloy run`'s documented CLI (one path; a folder loads its `*.alloy` files,
+//!   not nested) and the folder cmpoll wrote is checked for references that resolve.
+//!
+//! Then the agent must do its job: Prometheus serves the rules of the example modules and
+//! cmpoll's own alerts, and an update reaches it.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use test_apiserver::{ConfigMap, Grant, TestApiserver, USER};
+
+use crate::agents::{curl, tool};
+use crate::util::{BIN, KillOnDrop, SOON, eventually_explained, root, skip_unless};
+
+/// `kubectl kustomize k8s/VARIANT`, as JSON objects (PyYAML of the CI virtualenv).
+fn render(variant: &str) -> Vec<Value> {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(root().join("k8s").join(variant))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize k8s/{variant}: {out:?}"
+    );
+    yaml_docs(&out.stdout)
+}
+
+fn python() -> PathBuf {
+    let venv = root().join("target/ci-venv/bin/python");
+    std::env::var_os("CMPOLL_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or(if venv.exists() {
+            venv
+        } else {
+            "python3".into()
+        })
+}
+
+fn yaml_docs(yaml: &[u8]) -> Vec<Value> {
+    use std::io::Write as _;
+    let mut child = Command::new(python())
+        .args([
+            "-c",
+            "import sys, json, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(yaml).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "PyYAML (pip install pyyaml)");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn examples() -> Vec<Value> {
+    let mut all = Vec::new();
+    for e in std::fs::read_dir(root().join("k8s/examples")).unwrap() {
+        all.extend(yaml_docs(&std::fs::read(e.unwrap().path()).unwrap()));
+    }
+    all
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+fn to_configmap(o: &Value) -> ConfigMap {
+    let m = &o["metadata"];
+    let mut cm = ConfigMap::new(s(&m["namespace"]), s(&m["name"]));
+    for (k, v) in m["labels"].as_object().into_iter().flatten() {
+        cm = cm.label(k, s(v));
+    }
+    for (k, v) in o["data"].as_object().into_iter().flatten() {
+        cm = cm.data(k, s(v));
+    }
+    for (k, v) in o["binaryData"].as_object().into_iter().flatten() {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(s(v))
+            .unwrap();
+        cm = cm.binary(k, &bytes);
+    }
+    cm
+}
+
+/// One pod of a Deployment, running.
+struct Pod {
+    processes: Vec<(String, KillOnDrop)>,
+    logs: PathBuf,
+    /// Volume name → folder.
+    volumes: BTreeMap<String, PathBuf>,
+}
+
+impl Pod {
+    fn log(&self) -> String {
+        let mut out = String::new();
+        for e in std::fs::read_dir(&self.logs).unwrap() {
+            let e = e.unwrap();
+            out += &format!(
+                "--- {}\n{}\n",
+                e.file_name().to_string_lossy(),
+                std::fs::read_to_string(e.path()).unwrap_or_default()
+            );
+        }
+        out
+    }
+}
+
+/// What running a container needs from the pod around it.
+struct Kubelet<'a> {
+    server: &'a TestApiserver,
+    objects: &'a [Value],
+    dir: &'a Path,
+    namespace: String,
+    pod_name: String,
+    /// mountPath → folder, for every mount of the pod.
+    mounts: BTreeMap<String, PathBuf>,
+    volumes: BTreeMap<String, PathBuf>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+}
+
+impl Kubelet<'_> {
+    /// Replaces every mount path by its folder, where it stands as a whole path or a
+    /// path's leading part (`/prometheus` in `/prometheus/wal`, not in
+    /// `/etc/prometheus`); longest first, in one pass.
+    fn map(&self, text: &str) -> String {
+        let mut paths: Vec<(&String, &PathBuf)> = self.mounts.iter().collect();
+        paths.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        let path_char = |c: char| c.is_alphanumeric() || "._-/".contains(c);
+        let mut out = String::new();
+        let mut i = 0;
+        'scan: while i < text.len() {
+            let before = text[..i].chars().next_back();
+            if !before.is_some_and(path_char) {
+                for (p, dir) in &paths {
+                    let rest = &text[i..];
+                    if rest.starts_with(p.as_str()) {
+                        let after = rest[p.len()..].chars().next();
+                        if after.is_none_or(|c| c == '/' || !path_char(c)) {
+                            out += &dir.display().to_string();
+                            i += p.len();
+                            continue 'scan;
+                        }
+                    }
+                }
+            }
+            let c = text[i..].chars().next().unwrap();
+            out.push(c);
+            i += c.len_utf8();
+        }
+        out
+    }
+
+    fn volumes(&mut self, spec: &Value) {
+        let fs_group = spec["securityContext"]["fsGroup"].as_u64();
+        for v in spec["volumes"].as_array().into_iter().flatten() {
+            let dir = self.dir.join("volumes").join(s(&v["name"]));
+            std::fs::create_dir_all(&dir).unwrap();
+            if let Some(name) = v["configMap"]["name"].as_str() {
+                let cm = self
+                    .objects
+                    .iter()
+                    .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == name)
+                    .unwrap_or_else(|| panic!("ConfigMap volume {name}: not in the variant"));
+                for (k, text) in cm["data"].as_object().into_iter().flatten() {
+                    std::fs::write(dir.join(k), s(text)).unwrap();
+                }
+            }
+            for src in v["projected"]["sources"].as_array().into_iter().flatten() {
+                if let Some(path) = src["serviceAccountToken"]["path"].as_str() {
+                    std::fs::write(dir.join(path), test_apiserver::TOKEN).unwrap();
+                }
+                if src["configMap"]["name"] == "kube-root-ca.crt" {
+                    for item in src["configMap"]["items"].as_array().into_iter().flatten() {
+                        assert_eq!(item["key"], "ca.crt");
+                        std::fs::write(dir.join(s(&item["path"])), self.server.ca_pem()).unwrap();
+                    }
+                }
+                for item in src["downwardAPI"]["items"].as_array().into_iter().flatten() {
+                    let value = self.field(&item["fieldRef"]);
+                    std::fs::write(dir.join(s(&item["path"])), value).unwrap();
+                }
+            }
+            if let (Some(g), true) = (fs_group, running_as_root()) {
+                chown_tree(&dir, self.uid.unwrap_or(0), g as u32);
+            }
+            self.volumes.insert(s(&v["name"]).to_string(), dir);
+        }
+    }
+
+    fn field(&self, field_ref: &Value) -> String {
+        match s(&field_ref["fieldPath"]) {
+            "metadata.namespace" => self.namespace.clone(),
+            "metadata.name" => self.pod_name.clone(),
+            other => panic!("fieldRef {other}: not emulated"),
+        }
+    }
+
+    /// The command line of a container: its image's binary, command and args.
+    fn command(&self, c: &Value) -> Option<Command> {
+        let image = s(&c["image"]);
+        let name = image.rsplit('/').next().unwrap().split(':').next().unwrap();
+        let binary: PathBuf = match name {
+            "cmpoll" => BIN.into(),
+            "prometheus" => tool("prometheus").expect("prometheus (Debian package)"),
+            _ => return None,
+        };
+        let mut argv: Vec<String> = c["command"]
+            .as_array()
+            .map(|a| a.iter().map(|v| self.map(s(v))).collect())
+            .unwrap_or_default();
+        if !argv.is_empty() {
+            argv.remove(0); // the image's binary, run from its Debian or cargo path
+        }
+        argv.extend(
+            c["args"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| self.map(s(v))),
+        );
+        let mut cmd = Command::new(binary);
+        cmd.args(argv).env_clear().env("PATH", "/usr/bin:/bin");
+        cmd.env("KUBERNETES_SERVICE_HOST", "127.0.0.1").env(
+            "KUBERNETES_SERVICE_PORT",
+            self.server.addr().port().to_string(),
+        );
+        for e in c["env"].as_array().into_iter().flatten() {
+            let value = if e["valueFrom"]["fieldRef"].is_object() {
+                self.field(&e["valueFrom"]["fieldRef"])
+            } else {
+                self.map(s(&e["value"]))
+            };
+            cmd.env(s(&e["name"]), value);
+        }
+        if name == "cmpoll" {
+            // The kubelet's mount at the default path, emulated; no mount, no token.
+            let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+            let mounted = c["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m["mountPath"] == sa);
+            let dir = if mounted {
+                self.mounts[sa].clone()
+            } else {
+                self.dir.join("no-service-account")
+            };
+            cmd.env("CMPOLL_SERVICE_ACCOUNT_DIR", dir);
+        }
+        if running_as_root() {
+            if let Some(u) = self.uid {
+                cmd.uid(u);
+            }
+            if let Some(g) = self.gid {
+                cmd.gid(g);
+            }
+        }
+        Some(cmd)
+    }
+}
+
+fn running_as_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn chown_tree(dir: &Path, uid: u32, gid: u32) {
+    let ok = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{gid}"))
+        .arg(dir)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+/// The port a probe or URL names: a number, or a container port's name.
+fn port(c: &Value, p: &Value) -> u16 {
+    if let Some(n) = p.as_u64() {
+        return n as u16;
+    }
+    c["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|x| x["name"] == *p)
+        .and_then(|x| x["containerPort"].as_u64())
+        .unwrap_or_else(|| panic!("port {p} of container {}", c["name"])) as u16
+}
+
+/// Pods use their declared ports: one at a time.
+static PODS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Starts the pod of `deployment`; init containers must succeed first.
+fn start_pod(server: &TestApiserver, objects: &[Value], deployment: &Value, dir: &Path) -> Pod {
+    let spec = &deployment["spec"]["template"]["spec"];
+    let sc = &spec["securityContext"];
+    let mut k = Kubelet {
+        server,
+        objects,
+        dir,
+        namespace: s(&deployment["metadata"]["namespace"]).to_string(),
+        pod_name: format!("{}-0", s(&deployment["metadata"]["name"])),
+        mounts: BTreeMap::new(),
+        volumes: BTreeMap::new(),
+        uid: sc["runAsUser"].as_u64().map(|u| u as u32),
+        gid: sc["runAsGroup"].as_u64().map(|g| g as u32),
+    };
+    k.volumes(spec);
+    let containers: Vec<&Value> = spec["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(spec["containers"].as_array().into_iter().flatten())
+        .collect();
+    for c in &containers {
+        for m in c["volumeMounts"].as_array().into_iter().flatten() {
+            let vol = k.volumes.get(s(&m["name"])).cloned();
+            let vol = vol.unwrap_or_else(|| panic!("mount of a volume not declared: {m}"));
+            let path = s(&m["mountPath"]).to_string();
+            if let Some(other) = k.mounts.insert(path.clone(), vol.clone()) {
+                assert_eq!(other, vol, "{path}: two volumes at one path (not emulated)");
+            }
+        }
+    }
+    // Mounted configuration files name mount paths too (prometheus.yml's rule_files).
+    for dir in k.volumes.values() {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if let Ok(text) = std::fs::read_to_string(&p) {
+                std::fs::write(&p, k.map(&text)).unwrap();
+            }
+        }
+    }
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let mut pod = Pod {
+        processes: Vec::new(),
+        logs: logs.clone(),
+        volumes: k.volumes.clone(),
+    };
+    for c in spec["initContainers"].as_array().into_iter().flatten() {
+        let name = s(&c["name"]);
+        let mut cmd = k
+            .command(c)
+            .unwrap_or_else(|| panic!("init container {name}: not runnable here"));
+        let log = std::fs::File::create(logs.join(name)).unwrap();
+        let st = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .status()
+            .unwrap();
+        assert!(
+            st.success(),
+            "init container {name} failed ({st}):\n{}",
+            pod.log()
+        );
+    }
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        let name = s(&c["name"]);
+        let Some(mut cmd) = k.command(c) else {
+            continue;
+        };
+        let log = std::fs::File::create(logs.join(name)).unwrap();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        pod.processes.push((name.to_string(), KillOnDrop(child)));
+    }
+    pod
+}
+
+/// Every probe of every running container answers 200 on its declared port and path.
+fn probes_pass(spec: &Value, pod: &Pod) {
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        if !pod.processes.iter().any(|(n, _)| n == s(&c["name"])) {
+            continue;
+        }
+        for kind in ["startupProbe", "livenessProbe", "readinessProbe"] {
+            let probe = &c[kind];
+            if probe.is_null() {
+                continue;
+            }
+            let get = &probe["httpGet"];
+            assert!(
+                get.is_object(),
+                "{} {kind}: only httpGet probes are emulated",
+                c["name"]
+            );
+            assert!(
+                get["host"].is_null(),
+                "{} {kind} sets host {}: the kubelet would probe that address, not the pod",
+                c["name"],
+                get["host"]
+            );
+            let url = format!(
+                "http://127.0.0.1:{}{}",
+                port(c, &get["port"]),
+                s(&get["path"])
+            );
+            eventually_explained(
+                &format!("{} {kind} {url}", c["name"]),
+                Duration::from_secs(30),
+                || curl(&url).is_some_and(|(code, _)| code == 200),
+                || pod.log(),
+            );
+        }
+    }
+}
+
+/// The cluster of a variant: its ConfigMaps and the examples, RBAC from its roles.
+fn cluster_for(objects: &[Value]) -> TestApiserver {
+    let server = TestApiserver::start();
+    for o in objects.iter().chain(examples().iter()) {
+        if o["kind"] == "ConfigMap" {
+            server.put(to_configmap(o));
+        }
+    }
+    server.revoke(USER);
+    let sa = |subjects: &Value| {
+        subjects.as_array().into_iter().flatten().any(|x| {
+            x["kind"] == "ServiceAccount" && x["name"] == "cmpoll" && x["namespace"] == "cmpoll"
+        })
+    };
+    let verbs_ok = |role: &Value| {
+        role["rules"].as_array().into_iter().flatten().any(|r| {
+            r["resources"]
+                .as_array()
+                .is_some_and(|x| x.contains(&"configmaps".into()))
+                && r["verbs"]
+                    .as_array()
+                    .is_some_and(|v| v.contains(&"list".into()))
+        })
+    };
+    for b in objects {
+        if !sa(&b["subjects"]) {
+            continue;
+        }
+        let role = objects.iter().find(|o| {
+            o["kind"] == b["roleRef"]["kind"] && o["metadata"]["name"] == b["roleRef"]["name"]
+        });
+        match (s(&b["kind"]), role) {
+            ("ClusterRoleBinding", Some(r)) if verbs_ok(r) => server.grant(USER, Grant::all()),
+            ("RoleBinding", Some(r)) if verbs_ok(r) => {
+                server.grant(USER, Grant::namespaces(&[s(&b["metadata"]["namespace"])]))
+            }
+            _ => {}
+        }
+    }
+    server
+}
+
+/// The loaded rules of a Prometheus: (group, rule name) pairs.
+fn rule_names(port: u16) -> Vec<String> {
+    let Some((200, body)) = curl(&format!("http://127.0.0.1:{port}/api/v1/rules")) else {
+        return Vec::new();
+    };
+    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+    let mut out: Vec<String> = v["data"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .map(|r| s(&r["name"]).to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+fn run_prometheus_variant(variant: &str, expect_examples: bool) {
+    let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
+    let objects = render(variant);
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let server = cluster_for(&objects);
+    let dir = tempfile::tempdir().unwrap();
+    let pod = start_pod(&server, &objects, deployment, dir.path());
+    let spec = &deployment["spec"]["template"]["spec"];
+    probes_pass(spec, &pod);
+    let prometheus = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "prometheus")
+        .unwrap();
+    let web = port(prometheus, &"web".into());
+    let mut want = vec![
+        "CmpollPollsFailing".to_string(),
+        "CmpollReloadsFailing".into(),
+    ];
+    if expect_examples {
+        want.extend([
+            "PaymentsHighErrorRate".into(),
+            "job:payments_requests:rate5m".into(),
+        ]);
+    }
+    want.sort();
+    eventually_explained(
+        &format!("{variant}: Prometheus serves the modules' rules"),
+        SOON,
+        || rule_names(web) == want,
+        || format!("rules: {:?}\n{}", rule_names(web), pod.log()),
+    );
+    // An update reaches Prometheus through cmpoll's reload call.
+    let alerts = objects
+        .iter()
+        .find(|o| o["metadata"]["name"] == "cmpoll-alerts")
+        .unwrap();
+    let text =
+        s(&alerts["data"]["cmpoll.rules.yaml"]).replace("CmpollPollsFailing", "CmpollPollsStuck");
+    server.put(to_configmap(alerts).data("cmpoll.rules.yaml", &text));
+    eventually_explained(
+        &format!("{variant}: the update is loaded"),
+        Duration::from_secs(40),
+        || rule_names(web).contains(&"CmpollPollsStuck".to_string()),
+        || format!("rules: {:?}\n{}", rule_names(web), pod.log()),
+    );
+    assert!(pod.volumes.contains_key("rules"));
+    drop(pod);
+}
+
+fn pod_tools() -> bool {
+    !skip_unless(
+        tool("prometheus").is_some() && tool("curl").is_some() && tool("kubectl").is_some(),
+        "prometheus, curl and kubectl (Debian packages)",
+    )
+}
+
+#[test]
+fn the_prometheus_deployments_run_and_serve_the_modules_rules() {
+    if !pod_tools() {
+        return;
+    }
+    run_prometheus_variant("prometheus", true);
+    // One namespace: only the pod's own (cmpoll's alerts), not team-payments' rules.
+    run_prometheus_variant("prometheus-namespaced", false);
+}
+
+/// Answers 200 to everything on 127.0.0.1:`port`, recording "METHOD PATH".
+fn stand_in(port: u16) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use std::io::{BufRead as _, Write as _};
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let seen = calls.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut reader = std::io::BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let mut parts = line.split_whitespace();
+            let call = format!(
+                "{} {}",
+                parts.next().unwrap_or(""),
+                parts.next().unwrap_or("")
+            );
+            seen.lock().unwrap().push(call);
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+            }
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    calls
+}
+
+/// `alloy run`'s documented flags (grafana/alloy docs/sources/reference/cli/run.md).
+const ALLOY_RUN_FLAGS: &[&str] = &[
+    "--server.http.enable-pprof",
+    "--server.http.memory-addr",
+    "--server.http.listen-addr",
+    "--server.http.ui-path-prefix",
+    "--storage.path",
+    "--disable-reporting",
+    "--cluster.enabled",
+    "--config.format",
+    "--config.bypass-conversion-errors",
+    "--config.extra-args",
+    "--stability.level",
+    "--feature.community-components.enabled",
+];
+
+#[test]
+fn the_alloy_deployment_runs_cmpoll_and_hands_alloy_one_consistent_folder() {
+    if !pod_tools() {
+        return;
+    }
+    let objects = render("alloy");
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let spec = &deployment["spec"]["template"]["spec"];
+    let alloy = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| s(&c["image"]).contains("grafana/alloy"))
+        .expect("an Alloy container");
+    // `alloy run [FLAG…] PATH`: exactly one path, known flags.
+    let args: Vec<&str> = alloy["args"].as_array().unwrap().iter().map(s).collect();
+    assert_eq!(args.first(), Some(&"run"), "{args:?}");
+    let paths: Vec<&&str> = args[1..].iter().filter(|a| !a.starts_with("--")).collect();
+    assert_eq!(paths.len(), 1, "alloy run takes exactly one path: {args:?}");
+    for a in args[1..].iter().filter(|a| a.starts_with("--")) {
+        let flag = a.split('=').next().unwrap();
+        assert!(
+            ALLOY_RUN_FLAGS.contains(&flag),
+            "alloy run has no flag {flag}"
+        );
+    }
+    let listen = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--server.http.listen-addr="))
+        .unwrap_or("127.0.0.1:12345");
+    // Probes come from the kubelet, to the pod's address: not loopback only.
+    assert!(
+        !listen.starts_with("127.") && !listen.starts_with("localhost"),
+        "Alloy listens on {listen}: the kubelet's probes cannot reach it"
+    );
+    for kind in ["livenessProbe", "readinessProbe"] {
+        let get = &alloy[kind]["httpGet"];
+        assert!(
+            get["host"].is_null(),
+            "alloy {kind} sets host {}",
+            get["host"]
+        );
+        assert_eq!(
+            u64::from(port(alloy, &get["port"])),
+            listen.rsplit(':').next().unwrap().parse::<u64>().unwrap()
+        );
+    }
+    // cmpoll runs for real and fills the folder Alloy is given. Alloy's binary is not
+    // here: a stand-in answers on its port so that cmpoll's reload calls (and so its
+    // readiness) can be checked; Alloy's own probes are checked above, not asked.
+    let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
+    let reloads = stand_in(listen.rsplit(':').next().unwrap().parse().unwrap());
+    let server = cluster_for(&objects);
+    let dir = tempfile::tempdir().unwrap();
+    let pod = start_pod(&server, &objects, deployment, dir.path());
+    probes_pass(spec, &pod);
+    let mount = alloy["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == *paths[0])
+        .unwrap_or_else(|| panic!("Alloy's path {} is not a mount", paths[0]));
+    let folder = pod.volumes[s(&mount["name"])].clone();
+    let files: BTreeMap<String, String> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".alloy"))
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().to_string(),
+                std::fs::read_to_string(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        files.contains_key("cmpoll.alloy-base.alloy")
+            && files.contains_key("monitoring.payments-scrape.alloy"),
+        "{:?}\n{}",
+        files.keys(),
+        pod.log()
+    );
+    // Every `KIND.LABEL.export` reference names a block some file defines, and no label is
+    // defined twice (Alloy loads the folder as one configuration).
+    let all: String = files.values().cloned().collect();
+    let mut defined = Vec::new();
+    for line in all.lines() {
+        let t = line.trim();
+        if let Some((kind, rest)) = t.split_once(" \"") {
+            if let Some((label, _)) = rest.split_once("\" {") {
+                defined.push(format!("{kind}.{label}"));
+            }
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for d in &defined {
+        assert!(seen.insert(d), "{d} is defined twice across the folder");
+    }
+    for word in all.split(|c: char| !(c.is_alphanumeric() || c == '.' || c == '_')) {
+        let parts: Vec<&str> = word.split('.').collect();
+        if parts.len() >= 4 && matches!(parts[0], "prometheus" | "discovery" | "loki") {
+            let block = parts[..parts.len() - 1].join(".");
+            assert!(
+                defined.contains(&block),
+                "{word} refers to {block}, defined nowhere: {defined:?}"
+            );
+        }
+    }
+    let calls = reloads.lock().unwrap().clone();
+    assert!(calls.iter().any(|c| c == "POST /-/reload"), "{calls:?}");
+    // A module the agent may not load has no Kubernetes API to reach: no token for Alloy.
+    assert!(
+        !alloy["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| s(&m["mountPath"]).contains("serviceaccount")),
+        "Alloy gets a service-account token"
+    );
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    drop(pod);
+}
