@@ -703,10 +703,10 @@ fn the_alloy_deployment_runs_cmpoll_and_hands_alloy_one_consistent_folder() {
     let mut defined = Vec::new();
     for line in all.lines() {
         let t = line.trim();
-        if let Some((kind, rest)) = t.split_once(" \"") {
-            if let Some((label, _)) = rest.split_once("\" {") {
-                defined.push(format!("{kind}.{label}"));
-            }
+        if let Some((kind, rest)) = t.split_once(" \"")
+            && let Some((label, _)) = rest.split_once("\" {")
+        {
+            defined.push(format!("{kind}.{label}"));
         }
     }
     let mut seen = std::collections::BTreeSet::new();
