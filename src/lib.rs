@@ -44,8 +44,10 @@ use settings::{Mode, RunSettings, Settings};
 
 /// Runs a parsed command; `env` is the process environment (a parameter for tests).
 pub fn run(command: Command, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+    // Before anything can fail: even a usage error reaches the journal with its priority.
+    let journal = ops::logging::detect_journal(env);
     let settings = Settings::from_args(&command, env)?;
-    ops::logging::init(settings.log_format);
+    ops::logging::init(settings.log_format, journal);
     let metrics = Metrics::new();
     let in_flight = InFlight::default();
     let handles = kube::client::Handles {

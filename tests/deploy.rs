@@ -55,8 +55,11 @@ fn the_systemd_unit_verifies_and_exposes_at_most_2_0() {
         "Type=notify",
         "WatchdogSec=",
         "Restart=on-failure",
-        "DynamicUser=yes",
+        "User=cmpoll",
+        "Group=cmpoll",
         "StateDirectory=cmpoll",
+        "StateDirectoryMode=0750",
+        "CMPOLL_FILE_MODE=0640",
         "EnvironmentFile=",
     ] {
         assert!(
@@ -336,4 +339,107 @@ fn the_dockerfile_copies_the_binary_the_build_produces() {
         dockerignore.lines().any(|l| l.trim() == "target/"),
         "the context excludes build output"
     );
+}
+
+/// The unit's user design, with real users: `systemd-sysusers` makes the user and group
+/// from `cmpoll.sysusers`; cmpoll, run as that user with the unit's `UMask` and
+/// `CMPOLL_FILE_MODE` in a state folder of `StateDirectoryMode`, writes modules that an
+/// agent in the group reads and another user cannot.
+#[test]
+fn the_units_user_and_group_let_the_agent_read_and_no_one_else() {
+    let root_user = rustix::process::geteuid().is_root();
+    if crate::util::skip_unless(
+        root_user && crate::agents::tool("setpriv").is_some(),
+        "root and setpriv (util-linux)",
+    ) {
+        return;
+    }
+    let unit = std::fs::read_to_string(root().join("systemd/cmpoll.service")).unwrap();
+    let setting = |key: &str| -> String {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("{key} in the unit"))
+            .to_string()
+    };
+    let (umask, state_mode) = (setting("UMask="), setting("StateDirectoryMode="));
+    let file_mode = setting("Environment=CMPOLL_FILE_MODE=");
+    assert_eq!(setting("User="), "cmpoll");
+    // The user and group, as systemd-sysusers makes them from the shipped file.
+    let sys = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(sys.path().join("etc")).unwrap();
+    let (ok, out) = run(Command::new("systemd-sysusers")
+        .arg(format!("--root={}", sys.path().display()))
+        .arg(root().join("systemd/cmpoll.sysusers")));
+    assert!(ok, "systemd-sysusers: {out}");
+    let passwd = std::fs::read_to_string(sys.path().join("etc/passwd")).unwrap();
+    let entry: Vec<&str> = passwd
+        .lines()
+        .find(|l| l.starts_with("cmpoll:"))
+        .expect("a cmpoll user")
+        .split(':')
+        .collect();
+    let group = std::fs::read_to_string(sys.path().join("etc/group")).unwrap();
+    assert!(
+        group
+            .lines()
+            .any(|l| l.starts_with(&format!("cmpoll:x:{}:", entry[3])))
+    );
+    assert_eq!(entry[5], "/var/lib/cmpoll");
+    // Ids for this run that no one on this machine uses.
+    let (uid, gid, agent, other) = (61_390, 61_390, 61_391, 61_392);
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().join("cmpoll");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = u32::from_str_radix(&state_mode, 8).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out_dir = dir.join("modules");
+    let (ok, out) = run(Command::new("sh")
+        .args([
+            "-c",
+            &format!("umask {umask}; exec \"$@\""),
+            "sh",
+            "setpriv",
+        ])
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={gid}"),
+            "--clear-groups",
+            BIN,
+            "run",
+            "--once",
+            "--manifests",
+        ])
+        .arg(root().join("k8s/examples"))
+        .arg("--out-dir")
+        .arg(&out_dir)
+        .env("CMPOLL_FILE_MODE", &file_mode));
+    assert!(ok, "cmpoll as the unit's user: {out}");
+    let file = out_dir.join("team-payments/payments-rules/payments.rules.yaml");
+    let read_as = |uid: u32, groups: &str| {
+        Command::new("setpriv")
+            .args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                groups,
+                "cat",
+            ])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let agent_read = read_as(agent, &format!("--groups={gid}"));
+    assert!(
+        agent_read.status.success(),
+        "the agent in the group: {agent_read:?}"
+    );
+    assert!(String::from_utf8_lossy(&agent_read.stdout).contains("PaymentsHighErrorRate"));
+    let other_read = read_as(other, "--clear-groups");
+    assert!(
+        !other_read.status.success(),
+        "another user read the modules"
+    );
+    assert!(String::from_utf8_lossy(&other_read.stderr).contains("Permission denied"));
 }

@@ -282,3 +282,69 @@ fn json_logs_are_one_object_per_line() {
             .any(|l| l["level"] == "info" && l["target"] == "cmpoll::daemon")
     );
 }
+
+/// Under systemd (stderr is the journal's stream, named by `JOURNAL_STREAM`), every line
+/// carries its sd-daemon(3) priority, the final error included; with a stale
+/// `JOURNAL_STREAM` (another stream's) lines stay plain.
+#[test]
+fn journal_lines_carry_their_priority() {
+    use std::os::unix::fs::MetadataExt as _;
+    let s = TestApiserver::start();
+    s.put(module("a", "m", "1"));
+    s.fault(Match::lists(), Fault::InternalError, 4);
+    let c = Cmpoll::against(&s).env("RUST_LOG", "debug");
+    let run = |format: &str, stale: bool| -> Vec<String> {
+        let path = c.path(&format!("stderr-{format}-{stale}"));
+        let file = std::fs::File::create(&path).unwrap();
+        let m = file.metadata().unwrap();
+        let stream = format!("{}:{}", m.dev(), m.ino() + u64::from(stale));
+        let mut cmd = c.command();
+        cmd.args(["run", "--once", "--log-format", format])
+            .env("JOURNAL_STREAM", stream)
+            .stdout(std::process::Stdio::null())
+            .stderr(file);
+        let mut child = crate::util::KillOnDrop(cmd.spawn().unwrap());
+        let start = Instant::now();
+        let status = loop {
+            if let Some(st) = child.0.try_wait().unwrap() {
+                break st;
+            }
+            assert!(start.elapsed() < SOON, "cmpoll did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(status.code(), Some(1));
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    for format in ["text", "json"] {
+        let lines = run(format, false);
+        assert!(
+            lines.iter().any(|l| l.starts_with("<7>"))
+                && lines.iter().any(|l| l.starts_with("<6>")),
+            "{lines:?}"
+        );
+        for l in &lines {
+            assert!(
+                ["<3>", "<4>", "<6>", "<7>"]
+                    .iter()
+                    .any(|p| l.starts_with(p)),
+                "{l}"
+            );
+        }
+        let last = lines.last().unwrap();
+        assert!(
+            last.starts_with("<3>") && last.contains("500 InternalError"),
+            "{last}"
+        );
+        if format == "json" {
+            let v: serde_json::Value = serde_json::from_str(&last[3..]).unwrap();
+            assert_eq!(v["level"], "error");
+        }
+        let plain = run(format, true);
+        assert!(plain.iter().all(|l| !l.starts_with('<')), "{plain:?}");
+        assert!(plain.last().unwrap().contains("500 InternalError"));
+    }
+}
