@@ -3,8 +3,9 @@
 //! After each batch with changes (the first batch included) the URL is called with
 //! `--reload-method` (default POST) and an empty body; a 2xx answer is success. Calls run on
 //! their own thread, so later sinks never wait for them: a failure is retried with backoff
-//! (1 s doubling, at most `ATTEMPTS` tries per batch) and a newer batch replaces a pending
-//! retry. Each outcome is reported for `/readyz` and the metrics. The URL's userinfo is
+//! (1 s doubling up to 30 s) until a call succeeds, and a newer batch replaces a pending
+//! retry (SPEC): an agent that takes minutes to start still gets its reload, and `/readyz`
+//! recovers without waiting for a ConfigMap to change. Each outcome is reported for `/readyz` and the metrics. The URL's userinfo is
 //! sent as basic auth; neither it nor the query string appears in a log line or an error.
 
 use std::path::PathBuf;
@@ -17,8 +18,6 @@ use crate::backoff::{Backoff, Rng};
 use crate::http::tls::{self, Trust};
 use crate::http::url;
 
-/// Tries per batch before giving up until the next batch.
-pub const ATTEMPTS: u32 = 5;
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
@@ -95,23 +94,26 @@ impl ReloadUrl {
         let (tx, rx) = mpsc::channel();
         thread::Builder::new()
             .name("reload-url".into())
-            .spawn(move || caller(&rx, &report, call, &what))
+            .spawn(move || {
+                let backoff = Backoff::new(FIRST_RETRY, MAX_RETRY, 0.0, Rng::new(0));
+                caller(&rx, &report, call, &what, backoff)
+            })
             .map_err(|e| format!("--reload-url: cannot start its thread: {e}"))?;
         Ok(ReloadUrl { tx })
     }
 }
 
-/// The caller loop: one batch number at a time, the newest wins.
+/// The caller loop: one batch number at a time, the newest wins; retried until it works.
 fn caller(
     rx: &Receiver<u64>,
     report: &ReloadReport,
     call: impl Fn() -> Result<(), String>,
     what: &str,
+    mut backoff: Backoff,
 ) {
     let mut current: Option<u64> = None;
-    let mut attempts = 0;
-    let mut backoff = Backoff::new(FIRST_RETRY, MAX_RETRY, 0.0, Rng::new(0));
-    let mut wait = FIRST_RETRY;
+    let mut attempts = 0_u64;
+    let mut wait = Duration::ZERO;
     loop {
         let next = match current {
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -137,18 +139,15 @@ fn caller(
                 log::debug!("{what}: reloaded (poll {batch})");
                 current = None;
             }
-            Err(e) if attempts >= ATTEMPTS => {
-                log::warn!(
-                    "{what} failed: {e}; giving up on poll {batch} after {attempts} attempts"
-                );
-                current = None;
-            }
             Err(e) => {
                 wait = backoff.after_failure(None);
-                log::warn!(
-                    "{what} failed: {e}; retrying in {}",
-                    humantime::format_duration(wait)
-                );
+                // One warning per doubling, then one every tenth attempt at the cap.
+                if attempts <= 6 || attempts.is_multiple_of(10) {
+                    log::warn!(
+                        "{what} failed: {e}; retrying in {} (attempt {attempts} for poll {batch})",
+                        humantime::format_duration(wait)
+                    );
+                }
             }
         }
         report.report(what, result);
@@ -193,6 +192,7 @@ mod tests {
                     }
                 },
                 "POST http://x",
+                Backoff::new(FIRST_RETRY, MAX_RETRY, 0.0, Rng::new(0)),
             )
         });
         let wait_calls = |n: u32| {
@@ -221,5 +221,44 @@ mod tests {
             text.contains("cmpoll_reloads_total{result=\"success\"} 1"),
             "{text}"
         );
+    }
+
+    /// SPEC: retried until it succeeds, however many attempts that takes.
+    #[test]
+    fn a_failing_call_is_retried_until_it_succeeds() {
+        let (tx, rx) = mpsc::channel();
+        let report = ReloadReport::default();
+        let calls = Arc::new(AtomicU32::new(0));
+        let c = calls.clone();
+        let t = thread::spawn(move || {
+            caller(
+                &rx,
+                &report,
+                || {
+                    // An agent that answers only on the twelfth call.
+                    if c.fetch_add(1, Ordering::SeqCst) < 11 {
+                        Err("connection refused".into())
+                    } else {
+                        Ok(())
+                    }
+                },
+                "POST http://x",
+                Backoff::new(
+                    Duration::from_millis(1),
+                    Duration::from_millis(4),
+                    0.0,
+                    Rng::new(0),
+                ),
+            )
+        });
+        tx.send(1).unwrap();
+        let start = std::time::Instant::now();
+        while calls.load(Ordering::SeqCst) < 12 {
+            assert!(start.elapsed() < Duration::from_secs(10), "retries stopped");
+            thread::sleep(Duration::from_millis(2));
+        }
+        drop(tx);
+        t.join().unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 12, "no call after the success");
     }
 }
