@@ -470,3 +470,49 @@ fn version_help_and_usage() {
             .starts_with("no apiserver configured: use --manifests DIR, --server URL")
     );
 }
+
+/// Mistakes caught before any request (issue 17), with the real binary: exit 2, one line
+/// naming the flag or variable; and `--namespace a,b` on the command line.
+#[test]
+fn cli_mistakes_are_usage_errors_before_any_request() {
+    let s = test_apiserver::TestApiserver::start();
+    for (args, env, want) in [
+        (&["list", "--selector", ""][..], None, "--selector: empty"),
+        (
+            &["list"][..],
+            Some(("CMPOLL_SELECTOR", "")),
+            "CMPOLL_SELECTOR: empty",
+        ),
+        (
+            &["run", "--layout", "concat"][..],
+            None,
+            "--layout: only used with --out-dir",
+        ),
+        (
+            &["run", "--shutdown-grace", "1s"][..],
+            None,
+            "--shutdown-grace: only used with an agent",
+        ),
+        (
+            &["run"][..],
+            Some(("CMPOLL_OUT_DIR", "")),
+            "CMPOLL_OUT_DIR: empty",
+        ),
+    ] {
+        let mut c = crate::util::Cmpoll::against(&s).args(args);
+        if let Some((k, v)) = env {
+            c = c.env(k, v);
+        }
+        let run = c.run().failure(2);
+        assert!(run.error_line().starts_with(want), "{}", run.described);
+        assert!(s.requests().is_empty(), "{}", run.described);
+    }
+    s.put(crate::util::module("a", "m", "1"));
+    s.put(crate::util::module("b", "m", "1"));
+    s.put(crate::util::module("c", "m", "1"));
+    let run = crate::util::Cmpoll::against(&s)
+        .args(&["list", "--json", "--namespace", "a,b"])
+        .run()
+        .success();
+    assert_eq!(run.modules(), ["a/m", "b/m"]);
+}

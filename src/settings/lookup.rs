@@ -39,20 +39,24 @@ impl Lookup<'_> {
         }
     }
 
+    /// A repeatable flag: each value may itself be a comma-separated list, on the command
+    /// line (`--namespace a,b`) as in the environment (`CMPOLL_NAMESPACE=a,b`).
     pub fn list(&self, cli: &[String], flag: &str) -> (Vec<String>, String) {
+        let split = |v: &str| -> Vec<String> {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
         if !cli.is_empty() {
-            return (cli.to_vec(), format!("--{flag}"));
+            return (
+                cli.iter().flat_map(|v| split(v)).collect(),
+                format!("--{flag}"),
+            );
         }
         let name = env_name(flag);
-        let values = (self.env)(&name)
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let values = (self.env)(&name).map(|v| split(&v)).unwrap_or_default();
         (values, name)
     }
 

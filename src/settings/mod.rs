@@ -81,8 +81,13 @@ impl Settings {
     }
 }
 
-fn path(v: Option<Val>) -> Option<PathBuf> {
-    v.map(|v| PathBuf::from(v.value))
+/// A path flag; an empty value (`CMPOLL_OUT_DIR=` from an empty template) is an error
+/// naming where it came from, not a path.
+fn path(v: Option<Val>) -> Result<Option<PathBuf>, Error> {
+    match v {
+        Some(v) if v.value.is_empty() => Err(usage(&v.from, "empty: give a path, or unset it")),
+        v => Ok(v.map(|v| PathBuf::from(v.value))),
+    }
 }
 
 fn source_options(c: &Common, look: &Lookup) -> Result<source::Options, Error> {
@@ -125,16 +130,22 @@ fn origin(c: &Common, look: &Lookup) -> Result<source::Origin, Error> {
     }
     Ok(source::Origin::Api(Flags {
         server: look.opt(&c.server, "server").map(|v| v.value),
-        token_file: path(look.opt(&c.token_file, "token-file")),
-        ca_file: path(look.opt(&c.ca_file, "ca-file")),
-        kubeconfig: path(look.opt(&c.kubeconfig, "kubeconfig")),
+        token_file: path(look.opt(&c.token_file, "token-file"))?,
+        ca_file: path(look.opt(&c.ca_file, "ca-file"))?,
+        kubeconfig: path(look.opt(&c.kubeconfig, "kubeconfig"))?,
         context: look.opt(&c.context, "context").map(|v| v.value),
-        service_account_dir: path(look.opt(&c.service_account_dir, "service-account-dir")),
+        service_account_dir: path(look.opt(&c.service_account_dir, "service-account-dir"))?,
     }))
 }
 
 fn selection(c: &Common, look: &Lookup) -> Result<Selection, Error> {
     let labels = match look.opt(&c.selector, "selector") {
+        Some(v) if v.value.trim().is_empty() => {
+            return Err(usage(
+                &v.from,
+                "empty: it would hand every ConfigMap of the scope to the agent (give a selector; the default is cmpoll.io/module=true)",
+            ));
+        }
         Some(v) => LabelSelector::parse(&v.value).map_err(|e| usage(&v.from, e))?,
         None => LabelSelector::parse(DEFAULT_SELECTOR).expect("the default selector parses"),
     };
@@ -269,15 +280,26 @@ fn out_dir(r: &RunArgs, look: &Lookup) -> Result<Option<outdir::Options>, Error>
         Some(v) => parse_duration(&v)?,
         None => Duration::from_secs(30),
     };
-    Ok(
-        path(look.opt(&r.out_dir, "out-dir")).map(|dir| outdir::Options {
-            dir,
-            layout,
-            ext: ext.map(|e| e.value).unwrap_or_default(),
-            file_mode,
-            old_version_ttl,
-        }),
-    )
+    let dir = path(look.opt(&r.out_dir, "out-dir"))?;
+    if dir.is_none() {
+        // A flag of the output folder without one is a mistake, not a no-op.
+        for (value, flag) in [
+            (&r.layout, "layout"),
+            (&r.file_mode, "file-mode"),
+            (&r.old_version_ttl, "old-version-ttl"),
+        ] {
+            if let Some(v) = look.opt(value, flag) {
+                return Err(usage(&v.from, "only used with --out-dir"));
+            }
+        }
+    }
+    Ok(dir.map(|dir| outdir::Options {
+        dir,
+        layout,
+        ext: ext.map(|e| e.value).unwrap_or_default(),
+        file_mode,
+        old_version_ttl,
+    }))
 }
 
 fn agent(
@@ -331,6 +353,7 @@ fn agent(
             ("never", child::Restart::Never),
         ],
     )?;
+    needs_agent(&look.opt(&r.shutdown_grace, "shutdown-grace"))?;
     let grace = look.duration(&r.shutdown_grace, "shutdown-grace", Duration::from_secs(10))?;
     if r.agent.is_empty() {
         return Ok(None);
@@ -379,10 +402,11 @@ fn reload_url(
     {
         return Err(usage(&v.from, "only used with --reload-url"));
     }
+    let ca_file = path(ca_file)?;
     Ok(url.map(|url| reload_url::Options {
         url,
         method,
-        ca_file: path(ca_file),
+        ca_file,
         timeout,
     }))
 }

@@ -109,7 +109,7 @@ fn usage_errors_name_the_flag_or_variable() {
             "--interval: '10000000000000000000s' is too long (at most 365d)",
         ),
         (
-            &["run"],
+            &["run", "--", "agent"],
             &[("CMPOLL_SHUTDOWN_GRACE", "400d")],
             "CMPOLL_SHUTDOWN_GRACE: '400d' is too long",
         ),
@@ -193,6 +193,47 @@ fn usage_errors_name_the_flag_or_variable() {
             &[],
             "--once: cannot be combined with an agent command",
         ),
+        // Issue 17: mistakes that used to pass.
+        (
+            &["list", "--selector", ""],
+            &[],
+            "--selector: empty: it would hand every ConfigMap",
+        ),
+        (
+            &["list"],
+            &[("CMPOLL_SELECTOR", " ")],
+            "CMPOLL_SELECTOR: empty: it would hand every ConfigMap",
+        ),
+        (
+            &["run", "--layout", "concat"],
+            &[],
+            "--layout: only used with --out-dir",
+        ),
+        (
+            &["run"],
+            &[("CMPOLL_FILE_MODE", "0640")],
+            "CMPOLL_FILE_MODE: only used with --out-dir",
+        ),
+        (
+            &["run", "--old-version-ttl", "5s"],
+            &[],
+            "--old-version-ttl: only used with --out-dir",
+        ),
+        (
+            &["run", "--shutdown-grace", "5s"],
+            &[],
+            "--shutdown-grace: only used with an agent command",
+        ),
+        (
+            &["run"],
+            &[("CMPOLL_OUT_DIR", "")],
+            "CMPOLL_OUT_DIR: empty: give a path, or unset it",
+        ),
+        (
+            &["list"],
+            &[("CMPOLL_KUBECONFIG", "")],
+            "CMPOLL_KUBECONFIG: empty: give a path, or unset it",
+        ),
     ];
     for (args, env, want) in cases {
         let e = settings(args, env).unwrap_err();
@@ -248,4 +289,19 @@ fn sizes() {
     }
     assert!(parse_size("0").is_err());
     assert!(parse_size("MiB").is_err());
+}
+
+/// `--namespace a,b` on the command line, as `CMPOLL_NAMESPACE=a,b` (issue 17).
+#[test]
+fn list_flags_take_commas_on_the_command_line_too() {
+    let names = |args: &[&str], env: &[(&str, &str)]| {
+        let s = settings(args, env).unwrap();
+        s.source.selection.namespaces.clone()
+    };
+    let want = ["a", "b", "c"];
+    assert_eq!(
+        names(&["list", "--namespace", "a,b", "--namespace", "c"], &[]),
+        want
+    );
+    assert_eq!(names(&["list"], &[("CMPOLL_NAMESPACE", "a, b,c")]), want);
 }

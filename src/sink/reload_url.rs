@@ -259,6 +259,10 @@ mod tests {
         }
         drop(tx);
         t.join().unwrap();
-        assert_eq!(calls.load(Ordering::SeqCst), 12, "no call after the success");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            12,
+            "no call after the success"
+        );
     }
 }
