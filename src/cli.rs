@@ -195,9 +195,20 @@ args! {
         /// how long the agent gets to stop before SIGKILL (default: 10s)
         #[argh(option, arg_name = "DURATION")]
         pub shutdown_grace: Option<String>,
-        /// call this URL after each batch with changes
+        /// call this URL after each batch with changes, repeatable
         #[argh(option, arg_name = "URL")]
-        pub reload_url: Option<String>,
+        pub reload_url: Vec<String>,
+        /// extra header for --reload-url calls, 'Name: value' or 'Name: @FILE' (read at
+        /// each call), repeatable
+        #[argh(option, arg_name = "HEADER")]
+        pub reload_header: Vec<String>,
+        /// per call of --reload-url, and with --once how long delivery may take (default: 30s)
+        #[argh(option, arg_name = "DURATION")]
+        pub reload_timeout: Option<String>,
+        /// do not call --reload-url after the first batch (the agent reads the folder when
+        /// it starts)
+        #[argh(switch)]
+        pub reload_skip_first: bool,
         /// HTTP method for --reload-url (default: POST)
         #[argh(option, arg_name = "METHOD")]
         pub reload_method: Option<String>,

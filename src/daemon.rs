@@ -268,15 +268,25 @@ impl Daemon {
         self.polled_ok(&store, &stats, synced, done.took);
         self.metrics().write_failures(unwritten.len());
         if self.opts.once {
+            // Everything delivered, reload calls included, or exit 1 (SPEC).
+            let mut problems: Vec<String> = (self.sinks.iter_mut())
+                .filter_map(|s| s.finish().err())
+                .collect();
             self.shutdown(None);
-            if unwritten.is_empty() {
+            if !unwritten.is_empty() {
+                problems.insert(
+                    0,
+                    format!(
+                        "{} module(s) could not be written: {} (see the warnings above)",
+                        unwritten.len(),
+                        unwritten.join(", ")
+                    ),
+                );
+            }
+            if problems.is_empty() {
                 return Next::Stop(Ok(()));
             }
-            return Next::Stop(Err(Error::Runtime(format!(
-                "{} module(s) could not be written: {} (see the warnings above)",
-                unwritten.len(),
-                unwritten.join(", ")
-            ))));
+            return Next::Stop(Err(Error::Runtime(problems.join("; "))));
         }
         Next::Poll(store, self.backoff.after_success())
     }

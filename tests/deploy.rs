@@ -92,8 +92,12 @@ fn the_example_environment_file_is_accepted_by_cmpoll() {
         assert!(k.starts_with("CMPOLL_"), "{k}");
         c = c.env(k, v);
     }
-    // What the unit adds, and what only this test changes: the server and a free port.
+    // What the unit adds, and what only this test changes: the server, a free port, and
+    // the agent's reload endpoint (--once waits for it).
+    assert!(env_file.contains("CMPOLL_RELOAD_URL=http://127.0.0.1:12345/-/reload"));
+    let (reload, reloads) = crate::util::http::reload_server(vec![]);
     let c = c
+        .env("CMPOLL_RELOAD_URL", &reload)
         .env("CMPOLL_SERVER", &s.url())
         .env("CMPOLL_CA_FILE", ca.to_str().unwrap())
         .env("CMPOLL_TOKEN_FILE", token.to_str().unwrap())
@@ -108,6 +112,7 @@ fn the_example_environment_file_is_accepted_by_cmpoll() {
         list.path, "/api/v1/namespaces/team-payments/configmaps",
         "CMPOLL_NAMESPACE applied"
     );
+    assert_eq!(reloads.lock().unwrap().len(), 1, "{}", run.described);
 }
 
 /// The manifests of every kustomize variant plus the examples, in a folder.

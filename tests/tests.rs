@@ -19,5 +19,6 @@ mod offcluster;
 mod ops;
 mod outdir;
 mod pod;
+mod reload;
 mod run;
 mod soak;

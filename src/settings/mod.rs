@@ -66,7 +66,7 @@ impl Settings {
             Command::List(l) => Mode::List {
                 json: look.switch(l.json, "json")?,
             },
-            Command::Run(r) => Mode::Run(Box::new(run(r, &look, source.client.timeout)?)),
+            Command::Run(r) => Mode::Run(Box::new(run(r, &look)?)),
         };
         Ok(Settings {
             command: mode,
@@ -203,10 +203,10 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("'{s}' is not an address (e.g. :8080, 127.0.0.1:8080, [::]:8080)"))
 }
 
-fn run(r: &RunArgs, look: &Lookup, timeout: Duration) -> Result<RunSettings, Error> {
+fn run(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
     let out_dir = out_dir(r, look)?;
     let agent = agent(r, look, out_dir.as_ref())?;
-    let reload_url = reload_url(r, look, timeout)?;
+    let reload_url = reload_url(r, look)?;
     let once = look.switch(r.once, "once")?;
     if once && agent.is_some() {
         return Err(usage("--once", "cannot be combined with an agent command"));
@@ -368,18 +368,13 @@ fn agent(
     }))
 }
 
-fn reload_url(
-    r: &RunArgs,
-    look: &Lookup,
-    timeout: Duration,
-) -> Result<Option<reload_url::Options>, Error> {
-    let url = match look.opt(&r.reload_url, "reload-url") {
-        Some(v) => {
-            crate::kube::config::normalize_server(&v.value).map_err(|e| usage(&v.from, e))?;
-            Some(v.value)
-        }
-        None => None,
-    };
+fn reload_url(r: &RunArgs, look: &Lookup) -> Result<Option<reload_url::Options>, Error> {
+    let (urls, from) = look.list(&r.reload_url, "reload-url");
+    for u in &urls {
+        crate::kube::config::normalize_server(u).map_err(|e| usage(&from, e))?;
+    }
+    let given = !urls.is_empty();
+    let only_with_url = |from: &str| usage(from, "only used with --reload-url");
     let method = match look.opt(&r.reload_method, "reload-method") {
         Some(v) => {
             let m = v.value.trim().to_ascii_uppercase();
@@ -389,8 +384,8 @@ fn reload_url(
                     format!("'{}' is not an HTTP method", v.value),
                 ));
             }
-            if url.is_none() {
-                return Err(usage(&v.from, "only used with --reload-url"));
+            if !given {
+                return Err(only_with_url(&v.from));
             }
             m
         }
@@ -398,16 +393,42 @@ fn reload_url(
     };
     let ca_file = look.opt(&r.reload_ca_file, "reload-ca-file");
     if let Some(v) = &ca_file
-        && url.is_none()
+        && !given
     {
-        return Err(usage(&v.from, "only used with --reload-url"));
+        return Err(only_with_url(&v.from));
+    }
+    // Header values may hold commas: one per flag; the variable splits on commas.
+    let (raw, header_from) = if r.reload_header.is_empty() {
+        look.list(&[], "reload-header")
+    } else {
+        (r.reload_header.clone(), "--reload-header".to_string())
+    };
+    let mut headers = Vec::new();
+    for h in &raw {
+        headers.push(reload_url::Header::parse(h).map_err(|e| usage(&header_from, e))?);
+    }
+    if !headers.is_empty() && !given {
+        return Err(only_with_url(&header_from));
+    }
+    let timeout_v = look.opt(&r.reload_timeout, "reload-timeout");
+    if let Some(v) = &timeout_v
+        && !given
+    {
+        return Err(only_with_url(&v.from));
+    }
+    let timeout = look.duration(&r.reload_timeout, "reload-timeout", Duration::from_secs(30))?;
+    let skip_first = look.switch(r.reload_skip_first, "reload-skip-first")?;
+    if skip_first && !given {
+        return Err(only_with_url("--reload-skip-first"));
     }
     let ca_file = path(ca_file)?;
-    Ok(url.map(|url| reload_url::Options {
-        url,
+    Ok(given.then_some(reload_url::Options {
+        urls,
         method,
         ca_file,
         timeout,
+        headers,
+        skip_first,
     }))
 }
 

@@ -102,6 +102,10 @@ pub trait Sink {
     }
     /// cmpoll is stopping because of `signal` (or `None`: its own decision).
     fn shutdown(&mut self, _signal: Option<Signal>) {}
+    /// `--once`: wait for what this sink delivers in the background; what was not.
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Where a reload path reports each outcome: readiness and the reload counter.

@@ -5,102 +5,246 @@
 //! their own thread, so later sinks never wait for them: a failure is retried with backoff
 //! (1 s doubling up to 30 s) until a call succeeds, and a newer batch replaces a pending
 //! retry (SPEC): an agent that takes minutes to start still gets its reload, and `/readyz`
-//! recovers without waiting for a ConfigMap to change. Each outcome is reported for `/readyz` and the metrics. The URL's userinfo is
+//! recovers without waiting for a ConfigMap to change. Every `--reload-url` has its own
+//! caller and retries; `--reload-header`s go to all (`@FILE` values read at each call);
+//! `--reload-skip-first` skips the first batch; with `--once`, `finish` waits for every
+//! URL to have answered. Each outcome is reported for `/readyz` and the metrics. The URL's userinfo is
 //! sent as basic auth; neither it nor the query string appears in a log line or an error.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Batch, Fatal, Outcome, ReloadReport, Sink};
 use crate::backoff::{Backoff, Rng};
 use crate::http::tls::{self, Trust};
 use crate::http::url;
+use crate::secret::Secret;
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug)]
 pub struct Options {
-    pub url: String,
+    /// Every URL is called, each with its own retries.
+    pub urls: Vec<String>,
     pub method: String,
     pub ca_file: Option<PathBuf>,
-    /// Per call.
+    /// Per call (`--reload-timeout`); with `--once`, also how long delivery may take.
     pub timeout: Duration,
+    /// `--reload-header`, sent to every URL.
+    pub headers: Vec<Header>,
+    /// `--reload-skip-first`: not after the first batch (the agent read the folder when it
+    /// started).
+    pub skip_first: bool,
+}
+
+/// `--reload-header 'Name: value'`; `Name: @FILE` reads the value at each call.
+#[derive(Clone, Debug)]
+pub struct Header {
+    pub name: String,
+    pub value: HeaderValue,
+}
+
+#[derive(Clone, Debug)]
+pub enum HeaderValue {
+    Text(Secret),
+    File(PathBuf),
+}
+
+impl Header {
+    /// Parses `Name: value` (a header name that HTTP allows; `@FILE` for a file).
+    pub fn parse(text: &str) -> Result<Header, String> {
+        let (name, value) = text.split_once(':').ok_or("expected 'Name: value'")?;
+        let name = name.trim();
+        ureq::http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("'{name}' is not an HTTP header name"))?;
+        let value = value.trim();
+        let value = match value.strip_prefix('@') {
+            Some(path) if !path.is_empty() => HeaderValue::File(PathBuf::from(path)),
+            _ => HeaderValue::Text(Secret::new(value)),
+        };
+        Ok(Header {
+            name: name.to_string(),
+            value,
+        })
+    }
+
+    /// The value now: a file is read at each call, its trailing newline trimmed.
+    fn value(&self) -> Result<Secret, String> {
+        match &self.value {
+            HeaderValue::Text(s) => Ok(s.clone()),
+            HeaderValue::File(p) => std::fs::read_to_string(p)
+                .map(|v| Secret::new(v.trim_end_matches(['\n', '\r'])))
+                .map_err(|e| format!("header {}: cannot read '{}': {e}", self.name, p.display())),
+        }
+    }
+}
+
+/// What one URL's caller has done: the newest batch handed to it, the newest delivered,
+/// and the last failure. `--once` waits on it.
+#[derive(Default)]
+struct Delivery {
+    state: Mutex<(u64, u64, Option<String>)>,
+    changed: Condvar,
+}
+
+impl Delivery {
+    fn sent(&self, batch: u64) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 = batch;
+    }
+
+    fn outcome(&self, batch: u64, result: &Result<(), String>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(()) => {
+                s.1 = s.1.max(batch);
+                s.2 = None;
+            }
+            Err(e) => s.2 = Some(e.clone()),
+        }
+        self.changed.notify_all();
+    }
+
+    /// Waits until the newest batch sent is delivered, or `deadline`; the failure if not.
+    fn wait(&self, deadline: Instant) -> Result<(), String> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while s.1 < s.0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(s.2.clone().unwrap_or_else(|| "no answer yet".into()));
+            }
+            s = self
+                .changed
+                .wait_timeout(s, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+}
+
+struct Caller {
+    tx: Sender<u64>,
+    delivery: Arc<Delivery>,
+    what: String,
 }
 
 pub struct ReloadUrl {
-    tx: Sender<u64>,
+    callers: Vec<Caller>,
+    skip_first: bool,
+    timeout: Duration,
 }
 
 impl ReloadUrl {
-    /// Builds the client (TLS from the CA file or the platform) and starts the caller
-    /// thread.
+    /// Builds one client (TLS from the CA file or the platform) and one caller thread per
+    /// URL.
     pub fn new(
         o: &Options,
         report: ReloadReport,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ReloadUrl, String> {
-        let shown = url::redact(&o.url);
-        let trust = match &o.ca_file {
-            Some(p) => Trust::Pem {
-                pem: std::fs::read(p)
-                    .map_err(|e| format!("--reload-ca-file: cannot read '{}': {e}", p.display()))?,
-                origin: format!("--reload-ca-file '{}'", p.display()),
-            },
-            None => Trust::Platform,
-        };
-        // Plain http needs no TLS, but the connector wants a config; never used.
-        let trust = if o.url.starts_with("https://") {
-            trust
-        } else {
-            Trust::Insecure
-        };
-        let tls =
-            tls::client_config(&trust, None, env).map_err(|e| format!("--reload-url: {e}"))?;
-        let agent = crate::http::agent(crate::http::AgentOptions {
-            tls,
-            server_name: None,
+        let mut callers = Vec::new();
+        for u in &o.urls {
+            callers.push(caller_for(u, o, report.clone(), env)?);
+        }
+        Ok(ReloadUrl {
+            callers,
+            skip_first: o.skip_first,
             timeout: o.timeout,
-            disable_compression: true,
-            proxy: None,
-        });
-        // Userinfo becomes basic auth here; ureq never sees it.
-        let (bare, basic) = url::split_userinfo(&o.url);
+        })
+    }
+}
+
+fn caller_for(
+    target: &str,
+    o: &Options,
+    report: ReloadReport,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Caller, String> {
+    let shown = url::redact(target);
+    let trust = match &o.ca_file {
+        Some(p) => Trust::Pem {
+            pem: std::fs::read(p)
+                .map_err(|e| format!("--reload-ca-file: cannot read '{}': {e}", p.display()))?,
+            origin: format!("--reload-ca-file '{}'", p.display()),
+        },
+        None => Trust::Platform,
+    };
+    // Plain http needs no TLS, but the connector wants a config; never used.
+    let trust = if target.starts_with("https://") {
+        trust
+    } else {
+        Trust::Insecure
+    };
+    let tls = tls::client_config(&trust, None, env).map_err(|e| format!("--reload-url: {e}"))?;
+    let agent = crate::http::agent(crate::http::AgentOptions {
+        tls,
+        server_name: None,
+        timeout: o.timeout,
+        disable_compression: true,
+        proxy: None,
+    });
+    // Userinfo becomes basic auth here (ureq never sees it); an explicit Authorization
+    // header wins.
+    let (bare, basic) = url::split_userinfo(target);
+    let explicit_auth = o
+        .headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("authorization"));
+    let basic = basic.filter(|_| !explicit_auth);
+    let method = o.method.clone();
+    let headers = o.headers.clone();
+    // A check at start-up: the URL and method make a request.
+    ureq::http::Request::builder()
+        .method(method.as_str())
+        .uri(&bare)
+        .body(())
+        .map_err(|e| format!("--reload-url '{shown}': {e}"))?;
+    let mut secrets = url::secret_parts(target);
+    secrets.extend(o.headers.iter().filter_map(|h| match &h.value {
+        HeaderValue::Text(s) => Some(s.expose().to_string()).filter(|v| v.len() >= 4),
+        HeaderValue::File(_) => None,
+    }));
+    let what = format!("{} {shown}", o.method);
+    let call = move || -> Result<(), String> {
         let mut request = ureq::http::Request::builder()
-            .method(o.method.as_str())
+            .method(method.as_str())
             .uri(&bare);
         if let Some(b) = &basic {
             request = request.header("Authorization", b.expose());
         }
+        for h in &headers {
+            request = request.header(h.name.as_str(), h.value()?.expose());
+        }
         let request = request
             .body(())
-            .map_err(|e| format!("--reload-url '{shown}': {e}"))?;
-        let secrets = url::secret_parts(&o.url);
-        let what = format!("{} {shown}", o.method);
-        let call = move || -> Result<(), String> {
-            let resp = agent
-                .run(request.clone())
-                .map_err(|e| url::scrub(&e.to_string(), &secrets))?;
-            let status = resp.status();
-            if status.is_success() {
-                Ok(())
-            } else {
-                let phrase = status.canonical_reason().unwrap_or("");
-                Err(format!("{} {phrase}", status.as_u16()))
-            }
-        };
-        let (tx, rx) = mpsc::channel();
-        thread::Builder::new()
-            .name("reload-url".into())
-            .spawn(move || {
-                let backoff = Backoff::new(FIRST_RETRY, MAX_RETRY, 0.0, Rng::new(0));
-                caller(&rx, &report, call, &what, backoff)
-            })
-            .map_err(|e| format!("--reload-url: cannot start its thread: {e}"))?;
-        Ok(ReloadUrl { tx })
-    }
+            .map_err(|_| "a header value is not valid in HTTP".to_string())?;
+        let resp = agent
+            .run(request)
+            .map_err(|e| url::scrub(&e.to_string(), &secrets))?;
+        let status = resp.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            let phrase = status.canonical_reason().unwrap_or("");
+            Err(format!("{} {phrase}", status.as_u16()))
+        }
+    };
+    let (tx, rx) = mpsc::channel();
+    let delivery = Arc::new(Delivery::default());
+    let (d, w) = (delivery.clone(), what.clone());
+    thread::Builder::new()
+        .name("reload-url".into())
+        .spawn(move || {
+            let backoff = Backoff::new(FIRST_RETRY, MAX_RETRY, 0.0, Rng::new(0));
+            caller(&rx, &report, call, &w, backoff, &d)
+        })
+        .map_err(|e| format!("--reload-url: cannot start its thread: {e}"))?;
+    Ok(Caller { tx, delivery, what })
 }
 
 /// The caller loop: one batch number at a time, the newest wins; retried until it works.
@@ -110,6 +254,7 @@ fn caller(
     call: impl Fn() -> Result<(), String>,
     what: &str,
     mut backoff: Backoff,
+    delivery: &Delivery,
 ) {
     let mut current: Option<u64> = None;
     let mut attempts = 0_u64;
@@ -150,16 +295,46 @@ fn caller(
                 }
             }
         }
+        delivery.outcome(batch, &result);
         report.report(what, result);
     }
 }
 
 impl Sink for ReloadUrl {
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
-        if batch.has_changes() || batch.first {
-            let _ = self.tx.send(batch.synced.poll);
+        let wanted = if batch.first {
+            !self.skip_first
+        } else {
+            batch.has_changes()
+        };
+        if wanted {
+            for c in &self.callers {
+                c.delivery.sent(batch.synced.poll);
+                let _ = c.tx.send(batch.synced.poll);
+            }
         }
         Ok(Outcome::default())
+    }
+
+    /// `--once`: every URL must have answered 2xx for the batch, retried with backoff
+    /// for at most `--reload-timeout` in all.
+    fn finish(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + self.timeout;
+        let failed: Vec<String> = self
+            .callers
+            .iter()
+            .filter_map(|c| {
+                c.delivery
+                    .wait(deadline)
+                    .err()
+                    .map(|e| format!("{}: {e}", c.what))
+            })
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("not delivered: {}", failed.join("; ")))
+        }
     }
 }
 
@@ -193,6 +368,7 @@ mod tests {
                 },
                 "POST http://x",
                 Backoff::new(FIRST_RETRY, MAX_RETRY, 0.0, Rng::new(0)),
+                &Delivery::default(),
             )
         });
         let wait_calls = |n: u32| {
@@ -249,6 +425,7 @@ mod tests {
                     0.0,
                     Rng::new(0),
                 ),
+                &Delivery::default(),
             )
         });
         tx.send(1).unwrap();
