@@ -195,6 +195,9 @@ args! {
         /// how long the agent gets to stop before SIGKILL (default: 10s)
         #[argh(option, arg_name = "DURATION")]
         pub shutdown_grace: Option<String>,
+        /// run /bin/sh -c CMD after each batch with changes, once the folder is written
+        #[argh(option, arg_name = "CMD")]
+        pub on_change: Option<String>,
         /// call this URL after each batch with changes, repeatable
         #[argh(option, arg_name = "URL")]
         pub reload_url: Vec<String>,

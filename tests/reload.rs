@@ -154,3 +154,105 @@ fn once_waits_for_the_reload_and_fails_when_it_is_not_delivered() {
         run.described
     );
 }
+
+/// `--on-change` (k8s-sidecar's SCRIPT): after each batch with changes, once the folder is
+/// written, with the counts and the absolute folder; a failure or a hang (killed with its
+/// process group after --reload-timeout) is a failed reload; `--once` fails with it.
+#[test]
+fn on_change_runs_after_the_folder_is_written() {
+    let (s, c) = cluster(&[("ns", "m", "v1")]);
+    let log = c.path("on-change.log");
+    let cmd = format!(
+        "echo \"$CMPOLL_ADDED $CMPOLL_UPDATED $CMPOLL_REMOVED $CMPOLL_OUT_DIR $(cat \"$CMPOLL_OUT_DIR/ns/m/k\" 2>/dev/null)\" >> {}",
+        log.display()
+    );
+    let d = c.daemon(&[
+        "--interval",
+        "1h",
+        "--stdout-events",
+        "--out-dir",
+        "out",
+        "--on-change",
+        &cmd,
+    ]);
+    d.batch(SOON);
+    let out = std::fs::canonicalize(d.cmd().path("out")).unwrap();
+    let lines = || crate::util::lines(&log);
+    assert_eq!(
+        lines(),
+        [format!("1 0 0 {} v1", out.display())],
+        "{}",
+        d.stderr()
+    );
+    s.put(module("ns", "m", "v2"));
+    d.signal("HUP");
+    d.batch(SOON);
+    assert_eq!(lines()[1], format!("0 1 0 {} v2", out.display()));
+    // A poll without changes runs nothing: the removal's poll comes after it (one poll at
+    // a time), so its run being the third proves the moment passed.
+    let lists = || s.requests().iter().filter(|r| r.is_list()).count();
+    let before = lists();
+    d.signal("HUP");
+    eventually_explained(
+        "the no-change poll",
+        SOON,
+        || lists() > before,
+        || d.stderr(),
+    );
+    s.delete("ns", "m");
+    d.signal("HUP");
+    d.batch(SOON);
+    assert_eq!(lines().len(), 3, "{:?}", lines());
+    assert_eq!(lines()[2], format!("0 0 1 {} ", out.display()));
+    d.stop();
+}
+
+/// A hang is killed with its process group; `--once` exits 1 for it, and for a failure.
+#[test]
+fn on_change_failures_and_hangs_fail_once() {
+    let (_s, c) = cluster(&[("ns", "m", "v1")]);
+    let marker = c.path("child-of-on-change");
+    let hang = format!("sleep 30 & echo $! > {}; wait", marker.display());
+    let run = c
+        .with_args(&[
+            "run",
+            "--once",
+            "--on-change",
+            &hang,
+            "--reload-timeout",
+            "1s",
+        ])
+        .run()
+        .failure(1);
+    assert!(
+        run.error_line()
+            .contains("--on-change: killed after --reload-timeout 1s"),
+        "{}",
+        run.described
+    );
+    let pid = std::fs::read_to_string(&marker).unwrap();
+    // Gone, or a zombie waiting for whoever inherited it: not running.
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).is_ok_and(|st| {
+            st.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    };
+    eventually_explained(
+        "the command's own child is killed",
+        SOON,
+        || !running(),
+        || pid.clone(),
+    );
+    let run = c
+        .with_args(&["run", "--once", "--on-change", "exit 3"])
+        .run()
+        .failure(1);
+    assert!(
+        run.error_line()
+            .contains("--on-change: exited with exit status: 3"),
+        "{}",
+        run.described
+    );
+}

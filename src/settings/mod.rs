@@ -207,11 +207,23 @@ fn run(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
     let out_dir = out_dir(r, look)?;
     let agent = agent(r, look, out_dir.as_ref())?;
     let reload_url = reload_url(r, look)?;
+    let on_change = match look.opt(&r.on_change, "on-change") {
+        Some(v) if v.value.trim().is_empty() => {
+            return Err(usage(&v.from, "empty: give a command, or unset it"));
+        }
+        Some(v) => Some(sink::on_change::Options {
+            command: v.value,
+            timeout: look.duration(&r.reload_timeout, "reload-timeout", Duration::from_secs(30))?,
+            out_dir: out_dir.as_ref().map(|o| o.dir.clone()),
+        }),
+        None => None,
+    };
     let once = look.switch(r.once, "once")?;
     if once && agent.is_some() {
         return Err(usage("--once", "cannot be combined with an agent command"));
     }
-    let others = out_dir.is_some() || agent.is_some() || reload_url.is_some();
+    let others =
+        out_dir.is_some() || agent.is_some() || reload_url.is_some() || on_change.is_some();
     let stdout = look.switch(r.stdout_events, "stdout-events")? || !others;
     let listen = match look.opt(&r.listen, "listen") {
         Some(v) => Some(parse_listen(&v.value).map_err(|e| usage(&v.from, e))?),
@@ -227,6 +239,7 @@ fn run(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
         sinks: sink::Options {
             out_dir,
             agent,
+            on_change,
             reload_url,
             stdout,
         },
@@ -369,6 +382,7 @@ fn agent(
 }
 
 fn reload_url(r: &RunArgs, look: &Lookup) -> Result<Option<reload_url::Options>, Error> {
+    let on_change = look.opt(&r.on_change, "on-change").is_some();
     let (urls, from) = look.list(&r.reload_url, "reload-url");
     for u in &urls {
         crate::kube::config::normalize_server(u).map_err(|e| usage(&from, e))?;
@@ -413,8 +427,9 @@ fn reload_url(r: &RunArgs, look: &Lookup) -> Result<Option<reload_url::Options>,
     let timeout_v = look.opt(&r.reload_timeout, "reload-timeout");
     if let Some(v) = &timeout_v
         && !given
+        && !on_change
     {
-        return Err(only_with_url(&v.from));
+        return Err(usage(&v.from, "only used with --reload-url or --on-change"));
     }
     let timeout = look.duration(&r.reload_timeout, "reload-timeout", Duration::from_secs(30))?;
     let skip_first = look.switch(r.reload_skip_first, "reload-skip-first")?;

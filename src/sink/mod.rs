@@ -1,5 +1,6 @@
 //! Sinks: who hears about a batch. Every batch goes through them in SPEC's fixed order
-//! (output directory → child stdin → reload signal → reload URL → stdout events), so
+//! (output directory → child stdin → reload signal → `--on-change` → reload URL → stdout
+//! events), so
 //! whoever hears of a batch finds the directory already written.
 //!
 //! Each sink defines its own `Options`; `open` builds the sinks those options ask for, in
@@ -8,6 +9,7 @@
 
 pub mod atomic;
 pub mod child;
+pub mod on_change;
 pub mod outdir;
 pub mod reload_url;
 pub mod stdout;
@@ -127,6 +129,7 @@ impl ReloadReport {
 pub struct Options {
     pub out_dir: Option<outdir::Options>,
     pub agent: Option<child::Options>,
+    pub on_change: Option<on_change::Options>,
     pub reload_url: Option<reload_url::Options>,
     /// JSON lines on stdout (`--stdout-events`, or no other sink).
     pub stdout: bool,
@@ -154,6 +157,12 @@ pub fn open(
             o.clone(),
             Box::new(child::Processes),
             handles.child_restarts.clone(),
+            handles.reloads.clone(),
+        )));
+    }
+    if let Some(o) = &opts.on_change {
+        sinks.push(Box::new(on_change::OnChange::new(
+            o.clone(),
             handles.reloads.clone(),
         )));
     }
