@@ -27,6 +27,7 @@ pub struct Common {
     pub namespace_from_context: bool,
     pub allow_insecure_http: bool,
     pub log_format: Option<String>,
+    pub log_level: Option<String>,
 }
 
 /// Declares a subcommand struct with the shared flags first, then its own.
@@ -89,9 +90,12 @@ macro_rules! args {
             /// allow sending credentials to an http:// server
             #[argh(switch)]
             pub allow_insecure_http: bool,
-            /// log format: text or json (default: text; levels from RUST_LOG)
+            /// log format: text or json (default: text)
             #[argh(option, arg_name = "FORMAT")]
             pub log_format: Option<String>,
+            /// log level: error, warn, info, debug or trace (default: info; RUST_LOG also works)
+            #[argh(option, arg_name = "LEVEL")]
+            pub log_level: Option<String>,
             $($own)*
         }
 
@@ -116,6 +120,7 @@ macro_rules! args {
                     namespace_from_context: self.namespace_from_context,
                     allow_insecure_http: self.allow_insecure_http,
                     log_format: self.log_format.clone(),
+                    log_level: self.log_level.clone(),
                 }
             }
         }
@@ -227,6 +232,113 @@ args! {
     }
 }
 
+/// A flag's variable: `--out-dir` → `CMPOLL_OUT_DIR`.
+pub fn env_name(flag: &str) -> String {
+    format!("CMPOLL_{}", flag.to_ascii_uppercase().replace('-', "_"))
+}
+
+/// The long flags of `run` and `list`, read from argh's own `--help` text (one source).
+pub fn flag_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for cmd in ["run", "list"] {
+        if let Err(early) = TopLevel::from_args(&["cmpoll"], &[cmd, "--help"]) {
+            for line in early.output.lines() {
+                if let Some(flag) = line.trim_start().strip_prefix("--")
+                    && line.starts_with("  --")
+                {
+                    let name = flag.split_whitespace().next().unwrap_or("");
+                    if name != "help" && !names.iter().any(|n| n == name) {
+                        names.push(name.to_string());
+                    }
+                }
+            }
+        }
+    }
+    names
+}
+
+/// `--help` with each flag's variable: `  --interval  … [CMPOLL_INTERVAL]`.
+pub fn help_with_variables(help: &str) -> String {
+    let mut out = String::new();
+    for line in help.lines() {
+        out.push_str(line);
+        if line.starts_with("  --")
+            && let Some(name) = line.trim_start().strip_prefix("--")
+        {
+            let name = name.split_whitespace().next().unwrap_or("");
+            if name != "help" {
+                out.push_str(&format!(" [{}]", env_name(name)));
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Edit distance, for suggestions.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// The known flag nearest to `name` (at most 2 edits, or a quarter of its length).
+pub fn nearest_flag(name: &str) -> Option<String> {
+    let limit = (name.len() / 4).max(2);
+    flag_names()
+        .into_iter()
+        .map(|f| (distance(name, &f), f))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, f)| f)
+}
+
+/// argh's error for an unknown flag, with the nearest real one suggested.
+pub fn with_suggestion(error: &str) -> String {
+    let error = error.trim_end();
+    let Some(rest) = error.split("Unrecognized argument: --").nth(1) else {
+        return error.to_string();
+    };
+    let typed = rest.split_whitespace().next().unwrap_or("");
+    let typed = typed.split('=').next().unwrap_or(typed);
+    match nearest_flag(typed) {
+        Some(f) => format!("{error} (did you mean --{f}?)"),
+        None => error.to_string(),
+    }
+}
+
+/// Warnings for `CMPOLL_*` variables that name no flag (a typo must not pass silently).
+pub fn unknown_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let flags = flag_names();
+    let known: Vec<String> = flags.iter().map(|f| env_name(f)).collect();
+    let mut out = Vec::new();
+    for name in names {
+        let Some(rest) = name.strip_prefix("CMPOLL_") else {
+            continue;
+        };
+        if known.iter().any(|k| k == name) {
+            continue;
+        }
+        let as_flag = rest.to_ascii_lowercase().replace('_', "-");
+        let hint = nearest_flag(&as_flag)
+            .map(|f| format!(" (did you mean {}?)", env_name(&f)))
+            .unwrap_or_default();
+        out.push(format!(
+            "{name} names no flag of cmpoll and is ignored{hint}"
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,6 +393,31 @@ mod tests {
         assert!(
             parse(&["list", "--json", "--interval", "1s"]).is_err(),
             "run-only flag"
+        );
+    }
+
+    #[test]
+    fn typos_get_the_nearest_flag() {
+        assert!(flag_names().contains(&"interval".to_string()));
+        assert!(flag_names().contains(&"json".to_string()));
+        assert_eq!(nearest_flag("intervl").as_deref(), Some("interval"));
+        assert_eq!(nearest_flag("out-dri").as_deref(), Some("out-dir"));
+        assert_eq!(nearest_flag("zzzzzzzz"), None);
+        assert_eq!(
+            with_suggestion("Unrecognized argument: --intervl\n"),
+            "Unrecognized argument: --intervl (did you mean --interval?)"
+        );
+        let warned = unknown_variables(["CMPOLL_INTERVL", "CMPOLL_INTERVAL", "PATH"].into_iter());
+        assert_eq!(
+            warned,
+            [
+                "CMPOLL_INTERVL names no flag of cmpoll and is ignored (did you mean CMPOLL_INTERVAL?)"
+            ]
+        );
+        let help = help_with_variables("  --out-dir         write modules\n  --help  x\n");
+        assert_eq!(
+            help,
+            "  --out-dir         write modules [CMPOLL_OUT_DIR]\n  --help  x\n"
         );
     }
 }

@@ -32,6 +32,8 @@ pub struct Options {
     pub jitter: f64,
     /// One poll, every sink applied, then exit.
     pub once: bool,
+    /// What is selected and where it goes, for the start-up line.
+    pub summary: String,
 }
 
 /// What the loop reports to: health, metrics, systemd.
@@ -129,10 +131,12 @@ impl Daemon {
         )
         .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
         log::info!(
-            "polling {} every {} (jitter {})",
+            "cmpoll {}: polling {} every {} (jitter {}){}",
+            env!("CARGO_PKG_VERSION"),
             poller.describe(),
             humantime::format_duration(self.opts.interval),
-            self.opts.jitter
+            self.opts.jitter,
+            self.opts.summary
         );
         let jobs = spawn_poller(poller, tx)?;
         self.event_loop(&rx, &jobs, store)

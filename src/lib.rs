@@ -42,12 +42,20 @@ use poll::spool::Spool;
 use poll::store::Store;
 use settings::{Mode, RunSettings, Settings};
 
-/// Runs a parsed command; `env` is the process environment (a parameter for tests).
-pub fn run(command: Command, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+/// Runs a parsed command; `env` is the process environment and `names` its variable
+/// names (parameters, for tests).
+pub fn run(
+    command: Command,
+    env: &dyn Fn(&str) -> Option<String>,
+    names: &[String],
+) -> Result<(), Error> {
     // Before anything can fail: even a usage error reaches the journal with its priority.
     let journal = ops::logging::detect_journal(env);
     let settings = Settings::from_args(&command, env)?;
-    ops::logging::init(settings.log_format, journal);
+    ops::logging::init(settings.log_format, journal, settings.log_level);
+    for warning in cli::unknown_variables(names.iter().map(String::as_str)) {
+        log::warn!("{warning}");
+    }
     let metrics = Metrics::new();
     let in_flight = InFlight::default();
     let handles = kube::client::Handles {
@@ -60,7 +68,13 @@ pub fn run(command: Command, env: &dyn Fn(&str) -> Option<String>) -> Result<(),
         Mode::List { json } => list::run(poller, *json),
         Mode::Run(run) => {
             let timeout = settings.source.client.timeout;
-            daemon(poller, run, timeout, metrics, in_flight, env)
+            let mut run = run.as_ref().clone();
+            run.daemon.summary = format!(
+                ": {}; delivering to {}",
+                settings.source.selection.describe(),
+                run.sinks.describe()
+            );
+            daemon(poller, &run, timeout, metrics, in_flight, env)
         }
     }
 }

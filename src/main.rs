@@ -14,11 +14,14 @@ fn main() -> ExitCode {
         Err(early) => {
             return match early.status {
                 Ok(()) => {
-                    print!("{}", early.output);
+                    print!("{}", cmpoll::cli::help_with_variables(&early.output));
                     ExitCode::SUCCESS
                 }
                 Err(()) => {
-                    eprintln!("cmpoll: error: {}", early.output.trim_end());
+                    eprintln!(
+                        "cmpoll: error: {}",
+                        cmpoll::cli::with_suggestion(&early.output)
+                    );
                     ExitCode::from(2)
                 }
             };
@@ -34,7 +37,10 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    match cmpoll::run(command, &|k| std::env::var(k).ok()) {
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .collect();
+    match cmpoll::run(command, &|k| std::env::var(k).ok(), &names) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Error::Exit(code)) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {

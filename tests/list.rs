@@ -516,3 +516,60 @@ fn cli_mistakes_are_usage_errors_before_any_request() {
         .success();
     assert_eq!(run.modules(), ["a/m", "b/m"]);
 }
+
+/// Typos and missing pieces caught at start-up with the real binary (issue 17): a
+/// `CMPOLL_*` variable that names no flag is warned about with the nearest one, a mistyped
+/// flag gets the nearest real one, `--help` shows each flag's variable, an agent command
+/// that cannot be found is exit 2 before any request, `--log-level` works, and the
+/// start-up line says what runs.
+#[test]
+fn typos_and_missing_agents_are_caught_at_start_up() {
+    let s = test_apiserver::TestApiserver::start();
+    s.put(crate::util::module("a", "m", "1"));
+    let c = crate::util::Cmpoll::against(&s);
+    let run = c.with_args(&["run", "--intervl", "5s"]).run().failure(2);
+    assert!(
+        run.error_line()
+            .ends_with("Unrecognized argument: --intervl (did you mean --interval?)"),
+        "{}",
+        run.described
+    );
+    let help = c.with_args(&["run", "--help"]).run().success();
+    assert!(
+        help.stdout.contains("[CMPOLL_RELOAD_URL]") && help.stdout.contains("[CMPOLL_OUT_DIR]")
+    );
+    for agent in ["no-such-agent-anywhere", "./not-here.sh"] {
+        let run = c.with_args(&["run", "--", agent]).run().failure(2);
+        assert!(
+            run.error_line()
+                .starts_with(&format!("agent command: '{agent}': not found")),
+            "{}",
+            run.described
+        );
+    }
+    assert!(s.requests().is_empty());
+    let c = c.env("CMPOLL_INTERVL", "5s").env("CMPOLL_NAMESPACE", "a");
+    let run = c
+        .with_args(&["run", "--once", "--stdout-events", "--keys", "k"])
+        .run()
+        .success();
+    assert!(
+        run.stderr.contains(
+            "CMPOLL_INTERVL names no flag of cmpoll and is ignored (did you mean CMPOLL_INTERVAL?)"
+        ),
+        "{}",
+        run.described
+    );
+    assert!(
+        run.stderr.contains(
+            "selector 'cmpoll.io/module=true', namespaces a, keys k; delivering to stdout events"
+        ),
+        "{}",
+        run.described
+    );
+    let quiet = c
+        .with_args(&["run", "--once", "--stdout-events", "--log-level", "error"])
+        .run()
+        .success();
+    assert_eq!(quiet.stderr, "", "{}", quiet.described);
+}

@@ -11,7 +11,7 @@
 //! status from under it.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
@@ -76,18 +76,8 @@ impl Plugin {
     /// Where the command is: a configuration check at start-up, so that a missing plugin
     /// is reported once, with its install hint, before any poll.
     pub fn locate(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
-        let found = if self.command.contains('/') {
-            let p = PathBuf::from(&self.command);
-            p.is_file().then_some(p)
-        } else {
-            env("PATH")
-                .unwrap_or_default()
-                .split(':')
-                .filter(|d| !d.is_empty())
-                .map(|d| Path::new(d).join(&self.command))
-                .find(|p| is_executable(p))
-        };
-        found.ok_or_else(|| self.not_found())
+        crate::ops::process::find_program(&self.command, env("PATH").as_deref())
+            .map_err(|_| self.not_found())
     }
 
     fn not_found(&self) -> String {
@@ -294,11 +284,6 @@ impl Plugin {
             expires,
         })
     }
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// When to run the plugin again: a little before `expires` (a tenth of the credential's

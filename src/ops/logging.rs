@@ -78,9 +78,13 @@ fn json_line(level: &str, target: &str, message: &str) -> String {
     .to_string()
 }
 
-/// `journal`: stderr is the journal's stream (`stderr_is_journal`).
-pub fn init(format: LogFormat, journal: bool) {
+/// `journal`: stderr is the journal's stream (`stderr_is_journal`); `level`: `--log-level`,
+/// which wins over `RUST_LOG`'s default level.
+pub fn init(format: LogFormat, journal: bool, level: Option<log::LevelFilter>) {
     let mut b = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+    if let Some(level) = level {
+        b.filter_level(level);
+    }
     if format == LogFormat::Json {
         JSON.store(true, Ordering::Relaxed);
         b.format(move |buf, record| {

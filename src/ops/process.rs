@@ -23,6 +23,33 @@ pub fn children() -> RwLockReadGuard<'static, ()> {
     CHILDREN.read().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Finds a program as execvp(3) would: a command with a `/` is taken as given, one without
+/// is looked up on `path` (`PATH`). Why not, in words for an error message.
+pub fn find_program(command: &str, path: Option<&str>) -> Result<std::path::PathBuf, String> {
+    if command.contains('/') {
+        let p = std::path::PathBuf::from(command);
+        return if !p.exists() {
+            Err("not found".into())
+        } else if !is_executable(&p) {
+            Err("not an executable file".into())
+        } else {
+            Ok(p)
+        };
+    }
+    path.unwrap_or_default()
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| std::path::Path::new(d).join(command))
+        .find(|p| is_executable(p))
+        .ok_or_else(|| "not found on PATH".into())
+}
+
+/// A regular file with an execute bit.
+pub fn is_executable(p: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 /// Whether this process is PID 1.
 pub fn is_pid1() -> bool {
     rustix::process::getpid().as_raw_nonzero().get() == 1

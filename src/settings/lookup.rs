@@ -17,9 +17,7 @@ pub struct Lookup<'a> {
     pub env: &'a dyn Fn(&str) -> Option<String>,
 }
 
-pub fn env_name(flag: &str) -> String {
-    format!("CMPOLL_{}", flag.to_ascii_uppercase().replace('-', "_"))
-}
+pub use crate::cli::env_name;
 
 pub fn usage(from: &str, msg: impl std::fmt::Display) -> Error {
     Error::Usage(format!("{from}: {msg}"))

@@ -34,6 +34,8 @@ pub struct Settings {
     pub command: Mode,
     pub source: source::Options,
     pub log_format: LogFormat,
+    /// `--log-level`; `None`: `RUST_LOG`, else info.
+    pub log_level: Option<log::LevelFilter>,
 }
 
 #[derive(Clone, Debug)]
@@ -77,6 +79,30 @@ impl Settings {
                 LogFormat::Text,
                 &[("text", LogFormat::Text), ("json", LogFormat::Json)],
             )?,
+            log_level: match look.opt(&common.log_level, "log-level") {
+                None => None,
+                Some(v) => Some(
+                    [
+                        ("error", log::LevelFilter::Error),
+                        ("warn", log::LevelFilter::Warn),
+                        ("info", log::LevelFilter::Info),
+                        ("debug", log::LevelFilter::Debug),
+                        ("trace", log::LevelFilter::Trace),
+                    ]
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(v.value.trim()))
+                    .map(|(_, l)| *l)
+                    .ok_or_else(|| {
+                        usage(
+                            &v.from,
+                            format!(
+                                "'{}' is not one of error, warn, info, debug, trace",
+                                v.value
+                            ),
+                        )
+                    })?,
+                ),
+            },
         })
     }
 }
@@ -234,6 +260,7 @@ fn run(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
             interval: look.duration(&r.interval, "interval", Duration::from_secs(30))?,
             jitter: jitter(r, look)?,
             once,
+            summary: String::new(),
         },
         listen,
         sinks: sink::Options {
@@ -371,6 +398,9 @@ fn agent(
     if r.agent.is_empty() {
         return Ok(None);
     }
+    // Found now, before any request, as execvp would find it (SPEC: a usage error).
+    crate::ops::process::find_program(&r.agent[0], (look.env)("PATH").as_deref())
+        .map_err(|why| usage("agent command", format!("'{}': {why}", r.agent[0])))?;
     Ok(Some(child::Options {
         argv: r.agent.clone(),
         stdin,

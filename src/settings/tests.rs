@@ -5,12 +5,15 @@ use crate::cli::TopLevel;
 use argh::FromArgs;
 use std::collections::HashMap;
 
+/// `PATH` is `/usr/bin:/bin` unless given: agent commands are found at start-up.
 fn settings(args: &[&str], env: &[(&str, &str)]) -> Result<Settings, String> {
     let top = TopLevel::from_args(&["cmpoll"], args).map_err(|e| e.output)?;
-    let env: HashMap<String, String> = env
+    let mut env: HashMap<String, String> = env
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    env.entry("PATH".into())
+        .or_insert_with(|| "/usr/bin:/bin".into());
     Settings::from_args(&top.command.unwrap(), &|k| env.get(k).cloned()).map_err(|e| e.to_string())
 }
 
@@ -36,7 +39,7 @@ fn defaults() {
     assert_eq!(r.daemon.jitter, 0.1);
     assert!(r.sinks.stdout, "stdout when no other sink is given");
     let r = run(
-        &["--out-dir", "o", "--reload-url", "http://h/", "--", "agent"],
+        &["--out-dir", "o", "--reload-url", "http://h/", "--", "true"],
         &[],
     )
     .unwrap();
@@ -109,7 +112,7 @@ fn usage_errors_name_the_flag_or_variable() {
             "--interval: '10000000000000000000s' is too long (at most 365d)",
         ),
         (
-            &["run", "--", "agent"],
+            &["run", "--", "true"],
             &[("CMPOLL_SHUTDOWN_GRACE", "400d")],
             "CMPOLL_SHUTDOWN_GRACE: '400d' is too long",
         ),
@@ -189,7 +192,7 @@ fn usage_errors_name_the_flag_or_variable() {
             "--listen: 'nowhere' is not an address",
         ),
         (
-            &["run", "--once", "--", "agent"],
+            &["run", "--once", "--", "true"],
             &[],
             "--once: cannot be combined with an agent command",
         ),
@@ -230,6 +233,16 @@ fn usage_errors_name_the_flag_or_variable() {
             "CMPOLL_OUT_DIR: empty: give a path, or unset it",
         ),
         (
+            &["run", "--", "no-such-agent-here"],
+            &[],
+            "agent command: 'no-such-agent-here': not found on PATH",
+        ),
+        (
+            &["run", "--", "/dev/null"],
+            &[],
+            "agent command: '/dev/null': not an executable file",
+        ),
+        (
             &["list"],
             &[("CMPOLL_KUBECONFIG", "")],
             "CMPOLL_KUBECONFIG: empty: give a path, or unset it",
@@ -261,7 +274,7 @@ fn run_values() {
             "--reload-method",
             "put",
             "--",
-            "agent",
+            "true",
             "--flag",
         ],
         &[],
@@ -272,7 +285,7 @@ fn run_values() {
     assert_eq!(out.ext, ".alloy");
     assert_eq!(r.listen, Some("0.0.0.0:9090".parse().unwrap()));
     assert_eq!(r.sinks.reload_url.unwrap().method, "PUT");
-    assert_eq!(r.sinks.agent.unwrap().argv, ["agent", "--flag"]);
+    assert_eq!(r.sinks.agent.unwrap().argv, ["true", "--flag"]);
     assert_eq!(parse_listen("[::]:8080").unwrap().to_string(), "[::]:8080");
 }
 

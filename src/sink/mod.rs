@@ -135,6 +135,31 @@ pub struct Options {
     pub stdout: bool,
 }
 
+impl Options {
+    /// For the start-up line: every sink, in order.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(o) = &self.out_dir {
+            let layout = format!("{:?}", o.layout).to_lowercase();
+            parts.push(format!("--out-dir {} ({layout} layout)", o.dir.display()));
+        }
+        if let Some(a) = &self.agent {
+            parts.push(format!("agent '{}'", a.argv.join(" ")));
+        }
+        if self.on_change.is_some() {
+            parts.push("--on-change".to_string());
+        }
+        if let Some(r) = &self.reload_url {
+            let urls: Vec<String> = r.urls.iter().map(|u| crate::http::url::redact(u)).collect();
+            parts.push(format!("--reload-url {}", urls.join(", ")));
+        }
+        if self.stdout {
+            parts.push("stdout events".to_string());
+        }
+        parts.join(", ")
+    }
+}
+
 /// The shared handles sinks count and report into.
 #[derive(Clone, Debug, Default)]
 pub struct Handles {

@@ -14,6 +14,26 @@ pub struct Selection {
 }
 
 impl Selection {
+    /// For the start-up line: selector, field selector, namespaces, keys.
+    pub fn describe(&self) -> String {
+        let mut out = format!("selector '{}'", self.labels.as_str());
+        if !self.fields.as_str().is_empty() {
+            out += &format!(", field selector '{}'", self.fields.as_str());
+        }
+        out += &if self.namespaces.is_empty() {
+            ", all namespaces".to_string()
+        } else {
+            format!(", namespaces {}", self.namespaces.join(","))
+        };
+        let keys: Vec<&str> = self
+            .keys
+            .patterns
+            .iter()
+            .map(glob::Pattern::as_str)
+            .collect();
+        out + &format!(", keys {}", keys.join(","))
+    }
+
     /// Whether an object with this namespace, name and labels is selected.
     pub fn admits(&self, namespace: &str, name: &str, labels: &[(String, String)]) -> bool {
         (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace))
