@@ -401,6 +401,7 @@ fn the_units_user_and_group_let_the_agent_read_and_no_one_else() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
     std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let out_dir = dir.join("modules");
+    let bin = crate::pod::reachable_copy(&state.path().join("bin"));
     let (ok, out) = run(Command::new("sh")
         .args([
             "-c",
@@ -412,7 +413,7 @@ fn the_units_user_and_group_let_the_agent_read_and_no_one_else() {
             &format!("--reuid={uid}"),
             &format!("--regid={gid}"),
             "--clear-groups",
-            BIN,
+            bin.to_str().unwrap(),
             "run",
             "--once",
             "--manifests",

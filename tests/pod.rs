@@ -145,6 +145,9 @@ struct Kubelet<'a> {
     volumes: BTreeMap<String, PathBuf>,
     uid: Option<u32>,
     gid: Option<u32>,
+    /// The binary under test, copied where `runAsUser` can run it (the checkout may sit
+    /// in a folder only root can enter).
+    cmpoll: PathBuf,
 }
 
 impl Kubelet<'_> {
@@ -229,7 +232,7 @@ impl Kubelet<'_> {
         let image = s(&c["image"]);
         let name = image.rsplit('/').next().unwrap().split(':').next().unwrap();
         let binary: PathBuf = match name {
-            "cmpoll" => BIN.into(),
+            "cmpoll" => self.cmpoll.clone(),
             "prometheus" => tool("prometheus").expect("prometheus (Debian package)"),
             _ => return None,
         };
@@ -288,6 +291,19 @@ impl Kubelet<'_> {
     }
 }
 
+/// The binary under test in `dir/bin`, readable and executable by everyone.
+pub fn reachable_copy(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let copy = bin.join("cmpoll");
+    std::fs::copy(BIN, &copy).unwrap();
+    for p in [dir, bin.as_path(), copy.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    copy
+}
+
 fn running_as_root() -> bool {
     rustix::process::geteuid().is_root()
 }
@@ -334,6 +350,7 @@ fn start_pod(server: &TestApiserver, objects: &[Value], deployment: &Value, dir:
         volumes: BTreeMap::new(),
         uid: sc["runAsUser"].as_u64().map(|u| u as u32),
         gid: sc["runAsGroup"].as_u64().map(|g| g as u32),
+        cmpoll: reachable_copy(dir),
     };
     k.volumes(spec);
     let containers: Vec<&Value> = spec["initContainers"]
