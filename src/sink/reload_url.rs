@@ -159,13 +159,12 @@ impl ReloadUrl {
     }
 }
 
-fn caller_for(
+/// The HTTP client for one URL: TLS from `--reload-ca-file` or the platform's CAs.
+fn http_agent(
     target: &str,
     o: &Options,
-    report: ReloadReport,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Caller, String> {
-    let shown = url::redact(target);
+) -> Result<ureq::Agent, String> {
     let trust = match &o.ca_file {
         Some(p) => Trust::Pem {
             pem: std::fs::read(p)
@@ -181,13 +180,23 @@ fn caller_for(
         Trust::Insecure
     };
     let tls = tls::client_config(&trust, None, env).map_err(|e| format!("--reload-url: {e}"))?;
-    let agent = crate::http::agent(crate::http::AgentOptions {
+    Ok(crate::http::agent(crate::http::AgentOptions {
         tls,
         server_name: None,
         timeout: o.timeout,
         disable_compression: true,
         proxy: None,
-    });
+    }))
+}
+
+fn caller_for(
+    target: &str,
+    o: &Options,
+    report: ReloadReport,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Caller, String> {
+    let shown = url::redact(target);
+    let agent = http_agent(target, o, env)?;
     // Userinfo becomes basic auth here (ureq never sees it); an explicit Authorization
     // header wins.
     let (bare, basic) = url::split_userinfo(target);
