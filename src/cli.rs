@@ -291,15 +291,15 @@ fn distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-/// The known flag nearest to `name` (at most 2 edits, or a quarter of its length).
-pub fn nearest_flag(name: &str) -> Option<String> {
+/// The flag of `flags` nearest to `name` (at most 2 edits, or a quarter of its length).
+pub fn nearest_flag(name: &str, flags: &[String]) -> Option<String> {
     let limit = (name.len() / 4).max(2);
-    flag_names()
-        .into_iter()
-        .map(|f| (distance(name, &f), f))
+    flags
+        .iter()
+        .map(|f| (distance(name, f), f))
         .filter(|(d, _)| *d <= limit)
         .min()
-        .map(|(_, f)| f)
+        .map(|(_, f)| f.clone())
 }
 
 /// argh's error for an unknown flag, with the nearest real one suggested.
@@ -310,7 +310,7 @@ pub fn with_suggestion(error: &str) -> String {
     };
     let typed = rest.split_whitespace().next().unwrap_or("");
     let typed = typed.split('=').next().unwrap_or(typed);
-    match nearest_flag(typed) {
+    match nearest_flag(typed, &flag_names()) {
         Some(f) => format!("{error} (did you mean --{f}?)"),
         None => error.to_string(),
     }
@@ -318,10 +318,14 @@ pub fn with_suggestion(error: &str) -> String {
 
 /// Warnings for `CMPOLL_*` variables that name no flag (a typo must not pass silently).
 pub fn unknown_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let ours: Vec<&str> = names.filter(|n| n.starts_with("CMPOLL_")).collect();
+    if ours.is_empty() {
+        return Vec::new();
+    }
     let flags = flag_names();
     let known: Vec<String> = flags.iter().map(|f| env_name(f)).collect();
     let mut out = Vec::new();
-    for name in names {
+    for name in ours {
         let Some(rest) = name.strip_prefix("CMPOLL_") else {
             continue;
         };
@@ -329,7 +333,7 @@ pub fn unknown_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String
             continue;
         }
         let as_flag = rest.to_ascii_lowercase().replace('_', "-");
-        let hint = nearest_flag(&as_flag)
+        let hint = nearest_flag(&as_flag, &flags)
             .map(|f| format!(" (did you mean {}?)", env_name(&f)))
             .unwrap_or_default();
         out.push(format!(
@@ -400,9 +404,10 @@ mod tests {
     fn typos_get_the_nearest_flag() {
         assert!(flag_names().contains(&"interval".to_string()));
         assert!(flag_names().contains(&"json".to_string()));
-        assert_eq!(nearest_flag("intervl").as_deref(), Some("interval"));
-        assert_eq!(nearest_flag("out-dri").as_deref(), Some("out-dir"));
-        assert_eq!(nearest_flag("zzzzzzzz"), None);
+        let flags = flag_names();
+        assert_eq!(nearest_flag("intervl", &flags).as_deref(), Some("interval"));
+        assert_eq!(nearest_flag("out-dri", &flags).as_deref(), Some("out-dir"));
+        assert_eq!(nearest_flag("zzzzzzzz", &flags), None);
         assert_eq!(
             with_suggestion("Unrecognized argument: --intervl\n"),
             "Unrecognized argument: --intervl (did you mean --interval?)"

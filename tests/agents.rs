@@ -4,45 +4,14 @@
 //! `--reload-url …/-/reload`). What counts is what the agent serves: nginx's answers on
 //! the site's port, Prometheus's `/api/v1/rules`. `.ci/run` installs both packages.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use test_apiserver::{ConfigMap, TestApiserver};
 
+use crate::util::tools::{curl, free_port, prometheus_rules, tool};
 use crate::util::{Cmpoll, KillOnDrop, SOON, eventually_explained, labelled, skip_unless};
-
-/// The full path of a tool on `PATH` (with the sbin folders, where Debian puts nginx).
-pub fn tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
-        .chain(["/usr/sbin", "/sbin", "/usr/bin"])
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
-
-/// A loopback port nobody listens on (the kernel's pick, released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `curl URL`: (status, body), or None when nothing answers.
-pub fn curl(url: &str) -> Option<(u16, String)> {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "3", "-w", "\n%{http_code}", url])
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (body, code) = text.rsplit_once('\n').unwrap();
-    Some((code.parse().unwrap(), body.to_string()))
-}
 
 /// An nginx site: a server on `port` answering `text`.
 fn site(ns: &str, name: &str, port: u16, text: &str) -> ConfigMap {
@@ -194,23 +163,6 @@ fn prometheus(dir: &Path, port: u16, out: &Path) -> KillOnDrop {
     KillOnDrop(child)
 }
 
-/// The recording rules Prometheus has loaded, by name.
-fn loaded_rules(port: u16) -> Option<Vec<String>> {
-    let (code, body) = curl(&format!("http://127.0.0.1:{port}/api/v1/rules"))?;
-    if code != 200 {
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-    let mut names: Vec<String> = v["data"]["groups"]
-        .as_array()?
-        .iter()
-        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
-        .filter_map(|r| r["name"].as_str().map(str::to_string))
-        .collect();
-    names.sort();
-    Some(names)
-}
-
 #[test]
 fn prometheus_beside_cmpoll_loads_the_rules_of_configmaps() {
     if skip_unless(
@@ -230,7 +182,7 @@ fn prometheus_beside_cmpoll_loads_the_rules_of_configmaps() {
     eventually_explained(
         "Prometheus is up",
         Duration::from_secs(30),
-        || loaded_rules(port).is_some(),
+        || prometheus_rules(port).is_some(),
         prom_log,
     );
     let out_dir = c.out();
@@ -253,7 +205,7 @@ fn prometheus_beside_cmpoll_loads_the_rules_of_configmaps() {
     let explain = || format!("cmpoll:\n{}\nprometheus:\n{}", d.stderr(), prom_log());
     let has = |want: &[&str]| {
         let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
-        move || loaded_rules(port) == Some(want.clone())
+        move || prometheus_rules(port) == Some(want.clone())
     };
     eventually_explained("the rules are loaded", SOON, has(&["app:up:sum"]), explain);
     s.put(rules("monitoring", "app", "app:up:total"));

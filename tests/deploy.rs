@@ -242,23 +242,13 @@ fn checkov_finds_nothing_unjustified() {
 /// cmpoll's alerts, as a module and as a PrometheusRule, pass `promtool check rules`.
 #[test]
 fn the_shipped_alerts_pass_promtool() {
-    let promtool = crate::agents::tool("promtool");
+    let promtool = crate::util::tools::tool("promtool");
     if crate::util::skip_unless(promtool.is_some(), "promtool (Debian package prometheus)") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let yaml = |p: &str| {
-        let out = Command::new(tool("ci-venv", "python"))
-            .args([
-                "-c",
-                "import sys, json, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
-            ])
-            .arg(root().join(p))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
-    };
+    use crate::util::tools::yaml_docs;
+    let yaml = |p: &str| yaml_docs(&std::fs::read(root().join(p)).unwrap()).remove(0);
     let module = yaml("k8s/prometheus/cmpoll-alerts.yaml");
     let rule = yaml("k8s/monitoring/prometheusrule.yaml");
     let a = dir.path().join("module.rules.yaml");
@@ -278,31 +268,16 @@ fn the_shipped_alerts_pass_promtool() {
     // The same two rules in both.
     assert_eq!(
         serde_json::to_string(&rule["spec"]).unwrap(),
-        serde_json::to_string(&yaml_str(
-            module["data"]["cmpoll.rules.yaml"].as_str().unwrap()
-        ))
+        serde_json::to_string(
+            &yaml_docs(
+                module["data"]["cmpoll.rules.yaml"]
+                    .as_str()
+                    .unwrap()
+                    .as_bytes()
+            )[0]
+        )
         .unwrap()
     );
-}
-
-fn yaml_str(text: &str) -> serde_json::Value {
-    use std::io::Write as _;
-    let mut child = Command::new(tool("ci-venv", "python"))
-        .args([
-            "-c",
-            "import sys, json, yaml; print(json.dumps(yaml.safe_load(sys.stdin)))",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    serde_json::from_slice(&child.wait_with_output().unwrap().stdout).unwrap()
 }
 
 #[test]
@@ -354,7 +329,7 @@ fn the_dockerfile_copies_the_binary_the_build_produces() {
 fn the_units_user_and_group_let_the_agent_read_and_no_one_else() {
     let root_user = rustix::process::geteuid().is_root();
     if crate::util::skip_unless(
-        root_user && crate::agents::tool("setpriv").is_some(),
+        root_user && crate::util::tools::tool("setpriv").is_some(),
         "root and setpriv (util-linux)",
     ) {
         return;

@@ -4,7 +4,6 @@
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use test_apiserver::{Fault, Match, TestApiserver};
@@ -86,18 +85,6 @@ fn endpoints_across_start_up_failures_reloads_and_recovery() {
     d.stop();
 }
 
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("CMPOLL_TEST_PYTHON") {
-        return p.into();
-    }
-    let venv = crate::util::root().join("target/ci-venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
-
 /// Parses OpenMetrics text with the Python prometheus_client: {"name{labels}": value}.
 fn parse_metrics(text: &str) -> serde_json::Value {
     let script = r#"
@@ -110,7 +97,7 @@ for fam in text_string_to_metric_families(sys.stdin.read()):
         out[f"{s.name}{{{labels}}}"] = s.value
 print(json.dumps(out))
 "#;
-    let mut child = std::process::Command::new(python())
+    let mut child = std::process::Command::new(crate::util::tools::python())
         .args(["-c", script])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

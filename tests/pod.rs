@@ -34,7 +34,7 @@ use std::time::Duration;
 use serde_json::Value;
 use test_apiserver::{ConfigMap, Grant, TestApiserver, USER};
 
-use crate::agents::{curl, tool};
+use crate::util::tools::{curl, prometheus_rules, tool, yaml_docs};
 use crate::util::{BIN, KillOnDrop, SOON, eventually_explained, root, skip_unless};
 
 /// `kubectl kustomize k8s/VARIANT`, as JSON objects (PyYAML of the CI virtualenv).
@@ -49,34 +49,6 @@ fn render(variant: &str) -> Vec<Value> {
         "kubectl kustomize k8s/{variant}: {out:?}"
     );
     yaml_docs(&out.stdout)
-}
-
-fn python() -> PathBuf {
-    let venv = root().join("target/ci-venv/bin/python");
-    std::env::var_os("CMPOLL_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or(if venv.exists() {
-            venv
-        } else {
-            "python3".into()
-        })
-}
-
-fn yaml_docs(yaml: &[u8]) -> Vec<Value> {
-    use std::io::Write as _;
-    let mut child = Command::new(python())
-        .args([
-            "-c",
-            "import sys, json, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(yaml).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "PyYAML (pip install pyyaml)");
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn examples() -> Vec<Value> {
@@ -500,23 +472,6 @@ fn cluster_for(objects: &[Value]) -> TestApiserver {
     server
 }
 
-/// The loaded rules of a Prometheus: (group, rule name) pairs.
-fn rule_names(port: u16) -> Vec<String> {
-    let Some((200, body)) = curl(&format!("http://127.0.0.1:{port}/api/v1/rules")) else {
-        return Vec::new();
-    };
-    let v: Value = serde_json::from_str(&body).unwrap_or_default();
-    let mut out: Vec<String> = v["data"]["groups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
-        .map(|r| s(&r["name"]).to_string())
-        .collect();
-    out.sort();
-    out
-}
-
 fn run_prometheus_variant(variant: &str, expect_examples: bool) {
     let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
     let objects = render(variant);
@@ -547,8 +502,14 @@ fn run_prometheus_variant(variant: &str, expect_examples: bool) {
     eventually_explained(
         &format!("{variant}: Prometheus serves the modules' rules"),
         SOON,
-        || rule_names(web) == want,
-        || format!("rules: {:?}\n{}", rule_names(web), pod.log()),
+        || prometheus_rules(web).unwrap_or_default() == want,
+        || {
+            format!(
+                "rules: {:?}\n{}",
+                prometheus_rules(web).unwrap_or_default(),
+                pod.log()
+            )
+        },
     );
     // An update reaches Prometheus through cmpoll's reload call.
     let alerts = objects
@@ -561,8 +522,18 @@ fn run_prometheus_variant(variant: &str, expect_examples: bool) {
     eventually_explained(
         &format!("{variant}: the update is loaded"),
         Duration::from_secs(40),
-        || rule_names(web).contains(&"CmpollPollsStuck".to_string()),
-        || format!("rules: {:?}\n{}", rule_names(web), pod.log()),
+        || {
+            prometheus_rules(web)
+                .unwrap_or_default()
+                .contains(&"CmpollPollsStuck".to_string())
+        },
+        || {
+            format!(
+                "rules: {:?}\n{}",
+                prometheus_rules(web).unwrap_or_default(),
+                pod.log()
+            )
+        },
     );
     assert!(pod.volumes.contains_key("rules"));
     drop(pod);
@@ -583,38 +554,6 @@ fn the_prometheus_deployments_run_and_serve_the_modules_rules() {
     run_prometheus_variant("prometheus", true);
     // One namespace: only the pod's own (cmpoll's alerts), not team-payments' rules.
     run_prometheus_variant("prometheus-namespaced", false);
-}
-
-/// Answers 200 to everything on 127.0.0.1:`port`, recording "METHOD PATH".
-fn stand_in(port: u16) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
-    use std::io::{BufRead as _, Write as _};
-    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
-    let seen = calls.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let mut reader = std::io::BufReader::new(conn.try_clone().unwrap());
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let mut parts = line.split_whitespace();
-            let call = format!(
-                "{} {}",
-                parts.next().unwrap_or(""),
-                parts.next().unwrap_or("")
-            );
-            seen.lock().unwrap().push(call);
-            loop {
-                let mut h = String::new();
-                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                    break;
-                }
-            }
-            let _ = conn
-                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-        }
-    });
-    calls
 }
 
 /// `alloy run`'s documented flags (grafana/alloy docs/sources/reference/cli/run.md).
@@ -684,7 +623,8 @@ fn the_alloy_deployment_runs_cmpoll_and_hands_alloy_one_consistent_folder() {
     // here: a stand-in answers on its port so that cmpoll's reload calls (and so its
     // readiness) can be checked; Alloy's own probes are checked above, not asked.
     let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
-    let reloads = stand_in(listen.rsplit(':').next().unwrap().parse().unwrap());
+    let reloads =
+        crate::util::http::reload_server_on(listen.rsplit(':').next().unwrap().parse().unwrap());
     let server = cluster_for(&objects);
     let dir = tempfile::tempdir().unwrap();
     let pod = start_pod(&server, &objects, deployment, dir.path());
@@ -741,7 +681,10 @@ fn the_alloy_deployment_runs_cmpoll_and_hands_alloy_one_consistent_folder() {
         }
     }
     let calls = reloads.lock().unwrap().clone();
-    assert!(calls.iter().any(|c| c == "POST /-/reload"), "{calls:?}");
+    assert!(
+        calls.iter().any(|c| c.0.starts_with("POST /-/reload ")),
+        "{calls:?}"
+    );
     // A module the agent may not load has no Kubernetes API to reach: no token for Alloy.
     assert!(
         !alloy["volumeMounts"]

@@ -135,7 +135,10 @@ fn once_waits_for_the_reload_and_fails_when_it_is_not_delivered() {
         .success();
     assert_eq!(calls(&u_calls).len(), 3, "{}", run.described);
     // Nothing listens: exit 1 after --reload-timeout, naming the URL.
-    let dead = format!("http://127.0.0.1:{}/-/reload", crate::agents::free_port());
+    let dead = format!(
+        "http://127.0.0.1:{}/-/reload",
+        crate::util::tools::free_port()
+    );
     let run = c
         .with_args(&[
             "run",

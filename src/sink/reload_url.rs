@@ -86,25 +86,32 @@ impl Header {
 /// What one URL's caller has done: the newest batch handed to it, the newest delivered,
 /// and the last failure. `--once` waits on it.
 #[derive(Default)]
+struct Progress {
+    sent: u64,
+    delivered: u64,
+    last_error: Option<String>,
+}
+
+#[derive(Default)]
 struct Delivery {
-    state: Mutex<(u64, u64, Option<String>)>,
+    state: Mutex<Progress>,
     changed: Condvar,
 }
 
 impl Delivery {
     fn sent(&self, batch: u64) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.0 = batch;
+        s.sent = batch;
     }
 
     fn outcome(&self, batch: u64, result: &Result<(), String>) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         match result {
             Ok(()) => {
-                s.1 = s.1.max(batch);
-                s.2 = None;
+                s.delivered = s.delivered.max(batch);
+                s.last_error = None;
             }
-            Err(e) => s.2 = Some(e.clone()),
+            Err(e) => s.last_error = Some(e.clone()),
         }
         self.changed.notify_all();
     }
@@ -112,10 +119,10 @@ impl Delivery {
     /// Waits until the newest batch sent is delivered, or `deadline`; the failure if not.
     fn wait(&self, deadline: Instant) -> Result<(), String> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        while s.1 < s.0 {
+        while s.delivered < s.sent {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(s.2.clone().unwrap_or_else(|| "no answer yet".into()));
+                return Err((s.last_error.clone()).unwrap_or_else(|| "no answer yet".into()));
             }
             s = self
                 .changed
@@ -147,9 +154,11 @@ impl ReloadUrl {
         report: ReloadReport,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ReloadUrl, String> {
+        // One client for every URL: the CA file is read once.
+        let agent = http_agent(o, env)?;
         let mut callers = Vec::new();
         for u in &o.urls {
-            callers.push(caller_for(u, o, report.clone(), env)?);
+            callers.push(caller_for(u, o, agent.clone(), report.clone())?);
         }
         Ok(ReloadUrl {
             callers,
@@ -159,12 +168,8 @@ impl ReloadUrl {
     }
 }
 
-/// The HTTP client for one URL: TLS from `--reload-ca-file` or the platform's CAs.
-fn http_agent(
-    target: &str,
-    o: &Options,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<ureq::Agent, String> {
+/// The HTTP client of the reload URLs: TLS from `--reload-ca-file` or the platform's CAs.
+fn http_agent(o: &Options, env: &dyn Fn(&str) -> Option<String>) -> Result<ureq::Agent, String> {
     let trust = match &o.ca_file {
         Some(p) => Trust::Pem {
             pem: std::fs::read(p)
@@ -174,7 +179,7 @@ fn http_agent(
         None => Trust::Platform,
     };
     // Plain http needs no TLS, but the connector wants a config; never used.
-    let trust = if target.starts_with("https://") {
+    let trust = if o.urls.iter().any(|u| u.starts_with("https://")) {
         trust
     } else {
         Trust::Insecure
@@ -192,11 +197,10 @@ fn http_agent(
 fn caller_for(
     target: &str,
     o: &Options,
+    agent: ureq::Agent,
     report: ReloadReport,
-    env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Caller, String> {
     let shown = url::redact(target);
-    let agent = http_agent(target, o, env)?;
     // Userinfo becomes basic auth here (ureq never sees it); an explicit Authorization
     // header wins.
     let (bare, basic) = url::split_userinfo(target);

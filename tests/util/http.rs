@@ -27,10 +27,19 @@ pub fn reload_server_with_headers(codes: Vec<u16>) -> (String, Arc<Mutex<Vec<Cal
     (url, calls)
 }
 
+/// The same on a given loopback port (an agent's port that a manifest names).
+pub fn reload_server_on(port: u16) -> Arc<Mutex<Vec<Call>>> {
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    endpoint_on(listener, vec![]).1
+}
+
 type Recorded = (String, Arc<Mutex<Vec<Call>>>, Arc<Mutex<Vec<String>>>);
 
 fn endpoint(codes: Vec<u16>) -> Recorded {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    endpoint_on(TcpListener::bind("127.0.0.1:0").unwrap(), codes)
+}
+
+fn endpoint_on(listener: TcpListener, codes: Vec<u16>) -> Recorded {
     let url = format!("http://{}/-/reload", listener.local_addr().unwrap());
     let calls = Arc::new(Mutex::new(Vec::new()));
     let lines = Arc::new(Mutex::new(Vec::new()));

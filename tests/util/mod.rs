@@ -14,6 +14,7 @@ use test_apiserver::{ConfigMap, Kubeconfig, TestApiserver};
 
 pub mod http;
 pub mod proxy;
+pub mod tools;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cmpoll");
 

@@ -15,8 +15,10 @@
 //! full lists and `--metadata-first`, and RSS after 10 and after 100 polls. Timing lives
 //! here, never in the test suite.
 
+mod common;
+
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -498,14 +500,7 @@ fn main() {
         measure(&argv[1..]);
     }
     let a = args();
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--quiet", "-p", "cmpoll"])
-        .current_dir(&root)
-        .status()
-        .expect("cargo");
-    assert!(status.success(), "cargo build --release -p cmpoll");
-    let cmpoll = root.join("target/release/cmpoll").canonicalize().unwrap();
+    let cmpoll = common::release_cmpoll();
     let kubectl = Command::new("kubectl")
         .arg("version")
         .arg("--client")

@@ -12,6 +12,8 @@
 //! half an interval plus the delivery; the table prints the median, p90 and maximum, and
 //! the same minus the time the change waited for the next poll (delivery alone).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -136,6 +138,22 @@ fn report(name: &str, samples: &[Sample]) {
     );
 }
 
+/// `cmpoll run` against the kubeconfig `kc`, polling every `interval` without jitter, into
+/// `out`, with the agent's own flags.
+fn run_cmpoll(cmpoll: &Path, kc: &Path, interval: &str, out: &Path, agent: &[&str]) -> Killed {
+    Killed(
+        Command::new(cmpoll)
+            .args(["run", "--interval", interval, "--jitter", "0", "--out-dir"])
+            .arg(out)
+            .args(agent)
+            .env("KUBECONFIG", kc)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 fn site(port: u16, text: &str) -> ConfigMap {
     ConfigMap::new("web", "site")
         .label("cmpoll.io/module", "true")
@@ -166,19 +184,23 @@ fn nginx(cmpoll: &Path, changes: usize, interval: &str) -> Option<Vec<Sample>> {
         ),
     )
     .unwrap();
-    let _cmpoll = Killed(
-        Command::new(cmpoll)
-            .args(["run", "--interval", interval, "--jitter", "0", "--out-dir"])
-            .arg(&out)
-            .args(["--reload-signal", "HUP", "--"])
-            .arg(&nginx)
-            .args(["-g", "daemon off;", "-c"])
-            .arg(&conf)
-            .env("KUBECONFIG", &kc)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let nginx = nginx.display().to_string();
+    let conf = conf.display().to_string();
+    let _cmpoll = run_cmpoll(
+        cmpoll,
+        &kc,
+        interval,
+        &out,
+        &[
+            "--reload-signal",
+            "HUP",
+            "--",
+            &nginx,
+            "-g",
+            "daemon off;",
+            "-c",
+            &conf,
+        ],
     );
     let url = format!("http://127.0.0.1:{port}/");
     wait_for(Duration::from_secs(30), || {
@@ -236,17 +258,20 @@ fn prometheus(cmpoll: &Path, changes: usize, interval: &str) -> Option<Vec<Sampl
     );
     let api = format!("http://127.0.0.1:{port}/api/v1/rules");
     wait_for(Duration::from_secs(30), || curl(&api).is_some()).expect("Prometheus is up");
-    let _cmpoll = Killed(
-        Command::new(cmpoll)
-            .args(["run", "--interval", interval, "--jitter", "0", "--out-dir"])
-            .arg(&out)
-            .args(["--layout", "concat", "--ext", ".yaml", "--reload-url"])
-            .arg(format!("http://127.0.0.1:{port}/-/reload"))
-            .env("KUBECONFIG", &kc)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let reload = format!("http://127.0.0.1:{port}/-/reload");
+    let _cmpoll = run_cmpoll(
+        cmpoll,
+        &kc,
+        interval,
+        &out,
+        &[
+            "--layout",
+            "concat",
+            "--ext",
+            ".yaml",
+            "--reload-url",
+            &reload,
+        ],
     );
     let has = |i: usize| curl(&api).is_some_and(|b| b.contains(&format!("\"change_{i}\"")));
     wait_for(Duration::from_secs(30), || has(0)).expect("Prometheus loads the rules");
@@ -277,14 +302,7 @@ fn main() {
             }
         }
     }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--quiet", "-p", "cmpoll"])
-        .current_dir(&root)
-        .status()
-        .expect("cargo");
-    assert!(status.success(), "cargo build --release -p cmpoll");
-    let cmpoll = root.join("target/release/cmpoll").canonicalize().unwrap();
+    let cmpoll = common::release_cmpoll();
     println!("change → agent serving it, {changes} changes at --interval {interval}:");
     match nginx(&cmpoll, changes, &interval) {
         Some(s) => report("nginx", &s),

@@ -1,0 +1,16 @@
+//! What the measuring binaries (`bench`, `latency`) share.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Builds cmpoll in release mode (quietly, incrementally) and returns its path.
+pub fn release_cmpoll() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--quiet", "-p", "cmpoll"])
+        .current_dir(&root)
+        .status()
+        .expect("cargo");
+    assert!(status.success(), "cargo build --release -p cmpoll");
+    root.join("target/release/cmpoll").canonicalize().unwrap()
+}
