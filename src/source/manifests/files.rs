@@ -1,8 +1,11 @@
-//! ConfigMap manifests from a folder: what `--manifests DIR` reads instead of an apiserver.
+//! ConfigMap and Secret manifests from a folder: what `--manifests DIR` reads instead of an
+//! apiserver.
 //!
 //! Every `*.yaml`, `*.yml` and `*.json` file under the folder (recursively, in path order)
-//! is read as one or more documents; `ConfigMap` documents are kept, `List` and
-//! `ConfigMapList` documents contribute their items, other kinds are skipped. Parsing is as
+//! is read as one or more documents; `ConfigMap` and `Secret` documents are kept, `List`,
+//! `ConfigMapList` and `SecretList` documents contribute their items, other kinds are
+//! skipped. A Secret's `data` is base64 (decoded into `binary_data`); its `stringData` is
+//! text that wins over `data` for the same key, as the apiserver merges them. Parsing is as
 //! strict as kubectl's: an unquoted `8080` or `true` under `data:` is an error, because the
 //! apiserver would refuse it. Every error names the file, and the line where it has one.
 //! Self-contained (serde, serde_json, serde-saphyr, base64) so the test apiserver can
@@ -31,6 +34,8 @@ pub struct ManifestConfigMap {
     /// `binaryData`, decoded.
     pub binary_data: BTreeMap<String, Vec<u8>>,
     pub immutable: Option<bool>,
+    /// A Secret of this type (`Opaque` when the manifest gives none); `None`: a ConfigMap.
+    pub secret: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -40,6 +45,9 @@ struct Doc {
     metadata: Option<Meta>,
     data: Option<BTreeMap<String, String>>,
     binary_data: Option<BTreeMap<String, String>>,
+    string_data: Option<BTreeMap<String, String>>,
+    #[serde(rename = "type")]
+    kind_of_secret: Option<String>,
     immutable: Option<bool>,
     items: Option<Vec<Doc>>,
 }
@@ -55,7 +63,7 @@ struct Meta {
     annotations: Option<BTreeMap<String, String>>,
 }
 
-/// Reads every ConfigMap under `dir`. The error is one line naming the file.
+/// Reads every ConfigMap and Secret under `dir`. The error is one line naming the file.
 pub fn load_dir(dir: &Path) -> Result<Vec<ManifestConfigMap>, String> {
     let mut files = Vec::new();
     collect(dir, &mut files)?;
@@ -91,7 +99,7 @@ fn collect(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads the ConfigMaps of one file into `out`.
+/// Reads the ConfigMaps and Secrets of one file into `out`.
 pub fn load_file(file: &Path, out: &mut Vec<ManifestConfigMap>) -> Result<(), String> {
     let text =
         fs::read_to_string(file).map_err(|e| format!("cannot read '{}': {e}", file.display()))?;
@@ -145,8 +153,8 @@ fn flatten(
     out: &mut Vec<ManifestConfigMap>,
 ) -> Result<(), String> {
     match doc.kind.as_deref() {
-        Some("ConfigMap") => out.push(convert(file, index, doc)?),
-        Some("List" | "ConfigMapList") => {
+        Some("ConfigMap" | "Secret") => out.push(convert(file, index, doc)?),
+        Some("List" | "ConfigMapList" | "SecretList") => {
             for item in doc.items.unwrap_or_default() {
                 flatten(file, index, item, out)?;
             }
@@ -157,24 +165,37 @@ fn flatten(
 }
 
 fn convert(file: &Path, index: usize, doc: Doc) -> Result<ManifestConfigMap, String> {
+    let kind = doc.kind.as_deref().unwrap_or("ConfigMap");
+    let is_secret = kind == "Secret";
     let meta = doc.metadata.unwrap_or_default();
     let name = meta.name.filter(|n| !n.is_empty()).ok_or_else(|| {
         format!(
-            "'{}': document {index}: a ConfigMap needs metadata.name",
+            "'{}': document {index}: a {kind} needs metadata.name",
             file.display()
         )
     })?;
+    // A Secret's `data` is base64, as a ConfigMap's `binaryData`.
+    let (text, encoded, field) = if is_secret {
+        (doc.string_data, doc.data, "data")
+    } else {
+        (doc.data, doc.binary_data, "binaryData")
+    };
     let mut binary_data = BTreeMap::new();
-    for (key, b64) in doc.binary_data.unwrap_or_default() {
+    for (key, b64) in encoded.unwrap_or_default() {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(b64.trim())
             .map_err(|e| {
                 format!(
-                    "'{}': ConfigMap \"{name}\": binaryData[{key}] is not base64: {e}",
+                    "'{}': {kind} \"{name}\": {field}[{key}] is not base64: {e}",
                     file.display()
                 )
             })?;
         binary_data.insert(key, bytes);
+    }
+    let data = text.unwrap_or_default();
+    if is_secret {
+        // stringData wins over data for the same key.
+        binary_data.retain(|k, _| !data.contains_key(k));
     }
     Ok(ManifestConfigMap {
         file: file.to_path_buf(),
@@ -187,9 +208,10 @@ fn convert(file: &Path, index: usize, doc: Doc) -> Result<ManifestConfigMap, Str
         resource_version: meta.resource_version.unwrap_or_default(),
         labels: meta.labels.unwrap_or_default(),
         annotations: meta.annotations.unwrap_or_default(),
-        data: doc.data.unwrap_or_default(),
+        data,
         binary_data,
         immutable: doc.immutable,
+        secret: is_secret.then(|| doc.kind_of_secret.unwrap_or_else(|| "Opaque".into())),
     })
 }
 
@@ -305,5 +327,29 @@ mod tests {
                 .unwrap_err()
                 .contains("missing")
         );
+    }
+
+    #[test]
+    fn secrets_decode_data_and_take_string_data_over_it() {
+        let yaml = "kind: Secret\nmetadata: {name: s, namespace: ns}\ndata:\n  password: aHVudGVyMg==\n  both: b2xk\nstringData:\n  both: new\n---\nkind: SecretList\nitems:\n- kind: Secret\n  type: kubernetes.io/tls\n  metadata: {name: t}\n";
+        let got = load("s.yaml", yaml).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].secret.as_deref(), Some("Opaque"));
+        assert_eq!(got[0].binary_data["password"], b"hunter2");
+        assert_eq!(got[0].data["both"], "new");
+        assert!(!got[0].binary_data.contains_key("both"), "stringData wins");
+        assert_eq!(got[1].secret.as_deref(), Some("kubernetes.io/tls"));
+        let err = load(
+            "b.yaml",
+            "kind: Secret\nmetadata: {name: a}\ndata: {k: '!!'}\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("Secret \"a\": data[k] is not base64"), "{err}");
+        let cm = load(
+            "c.yaml",
+            "kind: ConfigMap\nmetadata: {name: c}\ndata: {k: v}\n",
+        )
+        .unwrap();
+        assert_eq!(cm[0].secret, None);
     }
 }

@@ -67,7 +67,7 @@ impl Recorded {
     }
 
     pub fn is_list(&self) -> bool {
-        self.path.ends_with("/configmaps")
+        self.path.ends_with("/configmaps") || self.path.ends_with("/secrets")
     }
 }
 
@@ -78,6 +78,8 @@ pub struct Grant {
     pub get: bool,
     /// `None`: every namespace and the cluster scope; `Some`: only these namespaces.
     pub namespaces: Option<BTreeSet<String>>,
+    /// The resources it covers (`configmaps` unless told).
+    pub resources: BTreeSet<String>,
 }
 
 impl Grant {
@@ -86,14 +88,14 @@ impl Grant {
             list: true,
             get: true,
             namespaces: None,
+            resources: BTreeSet::from(["configmaps".to_string()]),
         }
     }
 
     pub fn namespaces(list: &[&str]) -> Grant {
         Grant {
-            list: true,
-            get: true,
             namespaces: Some(list.iter().map(|s| s.to_string()).collect()),
+            ..Grant::all()
         }
     }
 
@@ -102,13 +104,20 @@ impl Grant {
         self
     }
 
-    fn allows(&self, verb: &str, namespace: Option<&str>) -> bool {
+    /// Covers these resources instead (`secrets`, or both).
+    pub fn resources(mut self, list: &[&str]) -> Grant {
+        self.resources = list.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    fn allows(&self, verb: &str, resource: &str, namespace: Option<&str>) -> bool {
         let verb_ok = match verb {
             "list" => self.list,
             "get" => self.get,
             _ => false,
         };
         verb_ok
+            && self.resources.contains(resource)
             && match (&self.namespaces, namespace) {
                 (None, _) => true,
                 (Some(set), Some(ns)) => set.contains(ns),
@@ -165,8 +174,8 @@ impl Match {
     }
 
     fn matches(&self, req: &Request) -> bool {
-        let is_cm = req.path.contains("/configmaps");
-        let is_list = req.path.ends_with("/configmaps");
+        let is_cm = req.path.contains("/configmaps") || req.path.contains("/secrets");
+        let is_list = req.path.ends_with("/configmaps") || req.path.ends_with("/secrets");
         let continued = req.param("continue").is_some_and(|c| !c.is_empty());
         let metadata = req
             .header("accept")
@@ -397,10 +406,10 @@ impl Details {
         }
     }
 
-    fn named(name: &str) -> Details {
+    fn named(name: &str, resource: &str) -> Details {
         Details {
             name: Some(name.into()),
-            kind: Some("configmaps".into()),
+            kind: Some(resource.into()),
             ..Details::default()
         }
     }
@@ -508,14 +517,18 @@ struct Continue {
     start: String,
 }
 
+/// A token to go on from the store key `start` (`resource/ns/name\0`); like the
+/// apiserver's, it holds the key below the resource's prefix (`ns/name\0`).
 fn encode_continue(rv: i64, start: &str) -> String {
+    let start = start.split_once('/').map_or(start, |(_, rest)| rest);
     // Field order as Go's continueToken struct encodes it: v, rv, start.
     let start = serde_json::to_string(start).expect("JSON string");
     let json = format!("{{\"v\":\"meta.k8s.io/v1\",\"rv\":{rv},\"start\":{start}}}");
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
 }
 
-fn decode_continue(token: &str) -> Result<Continue, String> {
+/// The token's revision and start key (as a store key of `resource`).
+fn decode_continue(token: &str, resource: &str) -> Result<Continue, String> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token)
         .map_err(|e| format!("continue key is not valid: {e}"))?;
@@ -537,7 +550,10 @@ fn decode_continue(token: &str) -> Result<Continue, String> {
             "continue key is not valid: encoded start key empty (version meta.k8s.io/v1)".into(),
         );
     }
-    Ok(Continue { rv, start })
+    Ok(Continue {
+        rv,
+        start: format!("{resource}/{start}"),
+    })
 }
 
 const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
@@ -623,10 +639,15 @@ impl Api {
         st: &State,
         user: &str,
         verb: &str,
+        resource: &str,
         ns: Option<&str>,
         name: Option<&str>,
     ) -> Result<(), ApiError> {
-        if st.grants.get(user).is_some_and(|g| g.allows(verb, ns)) {
+        if st
+            .grants
+            .get(user)
+            .is_some_and(|g| g.allows(verb, resource, ns))
+        {
             return Ok(());
         }
         let scope = match ns {
@@ -634,18 +655,18 @@ impl Api {
             None => "at the cluster scope".to_string(),
         };
         let subject = match name {
-            Some(n) => format!("configmaps \"{n}\""),
-            None => "configmaps".to_string(),
+            Some(n) => format!("{resource} \"{n}\""),
+            None => resource.to_string(),
         };
         let details = match name {
-            Some(n) => Details::named(n),
-            None => Details::kind("configmaps"),
+            Some(n) => Details::named(n, resource),
+            None => Details::kind(resource),
         };
         Err(status(
             403,
             "Forbidden",
             &format!(
-                "{subject} is forbidden: User \"{user}\" cannot {verb} resource \"configmaps\" in API group \"\" {scope}"
+                "{subject} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"\" {scope}"
             ),
             Some(details),
         ))
@@ -673,10 +694,15 @@ impl Api {
             ["api", "v1"] => return Ok(json_response(api_resources())),
             _ => {}
         }
-        let (ns, name) = match segments.as_slice() {
-            ["api", "v1", "configmaps"] => (None, None),
-            ["api", "v1", "namespaces", ns, "configmaps"] => (Some(*ns), None),
-            ["api", "v1", "namespaces", ns, "configmaps", name] => (Some(*ns), Some(*name)),
+        let resource = |r: &str| ["configmaps", "secrets"].into_iter().find(|x| *x == r);
+        let (resource, ns, name) = match segments.as_slice() {
+            ["api", "v1", r] if resource(r).is_some() => (resource(r), None, None),
+            ["api", "v1", "namespaces", ns, r] if resource(r).is_some() => {
+                (resource(r), Some(*ns), None)
+            }
+            ["api", "v1", "namespaces", ns, r, name] if resource(r).is_some() => {
+                (resource(r), Some(*ns), Some(*name))
+            }
             ["api", ..] => {
                 return Err(status(
                     404,
@@ -712,9 +738,10 @@ impl Api {
                 None,
             )
         })?;
+        let resource = resource.unwrap_or("configmaps");
         match name {
-            Some(name) => self.get(req, &user, ns.unwrap_or(""), name, want, log),
-            None => self.list(req, &user, ns, want, log),
+            Some(name) => self.get(req, &user, resource, ns.unwrap_or(""), name, want, log),
+            None => self.list(req, &user, resource, ns, want, log),
         }
     }
 
@@ -727,23 +754,32 @@ impl Api {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn get(
         &self,
         req: &Request,
         user: &str,
+        resource: &str,
         ns: &str,
         name: &str,
         want: Want,
         log: &mut LogFields,
     ) -> Result<Response, ApiError> {
         let st = self.lock();
-        Self::authorize(&st, user, "get", Some(ns), Some(name))?;
+        Self::authorize(&st, user, "get", resource, Some(ns), Some(name))?;
+        let kind = if resource == "secrets" {
+            "Secret"
+        } else {
+            "ConfigMap"
+        };
         match want {
             Want::PartialList => {
                 return Err(status(
                     406,
                     "NotAcceptable",
-                    "you requested PartialObjectMetadataList, but the requested object is not a list (*core.ConfigMap)",
+                    &format!(
+                        "you requested PartialObjectMetadataList, but the requested object is not a list (*core.{kind})"
+                    ),
                     None,
                 ));
             }
@@ -757,7 +793,7 @@ impl Api {
             }
             Want::Plain | Want::Partial => {}
         }
-        let key = format!("{ns}/{name}");
+        let key = crate::store::key(resource, ns, name);
         // A GET with a resourceVersion is served from the cache ("not older than"); without
         // one it is a quorum read from etcd.
         let obj = match req.param("resourceVersion").filter(|v| !v.is_empty()) {
@@ -782,8 +818,8 @@ impl Api {
             status(
                 404,
                 "NotFound",
-                &format!("configmaps \"{name}\" not found"),
-                Some(Details::named(name)),
+                &format!("{resource} \"{name}\" not found"),
+                Some(Details::named(name, resource)),
             )
         })?;
         let body = if want == Want::Partial {
@@ -798,6 +834,7 @@ impl Api {
         &self,
         req: &Request,
         user: &str,
+        resource: &str,
         ns: Option<&str>,
         want: Want,
         log: &mut LogFields,
@@ -807,13 +844,20 @@ impl Api {
         }
         {
             let st = self.lock();
-            Self::authorize(&st, user, "list", ns, None)?;
+            Self::authorize(&st, user, "list", resource, ns, None)?;
         }
         if want == Want::Partial {
             return Err(status(
                 406,
                 "NotAcceptable",
-                "you requested PartialObjectMetadata, but the requested object is a list (*core.ConfigMapList)",
+                &format!(
+                    "you requested PartialObjectMetadata, but the requested object is a list (*core.{}List)",
+                    if resource == "secrets" {
+                        "Secret"
+                    } else {
+                        "ConfigMap"
+                    }
+                ),
                 None,
             ));
         }
@@ -821,8 +865,11 @@ impl Api {
             .map_err(|e| bad_request(&e))?;
         let fields = FieldSelector::parse(req.param("fieldSelector").unwrap_or(""))
             .map_err(|e| bad_request(&e))?;
-        let prefix = ns.map(|n| format!("{n}/")).unwrap_or_default();
-        let plan = plan_list(req, &prefix)?;
+        let prefix = match ns {
+            Some(n) => format!("{resource}/{n}/"),
+            None => format!("{resource}/"),
+        };
+        let plan = plan_list(req, resource, &prefix)?;
         let deadline = Instant::now() + self.lock().behaviour.too_large_wait;
         loop {
             let mut st = self.lock();
@@ -862,6 +909,7 @@ impl Api {
                     .filter(|o| o.key().starts_with(prefix) && keep(o))
                     .collect();
                 Ok(Page {
+                    secrets: prefix.starts_with("secrets/"),
                     rv: st.cache_revision(),
                     items,
                     next: None,
@@ -907,6 +955,7 @@ impl Api {
                 let unfiltered = labels.requirements().is_empty() && fields.is_empty();
                 let remaining = (more && unfiltered).then(|| (all.len() - examined) as u64);
                 Ok(Ok(Page {
+                    secrets: prefix.starts_with("secrets/"),
                     rv: rev,
                     items,
                     next,
@@ -968,7 +1017,7 @@ fn parse_rv(rv: &str) -> Result<u64, ApiError> {
 }
 
 /// The cacher's routing decision for one LIST (see the module doc).
-fn plan_list(req: &Request, prefix: &str) -> Result<Plan, ApiError> {
+fn plan_list(req: &Request, resource: &str, prefix: &str) -> Result<Plan, ApiError> {
     let rv = req.param("resourceVersion").filter(|v| !v.is_empty());
     let rvm = req.param("resourceVersionMatch").filter(|v| !v.is_empty());
     let cont = req.param("continue").filter(|v| !v.is_empty());
@@ -1022,7 +1071,7 @@ fn plan_list(req: &Request, prefix: &str) -> Result<Plan, ApiError> {
                 "specifying resource version is not allowed when using continue",
             ));
         }
-        let c = decode_continue(token)
+        let c = decode_continue(token, resource)
             .map_err(|e| bad_request(&format!("invalid continue token: {e}")))?;
         let start = if c.start.as_str() < prefix {
             prefix.to_string()
@@ -1064,6 +1113,8 @@ fn plan_list(req: &Request, prefix: &str) -> Result<Plan, ApiError> {
 
 /// One page of a LIST, ready to render.
 struct Page {
+    /// A SecretList (else a ConfigMapList).
+    secrets: bool,
     rv: u64,
     items: Vec<Arc<Object>>,
     next: Option<String>,
@@ -1090,6 +1141,8 @@ impl Page {
         let partial = want == Want::PartialList;
         let head: &[u8] = if partial {
             b"{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":"
+        } else if self.secrets {
+            b"{\"kind\":\"SecretList\",\"apiVersion\":\"v1\",\"metadata\":"
         } else {
             b"{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":"
         };
@@ -1125,25 +1178,31 @@ fn table(page: &Page) -> Value {
                 .and_then(|t| now.duration_since(t).ok())
                 .map_or("<unknown>".to_string(), human_duration);
             let partial: Value = serde_json::from_slice(&o.partial_json()).unwrap_or(Value::Null);
-            json!({
-                "cells": [o.spec.name, o.spec.data.len() + o.spec.binary_data.len(), age],
-                "object": partial,
-            })
+            let data = o.spec.data.len() + o.spec.binary_data.len();
+            let cells = match &o.spec.secret {
+                Some(kind) => json!([o.spec.name, kind, data, age]),
+                None => json!([o.spec.name, data, age]),
+            };
+            json!({"cells": cells, "object": partial})
         })
         .collect();
     let mut meta = json!({"resourceVersion": page.rv.to_string()});
     if let Some(next) = &page.next {
         meta["continue"] = json!(next);
     }
+    let mut columns = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
+        json!({"name": "Data", "type": "string", "format": "", "description": "Data contains the configuration data.", "priority": 0}),
+        json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0}),
+    ];
+    if page.secrets {
+        columns.insert(1, json!({"name": "Type", "type": "string", "format": "", "description": "Used to facilitate programmatic handling of secret data.", "priority": 0}));
+    }
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": meta,
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
-            {"name": "Data", "type": "string", "format": "", "description": "Data contains the configuration data.", "priority": 0},
-            {"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0},
-        ],
+        "columnDefinitions": columns,
         "rows": rows,
     })
 }
@@ -1230,6 +1289,13 @@ fn api_resources() -> Value {
             "verbs": ["get", "list"],
             "shortNames": ["cm"],
             "storageVersionHash": "qFsyl6wFWjQ=",
+        }, {
+            "name": "secrets",
+            "singularName": "secret",
+            "namespaced": true,
+            "kind": "Secret",
+            "verbs": ["get", "list"],
+            "storageVersionHash": "S6u1pOWzb84=",
         }],
     })
 }
@@ -1460,19 +1526,19 @@ mod tests {
 
     #[test]
     fn continue_tokens_round_trip_in_the_apiservers_format() {
-        let t = encode_continue(184467302, "team-a/payments-config\0");
+        let t = encode_continue(184467302, "configmaps/team-a/payments-config\0");
         assert_eq!(
             t,
             "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTg0NDY3MzAyLCJzdGFydCI6InRlYW0tYS9wYXltZW50cy1jb25maWdcdTAwMDAifQ",
-            "byte-identical to the fixture"
+            "byte-identical to the fixture: the key below the resource's prefix"
         );
-        let c = decode_continue(&t).unwrap();
+        let c = decode_continue(&t, "configmaps").unwrap();
         assert_eq!(
             (c.rv, c.start.as_str()),
-            (184467302, "team-a/payments-config\0")
+            (184467302, "configmaps/team-a/payments-config\0")
         );
-        assert!(decode_continue("!!").is_err());
-        assert!(decode_continue(&encode_continue(0, "a")).is_err());
+        assert!(decode_continue("!!", "configmaps").is_err());
+        assert!(decode_continue(&encode_continue(0, "configmaps/a"), "configmaps").is_err());
     }
 
     #[test]

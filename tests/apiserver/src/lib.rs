@@ -209,14 +209,24 @@ impl TestApiserver {
 
     /// Deletes a ConfigMap; panics if it does not exist.
     pub fn delete(&self, namespace: &str, name: &str) {
-        self.state().store.delete(namespace, name).expect("delete");
+        let key = store::key("configmaps", namespace, name);
+        self.state().store.delete(&key).expect("delete");
     }
 
-    /// The current object, if any.
+    /// Deletes a Secret; panics if it does not exist.
+    pub fn delete_secret(&self, namespace: &str, name: &str) {
+        let key = store::key("secrets", namespace, name);
+        self.state().store.delete(&key).expect("delete");
+    }
+
+    /// The current ConfigMap, if any.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Object>> {
         let st = self.state();
         st.store
-            .get_at(&format!("{namespace}/{name}"), st.store.revision())
+            .get_at(
+                &store::key("configmaps", namespace, name),
+                st.store.revision(),
+            )
             .ok()
             .flatten()
     }

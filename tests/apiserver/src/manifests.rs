@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::store::ConfigMap;
 
-/// Every ConfigMap under `dir`.
+/// Every ConfigMap and Secret under `dir`.
 pub fn load_dir(dir: &Path) -> Result<Vec<ConfigMap>, String> {
     Ok(parser::load_dir(dir)?
         .into_iter()
@@ -20,6 +20,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<ConfigMap>, String> {
             data: m.data,
             binary_data: m.binary_data,
             immutable: m.immutable,
+            secret: m.secret,
         })
         .collect())
 }

@@ -1,8 +1,9 @@
 //! The object store, modelled on etcd as the apiserver sees it: one global revision that
 //! every write bumps (the resourceVersion), a history per key so a list can be read "as of"
 //! a revision (what continue tokens and Exact reads need), and compaction, after which
-//! reads at older revisions fail with 410 Expired. Keys are `namespace/name`, ordered as
-//! etcd orders `/registry/configmaps/<ns>/<name>`.
+//! reads at older revisions fail with 410 Expired. Keys are `resource/namespace/name`,
+//! ordered as etcd orders `/registry/<resource>/<ns>/<name>` (ConfigMaps and Secrets share
+//! the revision, as in etcd).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,7 +13,7 @@ use std::time::SystemTime;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-/// What a test gives the store: a ConfigMap's user-set fields.
+/// What a test gives the store: a ConfigMap's (or a Secret's) user-set fields.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ConfigMap {
     pub namespace: String,
@@ -22,6 +23,10 @@ pub struct ConfigMap {
     pub data: BTreeMap<String, String>,
     pub binary_data: BTreeMap<String, Vec<u8>>,
     pub immutable: Option<bool>,
+    /// `Some(type)`: a Secret of that type (`Opaque`…). Its `data` and `binary_data` are
+    /// both served as the Secret's `data`, base64-encoded, as the apiserver stores
+    /// `stringData` and `data` alike.
+    pub secret: Option<String>,
 }
 
 impl ConfigMap {
@@ -30,6 +35,32 @@ impl ConfigMap {
             namespace: namespace.to_string(),
             name: name.to_string(),
             ..ConfigMap::default()
+        }
+    }
+
+    /// An `Opaque` Secret.
+    pub fn secret(namespace: &str, name: &str) -> ConfigMap {
+        ConfigMap {
+            secret: Some("Opaque".into()),
+            ..ConfigMap::new(namespace, name)
+        }
+    }
+
+    /// `configmaps` or `secrets`.
+    pub fn resource(&self) -> &'static str {
+        if self.secret.is_some() {
+            "secrets"
+        } else {
+            "configmaps"
+        }
+    }
+
+    /// `ConfigMap` or `Secret`.
+    pub fn kind(&self) -> &'static str {
+        if self.secret.is_some() {
+            "Secret"
+        } else {
+            "ConfigMap"
         }
     }
 
@@ -59,8 +90,13 @@ impl ConfigMap {
     }
 
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        key(self.resource(), &self.namespace, &self.name)
     }
+}
+
+/// The store key of an object: `resource/namespace/name`.
+pub fn key(resource: &str, namespace: &str, name: &str) -> String {
+    format!("{resource}/{namespace}/{name}")
 }
 
 /// One stored version of an object, with its JSON encodings made once at write time.
@@ -78,9 +114,16 @@ pub struct Object {
 
 impl Object {
     fn new(spec: ConfigMap, uid: String, rv: u64, created: String, managed_time: &str) -> Object {
+        let secret = spec.secret.is_some();
         let mut fields = serde_json::Map::new();
         for k in spec.data.keys() {
             fields.insert(format!("f:{k}"), json!({}));
+        }
+        if secret {
+            // A Secret has one `data` map for both.
+            for k in spec.binary_data.keys() {
+                fields.insert(format!("f:{k}"), json!({}));
+            }
         }
         let mut f_meta = serde_json::Map::new();
         if !spec.labels.is_empty() {
@@ -91,7 +134,7 @@ impl Object {
             f_meta.insert("f:labels".into(), Value::Object(l));
         }
         let mut fields_v1 = serde_json::Map::new();
-        if !spec.binary_data.is_empty() {
+        if !secret && !spec.binary_data.is_empty() {
             let mut b = serde_json::Map::from_iter([(".".to_string(), json!({}))]);
             for k in spec.binary_data.keys() {
                 b.insert(format!("f:{k}"), json!({}));
@@ -106,6 +149,9 @@ impl Object {
             fields_v1.insert("f:immutable".into(), json!({}));
         }
         fields_v1.insert("f:metadata".into(), Value::Object(f_meta));
+        if secret {
+            fields_v1.insert("f:type".into(), json!({}));
+        }
 
         let meta = MetaOut {
             name: &spec.name,
@@ -132,16 +178,27 @@ impl Object {
         if let Some(immutable) = spec.immutable {
             write!(ByteWriter(&mut item), ",\"immutable\":{immutable}").expect("vec write");
         }
-        if !spec.data.is_empty() {
+        let b64 = |v: &[u8]| base64::engine::general_purpose::STANDARD.encode(v);
+        if let Some(kind) = &spec.secret {
+            // Go's Secret: immutable, data (base64, keys sorted), type.
+            let data: BTreeMap<&String, String> = (spec.data.iter())
+                .map(|(k, v)| (k, b64(v.as_bytes())))
+                .chain(spec.binary_data.iter().map(|(k, v)| (k, b64(v))))
+                .collect();
+            if !data.is_empty() {
+                item.extend_from_slice(b",\"data\":");
+                serde_json::to_writer(&mut item, &data).expect("vec write");
+            }
+            item.extend_from_slice(b",\"type\":");
+            serde_json::to_writer(&mut item, kind).expect("vec write");
+        }
+        if !secret && !spec.data.is_empty() {
             item.extend_from_slice(b",\"data\":");
             serde_json::to_writer(&mut item, &spec.data).expect("vec write");
         }
-        if !spec.binary_data.is_empty() {
-            let b64: BTreeMap<&String, String> = spec
-                .binary_data
-                .iter()
-                .map(|(k, v)| (k, base64::engine::general_purpose::STANDARD.encode(v)))
-                .collect();
+        if !secret && !spec.binary_data.is_empty() {
+            let b64: BTreeMap<&String, String> =
+                spec.binary_data.iter().map(|(k, v)| (k, b64(v))).collect();
             item.extend_from_slice(b",\"binaryData\":");
             serde_json::to_writer(&mut item, &b64).expect("vec write");
         }
@@ -163,7 +220,9 @@ impl Object {
     /// The object as a single GET returns it.
     pub fn get_json(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.item_json.len() + 40);
-        out.extend_from_slice(b"{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",");
+        out.extend_from_slice(b"{\"kind\":\"");
+        out.extend_from_slice(self.spec.kind().as_bytes());
+        out.extend_from_slice(b"\",\"apiVersion\":\"v1\",");
         out.extend_from_slice(&self.item_json[1..]);
         out
     }
@@ -336,7 +395,8 @@ impl Store {
                         || spec.immutable != Some(true))
                 {
                     return Err(WriteError::Immutable(format!(
-                        "ConfigMap \"{}\" is invalid: data: Forbidden: field is immutable when `immutable` is set",
+                        "{} \"{}\" is invalid: data: Forbidden: field is immutable when `immutable` is set",
+                        spec.kind(),
                         spec.name
                     )));
                 }
@@ -353,13 +413,14 @@ impl Store {
         Ok(obj)
     }
 
-    pub fn delete(&mut self, namespace: &str, name: &str) -> Result<(), WriteError> {
-        let key = format!("{namespace}/{name}");
-        if self.current(&key).is_none() {
+    /// Deletes the object at `key` (see `key()`).
+    pub fn delete(&mut self, key: &str) -> Result<(), WriteError> {
+        let name = key.rsplit('/').next().unwrap_or(key);
+        if self.current(key).is_none() {
             return Err(WriteError::NotFound(name.to_string()));
         }
         self.rev += 1;
-        self.keys.entry(key).or_default().push(Version {
+        self.keys.entry(key.to_string()).or_default().push(Version {
             rev: self.rev,
             obj: None,
         });
@@ -453,7 +514,7 @@ mod tests {
         let r1 = s.revision();
         let a2 = s.put(cm("a", "x", "2")).unwrap();
         assert_eq!(a1.uid, a2.uid, "an update keeps the uid");
-        s.delete("a", "x").unwrap();
+        s.delete("configmaps/a/x").unwrap();
         let a3 = s.put(cm("a", "x", "3")).unwrap();
         assert_ne!(a1.uid, a3.uid, "a re-create gets a new uid");
         let old = s.range_at("", "", r1).unwrap();
@@ -473,8 +534,12 @@ mod tests {
         s.put(cm("a", "x", "1")).unwrap();
         s.put(cm("a-b", "y", "1")).unwrap();
         let keys: Vec<String> = s.all().iter().map(|o| o.key()).collect();
-        assert_eq!(keys, ["a-b/y", "a/x"], "'-' sorts before '/'");
-        let ns_a = s.range_at("a/", "", s.revision()).unwrap();
+        assert_eq!(
+            keys,
+            ["configmaps/a-b/y", "configmaps/a/x"],
+            "'-' sorts before '/'"
+        );
+        let ns_a = s.range_at("configmaps/a/", "", s.revision()).unwrap();
         assert_eq!(ns_a.len(), 1);
     }
 
@@ -533,5 +598,35 @@ mod tests {
         let partial: Value = serde_json::from_slice(&o.partial_json()).unwrap();
         assert!(partial.get("data").is_none());
         assert!(partial["metadata"]["managedFields"].is_array());
+    }
+
+    #[test]
+    fn secrets_are_base64_data_with_a_type_beside_configmaps() {
+        let mut s = Store::new(1);
+        s.put(cm("a", "x", "1")).unwrap();
+        let o = s
+            .put(
+                ConfigMap::secret("a", "x")
+                    .data("password", "hunter2")
+                    .binary("key.der", &[0, 255]),
+            )
+            .unwrap();
+        assert_eq!(o.key(), "secrets/a/x");
+        assert_eq!(
+            s.all().len(),
+            2,
+            "a Secret and a ConfigMap may share a name"
+        );
+        let v: Value = serde_json::from_slice(&o.item_json).unwrap();
+        assert_eq!(v["data"]["password"], "aHVudGVyMg==");
+        assert_eq!(v["data"]["key.der"], "AP8=");
+        assert_eq!(v["type"], "Opaque");
+        assert!(v.get("binaryData").is_none());
+        let text = String::from_utf8(o.item_json.clone()).unwrap();
+        assert!(text.find("\"data\"").unwrap() < text.find("\"type\"").unwrap());
+        let get: Value = serde_json::from_slice(&o.get_json()).unwrap();
+        assert_eq!(get["kind"], "Secret");
+        let partial = String::from_utf8(o.partial_json()).unwrap();
+        assert!(!partial.contains("aHVudGVyMg=="), "{partial}");
     }
 }

@@ -68,7 +68,7 @@ fn status_bodies_match_the_fixtures() {
         ),
         (
             "status-404-unknown-resource-under-api-v1.json",
-            Box::new(|| c.get("/api/v1/secrets")),
+            Box::new(|| c.get("/api/v1/widgets")),
             404,
         ),
         (

@@ -329,3 +329,58 @@ fn kubectl_accepts_every_kubeconfig_variant_the_writer_makes() {
     let err = k.fails(&["get", "cm", "-A"]);
     assert!(err.contains("certificate"), "{err}");
 }
+
+/// Secrets: kubectl lists and gets them (its own decoding of `data`, its table with the
+/// type column, its paging across both resources' shared revision), and RBAC is per
+/// resource, as cmpoll's `--resource secrets` needs.
+#[test]
+fn kubectl_reads_secrets_as_from_a_cluster() {
+    let s = populated();
+    s.put(
+        ConfigMap::secret("apps", "db")
+            .label("a", "x")
+            .data("password", "hunter2")
+            .binary("key.der", &[0, 255]),
+    );
+    s.put(ConfigMap::secret("web", "tls").label("a", "y"));
+    let k = Kubectl::new(&s, &Kubeconfig::token());
+    let err = k.fails(&["get", "secrets", "-A"]);
+    assert!(
+        err.contains("cannot list resource \"secrets\" in API group \"\" at the cluster scope"),
+        "{err}"
+    );
+    s.grant(USER, Grant::all().resources(&["configmaps", "secrets"]));
+    let v = k.json(&["get", "secrets", "-A", "-l", "a=x", "-o", "json"]);
+    assert_eq!(names(&v), ["apps/db"]);
+    assert_eq!(v["kind"], "List");
+    assert_eq!(v["items"][0]["kind"], "Secret");
+    assert_eq!(v["items"][0]["data"]["password"], "aHVudGVyMg==");
+    assert_eq!(v["items"][0]["type"], "Opaque");
+    let out = k.run(&[
+        "get",
+        "secret",
+        "db",
+        "-n",
+        "apps",
+        "-o",
+        "jsonpath={.data.key\\.der}",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "AP8=");
+    let out = k.run(&["get", "secrets", "-A"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("NAMESPACE"), "{text}");
+    assert!(text.contains("TYPE") && text.contains("Opaque"), "{text}");
+    let v = k.json(&["get", "secrets", "-A", "--chunk-size=1", "-o", "json"]);
+    assert_eq!(
+        names(&v),
+        ["apps/db", "web/tls"],
+        "paged, and no ConfigMap in between"
+    );
+    assert_eq!(
+        names(&k.json(&["get", "cm", "-A", "-o", "json"])).len(),
+        5,
+        "and no Secret among the ConfigMaps"
+    );
+    let err = k.fails(&["get", "--raw", "/api/v1/namespaces/apps/secrets/nope"]);
+    assert!(err.contains("secrets \"nope\" not found"), "{err}");
+}

@@ -474,7 +474,7 @@ fn single_gets_and_not_found() {
     let r = c.get("/api/v1/namespaces/ns-0/configmaps/nope");
     assert_eq!(r.status, 404);
     assert_eq!(r.json()["message"], "configmaps \"nope\" not found");
-    let r = c.get("/api/v1/secrets");
+    let r = c.get("/api/v1/widgets");
     assert_eq!(r.status, 404);
     assert_eq!(
         r.json()["message"],
