@@ -24,6 +24,8 @@ pub struct Common {
     pub page_size: Option<String>,
     pub max_response_bytes: Option<String>,
     pub metadata_first: bool,
+    pub list_mode: Option<String>,
+    pub resource: Option<String>,
     pub namespace_from_context: bool,
     pub allow_insecure_http: bool,
     pub log_format: Option<String>,
@@ -39,7 +41,7 @@ macro_rules! args {
         #[derive(FromArgs, Clone, Debug, Default, PartialEq)]
         $(#[$meta])*
         pub struct $name {
-            /// read ConfigMap manifests (YAML/JSON, recursively) from DIR instead of an apiserver
+            /// read ConfigMap (or Secret) manifests (YAML/JSON, recursively) from DIR instead of an apiserver
             #[argh(option, arg_name = "DIR")]
             pub manifests: Option<String>,
             /// apiserver URL (with --token-file and --ca-file; for systemd units)
@@ -81,7 +83,13 @@ macro_rules! args {
             /// largest answer to read, e.g. 64MiB (default: 64MiB)
             #[argh(option, arg_name = "BYTES")]
             pub max_response_bytes: Option<String>,
-            /// list metadata only, then GET the ConfigMaps whose resourceVersion changed
+            /// what to list: configmaps or secrets (default: configmaps)
+            #[argh(option, arg_name = "RESOURCE")]
+            pub resource: Option<String>,
+            /// auto, full or metadata: after a first full list, list metadata only and GET what changed; auto falls back to full lists where get is forbidden (default: auto)
+            #[argh(option, arg_name = "MODE")]
+            pub list_mode: Option<String>,
+            /// the same as --list-mode metadata
             #[argh(switch)]
             pub metadata_first: bool,
             /// list the kubeconfig context's namespace (in a pod: the pod's own namespace)
@@ -117,6 +125,8 @@ macro_rules! args {
                     page_size: self.page_size.clone(),
                     max_response_bytes: self.max_response_bytes.clone(),
                     metadata_first: self.metadata_first,
+                    list_mode: self.list_mode.clone(),
+                    resource: self.resource.clone(),
                     namespace_from_context: self.namespace_from_context,
                     allow_insecure_http: self.allow_insecure_http,
                     log_format: self.log_format.clone(),
@@ -127,7 +137,7 @@ macro_rules! args {
     };
 }
 
-/// Poll labelled Kubernetes ConfigMaps and hand them to an agent: atomic files, a
+/// Poll labelled Kubernetes ConfigMaps (or Secrets) and hand them to an agent: atomic files, a
 /// supervised child, a reload URL, or JSON events. Every flag can also be set as
 /// CMPOLL_<FLAG> (for example CMPOLL_OUT_DIR); the flag wins.
 #[derive(FromArgs, Debug, PartialEq)]
@@ -176,13 +186,13 @@ args! {
         /// write modules to DIR (atomically; created if missing)
         #[argh(option, arg_name = "DIR")]
         pub out_dir: Option<String>,
-        /// output layout: files (DIR/NS/NAME/KEY) or concat (DIR/NS.NAME{EXT}) (default: files)
+        /// output layout: files (DIR/NS/NAME/KEY), concat (DIR/NS.NAME{EXT}) or flat (DIR/KEY) (default: files)
         #[argh(option, arg_name = "LAYOUT")]
         pub layout: Option<String>,
         /// file name extension for --layout concat
         #[argh(option, arg_name = "EXT")]
         pub ext: Option<String>,
-        /// mode of written files, octal (default: 0644)
+        /// mode of written files, octal (default: 0644; 0600 with --resource secrets)
         #[argh(option, arg_name = "MODE")]
         pub file_mode: Option<String>,
         /// how long a replaced module version stays readable in --out-dir (default: 30s)

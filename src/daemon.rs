@@ -7,6 +7,7 @@
 //! costs nothing. The `Store` (snapshot and spool) travels to the poll thread with each job
 //! and comes back with its result: only one side holds it at a time, without locks.
 
+use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
@@ -19,7 +20,8 @@ use crate::ops::metrics::Metrics;
 use crate::ops::process;
 use crate::ops::signals::{self, Signal};
 use crate::ops::systemd::Notifier;
-use crate::poll::event::{self, Change, Synced};
+use crate::poll::event::{self, Change, Event, Synced};
+use crate::poll::hash::Hash;
 use crate::poll::snapshot::Snapshot;
 use crate::poll::store::Store;
 use crate::poll::{self, PollStats, Polled, Poller};
@@ -104,6 +106,9 @@ pub struct Daemon {
     batches: u64,
     /// The number of the poll the current snapshot came from.
     last_poll: u64,
+    /// Modules held back (`rejected`), by the hash held back: a rejection is announced
+    /// once per content, not once per poll.
+    rejected: HashMap<String, Hash>,
 }
 
 impl Daemon {
@@ -116,6 +121,7 @@ impl Daemon {
             backoff,
             batches: 0,
             last_poll: 0,
+            rejected: HashMap::new(),
         }
     }
 
@@ -324,8 +330,14 @@ impl Daemon {
             let m = self.metrics();
             m.poll_succeeded(took, modules, stats.rejected);
             if let Some(s) = synced {
-                m.events(s.added, s.updated, s.removed);
+                m.events(&[
+                    ("added", s.added),
+                    ("updated", s.updated),
+                    ("removed", s.removed),
+                    ("rejected", s.rejected),
+                ]);
             }
+            m.rejected_modules(self.rejected.len());
         }
         let status = format!("STATUS={modules} modules");
         if first {
@@ -399,15 +411,21 @@ impl Daemon {
             spool: &store.spool,
             first,
         };
+        // Modules no sink published: not written, or held back.
         let mut unwritten: Vec<String> = Vec::new();
+        let mut held_back: Vec<String> = Vec::new();
         for sink in &mut self.sinks {
-            let modules = held(&unwritten, &store.snapshot, &next);
+            let modules = held(&[&unwritten, &held_back], &store.snapshot, &next);
             batch.synced = counts(&batch.events, modules, number);
             let outcome = sink.apply(&batch).map_err(|f| f.0)?;
             // Not written: later sinks do not hear of it, and the snapshot keeps what was
             // there before, so the next poll tries again.
             batch.events.retain(|e| !outcome.failed.contains(&e.id));
             unwritten.extend(outcome.failed);
+            for (id, reason) in outcome.rejected {
+                held_back.push(id.clone());
+                hold_back(&mut self.rejected, &mut batch.events, &id, reason);
+            }
             if batch.events.is_empty() && !first {
                 break;
             }
@@ -415,30 +433,65 @@ impl Daemon {
         unwritten.sort();
         unwritten.dedup();
         let applied = std::mem::take(&mut batch.events);
-        let synced = counts(&applied, held(&unwritten, &store.snapshot, &next), number);
-        log::info!(
-            "poll {number}: {} modules, {} added, {} updated, {} removed ({} configmaps, {} rejected, {took:?})",
+        let modules = held(&[&unwritten, &held_back], &store.snapshot, &next);
+        let synced = counts(&applied, modules, number);
+        // A module published, or gone, is no longer held back.
+        let published = |id: &String| applied.iter().any(|e| &e.id == id && e.is_change());
+        self.rejected
+            .retain(|id, _| next.modules.contains_key(id) && !published(id));
+        let line = format!(
+            "poll {number}: {} modules, {} added, {} updated, {} removed, {} rejected ({} objects, {} not modules, {took:?})",
             synced.modules,
             synced.added,
             synced.updated,
             synced.removed,
+            synced.rejected,
             stats.items,
             stats.rejected,
         );
+        if applied.is_empty() && !first {
+            log::debug!("{line}");
+        } else {
+            log::info!("{line}");
+        }
+        // What the sinks did not take keeps its previous version in the snapshot.
+        let kept: Vec<String> = unwritten.iter().chain(&held_back).cloned().collect();
         store
-            .commit(next, &applied, &unwritten)
+            .commit(next, &applied, &kept)
             .map_err(|e| e.to_string())?;
         Ok((Some(synced), unwritten))
     }
 }
 
-/// How many modules the sinks hold once `next` is applied but for `unwritten`: a module
-/// that could not be added stays absent, one that could not be removed stays.
-fn held(unwritten: &[String], current: &Snapshot, next: &Snapshot) -> usize {
+/// A sink held `id` back: its event becomes `rejected` (announced and logged once per
+/// content), or goes if this content was already announced.
+fn hold_back(
+    rejected: &mut HashMap<String, Hash>,
+    events: &mut Vec<Event>,
+    id: &str,
+    reason: String,
+) {
+    let Some(i) = events.iter().position(|e| e.id == id) else {
+        return;
+    };
+    let hash = events[i].entry.hash;
+    if rejected.get(id) == Some(&hash) {
+        events.remove(i);
+        return;
+    }
+    log::warn!("module {id} rejected: {reason}");
+    rejected.insert(id.to_string(), hash);
+    events[i].reject(reason);
+}
+
+/// How many modules the sinks hold once `next` is applied but for `unwritten` (and held
+/// back): a module that could not be added stays absent, one that could not be removed
+/// stays.
+fn held(unwritten: &[&Vec<String>], current: &Snapshot, next: &Snapshot) -> usize {
     let (mut n, has) = (next.len(), |s: &Snapshot, id: &String| {
         s.modules.contains_key(id)
     });
-    for id in unwritten {
+    for id in unwritten.iter().flat_map(|v| v.iter()) {
         match (has(current, id), has(next, id)) {
             (false, true) => n -= 1,
             (true, false) => n += 1,
@@ -455,6 +508,7 @@ fn counts(events: &[event::Event], modules: usize, poll: u64) -> Synced {
         added: n(Change::Added),
         updated: n(Change::Updated),
         removed: n(Change::Removed),
+        rejected: n(Change::Rejected),
         poll,
     }
 }

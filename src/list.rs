@@ -10,14 +10,15 @@ use crate::poll::snapshot::Snapshot;
 use crate::poll::spool::Spool;
 
 /// One poll, then print; a failed poll prints nothing and exits 1.
-pub fn run(mut poller: Poller, json: bool) -> Result<(), Error> {
+/// `contents`: whether `--json` prints the files (not a Secret's).
+pub fn run(mut poller: Poller, json: bool, contents: bool) -> Result<(), Error> {
     let mut spool = Spool::new(None).map_err(|e| Error::Runtime(e.to_string()))?;
     let polled = poller
         .poll(&Snapshot::default(), &mut spool)
         .map_err(|e| Error::Runtime(e.to_string()))?;
     let stats = polled.stats;
     log::debug!(
-        "{}: {} configmaps, {} modules, {} rejected, {} without selected keys",
+        "{}: {} objects, {} modules, {} rejected, {} without selected keys",
         poller.describe(),
         stats.items,
         stats.modules,
@@ -27,7 +28,7 @@ pub fn run(mut poller: Poller, json: bool) -> Result<(), Error> {
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let written = if json {
-        self::json(&polled.snapshot, &spool, &mut out)
+        self::json(&polled.snapshot, &spool, &mut out, contents)
     } else {
         table(&polled.snapshot, &mut out)
     }
@@ -66,8 +67,14 @@ pub fn table(snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-/// Prints a JSON array, one module object per line, contents read back from the spool.
-pub fn json(snapshot: &Snapshot, spool: &Spool, out: &mut dyn Write) -> io::Result<()> {
+/// Prints a JSON array, one module object per line, contents read back from the spool
+/// (with `contents` false, the hashes only).
+pub fn json(
+    snapshot: &Snapshot,
+    spool: &Spool,
+    out: &mut dyn Write,
+    contents: bool,
+) -> io::Result<()> {
     if snapshot.is_empty() {
         return out.write_all(b"[]\n");
     }
@@ -76,8 +83,12 @@ pub fn json(snapshot: &Snapshot, spool: &Spool, out: &mut dyn Write) -> io::Resu
         if i > 0 {
             out.write_all(b",\n")?;
         }
-        let files = spool.get(e.loc)?;
-        out.write_all(&event::module(None, id, e, &files))?;
+        let line = if contents {
+            event::module(None, id, e, Some(&spool.get(e.loc)?))
+        } else {
+            event::module(None, id, e, None)
+        };
+        out.write_all(&line)?;
     }
     out.write_all(b"\n]\n")
 }
@@ -121,12 +132,12 @@ mod tests {
             "{text}"
         );
         let mut out = Vec::new();
-        json(&snap, &spool, &mut out).unwrap();
+        json(&snap, &spool, &mut out, true).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v[0]["files"]["a.alloy"], "x");
         assert_eq!(v[0]["module"], "monitoring/agent-module");
         let mut out = Vec::new();
-        json(&Snapshot::default(), &spool, &mut out).unwrap();
+        json(&Snapshot::default(), &spool, &mut out, true).unwrap();
         assert_eq!(out, b"[]\n");
     }
 }

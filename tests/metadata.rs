@@ -1,9 +1,10 @@
-//! `--metadata-first`: list metadata only, GET only what changed, everything from the
-//! watch cache, and the same events as full lists.
+//! `--list-mode` (`auto` by default; `--metadata-first` is `metadata`): list metadata only
+//! after a first full list, GET only what changed, everything from the watch cache, the
+//! same events as full lists, and full lists where the role has no `get`.
 
 use std::time::Duration;
 
-use test_apiserver::{ConfigMap, Fault, Match, Route, TestApiserver};
+use test_apiserver::{ConfigMap, Fault, Grant, Match, Route, TestApiserver, USER};
 
 use crate::util::{Cmpoll, Daemon, SOON, module};
 
@@ -187,5 +188,135 @@ fn a_failing_get_fails_the_poll_and_a_404_means_gone() {
         (b[0]["type"].as_str(), b[0]["module"].as_str()),
         (Some("added"), Some("a/two"))
     );
+    d.stop();
+}
+
+fn metadata_list(r: &test_apiserver::Recorded) -> bool {
+    r.is_list()
+        && r.accept
+            .as_deref()
+            .is_some_and(|a| a.contains("as=PartialObjectMetadataList"))
+}
+
+/// Without a flag: the second poll on is a metadata list; under a role with `list` but
+/// not `get` the first GET's 403 brings that scope back to full lists for good, with one
+/// warning naming the verb, and no change is lost on the way.
+#[test]
+fn auto_is_the_default_and_falls_back_to_full_lists_where_get_is_forbidden() {
+    let s = TestApiserver::start();
+    s.grant(USER, Grant::all().list_only());
+    s.put(module("a", "one", "1"));
+    let d = Daemon::start(Cmpoll::against(&s), &["--interval", "30ms"]);
+    d.batch(SOON);
+    d.quiet_through(&s, 1, 1);
+    assert!(
+        s.requests().iter().skip(1).all(metadata_list),
+        "auto: metadata lists after the first: {:?}",
+        s.requests()
+    );
+    s.put(module("a", "one", "2"));
+    let b = d.batch(SOON);
+    assert_eq!(
+        (b[0]["type"].as_str(), b[0]["files"]["k"].as_str()),
+        (Some("updated"), Some("2"))
+    );
+    s.clear_requests();
+    s.put(module("a", "one", "3"));
+    let b = d.batch(SOON);
+    assert_eq!(b[0]["files"]["k"], "3");
+    d.quiet_through(&s, 2, 1);
+    let reqs = s.requests();
+    assert!(
+        reqs.iter()
+            .all(|r| r.is_list() && !metadata_list(r) && r.status == 200),
+        "full lists only from then on: {reqs:?}"
+    );
+    let stderr = d.stderr();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("but not get"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("cannot get resource \"configmaps\"")
+            && warnings[0].contains("--list-mode full"),
+        "{}",
+        warnings[0]
+    );
+    d.stop();
+}
+
+#[test]
+fn metadata_mode_under_a_list_only_role_fails_the_poll_and_full_mode_never_gets() {
+    let s = TestApiserver::start();
+    s.grant(USER, Grant::all().list_only());
+    s.put(module("a", "one", "1"));
+    let d = Daemon::start(
+        Cmpoll::against(&s),
+        &["--interval", "30ms", "--list-mode", "metadata"],
+    );
+    d.batch(SOON);
+    s.put(module("a", "one", "2"));
+    d.quiet_through(&s, 2, 1);
+    assert!(
+        d.stderr().contains("403") && d.stderr().contains("cannot get resource"),
+        "{}",
+        d.stderr()
+    );
+    d.stop();
+
+    let d = Daemon::start(
+        Cmpoll::against(&s),
+        &["--interval", "30ms", "--list-mode", "full"],
+    );
+    d.batch(SOON);
+    s.clear_requests();
+    s.put(module("a", "one", "3"));
+    assert_eq!(d.batch(SOON)[0]["files"]["k"], "3");
+    assert!(
+        s.requests()
+            .iter()
+            .all(|r| r.is_list() && !metadata_list(r))
+    );
+    d.stop();
+    let r = Cmpoll::against(&s)
+        .args(&["list", "--metadata-first", "--list-mode", "full"])
+        .run()
+        .failure(2);
+    assert!(r.error_line().contains("--list-mode"), "{}", r.error_line());
+}
+
+/// A paged metadata list whose second page changed too much is made again in full: that
+/// page only; the first page's modules stay.
+#[test]
+fn a_page_listed_again_in_full_keeps_the_pages_before_it() {
+    let s = TestApiserver::start();
+    for i in 0..80 {
+        s.put(module("a", &format!("m{i:02}"), "1"));
+    }
+    let d = Daemon::start(
+        Cmpoll::against(&s),
+        &[
+            "--interval",
+            "30ms",
+            "--page-size",
+            "40",
+            "--metadata-first",
+        ],
+    );
+    assert_eq!(d.batch(SOON).len(), 81);
+    d.quiet_through(&s, 1, 1);
+    // Paged lists read etcd, not the cache: failing them keeps the changes for one poll.
+    s.fault_always(Match::lists(), Fault::InternalError);
+    for i in 40..80 {
+        s.put(module("a", &format!("m{i:02}"), "2"));
+    }
+    s.clear_faults();
+    let b = d.batch(SOON);
+    let types: std::collections::BTreeSet<&str> =
+        b.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["synced", "updated"].into(), "no removal: {b:?}");
+    assert_eq!(b.len(), 41);
+    assert_eq!(b[40]["modules"], 80);
     d.stop();
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use test_apiserver::TestApiserver;
 
-use crate::util::{Cmpoll, SOON, cluster, labelled, leftovers, map, tree};
+use crate::util::{Cmpoll, Daemon, SOON, cluster, labelled, leftovers, map, tree};
 
 #[test]
 fn files_layout_contents_and_modes() {
@@ -481,5 +481,115 @@ fn sigterm_finishes_the_write_in_progress() {
     );
     assert_eq!(state["modules"].as_object().unwrap().len(), 1500);
     assert_eq!(tree(&out).len(), 1500);
+    assert!(leftovers(&out).is_empty());
+}
+
+/// `--layout flat`: `DIR/KEY` for every module's files; a key clash rejects the later
+/// module whole, announced once per content; when the holder goes, the waiting module is
+/// published in that same batch; a restart keeps what was written.
+#[test]
+fn flat_layout_clashes_are_rejected_once_and_handed_over() {
+    let s = TestApiserver::start();
+    s.put(
+        labelled("a", "first")
+            .data("shared.yaml", "A")
+            .data("a.yaml", "a"),
+    );
+    s.put(
+        labelled("b", "second")
+            .data("shared.yaml", "B")
+            .data("b.yaml", "b"),
+    );
+    let c = Cmpoll::against(&s);
+    // Outlives the daemon's own folder.
+    let keep = tempfile::tempdir().unwrap();
+    let out = keep.path().join("out");
+    let flat = [
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--layout",
+        "flat",
+        "--stdout-events",
+    ];
+    let mut args = vec!["--interval", "30ms"];
+    args.extend(flat);
+    let d = Daemon::start(c, &args);
+    let b = d.batch(SOON);
+    let kinds: Vec<(&str, &str)> = (b.iter())
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap(),
+                e["module"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("added", "a/first"),
+            ("rejected", "b/second"),
+            ("synced", "")
+        ]
+    );
+    let reason = b[1]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("\"shared.yaml\"")
+            && reason.contains("a/first")
+            && reason.contains("b/second"),
+        "{reason}"
+    );
+    assert!(b[1]["hash"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(
+        (b[2]["modules"].as_u64(), b[2]["rejected"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(tree(&out), map(&[("a.yaml", "a"), ("shared.yaml", "A")]));
+    // Announced once per content, not once per poll.
+    d.quiet_through(&s, 3, 1);
+    s.put(
+        labelled("b", "second")
+            .data("shared.yaml", "B2")
+            .data("b.yaml", "b"),
+    );
+    let b = d.batch(SOON);
+    assert_eq!(
+        (b[0]["type"].as_str(), b.len()),
+        (Some("rejected"), 2),
+        "{b:?}"
+    );
+    // The holder goes: the waiting module takes the key in the same batch.
+    s.delete("a", "first");
+    let b = d.batch(SOON);
+    let kinds: Vec<&str> = b.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["removed", "added", "synced"], "{b:?}");
+    assert_eq!(b[1]["module"], "b/second");
+    assert_eq!(tree(&out), map(&[("b.yaml", "b"), ("shared.yaml", "B2")]));
+    assert!(
+        d.stderr()
+            .lines()
+            .filter(|l| l.contains("rejected"))
+            .count()
+            >= 2,
+        "{}",
+        d.stderr()
+    );
+    d.stop();
+    // A restart: nothing rewritten; a newcomer wanting a held key waits.
+    let before = fs::metadata(out.join("shared.yaml")).unwrap();
+    s.put(labelled("a", "again").data("shared.yaml", "X"));
+    let mut once = vec!["run", "--once"];
+    once.extend(flat);
+    let r = Cmpoll::against(&s).with_args(&once).run().success();
+    let after = fs::metadata(out.join("shared.yaml")).unwrap();
+    assert_eq!(
+        (after.ino(), after.mtime_nsec()),
+        (before.ino(), before.mtime_nsec())
+    );
+    assert!(
+        r.stdout.contains(r#""type":"rejected","module":"a/again""#),
+        "the holder keeps its key over a restart, although a/again sorts first: {}",
+        r.stdout
+    );
+    assert_eq!(tree(&out), map(&[("b.yaml", "b"), ("shared.yaml", "B2")]));
     assert!(leftovers(&out).is_empty());
 }

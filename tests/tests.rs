@@ -21,4 +21,5 @@ mod outdir;
 mod pod;
 mod reload;
 mod run;
+mod secrets;
 mod soak;

@@ -60,6 +60,8 @@ pub struct Metrics {
     events: Family<Labels, Counter>,
     last_success: Gauge<f64, AtomicU64>,
     write_failures: Gauge,
+    rejected_modules: Gauge,
+    validations: Family<Labels, Counter>,
     api: ApiCounters,
     reloads: Reloads,
     child_restarts: Counter,
@@ -135,6 +137,18 @@ impl Metrics {
             "Modules the output directory could not write in the last batch",
             write_failures.clone(),
         );
+        let rejected_modules = Gauge::default();
+        r.register(
+            "rejected_modules",
+            "Modules held back from the sinks (a failed --validate, a --layout flat name clash); the sinks keep their last good version",
+            rejected_modules.clone(),
+        );
+        let validations = Family::<Labels, Counter>::default();
+        r.register(
+            "validations",
+            "--validate runs, by result (pass, fail, error: the validator could not run)",
+            validations.clone(),
+        );
         let info = Family::<Labels, Gauge>::default();
         r.register("build_info", "cmpoll's version", info.clone());
         info.get_or_create(&label("version", env!("CARGO_PKG_VERSION")))
@@ -148,6 +162,8 @@ impl Metrics {
             events,
             last_success,
             write_failures,
+            rejected_modules,
+            validations,
             api,
             reloads,
             child_restarts,
@@ -192,8 +208,21 @@ impl Metrics {
         self.write_failures.set(n as i64);
     }
 
-    pub fn events(&self, added: usize, updated: usize, removed: usize) {
-        for (t, n) in [("added", added), ("updated", updated), ("removed", removed)] {
+    /// Modules held back now.
+    pub fn rejected_modules(&self, n: usize) {
+        self.rejected_modules.set(n as i64);
+    }
+
+    /// One validator run: `pass`, `fail` or `error`.
+    pub fn validation(&self, result: &str) {
+        self.validations
+            .get_or_create(&label("result", result))
+            .inc();
+    }
+
+    /// Events of one batch, by type (`added`, `updated`, `removed`, `rejected`).
+    pub fn events(&self, counts: &[(&str, usize)]) {
+        for &(t, n) in counts {
             self.events
                 .get_or_create(&label("type", t))
                 .inc_by(n as u64);
@@ -217,7 +246,9 @@ mod tests {
         let m = Metrics::new();
         m.poll_succeeded(Duration::from_millis(12), 3, 1);
         m.poll_failed(Duration::from_millis(5));
-        m.events(2, 1, 0);
+        m.events(&[("added", 2), ("updated", 1), ("rejected", 1)]);
+        m.rejected_modules(1);
+        m.validation("pass");
         // Handles count into the same registry from wherever they were handed.
         let api = m.api();
         for code in ["200", "200", "500", "200", "200", "200", "200", "200"] {
@@ -240,6 +271,9 @@ mod tests {
             "cmpoll_modules 3",
             "cmpoll_rejected_configmaps 1",
             "cmpoll_events_total{type=\"added\"} 2",
+            "cmpoll_events_total{type=\"rejected\"} 1",
+            "cmpoll_rejected_modules 1",
+            "cmpoll_validations_total{result=\"pass\"} 1",
             "cmpoll_apiserver_requests_total{code=\"200\"} 7",
             "cmpoll_apiserver_requests_total{code=\"500\"} 1",
             "cmpoll_apiserver_response_bytes_total 1500",

@@ -6,9 +6,10 @@
 //! re-create with the same content, changes nothing.
 //!
 //! `added`/`updated` carry the module with its files (`files` for `data`, `binaryFiles` as
-//! base64 for `binaryData`, present only when there are any), `removed` carries the last
-//! hash, `synced` closes a batch. `list --json` prints the same module object without
-//! `type`.
+//! base64 for `binaryData`, present only when there are any; neither for a Secret on
+//! stdout), `removed` carries the last hash, `rejected` the content's hash and why it was
+//! held back (a validator's output, a `flat` name clash), `synced` closes a batch. `list
+//! --json` prints the same module object without `type`.
 
 use base64::Engine as _;
 use serde::Serialize;
@@ -22,6 +23,8 @@ pub enum Change {
     Added,
     Updated,
     Removed,
+    /// Not published: the sinks keep the previous version (`Event::reason` says why).
+    Rejected,
 }
 
 impl Change {
@@ -30,16 +33,42 @@ impl Change {
             Change::Added => "added",
             Change::Updated => "updated",
             Change::Removed => "removed",
+            Change::Rejected => "rejected",
         }
     }
 }
 
-/// One change: for `Removed` the entry is the last one seen, otherwise the new one.
+/// One change: for `Removed` the entry is the last one seen, otherwise the new one (for
+/// `Rejected`, the one held back).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
     pub change: Change,
     pub id: String,
     pub entry: Entry,
+    /// Why a `Rejected` module was held back.
+    pub reason: Option<String>,
+}
+
+impl Event {
+    pub fn new(change: Change, id: &str, entry: &Entry) -> Event {
+        Event {
+            change,
+            id: id.to_string(),
+            entry: entry.clone(),
+            reason: None,
+        }
+    }
+
+    /// This (added or updated) module, rejected for `reason`.
+    pub fn reject(&mut self, reason: String) {
+        self.change = Change::Rejected;
+        self.reason = Some(reason);
+    }
+
+    /// Whether a sink that delivers contents acts on it (`rejected` is news, not a change).
+    pub fn is_change(&self) -> bool {
+        self.change != Change::Rejected
+    }
 }
 
 /// The events that turn `prev` into `next`.
@@ -48,11 +77,7 @@ pub fn diff(prev: &Snapshot, next: &Snapshot) -> Vec<Event> {
         .modules
         .iter()
         .filter(|(id, _)| !next.modules.contains_key(*id))
-        .map(|(id, e)| Event {
-            change: Change::Removed,
-            id: id.clone(),
-            entry: e.clone(),
-        })
+        .map(|(id, e)| Event::new(Change::Removed, id, e))
         .collect();
     for (id, e) in &next.modules {
         let change = match prev.modules.get(id) {
@@ -60,11 +85,7 @@ pub fn diff(prev: &Snapshot, next: &Snapshot) -> Vec<Event> {
             Some(old) if old.hash != e.hash => Change::Updated,
             Some(_) => continue,
         };
-        events.push(Event {
-            change,
-            id: id.clone(),
-            entry: e.clone(),
-        });
+        events.push(Event::new(change, id, e));
     }
     events
 }
@@ -108,13 +129,20 @@ struct ModuleOut<'a> {
     uid: String,
     resource_version: String,
     hash: String,
-    files: TextFiles<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    files: Option<TextFiles<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     binary_files: Option<BinaryFiles<'a>>,
 }
 
 /// A module object (`type` is `added`/`updated`, or `None` for `list --json`), no newline.
-pub fn module(kind: Option<&str>, id: &str, entry: &Entry, files: &[ModuleFile]) -> Vec<u8> {
+/// `files` is `None` where contents must not be shown (a Secret's, on stdout).
+pub fn module(
+    kind: Option<&str>,
+    id: &str,
+    entry: &Entry,
+    files: Option<&[ModuleFile]>,
+) -> Vec<u8> {
     let (namespace, name) = split_id(id);
     let out = ModuleOut {
         kind,
@@ -124,11 +152,10 @@ pub fn module(kind: Option<&str>, id: &str, entry: &Entry, files: &[ModuleFile])
         uid: entry.uid.to_string(),
         resource_version: entry.resource_version.to_string(),
         hash: entry.hash.to_string(),
-        files: TextFiles(files),
+        files: files.map(TextFiles),
         binary_files: files
-            .iter()
-            .any(|f| f.content.is_binary())
-            .then_some(BinaryFiles(files)),
+            .filter(|f| f.iter().any(|f| f.content.is_binary()))
+            .map(BinaryFiles),
     };
     serde_json::to_vec(&out).expect("module JSON: files are UTF-8 text or base64")
 }
@@ -156,6 +183,36 @@ pub fn removed(id: &str, entry: &Entry) -> Vec<u8> {
     .expect("plain JSON")
 }
 
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RejectedOut<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    module: &'a str,
+    namespace: &'a str,
+    name: &'a str,
+    uid: String,
+    resource_version: String,
+    hash: String,
+    reason: &'a str,
+}
+
+/// A `rejected` event, no newline.
+pub fn rejected(id: &str, entry: &Entry, reason: &str) -> Vec<u8> {
+    let (namespace, name) = split_id(id);
+    serde_json::to_vec(&RejectedOut {
+        kind: "rejected",
+        module: id,
+        namespace,
+        name,
+        uid: entry.uid.to_string(),
+        resource_version: entry.resource_version.to_string(),
+        hash: entry.hash.to_string(),
+        reason,
+    })
+    .expect("plain JSON")
+}
+
 /// The counts that close a batch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Synced {
@@ -163,6 +220,7 @@ pub struct Synced {
     pub added: usize,
     pub updated: usize,
     pub removed: usize,
+    pub rejected: usize,
     pub poll: u64,
 }
 
@@ -216,7 +274,7 @@ mod tests {
             Some("added"),
             "monitoring/test-module",
             &entry(),
-            &files,
+            Some(&files),
         ))
         .unwrap();
         let h = "ab".repeat(32);
@@ -227,9 +285,28 @@ mod tests {
             )
         );
         let text_only = &files[1..];
-        let line = String::from_utf8(module(None, "a/b", &entry(), text_only)).unwrap();
+        let line = String::from_utf8(module(None, "a/b", &entry(), Some(text_only))).unwrap();
         assert!(line.starts_with(r#"{"module":"a/b""#), "{line}");
         assert!(!line.contains("binaryFiles"), "only when present: {line}");
+        let hidden = String::from_utf8(module(Some("added"), "a/b", &entry(), None)).unwrap();
+        assert_eq!(
+            hidden,
+            format!(
+                r#"{{"type":"added","module":"a/b","namespace":"a","name":"b","uid":"u-1","resourceVersion":"42","hash":"sha256:{h}"}}"#
+            ),
+            "a Secret's event: the hash, no contents"
+        );
+    }
+
+    #[test]
+    fn rejected_matches_spec_field_order() {
+        let h = "ab".repeat(32);
+        assert_eq!(
+            String::from_utf8(rejected("a/b", &entry(), "key \"x\" is taken")).unwrap(),
+            format!(
+                r#"{{"type":"rejected","module":"a/b","namespace":"a","name":"b","uid":"u-1","resourceVersion":"42","hash":"sha256:{h}","reason":"key \"x\" is taken"}}"#
+            )
+        );
     }
 
     #[test]
@@ -246,11 +323,12 @@ mod tests {
             added: 1,
             updated: 0,
             removed: 0,
+            rejected: 2,
             poll: 7,
         };
         assert_eq!(
             String::from_utf8(synced(&s)).unwrap(),
-            r#"{"type":"synced","modules":12,"added":1,"updated":0,"removed":0,"poll":7}"#
+            r#"{"type":"synced","modules":12,"added":1,"updated":0,"removed":0,"rejected":2,"poll":7}"#
         );
     }
 

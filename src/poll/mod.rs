@@ -20,7 +20,7 @@ use self::module::{Module, NotAModule};
 use self::snapshot::{Entry, Ident, Snapshot};
 use self::spool::Spool;
 pub use crate::source::Error;
-use crate::source::{Collect, Item, Previous, Source};
+use crate::source::{Collect, Item, Mark, Previous, Source};
 
 /// Counts of one poll, for logs and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -76,7 +76,6 @@ impl Poller {
             // About as many as last time: no doubling past the cluster's size.
             entries: Vec::with_capacity(prev.len()),
             others: Vec::new(),
-            scope: (0, 0, start),
         };
         let result = self.source.list(&last, &mut c);
         let Collector {
@@ -144,8 +143,6 @@ struct Collector<'a> {
     entries: Vec<(String, Entry)>,
     /// This poll's ConfigMaps that are not modules.
     others: Vec<(String, Noted)>,
-    /// Where the current scope began: entries, others, spool length.
-    scope: (usize, usize, u64),
 }
 
 impl Collector<'_> {
@@ -170,8 +167,12 @@ impl Collector<'_> {
 }
 
 impl Collect for Collector<'_> {
-    fn begin_scope(&mut self) {
-        self.scope = (self.entries.len(), self.others.len(), self.spool.len());
+    fn mark(&self) -> Mark {
+        Mark {
+            modules: self.entries.len(),
+            others: self.others.len(),
+            spool: self.spool.len(),
+        }
     }
 
     fn item(&mut self, item: Item) -> Result<(), Error> {
@@ -209,11 +210,10 @@ impl Collect for Collector<'_> {
         }
     }
 
-    fn restart_scope(&mut self) -> Result<(), Error> {
-        let (entries, others, spool) = self.scope;
-        self.entries.truncate(entries);
-        self.others.truncate(others);
-        self.spool.truncate(spool).map_err(Error::Spool)
+    fn rewind(&mut self, to: Mark) -> Result<(), Error> {
+        self.entries.truncate(to.modules);
+        self.others.truncate(to.others);
+        self.spool.truncate(to.spool).map_err(Error::Spool)
     }
 }
 

@@ -18,13 +18,13 @@ struct Pages {
 
 impl Source for Pages {
     fn list(&mut self, prev: &dyn Previous, out: &mut dyn Collect) -> Result<(), Error> {
-        out.begin_scope();
+        let scope = out.mark();
         for (i, page) in self.pages.iter().enumerate() {
             if self.fail_at == Some(i) {
                 return Err(Error::Manifests("page failed".into()));
             }
             if self.restart_after == Some(i) {
-                out.restart_scope()?;
+                out.rewind(scope)?;
             }
             for item in page {
                 if let Some(answers) = &self.ask_previous {

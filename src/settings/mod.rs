@@ -23,7 +23,7 @@ use crate::ops::logging::LogFormat;
 use crate::ops::signals::Signal;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::sink::{self, child, outdir, reload_url};
-use crate::source::{self, KeyFilter, Selection};
+use crate::source::{self, KeyFilter, Resource, Selection};
 use crate::validation;
 
 pub const DEFAULT_SELECTOR: &str = "cmpoll.io/module=true";
@@ -126,11 +126,33 @@ fn source_options(c: &Common, look: &Lookup) -> Result<source::Options, Error> {
         })?,
         None => 0,
     };
+    let metadata_first = look.switch(c.metadata_first, "metadata-first")?;
+    let list_mode = look.opt(&c.list_mode, "list-mode");
+    if let (true, Some(v)) = (metadata_first, &list_mode) {
+        return Err(usage(
+            &v.from,
+            "not used with --metadata-first (an alias of --list-mode metadata): give one",
+        ));
+    }
+    let list_mode = if metadata_first {
+        source::ListMode::Metadata
+    } else {
+        look.choice(
+            &c.list_mode,
+            "list-mode",
+            source::ListMode::Auto,
+            &[
+                ("auto", source::ListMode::Auto),
+                ("full", source::ListMode::Full),
+                ("metadata", source::ListMode::Metadata),
+            ],
+        )?
+    };
     Ok(source::Options {
         origin: origin(c, look)?,
         selection: selection(c, look)?,
         page_size,
-        metadata_first: look.switch(c.metadata_first, "metadata-first")?,
+        list_mode,
         namespace_from_context: look.switch(c.namespace_from_context, "namespace-from-context")?,
         client: client_options(c, look)?,
     })
@@ -164,12 +186,32 @@ fn origin(c: &Common, look: &Lookup) -> Result<source::Origin, Error> {
     }))
 }
 
+/// `--resource`.
+fn resource(c: &Common, look: &Lookup) -> Result<Resource, Error> {
+    look.choice(
+        &c.resource,
+        "resource",
+        Resource::ConfigMaps,
+        &[
+            ("configmaps", Resource::ConfigMaps),
+            ("secrets", Resource::Secrets),
+            // k8s-sidecar's RESOURCE and kubectl take the singular too.
+            ("configmap", Resource::ConfigMaps),
+            ("secret", Resource::Secrets),
+        ],
+    )
+}
+
 fn selection(c: &Common, look: &Lookup) -> Result<Selection, Error> {
+    let resource = resource(c, look)?;
     let labels = match look.opt(&c.selector, "selector") {
         Some(v) if v.value.trim().is_empty() => {
             return Err(usage(
                 &v.from,
-                "empty: it would hand every ConfigMap of the scope to the agent (give a selector; the default is cmpoll.io/module=true)",
+                format!(
+                    "empty: it would hand every {} of the scope to the agent (give a selector; the default is cmpoll.io/module=true)",
+                    resource.kind()
+                ),
             ));
         }
         Some(v) => LabelSelector::parse(&v.value).map_err(|e| usage(&v.from, e))?,
@@ -198,6 +240,7 @@ fn selection(c: &Common, look: &Lookup) -> Result<Selection, Error> {
         KeyFilter::new(&globs).map_err(|e| usage(&from, e))?
     };
     Ok(Selection {
+        resource,
         labels,
         fields,
         namespaces,
@@ -230,7 +273,8 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
 }
 
 fn run(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
-    let out_dir = out_dir(r, look)?;
+    let resource = resource(&r.common(), look)?;
+    let out_dir = out_dir(r, look, resource)?;
     let agent = agent(r, look, out_dir.as_ref())?;
     let reload_url = reload_url(r, look)?;
     let on_change = match look.opt(&r.on_change, "on-change") {
@@ -269,6 +313,7 @@ fn run(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
             on_change,
             reload_url,
             stdout,
+            stdout_contents: resource.shows_contents(),
         },
     })
 }
@@ -285,7 +330,11 @@ fn jitter(r: &RunArgs, look: &Lookup) -> Result<f64, Error> {
     Ok(j)
 }
 
-fn out_dir(r: &RunArgs, look: &Lookup) -> Result<Option<outdir::Options>, Error> {
+fn out_dir(
+    r: &RunArgs,
+    look: &Lookup,
+    resource: Resource,
+) -> Result<Option<outdir::Options>, Error> {
     let layout = look.choice(
         &r.layout,
         "layout",
@@ -293,6 +342,7 @@ fn out_dir(r: &RunArgs, look: &Lookup) -> Result<Option<outdir::Options>, Error>
         &[
             ("files", outdir::Layout::Files),
             ("concat", outdir::Layout::Concat),
+            ("flat", outdir::Layout::Flat),
         ],
     )?;
     let ext = look.opt(&r.ext, "ext");
@@ -314,6 +364,8 @@ fn out_dir(r: &RunArgs, look: &Lookup) -> Result<Option<outdir::Options>, Error>
                     format!("'{}' is not an octal mode like 0644", v.value),
                 )
             })?,
+        // A Secret's files are for the agent's user only.
+        None if resource == Resource::Secrets => 0o600,
         None => 0o644,
     };
     let old_version_ttl = match look.opt(&r.old_version_ttl, "old-version-ttl") {

@@ -40,18 +40,33 @@ impl Batch<'_> {
         self.spool.get(e.entry.loc)
     }
 
+    /// Whether anything was added, updated or removed (a batch of only `rejected` events
+    /// calls for no reload).
     pub fn has_changes(&self) -> bool {
-        !self.events.is_empty()
+        self.events.iter().any(Event::is_change)
+    }
+
+    /// The added, updated and removed events, without the rejected ones.
+    pub fn changes(&self) -> impl Iterator<Item = &Event> {
+        self.events.iter().filter(|e| e.is_change())
     }
 
     /// The batch as JSON lines (events then `synced`), each `\n`-terminated, one module's
-    /// contents at a time.
-    pub fn write_lines(&self, out: &mut dyn io::Write) -> io::Result<()> {
+    /// contents at a time; with `contents` false, modules carry their hash only (a
+    /// Secret's events on stdout).
+    pub fn write_lines(&self, out: &mut dyn io::Write, contents: bool) -> io::Result<()> {
         for e in &self.events {
             let mut line = match e.change {
                 Change::Removed => event::removed(&e.id, &e.entry),
+                Change::Rejected => {
+                    event::rejected(&e.id, &e.entry, e.reason.as_deref().unwrap_or(""))
+                }
+                Change::Added | Change::Updated if contents => {
+                    let files = self.files(e)?;
+                    event::module(Some(e.change.as_str()), &e.id, &e.entry, Some(&files))
+                }
                 Change::Added | Change::Updated => {
-                    event::module(Some(e.change.as_str()), &e.id, &e.entry, &self.files(e)?)
+                    event::module(Some(e.change.as_str()), &e.id, &e.entry, None)
                 }
             };
             line.push(b'\n');
@@ -68,10 +83,12 @@ impl Batch<'_> {
 pub struct Fatal(pub String);
 
 /// What a sink could not apply: modules it failed to write (they are retried next poll and
-/// later sinks do not hear of them).
+/// later sinks do not hear of them), and modules it refuses as they are (a `flat` name
+/// clash: module and reason; later sinks hear a `rejected` event instead).
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub failed: Vec<String>,
+    pub rejected: Vec<(String, String)>,
 }
 
 /// The current modules, for a sink that needs all of them (a restarted child).
@@ -133,6 +150,8 @@ pub struct Options {
     pub reload_url: Option<reload_url::Options>,
     /// JSON lines on stdout (`--stdout-events`, or no other sink).
     pub stdout: bool,
+    /// Whether stdout events may carry contents (not a Secret's: stdout ends up in logs).
+    pub stdout_contents: bool,
 }
 
 impl Options {
@@ -199,7 +218,10 @@ pub fn open(
         )?));
     }
     if opts.stdout {
-        sinks.push(Box::new(stdout::StdoutSink::new(io::stdout())));
+        sinks.push(Box::new(stdout::StdoutSink::new(
+            io::stdout(),
+            opts.stdout_contents,
+        )));
     }
     Ok(sinks)
 }

@@ -7,18 +7,20 @@ use super::{Batch, Fatal, Outcome, Sink};
 
 pub struct StdoutSink<W: Write> {
     out: W,
+    /// Whether events carry contents (not a Secret's).
+    contents: bool,
 }
 
 impl<W: Write> StdoutSink<W> {
-    pub fn new(out: W) -> StdoutSink<W> {
-        StdoutSink { out }
+    pub fn new(out: W, contents: bool) -> StdoutSink<W> {
+        StdoutSink { out, contents }
     }
 }
 
 impl<W: Write> Sink for StdoutSink<W> {
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
         batch
-            .write_lines(&mut self.out)
+            .write_lines(&mut self.out, self.contents)
             .and_then(|()| self.out.flush())
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::BrokenPipe => {
@@ -59,28 +61,21 @@ mod tests {
         };
         let batch = Batch {
             events: vec![
-                Event {
-                    change: Change::Removed,
-                    id: "a/old".into(),
-                    entry: entry.clone(),
-                },
-                Event {
-                    change: Change::Added,
-                    id: "a/new".into(),
-                    entry,
-                },
+                Event::new(Change::Removed, "a/old", &entry),
+                Event::new(Change::Added, "a/new", &entry),
             ],
             synced: Synced {
                 modules: 1,
                 added: 1,
                 updated: 0,
                 removed: 1,
+                rejected: 0,
                 poll: 3,
             },
             spool: &spool,
             first: false,
         };
-        let mut sink = StdoutSink::new(Vec::new());
+        let mut sink = StdoutSink::new(Vec::new(), true);
         sink.apply(&batch).unwrap();
         let text = String::from_utf8(sink.out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
@@ -89,9 +84,17 @@ mod tests {
         assert!(lines[1].contains(r#""files":{"k":"v"}"#));
         assert_eq!(
             lines[2],
-            r#"{"type":"synced","modules":1,"added":1,"updated":0,"removed":1,"poll":3}"#
+            r#"{"type":"synced","modules":1,"added":1,"updated":0,"removed":1,"rejected":0,"poll":3}"#
         );
         assert!(text.ends_with('\n'));
+        let mut hidden = StdoutSink::new(Vec::new(), false);
+        hidden.apply(&batch).unwrap();
+        let text = String::from_utf8(hidden.out).unwrap();
+        assert!(
+            !text.contains("files"),
+            "a Secret's contents stay off stdout: {text}"
+        );
+        assert!(text.contains(r#""type":"added""#) && text.contains("sha256:"));
     }
 
     struct Closed;
@@ -113,7 +116,7 @@ mod tests {
             spool: &spool,
             first: false,
         };
-        let err = StdoutSink::new(Closed).apply(&batch).unwrap_err();
+        let err = StdoutSink::new(Closed, true).apply(&batch).unwrap_err();
         assert!(err.0.contains("reader went away"), "{}", err.0);
     }
 }

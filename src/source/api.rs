@@ -8,10 +8,13 @@
 //! fails the poll: results never go back in time. `--page-size N` pages with
 //! `limit`/`continue` and no resourceVersion, as client-go's pager does, bounded to
 //! 10 × `--timeout` and `MAX_PAGES`; a 410 on a later page lists the scope once more,
-//! unpaged. `--metadata-first` lists metadata only (`PartialObjectMetadataList`, same
-//! routing) after a scope's first full list, and GETs from the cache only the ConfigMaps
-//! whose resourceVersion changed, unless more changed than GETs are worth: then the scope
-//! is listed again in full. An apiserver that answers a metadata request with a full list
+//! unpaged. `--list-mode auto` (the default) and `metadata` list metadata only
+//! (`PartialObjectMetadataList`, same routing) after a scope's first full list, and GET
+//! from the cache only the objects whose resourceVersion changed, unless more changed than
+//! GETs are worth: then that request is made again for full objects. A 403 on such a GET
+//! (a role with `list` but not `get`) fails the poll under `metadata`; under `auto` the
+//! request is made again in full and the scope stays on full lists for the rest of the
+//! run, with one warning. An apiserver that answers a metadata request with a full list
 //! is used as is (the response `kind` decides). Every item is checked against the
 //! selection: the answer is checked, not trusted.
 
@@ -19,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use super::reader::{ListMeta, ListReader, Meta, ReadError, read_object};
-use super::{Collect, Error, Item, Previous, Selection, Source};
+use super::{Collect, Error, Item, ListMode, Previous, Resource, Selection, Source};
 use crate::kube::client::Failure;
 use crate::kube::{self, Client};
 
@@ -34,18 +37,20 @@ pub struct ApiSource {
     client: Client,
     selection: Selection,
     page_size: u32,
-    metadata_first: bool,
+    mode: ListMode,
     /// The resourceVersion of each scope's last list ("" = all namespaces).
     last_rv: HashMap<String, String>,
-    /// Scopes listed completely at least once: metadata-first starts after the first.
+    /// Scopes listed completely at least once: metadata lists start after the first.
     listed: HashSet<String>,
+    /// Scopes where `get` is forbidden (`auto`): full lists only.
+    full_only: HashSet<String>,
     /// Items already warned about, so a daemon does not repeat itself every poll.
     warned: HashSet<String>,
 }
 
-/// One scope: a namespace, or all of them.
+/// One scope: a namespace, or all of them, of one resource.
 #[derive(Clone, Copy)]
-struct Scope<'a>(Option<&'a str>);
+struct Scope<'a>(Option<&'a str>, Resource);
 
 impl Scope<'_> {
     fn key(&self) -> String {
@@ -53,16 +58,18 @@ impl Scope<'_> {
     }
 
     fn path(&self) -> String {
+        let r = self.1.plural();
         match self.0 {
-            Some(n) => format!("/api/v1/namespaces/{}/configmaps", encode(n)),
-            None => "/api/v1/configmaps".to_string(),
+            Some(n) => format!("/api/v1/namespaces/{}/{r}", encode(n)),
+            None => format!("/api/v1/{r}"),
         }
     }
 
     fn action(&self) -> String {
+        let r = self.1.plural();
         match self.0 {
-            Some(n) => format!("list configmaps in namespace \"{n}\""),
-            None => "list configmaps in all namespaces".to_string(),
+            Some(n) => format!("list {r} in namespace \"{n}\""),
+            None => format!("list {r} in all namespaces"),
         }
     }
 }
@@ -76,19 +83,15 @@ struct Listed {
 }
 
 impl ApiSource {
-    pub fn new(
-        client: Client,
-        selection: Selection,
-        page_size: u32,
-        metadata_first: bool,
-    ) -> ApiSource {
+    pub fn new(client: Client, selection: Selection, page_size: u32, mode: ListMode) -> ApiSource {
         ApiSource {
             client,
             selection,
             page_size,
-            metadata_first,
+            mode,
             last_rv: HashMap::new(),
             listed: HashSet::new(),
+            full_only: HashSet::new(),
             warned: HashSet::new(),
         }
     }
@@ -99,11 +102,13 @@ impl ApiSource {
         prev: &dyn Previous,
         out: &mut dyn Collect,
     ) -> Result<(), Error> {
-        out.begin_scope();
         // The first list of a scope is a full one: every item would need a GET.
-        let metadata = self.metadata_first && self.listed.contains(&scope.key());
+        let metadata = self.mode != ListMode::Full
+            && self.listed.contains(&scope.key())
+            && !self.full_only.contains(&scope.key());
         let meta = if self.page_size > 0 {
-            self.list_paged(scope, metadata, prev, out)?
+            let mark = out.mark();
+            self.list_paged(scope, metadata, prev, out, mark)?
         } else {
             self.list_cached(scope, metadata, prev, out)?
         };
@@ -148,6 +153,7 @@ impl ApiSource {
         metadata: bool,
         prev: &dyn Previous,
         out: &mut dyn Collect,
+        scope_start: crate::source::Mark,
     ) -> Result<ListMeta, Error> {
         let timeout = self.client.timeout();
         let deadline = crate::backoff::after(Instant::now(), timeout.saturating_mul(10));
@@ -184,7 +190,7 @@ impl ApiSource {
                         "{e}; listing {} again in one unpaged request",
                         scope.action()
                     );
-                    out.restart_scope()?;
+                    out.rewind(scope_start)?;
                     return self.fetched_list(scope, &[], metadata, prev, out);
                 }
                 Err(e) => return Err(e),
@@ -204,8 +210,9 @@ impl ApiSource {
     }
 
     /// One list request, and the GETs it calls for. With `metadata`, when more changed than
-    /// GETs are worth (over 32 and over an eighth of the list), the scope is forgotten and
-    /// the same request made again for full objects.
+    /// GETs are worth (over 32 and over an eighth of the list), or a GET is forbidden under
+    /// `auto`, what this request delivered is forgotten and the same request made again
+    /// for full objects (only this request's: earlier pages stay).
     fn fetched_list(
         &mut self,
         scope: Scope,
@@ -214,19 +221,35 @@ impl ApiSource {
         prev: &dyn Previous,
         out: &mut dyn Collect,
     ) -> Result<ListMeta, Error> {
+        let mark = out.mark();
         let listed = self.list(scope, params, metadata, prev, out)?;
+        let again_in_full = |me: &mut Self, out: &mut dyn Collect| {
+            out.rewind(mark)?;
+            Ok(me.list(scope, params, false, prev, out)?.meta)
+        };
         if listed.fetch.len() > 32.max(listed.selected / 8) {
             log::debug!(
-                "{} of {} configmaps changed: listing them in full rather than one GET each",
+                "{} of {} {} changed: listing them in full rather than one GET each",
                 listed.fetch.len(),
-                listed.selected
+                listed.selected,
+                self.selection.resource.plural()
             );
-            out.restart_scope()?;
-            return Ok(self.list(scope, params, false, prev, out)?.meta);
+            return again_in_full(self, out);
         }
         for meta in listed.fetch {
-            if let Some(item) = self.get_one(&meta)? {
-                out.item(item)?;
+            match self.get_one(&meta) {
+                Ok(Some(item)) => out.item(item)?,
+                Ok(None) => {}
+                Err(Error::Api(e)) if e.code() == Some(403) && self.mode == ListMode::Auto => {
+                    log::warn!(
+                        "{e}; the role has list but not get on {r}: {} in full from now on (grant get on {r} to have only changed objects fetched, or set --list-mode full)",
+                        scope.action(),
+                        r = self.selection.resource.plural(),
+                    );
+                    self.full_only.insert(scope.key());
+                    return again_in_full(self, out);
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(listed.meta)
@@ -267,14 +290,16 @@ impl ApiSource {
             } else if meta.partial {
                 listed.fetch.push(meta);
             } else {
-                out.item(raw.item(meta, &self.selection.keys).map_err(read)?)?;
+                let item = raw.item(meta, &self.selection.keys, self.selection.resource);
+                out.item(item.map_err(read)?)?;
             }
         }
         listed.meta = list.finish().map_err(read)?;
+        let list_kind = format!("{}List", self.selection.resource.kind());
         let kinds: &[&str] = if metadata {
-            &["ConfigMapList", "PartialObjectMetadataList"]
+            &[&list_kind, "PartialObjectMetadataList"]
         } else {
-            &["ConfigMapList"]
+            &[&list_kind]
         };
         if !kinds.contains(&listed.meta.kind.as_str()) {
             return Err(fail
@@ -298,7 +323,8 @@ impl ApiSource {
         let id = m.id();
         if self.warned.insert(format!("{id}@{}", m.resource_version)) {
             log::warn!(
-                "the apiserver returned configmap {id}, which the selection does not match; ignored"
+                "the apiserver returned {} {id}, which the selection does not match; ignored",
+                self.selection.resource.singular()
             );
         }
         false
@@ -339,13 +365,15 @@ impl ApiSource {
         Ok(())
     }
 
-    /// GETs one ConfigMap from the cache, not older than its listed resourceVersion; `None`
+    /// GETs one object from the cache, not older than its listed resourceVersion; `None`
     /// if it was deleted or relabelled since the list (it is then gone from this poll).
     fn get_one(&mut self, m: &Meta) -> Result<Option<Item>, Error> {
-        let action = format!("get configmap {}", m.id());
+        let resource = self.selection.resource;
+        let action = format!("get {} {}", resource.singular(), m.id());
         let path = format!(
-            "/api/v1/namespaces/{}/configmaps/{}",
+            "/api/v1/namespaces/{}/{}/{}",
             encode(&m.namespace),
+            resource.plural(),
             encode(&m.name)
         );
         let mut url = format!("{path}?resourceVersion={}", encode(&m.resource_version));
@@ -355,11 +383,11 @@ impl ApiSource {
                 .get(&url, ACCEPT_JSON, &action)
                 .and_then(|body| {
                     let fail = body.failure();
-                    read_object(body, &self.selection.keys)
+                    read_object(body, &self.selection.keys, resource)
                         .map_err(|e| read_error(&fail, "not a valid object", e))
                 });
             match got {
-                Ok((kind, got, item)) if kind == "ConfigMap" => {
+                Ok((kind, got, item)) if kind == resource.kind() => {
                     if got.namespace != m.namespace || got.name != m.name {
                         // Not a deletion: an answer about another object says nothing
                         // about this one.
@@ -376,7 +404,7 @@ impl ApiSource {
                 Ok((kind, _, _)) => {
                     return Err(Error::Api(kube::Error::Decode {
                         action,
-                        cause: format!("expected a ConfigMap, got kind '{kind}'"),
+                        cause: format!("expected a {}, got kind '{kind}'", resource.kind()),
                     }));
                 }
                 Err(e) if e.code() == Some(404) => return Ok(None),
@@ -412,7 +440,8 @@ impl Source for ApiSource {
                 .collect()
         };
         for ns in &scopes {
-            self.list_scope(Scope(ns.as_deref()), prev, out)?;
+            let scope = Scope(ns.as_deref(), self.selection.resource);
+            self.list_scope(scope, prev, out)?;
         }
         Ok(())
     }

@@ -4,10 +4,10 @@
 //! A source is told what the last poll had (`Previous`, read-only) and puts what it lists
 //! into a `Collect` (the poll), in one direction: a selected ConfigMap at the version the
 //! last poll had is `unchanged` (its contents are never read), any other is an `item` with
-//! its contents. When a scope's list has to start over (an expired continue token, a
-//! metadata list that changed too much) the source says `restart_scope`, and the collector
-//! forgets what that scope delivered; so a poll never mixes two lists and nothing is
-//! buffered.
+//! its contents. When part of a list has to start over (a scope after an expired continue
+//! token; one request whose metadata list changed too much, or whose GETs are forbidden)
+//! the source `rewind`s to a `mark` it took before, and the collector forgets what was
+//! delivered since; so a poll never mixes two lists and nothing is buffered.
 
 pub mod api;
 pub mod item;
@@ -18,7 +18,7 @@ pub mod selection;
 use std::fmt;
 
 pub use item::{Content, Item, ModuleFile};
-pub use selection::{KeyFilter, Selection};
+pub use selection::{KeyFilter, Resource, Selection};
 
 use crate::kube;
 
@@ -67,16 +67,24 @@ pub trait Previous {
     fn has(&self, id: &str, resource_version: &str) -> bool;
 }
 
+/// A point in what a source delivered, to go back to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mark {
+    pub modules: usize,
+    pub others: usize,
+    pub spool: u64,
+}
+
 /// Where a source puts what it lists.
 pub trait Collect {
-    /// A scope (one namespace, or all of them) begins.
-    fn begin_scope(&mut self);
-    /// A selected ConfigMap with its contents.
+    /// Where delivery stands (before a scope, or one request of it).
+    fn mark(&self) -> Mark;
+    /// A selected object with its contents.
     fn item(&mut self, item: Item) -> Result<(), Error>;
-    /// A selected ConfigMap that `Previous::has` at its resourceVersion: it stays as it was.
+    /// A selected object that `Previous::has` at its resourceVersion: it stays as it was.
     fn unchanged(&mut self, id: &str);
-    /// Forget everything delivered since the scope began: its list starts over.
-    fn restart_scope(&mut self) -> Result<(), Error>;
+    /// Forget everything delivered since `mark`: that part of the list starts over.
+    fn rewind(&mut self, mark: Mark) -> Result<(), Error>;
 }
 
 /// A source of ConfigMaps.
@@ -87,13 +95,25 @@ pub trait Source: Send {
     fn describe(&self) -> String;
 }
 
+/// How the apiserver is listed (`--list-mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ListMode {
+    /// Metadata lists after a scope's first full list; full lists where `get` is forbidden.
+    #[default]
+    Auto,
+    /// Always full lists.
+    Full,
+    /// Metadata lists after a scope's first full list; a forbidden `get` fails the poll.
+    Metadata,
+}
+
 /// The options a source is opened with.
 #[derive(Clone, Debug)]
 pub struct Options {
     pub origin: Origin,
     pub selection: Selection,
     pub page_size: u32,
-    pub metadata_first: bool,
+    pub list_mode: ListMode,
     pub namespace_from_context: bool,
     pub client: kube::client::Options,
 }
@@ -120,8 +140,8 @@ pub fn open(
                     "--namespace-from-context: not used with --manifests (use --namespace)".into(),
                 );
             }
-            if opts.metadata_first {
-                log::info!("--metadata-first: not used with --manifests");
+            if opts.list_mode == ListMode::Metadata {
+                log::info!("--list-mode metadata: not used with --manifests");
             }
             Ok(Box::new(manifests::ManifestSource::new(
                 dir.clone(),
@@ -146,7 +166,7 @@ pub fn open(
                 client,
                 selection,
                 opts.page_size,
-                opts.metadata_first,
+                opts.list_mode,
             )))
         }
     }

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use super::item::{Content, Item, ModuleFile};
-use super::selection::KeyFilter;
+use super::selection::{KeyFilter, Resource};
 
 /// Why a body could not be read: the transport (classified by the client: the size cap, a
 /// timeout, a cut) or the body itself.
@@ -144,8 +144,14 @@ impl RawItem<'_> {
         })
     }
 
-    /// The whole item, with `meta` (from `meta()`) and the contents of the selected keys.
-    pub fn item(&self, meta: Meta, keys: &KeyFilter) -> Result<Item, ReadError> {
+    /// The whole item, with `meta` (from `meta()`) and the contents of the selected keys: a
+    /// ConfigMap's `data` as text and `binaryData` decoded, a Secret's `data` decoded.
+    pub fn item(
+        &self,
+        meta: Meta,
+        keys: &KeyFilter,
+        resource: Resource,
+    ) -> Result<Item, ReadError> {
         let mut item = Item {
             namespace: meta.namespace,
             name: meta.name,
@@ -155,12 +161,24 @@ impl RawItem<'_> {
             ..Item::default()
         };
         let at = |e: serde_json::Error| bad(format!("item {}: {e}", self.index));
-        for (range, binary) in [(&self.fields.data, false), (&self.fields.binary_data, true)] {
+        let fields = match resource {
+            Resource::ConfigMaps => [
+                (&self.fields.data, Encoding::Text),
+                (&self.fields.binary_data, Encoding::Base64("binaryData")),
+            ],
+            // A Secret has no binaryData; its data is base64.
+            Resource::Secrets => [
+                (&self.fields.data, Encoding::Base64("data")),
+                (&None, Encoding::Text),
+            ],
+        };
+        for (range, encoding) in fields {
             if let Some(b) = self.field(range) {
                 let mut de = serde_json::Deserializer::from_slice(b);
                 DataSeed {
                     keys,
-                    binary,
+                    encoding,
+                    secret: resource == Resource::Secrets,
                     item: &mut item,
                 }
                 .deserialize(&mut de)
@@ -331,7 +349,11 @@ impl<R: Read> ListReader<R> {
 }
 
 /// One object (a single GET): its `kind`, metadata and the item with its selected keys.
-pub fn read_object(reader: impl Read, keys: &KeyFilter) -> Result<(String, Meta, Item), ReadError> {
+pub fn read_object(
+    reader: impl Read,
+    keys: &KeyFilter,
+    resource: Resource,
+) -> Result<(String, Meta, Item), ReadError> {
     #[derive(Deserialize)]
     struct Kind {
         kind: Option<String>,
@@ -355,7 +377,7 @@ pub fn read_object(reader: impl Read, keys: &KeyFilter) -> Result<(String, Meta,
         index: 0,
     };
     let meta = raw.meta()?;
-    let item = raw.item(meta.clone(), keys)?;
+    let item = raw.item(meta.clone(), keys, resource)?;
     Ok((kind.kind.unwrap_or_default(), meta, item))
 }
 
@@ -551,10 +573,20 @@ impl<R: Read> Scanner<R> {
     }
 }
 
+/// How a data map's values are written.
+#[derive(Clone, Copy)]
+enum Encoding {
+    Text,
+    /// Base64, in the field of this name.
+    Base64(&'static str),
+}
+
 /// `data` or `binaryData`: selected keys are kept, the rest skipped unstored.
 struct DataSeed<'a> {
     keys: &'a KeyFilter,
-    binary: bool,
+    encoding: Encoding,
+    /// A Secret's: no error message may quote a value.
+    secret: bool,
     item: &'a mut Item,
 }
 
@@ -584,23 +616,59 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             };
-            let value: String = map.next_value()?;
-            let content = if self.binary {
-                match base64::engine::general_purpose::STANDARD.decode(value.as_bytes()) {
-                    Ok(bytes) => Content::Binary(bytes),
-                    Err(e) => {
-                        self.item
-                            .problems
-                            .push(format!("binaryData[{key}] is not base64: {e}"));
-                        continue;
+            let value: String = if self.secret {
+                // serde's type errors quote the value.
+                map.next_value::<StringOnly>()?.0
+            } else {
+                map.next_value()?
+            };
+            let content = match self.encoding {
+                Encoding::Base64(field) => {
+                    match base64::engine::general_purpose::STANDARD.decode(value.as_bytes()) {
+                        Ok(bytes) => Content::Binary(bytes),
+                        Err(_) if self.secret => {
+                            let why = format!("{field}[{key}] is not base64");
+                            self.item.problems.push(why);
+                            continue;
+                        }
+                        Err(e) => {
+                            let why = format!("{field}[{key}] is not base64: {e}");
+                            self.item.problems.push(why);
+                            continue;
+                        }
                     }
                 }
-            } else {
-                Content::Text(value)
+                Encoding::Text => Content::Text(value),
             };
             self.item.files.push(ModuleFile { key, content });
         }
         Ok(())
+    }
+}
+
+/// A string whose type error does not quote what was there instead.
+struct StringOnly(String);
+
+impl<'de> Deserialize<'de> for StringOnly {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<StringOnly, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StringOnly;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<StringOnly, E> {
+                Ok(StringOnly(v.to_string()))
+            }
+
+            fn visit_string<E: de::Error>(self, v: String) -> Result<StringOnly, E> {
+                Ok(StringOnly(v))
+            }
+        }
+        d.deserialize_any(V)
+            .map_err(|_: D::Error| de::Error::custom("a value of a Secret's data is not a string"))
     }
 }
 

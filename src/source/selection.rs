@@ -4,8 +4,48 @@
 
 use crate::selector::{FieldSelector, LabelSelector};
 
+/// What one cmpoll lists (`--resource`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Resource {
+    #[default]
+    ConfigMaps,
+    Secrets,
+}
+
+impl Resource {
+    /// The resource's name in paths and RBAC: `configmaps`, `secrets`.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Resource::ConfigMaps => "configmaps",
+            Resource::Secrets => "secrets",
+        }
+    }
+
+    /// For messages: `configmap`, `secret`.
+    pub fn singular(self) -> &'static str {
+        match self {
+            Resource::ConfigMaps => "configmap",
+            Resource::Secrets => "secret",
+        }
+    }
+
+    /// The object's kind: `ConfigMap`, `Secret`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Resource::ConfigMaps => "ConfigMap",
+            Resource::Secrets => "Secret",
+        }
+    }
+
+    /// Whether contents may be shown (events on stdout, `list --json`): not a Secret's.
+    pub fn shows_contents(self) -> bool {
+        self == Resource::ConfigMaps
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Selection {
+    pub resource: Resource,
     pub labels: LabelSelector,
     pub fields: FieldSelector,
     /// Empty: all namespaces (one cluster-wide list).
@@ -16,7 +56,11 @@ pub struct Selection {
 impl Selection {
     /// For the start-up line: selector, field selector, namespaces, keys.
     pub fn describe(&self) -> String {
-        let mut out = format!("selector '{}'", self.labels.as_str());
+        let mut out = format!(
+            "{}, selector '{}'",
+            self.resource.plural(),
+            self.labels.as_str()
+        );
         if !self.fields.as_str().is_empty() {
             out += &format!(", field selector '{}'", self.fields.as_str());
         }

@@ -212,7 +212,7 @@ impl Supervisor {
         let feed = self.running.as_ref()?.feed.as_ref()?;
         let mut lines = Vec::new();
         let queued = batch
-            .write_lines(&mut lines)
+            .write_lines(&mut lines, true)
             .and_then(|()| feed.push(&lines));
         // An agent that missed a batch, or is too far behind to catch up, would drift
         // from the cluster for good.
@@ -290,7 +290,7 @@ fn replay(feed: &Feed, view: &View) -> io::Result<u64> {
     let mut total = 0;
     for (id, entry) in &view.snapshot.modules {
         let files = view.spool.get(entry.loc)?;
-        let mut line = event::module(Some("added"), id, entry, &files);
+        let mut line = event::module(Some("added"), id, entry, Some(&files));
         line.push(b'\n');
         feed.push(&line)?;
         total += line.len() as u64;
@@ -301,6 +301,7 @@ fn replay(feed: &Feed, view: &View) -> io::Result<u64> {
         added: n,
         updated: 0,
         removed: 0,
+        rejected: 0,
         poll: view.poll,
     });
     line.push(b'\n');

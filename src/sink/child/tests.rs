@@ -178,11 +178,7 @@ impl Setup {
     fn apply(&mut self, changes: bool) {
         let events = if changes {
             let (id, entry) = self.snapshot.modules.iter().next().unwrap();
-            vec![event::Event {
-                change: event::Change::Updated,
-                id: id.clone(),
-                entry: entry.clone(),
-            }]
+            vec![event::Event::new(event::Change::Updated, id, entry)]
         } else {
             Vec::new()
         };

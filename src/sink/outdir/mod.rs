@@ -5,7 +5,10 @@
 //! swaps the symlink with `rename(2)` (kubelet's AtomicWriter), so a reader that resolves
 //! the module path once reads one consistent version. Replaced versions stay readable for
 //! `--old-version-ttl` before they are deleted. `concat` layout: `DIR/NS.NAME{EXT}`, the
-//! files concatenated, written to a temporary file, fsynced and renamed.
+//! files concatenated, written to a temporary file, fsynced and renamed. `flat` layout
+//! (`flat.rs`): `DIR/KEY` for every file of every module, each replaced by rename; a key
+//! belongs to the module that published it first, and a module that wants a key another
+//! holds is rejected whole until the holder lets go.
 //!
 //! Ownership: `DIR/.cmpoll/state.json` (`record.rs`) lists every path cmpoll wrote. Before a
 //! batch, the writes it is about to make are added to it (write-ahead), and only after each
@@ -20,6 +23,7 @@
 //! reached through a symlink cmpoll did not make. `DIR/.cmpoll/lock` keeps a second cmpoll
 //! out.
 
+mod flat;
 mod record;
 mod recover;
 
@@ -54,6 +58,7 @@ pub fn meta_dir(dir: &Path) -> PathBuf {
 pub enum Layout {
     Files,
     Concat,
+    Flat,
 }
 
 #[derive(Clone, Debug)]
@@ -319,6 +324,7 @@ impl OutDir {
                 fsync_dir(self.dir())?;
             }
         }
+        self.clear_flat(&old, new)?;
         if let Some(version) = old.version
             && new.is_none_or(|n| n.version.as_ref() != Some(&version))
         {
@@ -440,6 +446,10 @@ impl OutDir {
                 written.file = Some(file);
                 tmp
             }
+            Layout::Flat => {
+                written.flat = self.plan_flat(files, &tmp)?;
+                tmp
+            }
         };
         Ok(Pending {
             module: id.to_string(),
@@ -452,7 +462,8 @@ impl OutDir {
     fn write(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Written> {
         match &p.written.version {
             Some(version) => self.write_version(p, version, files),
-            None => self.write_concat(p, files),
+            None if p.written.file.is_some() => self.write_concat(p, files),
+            None => self.write_flat(p, files),
         }
     }
 
@@ -544,11 +555,15 @@ impl OutDir {
                 self.concat_name(id).ok().as_deref() == Some(f)
                     && found(&self.dir().join(f)).ok() == Some(Found::File)
             }
+            (Layout::Flat, None, None) if !w.flat.is_empty() => w
+                .flat
+                .keys()
+                .all(|k| found(&self.dir().join(k)).ok() == Some(Found::File)),
             _ => false,
         }
     }
 
-    /// Applies the writes and removals; returns the modules that failed.
+    /// Applies the writes and removals (in this order); returns the modules that failed.
     fn sync(
         &mut self,
         batch: &Batch,
@@ -617,10 +632,9 @@ impl OutDir {
 
 impl Sink for OutDir {
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
-        let (writes, removals) = if self.reconciled {
+        let (writes, removals): (Vec<&Event>, Vec<String>) = if self.reconciled {
             let writes = batch
-                .events
-                .iter()
+                .changes()
                 .filter(|e| e.change != Change::Removed)
                 .collect();
             let removals = batch
@@ -634,7 +648,7 @@ impl Sink for OutDir {
             // The first batch after a start: every module is "added"; the folder may
             // already hold some of them (in this layout or another), and some it holds may
             // be gone from the cluster.
-            let wanted: BTreeSet<&str> = batch.events.iter().map(|e| e.id.as_str()).collect();
+            let wanted: BTreeSet<&str> = batch.changes().map(|e| e.id.as_str()).collect();
             let removals = self
                 .record
                 .modules
@@ -643,15 +657,19 @@ impl Sink for OutDir {
                 .cloned()
                 .collect();
             let writes = batch
-                .events
-                .iter()
+                .changes()
                 .filter(|e| !self.unchanged(&e.id, &e.entry))
                 .collect();
             (writes, removals)
         };
+        let (writes, rejected) = if self.opts.layout == Layout::Flat {
+            self.claim_keys(batch, writes, &removals)
+        } else {
+            (writes, Vec::new())
+        };
         let failed = self.sync(batch, writes, removals)?;
         self.reconciled = true;
-        Ok(Outcome { failed })
+        Ok(Outcome { failed, rejected })
     }
 
     fn tick(&mut self, _view: Option<&super::View>) -> Result<super::Control, Fatal> {

@@ -32,6 +32,10 @@ pub struct Written {
     /// found at `file` is the one cmpoll renamed into place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// `flat` layout: each file `DIR/KEY` cmpoll wrote for the module, with the SHA-256 of
+    /// its bytes (a file is only ever replaced or removed while it still has them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub flat: BTreeMap<String, String>,
 }
 
 /// A write about to be made (recorded before it is made).
@@ -201,6 +205,23 @@ fn written(id: &str, w: &Written) -> Result<(), String> {
         }
     }
     keys(&w.files)?;
+    for (key, digest) in &w.flat {
+        keys(std::slice::from_ref(key))?;
+        component(key)?;
+        if key.starts_with(TMP_PREFIX) {
+            return Err(format!(
+                "file {} is a temporary name",
+                validation::go_quote(key)
+            ));
+        }
+        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "file {}: {} is not a SHA-256",
+                validation::go_quote(key),
+                validation::go_quote(digest)
+            ));
+        }
+    }
     if let Some(f) = &w.file {
         component(f)?;
         if f.starts_with(TMP_PREFIX) {
@@ -295,6 +316,18 @@ mod tests {
             (
                 r#"{"retired":[{"version":"..","files":[],"since":0}]}"#,
                 "retired[0]",
+            ),
+            (
+                r#"{"modules":{"ns/m":{"hash":"","mode":0,"flat":{"../x":"00"}}}}"#,
+                "file \"../x\"",
+            ),
+            (
+                r#"{"modules":{"ns/m":{"hash":"","mode":0,"flat":{".cmpoll-tmp.1":"00"}}}}"#,
+                "temporary name",
+            ),
+            (
+                r#"{"modules":{"ns/m":{"hash":"","mode":0,"flat":{"k":"zz"}}}}"#,
+                "is not a SHA-256",
             ),
             (
                 r#"{"retired":[{"version":".cmpoll","files":[],"since":0}]}"#,

@@ -24,7 +24,8 @@ impl OutDir {
         for p in pending {
             match &p.written.version {
                 Some(v) => self.recover_version(&p, v)?,
-                None => self.recover_file(&p)?,
+                None if p.written.file.is_some() => self.recover_file(&p)?,
+                None => self.recover_flat(&p)?,
             }
         }
         // A namespace folder an interrupted run made but never put a module in.

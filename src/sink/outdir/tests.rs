@@ -48,28 +48,29 @@ impl Fixture {
             })
             .collect();
         let loc = self.spool.put(&files).unwrap();
-        Event {
-            change,
-            id: id.into(),
-            entry: Entry {
-                uid: "u".into(),
-                resource_version: "1".into(),
-                hash: Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes()))),
-                loc,
-                files: files.len() as u32,
-                bytes: 0,
-            },
-        }
+        let entry = Entry {
+            uid: "u".into(),
+            resource_version: "1".into(),
+            hash: Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes()))),
+            loc,
+            files: files.len() as u32,
+            bytes: 0,
+        };
+        Event::new(change, id, &entry)
     }
 
     fn apply(&self, out: &mut OutDir, events: Vec<Event>) -> Vec<String> {
+        self.apply_all(out, events).failed
+    }
+
+    fn apply_all(&self, out: &mut OutDir, events: Vec<Event>) -> Outcome {
         let batch = Batch {
             events,
             synced: Synced::default(),
             spool: &self.spool,
             first: false,
         };
-        out.apply(&batch).unwrap().failed
+        out.apply(&batch).unwrap()
     }
 
     /// The first batch after a start (the daemon's reconcile batch).
@@ -245,7 +246,15 @@ fn concat_recovery_adopts_only_what_it_can_prove_it_wrote() {
 #[test]
 fn a_layout_switch_cleans_up_and_can_switch_back() {
     let mut f = Fixture::new();
-    for layout in [Layout::Files, Layout::Concat, Layout::Files, Layout::Concat] {
+    let layouts = [
+        Layout::Files,
+        Layout::Concat,
+        Layout::Flat,
+        Layout::Files,
+        Layout::Flat,
+        Layout::Concat,
+    ];
+    for layout in layouts {
         let mut out = f.open(layout);
         let e = f.event(Change::Added, "ns/m", &[("a", "1")]);
         // Every start reconciles: the first batch has every module as added.
@@ -258,6 +267,7 @@ fn a_layout_switch_cleans_up_and_can_switch_back() {
         let want: BTreeSet<String> = match layout {
             Layout::Files => [".cmpoll", "ns"],
             Layout::Concat => [".cmpoll", "ns.m.conf"],
+            Layout::Flat => [".cmpoll", "a"],
         }
         .iter()
         .map(|s| s.to_string())
@@ -312,4 +322,147 @@ fn a_record_pointing_outside_is_a_start_up_error() {
         "{e}"
     );
     assert!(victim.path().join("precious").exists());
+}
+
+fn rejected_ids(o: &Outcome) -> Vec<&str> {
+    o.rejected.iter().map(|(id, _)| id.as_str()).collect()
+}
+
+#[test]
+fn flat_layout_writes_keys_and_the_first_holder_keeps_a_key() {
+    let mut f = Fixture::new();
+    let mut out = f.open(Layout::Flat);
+    let a = f.event(
+        Change::Added,
+        "ns/a",
+        &[("shared.yaml", "a"), ("a.yaml", "1")],
+    );
+    let b = f.event(
+        Change::Added,
+        "ns/b",
+        &[("shared.yaml", "b"), ("b.yaml", "2")],
+    );
+    let c = f.event(Change::Added, "other/c", &[("c.yaml", "3")]);
+    let o = f.apply_all(&mut out, vec![c, a, b]);
+    assert!(o.failed.is_empty(), "{o:?}");
+    assert_eq!(
+        rejected_ids(&o),
+        ["ns/b"],
+        "within a poll: the first in name order"
+    );
+    let why = &o.rejected[0].1;
+    assert!(
+        why.contains("\"shared.yaml\"") && why.contains("ns/a") && why.contains("ns/b"),
+        "names both and the key: {why}"
+    );
+    assert_eq!(fs::read_to_string(f.path("shared.yaml")).unwrap(), "a");
+    assert_eq!(fs::read_to_string(f.path("c.yaml")).unwrap(), "3");
+    assert!(!f.path("b.yaml").exists(), "rejected whole");
+    // Every later poll: still waiting while ns/a holds the key.
+    let b = f.event(
+        Change::Added,
+        "ns/b",
+        &[("shared.yaml", "b"), ("b.yaml", "2")],
+    );
+    assert_eq!(rejected_ids(&f.apply_all(&mut out, vec![b])), ["ns/b"]);
+    // ns/a drops the key: ns/b gets it in the same batch (although it sorts first).
+    let a = f.event(Change::Updated, "ns/a", &[("a.yaml", "1b")]);
+    let b = f.event(
+        Change::Added,
+        "ns/b",
+        &[("shared.yaml", "b"), ("b.yaml", "2")],
+    );
+    let o = f.apply_all(&mut out, vec![a, b]);
+    assert!(o.failed.is_empty() && o.rejected.is_empty(), "{o:?}");
+    assert_eq!(fs::read_to_string(f.path("shared.yaml")).unwrap(), "b");
+    assert_eq!(fs::read_to_string(f.path("a.yaml")).unwrap(), "1b");
+    let state = f.record();
+    assert_eq!(
+        state.modules["ns/b"].flat.keys().collect::<Vec<_>>(),
+        ["b.yaml", "shared.yaml"]
+    );
+    // A removal frees its keys for a waiting module in the same batch.
+    let d = f.event(Change::Added, "ns/d", &[("b.yaml", "d")]);
+    assert_eq!(rejected_ids(&f.apply_all(&mut out, vec![d])), ["ns/d"]);
+    let gone = f.event(Change::Removed, "ns/b", &[]);
+    let d = f.event(Change::Added, "ns/d", &[("b.yaml", "d")]);
+    let o = f.apply_all(&mut out, vec![gone, d]);
+    assert!(o.rejected.is_empty(), "{o:?}");
+    assert_eq!(fs::read_to_string(f.path("b.yaml")).unwrap(), "d");
+    assert!(!f.path("shared.yaml").exists(), "removed with its module");
+}
+
+#[test]
+fn flat_files_cmpoll_did_not_write_or_that_changed_are_left_alone() {
+    let mut f = Fixture::new();
+    fs::write(f.path("theirs.yaml"), "hand-made").unwrap();
+    let mut out = f.open(Layout::Flat);
+    let m = f.event(Change::Added, "ns/m", &[("theirs.yaml", "x")]);
+    assert_eq!(f.apply(&mut out, vec![m]), ["ns/m"]);
+    assert_eq!(
+        fs::read_to_string(f.path("theirs.yaml")).unwrap(),
+        "hand-made"
+    );
+    let n = f.event(Change::Added, "ns/n", &[("n.yaml", "1"), ("n2.yaml", "2")]);
+    assert!(f.apply(&mut out, vec![n]).is_empty());
+    fs::write(f.path("n.yaml"), "edited by hand").unwrap();
+    let n = f.event(Change::Updated, "ns/n", &[("n.yaml", "3")]);
+    assert_eq!(f.apply(&mut out, vec![n]), ["ns/n"], "not overwritten");
+    assert_eq!(
+        fs::read_to_string(f.path("n.yaml")).unwrap(),
+        "edited by hand"
+    );
+    let gone = f.event(Change::Removed, "ns/n", &[]);
+    assert!(f.apply(&mut out, vec![gone]).is_empty());
+    assert_eq!(
+        fs::read_to_string(f.path("n.yaml")).unwrap(),
+        "edited by hand",
+        "nor removed"
+    );
+    assert!(!f.path("n2.yaml").exists(), "what is still cmpoll's goes");
+    let tmp_key = f.event(Change::Added, "ns/t", &[(".cmpoll-tmp.1.x", "1")]);
+    assert_eq!(f.apply(&mut out, vec![tmp_key]), ["ns/t"]);
+}
+
+#[test]
+fn flat_recovery_adopts_files_with_the_new_bytes_and_restart_keeps_the_holder() {
+    let mut f = Fixture::new();
+    let old = f.event(Change::Added, "ns/m", &[("a", "old"), ("b", "old")]);
+    let new = f.event(Change::Updated, "ns/m", &[("a", "new"), ("b", "new")]);
+    {
+        let mut out = f.open(Layout::Flat);
+        assert!(f.apply(&mut out, vec![old.clone()]).is_empty());
+        let files = f.spool.get(new.entry.loc).unwrap();
+        let p = out.plan("ns/m", &new.entry, &files).unwrap();
+        out.record.pending = vec![p.clone()];
+        out.save().unwrap();
+        // A crash after the first file's rename, with the second's temporary file written.
+        atomic::replace_file(f.dir.path(), "a", &format!("{}.0", p.tmp), b"new", 0o644).unwrap();
+        atomic::write_new(&f.path(&format!("{}.1", p.tmp)), b"new", 0o644).unwrap();
+    }
+    let mut out = f.open(Layout::Flat);
+    let names: BTreeSet<String> = fs::read_dir(f.path(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, [".cmpoll", "a", "b"].map(String::from).into());
+    let w = &out.record.modules["ns/m"];
+    assert_eq!(w.hash, "", "neither version");
+    assert_eq!(w.flat.len(), 2, "both files still cmpoll's");
+    // The reconcile batch finishes the write; another module wanting "a" waits.
+    let rival = f.event(Change::Added, "aa/rival", &[("a", "rival")]);
+    let batch = Batch {
+        events: vec![rival, new],
+        synced: Synced::default(),
+        spool: &f.spool,
+        first: true,
+    };
+    let o = out.apply(&batch).unwrap();
+    assert_eq!(
+        rejected_ids(&o),
+        ["aa/rival"],
+        "the holder keeps its key over a restart"
+    );
+    assert_eq!(fs::read_to_string(f.path("b")).unwrap(), "new");
+    assert_eq!(fs::read_to_string(f.path("a")).unwrap(), "new");
 }

@@ -1,5 +1,5 @@
-//! `--manifests DIR`: ConfigMaps from manifest files (`files.rs` reads them) instead of an
-//! apiserver. The folder is read again on every poll, so editing a file while `cmpoll run`
+//! `--manifests DIR`: ConfigMaps (or, with `--resource secrets`, Secrets) from manifest
+//! files (`files.rs` reads them) instead of an apiserver. The folder is read again on every poll, so editing a file while `cmpoll run`
 //! watches the folder produces events (handy for developing modules). Manifests carry no
 //! resourceVersion to compare, so every item is delivered with its contents; the poll's
 //! hashes decide what changed.
@@ -8,7 +8,7 @@ pub mod files;
 
 use std::path::PathBuf;
 
-use super::{Collect, Content, Error, Item, ModuleFile, Previous, Selection, Source};
+use super::{Collect, Content, Error, Item, ModuleFile, Previous, Resource, Selection, Source};
 
 pub struct ManifestSource {
     dir: PathBuf,
@@ -24,15 +24,26 @@ impl ManifestSource {
 impl Source for ManifestSource {
     fn list(&mut self, _prev: &dyn Previous, out: &mut dyn Collect) -> Result<(), Error> {
         let cms = files::load_dir(&self.dir).map_err(Error::Manifests)?;
-        out.begin_scope();
+        let secrets = self.selection.resource == Resource::Secrets;
         for cm in cms {
+            if cm.secret.is_some() != secrets {
+                continue;
+            }
             let labels: Vec<(String, String)> = cm.labels.into_iter().collect();
             if !self.selection.admits(&cm.namespace, &cm.name, &labels) {
                 continue;
             }
             let keys_seen = cm.data.len() + cm.binary_data.len();
             let keys = &self.selection.keys;
-            let text = cm.data.into_iter().map(|(key, v)| (key, Content::Text(v)));
+            // A Secret's files are bytes, as the apiserver would return them (base64).
+            let text = cm.data.into_iter().map(|(key, v)| {
+                let content = if secrets {
+                    Content::Binary(v.into_bytes())
+                } else {
+                    Content::Text(v)
+                };
+                (key, content)
+            });
             let binary = (cm.binary_data.into_iter()).map(|(key, v)| (key, Content::Binary(v)));
             let files = text
                 .chain(binary)

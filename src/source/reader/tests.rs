@@ -14,7 +14,7 @@ fn read_with(body: impl Read, keys: &KeyFilter) -> Result<(ListMeta, Vec<Item>),
     let mut items = Vec::new();
     while let Some(raw) = list.next_item().map_err(show)? {
         let meta = raw.meta().map_err(show)?;
-        items.push(raw.item(meta, keys).map_err(show)?);
+        items.push(raw.item(meta, keys, Resource::ConfigMaps).map_err(show)?);
     }
     Ok((list.finish().map_err(show)?, items))
 }
@@ -145,13 +145,20 @@ fn metadata_is_read_without_the_contents() {
     let a = raw.meta().unwrap();
     assert_eq!((a.name.as_str(), a.partial), ("a", false));
     assert!(
-        raw.item(a, &KeyFilter::all()).is_err(),
+        raw.item(a, &KeyFilter::all(), Resource::ConfigMaps)
+            .is_err(),
         "its contents are bad"
     );
     let raw = list.next_item().unwrap().unwrap();
     let c = raw.meta().unwrap();
     assert_eq!(c.resource_version, "2", "data before metadata is fine");
-    assert_eq!(raw.item(c, &KeyFilter::all()).unwrap().files.len(), 1);
+    assert_eq!(
+        raw.item(c, &KeyFilter::all(), Resource::ConfigMaps)
+            .unwrap()
+            .files
+            .len(),
+        1
+    );
     assert!(list.next_item().unwrap().is_none());
     assert_eq!(list.finish().unwrap().kind, "ConfigMapList");
 }
@@ -159,12 +166,17 @@ fn metadata_is_read_without_the_contents() {
 #[test]
 fn single_objects() {
     let obj = fixture("upstream/core.v1.ConfigMap.json");
-    let (kind, meta, item) = read_object(&obj[..], &KeyFilter::all()).unwrap();
+    let (kind, meta, item) =
+        read_object(&obj[..], &KeyFilter::all(), Resource::ConfigMaps).unwrap();
     assert_eq!(kind, "ConfigMap");
     assert!(!meta.partial);
     assert_eq!(item.name, meta.name);
-    let (kind, _, _) =
-        read_object(&br#"{"kind":"Status","code":404}"#[..], &KeyFilter::all()).unwrap();
+    let (kind, _, _) = read_object(
+        &br#"{"kind":"Status","code":404}"#[..],
+        &KeyFilter::all(),
+        Resource::ConfigMaps,
+    )
+    .unwrap();
     assert_eq!(kind, "Status");
 }
 
@@ -261,4 +273,43 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
     // A field cmpoll does not read is skipped without recursion, however deep.
     let body = format!(r#"{{"items":[], "x": {}}}"#, deep("[", "]"));
     assert!(read(body.as_bytes(), &KeyFilter::all()).is_ok());
+}
+
+#[test]
+fn a_secrets_data_is_base64_and_no_error_quotes_a_value() {
+    let body = br#"{"kind":"SecretList","metadata":{"resourceVersion":"9"},"items":[
+        {"metadata":{"name":"s","namespace":"n","resourceVersion":"1"},"data":{"password":"aHVudGVyMg==","key.der":"AP8="},"type":"Opaque"},
+        {"metadata":{"name":"bad","namespace":"n","resourceVersion":"2"},"data":{"k":"hunter2!!"},"type":"Opaque"},
+        {"metadata":{"name":"odd","namespace":"n","resourceVersion":"3"},"data":{"k":12345678}}]}"#;
+    let mut list = ListReader::new(&body[..]).unwrap();
+    let raw = list.next_item().unwrap().unwrap();
+    let meta = raw.meta().unwrap();
+    let item = raw
+        .item(meta, &KeyFilter::all(), Resource::Secrets)
+        .unwrap();
+    let files: Vec<(&str, &[u8])> = (item.files.iter())
+        .map(|f| (f.key.as_str(), f.content.bytes()))
+        .collect();
+    assert_eq!(
+        files,
+        [("password", &b"hunter2"[..]), ("key.der", &[0, 255][..])]
+    );
+    assert!(item.files.iter().all(|f| f.content.is_binary()));
+    let raw = list.next_item().unwrap().unwrap();
+    let item = raw
+        .item(raw.meta().unwrap(), &KeyFilter::all(), Resource::Secrets)
+        .unwrap();
+    assert_eq!(
+        item.problems,
+        ["data[k] is not base64"],
+        "no value, no offset"
+    );
+    let raw = list.next_item().unwrap().unwrap();
+    let Err(ReadError::Bad(why)) =
+        raw.item(raw.meta().unwrap(), &KeyFilter::all(), Resource::Secrets)
+    else {
+        panic!("a number is not a value")
+    };
+    assert!(!why.contains("12345678"), "{why}");
+    assert_eq!(list.finish().unwrap().kind, "SecretList");
 }

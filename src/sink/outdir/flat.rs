@@ -1,0 +1,225 @@
+//! The `flat` layout (k8s-sidecar's default): every file of every module at `DIR/KEY`.
+//!
+//! A key belongs to the module that published it first. Before a batch is written,
+//! `claim_keys` hands out keys: removals free theirs first, then modules that already hold
+//! keys are updated, then new ones claim theirs, each group in module-name order, so a key
+//! that its holder drops or gives up goes to the waiting module in the same batch. A module
+//! that wants a key another module holds is rejected whole, with a reason naming both and
+//! the key; it is tried again on every poll. Each file is replaced by rename; a module's
+//! files switch one by one, not together (there is no folder to swap). The record keeps
+//! the SHA-256 of every file cmpoll wrote: a file is only replaced or removed while it
+//! still has those bytes, so one edited or put there by someone else is left alone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+
+use super::record::{Pending, TMP_PREFIX, Written};
+use super::{Found, OutDir, digest, file_digest, found, not_ours, part};
+use crate::poll::event::Event;
+use crate::sink::Batch;
+use crate::sink::atomic::{self, fsync_dir, remove_if_exists};
+use crate::source::ModuleFile;
+use crate::validation::go_quote;
+
+impl OutDir {
+    /// Who holds which key, as recorded.
+    fn holders(&self) -> HashMap<String, String> {
+        let mut holders = HashMap::new();
+        for (id, w) in &self.record.modules {
+            for key in w.flat.keys() {
+                holders.insert(key.clone(), id.clone());
+            }
+        }
+        holders
+    }
+
+    /// Decides which of `writes` may go out: the writes to make, in the order they must be
+    /// made (so that a key changes hands after its holder let it go), and the modules
+    /// rejected for a key another holds.
+    pub(super) fn claim_keys<'a>(
+        &self,
+        batch: &Batch,
+        writes: Vec<&'a Event>,
+        removals: &[String],
+    ) -> (Vec<&'a Event>, Vec<(String, String)>) {
+        let mut holders = self.holders();
+        holders.retain(|_, id| !removals.contains(id));
+        let holds = |id: &str| (self.record.modules.get(id)).is_some_and(|w| !w.flat.is_empty());
+        let (mut first, mut then): (Vec<&Event>, Vec<&Event>) =
+            writes.into_iter().partition(|e| holds(&e.id));
+        first.sort_by(|a, b| a.id.cmp(&b.id));
+        then.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut ordered = Vec::new();
+        let mut rejected = Vec::new();
+        for e in first.into_iter().chain(then) {
+            let keys: Vec<String> = match batch.files(e) {
+                Ok(files) => files.into_iter().map(|f| f.key).collect(),
+                // Not readable now: `sync` reads it again and reports the failure.
+                Err(_) => {
+                    ordered.push(e);
+                    continue;
+                }
+            };
+            let clash = keys
+                .iter()
+                .find_map(|k| holders.get(k).filter(|h| **h != e.id).map(|h| (k, h)));
+            if let Some((key, holder)) = clash {
+                rejected.push((
+                    e.id.clone(),
+                    format!(
+                        "--layout flat: key {} is already published by module {holder}; {} waits until {holder} no longer has it",
+                        go_quote(key),
+                        e.id
+                    ),
+                ));
+                continue;
+            }
+            holders.retain(|_, id| *id != e.id);
+            for k in keys {
+                holders.insert(k, e.id.clone());
+            }
+            ordered.push(e);
+        }
+        (ordered, rejected)
+    }
+
+    /// What writing `files` flat will create: each key with its digest. Checked before it
+    /// is recorded: no key may be a temporary name, and the temporary names are free.
+    pub(super) fn plan_flat(
+        &self,
+        files: &[ModuleFile],
+        tmp: &str,
+    ) -> io::Result<BTreeMap<String, String>> {
+        let mut flat = BTreeMap::new();
+        for (i, f) in files.iter().enumerate() {
+            part(&f.key)?;
+            if f.key.starts_with(TMP_PREFIX) {
+                return Err(io::Error::other(format!(
+                    "key {} is a name cmpoll keeps for its temporary files",
+                    go_quote(&f.key)
+                )));
+            }
+            let t = self.dir().join(flat_tmp(tmp, i));
+            if found(&t)? != Found::Nothing {
+                return Err(not_ours(&t));
+            }
+            flat.insert(f.key.clone(), digest(f.content.bytes()));
+        }
+        Ok(flat)
+    }
+
+    /// Whether `DIR/KEY` may be written for `id`: nothing there, or the file cmpoll wrote
+    /// for `id`, still with the bytes it wrote.
+    fn flat_target_ok(&self, id: &str, key: &str) -> io::Result<()> {
+        let path = self.dir().join(part(key)?);
+        let recorded = self.record.modules.get(id).and_then(|w| w.flat.get(key));
+        match found(&path)? {
+            Found::Nothing => Ok(()),
+            Found::File if recorded.is_some() && file_digest(&path)?.as_ref() == recorded => Ok(()),
+            _ => Err(not_ours(&path)),
+        }
+    }
+
+    /// Writes each file by rename. If one fails, what was written so far is recorded (it is
+    /// cmpoll's, and the next attempt replaces it), with no hash: the module is neither
+    /// its old version nor its new one.
+    pub(super) fn write_flat(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Written> {
+        let old = self.record.modules.get(&p.module).cloned();
+        let mut done = old.as_ref().map(|w| w.flat.clone()).unwrap_or_default();
+        for (i, f) in files.iter().enumerate() {
+            let result = self.flat_target_ok(&p.module, &f.key).and_then(|()| {
+                let tmp = flat_tmp(&p.tmp, i);
+                let dir = self.opts.dir.clone();
+                atomic::replace_file(&dir, &f.key, &tmp, f.content.bytes(), self.opts.file_mode)
+            });
+            if let Err(e) = result {
+                if i > 0 {
+                    self.record.modules.insert(
+                        p.module.clone(),
+                        Written {
+                            hash: String::new(),
+                            mode: self.opts.file_mode,
+                            flat: done,
+                            ..Written::default()
+                        },
+                    );
+                }
+                return Err(e);
+            }
+            done.insert(f.key.clone(), digest(f.content.bytes()));
+            // Recorded as it goes, so `flat_target_ok` accepts this file on a retry.
+            if let Some(w) = self.record.modules.get_mut(&p.module) {
+                w.flat.insert(f.key.clone(), digest(f.content.bytes()));
+            }
+        }
+        Ok(p.written.clone())
+    }
+
+    /// Removes the flat files `old` has and `new` (if any) does not, each only while it
+    /// still has the bytes cmpoll wrote.
+    pub(super) fn clear_flat(&mut self, old: &Written, new: Option<&Written>) -> io::Result<()> {
+        let mut removed = false;
+        for (key, want) in &old.flat {
+            if new.is_some_and(|n| n.flat.contains_key(key)) {
+                continue;
+            }
+            let path = self.dir().join(part(key)?);
+            match file_digest(&path)? {
+                Some(d) if &d == want => {
+                    remove_if_exists(&path)?;
+                    removed = true;
+                }
+                None if found(&path)? == Found::Nothing => {}
+                _ => log::warn!(
+                    "--out-dir: '{}' changed since cmpoll wrote it; leaving it",
+                    path.display()
+                ),
+            }
+        }
+        if removed {
+            fsync_dir(self.dir())?;
+        }
+        Ok(())
+    }
+
+    /// After a crash during a flat write: temporary files go; each file is adopted if it
+    /// has the new bytes; if all do, the new version is the module's, else the module is
+    /// recorded as the mix it is (no hash), for the next write to finish.
+    pub(super) fn recover_flat(&mut self, p: &Pending) -> io::Result<()> {
+        for i in 0..p.written.flat.len() {
+            let t = self.dir().join(part(&flat_tmp(&p.tmp, i))?);
+            if found(&t)? == Found::File {
+                remove_if_exists(&t)?;
+            }
+        }
+        let old = self.record.modules.get(&p.module).cloned();
+        let mut mixed = old.as_ref().map(|w| w.flat.clone()).unwrap_or_default();
+        let mut all_new = true;
+        for (key, want) in &p.written.flat {
+            if file_digest(&self.dir().join(part(key)?))?.as_ref() == Some(want) {
+                mixed.insert(key.clone(), want.clone());
+            } else {
+                all_new = false;
+            }
+        }
+        if all_new {
+            self.install(&p.module, p.written.clone())?;
+        } else if old.as_ref().is_none_or(|w| w.flat != mixed) {
+            self.record.modules.insert(
+                p.module.clone(),
+                Written {
+                    hash: String::new(),
+                    mode: p.written.mode,
+                    flat: mixed,
+                    ..Written::default()
+                },
+            );
+        }
+        fsync_dir(self.dir())
+    }
+}
+
+/// The temporary name of a flat write's `i`th file.
+fn flat_tmp(tmp: &str, i: usize) -> String {
+    format!("{tmp}.{i}")
+}
