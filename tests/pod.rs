@@ -3,8 +3,9 @@
 //! kubelet would run it, as far as this machine allows:
 //!
 //! - the cluster is a test apiserver holding every ConfigMap the variant and
-//!   `k8s/examples` ship, with the service account's access granted from the rendered
-//!   ClusterRole or Role (a variant without RBAC cannot list);
+//!   `k8s/examples` ship (module ConfigMaps as Secrets where the variant's role lists
+//!   secrets), with the service account's access granted from the rendered ClusterRole or
+//!   Role, resource by resource (a variant without RBAC cannot list);
 //! - volumes are folders: an emptyDir shared between containers, a ConfigMap volume filled
 //!   from the rendered ConfigMap, a projected service-account volume holding the test
 //!   apiserver's token, CA and the pod's namespace; each mount path is replaced by its
@@ -430,15 +431,48 @@ fn probes_pass(spec: &Value, pod: &Pod) {
     }
 }
 
+/// The resources the variant's cmpoll role may list.
+fn role_resources(objects: &[Value]) -> Vec<String> {
+    let mut out: Vec<String> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+        .filter(|o| o["metadata"]["name"] == "cmpoll")
+        .flat_map(|o| o["rules"].as_array().cloned().unwrap_or_default())
+        .filter(|r| {
+            r["verbs"]
+                .as_array()
+                .is_some_and(|v| v.contains(&"list".into()))
+        })
+        .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
+        .map(|r| s(&r).to_string())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A module object of the variant or the examples as the cluster holds it: a ConfigMap,
+/// or (for a variant whose cmpoll reads Secrets) the same module as a Secret.
+fn to_object(o: &Value, secrets: bool) -> ConfigMap {
+    let mut cm = to_configmap(o);
+    if secrets && cm.labels.contains_key("cmpoll.io/module") {
+        cm.secret = Some("Opaque".into());
+    }
+    cm
+}
+
 /// The cluster of a variant: its ConfigMaps and the examples, RBAC from its roles.
 fn cluster_for(objects: &[Value]) -> TestApiserver {
     let server = TestApiserver::start();
+    let resources = role_resources(objects);
+    let secrets = resources.iter().any(|r| r == "secrets");
     for o in objects.iter().chain(examples().iter()) {
         if o["kind"] == "ConfigMap" {
-            server.put(to_configmap(o));
+            server.put(to_object(o, secrets));
         }
     }
     server.revoke(USER);
+    let resources: Vec<&str> = resources.iter().map(String::as_str).collect();
     let sa = |subjects: &Value| {
         subjects.as_array().into_iter().flatten().any(|x| {
             x["kind"] == "ServiceAccount" && x["name"] == "cmpoll" && x["namespace"] == "cmpoll"
@@ -446,12 +480,9 @@ fn cluster_for(objects: &[Value]) -> TestApiserver {
     };
     let verbs_ok = |role: &Value| {
         role["rules"].as_array().into_iter().flatten().any(|r| {
-            r["resources"]
+            r["verbs"]
                 .as_array()
-                .is_some_and(|x| x.contains(&"configmaps".into()))
-                && r["verbs"]
-                    .as_array()
-                    .is_some_and(|v| v.contains(&"list".into()))
+                .is_some_and(|v| v.contains(&"list".into()))
         })
     };
     for b in objects {
@@ -462,10 +493,13 @@ fn cluster_for(objects: &[Value]) -> TestApiserver {
             o["kind"] == b["roleRef"]["kind"] && o["metadata"]["name"] == b["roleRef"]["name"]
         });
         match (s(&b["kind"]), role) {
-            ("ClusterRoleBinding", Some(r)) if verbs_ok(r) => server.grant(USER, Grant::all()),
-            ("RoleBinding", Some(r)) if verbs_ok(r) => {
-                server.grant(USER, Grant::namespaces(&[s(&b["metadata"]["namespace"])]))
+            ("ClusterRoleBinding", Some(r)) if verbs_ok(r) => {
+                server.grant(USER, Grant::all().resources(&resources))
             }
+            ("RoleBinding", Some(r)) if verbs_ok(r) => server.grant(
+                USER,
+                Grant::namespaces(&[s(&b["metadata"]["namespace"])]).resources(&resources),
+            ),
             _ => {}
         }
     }
@@ -518,7 +552,8 @@ fn run_prometheus_variant(variant: &str, expect_examples: bool) {
         .unwrap();
     let text =
         s(&alerts["data"]["cmpoll.rules.yaml"]).replace("CmpollPollsFailing", "CmpollPollsStuck");
-    server.put(to_configmap(alerts).data("cmpoll.rules.yaml", &text));
+    let secrets = role_resources(&objects).contains(&"secrets".to_string());
+    server.put(to_object(alerts, secrets).data("cmpoll.rules.yaml", &text));
     eventually_explained(
         &format!("{variant}: the update is loaded"),
         Duration::from_secs(40),
@@ -554,6 +589,9 @@ fn the_prometheus_deployments_run_and_serve_the_modules_rules() {
     run_prometheus_variant("prometheus", true);
     // One namespace: only the pod's own (cmpoll's alerts), not team-payments' rules.
     run_prometheus_variant("prometheus-namespaced", false);
+    // Rule files from Secrets, for its own namespace (files 0600, the pod's one user reads
+    // them).
+    run_prometheus_variant("prometheus-secrets", false);
 }
 
 /// `alloy run`'s documented flags (grafana/alloy docs/sources/reference/cli/run.md).
