@@ -233,6 +233,15 @@ args! {
         /// CA bundle for an https --reload-url (default: the platform's)
         #[argh(option, arg_name = "FILE")]
         pub reload_ca_file: Option<String>,
+        /// run /bin/sh -c CMD on each new module version, staged; a non-zero exit keeps the last good version from the agent
+        #[argh(option, arg_name = "CMD")]
+        pub validate: Option<String>,
+        /// how long --validate may run per module (default: 30s)
+        #[argh(option, arg_name = "DURATION")]
+        pub validate_timeout: Option<String>,
+        /// validations run at once (default: 1)
+        #[argh(option, arg_name = "N")]
+        pub validate_jobs: Option<String>,
         /// serve /healthz, /readyz and /metrics on ADDR (e.g. :8080 or [::]:8080)
         #[argh(option, arg_name = "ADDR")]
         pub listen: Option<String>,

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::backoff::{self, Backoff, Rng};
 use crate::error::Error;
+use crate::gate::Gate;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::ops::process;
@@ -99,6 +100,8 @@ enum Next {
 
 pub struct Daemon {
     opts: Options,
+    /// `--validate`: between a batch and the sinks.
+    gate: Option<Gate>,
     sinks: Vec<Box<dyn Sink>>,
     ops: Ops,
     backoff: Backoff,
@@ -112,10 +115,11 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(opts: Options, sinks: Vec<Box<dyn Sink>>, ops: Ops) -> Daemon {
+    pub fn new(opts: Options, gate: Option<Gate>, sinks: Vec<Box<dyn Sink>>, ops: Ops) -> Daemon {
         let backoff = Backoff::polls(opts.interval, opts.jitter, Rng::from_time());
         Daemon {
             opts,
+            gate,
             sinks,
             ops,
             backoff,
@@ -283,6 +287,10 @@ impl Daemon {
                 .filter_map(|s| s.finish().err())
                 .collect();
             self.shutdown(None);
+            let validator = self.health().validator.clone();
+            if let Some(why) = validator {
+                problems.insert(0, format!("--validate: {why}"));
+            }
             if !unwritten.is_empty() {
                 problems.insert(
                     0,
@@ -396,7 +404,11 @@ impl Daemon {
     ) -> Result<(Option<Synced>, Vec<String>), String> {
         let first = self.batches == 0;
         self.batches += 1;
-        let events = event::diff(&store.snapshot, &next);
+        // The first batch has every module as added (the output folder reconciles with it),
+        // whatever the store was seeded with (a rejected module's last good version).
+        let empty = Snapshot::default();
+        let base = if first { &empty } else { &store.snapshot };
+        let events = event::diff(base, &next);
         if events.is_empty() && !first {
             log::debug!(
                 "poll {number}: no changes ({} modules, {took:?})",
@@ -414,6 +426,23 @@ impl Daemon {
         // Modules no sink published: not written, or held back.
         let mut unwritten: Vec<String> = Vec::new();
         let mut held_back: Vec<String> = Vec::new();
+        if let Some(gate) = &mut self.gate {
+            let screened = gate.screen(&batch.events, &store.spool, &store.snapshot, &next);
+            {
+                let m = self.ops.metrics.lock().unwrap_or_else(|p| p.into_inner());
+                for r in &screened.runs {
+                    m.validation(r);
+                }
+            }
+            if let Some(can_run) = screened.can_run {
+                let mut h = self.ops.health.lock().unwrap_or_else(|p| p.into_inner());
+                h.validator = can_run;
+            }
+            for (id, reason) in screened.rejected {
+                held_back.push(id.clone());
+                hold_back(&mut self.rejected, &mut batch.events, &id, reason);
+            }
+        }
         for sink in &mut self.sinks {
             let modules = held(&[&unwritten, &held_back], &store.snapshot, &next);
             batch.synced = counts(&batch.events, modules, number);

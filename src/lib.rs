@@ -5,13 +5,14 @@
 //! ```text
 //! cli → settings → kube::Config → kube::Client (or source::manifests) → source (list,
 //!     all pages, all namespaces) → poll (module: filter keys, validate, hash) → snapshot
-//!     → event::diff → batch → sinks [outdir → child (stdin/signal) → reload_url → stdout]
-//!     → ops (health, metrics, sd_notify)
+//!     → event::diff → gate (--validate) → batch → sinks [outdir → child (stdin/signal) →
+//!     on_change → reload_url → stdout] → ops (health, metrics, sd_notify)
 //! ```
 //!
 //! The tree follows it: `cli`/`settings` (what was asked), `kube/` and `http/` (reaching
 //! the apiserver), `source/` (what it lists), `poll/` (modules, snapshots, the spool),
-//! `sink/` (who hears of a batch), `daemon`/`list` (the two commands), `ops/` (health,
+//! `gate/` (the validator between a batch and the sinks), `sink/` (who hears of a batch),
+//! `daemon`/`list` (the two commands), `ops/` (health,
 //! metrics, signals, processes, logs). Module contents never sit in memory as a whole: the
 //! poll streams items into the spool and the snapshot keeps hashes and locations only.
 
@@ -19,6 +20,7 @@ pub mod backoff;
 pub mod cli;
 pub mod daemon;
 pub mod error;
+pub mod gate;
 pub mod http;
 pub mod kube;
 pub mod list;
@@ -122,7 +124,17 @@ fn daemon(
         metrics,
         notifier: ops::systemd::Notifier::from_env(env),
     };
-    daemon::Daemon::new(run.daemon.clone(), sinks, ops).run(poller, Store::new(spool))
+    let mut store = Store::new(spool);
+    let gate = match &run.validate {
+        Some(o) => {
+            let g = gate::Gate::open(o.clone()).map_err(Error::Config)?;
+            g.seed(&mut store)
+                .map_err(|e| Error::Config(format!("--validate: {e}")))?;
+            Some(g)
+        }
+        None => None,
+    };
+    daemon::Daemon::new(run.daemon.clone(), gate, sinks, ops).run(poller, store)
 }
 
 /// Helpers for unit tests.

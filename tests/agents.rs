@@ -14,7 +14,7 @@ use crate::util::tools::{curl, free_port, prometheus_rules, tool};
 use crate::util::{Cmpoll, KillOnDrop, SOON, eventually_explained, labelled, skip_unless};
 
 /// An nginx site: a server on `port` answering `text`.
-fn site(ns: &str, name: &str, port: u16, text: &str) -> ConfigMap {
+pub fn site(ns: &str, name: &str, port: u16, text: &str) -> ConfigMap {
     labelled(ns, name).data(
         "site.conf",
         &format!("server {{\n  listen 127.0.0.1:{port};\n  location / {{ return 200 \"{text}\\n\"; }}\n}}\n"),
@@ -23,7 +23,7 @@ fn site(ns: &str, name: &str, port: u16, text: &str) -> ConfigMap {
 
 /// nginx's main configuration: its own files under `dir`, a health server on `health`,
 /// and every `.conf` cmpoll writes (`DIR/NAMESPACE/NAME/KEY`).
-fn nginx_conf(dir: &Path, health: u16, out: &Path) -> String {
+pub fn nginx_conf(dir: &Path, health: u16, out: &Path) -> String {
     let d = dir.display();
     format!(
         "pid {d}/nginx.pid;\nevents {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  server {{ listen 127.0.0.1:{health}; location = /healthz {{ return 200 \"ok\\n\"; }} }}\n  include {}/*/*/*.conf;\n}}\n",
@@ -123,7 +123,7 @@ fn nginx_supervised_by_cmpoll_serves_the_sites_of_configmaps() {
 }
 
 /// A rules ConfigMap: one group with one recording rule named `record`.
-fn rules(ns: &str, name: &str, record: &str) -> ConfigMap {
+pub fn rules(ns: &str, name: &str, record: &str) -> ConfigMap {
     labelled(ns, name)
         .data(
             "app.rules.yaml",
@@ -135,7 +135,7 @@ fn rules(ns: &str, name: &str, record: &str) -> ConfigMap {
 }
 
 /// Prometheus on `port`, its rules from `out/*.yaml`.
-fn prometheus(dir: &Path, port: u16, out: &Path) -> KillOnDrop {
+pub fn prometheus(dir: &Path, port: u16, out: &Path) -> KillOnDrop {
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,

@@ -254,7 +254,7 @@ fn on_change_failures_and_hangs_fail_once() {
         .failure(1);
     assert!(
         run.error_line()
-            .contains("--on-change: exited with exit status: 3"),
+            .contains("--on-change: exited with status 3"),
         "{}",
         run.described
     );

@@ -23,3 +23,4 @@ mod reload;
 mod run;
 mod secrets;
 mod soak;
+mod validate;

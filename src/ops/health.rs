@@ -5,7 +5,7 @@
 //! Ready (`/readyz`): a first batch went out, the last successful poll is younger than
 //! 3 × interval plus the backoff cap (min(10 × interval, 5 min)), and the last reload of
 //! every reload path (signal delivery, `--on-change` command, each reload URL), if any,
-//! succeeded. Reload paths report into a shared `ReloadOutcomes` handle themselves.
+//! succeeded, and the validator (`--validate`), if any, can run. Reload paths report into a shared `ReloadOutcomes` handle themselves.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -88,6 +88,8 @@ pub struct Health {
     /// The last reload of every reload path.
     pub reloads: ReloadOutcomes,
     pub modules: usize,
+    /// `--validate` could not run (exit 126/127), until a validation runs again.
+    pub validator: Option<String>,
 }
 
 impl Health {
@@ -108,6 +110,7 @@ impl Health {
             last_error: None,
             reloads: ReloadOutcomes::default(),
             modules: 0,
+            validator: None,
         }
     }
 
@@ -152,6 +155,9 @@ impl Health {
         }
         if let Some(e) = self.reloads.failing() {
             return Err(format!("the last reload failed: {e}"));
+        }
+        if let Some(e) = &self.validator {
+            return Err(e.clone());
         }
         Ok(())
     }

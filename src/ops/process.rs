@@ -1,5 +1,6 @@
-//! Processes cmpoll starts: the agent's process group, the PID-1 reaping rule, and the
-//! last-resort kill.
+//! Processes cmpoll starts: the agent's process group, the PID-1 reaping rule, the
+//! last-resort kill, and short commands run to completion within a deadline (`--on-change`,
+//! `--validate`).
 //!
 //! As PID 1 (a container's init), cmpoll must reap orphaned grandchildren, but reaping
 //! "any child" would take an exec credential plugin's exit status from under the code
@@ -83,6 +84,96 @@ impl std::fmt::Display for Exit {
     }
 }
 
+/// How a bounded command ended.
+#[derive(Debug)]
+pub struct Finished {
+    /// `None`: killed (with its process group) at the deadline.
+    pub exit: Option<Exit>,
+    /// Its stdout and stderr together, at most the `keep` bytes asked for (the rest is read
+    /// and dropped, so the command never blocks on a full pipe).
+    pub output: Vec<u8>,
+}
+
+/// Runs `cmd` in its own process group, stdin from /dev/null, and waits for it at most
+/// `timeout`, then kills the group. With `keep` set, its stdout and stderr go to one pipe
+/// of which the first `keep` bytes are kept; otherwise they are inherited as `cmd` says.
+pub fn run_bounded(
+    mut cmd: std::process::Command,
+    timeout: std::time::Duration,
+    keep: Option<usize>,
+) -> Result<Finished, String> {
+    use std::io::Read as _;
+    use std::os::unix::process::CommandExt as _;
+    use std::time::{Duration, Instant};
+
+    cmd.stdin(std::process::Stdio::null()).process_group(0);
+    let reader = match keep {
+        Some(_) => {
+            let (r, w) = std::io::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
+            let w2 = w
+                .try_clone()
+                .map_err(|e| format!("cannot make a pipe: {e}"))?;
+            cmd.stdout(w).stderr(w2);
+            Some(r)
+        }
+        None => None,
+    };
+    // Hold off PID-1 reaping from spawn to exit status.
+    let _held = children();
+    let spawned = cmd.spawn();
+    // The write ends live in `cmd`: dropped now, so the reader sees EOF when the command
+    // (and whatever it started) is done.
+    drop(cmd);
+    let mut child = spawned.map_err(|e| format!("cannot start it: {e}"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let (Some(mut r), Some(keep)) = (reader, keep) {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let room = keep.saturating_sub(out.len());
+                out.extend_from_slice(&buf[..n.min(room)]);
+            }
+            let _ = tx.send(out);
+        });
+    } else {
+        drop(tx);
+    }
+    let deadline = Instant::now() + timeout;
+    let exit = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                use std::os::unix::process::ExitStatusExt as _;
+                break Some(Exit {
+                    code: status.code(),
+                    signal: status.signal(),
+                });
+            }
+            Ok(None) if Instant::now() >= deadline => {
+                if let Some(pid) = Pid::from_raw(child.id() as i32) {
+                    let _ = kill_process_group(pid, rustix::process::Signal::KILL);
+                }
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(format!("cannot wait for it: {e}")),
+        }
+    };
+    if exit.is_some()
+        && let Some(pid) = Pid::from_raw(child.id() as i32)
+    {
+        // What it left running in its group would hold the pipe (and run on unbounded).
+        let _ = kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    // A process that left the group may still hold the pipe: not waited for long.
+    let output = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
+    Ok(Finished { exit, output })
+}
+
 /// As PID 1: reaps every child that ended and returns `pid`'s exit if it was among them.
 /// While an exec plugin runs, only `pid` is waited for (orphans wait for the next call).
 pub fn reap_as_pid1(pid: Pid) -> Option<Exit> {
@@ -127,6 +218,34 @@ pub fn kill_agent_now() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sh(script: &str) -> std::process::Command {
+        let mut c = std::process::Command::new("/bin/sh");
+        c.args(["-c", script]);
+        c
+    }
+
+    #[test]
+    fn bounded_runs_keep_output_and_kill_the_group_at_the_deadline() {
+        let t = std::time::Duration::from_secs(10);
+        let f = run_bounded(sh("echo out; echo err >&2; exit 3"), t, Some(4096)).unwrap();
+        assert_eq!(f.exit.unwrap().code, Some(3));
+        assert_eq!(String::from_utf8(f.output).unwrap(), "out\nerr\n");
+        let f = run_bounded(sh("yes | head -c 100000"), t, Some(10)).unwrap();
+        assert_eq!(
+            f.output, b"y\ny\ny\ny\ny\n",
+            "the first bytes, the rest drained"
+        );
+        let start = std::time::Instant::now();
+        let short = std::time::Duration::from_millis(200);
+        let f = run_bounded(sh("sleep 30 & sleep 30; echo never"), short, Some(64)).unwrap();
+        assert!(f.exit.is_none(), "killed");
+        assert!(f.output.is_empty());
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "children killed too"
+        );
+    }
 
     #[test]
     fn exits_as_a_shell_shows_them() {

@@ -23,6 +23,24 @@ impl Hash {
         Hash(h.finalize().into())
     }
 
+    /// Reads the `sha256:<64 lowercase hex digits>` form back.
+    pub fn parse(s: &str) -> Option<Hash> {
+        let hex = s.strip_prefix("sha256:")?.as_bytes();
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        for (i, pair) in hex.chunks(2).enumerate() {
+            let d = |c: u8| match c {
+                b'0'..=b'9' => Some(c - b'0'),
+                b'a'..=b'f' => Some(c - b'a' + 10),
+                _ => None,
+            };
+            out[i] = d(pair[0])? << 4 | d(pair[1])?;
+        }
+        Some(Hash(out))
+    }
+
     /// The first `n` hex digits, for tables.
     pub fn short(&self, n: usize) -> String {
         let full = self.to_string();
@@ -83,5 +101,16 @@ mod tests {
     fn framing_separates_key_from_content() {
         assert_ne!(Hash::of([("ab", &b"c"[..])]), Hash::of([("a", &b"bc"[..])]));
         assert_eq!(Hash::of([]).short(12), "sha256:e3b0c44298fc");
+        let h = Hash::of([("a", &b"x"[..])]);
+        assert_eq!(Hash::parse(&h.to_string()), Some(h));
+        for bad in [
+            "",
+            "sha256:",
+            "md5:00",
+            &h.to_string().to_uppercase(),
+            &format!("{h}0"),
+        ] {
+            assert_eq!(Hash::parse(bad), None, "{bad}");
+        }
     }
 }

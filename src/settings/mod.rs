@@ -17,6 +17,7 @@ use self::lookup::{Lookup, Val, parse_duration, usage};
 use crate::cli::{Command, Common, RunArgs};
 use crate::daemon;
 use crate::error::Error;
+use crate::gate;
 use crate::kube::client;
 use crate::kube::config::Flags;
 use crate::ops::logging::LogFormat;
@@ -44,11 +45,12 @@ pub enum Mode {
     Run(Box<RunSettings>),
 }
 
-/// `cmpoll run`: the loop, the endpoints, the sinks.
+/// `cmpoll run`: the loop, the endpoints, the validator, the sinks.
 #[derive(Clone, Debug)]
 pub struct RunSettings {
     pub daemon: daemon::Options,
     pub listen: Option<SocketAddr>,
+    pub validate: Option<gate::Options>,
     pub sinks: sink::Options,
 }
 
@@ -299,6 +301,7 @@ fn run(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
         Some(v) => Some(parse_listen(&v.value).map_err(|e| usage(&v.from, e))?),
         None => None,
     };
+    let validate = validate(r, look, out_dir.as_ref())?;
     Ok(RunSettings {
         daemon: daemon::Options {
             interval: look.duration(&r.interval, "interval", Duration::from_secs(30))?,
@@ -307,6 +310,7 @@ fn run(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
             summary: String::new(),
         },
         listen,
+        validate,
         sinks: sink::Options {
             out_dir,
             agent,
@@ -316,6 +320,58 @@ fn run(r: &RunArgs, look: &Lookup) -> Result<RunSettings, Error> {
             stdout_contents: resource.shows_contents(),
         },
     })
+}
+
+fn validate(
+    r: &RunArgs,
+    look: &Lookup,
+    out_dir: Option<&outdir::Options>,
+) -> Result<Option<gate::Options>, Error> {
+    let command = look.opt(&r.validate, "validate");
+    if command.is_none() {
+        for (value, flag) in [
+            (&r.validate_timeout, "validate-timeout"),
+            (&r.validate_jobs, "validate-jobs"),
+        ] {
+            if let Some(v) = look.opt(value, flag) {
+                return Err(usage(&v.from, "only used with --validate"));
+            }
+        }
+        return Ok(None);
+    }
+    let command = command.expect("checked above");
+    if command.value.trim().is_empty() {
+        return Err(usage(&command.from, "empty: give a command, or unset it"));
+    }
+    let jobs = match look.opt(&r.validate_jobs, "validate-jobs") {
+        Some(v) => v
+            .value
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=256).contains(n))
+            .ok_or_else(|| {
+                usage(
+                    &v.from,
+                    format!("'{}' is not a number from 1 to 256", v.value),
+                )
+            })?,
+        None => 1,
+    };
+    Ok(Some(gate::Options {
+        command: command.value,
+        timeout: look.duration(
+            &r.validate_timeout,
+            "validate-timeout",
+            Duration::from_secs(30),
+        )?,
+        jobs,
+        meta_dir: out_dir.map(|o| outdir::meta_dir(&o.dir)),
+        ext: out_dir
+            .filter(|o| o.layout == outdir::Layout::Concat)
+            .map(|o| o.ext.clone())
+            .unwrap_or_default(),
+    }))
 }
 
 fn jitter(r: &RunArgs, look: &Lookup) -> Result<f64, Error> {

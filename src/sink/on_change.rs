@@ -8,10 +8,9 @@
 //! (readiness, metrics); it runs again with the next batch with changes. The daemon waits
 //! for it: the next sinks hear of the batch after the agent has reloaded.
 
-use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Batch, Fatal, Outcome, ReloadReport, Sink};
 use crate::ops::process;
@@ -49,37 +48,20 @@ impl OnChange {
             .env("CMPOLL_ADDED", added.to_string())
             .env("CMPOLL_UPDATED", updated.to_string())
             .env("CMPOLL_REMOVED", removed.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(std::io::stderr()))
-            .process_group(0);
+            .stdout(Stdio::from(std::io::stderr()));
         if let Some(dir) = &self.o.out_dir {
             let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
             cmd.env("CMPOLL_OUT_DIR", abs);
         }
-        // Hold off PID-1 reaping from spawn to exit status (ops::process).
-        let _held = process::children();
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start /bin/sh: {e}"))?;
-        let deadline = Instant::now() + self.o.timeout;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) if status.success() => return Ok(()),
-                Ok(Some(status)) => return Err(format!("exited with {status}")),
-                Ok(None) if Instant::now() >= deadline => {
-                    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
-                        let _ =
-                            rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-                    }
-                    let _ = child.wait();
-                    return Err(format!(
-                        "killed after --reload-timeout {}",
-                        humantime::format_duration(self.o.timeout)
-                    ));
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(e) => return Err(format!("cannot wait for it: {e}")),
-            }
+        let done =
+            process::run_bounded(cmd, self.o.timeout, None).map_err(|e| format!("/bin/sh: {e}"))?;
+        match done.exit {
+            Some(exit) if exit.success() => Ok(()),
+            Some(exit) => Err(exit.to_string()),
+            None => Err(format!(
+                "killed after --reload-timeout {}",
+                humantime::format_duration(self.o.timeout)
+            )),
         }
     }
 }

@@ -648,7 +648,8 @@ impl Sink for OutDir {
             // The first batch after a start: every module is "added"; the folder may
             // already hold some of them (in this layout or another), and some it holds may
             // be gone from the cluster.
-            let wanted: BTreeSet<&str> = batch.changes().map(|e| e.id.as_str()).collect();
+            // A module held back (rejected) keeps what the folder has of it.
+            let wanted: BTreeSet<&str> = batch.events.iter().map(|e| e.id.as_str()).collect();
             let removals = self
                 .record
                 .modules

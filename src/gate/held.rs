@@ -1,0 +1,173 @@
+//! `DIR/.cmpoll/rejected.json`: the modules `--validate` rejected, by module: the hash
+//! refused, why, and the last good version's files (base64), so that a restart keeps the
+//! good version and does not validate the refused content again. Written atomically, mode
+//! 0600 (a Secret's files may be in it). Checked when read: a module name or key the
+//! apiserver would not allow is a start-up error naming the file (remove it to start
+//! afresh); the good version's hash is computed from its files, never taken from the file.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use crate::poll::hash::Hash;
+use crate::source::{Content, ModuleFile};
+use crate::validation;
+
+const FILE: &str = "rejected.json";
+
+#[derive(Serialize, Deserialize, Default)]
+struct Record {
+    version: u32,
+    modules: BTreeMap<String, Entry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    hash: String,
+    reason: String,
+    /// The last good version: key → base64 of its bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    good: Option<BTreeMap<String, String>>,
+}
+
+/// One remembered rejection: hash refused, reason, last good files.
+pub type Rejection = (Hash, String, Option<Vec<ModuleFile>>);
+
+pub struct Held {
+    dir: PathBuf,
+}
+
+impl Held {
+    /// Reads what an earlier run rejected.
+    pub fn open(dir: &Path) -> Result<(Held, BTreeMap<String, Rejection>), String> {
+        let path = dir.join(FILE);
+        let fail = |e: String| {
+            format!(
+                "--validate: '{}' is not valid ({e}); remove it to start afresh",
+                path.display()
+            )
+        };
+        let record: Record = match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| fail(e.to_string()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Record::default(),
+            Err(e) => return Err(format!("--validate: cannot read '{}': {e}", path.display())),
+        };
+        let mut out = BTreeMap::new();
+        for (id, e) in record.modules {
+            let at = |what: String| fail(format!("{}: {what}", validation::go_quote(&id)));
+            let (ns, name) = id.split_once('/').ok_or_else(|| at("not ns/name".into()))?;
+            if !validation::dns1123_label(ns).is_empty()
+                || !validation::dns1123_subdomain(name).is_empty()
+            {
+                return Err(at("not a module name".into()));
+            }
+            let hash = Hash::parse(&e.hash).ok_or_else(|| at("not a hash".into()))?;
+            let good = match e.good {
+                None => None,
+                Some(files) => {
+                    let mut v = Vec::new();
+                    for (key, b64) in files {
+                        if !validation::config_map_key(&key).is_empty() {
+                            return Err(at(format!("key {}", validation::go_quote(&key))));
+                        }
+                        let bytes = base64::engine::general_purpose::STANDARD
+                            .decode(b64)
+                            .map_err(|_| at("a file is not base64".into()))?;
+                        v.push(ModuleFile {
+                            key,
+                            content: Content::Binary(bytes),
+                        });
+                    }
+                    v.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+                    Some(v)
+                }
+            };
+            out.insert(id, (hash, e.reason, good));
+        }
+        Ok((
+            Held {
+                dir: dir.to_path_buf(),
+            },
+            out,
+        ))
+    }
+
+    /// Replaces the record with these rejections.
+    pub fn save<'a>(
+        &self,
+        entries: impl Iterator<Item = (&'a str, &'a Hash, &'a str, Option<&'a [ModuleFile]>)>,
+    ) -> Result<(), String> {
+        let mut record = Record {
+            version: 1,
+            modules: BTreeMap::new(),
+        };
+        for (id, hash, reason, good) in entries {
+            let good = good.map(|files| {
+                files
+                    .iter()
+                    .map(|f| {
+                        let b64 =
+                            base64::engine::general_purpose::STANDARD.encode(f.content.bytes());
+                        (f.key.clone(), b64)
+                    })
+                    .collect()
+            });
+            record.modules.insert(
+                id.to_string(),
+                Entry {
+                    hash: hash.to_string(),
+                    reason: reason.to_string(),
+                    good,
+                },
+            );
+        }
+        let bytes = serde_json::to_vec_pretty(&record).map_err(|e| e.to_string())?;
+        let tmp = ".rejected.json.tmp";
+        crate::sink::atomic::remove_if_exists(&self.dir.join(tmp))
+            .and_then(|()| crate::sink::atomic::replace_file(&self.dir, FILE, tmp, &bytes, 0o600))
+            .map_err(|e| format!("cannot save '{}': {e}", self.dir.join(FILE).display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_hostile_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let (held, none) = Held::open(dir.path()).unwrap();
+        assert!(none.is_empty());
+        let good = [ModuleFile {
+            key: "a.yaml".into(),
+            content: Content::Binary(b"ok\n".to_vec()),
+        }];
+        let h = Hash([3; 32]);
+        held.save([("ns/m", &h, "bad expr", Some(&good[..]))].into_iter())
+            .unwrap();
+        let (_, back) = Held::open(dir.path()).unwrap();
+        let (hash, reason, files) = &back["ns/m"];
+        assert_eq!((hash, reason.as_str()), (&h, "bad expr"));
+        assert_eq!(files.as_ref().unwrap()[0].content.bytes(), b"ok\n");
+        use std::os::unix::fs::MetadataExt as _;
+        assert_eq!(
+            fs::metadata(dir.path().join(FILE)).unwrap().mode() & 0o777,
+            0o600
+        );
+        for bad in [
+            r#"{"version":1,"modules":{"../x/m":{"hash":"sha256:00","reason":""}}}"#,
+            r#"{"version":1,"modules":{"ns/m":{"hash":"nope","reason":""}}}"#,
+            r#"{"version":1,"modules":{"ns/m":{"hash":"sha256:0303030303030303030303030303030303030303030303030303030303030303","reason":"","good":{"../x":""}}}}"#,
+        ] {
+            fs::write(dir.path().join(FILE), bad).unwrap();
+            let e = Held::open(dir.path()).err().unwrap();
+            assert!(
+                e.contains("rejected.json") && e.contains("remove it"),
+                "{e}"
+            );
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! `--validate CMD`: the gate between a poll's batch and the sinks. The agent only ever
+//! gets the last known good version of each module.
+//!
+//! For every added or updated module, before any sink hears of it, its new files are staged
+//! (`run.rs`) and the validator runs on them; exit 0 lets the version through, anything else
+//! rejects it: the sinks keep what they had (the daemon holds the module back as it does an
+//! unwritten one) and the batch carries a `rejected` event with the validator's output. A
+//! rejected content is remembered by module and hash and never validated again; a later
+//! change is validated afresh; removals are never validated. Exit 126/127 (the validator
+//! cannot run) rejects too, but is not remembered (the operator may fix the validator) and
+//! makes readiness fail until a validation runs again. With `--out-dir`, rejections and the
+//! last good version of each rejected module are kept in `DIR/.cmpoll/rejected.json`
+//! (`held.rs`), so a restart keeps the good version instead of removing it.
+
+mod held;
+mod run;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use self::held::Held;
+pub use self::run::Verdict;
+use crate::poll::event::{Change, Event};
+use crate::poll::hash::Hash;
+use crate::poll::snapshot::{Entry, Ident, Snapshot};
+use crate::poll::spool::Spool;
+use crate::poll::store::Store;
+use crate::source::ModuleFile;
+
+/// The output kept of a validator (stdout and stderr together).
+pub const KEEP: usize = 4096;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub command: String,
+    pub timeout: Duration,
+    /// Validations run at once.
+    pub jobs: usize,
+    /// `DIR/.cmpoll` with `--out-dir` (staging and the record of rejections), else `None`:
+    /// a private folder under `$TMPDIR`, and rejections kept in memory only.
+    pub meta_dir: Option<PathBuf>,
+    /// `--ext` (concat), for `CMPOLL_MODULE_FILE`'s name.
+    pub ext: String,
+}
+
+/// A remembered rejection: the content refused, why, and the last good version.
+#[derive(Clone, Debug)]
+struct Failed {
+    hash: Hash,
+    reason: String,
+    good: Option<Vec<ModuleFile>>,
+}
+
+/// What screening one batch decided.
+#[derive(Debug, Default)]
+pub struct Screened {
+    /// Modules held back, with why (announced, or not, by the daemon).
+    pub rejected: Vec<(String, String)>,
+    /// Validator runs by result: `pass`, `fail`, `error`.
+    pub runs: Vec<&'static str>,
+    /// `Some(Some(why))`: the validator cannot run; `Some(None)`: it ran; `None`: no run.
+    pub can_run: Option<Option<String>>,
+}
+
+pub struct Gate {
+    opts: Options,
+    stage: run::Stage,
+    failed: HashMap<String, Failed>,
+    held: Option<Held>,
+}
+
+impl Gate {
+    /// Prepares the staging folder and reads the record of rejections; errors are start-up
+    /// errors naming the folder or file.
+    pub fn open(opts: Options) -> Result<Gate, String> {
+        let stage = run::Stage::new(opts.meta_dir.as_deref())?;
+        let (held, failed) = match &opts.meta_dir {
+            Some(dir) => {
+                let (held, entries) = Held::open(dir)?;
+                let failed = entries
+                    .into_iter()
+                    .map(|(id, (hash, reason, good))| (id, Failed { hash, reason, good }))
+                    .collect();
+                (Some(held), failed)
+            }
+            None => (None, HashMap::new()),
+        };
+        Ok(Gate {
+            opts,
+            stage,
+            failed,
+            held,
+        })
+    }
+
+    /// At start: the last good version of every module whose cluster content was rejected
+    /// goes into the store, so the first batch keeps it instead of removing it (and a new
+    /// agent gets it).
+    pub fn seed(&self, store: &mut Store) -> std::io::Result<()> {
+        for (id, f) in &self.failed {
+            let Some(files) = &f.good else { continue };
+            let loc = store.spool.put(files)?;
+            let entry = Entry {
+                uid: Ident::new(""),
+                resource_version: Ident::new(""),
+                hash: Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes()))),
+                loc,
+                files: files.len() as u32,
+                bytes: files.iter().map(|f| f.content.bytes().len() as u64).sum(),
+            };
+            store.snapshot.modules.insert(id.clone(), entry);
+        }
+        if !self.failed.is_empty() {
+            log::info!(
+                "--validate: {} module(s) rejected before the restart stay at their last good version until they change",
+                self.failed.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// Validates the added and updated modules of `events` (`current`: what the sinks hold,
+    /// `next`: the poll's snapshot).
+    pub fn screen(
+        &mut self,
+        events: &[Event],
+        spool: &Spool,
+        current: &Snapshot,
+        next: &Snapshot,
+    ) -> Screened {
+        let mut out = Screened::default();
+        let before = self.failed.len();
+        // Gone from the cluster: forgotten.
+        self.failed.retain(|id, _| next.modules.contains_key(id));
+        let mut changed = self.failed.len() != before;
+        let mut todo = Vec::new();
+        for e in events {
+            if !matches!(e.change, Change::Added | Change::Updated) {
+                continue;
+            }
+            match self.failed.get(&e.id) {
+                Some(f) if f.hash == e.entry.hash => {
+                    out.rejected.push((e.id.clone(), f.reason.clone()));
+                }
+                _ => todo.push(e),
+            }
+        }
+        let verdicts = self.run_all(&todo, spool);
+        for (e, verdict) in todo.into_iter().zip(verdicts) {
+            match verdict {
+                Verdict::Pass => {
+                    out.runs.push("pass");
+                    out.can_run = Some(out.can_run.take().flatten());
+                    changed |= self.failed.remove(&e.id).is_some();
+                }
+                Verdict::Fail(reason) => {
+                    out.runs.push("fail");
+                    out.can_run = Some(out.can_run.take().flatten());
+                    let good = current
+                        .modules
+                        .get(&e.id)
+                        .and_then(|old| spool.get(old.loc).ok());
+                    // The good version is the one the sinks hold now, or the one kept.
+                    let good = good.or_else(|| self.failed.get(&e.id).and_then(|f| f.good.clone()));
+                    self.failed.insert(
+                        e.id.clone(),
+                        Failed {
+                            hash: e.entry.hash,
+                            reason: reason.clone(),
+                            good,
+                        },
+                    );
+                    changed = true;
+                    out.rejected.push((e.id.clone(), reason));
+                }
+                Verdict::Error(reason) => {
+                    out.runs.push("error");
+                    out.can_run = Some(Some(reason.clone()));
+                    out.rejected.push((e.id.clone(), reason));
+                }
+            }
+        }
+        if changed && let Some(held) = &self.held {
+            let entries = self
+                .failed
+                .iter()
+                .map(|(id, f)| (id.as_str(), &f.hash, f.reason.as_str(), f.good.as_deref()));
+            if let Err(e) = held.save(entries) {
+                log::warn!("--validate: {e}; rejections are remembered until cmpoll stops");
+            }
+        }
+        out
+    }
+
+    /// Runs the validator for each module, up to `--validate-jobs` at once.
+    fn run_all(&self, todo: &[&Event], spool: &Spool) -> Vec<Verdict> {
+        let results: Vec<Mutex<Option<Verdict>>> = todo.iter().map(|_| Mutex::new(None)).collect();
+        let next = AtomicUsize::new(0);
+        let work = || {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(e) = todo.get(i) else { return };
+                let verdict = match spool.get(e.entry.loc) {
+                    Ok(files) => self
+                        .stage
+                        .validate(&self.opts, &e.id, &e.entry.hash, &files),
+                    Err(err) => Verdict::Error(format!("cannot read its files back: {err}")),
+                };
+                *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(verdict);
+            }
+        };
+        let workers = self.opts.jobs.clamp(1, todo.len().max(1));
+        if workers == 1 {
+            work();
+        } else {
+            std::thread::scope(|s| {
+                for _ in 0..workers {
+                    s.spawn(work);
+                }
+            });
+        }
+        results
+            .into_iter()
+            .map(|m| {
+                (m.into_inner().unwrap_or_else(|p| p.into_inner()))
+                    .unwrap_or_else(|| Verdict::Error("not validated".into()))
+            })
+            .collect()
+    }
+}

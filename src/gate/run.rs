@@ -1,0 +1,202 @@
+//! One validation: the module's files staged in a fresh folder (one file per key) plus their
+//! concatenation (as `--layout concat` writes it), and `/bin/sh -c CMD` run there with
+//! `CMPOLL_MODULE`, `CMPOLL_MODULE_DIR`, `CMPOLL_MODULE_FILE` and `CMPOLL_HASH`, stdin from
+//! /dev/null, stdout and stderr kept together (the first 4 KiB), in its own process group,
+//! killed with it at `--validate-timeout`. The staged files go when it is done.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{KEEP, Options};
+use crate::ops::process;
+use crate::poll::hash::Hash;
+use crate::source::ModuleFile;
+
+/// What the validator said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    /// A non-zero exit, a signal, the timeout: the content is refused (its output, or why).
+    Fail(String),
+    /// Exit 126/127, or it could not be started: the validator cannot run.
+    Error(String),
+}
+
+/// The staging folder: `DIR/.cmpoll/stage`, else a private folder under `$TMPDIR`.
+pub struct Stage {
+    dir: PathBuf,
+    seq: AtomicU64,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Stage {
+    pub fn new(meta_dir: Option<&Path>) -> Result<Stage, String> {
+        let (dir, tmp) = match meta_dir {
+            Some(meta) => {
+                let dir = meta.join("stage");
+                // What an earlier run staged and did not clean up (a crash): cmpoll's own.
+                if dir.is_dir() && !dir.is_symlink() {
+                    fs::remove_dir_all(&dir).map_err(|e| {
+                        format!("--validate: cannot clear '{}': {e}", dir.display())
+                    })?;
+                }
+                crate::sink::atomic::create_dir(&dir, 0o700)
+                    .map_err(|e| format!("--validate: cannot create '{}': {e}", dir.display()))?;
+                (dir, None)
+            }
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("cmpoll-validate-")
+                    .tempdir()
+                    .map_err(|e| {
+                        format!("--validate: cannot create a staging folder in $TMPDIR: {e}")
+                    })?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        Ok(Stage {
+            dir,
+            seq: AtomicU64::new(0),
+            _tmp: tmp,
+        })
+    }
+
+    /// Stages `files` of module `id` and runs the validator on them.
+    pub fn validate(&self, o: &Options, id: &str, hash: &Hash, files: &[ModuleFile]) -> Verdict {
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{}.{n:x}", id.replace('/', "."));
+        let dir = self.dir.join(&name);
+        // Beside the folder: `NAME{EXT}` (`--ext`), else `NAME.concat`.
+        let ext = if o.ext.is_empty() { ".concat" } else { &o.ext };
+        let file = self.dir.join(format!("{name}{ext}"));
+        let verdict = stage(&dir, &file, files)
+            .map_err(|e| Verdict::Error(format!("cannot stage its files: {e}")))
+            .map(|()| run(o, id, hash, &dir, &file));
+        let _ = fs::remove_dir_all(&dir);
+        let _ = fs::remove_file(&file);
+        verdict.unwrap_or_else(|v| v)
+    }
+}
+
+fn stage(dir: &Path, file: &Path, files: &[ModuleFile]) -> std::io::Result<()> {
+    crate::sink::atomic::create_dir(dir, 0o700)?;
+    let mut all = Vec::new();
+    for f in files {
+        // Keys were checked (a single path component) when the module was made.
+        fs::write(dir.join(&f.key), f.content.bytes())?;
+        all.extend_from_slice(f.content.bytes());
+        if !f.content.bytes().ends_with(b"\n") {
+            all.push(b'\n');
+        }
+    }
+    fs::write(file, all)
+}
+
+fn run(o: &Options, id: &str, hash: &Hash, dir: &Path, file: &Path) -> Verdict {
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(&o.command)
+        .current_dir(dir)
+        .env("CMPOLL_MODULE", id)
+        .env("CMPOLL_MODULE_DIR", dir)
+        .env("CMPOLL_MODULE_FILE", file)
+        .env("CMPOLL_HASH", hash.to_string());
+    let done = match process::run_bounded(cmd, o.timeout, Some(KEEP)) {
+        Ok(d) => d,
+        Err(e) => return Verdict::Error(format!("/bin/sh: {e}")),
+    };
+    let output = String::from_utf8_lossy(&done.output).trim_end().to_string();
+    let with = |what: String| {
+        if output.is_empty() {
+            what
+        } else {
+            format!("{output}\n({what})")
+        }
+    };
+    match done.exit {
+        Some(exit) if exit.success() => Verdict::Pass,
+        Some(exit) if matches!(exit.code, Some(126 | 127)) => {
+            Verdict::Error(format!("validator cannot run: it {exit}: {output}"))
+        }
+        Some(exit) => Verdict::Fail(with(format!("validator {exit}"))),
+        None => Verdict::Fail(with(format!(
+            "validator killed after --validate-timeout {}",
+            humantime::format_duration(o.timeout)
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::Content;
+
+    fn opts(command: &str) -> Options {
+        Options {
+            command: command.into(),
+            timeout: std::time::Duration::from_secs(10),
+            jobs: 1,
+            meta_dir: None,
+            ext: ".yaml".into(),
+        }
+    }
+
+    fn files() -> Vec<ModuleFile> {
+        ["a.yaml", "b.yaml"]
+            .iter()
+            .map(|k| ModuleFile {
+                key: k.to_string(),
+                content: Content::Text(format!("{k} here")),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_validator_sees_the_staged_module_and_its_environment() {
+        let stage = Stage::new(None).unwrap();
+        let h = Hash([7; 32]);
+        let script = r#"test "$PWD" = "$CMPOLL_MODULE_DIR" && test "$(ls)" = "a.yaml
+b.yaml" && test "$CMPOLL_MODULE" = ns/m && test "$CMPOLL_HASH" = "sha256:0707070707070707070707070707070707070707070707070707070707070707" && case "$CMPOLL_MODULE_FILE" in *.yaml) ;; *) exit 1;; esac && test "$(cat "$CMPOLL_MODULE_FILE")" = "a.yaml here
+b.yaml here" && ! read x"#;
+        assert_eq!(
+            stage.validate(&opts(script), "ns/m", &h, &files()),
+            Verdict::Pass
+        );
+        match stage.validate(
+            &opts("echo bad line 3; echo oops >&2; exit 1"),
+            "ns/m",
+            &h,
+            &files(),
+        ) {
+            Verdict::Fail(why) => {
+                assert_eq!(why, "bad line 3\noops\n(validator exited with status 1)")
+            }
+            v => panic!("{v:?}"),
+        }
+        match stage.validate(&opts("no-such-validator-xyz"), "ns/m", &h, &files()) {
+            Verdict::Error(why) => {
+                assert!(why.contains("cannot run") && why.contains("127"), "{why}")
+            }
+            v => panic!("{v:?}"),
+        }
+        let mut no_ext = opts(
+            "case \"$CMPOLL_MODULE_FILE\" in *.concat) test -f \"$CMPOLL_MODULE_FILE\";; *) exit 1;; esac",
+        );
+        no_ext.ext = String::new();
+        assert_eq!(stage.validate(&no_ext, "ns/m", &h, &files()), Verdict::Pass);
+        let long = stage.validate(
+            &opts("yes x | head -c 100000; exit 2"),
+            "ns/m",
+            &h,
+            &files(),
+        );
+        let Verdict::Fail(why) = long else { panic!() };
+        assert!(why.len() < KEEP + 100, "{}", why.len());
+        assert_eq!(
+            fs::read_dir(&stage.dir).unwrap().count(),
+            0,
+            "staged files are removed"
+        );
+    }
+}
