@@ -281,7 +281,7 @@ fn failures_are_one_clear_line_and_exit_1() {
         .failure(1);
     assert!(
         run.error_line()
-            .ends_with("the answer is larger than 100 bytes (raise --max-response-bytes)"),
+            .ends_with("the answer is larger than 100 bytes (raise --max-response-bytes, e.g. --max-response-bytes 1MiB, or list less per request: --namespace, --page-size)"),
         "{}",
         run.described
     );
@@ -294,7 +294,7 @@ fn failures_are_one_clear_line_and_exit_1() {
         .failure(1);
     assert!(
         run.error_line()
-            .ends_with("did not answer within 300ms (--timeout)"),
+            .ends_with("did not answer within 300ms (raise --timeout, or list less per request: --namespace, --page-size)"),
         "{}",
         run.described
     );

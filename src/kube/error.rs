@@ -117,12 +117,13 @@ impl fmt::Display for Error {
                 after,
             } => write!(
                 f,
-                "cannot {action}: {server} did not answer within {} (--timeout)",
+                "cannot {action}: {server} did not answer within {} (raise --timeout, or list less per request: --namespace, --page-size)",
                 humantime::format_duration(*after)
             ),
             Error::TooLarge { action, limit } => write!(
                 f,
-                "cannot {action}: the answer is larger than {limit} bytes (raise --max-response-bytes)"
+                "cannot {action}: the answer is larger than {limit} bytes (raise --max-response-bytes, e.g. --max-response-bytes {}, or list less per request: --namespace, --page-size)",
+                suggest_size(*limit)
             ),
             Error::Decode { action, cause } => {
                 write!(f, "cannot {action}: unexpected answer: {cause}")
@@ -138,6 +139,17 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// A cap four times `limit`, as the flag takes it (`256MiB`).
+fn suggest_size(limit: u64) -> String {
+    let want = limit.saturating_mul(4);
+    let mib = want.div_ceil(1 << 20);
+    if mib >= 1024 && mib.is_multiple_of(1024) {
+        format!("{}GiB", mib / 1024)
+    } else {
+        format!("{mib}MiB")
+    }
+}
 
 pub(crate) fn classify(
     e: ureq::Error,
@@ -272,7 +284,7 @@ mod tests {
         };
         assert_eq!(
             e.to_string(),
-            "cannot list configmaps in all namespaces: https://10.0.0.1:443 did not answer within 1s 500ms (--timeout)"
+            "cannot list configmaps in all namespaces: https://10.0.0.1:443 did not answer within 1s 500ms (raise --timeout, or list less per request: --namespace, --page-size)"
         );
     }
 

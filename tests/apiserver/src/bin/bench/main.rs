@@ -15,7 +15,10 @@
 //! full lists and `--metadata-first`, and RSS after 10 and after 100 polls. Timing lives
 //! here, never in the test suite.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod crossover;
+mod fleet;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -30,6 +33,9 @@ struct Args {
     bytes: usize,
     runs: usize,
     steady_polls: usize,
+    /// Parts to run: sizes, crossover, fleet, latency (default: all).
+    only: Vec<String>,
+    fleet: usize,
 }
 
 fn parse_count(s: &str) -> usize {
@@ -43,10 +49,12 @@ fn parse_count(s: &str) -> usize {
 
 fn args() -> Args {
     let mut a = Args {
-        sizes: vec![1000, 10_000, 50_000],
+        sizes: vec![1000, 10_000, 50_000, 100_000],
         bytes: 2048,
         runs: 3,
         steady_polls: 100,
+        only: Vec::new(),
+        fleet: 100,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -56,9 +64,11 @@ fn args() -> Args {
             "--bytes" => a.bytes = v.parse().expect("--bytes N"),
             "--runs" => a.runs = v.parse().expect("--runs N"),
             "--steady-polls" => a.steady_polls = v.parse().expect("--steady-polls N"),
+            "--only" => a.only = v.split(',').map(str::to_string).collect(),
+            "--fleet" => a.fleet = v.parse().expect("--fleet N"),
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k] [--bytes 2048] [--runs 3] [--steady-polls 100]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,latency]"
                 );
                 std::process::exit(2);
             }
@@ -417,13 +427,7 @@ fn wait_lists(server: &TestApiserver, n: usize) {
 
 /// The daemon with no changes: CPU and bytes per poll, RSS after a 20-poll warm-up and
 /// after `polls` more.
-fn steady(
-    server: &TestApiserver,
-    cmpoll: &Path,
-    kubeconfig: &Path,
-    metadata_first: bool,
-    polls: usize,
-) {
+fn steady(server: &TestApiserver, cmpoll: &Path, kubeconfig: &Path, mode: &str, polls: usize) {
     server.clear_requests();
     let mut cmd = Command::new(cmpoll);
     cmd.args([
@@ -435,13 +439,11 @@ fn steady(
         "--max-response-bytes",
         "1Gi",
     ])
+    .args(["--list-mode", mode])
     .env("KUBECONFIG", kubeconfig)
     .env("RUST_LOG", "warn")
     .stdout(Stdio::null())
     .stderr(Stdio::null());
-    if metadata_first {
-        cmd.arg("--metadata-first");
-    }
     let mut child = cmd.spawn().unwrap();
     let pid = child.id();
     wait_lists(server, 20);
@@ -457,11 +459,7 @@ fn steady(
     let etcd = steady.iter().filter(|r| r.route == Route::Etcd).count();
     println!(
         "  {:<22} cpu/poll {:>7.2} ms   bytes/poll {:>10}   requests/poll {:.2} (etcd: {etcd})   RSS after 20 polls {}, after {} {}",
-        if metadata_first {
-            "--metadata-first"
-        } else {
-            "full list"
-        },
+        format!("--list-mode {mode}"),
         per(cpu_n - cpu10) * 1e3,
         mb((per(bytes as f64)) as u64),
         steady.len() as f64 / polls as f64,
@@ -513,6 +511,69 @@ fn main() {
         "cmpoll benchmark: {cores} cores, {} runs per contender (median), {} B per ConfigMap\n",
         a.runs, a.bytes
     );
+    let part = |p: &str| a.only.is_empty() || a.only.iter().any(|o| o == p);
+    if part("sizes") {
+        sizes(&a, &cmpoll, kubectl);
+    }
+    if part("crossover") {
+        crossover::run(
+            &cmpoll,
+            &[(128, 10_000), (2048, 10_000), (65_536, 1000)],
+            20,
+        );
+        println!();
+    }
+    if part("fleet") {
+        fleet::run(
+            &cmpoll,
+            &fleet::Fleet {
+                instances: a.fleet,
+                objects: 100,
+                size: a.bytes,
+                seconds: 30,
+                changes_per_second: 1,
+            },
+        );
+        println!();
+    }
+    if part("latency") {
+        latency();
+    }
+}
+
+/// The change-to-agent latency (`--bin latency`), run from here so that one command
+/// prints every figure.
+fn latency() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "test-apiserver",
+            "--bin",
+            "latency",
+        ])
+        .current_dir(&root)
+        .status()
+        .expect("cargo");
+    assert!(status.success(), "cargo build --bin latency");
+    let bin = std::env::current_exe()
+        .expect("current exe")
+        .with_file_name("latency");
+    println!(
+        "change to agent (cargo run --release -p test-apiserver --bin latency -- --interval 1s):"
+    );
+    let status = Command::new(bin)
+        .args(["--interval", "1s"])
+        .status()
+        .expect("latency");
+    assert!(status.success(), "latency failed");
+}
+
+/// Every population: the contenders, the floors, and the daemon in steady state.
+fn sizes(a: &Args, cmpoll: &Path, kubectl: bool) {
     let mut rss_by_size = Vec::new();
     for &n in &a.sizes {
         let server = TestApiserver::start_with(Options {
@@ -595,10 +656,12 @@ fn main() {
         rss_by_size.push((n, rows[0].usage.max_rss_kib));
         println!(
             "  daemon, steady state ({} polls at 100 ms, no changes):",
-            a.steady_polls
+            (a.steady_polls * 10_000 / n.max(1)).clamp(10, a.steady_polls)
         );
-        steady(&server, &cmpoll, &kc, false, a.steady_polls);
-        steady(&server, &cmpoll, &kc, true, a.steady_polls);
+        // Fewer polls for the largest lists: each is a second of work.
+        let polls = (a.steady_polls * 10_000 / n.max(1)).clamp(10, a.steady_polls);
+        steady(&server, &cmpoll, &kc, "full", polls);
+        steady(&server, &cmpoll, &kc, "metadata", polls);
         if n == a.sizes[0] {
             idle(&server, &cmpoll, &kc);
         }
