@@ -594,7 +594,7 @@ fn sizes(a: &Args, cmpoll: &Path, kubectl: bool) {
             20
         );
         let cmpoll_cmd = |kc: &Path, json: bool| {
-            let mut c = Command::new(&cmpoll);
+            let mut c = Command::new(cmpoll);
             // The default cap (64 MiB) is below a 50k x 2 KiB list.
             c.args(["list", "--max-response-bytes", "1Gi"])
                 .env("KUBECONFIG", kc)
@@ -660,10 +660,10 @@ fn sizes(a: &Args, cmpoll: &Path, kubectl: bool) {
         );
         // Fewer polls for the largest lists: each is a second of work.
         let polls = (a.steady_polls * 10_000 / n.max(1)).clamp(10, a.steady_polls);
-        steady(&server, &cmpoll, &kc, "full", polls);
-        steady(&server, &cmpoll, &kc, "metadata", polls);
+        steady(&server, cmpoll, &kc, "full", polls);
+        steady(&server, cmpoll, &kc, "metadata", polls);
         if n == a.sizes[0] {
-            idle(&server, &cmpoll, &kc);
+            idle(&server, cmpoll, &kc);
         }
         println!();
     }
