@@ -55,7 +55,7 @@ pub fn table(snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
         "{:<width$}  {:>5}  {:>9}  HASH",
         "MODULE", "FILES", "BYTES"
     )?;
-    for (id, e) in &snapshot.modules {
+    for (id, e) in snapshot.modules.iter() {
         writeln!(
             out,
             "{id:<width$}  {:>5}  {:>9}  {}",
@@ -110,7 +110,7 @@ mod tests {
         let loc = spool.put(&files).unwrap();
         let mut snap = Snapshot::default();
         snap.modules.insert(
-            "monitoring/agent-module".into(),
+            "monitoring/agent-module",
             Entry {
                 uid: "u".into(),
                 resource_version: "7".into(),

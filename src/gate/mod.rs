@@ -111,7 +111,7 @@ impl Gate {
                 files: files.len() as u32,
                 bytes: files.iter().map(|f| f.content.bytes().len() as u64).sum(),
             };
-            store.snapshot.modules.insert(id.clone(), entry);
+            store.snapshot.modules.insert(id, entry);
         }
         if !self.failed.is_empty() {
             log::info!(

@@ -76,10 +76,10 @@ pub fn diff(prev: &Snapshot, next: &Snapshot) -> Vec<Event> {
     let mut events: Vec<Event> = prev
         .modules
         .iter()
-        .filter(|(id, _)| !next.modules.contains_key(*id))
+        .filter(|(id, _)| !next.modules.contains_key(id))
         .map(|(id, e)| Event::new(Change::Removed, id, e))
         .collect();
-    for (id, e) in &next.modules {
+    for (id, e) in next.modules.iter() {
         let change = match prev.modules.get(id) {
             None => Change::Added,
             Some(old) if old.hash != e.hash => Change::Updated,
@@ -399,7 +399,8 @@ mod tests {
                     ..entry_of(1, "uid-1")
                 },
             )]
-            .into(),
+            .into_iter()
+            .collect(),
         };
         assert!(diff(&prev, &relabelled).is_empty(), "metadata-only edit");
         let recreated = snap(&[("a/x", 1, "uid-2")]);

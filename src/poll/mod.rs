@@ -17,7 +17,7 @@ pub mod store;
 use std::collections::HashMap;
 
 use self::module::{Module, NotAModule};
-use self::snapshot::{Entry, Ident, Snapshot};
+use self::snapshot::{Entry, Ident, Modules, Snapshot};
 use self::spool::Spool;
 pub use crate::source::Error;
 use crate::source::{Collect, Item, Mark, Previous, Source};
@@ -73,8 +73,7 @@ impl Poller {
         let mut c = Collector {
             last: &last,
             spool,
-            // About as many as last time: no doubling past the cluster's size.
-            entries: Vec::with_capacity(prev.len()),
+            entries: Modules::default(),
             others: Vec::new(),
         };
         let result = self.source.list(&last, &mut c);
@@ -100,21 +99,11 @@ impl Poller {
     }
 }
 
-/// The snapshot of a poll's entries, built in one pass: sorted (stably, so the last of
-/// two entries for one ConfigMap wins) and bulk-loaded, which packs the map's nodes full
-/// instead of leaving them half-empty as one-by-one inserts in key order do.
-fn snapshot(mut entries: Vec<(String, Entry)>) -> Snapshot {
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
-    for pair in entries.windows(2) {
-        if pair[0].0 == pair[1].0 {
-            log::warn!(
-                "configmap {} was listed twice; using the last one",
-                pair[0].0
-            );
-        }
-    }
+/// The snapshot of a poll's entries: the same vector, sorted in place (stably, so the
+/// last of two entries for one ConfigMap wins).
+fn snapshot(entries: Modules) -> Snapshot {
     Snapshot {
-        modules: entries.into_iter().collect(),
+        modules: entries.sorted(),
     }
 }
 
@@ -140,7 +129,8 @@ impl Previous for Last<'_> {
 struct Collector<'a> {
     last: &'a Last<'a>,
     spool: &'a mut Spool,
-    entries: Vec<(String, Entry)>,
+    /// This poll's modules, in the order listed (sorted at the end).
+    entries: Modules,
     /// This poll's ConfigMaps that are not modules.
     others: Vec<(String, Noted)>,
 }
@@ -188,8 +178,8 @@ impl Collect for Collector<'_> {
             Some(old) if old.hash == module.hash => old.loc,
             _ => self.spool.put(&module.files).map_err(Error::Spool)?,
         };
-        self.entries.push((
-            id,
+        self.entries.push_unsorted(
+            &id,
             Entry {
                 uid: Ident::new(&module.uid),
                 resource_version: Ident::new(&module.resource_version),
@@ -198,13 +188,13 @@ impl Collect for Collector<'_> {
                 files: module.files.len() as u32,
                 bytes: module.bytes(),
             },
-        ));
+        );
         Ok(())
     }
 
     fn unchanged(&mut self, id: &str) {
         if let Some(old) = self.last.snapshot.modules.get(id) {
-            self.entries.push((id.to_string(), old.clone()));
+            self.entries.push_unsorted(id, old.clone());
         } else if let Some(n) = self.last.noted.get(id) {
             self.others.push((id.to_string(), n.clone()));
         }

@@ -37,7 +37,7 @@ impl Store {
         for id in unwritten {
             let old = self.snapshot.modules.get(id);
             let refused = match old {
-                Some(old) => next.modules.insert(id.clone(), old.clone()),
+                Some(old) => next.modules.insert(id, old.clone()),
                 None => next.modules.remove(id),
             };
             // Contents this poll spooled for it are nobody's now.
@@ -87,7 +87,7 @@ mod tests {
             files: 1,
             bytes: v.len() as u64,
         };
-        snap.modules.insert(id.into(), entry);
+        snap.modules.insert(id, entry);
     }
 
     fn text(store: &Store, id: &str) -> String {

@@ -288,7 +288,7 @@ impl Supervisor {
 /// Writes the full state as `added` events and one `synced`; returns its size in bytes.
 fn replay(feed: &Feed, view: &View) -> io::Result<u64> {
     let mut total = 0;
-    for (id, entry) in &view.snapshot.modules {
+    for (id, entry) in view.snapshot.modules.iter() {
         let files = view.spool.get(entry.loc)?;
         let mut line = event::module(Some("added"), id, entry, Some(&files));
         line.push(b'\n');

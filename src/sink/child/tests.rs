@@ -153,7 +153,7 @@ impl Setup {
         }];
         let loc = self.spool.put(&files).unwrap();
         self.snapshot.modules.insert(
-            id.into(),
+            id,
             Entry {
                 uid: Ident::new("u"),
                 resource_version: Ident::new("1"),
