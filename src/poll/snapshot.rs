@@ -133,6 +133,9 @@ pub struct Modules {
     ids: String,
     /// (offset in `ids`, length, entry).
     v: Vec<(u32, u32, Entry)>,
+    /// Where the last lookup ended: a list arrives in id order, so the next id is usually
+    /// there or just after it, and is found without a binary search.
+    hint: std::cell::Cell<usize>,
 }
 
 impl PartialEq for Modules {
@@ -191,8 +194,20 @@ impl Modules {
     }
 
     fn find(&self, id: &str) -> Result<usize, usize> {
-        self.v
-            .binary_search_by(|e| self.ids[e.0 as usize..(e.0 + e.1) as usize].cmp(id))
+        let h = self.hint.get();
+        for i in [h, h + 1] {
+            if i < self.v.len() && self.id(i) == id {
+                self.hint.set(i);
+                return Ok(i);
+            }
+        }
+        let found = self
+            .v
+            .binary_search_by(|e| self.ids[e.0 as usize..(e.0 + e.1) as usize].cmp(id));
+        if let Ok(i) = found {
+            self.hint.set(i);
+        }
+        found
     }
 
     pub fn get(&self, id: &str) -> Option<&Entry> {
