@@ -5,7 +5,7 @@
 use std::io::Read;
 
 use cmpoll::poll::module::Module;
-use cmpoll::source::KeyFilter;
+use cmpoll::source::{KeyFilter, Resource};
 use cmpoll::source::reader::ListReader;
 use libfuzzer_sys::fuzz_target;
 
@@ -22,7 +22,7 @@ impl Read for Chunks<'_> {
 }
 
 /// Reads every item in full; how many were read, and whether the whole list was good.
-fn read_all(body: impl Read, keys: &KeyFilter) -> (usize, bool) {
+fn read_all(body: impl Read, keys: &KeyFilter, resource: Resource) -> (usize, bool) {
     let Ok(mut list) = ListReader::new(body) else {
         return (0, false);
     };
@@ -31,7 +31,7 @@ fn read_all(body: impl Read, keys: &KeyFilter) -> (usize, bool) {
         match list.next_item() {
             Ok(Some(raw)) => {
                 let Ok(meta) = raw.meta() else { return (n, false) };
-                let Ok(item) = raw.item(meta, keys) else { return (n, false) };
+                let Ok(item) = raw.item(meta, keys, resource) else { return (n, false) };
                 let _ = Module::from_item(item);
                 n += 1;
             }
@@ -44,6 +44,11 @@ fn read_all(body: impl Read, keys: &KeyFilter) -> (usize, bool) {
 fuzz_target!(|data: &[u8]| {
     let step = 1 + data.first().copied().unwrap_or(0) as usize;
     let keys = KeyFilter::all();
+    // ConfigMaps and (every other input) Secrets, whose `data` is base64.
+    let resource = if step % 2 == 0 { Resource::Secrets } else { Resource::ConfigMaps };
     // Read boundaries never change the outcome.
-    assert_eq!(read_all(data, &keys), read_all(Chunks(data, step), &keys));
+    assert_eq!(
+        read_all(data, &keys, resource),
+        read_all(Chunks(data, step), &keys, resource)
+    );
 });
