@@ -221,6 +221,8 @@ impl ApiSource {
         prev: &dyn Previous,
         out: &mut dyn Collect,
     ) -> Result<ListMeta, Error> {
+        // A later page of a scope that has just turned to full lists.
+        let metadata = metadata && !self.full_only.contains(&scope.key());
         let mark = out.mark();
         let listed = self.list(scope, params, metadata, prev, out)?;
         let again_in_full = |me: &mut Self, out: &mut dyn Collect| {

@@ -134,15 +134,12 @@ impl OutDir {
             });
             if let Err(e) = result {
                 if i > 0 {
-                    self.record.modules.insert(
-                        p.module.clone(),
-                        Written {
-                            hash: String::new(),
-                            mode: self.opts.file_mode,
-                            flat: done,
-                            ..Written::default()
-                        },
-                    );
+                    // What another layout wrote for it stays recorded, to be cleared later.
+                    let mut mixed = old.clone().unwrap_or_default();
+                    mixed.hash = String::new();
+                    mixed.mode = self.opts.file_mode;
+                    mixed.flat = done;
+                    self.record.modules.insert(p.module.clone(), mixed);
                 }
                 return Err(e);
             }
@@ -205,15 +202,12 @@ impl OutDir {
         if all_new {
             self.install(&p.module, p.written.clone())?;
         } else if old.as_ref().is_none_or(|w| w.flat != mixed) {
-            self.record.modules.insert(
-                p.module.clone(),
-                Written {
-                    hash: String::new(),
-                    mode: p.written.mode,
-                    flat: mixed,
-                    ..Written::default()
-                },
-            );
+            // What another layout wrote for it stays recorded, to be cleared later.
+            let mut w = old.unwrap_or_default();
+            w.hash = String::new();
+            w.mode = p.written.mode;
+            w.flat = mixed;
+            self.record.modules.insert(p.module.clone(), w);
         }
         fsync_dir(self.dir())
     }
