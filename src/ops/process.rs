@@ -10,7 +10,9 @@
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 
-use rustix::process::{Pid, WaitOptions, kill_process_group, wait, waitpid};
+use rustix::process::{
+    Pid, WaitId, WaitIdOptions, WaitOptions, kill_process_group, wait, waitid, waitpid,
+};
 
 use super::signals::Signal;
 
@@ -143,19 +145,28 @@ pub fn run_bounded(
         drop(tx);
     }
     let deadline = Instant::now() + timeout;
+    let pid = Pid::from_raw(child.id() as i32).ok_or("no process id")?;
+    let status = |s: std::process::ExitStatus| {
+        use std::os::unix::process::ExitStatusExt as _;
+        Exit {
+            code: s.code(),
+            signal: s.signal(),
+        }
+    };
     let exit = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                use std::os::unix::process::ExitStatusExt as _;
-                break Some(Exit {
-                    code: status.code(),
-                    signal: status.signal(),
-                });
+        // Seen ended but not reaped: the zombie keeps its PID, so its process group id
+        // cannot have gone to anyone else when what it left running there is killed.
+        let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        match waitid(WaitId::Pid(pid), opts) {
+            Ok(Some(_)) => {
+                let _ = kill_process_group(pid, rustix::process::Signal::KILL);
+                let s = child
+                    .wait()
+                    .map_err(|e| format!("cannot wait for it: {e}"))?;
+                break Some(status(s));
             }
             Ok(None) if Instant::now() >= deadline => {
-                if let Some(pid) = Pid::from_raw(child.id() as i32) {
-                    let _ = kill_process_group(pid, rustix::process::Signal::KILL);
-                }
+                let _ = kill_process_group(pid, rustix::process::Signal::KILL);
                 let _ = child.wait();
                 break None;
             }
@@ -163,12 +174,6 @@ pub fn run_bounded(
             Err(e) => return Err(format!("cannot wait for it: {e}")),
         }
     };
-    if exit.is_some()
-        && let Some(pid) = Pid::from_raw(child.id() as i32)
-    {
-        // What it left running in its group would hold the pipe (and run on unbounded).
-        let _ = kill_process_group(pid, rustix::process::Signal::KILL);
-    }
     // A process that left the group may still hold the pipe: not waited for long.
     let output = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
     Ok(Finished { exit, output })
