@@ -443,7 +443,13 @@ impl Daemon {
                 hold_back(&mut self.rejected, &mut batch.events, &id, reason);
             }
         }
-        for sink in &mut self.sinks {
+        // Only rejections already announced: no sink hears of this poll.
+        let sinks = if batch.events.is_empty() && !first {
+            &mut self.sinks[..0]
+        } else {
+            &mut self.sinks[..]
+        };
+        for sink in sinks {
             let modules = held(&[&unwritten, &held_back], &store.snapshot, &next);
             batch.synced = counts(&batch.events, modules, number);
             let outcome = sink.apply(&batch).map_err(|f| f.0)?;

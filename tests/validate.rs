@@ -165,6 +165,27 @@ fn a_rejected_version_never_reaches_the_agent_and_is_validated_once() {
     );
 }
 
+/// A rejection already announced is not news: with stdout the only sink, later polls of the
+/// same refused content print nothing (not even an empty `synced`).
+#[test]
+fn a_remembered_rejection_prints_nothing_on_later_polls() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "a", "BAD"));
+    let d = Daemon::start(
+        Cmpoll::against(&s),
+        &[
+            "--interval",
+            "30ms",
+            "--validate",
+            "! grep -q BAD \"$CMPOLL_MODULE_FILE\"",
+        ],
+    );
+    let b = d.batch(SOON);
+    assert_eq!(b[0]["type"], "rejected");
+    d.quiet_through(&s, 3, 1);
+    d.stop();
+}
+
 /// With stdout or an agent only, modules are still staged for the validator, and every
 /// (re)started agent gets the last good versions.
 #[test]
@@ -199,6 +220,8 @@ fn without_a_folder_the_agent_still_gets_only_good_versions() {
     eventually("the agent got its initial state", SOON, || {
         fs::read_to_string(&seen).is_ok_and(|t| t.contains("\"synced\""))
     });
+    // A remembered rejection is not news: stdout stays quiet while polls go on.
+    d.quiet_through(&s, 3, 1);
     // The agent starts after the first batch, with the state the sinks hold: ns/a only.
     let fed = fs::read_to_string(&seen).unwrap();
     assert!(fed.contains("\"ns/a\"") && !fed.contains("ns/b"), "{fed}");
