@@ -134,6 +134,46 @@ pub fn rules(ns: &str, name: &str, record: &str) -> ConfigMap {
         .data("README.md", "not a rule file: --keys leaves it out\n")
 }
 
+/// A Prometheus for `c`'s output folder on `port`, once it answers, and its own folder.
+pub fn prometheus_up(c: &Cmpoll, port: u16) -> (KillOnDrop, std::path::PathBuf) {
+    let dir = c.path("prometheus");
+    std::fs::create_dir_all(&dir).unwrap();
+    let prom = prometheus(&dir, port, &c.out());
+    eventually_explained(
+        "Prometheus is up",
+        Duration::from_secs(30),
+        || prometheus_rules(port).is_some(),
+        || prometheus_log(&dir),
+    );
+    (prom, dir)
+}
+
+/// What Prometheus logged (for failure messages).
+pub fn prometheus_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+}
+
+/// cmpoll's flags for Prometheus beside it: one `*.yaml` file per module (concat) in `out`,
+/// `*.rules.yaml` keys, and its reload URL.
+pub fn rule_file_flags(out: &Path, port: u16) -> Vec<String> {
+    let out = out.display().to_string();
+    let reload = format!("http://127.0.0.1:{port}/-/reload");
+    [
+        "--out-dir",
+        &out,
+        "--layout",
+        "concat",
+        "--ext",
+        ".yaml",
+        "--keys",
+        "*.rules.yaml",
+        "--reload-url",
+        &reload,
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
 /// Prometheus on `port`, its rules from `out/*.yaml`.
 pub fn prometheus(dir: &Path, port: u16, out: &Path) -> KillOnDrop {
     let config = dir.join("prometheus.yml");
@@ -175,33 +215,13 @@ fn prometheus_beside_cmpoll_loads_the_rules_of_configmaps() {
     let s = TestApiserver::start();
     s.put(rules("monitoring", "app", "app:up:sum"));
     let c = Cmpoll::against(&s);
-    let dir = c.path("prometheus");
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut prom = prometheus(&dir, port, &c.out());
-    let prom_log = || std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
-    eventually_explained(
-        "Prometheus is up",
-        Duration::from_secs(30),
-        || prometheus_rules(port).is_some(),
-        prom_log,
-    );
+    let (mut prom, dir) = prometheus_up(&c, port);
+    let prom_log = || prometheus_log(&dir);
     let out_dir = c.out();
-    let out = out_dir.display().to_string();
-    let reload = format!("http://127.0.0.1:{port}/-/reload");
-    let d = c.daemon(&[
-        "--interval",
-        "1s",
-        "--out-dir",
-        &out,
-        "--layout",
-        "concat",
-        "--ext",
-        ".yaml",
-        "--keys",
-        "*.rules.yaml",
-        "--reload-url",
-        &reload,
-    ]);
+    let flags = rule_file_flags(&out_dir, port);
+    let mut args = vec!["--interval", "1s"];
+    args.extend(flags.iter().map(String::as_str));
+    let d = c.daemon(&args);
     let explain = || format!("cmpoll:\n{}\nprometheus:\n{}", d.stderr(), prom_log());
     let has = |want: &[&str]| {
         let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use test_apiserver::TestApiserver;
 
-use crate::util::{Cmpoll, Daemon, SOON, cluster, labelled, leftovers, map, tree};
+use crate::util::{Cmpoll, Daemon, SOON, cluster, kinds, labelled, leftovers, map, tree};
 
 #[test]
 fn files_layout_contents_and_modes() {
@@ -515,16 +515,8 @@ fn flat_layout_clashes_are_rejected_once_and_handed_over() {
     args.extend(flat);
     let d = Daemon::start(c, &args);
     let b = d.batch(SOON);
-    let kinds: Vec<(&str, &str)> = (b.iter())
-        .map(|e| {
-            (
-                e["type"].as_str().unwrap(),
-                e["module"].as_str().unwrap_or(""),
-            )
-        })
-        .collect();
     assert_eq!(
-        kinds,
+        kinds(&b),
         [
             ("added", "a/first"),
             ("rejected", "b/second"),

@@ -5,15 +5,14 @@
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::time::Duration;
 
 use test_apiserver::TestApiserver;
 
-use crate::agents::{prometheus, rules, site};
+use crate::agents::{prometheus_log, prometheus_up, rule_file_flags, rules, site};
 use crate::util::tools::{curl, free_port, prometheus_rules, tool};
 use crate::util::{
-    Cmpoll, Daemon, SOON, eventually, eventually_explained, labelled, lines, map, skip_unless,
-    spec_hash, tree,
+    Cmpoll, Daemon, SOON, eventually, eventually_explained, kinds, labelled, lines, map,
+    skip_unless, spec_hash, tree,
 };
 
 /// A validator that logs each run to `runs` and refuses any file containing `BAD`.
@@ -377,46 +376,22 @@ fn promtool_keeps_a_bad_rule_file_from_a_running_prometheus() {
     );
     s.put(bad);
     let c = Cmpoll::against(&s);
-    let dir = c.path("prometheus");
-    fs::create_dir_all(&dir).unwrap();
-    let _prom = prometheus(&dir, port, &c.out());
-    let prom_log = || fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
-    eventually_explained(
-        "Prometheus is up",
-        Duration::from_secs(30),
-        || prometheus_rules(port).is_some(),
-        prom_log,
-    );
-    let out = c.out().display().to_string();
-    let reload = format!("http://127.0.0.1:{port}/-/reload");
-    let d = c.daemon(&[
-        "--interval",
-        "1s",
-        "--out-dir",
-        &out,
-        "--layout",
-        "concat",
-        "--ext",
-        ".yaml",
-        "--keys",
-        "*.rules.yaml",
-        "--reload-url",
-        &reload,
+    let (_prom, dir) = prometheus_up(&c, port);
+    let prom_log = || prometheus_log(&dir);
+    let out_dir = c.out();
+    let out = out_dir.display().to_string();
+    let flags = rule_file_flags(&out_dir, port);
+    let mut args = vec!["--interval", "1s"];
+    args.extend(flags.iter().map(String::as_str));
+    args.extend([
         "--stdout-events",
         "--validate",
         "promtool check rules \"$CMPOLL_MODULE_DIR\"/*",
     ]);
+    let d = c.daemon(&args);
     let b = d.batch(SOON);
-    let kinds: Vec<(&str, &str)> = (b.iter())
-        .map(|e| {
-            (
-                e["type"].as_str().unwrap(),
-                e["module"].as_str().unwrap_or(""),
-            )
-        })
-        .collect();
     assert_eq!(
-        kinds,
+        kinds(&b),
         [
             ("rejected", "monitoring/broken"),
             ("added", "monitoring/good"),

@@ -683,3 +683,16 @@ pub fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
+
+/// A batch's events as (type, module) pairs (`""` for `synced`).
+pub fn kinds(batch: &[serde_json::Value]) -> Vec<(&str, &str)> {
+    batch
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or(""),
+                e["module"].as_str().unwrap_or(""),
+            )
+        })
+        .collect()
+}
