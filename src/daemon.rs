@@ -408,26 +408,12 @@ impl Daemon {
         // whatever the store was seeded with (a rejected module's last good version).
         let empty = Snapshot::default();
         let base = if first { &empty } else { &store.snapshot };
-        let events = event::diff(base, &next);
-        if events.is_empty() && !first {
-            log::debug!(
-                "poll {number}: no changes ({} modules, {took:?})",
-                next.len()
-            );
-            store.commit(next, &[], &[]).map_err(|e| e.to_string())?;
-            return Ok((None, Vec::new()));
-        }
-        let mut batch = Batch {
-            events,
-            synced: Synced::default(),
-            spool: &store.spool,
-            first,
-        };
+        let mut events = event::diff(base, &next);
         // Modules no sink published: not written, or held back.
         let mut unwritten: Vec<String> = Vec::new();
         let mut held_back: Vec<String> = Vec::new();
         if let Some(gate) = &mut self.gate {
-            let screened = gate.screen(&batch.events, &store.spool, &store.snapshot, &next);
+            let screened = gate.screen(&events, &store.spool, &store.snapshot, &next);
             {
                 let m = self.ops.metrics.lock().unwrap_or_else(|p| p.into_inner());
                 for r in &screened.runs {
@@ -440,16 +426,30 @@ impl Daemon {
             }
             for (id, reason) in screened.rejected {
                 held_back.push(id.clone());
-                hold_back(&mut self.rejected, &mut batch.events, &id, reason);
+                hold_back(&mut self.rejected, &mut events, &id, reason);
             }
         }
-        // Only rejections already announced: no sink hears of this poll.
-        let sinks = if batch.events.is_empty() && !first {
-            &mut self.sinks[..0]
-        } else {
-            &mut self.sinks[..]
+        // No change, or only rejections already announced: no sink hears of this poll, and
+        // what is held back keeps its previous version.
+        if events.is_empty() && !first {
+            log::debug!(
+                "poll {number}: no changes ({} modules, {took:?})",
+                next.len()
+            );
+            // A module gone from the cluster is no longer held back.
+            self.rejected.retain(|id, _| next.modules.contains_key(id));
+            store
+                .commit(next, &[], &held_back)
+                .map_err(|e| e.to_string())?;
+            return Ok((None, Vec::new()));
+        }
+        let mut batch = Batch {
+            events,
+            synced: Synced::default(),
+            spool: &store.spool,
+            first,
         };
-        for sink in sinks {
+        for sink in &mut self.sinks {
             let modules = held(&[&unwritten, &held_back], &store.snapshot, &next);
             batch.synced = counts(&batch.events, modules, number);
             let outcome = sink.apply(&batch).map_err(|f| f.0)?;

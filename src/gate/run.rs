@@ -81,16 +81,11 @@ impl Stage {
 
 fn stage(dir: &Path, file: &Path, files: &[ModuleFile]) -> std::io::Result<()> {
     crate::sink::atomic::create_dir(dir, 0o700)?;
-    let mut all = Vec::new();
     for f in files {
         // Keys were checked (a single path component) when the module was made.
         fs::write(dir.join(&f.key), f.content.bytes())?;
-        all.extend_from_slice(f.content.bytes());
-        if !f.content.bytes().ends_with(b"\n") {
-            all.push(b'\n');
-        }
     }
-    fs::write(file, all)
+    fs::write(file, crate::sink::outdir::concat_bytes(files))
 }
 
 fn run(o: &Options, id: &str, hash: &Hash, dir: &Path, file: &Path) -> Verdict {

@@ -129,7 +129,7 @@ fn not_ours(path: &Path) -> io::Error {
 }
 
 /// The bytes `concat` writes for a module: the files in key order, each ending in `\n`.
-fn concat_bytes(files: &[ModuleFile]) -> Vec<u8> {
+pub fn concat_bytes(files: &[ModuleFile]) -> Vec<u8> {
     let mut content = Vec::new();
     for f in files {
         let bytes = f.content.bytes();
