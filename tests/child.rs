@@ -408,9 +408,12 @@ fn restart_on_failure_after_an_error_and_a_signal_then_a_clean_exit_ends_cmpoll(
     let agent = script(
         &c,
         "agent.sh",
+        // Each file is renamed into place, the pid before the count: the test reads the
+        // count while this script runs and must never see a half-written file or a count
+        // whose pid is still the previous run's.
         r#"n=$(( $(cat "$LOGDIR/runs" 2>/dev/null || echo 0) + 1 ))
-echo $n > "$LOGDIR/runs"
-echo $$ > "$LOGDIR/pid"
+echo $$ > "$LOGDIR/pid.tmp" && mv "$LOGDIR/pid.tmp" "$LOGDIR/pid"
+echo $n > "$LOGDIR/runs.tmp" && mv "$LOGDIR/runs.tmp" "$LOGDIR/runs"
 [ $n = 1 ] && exit 3
 while kill -0 $PPID 2>/dev/null; do [ -f "$LOGDIR/exit0" ] && exit 0; sleep 0.02; done
 "#,

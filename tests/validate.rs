@@ -235,7 +235,11 @@ fn a_hanging_validator_is_killed_with_its_children_and_a_missing_one_fails_readi
     let c = Cmpoll::against(&s);
     let keep = tempfile::tempdir().unwrap();
     let pid = keep.path().join("pid");
-    let hang = format!("sleep 300 & echo $! > '{}'; sleep 300", pid.display());
+    // The pid is renamed into place, so the test never reads half of it.
+    let hang = format!(
+        "sleep 300 & echo $! > '{0}.tmp' && mv '{0}.tmp' '{0}'; sleep 300",
+        pid.display()
+    );
     let r = c
         .with_args(&[
             "run",
@@ -243,12 +247,12 @@ fn a_hanging_validator_is_killed_with_its_children_and_a_missing_one_fails_readi
             "--validate",
             &hang,
             "--validate-timeout",
-            "300ms",
+            "1s",
         ])
         .run()
         .success();
     assert!(
-        r.stdout.contains("killed after --validate-timeout 300ms"),
+        r.stdout.contains("killed after --validate-timeout 1s"),
         "{}",
         r.stdout
     );
