@@ -427,6 +427,14 @@ impl Daemon {
             for (id, reason) in screened.rejected {
                 held_back.push(id.clone());
                 hold_back(&mut self.rejected, &mut events, &id, reason);
+                // A restart seeded its last good version: that is what the sinks hold,
+                // so this run's first batch announces it, before the rejection.
+                if first
+                    && let Some(good) = store.snapshot.modules.get(&id)
+                    && let Some(at) = events.iter().position(|e| e.id == id)
+                {
+                    events.insert(at, Event::new(Change::Added, &id, good));
+                }
             }
         }
         // No change, or only rejections already announced: no sink hears of this poll, and
@@ -470,8 +478,15 @@ impl Daemon {
         let applied = std::mem::take(&mut batch.events);
         let modules = held(&[&unwritten, &held_back], &store.snapshot, &next);
         let synced = counts(&applied, modules, number);
-        // A module published, or gone, is no longer held back.
-        let published = |id: &String| applied.iter().any(|e| &e.id == id && e.is_change());
+        // A module whose cluster content was published, or that is gone, is no longer
+        // held back (a last good version announced at start is not its cluster content).
+        let published = |id: &String| {
+            applied.iter().any(|e| {
+                &e.id == id
+                    && e.is_change()
+                    && next.modules.get(id).map(|n| n.hash) == Some(e.entry.hash)
+            })
+        };
         self.rejected
             .retain(|id, _| next.modules.contains_key(id) && !published(id));
         let line = format!(

@@ -121,6 +121,7 @@ fn a_rejected_version_never_reaches_the_agent_and_is_validated_once() {
         (b[0]["type"].as_str(), b[0]["files"]["k.conf"].as_str()),
         (Some("updated"), Some("good 3"))
     );
+    let good = b[0].clone();
     s.put(module("ns", "new", "BAD new"));
     let b = d.batch(SOON);
     assert_eq!(b[0]["type"], "rejected");
@@ -146,10 +147,30 @@ fn a_rejected_version_never_reaches_the_agent_and_is_validated_once() {
         "remembered across the restart: {}",
         r.stderr
     );
-    assert!(
-        r.stdout.contains(r#""type":"rejected","module":"ns/m""#),
+    // What the sinks hold is announced as this run's stdout consumer never heard it: the
+    // good version as it was published (uid, resourceVersion, files), then the rejection.
+    let events: Vec<serde_json::Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        kinds(&events),
+        [
+            ("added", "ns/m"),
+            ("rejected", "ns/m"),
+            ("rejected", "ns/new"),
+            ("synced", "")
+        ],
         "{}",
         r.stdout
+    );
+    for field in ["hash", "uid", "resourceVersion", "files"] {
+        assert_eq!(events[0][field], good[field], "{field}: {}", r.stdout);
+    }
+    assert_eq!(
+        (events[3]["modules"].as_u64(), events[3]["added"].as_u64()),
+        (Some(1), Some(1))
     );
     // The good version comes back to the cluster: published again, validated again.
     s.put(module("ns", "m", "good 3"));

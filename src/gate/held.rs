@@ -1,6 +1,7 @@
 //! `DIR/.cmpoll/rejected.json`: the modules `--validate` rejected, by module: the hash
-//! refused, why, and the last good version's files (base64), so that a restart keeps the
-//! good version and does not validate the refused content again. Written atomically, mode
+//! refused, why, and the last good version (its uid and resourceVersion, its files as a
+//! ConfigMap holds them: `data` text, `binaryData` base64), so that a restart keeps the
+//! good version, announces it as it was, and does not validate the refused content again. Written atomically, mode
 //! 0600 (a Secret's files may be in it). Checked when read: a module name or key the
 //! apiserver would not allow is a start-up error naming the file (remove it to start
 //! afresh); the good version's hash is computed from its files, never taken from the file.
@@ -28,13 +29,33 @@ struct Record {
 struct Entry {
     hash: String,
     reason: String,
-    /// The last good version: key → base64 of its bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    good: Option<BTreeMap<String, String>>,
+    good: Option<GoodRecord>,
 }
 
-/// One remembered rejection: hash refused, reason, last good files.
-pub type Rejection = (Hash, String, Option<Vec<ModuleFile>>);
+/// The last good version, as a ConfigMap holds it.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GoodRecord {
+    uid: String,
+    resource_version: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    data: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    binary_data: BTreeMap<String, String>,
+}
+
+/// The last good version of a rejected module: what the sinks hold of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Good {
+    pub uid: String,
+    pub resource_version: String,
+    /// In key order.
+    pub files: Vec<ModuleFile>,
+}
+
+/// One remembered rejection: hash refused, reason, last good version.
+pub type Rejection = (Hash, String, Option<Good>);
 
 pub struct Held {
     dir: PathBuf,
@@ -67,22 +88,28 @@ impl Held {
             let hash = Hash::parse(&e.hash).ok_or_else(|| at("not a hash".into()))?;
             let good = match e.good {
                 None => None,
-                Some(files) => {
-                    let mut v = Vec::new();
-                    for (key, b64) in files {
-                        if !validation::config_map_key(&key).is_empty() {
+                Some(g) => {
+                    let mut files = Vec::new();
+                    let text = g.data.into_iter().map(|(k, v)| (k, Ok(Content::Text(v))));
+                    let binary = g.binary_data.into_iter().map(|(k, b64)| {
+                        let bytes = base64::engine::general_purpose::STANDARD.decode(b64);
+                        (k, bytes.map(Content::Binary))
+                    });
+                    for (key, content) in text.chain(binary) {
+                        if !validation::config_map_key(&key).is_empty()
+                            || files.iter().any(|f: &ModuleFile| f.key == key)
+                        {
                             return Err(at(format!("key {}", validation::go_quote(&key))));
                         }
-                        let bytes = base64::engine::general_purpose::STANDARD
-                            .decode(b64)
-                            .map_err(|_| at("a file is not base64".into()))?;
-                        v.push(ModuleFile {
-                            key,
-                            content: Content::Binary(bytes),
-                        });
+                        let content = content.map_err(|_| at("a file is not base64".into()))?;
+                        files.push(ModuleFile { key, content });
                     }
-                    v.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
-                    Some(v)
+                    files.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+                    Some(Good {
+                        uid: g.uid,
+                        resource_version: g.resource_version,
+                        files,
+                    })
                 }
             };
             out.insert(id, (hash, e.reason, good));
@@ -98,22 +125,30 @@ impl Held {
     /// Replaces the record with these rejections.
     pub fn save<'a>(
         &self,
-        entries: impl Iterator<Item = (&'a str, &'a Hash, &'a str, Option<&'a [ModuleFile]>)>,
+        entries: impl Iterator<Item = (&'a str, &'a Hash, &'a str, Option<&'a Good>)>,
     ) -> Result<(), String> {
         let mut record = Record {
             version: 1,
             modules: BTreeMap::new(),
         };
         for (id, hash, reason, good) in entries {
-            let good = good.map(|files| {
-                files
-                    .iter()
-                    .map(|f| {
-                        let b64 =
-                            base64::engine::general_purpose::STANDARD.encode(f.content.bytes());
-                        (f.key.clone(), b64)
-                    })
-                    .collect()
+            let good = good.map(|g| {
+                let mut r = GoodRecord {
+                    uid: g.uid.clone(),
+                    resource_version: g.resource_version.clone(),
+                    data: BTreeMap::new(),
+                    binary_data: BTreeMap::new(),
+                };
+                for f in &g.files {
+                    match &f.content {
+                        Content::Text(t) => r.data.insert(f.key.clone(), t.clone()),
+                        Content::Binary(b) => r.binary_data.insert(
+                            f.key.clone(),
+                            base64::engine::general_purpose::STANDARD.encode(b),
+                        ),
+                    };
+                }
+                r
             });
             record.modules.insert(
                 id.to_string(),
@@ -141,17 +176,31 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (held, none) = Held::open(dir.path()).unwrap();
         assert!(none.is_empty());
-        let good = [ModuleFile {
-            key: "a.yaml".into(),
-            content: Content::Binary(b"ok\n".to_vec()),
-        }];
+        let good = Good {
+            uid: "0d6e4a3c-0000-4000-8000-000000000001".into(),
+            resource_version: "42".into(),
+            files: vec![
+                ModuleFile {
+                    key: "a.yaml".into(),
+                    content: Content::Text("ok\n".into()),
+                },
+                ModuleFile {
+                    key: "b.bin".into(),
+                    content: Content::Binary(vec![0, 255]),
+                },
+            ],
+        };
         let h = Hash([3; 32]);
-        held.save([("ns/m", &h, "bad expr", Some(&good[..]))].into_iter())
+        held.save([("ns/m", &h, "bad expr", Some(&good))].into_iter())
             .unwrap();
         let (_, back) = Held::open(dir.path()).unwrap();
         let (hash, reason, files) = &back["ns/m"];
         assert_eq!((hash, reason.as_str()), (&h, "bad expr"));
-        assert_eq!(files.as_ref().unwrap()[0].content.bytes(), b"ok\n");
+        assert_eq!(
+            files.as_ref(),
+            Some(&good),
+            "text stays text, bytes stay bytes"
+        );
         use std::os::unix::fs::MetadataExt as _;
         assert_eq!(
             fs::metadata(dir.path().join(FILE)).unwrap().mode() & 0o777,
@@ -160,7 +209,9 @@ mod tests {
         for bad in [
             r#"{"version":1,"modules":{"../x/m":{"hash":"sha256:00","reason":""}}}"#,
             r#"{"version":1,"modules":{"ns/m":{"hash":"nope","reason":""}}}"#,
-            r#"{"version":1,"modules":{"ns/m":{"hash":"sha256:0303030303030303030303030303030303030303030303030303030303030303","reason":"","good":{"../x":""}}}}"#,
+            r#"{"version":1,"modules":{"ns/m":{"hash":"sha256:0303030303030303030303030303030303030303030303030303030303030303","reason":"","good":{"uid":"","resourceVersion":"","data":{"../x":""}}}}}"#,
+            r#"{"version":1,"modules":{"ns/m":{"hash":"sha256:0303030303030303030303030303030303030303030303030303030303030303","reason":"","good":{"uid":"","resourceVersion":"","data":{"k":""},"binaryData":{"k":""}}}}}"#,
+            r#"{"version":1,"modules":{"ns/m":{"hash":"sha256:0303030303030303030303030303030303030303030303030303030303030303","reason":"","good":{"uid":"","resourceVersion":"","binaryData":{"k":"%%"}}}}}"#,
         ] {
             fs::write(dir.path().join(FILE), bad).unwrap();
             let e = Held::open(dir.path()).err().unwrap();

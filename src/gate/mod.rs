@@ -21,14 +21,13 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use self::held::Held;
+use self::held::{Good, Held};
 pub use self::run::Verdict;
 use crate::poll::event::{Change, Event};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Ident, Snapshot};
 use crate::poll::spool::Spool;
 use crate::poll::store::Store;
-use crate::source::ModuleFile;
 
 /// The output kept of a validator (stdout and stderr together).
 pub const KEEP: usize = 4096;
@@ -51,7 +50,7 @@ pub struct Options {
 struct Failed {
     hash: Hash,
     reason: String,
-    good: Option<Vec<ModuleFile>>,
+    good: Option<Good>,
 }
 
 /// What screening one batch decided.
@@ -101,11 +100,18 @@ impl Gate {
     /// agent gets it).
     pub fn seed(&self, store: &mut Store) -> std::io::Result<()> {
         for (id, f) in &self.failed {
-            let Some(files) = &f.good else { continue };
+            let Some(Good {
+                uid,
+                resource_version,
+                files,
+            }) = &f.good
+            else {
+                continue;
+            };
             let loc = store.spool.put(files)?;
             let entry = Entry {
-                uid: Ident::new(""),
-                resource_version: Ident::new(""),
+                uid: Ident::new(uid),
+                resource_version: Ident::new(resource_version),
                 hash: Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes()))),
                 loc,
                 files: files.len() as u32,
@@ -159,10 +165,13 @@ impl Gate {
                 Verdict::Fail(reason) => {
                     out.runs.push("fail");
                     out.can_run = Some(out.can_run.take().flatten());
-                    let good = current
-                        .modules
-                        .get(&e.id)
-                        .and_then(|old| spool.get(old.loc).ok());
+                    let good = current.modules.get(&e.id).and_then(|old| {
+                        Some(Good {
+                            uid: old.uid.to_string(),
+                            resource_version: old.resource_version.to_string(),
+                            files: spool.get(old.loc).ok()?,
+                        })
+                    });
                     // The good version is the one the sinks hold now, or the one kept.
                     let good = good.or_else(|| self.failed.get(&e.id).and_then(|f| f.good.clone()));
                     self.failed.insert(
@@ -187,7 +196,7 @@ impl Gate {
             let entries = self
                 .failed
                 .iter()
-                .map(|(id, f)| (id.as_str(), &f.hash, f.reason.as_str(), f.good.as_deref()));
+                .map(|(id, f)| (id.as_str(), &f.hash, f.reason.as_str(), f.good.as_ref()));
             if let Err(e) = held.save(entries) {
                 log::warn!("--validate: {e}; rejections are remembered until cmpoll stops");
             }
