@@ -119,6 +119,19 @@ print(json.dumps(out))
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The metrics (parsed by the Prometheus client) once `key` reads `value`, or at `SOON`:
+/// they follow the sinks, so a batch on stdout may be a moment ahead of them.
+fn metrics_once(addr: &str, key: &str, value: f64) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let m = parse_metrics(&get(addr, "/metrics").1);
+        if m[key] == value || start.elapsed() > SOON {
+            return m;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn metrics_parse_with_prometheus_client_and_counters_move() {
     let s = TestApiserver::start();
@@ -136,9 +149,9 @@ fn metrics_parse_with_prometheus_client_and_counters_move() {
     );
     let addr = listening(&d);
     d.batch(SOON);
-    let (code, text) = get(&addr, "/metrics");
+    let (code, _) = get(&addr, "/metrics");
     assert_eq!(code, 200);
-    let m = parse_metrics(&text);
+    let m = metrics_once(&addr, "cmpoll_modules{}", 2.0);
     assert_eq!(m["cmpoll_modules{}"], 2.0);
     assert_eq!(m["cmpoll_events_total{type=added}"], 2.0);
     assert!(m["cmpoll_polls_total{result=success}"].as_f64().unwrap() >= 1.0);
@@ -170,13 +183,7 @@ fn metrics_parse_with_prometheus_client_and_counters_move() {
     s.delete("a", "two");
     s.fault(Match::lists(), Fault::InternalError, 2);
     d.batch(SOON);
-    // The metrics follow the sinks: the batch on stdout may be a moment ahead of them.
-    let mut m = parse_metrics(&get(&addr, "/metrics").1);
-    let start = Instant::now();
-    while m["cmpoll_events_total{type=updated}"] != 1.0 && start.elapsed() < SOON {
-        std::thread::sleep(Duration::from_millis(20));
-        m = parse_metrics(&get(&addr, "/metrics").1);
-    }
+    let m = metrics_once(&addr, "cmpoll_events_total{type=updated}", 1.0);
     assert_eq!(m["cmpoll_events_total{type=updated}"], 1.0);
     assert_eq!(m["cmpoll_events_total{type=removed}"], 1.0);
     assert_eq!(m["cmpoll_modules{}"], 1.0);
