@@ -18,12 +18,23 @@ pub fn create_dir(path: &Path, mode: u32) -> io::Result<()> {
 /// Creates a new file (never an existing one, and never through a symlink: `O_CREAT|O_EXCL`
 /// fails on a symlink at the last component), writes it, sets exactly `mode`, fsyncs it.
 pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let mut f = OpenOptions::new()
+    write_new_with(path, mode, |w| w.write_all(bytes))
+}
+
+/// `write_new`, the content streamed by `write` (through a buffer) instead of held whole.
+pub fn write_new_with(
+    path: &Path,
+    mode: u32,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)?;
-    f.write_all(bytes)?;
+    let mut w = io::BufWriter::with_capacity(64 * 1024, f);
+    write(&mut w)?;
+    let f = w.into_inner().map_err(|e| e.into_error())?;
     f.set_permissions(Permissions::from_mode(mode))?;
     f.sync_all()
 }
@@ -35,8 +46,25 @@ pub fn fsync_dir(path: &Path) -> io::Result<()> {
 
 /// Replaces `dir/name` with `bytes` atomically, through `dir/tmp`.
 pub fn replace_file(dir: &Path, name: &str, tmp: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    replace_file_with(dir, name, tmp, mode, |w| w.write_all(bytes))
+}
+
+/// `replace_file`, the content streamed by `write`. If `write` fails, the temporary file
+/// is removed and `dir/name` is untouched.
+pub fn replace_file_with(
+    dir: &Path,
+    name: &str,
+    tmp: &str,
+    mode: u32,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
     let tmp_path = dir.join(tmp);
-    write_new(&tmp_path, bytes, mode)?;
+    if let Err(e) = write_new_with(&tmp_path, mode, write) {
+        if e.kind() != io::ErrorKind::AlreadyExists {
+            let _ = fs::remove_file(&tmp_path);
+        }
+        return Err(e);
+    }
     if let Err(e) = fs::rename(&tmp_path, dir.join(name)) {
         let _ = fs::remove_file(&tmp_path);
         return Err(e);

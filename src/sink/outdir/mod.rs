@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
-use self::record::{Pending, Record, Retired, Written, component};
+use self::record::{Record, Retired, Written, component};
 use super::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_exists};
 use super::{Batch, Fatal, Outcome, Sink};
 use crate::poll::event::{Change, Event};
@@ -78,8 +78,14 @@ pub struct OutDir {
     reconciled: bool,
     /// Part of every temporary name of this run, so that no name is ever reused.
     nonce: String,
+    /// Modules recorded as pending, then written, at a time (see `sync`).
+    chunk: usize,
     _lock: File,
 }
+
+/// `OutDir::chunk`: a few thousand plans (~0.5 KiB each) at once; a first batch of 100k
+/// modules saves the record 26 times instead of twice.
+const CHUNK: usize = 4096;
 
 fn now_secs() -> u64 {
     SystemTime::now()
@@ -216,6 +222,7 @@ impl OutDir {
             record,
             reconciled: false,
             nonce,
+            chunk: CHUNK,
             _lock: lock,
         };
         out.recover()
@@ -263,11 +270,14 @@ impl OutDir {
         }
     }
 
+    /// Writes the record, streamed: at 100k modules it is tens of MB of JSON, which a
+    /// buffer would add to the peak RSS of every batch.
     fn save(&mut self) -> io::Result<()> {
-        let bytes = serde_json::to_vec_pretty(&self.record).map_err(io::Error::other)?;
         let meta = meta_dir(self.dir());
         remove_if_exists(&meta.join(".state.json.tmp"))?;
-        atomic::replace_file(&meta, STATE, ".state.json.tmp", &bytes, 0o644)
+        atomic::replace_file_with(&meta, STATE, ".state.json.tmp", 0o644, |w| {
+            serde_json::to_writer_pretty(w, &self.record).map_err(io::Error::other)
+        })
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -426,6 +436,12 @@ impl OutDir {
     }
 
     /// Applies the writes and removals (in this order); returns the modules that failed.
+    ///
+    /// Writes go in chunks of `chunk` modules, each decided and checked, then recorded as
+    /// pending (the record saved), then made: contents are read from the spool again when
+    /// written, and only one chunk's plans are held at once, so a batch of 100k modules
+    /// (a first start) costs the memory of a few thousand. The removals come after the
+    /// first chunk is recorded, before any write.
     fn sync(
         &mut self,
         batch: &Batch,
@@ -433,49 +449,61 @@ impl OutDir {
         removals: Vec<String>,
     ) -> Result<Vec<String>, Fatal> {
         let mut failed = Vec::new();
-        // Decided and checked first, then recorded, then made: contents are read from
-        // the spool again when written, so a batch never holds them all in memory.
-        let mut planned: Vec<(Pending, &Event)> = Vec::new();
-        for e in writes {
-            let plan = batch
-                .files(e)
-                .and_then(|files| self.plan(&e.id, &e.entry, &files));
-            match plan {
-                Ok(p) => planned.push((p, e)),
-                Err(err) => {
-                    log::warn!(
-                        "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
-                        e.id
-                    );
-                    failed.push(e.id.clone());
+        let mut removals = Some(removals);
+        let mut chunks: Vec<&[&Event]> = writes.chunks(self.chunk).collect();
+        if chunks.is_empty() {
+            chunks.push(&[]);
+        }
+        for (n, chunk) in chunks.iter().enumerate() {
+            let mut planned: Vec<&Event> = Vec::with_capacity(chunk.len());
+            self.record.pending.clear();
+            for &e in *chunk {
+                let plan = batch
+                    .files(e)
+                    .and_then(|files| self.plan(&e.id, &e.entry, &files));
+                match plan {
+                    Ok(p) => {
+                        self.record.pending.push(p);
+                        planned.push(e);
+                    }
+                    Err(err) => {
+                        log::warn!(
+                            "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
+                            e.id
+                        );
+                        failed.push(e.id.clone());
+                    }
                 }
             }
-        }
-        self.record.pending = planned.iter().map(|(p, _)| p.clone()).collect();
-        if let Err(e) = self.save() {
-            // Without the record nothing may be written: the whole batch waits.
-            log::warn!("--out-dir: cannot record the writes to come: {e}");
-            self.record.pending.clear();
-            let mut all: Vec<String> = planned.into_iter().map(|(p, _)| p.module).collect();
-            all.extend(removals);
-            all.extend(failed);
-            return Ok(all);
-        }
-        for id in removals {
-            if let Err(e) = self.remove(&id) {
-                log::warn!("--out-dir: cannot remove {id}: {e}");
-                failed.push(id);
-            }
-        }
-        for (p, e) in planned {
-            let written = batch.files(e).and_then(|files| self.write(&p, &files));
-            let result = written.and_then(|w| self.install(&p.module, w));
-            if let Err(err) = result {
-                log::warn!(
-                    "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
-                    p.module
+            if let Err(e) = self.save() {
+                // Without the record nothing may be written: the rest of the batch waits.
+                log::warn!("--out-dir: cannot record the writes to come: {e}");
+                failed.extend(self.record.pending.drain(..).map(|p| p.module));
+                failed.extend(removals.into_iter().flatten());
+                failed.extend(
+                    chunks[n + 1..]
+                        .iter()
+                        .flat_map(|c| c.iter().map(|e| e.id.clone())),
                 );
-                failed.push(p.module.clone());
+                return Ok(failed);
+            }
+            for id in removals.take().into_iter().flatten() {
+                if let Err(e) = self.remove(&id) {
+                    log::warn!("--out-dir: cannot remove {id}: {e}");
+                    failed.push(id);
+                }
+            }
+            for (i, e) in planned.into_iter().enumerate() {
+                let p = self.record.pending[i].clone();
+                let written = batch.files(e).and_then(|files| self.write(&p, &files));
+                let result = written.and_then(|w| self.install(&p.module, w));
+                if let Err(err) = result {
+                    log::warn!(
+                        "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
+                        p.module
+                    );
+                    failed.push(p.module.clone());
+                }
             }
         }
         self.record.pending.clear();

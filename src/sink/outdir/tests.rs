@@ -119,6 +119,55 @@ fn files_layout_switches_a_symlink_and_records_it() {
     );
 }
 
+/// A batch larger than a chunk: every chunk is recorded, then written; the removal comes
+/// before the first write; the record ends with every module and nothing pending.
+#[test]
+fn a_batch_larger_than_a_chunk_is_written_chunk_by_chunk() {
+    for layout in [Layout::Files, Layout::Concat, Layout::Flat] {
+        let mut f = Fixture::new();
+        let mut out = f.open(layout);
+        out.chunk = 2;
+        let old = f.event(Change::Added, "a/old", &[("shared.conf", "old")]);
+        assert!(f.apply(&mut out, vec![old]).is_empty());
+        let mut events = vec![f.event(Change::Removed, "a/old", &[])];
+        for i in 0..5 {
+            // In flat, the first newcomer takes the key the removal frees.
+            let key = if i == 0 {
+                "shared.conf".to_string()
+            } else {
+                format!("k{i}.conf")
+            };
+            events.push(f.event(
+                Change::Added,
+                &format!("b/m{i}"),
+                &[(&key, &format!("v{i}"))],
+            ));
+        }
+        assert!(f.apply(&mut out, events).is_empty(), "{layout:?}");
+        let state = f.record();
+        assert!(state.pending.is_empty(), "{layout:?}");
+        let ids: Vec<&str> = state.modules.keys().map(String::as_str).collect();
+        assert_eq!(ids, ["b/m0", "b/m1", "b/m2", "b/m3", "b/m4"], "{layout:?}");
+        let (first, last) = match layout {
+            Layout::Files => ("b/m0/shared.conf", "b/m4/k4.conf"),
+            Layout::Concat => ("b.m0.conf", "b.m4.conf"),
+            Layout::Flat => ("shared.conf", "k4.conf"),
+        };
+        // (concat ends a file without a newline with one)
+        let read = |p: &str| {
+            fs::read_to_string(f.path(p))
+                .unwrap()
+                .trim_end()
+                .to_string()
+        };
+        assert_eq!(
+            (read(first), read(last)),
+            ("v0".into(), "v4".into()),
+            "{layout:?}"
+        );
+    }
+}
+
 #[test]
 fn concat_layout_and_newlines() {
     let mut f = Fixture::new();
