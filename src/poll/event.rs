@@ -73,12 +73,25 @@ impl Event {
 
 /// The events that turn `prev` into `next`.
 pub fn diff(prev: &Snapshot, next: &Snapshot) -> Vec<Event> {
-    let mut events: Vec<Event> = prev
+    // Counted first, so the vector is allocated once at its size: a first batch holds every
+    // module, and growing by doubling would cost up to twice that.
+    let removed = prev
         .modules
         .iter()
         .filter(|(id, _)| !next.modules.contains_key(id))
-        .map(|(id, e)| Event::new(Change::Removed, id, e))
-        .collect();
+        .count();
+    let changed = next
+        .modules
+        .iter()
+        .filter(|(id, e)| prev.modules.get(id).is_none_or(|old| old.hash != e.hash))
+        .count();
+    let mut events: Vec<Event> = Vec::with_capacity(removed + changed);
+    events.extend(
+        prev.modules
+            .iter()
+            .filter(|(id, _)| !next.modules.contains_key(id))
+            .map(|(id, e)| Event::new(Change::Removed, id, e)),
+    );
     for (id, e) in next.modules.iter() {
         let change = match prev.modules.get(id) {
             None => Change::Added,

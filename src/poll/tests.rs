@@ -110,6 +110,23 @@ fn a_configmap_listed_twice_keeps_the_last() {
     assert_eq!(snap.modules.keys().collect::<Vec<_>>(), ["ns/a", "ns/b"]);
     let files = spool.get(snap.modules["ns/a"].loc).unwrap();
     assert_eq!(files[0].content, Content::Text("last".into()));
+
+    // Large enough for the sort's own algorithm (not its small-input path): 300 ids, each
+    // listed three times out of order; the last listing of each wins.
+    let mut items = Vec::new();
+    for round in 0..3 {
+        for i in 0..300 {
+            let id = (i * 7 + round * 13) % 300;
+            items.push(item(&format!("m{id:03}"), &format!("v{round}")));
+        }
+    }
+    let mut p = poller(vec![items], None, None);
+    let snap = p.poll(&Snapshot::default(), &mut spool).unwrap().snapshot;
+    assert_eq!(snap.len(), 300);
+    for (id, e) in snap.modules.iter() {
+        let files = spool.get(e.loc).unwrap();
+        assert_eq!(files[0].content, Content::Text("v2".into()), "{id}");
+    }
 }
 
 #[test]
