@@ -7,6 +7,7 @@ use cmpoll::cli::TopLevel;
 use cmpoll::error::Error;
 
 fn main() -> ExitCode {
+    cmpoll::ops::malloc::tune(&|k| std::env::var(k).ok());
     let args: Vec<String> = std::env::args().collect();
     let strs: Vec<&str> = args.iter().map(String::as_str).collect();
     let top = match TopLevel::from_args(&["cmpoll"], strs.get(1..).unwrap_or_default()) {

@@ -4,6 +4,7 @@
 
 pub mod health;
 pub mod logging;
+pub mod malloc;
 pub mod metrics;
 pub mod process;
 pub mod server;
