@@ -427,8 +427,38 @@ fn wait_lists(server: &TestApiserver, n: usize) {
 
 /// The daemon with no changes: CPU and bytes per poll, RSS after a 20-poll warm-up and
 /// after `polls` more.
-fn steady(server: &TestApiserver, cmpoll: &Path, kubeconfig: &Path, mode: &str, polls: usize) {
+/// Peak RSS (VmHWM) of a running process, KiB.
+fn proc_peak_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The daemon polling an unchanging cluster: with stdout events only, or (`out_dir`) also
+/// writing the output folder (on tmpfs where there is one: this measures memory, not
+/// fsyncs).
+fn steady(
+    server: &TestApiserver,
+    cmpoll: &Path,
+    kubeconfig: &Path,
+    mode: &str,
+    polls: usize,
+    out_dir: bool,
+) {
     server.clear_requests();
+    let shm = Path::new("/dev/shm");
+    let out = out_dir.then(|| {
+        let base = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        tempfile::tempdir_in(base).unwrap()
+    });
     let mut cmd = Command::new(cmpoll);
     cmd.args([
         "run",
@@ -440,6 +470,7 @@ fn steady(server: &TestApiserver, cmpoll: &Path, kubeconfig: &Path, mode: &str, 
         "1Gi",
     ])
     .args(["--list-mode", mode])
+    .args(out.iter().flat_map(|d| [Path::new("--out-dir"), d.path()]))
     .env("KUBECONFIG", kubeconfig)
     .env("RUST_LOG", "warn")
     .stdout(Stdio::null())
@@ -457,15 +488,20 @@ fn steady(server: &TestApiserver, cmpoll: &Path, kubeconfig: &Path, mode: &str, 
     let bytes: u64 = steady.iter().map(|r| r.bytes).sum();
     let per = |x: f64| x / polls as f64;
     let etcd = steady.iter().filter(|r| r.route == Route::Etcd).count();
+    let peak = proc_peak_kib(pid);
     println!(
-        "  {:<22} cpu/poll {:>7.2} ms   bytes/poll {:>10}   requests/poll {:.2} (etcd: {etcd})   RSS after 20 polls {}, after {} {}",
-        format!("--list-mode {mode}"),
+        "  {:<32} cpu/poll {:>7.2} ms   bytes/poll {:>10}   requests/poll {:.2} (etcd: {etcd})   RSS after 20 polls {}, after {} {}, peak {}",
+        format!(
+            "--list-mode {mode}{}",
+            if out_dir { " --out-dir" } else { "" }
+        ),
         per(cpu_n - cpu10) * 1e3,
         mb((per(bytes as f64)) as u64),
         steady.len() as f64 / polls as f64,
         mib(rss10),
         polls + 20,
         mib(rss_n),
+        mib(peak),
     );
     let _ = child.kill();
     let _ = child.wait();
@@ -660,8 +696,9 @@ fn sizes(a: &Args, cmpoll: &Path, kubectl: bool) {
         );
         // Fewer polls for the largest lists: each is a second of work.
         let polls = (a.steady_polls * 10_000 / n.max(1)).clamp(10, a.steady_polls);
-        steady(&server, cmpoll, &kc, "full", polls);
-        steady(&server, cmpoll, &kc, "metadata", polls);
+        steady(&server, cmpoll, &kc, "full", polls, false);
+        steady(&server, cmpoll, &kc, "metadata", polls, false);
+        steady(&server, cmpoll, &kc, "full", polls, true);
         if n == a.sizes[0] {
             idle(&server, cmpoll, &kc);
         }
