@@ -73,19 +73,13 @@ impl Event {
 
 /// The events that turn `prev` into `next`.
 pub fn diff(prev: &Snapshot, next: &Snapshot) -> Vec<Event> {
-    // Counted first, so the vector is allocated once at its size: a first batch holds every
-    // module, and growing by doubling would cost up to twice that.
-    let removed = prev
-        .modules
-        .iter()
-        .filter(|(id, _)| !next.modules.contains_key(id))
-        .count();
-    let changed = next
-        .modules
-        .iter()
-        .filter(|(id, e)| prev.modules.get(id).is_none_or(|old| old.hash != e.hash))
-        .count();
-    let mut events: Vec<Event> = Vec::with_capacity(removed + changed);
+    // A first batch holds every module: allocated once at its size, not grown by doubling
+    // (up to twice that). Later batches are small and pay nothing for counting.
+    let mut events: Vec<Event> = if prev.is_empty() {
+        Vec::with_capacity(next.len())
+    } else {
+        Vec::new()
+    };
     events.extend(
         prev.modules
             .iter()
