@@ -556,9 +556,24 @@ fn r13_crashes_at_many_points_never_touch_foreign_files() {
             };
             let base = written();
             let mut child = KillOnDrop(c.with_args(&args).spawn());
-            // Reach `at` new entries, or the batch's end (nothing new for a while), then
-            // kill -9.
-            let (mut last, mut since) = (base, Instant::now());
+            // Wait for the batch to be recorded (the record's `seq` moves with every planned
+            // write; under load, start-up and the first poll take longer than the quiet
+            // spell below, and recovery alone changes the folder), then reach `at` new
+            // entries, or the batch's end (nothing new for a while), then kill -9.
+            let seq = || {
+                let bytes = fs::read(out.join(".cmpoll/state.json")).unwrap_or_default();
+                serde_json::from_slice::<serde_json::Value>(&bytes)
+                    .ok()
+                    .and_then(|r| r["seq"].as_u64())
+            };
+            let (seq0, begun) = (seq().unwrap_or(0), Instant::now());
+            while seq().unwrap_or(0) == seq0 && begun.elapsed() < SOON {
+                if child.0.try_wait().unwrap().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let (mut last, mut since) = (written(), Instant::now());
             while written() < base + at && since.elapsed() < Duration::from_millis(500) {
                 if child.0.try_wait().unwrap().is_some() {
                     break;
