@@ -7,13 +7,13 @@
 //! costs nothing. The `Store` (snapshot and spool) travels to the poll thread with each job
 //! and comes back with its result: only one side holds it at a time, without locks.
 
-use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::backoff::{self, Backoff, Rng};
+use crate::batch::Delivery;
 use crate::error::Error;
 use crate::gate::Gate;
 use crate::ops::health::Health;
@@ -21,12 +21,10 @@ use crate::ops::metrics::Metrics;
 use crate::ops::process;
 use crate::ops::signals::{self, Signal};
 use crate::ops::systemd::Notifier;
-use crate::poll::event::{self, Change, Event, Synced};
-use crate::poll::hash::Hash;
-use crate::poll::snapshot::Snapshot;
+use crate::poll::event::Synced;
 use crate::poll::store::Store;
 use crate::poll::{self, PollStats, Polled, Poller};
-use crate::sink::{Batch, Control, Sink, View};
+use crate::sink::{Control, Sink, View};
 
 /// How the loop runs.
 #[derive(Clone, Debug)]
@@ -100,32 +98,24 @@ enum Next {
 
 pub struct Daemon {
     opts: Options,
-    /// `--validate`: between a batch and the sinks.
-    gate: Option<Gate>,
-    sinks: Vec<Box<dyn Sink>>,
+    /// The gate and the sinks (`batch.rs`).
+    delivery: Delivery,
     ops: Ops,
     backoff: Backoff,
-    /// Successful polls so far (the first one always emits a batch).
-    batches: u64,
     /// The number of the poll the current snapshot came from.
     last_poll: u64,
-    /// Modules held back (`rejected`), by the hash held back: a rejection is announced
-    /// once per content, not once per poll.
-    rejected: HashMap<String, Hash>,
 }
 
 impl Daemon {
     pub fn new(opts: Options, gate: Option<Gate>, sinks: Vec<Box<dyn Sink>>, ops: Ops) -> Daemon {
         let backoff = Backoff::polls(opts.interval, opts.jitter, Rng::from_time());
+        let delivery = Delivery::new(gate, sinks, ops.health.clone(), ops.metrics.clone());
         Daemon {
             opts,
-            gate,
-            sinks,
+            delivery,
             ops,
             backoff,
-            batches: 0,
             last_poll: 0,
-            rejected: HashMap::new(),
         }
     }
 
@@ -176,7 +166,7 @@ impl Daemon {
             }
             // While a poll is out only a message or a sink's deadline moves things on.
             let watchdog = self.ops.notifier.watchdog_every().map(|_| next_watchdog);
-            let deadline = (self.sinks.iter())
+            let deadline = (self.delivery.sinks.iter())
                 .filter_map(|s| s.deadline())
                 .chain(store.as_ref().map(|_| next_poll))
                 .chain(watchdog)
@@ -270,7 +260,8 @@ impl Daemon {
             }
         };
         let stats = polled.stats;
-        let committed = self.commit(&mut store, polled.snapshot, done.number, &stats, done.took);
+        let committed =
+            (self.delivery).commit(&mut store, polled.snapshot, done.number, &stats, done.took);
         let (synced, unwritten) = match committed {
             Ok(c) => c,
             Err(e) => {
@@ -283,7 +274,7 @@ impl Daemon {
         self.metrics().write_failures(unwritten.len());
         if self.opts.once {
             // Everything delivered, reload calls included, or exit 1 (SPEC).
-            let mut problems: Vec<String> = (self.sinks.iter_mut())
+            let mut problems: Vec<String> = (self.delivery.sinks.iter_mut())
                 .filter_map(|s| s.finish().err())
                 .collect();
             self.shutdown(None);
@@ -345,7 +336,7 @@ impl Daemon {
                     ("rejected", s.rejected),
                 ]);
             }
-            m.rejected_modules(self.rejected.len());
+            m.rejected_modules(self.delivery.rejected_modules());
         }
         let status = format!("STATUS={modules} modules");
         if first {
@@ -374,7 +365,7 @@ impl Daemon {
             spool: &st.spool,
             poll: self.last_poll,
         });
-        for sink in &mut self.sinks {
+        for sink in &mut self.delivery.sinks {
             match sink.tick(view.as_ref()) {
                 Ok(Control::Continue) => {}
                 Ok(Control::Exit(code)) => return Ok(Some(code)),
@@ -386,180 +377,9 @@ impl Daemon {
 
     fn shutdown(&mut self, signal: Option<Signal>) {
         self.ops.notifier.send("STOPPING=1");
-        for sink in &mut self.sinks {
+        for sink in &mut self.delivery.sinks {
             sink.shutdown(signal);
         }
-    }
-
-    /// Turns a successful poll into a batch, applies it to the sinks in order, and makes
-    /// the new snapshot current (except for modules a sink could not write, which it
-    /// returns).
-    fn commit(
-        &mut self,
-        store: &mut Store,
-        next: Snapshot,
-        number: u64,
-        stats: &PollStats,
-        took: Duration,
-    ) -> Result<(Option<Synced>, Vec<String>), String> {
-        let first = self.batches == 0;
-        self.batches += 1;
-        // The first batch has every module as added (the output folder reconciles with it),
-        // whatever the store was seeded with (a rejected module's last good version).
-        let empty = Snapshot::default();
-        let base = if first { &empty } else { &store.snapshot };
-        let mut events = event::diff(base, &next);
-        // Modules no sink published: not written, or held back.
-        let mut unwritten: Vec<String> = Vec::new();
-        let mut held_back: Vec<String> = Vec::new();
-        if let Some(gate) = &mut self.gate {
-            let screened = gate.screen(&events, &store.spool, &store.snapshot, &next);
-            {
-                let m = self.ops.metrics.lock().unwrap_or_else(|p| p.into_inner());
-                for r in &screened.runs {
-                    m.validation(r);
-                }
-            }
-            if let Some(can_run) = screened.can_run {
-                let mut h = self.ops.health.lock().unwrap_or_else(|p| p.into_inner());
-                h.validator = can_run;
-            }
-            for (id, reason) in screened.rejected {
-                held_back.push(id.clone());
-                hold_back(&mut self.rejected, &mut events, &id, reason);
-                // A restart seeded its last good version: that is what the sinks hold,
-                // so this run's first batch announces it, before the rejection.
-                if first
-                    && let Some(good) = store.snapshot.modules.get(&id)
-                    && let Some(at) = events.iter().position(|e| e.id == id)
-                {
-                    events.insert(at, Event::new(Change::Added, &id, good));
-                }
-            }
-        }
-        // No change, or only rejections already announced: no sink hears of this poll, and
-        // what is held back keeps its previous version.
-        if events.is_empty() && !first {
-            log::debug!(
-                "poll {number}: no changes ({} modules, {took:?})",
-                next.len()
-            );
-            // A module gone from the cluster is no longer held back.
-            self.rejected.retain(|id, _| next.modules.contains_key(id));
-            store
-                .commit(next, &[], &held_back)
-                .map_err(|e| e.to_string())?;
-            return Ok((None, Vec::new()));
-        }
-        let mut batch = Batch {
-            events,
-            synced: Synced::default(),
-            spool: &store.spool,
-            first,
-        };
-        for sink in &mut self.sinks {
-            let modules = held(&[&unwritten, &held_back], &store.snapshot, &next);
-            batch.synced = counts(&batch.events, modules, number);
-            let outcome = sink.apply(&batch).map_err(|f| f.0)?;
-            // Not written: later sinks do not hear of it, and the snapshot keeps what was
-            // there before, so the next poll tries again.
-            batch.events.retain(|e| !outcome.failed.contains(&e.id));
-            unwritten.extend(outcome.failed);
-            for (id, reason) in outcome.rejected {
-                held_back.push(id.clone());
-                hold_back(&mut self.rejected, &mut batch.events, &id, reason);
-            }
-            if batch.events.is_empty() && !first {
-                break;
-            }
-        }
-        unwritten.sort();
-        unwritten.dedup();
-        let applied = std::mem::take(&mut batch.events);
-        let modules = held(&[&unwritten, &held_back], &store.snapshot, &next);
-        let synced = counts(&applied, modules, number);
-        // A module whose cluster content was published, or that is gone, is no longer
-        // held back (a last good version announced at start is not its cluster content).
-        let published = |id: &String| {
-            applied.iter().any(|e| {
-                &e.id == id
-                    && e.is_change()
-                    && next.modules.get(id).map(|n| n.hash) == Some(e.entry.hash)
-            })
-        };
-        self.rejected
-            .retain(|id, _| next.modules.contains_key(id) && !published(id));
-        let line = format!(
-            "poll {number}: {} modules, {} added, {} updated, {} removed, {} rejected ({} objects, {} not modules, {took:?})",
-            synced.modules,
-            synced.added,
-            synced.updated,
-            synced.removed,
-            synced.rejected,
-            stats.items,
-            stats.rejected,
-        );
-        if applied.is_empty() && !first {
-            log::debug!("{line}");
-        } else {
-            log::info!("{line}");
-        }
-        // What the sinks did not take keeps its previous version in the snapshot.
-        let kept: Vec<String> = unwritten.iter().chain(&held_back).cloned().collect();
-        store
-            .commit(next, &applied, &kept)
-            .map_err(|e| e.to_string())?;
-        Ok((Some(synced), unwritten))
-    }
-}
-
-/// A sink held `id` back: its event becomes `rejected` (announced and logged once per
-/// content), or goes if this content was already announced.
-fn hold_back(
-    rejected: &mut HashMap<String, Hash>,
-    events: &mut Vec<Event>,
-    id: &str,
-    reason: String,
-) {
-    let Some(i) = events.iter().position(|e| e.id == id) else {
-        return;
-    };
-    let hash = events[i].entry.hash;
-    if rejected.get(id) == Some(&hash) {
-        events.remove(i);
-        return;
-    }
-    log::warn!("module {id} rejected: {reason}");
-    rejected.insert(id.to_string(), hash);
-    events[i].reject(reason);
-}
-
-/// How many modules the sinks hold once `next` is applied but for `unwritten` (and held
-/// back): a module that could not be added stays absent, one that could not be removed
-/// stays.
-fn held(unwritten: &[&Vec<String>], current: &Snapshot, next: &Snapshot) -> usize {
-    let (mut n, has) = (next.len(), |s: &Snapshot, id: &String| {
-        s.modules.contains_key(id)
-    });
-    for id in unwritten.iter().flat_map(|v| v.iter()) {
-        match (has(current, id), has(next, id)) {
-            (false, true) => n -= 1,
-            (true, false) => n += 1,
-            _ => {}
-        }
-    }
-    n
-}
-
-fn counts(events: &[event::Event], modules: usize, poll: u64) -> Synced {
-    let n = |c: Change| events.iter().filter(|e| e.change == c).count();
-    Synced {
-        modules,
-        added: n(Change::Added),
-        updated: n(Change::Updated),
-        removed: n(Change::Removed),
-        rejected: n(Change::Rejected),
-        poll,
     }
 }
 

@@ -12,11 +12,13 @@
 //! The tree follows it: `cli`/`settings` (what was asked), `kube/` and `http/` (reaching
 //! the apiserver), `source/` (what it lists), `poll/` (modules, snapshots, the spool),
 //! `gate/` (the validator between a batch and the sinks), `sink/` (who hears of a batch),
+//! `batch` (a poll made into a batch and delivered through the gate and the sinks),
 //! `daemon`/`list` (the two commands), `ops/` (health,
 //! metrics, signals, processes, logs). Module contents never sit in memory as a whole: the
 //! poll streams items into the spool and the snapshot keeps hashes and locations only.
 
 pub mod backoff;
+pub mod batch;
 pub mod cli;
 pub mod daemon;
 pub mod error;
