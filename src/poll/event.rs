@@ -140,6 +140,34 @@ struct ModuleOut<'a> {
     files: Option<TextFiles<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     binary_files: Option<BinaryFiles<'a>>,
+    /// `rejected` events only: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+}
+
+impl<'a> ModuleOut<'a> {
+    fn new(
+        kind: Option<&'a str>,
+        id: &'a str,
+        entry: &Entry,
+        files: Option<&'a [ModuleFile]>,
+    ) -> ModuleOut<'a> {
+        let (namespace, name) = split_id(id);
+        ModuleOut {
+            kind,
+            module: id,
+            namespace,
+            name,
+            uid: entry.uid.to_string(),
+            resource_version: entry.resource_version.to_string(),
+            hash: entry.hash.to_string(),
+            files: files.map(TextFiles),
+            binary_files: files
+                .filter(|f| f.iter().any(|f| f.content.is_binary()))
+                .map(BinaryFiles),
+            reason: None,
+        }
+    }
 }
 
 /// A module object (`type` is `added`/`updated`, or `None` for `list --json`), no newline.
@@ -150,21 +178,8 @@ pub fn module(
     entry: &Entry,
     files: Option<&[ModuleFile]>,
 ) -> Vec<u8> {
-    let (namespace, name) = split_id(id);
-    let out = ModuleOut {
-        kind,
-        module: id,
-        namespace,
-        name,
-        uid: entry.uid.to_string(),
-        resource_version: entry.resource_version.to_string(),
-        hash: entry.hash.to_string(),
-        files: files.map(TextFiles),
-        binary_files: files
-            .filter(|f| f.iter().any(|f| f.content.is_binary()))
-            .map(BinaryFiles),
-    };
-    serde_json::to_vec(&out).expect("module JSON: files are UTF-8 text or base64")
+    serde_json::to_vec(&ModuleOut::new(kind, id, entry, files))
+        .expect("module JSON: files are UTF-8 text or base64")
 }
 
 #[derive(Serialize)]
@@ -190,34 +205,13 @@ pub fn removed(id: &str, entry: &Entry) -> Vec<u8> {
     .expect("plain JSON")
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct RejectedOut<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    module: &'a str,
-    namespace: &'a str,
-    name: &'a str,
-    uid: String,
-    resource_version: String,
-    hash: String,
-    reason: &'a str,
-}
-
-/// A `rejected` event, no newline.
+/// A `rejected` event (a module's fields without its files, and why), no newline.
 pub fn rejected(id: &str, entry: &Entry, reason: &str) -> Vec<u8> {
-    let (namespace, name) = split_id(id);
-    serde_json::to_vec(&RejectedOut {
-        kind: "rejected",
-        module: id,
-        namespace,
-        name,
-        uid: entry.uid.to_string(),
-        resource_version: entry.resource_version.to_string(),
-        hash: entry.hash.to_string(),
-        reason,
-    })
-    .expect("plain JSON")
+    let out = ModuleOut {
+        reason: Some(reason),
+        ..ModuleOut::new(Some("rejected"), id, entry, None)
+    };
+    serde_json::to_vec(&out).expect("plain JSON")
 }
 
 /// The counts that close a batch.

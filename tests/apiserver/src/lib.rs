@@ -507,10 +507,15 @@ impl Drop for TestApiserver {
 /// A running process's resident set (KiB, from `/proc/PID/status`; 0 if it is gone), for
 /// the benchmark and the soak.
 pub fn proc_rss_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "VmRSS")
+}
+
+/// A KiB field of `/proc/PID/status` (`VmRSS`, `VmHWM`…), 0 if the process is gone.
+pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
+        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)

@@ -11,12 +11,11 @@
 //! list.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use test_apiserver::{Kubeconfig, TestApiserver};
 
-use super::{lists_so_far, mb, proc_usage, wait_lists};
+use super::{daemon, lists_so_far, mb, proc_usage, wait_lists};
 
 /// Per poll: cmpoll CPU (ms), bytes served, requests.
 #[derive(Clone, Copy, Debug)]
@@ -47,15 +46,8 @@ fn changing(
     (n, size): (usize, usize),
 ) -> PerPoll {
     server.clear_requests();
-    let mut child = Command::new(cmpoll)
-        .args(["run", "--interval", "100ms", "--jitter", "0"])
-        .args(["--list-mode", mode, "--max-response-bytes", "1Gi"])
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let args = ["--interval", "100ms", "--jitter", "0", "--list-mode", mode];
+    let mut child = daemon(cmpoll, kubeconfig, &args).spawn().unwrap();
     wait_lists(server, 5);
     let (cpu0, _) = proc_usage(child.id());
     let from = server.requests().len();

@@ -247,23 +247,33 @@ fn list_body(server: &TestApiserver) -> Vec<u8> {
     dechunk(&raw)
 }
 
-/// The floor: serde_json over the same bytes into nothing, plus SHA-256 over the data.
-fn floor(server: &TestApiserver, runs: usize) -> Row {
-    let body = list_body(server);
-    let data: Vec<Vec<u8>> = server
+/// The data values of every ConfigMap the server holds: what a client must hash.
+fn list_data(server: &TestApiserver) -> Vec<Vec<u8>> {
+    server
         .objects()
         .iter()
         .flat_map(|o| o.spec.data.values().map(|v| v.as_bytes().to_vec()))
-        .collect();
+        .collect()
+}
+
+/// What every floor pays: serde_json over the body into nothing, SHA-256 over the data.
+fn parse_and_hash(body: &[u8], data: &[Vec<u8>]) {
+    let _: serde::de::IgnoredAny = serde_json::from_slice(body).expect("valid JSON");
+    let mut h = Sha256::new();
+    for d in data {
+        h.update(d);
+    }
+    std::hint::black_box(h.finalize());
+}
+
+/// The floor: serde_json over the same bytes into nothing, plus SHA-256 over the data.
+fn floor(server: &TestApiserver, runs: usize) -> Row {
+    let body = list_body(server);
+    let data = list_data(server);
     let times: Vec<f64> = (0..runs + 1)
         .map(|_| {
             let t = thread_cpu();
-            let _: serde::de::IgnoredAny = serde_json::from_slice(&body).expect("valid JSON");
-            let mut h = Sha256::new();
-            for d in &data {
-                h.update(d);
-            }
-            std::hint::black_box(h.finalize());
+            parse_and_hash(&body, &data);
             thread_cpu() - t
         })
         .skip(1)
@@ -295,11 +305,7 @@ fn honest_floor(server: &TestApiserver, runs: usize) -> Row {
             .with_root_certificates(roots)
             .with_no_client_auth(),
     );
-    let data: Vec<Vec<u8>> = server
-        .objects()
-        .iter()
-        .flat_map(|o| o.spec.data.values().map(|v| v.as_bytes().to_vec()))
-        .collect();
+    let data = list_data(server);
     let once = || {
         let t = thread_cpu();
         let sock = std::net::TcpStream::connect(server.addr()).unwrap();
@@ -318,12 +324,7 @@ fn honest_floor(server: &TestApiserver, runs: usize) -> Row {
         flate2::read::GzDecoder::new(&gz[..])
             .read_to_end(&mut body)
             .expect("a gzipped answer");
-        let _: serde::de::IgnoredAny = serde_json::from_slice(&body).expect("valid JSON");
-        let mut h = Sha256::new();
-        for d in &data {
-            h.update(d);
-        }
-        std::hint::black_box(h.finalize());
+        parse_and_hash(&body, &data);
         thread_cpu() - t
     };
     let times: Vec<f64> = (0..runs + 1).map(|_| once()).skip(1).collect();
@@ -425,21 +426,23 @@ fn wait_lists(server: &TestApiserver, n: usize) {
     }
 }
 
-/// The daemon with no changes: CPU and bytes per poll, RSS after a 20-poll warm-up and
-/// after `polls` more.
-/// Peak RSS (VmHWM) of a running process, KiB.
-fn proc_peak_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+/// `cmpoll run ARGS` against `kubeconfig`, with room for the largest lists, quiet (warnings
+/// only, and nothing kept of stdout or stderr).
+fn daemon(cmpoll: &Path, kubeconfig: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(cmpoll);
+    cmd.arg("run")
+        .args(args)
+        .args(["--max-response-bytes", "1Gi"])
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
 }
 
-/// The daemon polling an unchanging cluster: with stdout events only, or (`out_dir`) also
-/// writing the output folder (on tmpfs where there is one: this measures memory, not
+/// The daemon polling an unchanging cluster: CPU and bytes per poll, RSS after a 20-poll
+/// warm-up and after `polls` more, and its peak; with stdout events only, or (`out_dir`)
+/// also writing the output folder (on tmpfs where there is one: this measures memory, not
 /// fsyncs).
 fn steady(
     server: &TestApiserver,
@@ -459,23 +462,14 @@ fn steady(
         };
         tempfile::tempdir_in(base).unwrap()
     });
-    let mut cmd = Command::new(cmpoll);
-    cmd.args([
-        "run",
-        "--interval",
-        "100ms",
-        "--jitter",
-        "0",
-        "--max-response-bytes",
-        "1Gi",
-    ])
-    .args(["--list-mode", mode])
+    let mut child = daemon(
+        cmpoll,
+        kubeconfig,
+        &["--interval", "100ms", "--jitter", "0", "--list-mode", mode],
+    )
     .args(out.iter().flat_map(|d| [Path::new("--out-dir"), d.path()]))
-    .env("KUBECONFIG", kubeconfig)
-    .env("RUST_LOG", "warn")
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let mut child = cmd.spawn().unwrap();
+    .spawn()
+    .unwrap();
     let pid = child.id();
     wait_lists(server, 20);
     let (cpu10, rss10) = proc_usage(pid);
@@ -488,7 +482,7 @@ fn steady(
     let bytes: u64 = steady.iter().map(|r| r.bytes).sum();
     let per = |x: f64| x / polls as f64;
     let etcd = steady.iter().filter(|r| r.route == Route::Etcd).count();
-    let peak = proc_peak_kib(pid);
+    let peak = test_apiserver::proc_status_kib(pid, "VmHWM");
     println!(
         "  {:<32} cpu/poll {:>7.2} ms   bytes/poll {:>10}   requests/poll {:.2} (etcd: {etcd})   RSS after 20 polls {}, after {} {}, peak {}",
         format!(
@@ -510,12 +504,7 @@ fn steady(
 /// CPU while idle between polls (a long interval, after the first batch).
 fn idle(server: &TestApiserver, cmpoll: &Path, kubeconfig: &Path) {
     server.clear_requests();
-    let mut child = Command::new(cmpoll)
-        .args(["run", "--interval", "1h", "--max-response-bytes", "1Gi"])
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let mut child = daemon(cmpoll, kubeconfig, &["--interval", "1h"])
         .spawn()
         .unwrap();
     wait_lists(server, 1);
