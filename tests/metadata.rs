@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use test_apiserver::api::{Details, status_json};
 use test_apiserver::{ConfigMap, Fault, Grant, Match, Route, TestApiserver, USER};
 
 use crate::util::{Cmpoll, Daemon, SOON, module};
@@ -145,7 +146,7 @@ fn the_same_events_as_full_lists() {
 }
 
 #[test]
-fn a_failing_get_fails_the_poll_and_a_404_means_gone() {
+fn a_failing_get_fails_the_poll_and_a_404_waits_for_a_list() {
     let s = TestApiserver::start();
     s.put(module("a", "one", "1"));
     s.put(module("a", "two", "1"));
@@ -167,26 +168,113 @@ fn a_failing_get_fails_the_poll_and_a_404_means_gone() {
         "{}",
         d.stderr()
     );
-    // Deleted between the list and the GET (a 404): the module is gone from that poll.
-    s.fault(
-        Match::gets(),
-        Fault::Status(
+    // Deleted between the list and the GET (a 404 naming the object): only a list
+    // removes a module, so nothing happens until the next list; the object is still
+    // there, so that list brings its update.
+    let gone = Fault::Raw {
+        code: 404,
+        headers: Vec::new(),
+        body: status_json(
             404,
-            "NotFound".into(),
-            "configmaps \"two\" not found".into(),
+            "NotFound",
+            "configmaps \"two\" not found",
+            Some(Details {
+                name: Some("two".into()),
+                kind: Some("configmaps".into()),
+                ..Details::default()
+            }),
         ),
-        1,
-    );
+    };
+    s.fault(Match::gets(), gone, 1);
     s.put(module("a", "two", "2"));
+    let b = d.batch(SOON);
+    assert_eq!(
+        (b[0]["type"].as_str(), b[0]["module"].as_str()),
+        (Some("updated"), Some("a/two")),
+        "{b:?}"
+    );
+    // Really deleted: the next list says so.
+    s.delete("a", "two");
     let b = d.batch(SOON);
     assert_eq!(
         (b[0]["type"].as_str(), b[0]["module"].as_str()),
         (Some("removed"), Some("a/two"))
     );
-    let b = d.batch(SOON);
-    assert_eq!(
-        (b[0]["type"].as_str(), b[0]["module"].as_str()),
-        (Some("added"), Some("a/two"))
+    d.stop();
+}
+
+/// Issue 23.2: a 404 that is not the apiserver's NotFound about the very object asked for
+/// (a proxy's text page, a Status about another object or about an unknown path) fails
+/// the poll: the module is neither removed nor touched until a GET answers.
+#[test]
+fn a_404_about_something_else_fails_the_poll_and_removes_nothing() {
+    let s = TestApiserver::start();
+    s.put(module("apps", "web", "1"));
+    let d = Daemon::start(Cmpoll::against(&s), &["--interval", "30ms"]);
+    d.batch(SOON);
+    let wrong = |body: Vec<u8>| Fault::Raw {
+        code: 404,
+        headers: Vec::new(),
+        body,
+    };
+    let named = |name: &str, kind: &str| Details {
+        name: Some(name.into()),
+        kind: Some(kind.into()),
+        ..Details::default()
+    };
+    let answers = [
+        ("text", b"404 page not found\n".to_vec()),
+        (
+            "another object",
+            status_json(
+                404,
+                "NotFound",
+                "configmaps \"other\" not found",
+                Some(named("other", "configmaps")),
+            ),
+        ),
+        (
+            "another resource",
+            status_json(
+                404,
+                "NotFound",
+                "secrets \"web\" not found",
+                Some(named("web", "secrets")),
+            ),
+        ),
+        (
+            "no details",
+            status_json(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+                Some(Details::default()),
+            ),
+        ),
+    ];
+    for (n, (what, body)) in answers.into_iter().enumerate() {
+        s.fault_always(Match::gets(), wrong(body));
+        s.put(module("apps", "web", &format!("v{n}")));
+        d.quiet_through(&s, 2, 1);
+        let failed = s
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && !r.is_list() && r.status == 404)
+            .count();
+        assert!(failed >= 2 * (n + 1), "{what}: {failed} GETs answered 404");
+        s.clear_faults();
+        let b = d.batch(SOON);
+        assert_eq!(
+            (b[0]["type"].as_str(), b[0]["files"]["k"].as_str()),
+            (Some("updated"), Some(format!("v{n}").as_str())),
+            "{what}: {b:?}"
+        );
+    }
+    assert!(
+        d.stderr()
+            .contains("apiserver refused to get configmap apps/web: 404"),
+        "{}",
+        d.stderr()
     );
     d.stop();
 }

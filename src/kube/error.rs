@@ -22,7 +22,10 @@ pub enum Error {
         message: String,
         retry_after: Option<Duration>,
         /// `details.causes[].reason`, to tell a 504 "Too large resource version" apart.
-        causes: Vec<String>,
+        causes: Box<[String]>,
+        /// `details.kind` and `details.name` of a `Status` body: the object it is about
+        /// (a 404 NotFound names the resource and the object's name).
+        about: Option<Box<(String, String)>>,
     },
     /// No usable answer: the connection or TLS failed.
     Transport {
@@ -79,6 +82,22 @@ impl Error {
                 causes.iter().any(|c| c == "ResourceVersionTooLarge")
                     || message.contains("Too large resource version")
             }
+            _ => false,
+        }
+    }
+
+    /// A 404 `Status` NotFound about this very object (`resource` plural, e.g.
+    /// `configmaps`, and `name`), as the apiserver answers for an object that does not
+    /// exist. A 404 with any other body (a proxy's page, a Status about another object or
+    /// about an unknown path) says nothing about the object.
+    pub fn is_not_found(&self, resource: &str, name: &str) -> bool {
+        match self {
+            Error::Api {
+                code: 404,
+                reason,
+                about: Some(about),
+                ..
+            } => reason == "NotFound" && about.0 == resource && about.1 == name,
             _ => false,
         }
     }
@@ -213,6 +232,8 @@ pub(crate) fn api_error(
     #[derive(serde::Deserialize, Default)]
     #[serde(default, rename_all = "camelCase")]
     struct Details {
+        kind: String,
+        name: String,
         causes: Vec<Cause>,
         retry_after_seconds: Option<u64>,
     }
@@ -222,14 +243,17 @@ pub(crate) fn api_error(
         reason: String,
     }
     let status: Status = serde_json::from_slice(body).unwrap_or_default();
-    let (reason, message, causes, detail_retry) =
+    let (reason, message, causes, detail_retry, about) =
         if status.kind == "Status" || !status.reason.is_empty() {
             let d = status.details.unwrap_or_default();
+            let about =
+                (status.kind == "Status" && !d.name.is_empty()).then(|| Box::new((d.kind, d.name)));
             (
                 status.reason,
                 status.message,
                 d.causes.into_iter().map(|c| c.reason).collect(),
                 d.retry_after_seconds,
+                about,
             )
         } else {
             // A plain-text body (the APF 429, a proxy's error page): its first line, bounded.
@@ -242,7 +266,7 @@ pub(crate) fn api_error(
                 .chars()
                 .take(200)
                 .collect();
-            (String::new(), line, Vec::new(), None)
+            (String::new(), line, Box::default(), None, None)
         };
     Error::Api {
         action: action.to_string(),
@@ -255,6 +279,7 @@ pub(crate) fn api_error(
         message,
         retry_after: retry_after.or(detail_retry.map(Duration::from_secs)),
         causes,
+        about,
     }
 }
 
@@ -271,7 +296,8 @@ mod tests {
             reason: "Forbidden".into(),
             message: "configmaps is forbidden: User \"x\" cannot list".into(),
             retry_after: None,
-            causes: vec![],
+            causes: Box::default(),
+            about: None,
         };
         assert_eq!(
             e.to_string(),
@@ -296,7 +322,8 @@ mod tests {
             reason: "Timeout".into(),
             message: "Timeout: Too large resource version: 5, current: 4".into(),
             retry_after: None,
-            causes: vec!["ResourceVersionTooLarge".into()],
+            causes: Box::new(["ResourceVersionTooLarge".into()]),
+            about: None,
         };
         assert!(e.is_too_large_resource_version());
         let timeout = Error::Api {
@@ -305,9 +332,27 @@ mod tests {
             reason: "Timeout".into(),
             message: "Timeout: request did not complete within the allotted timeout".into(),
             retry_after: None,
-            causes: vec![],
+            causes: Box::default(),
+            about: None,
         };
         assert!(!timeout.is_too_large_resource_version());
+    }
+
+    /// Issue 23.2: only the apiserver's NotFound about this very object means "gone".
+    #[test]
+    fn not_found_is_about_the_object_asked_for_or_nothing() {
+        let at = |body: &[u8]| api_error("get configmap", 404, "Not Found", body, None);
+        let named = at(&fixture("status-404-configmap.json"));
+        assert!(named.is_not_found("configmaps", "payments-config"));
+        assert!(!named.is_not_found("configmaps", "other"));
+        assert!(!named.is_not_found("secrets", "payments-config"));
+        let path = at(&fixture("status-404-unknown-resource-under-api-v1.json"));
+        assert!(!path.is_not_found("configmaps", "payments-config"));
+        assert!(!at(b"404 page not found\n").is_not_found("configmaps", "payments-config"));
+        // A body that names the object but is not a Status.
+        let not_status =
+            br#"{"kind":"ConfigMap","reason":"NotFound","details":{"name":"payments-config","kind":"configmaps"}}"#;
+        assert!(!at(not_status).is_not_found("configmaps", "payments-config"));
     }
 
     #[test]

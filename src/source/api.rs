@@ -14,7 +14,10 @@
 //! GETs are worth: then that request is made again for full objects. A 403 on such a GET
 //! (a role with `list` but not `get`) fails the poll under `metadata`; under `auto` the
 //! request is made again in full and the scope stays on full lists for the rest of the
-//! run, with one warning. An apiserver that answers a metadata request with a full list
+//! run, with one warning. Only a list removes a module: an object a GET finds deleted or
+//! relabelled (a 404 NotFound `Status` about that very object) stays as the last poll had
+//! it until the next list, and any other 404 fails the poll. An apiserver that answers a
+//! metadata request with a full list
 //! is used as is (the response `kind` decides). Every item is checked against the
 //! selection: the answer is checked, not trusted.
 
@@ -241,7 +244,16 @@ impl ApiSource {
         for meta in listed.fetch {
             match self.get_one(&meta) {
                 Ok(Some(item)) => out.item(item)?,
-                Ok(None) => {}
+                Ok(None) => {
+                    // Deleted or relabelled since the list: only a list removes a module,
+                    // so it stays as the last poll had it until the next list says.
+                    log::debug!(
+                        "{} {}: gone since the list; kept until a list confirms it",
+                        self.selection.resource.singular(),
+                        meta.id()
+                    );
+                    out.unchanged(&meta.id());
+                }
                 Err(Error::Api(e)) if e.code() == Some(403) && self.mode == ListMode::Auto => {
                     log::warn!(
                         "{e}; the role has list but not get on {r}: {} in full from now on (grant get on {r} to have only changed objects fetched, or set --list-mode full)",
@@ -368,7 +380,9 @@ impl ApiSource {
     }
 
     /// GETs one object from the cache, not older than its listed resourceVersion; `None`
-    /// if it was deleted or relabelled since the list (it is then gone from this poll).
+    /// if it was deleted or relabelled since the list: a 404 `Status` NotFound that names
+    /// this very object, or the object no longer selected. Any other 404 (a proxy's text
+    /// page, a Status about another object or path) fails the poll.
     fn get_one(&mut self, m: &Meta) -> Result<Option<Item>, Error> {
         let resource = self.selection.resource;
         let action = format!("get {} {}", resource.singular(), m.id());
@@ -409,7 +423,7 @@ impl ApiSource {
                         cause: format!("expected a {}, got kind '{kind}'", resource.kind()),
                     }));
                 }
-                Err(e) if e.code() == Some(404) => return Ok(None),
+                Err(e) if e.is_not_found(resource.plural(), &m.name) => return Ok(None),
                 Err(e) if e.is_too_large_resource_version() && url != path => {
                     log::info!("{e}; reading it from the apiserver's storage instead");
                     url = path.clone();
