@@ -585,3 +585,44 @@ fn flat_layout_clashes_are_rejected_once_and_handed_over() {
     assert_eq!(tree(&out), map(&[("b.yaml", "b"), ("shared.yaml", "B2")]));
     assert!(leftovers(&out).is_empty());
 }
+
+/// Issue 23.1: the longest names the apiserver accepts (a 63-byte namespace, a 253-byte
+/// name) are delivered in the files layout and validated, at any age of the folder: after
+/// a restart whose record's sequence is near its end, an update still reaches the folder.
+#[test]
+fn the_longest_valid_names_are_delivered_at_any_age_of_the_folder() {
+    let ns = format!("n{}", "s".repeat(62));
+    let name = format!("{}.{}", "a".repeat(200), "b".repeat(52));
+    let s = TestApiserver::start();
+    s.put(labelled(&ns, &name).data("k.conf", "v1"));
+    let c = Cmpoll::against(&s);
+    let out = c.path("out");
+    let once = |c: &Cmpoll| {
+        c.with_args(&[
+            "run",
+            "--once",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--validate",
+            "test -f \"$CMPOLL_MODULE_DIR/k.conf\" && test -f \"$CMPOLL_MODULE_FILE\"",
+        ])
+        .run()
+        .success()
+    };
+    once(&c);
+    let file = out.join(&ns).join(&name).join("k.conf");
+    assert_eq!(fs::read_to_string(&file).unwrap(), "v1");
+    // An old folder: its record's sequence is near the end of its range.
+    let state = out.join(".cmpoll/state.json");
+    let mut record: serde_json::Value = serde_json::from_slice(&fs::read(&state).unwrap()).unwrap();
+    record["seq"] = serde_json::json!(u64::MAX - 2);
+    fs::write(&state, record.to_string()).unwrap();
+    s.put(labelled(&ns, &name).data("k.conf", "v2"));
+    let run = once(&c);
+    assert_eq!(fs::read_to_string(&file).unwrap(), "v2", "{}", run.stderr);
+    assert!(!run.stderr.contains("too long"), "{}", run.stderr);
+    for v in fs::read_dir(out.join(".cmpoll/versions")).unwrap() {
+        let v = v.unwrap().file_name();
+        assert!(v.len() <= 255, "{v:?}");
+    }
+}

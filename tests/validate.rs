@@ -503,3 +503,49 @@ fn nginx_t_checks_the_staged_module_alone() {
     assert!(out.join("web/good/site.conf").exists());
     assert!(!out.join("web/broken").exists());
 }
+
+/// Issue 23.3: a rejection's reason holds at most 4 KiB in all, the exit status or the
+/// timeout included, and is cut on a character boundary (the output here is all `é`, two
+/// bytes each, so a cut at a byte count splits one).
+#[test]
+fn a_reason_is_at_most_4_kib_cut_on_a_character_boundary() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "exit", "x"));
+    s.put(module("ns", "slow", "x"));
+    let c = Cmpoll::against(&s);
+    // 3 bytes of `a` first, so that every `é` starts at an odd offset.
+    let validator = "printf aaa; yes é | tr -d '\\n' | head -c 9000; \
+         if [ \"$CMPOLL_MODULE\" = ns/slow ]; then sleep 5; fi; exit 3";
+    let run = c
+        .with_args(&[
+            "run",
+            "--once",
+            "--stdout-events",
+            "--validate",
+            validator,
+            "--validate-timeout",
+            "1s",
+        ])
+        .run();
+    let events: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let reasons: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "rejected")
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons.len(), 2, "{}", run.described);
+    for (reason, end) in reasons.iter().zip([
+        "(validator exited with status 3)",
+        "(validator killed after --validate-timeout 1s)",
+    ]) {
+        assert!(reason.len() <= 4096, "{} bytes", reason.len());
+        assert!(reason.len() > 4000, "{} bytes", reason.len());
+        assert!(reason.starts_with("aaaé"), "{}", &reason[..20]);
+        assert!(reason.ends_with(end), "{}", &reason[reason.len() - 80..]);
+        assert!(!reason.contains('\u{fffd}'), "a character was split");
+    }
+}

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{KEEP, Options};
 use crate::ops::process;
+use crate::poll::event::{self, MAX_REASON};
 use crate::poll::hash::Hash;
+use crate::sink::outdir;
 use crate::source::ModuleFile;
 
 /// What the validator said.
@@ -65,10 +67,12 @@ impl Stage {
     /// Stages `files` of module `id` and runs the validator on them.
     pub fn validate(&self, o: &Options, id: &str, hash: &Hash, files: &[ModuleFile]) -> Verdict {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let name = format!("{}.{n:x}", id.replace('/', "."));
-        let dir = self.dir.join(&name);
-        // Beside the folder: `NAME{EXT}` (`--ext`), else `NAME.concat`.
+        // Beside the folder: `NAME{EXT}` (`--ext`), else `NAME.concat`; both names fit
+        // in a path element however long the module's name.
         let ext = if o.ext.is_empty() { ".concat" } else { &o.ext };
+        let room = outdir::VERSION_STEM.saturating_sub(ext.len()).max(32);
+        let name = format!("{}.{n:x}", outdir::stem(id, room));
+        let dir = self.dir.join(&name);
         let file = self.dir.join(format!("{name}{ext}"));
         let verdict = stage(&dir, &file, files)
             .map_err(|e| Verdict::Error(format!("cannot stage its files: {e}")))
@@ -85,7 +89,7 @@ fn stage(dir: &Path, file: &Path, files: &[ModuleFile]) -> std::io::Result<()> {
         // Keys were checked (a single path component) when the module was made.
         fs::write(dir.join(&f.key), f.content.bytes())?;
     }
-    fs::write(file, crate::sink::outdir::concat_bytes(files))
+    fs::write(file, outdir::concat_bytes(files))
 }
 
 fn run(o: &Options, id: &str, hash: &Hash, dir: &Path, file: &Path) -> Verdict {
@@ -101,18 +105,24 @@ fn run(o: &Options, id: &str, hash: &Hash, dir: &Path, file: &Path) -> Verdict {
         Ok(d) => d,
         Err(e) => return Verdict::Error(format!("/bin/sh: {e}")),
     };
-    let output = String::from_utf8_lossy(&done.output).trim_end().to_string();
+    let output = String::from_utf8_lossy(&done.output);
+    let output = output.trim_end();
+    // The output, cut so that it and what happened fit a reason's 4 KiB together: the
+    // exit status is never the part that is lost.
     let with = |what: String| {
         if output.is_empty() {
             what
         } else {
-            format!("{output}\n({what})")
+            let room = MAX_REASON.saturating_sub(what.len() + "\n()".len());
+            format!("{}\n({what})", event::cut(output, room))
         }
     };
     match done.exit {
         Some(exit) if exit.success() => Verdict::Pass,
         Some(exit) if matches!(exit.code, Some(126 | 127)) => {
-            Verdict::Error(format!("validator cannot run: it {exit}: {output}"))
+            let what = format!("validator cannot run: it {exit}: ");
+            let room = MAX_REASON.saturating_sub(what.len());
+            Verdict::Error(format!("{what}{}", event::cut(output, room)))
         }
         Some(exit) => Verdict::Fail(with(format!("validator {exit}"))),
         None => Verdict::Fail(with(format!(
@@ -187,7 +197,8 @@ b.yaml here" && ! read x"#;
             &files(),
         );
         let Verdict::Fail(why) = long else { panic!() };
-        assert!(why.len() < KEEP + 100, "{}", why.len());
+        assert!(why.len() <= MAX_REASON, "{}", why.len());
+        assert!(why.ends_with("(validator exited with status 2)"), "{why}");
         assert_eq!(
             fs::read_dir(&stage.dir).unwrap().count(),
             0,

@@ -11,6 +11,8 @@
 //! held back (a validator's output, a `flat` name clash), `synced` closes a batch. `list
 //! --json` prints the same module object without `type`.
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
@@ -59,16 +61,39 @@ impl Event {
         }
     }
 
-    /// This (added or updated) module, rejected for `reason`.
+    /// This (added or updated) module, rejected for `reason` (cut to `MAX_REASON`).
     pub fn reject(&mut self, reason: String) {
         self.change = Change::Rejected;
-        self.reason = Some(reason);
+        self.reason = Some(match cut(&reason, MAX_REASON) {
+            Cow::Borrowed(_) => reason,
+            Cow::Owned(cut) => cut,
+        });
     }
 
     /// Whether a sink that delivers contents acts on it (`rejected` is news, not a change).
     pub fn is_change(&self) -> bool {
         self.change != Change::Rejected
     }
+}
+
+/// The most bytes of a `rejected` event's reason (SPEC: "at most 4 KiB in all").
+pub const MAX_REASON: usize = 4096;
+
+/// The cut that marks where text was left out.
+const ELLIPSIS: &str = "…";
+
+/// `text` in at most `max` bytes: as it is when it fits, else cut on a character boundary
+/// and ended with `…` (the mark counted in `max`).
+pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    let mark = if max >= ELLIPSIS.len() { ELLIPSIS } else { "" };
+    let mut end = max - mark.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}{mark}", &text[..end]))
 }
 
 /// The events that turn `prev` into `next`.
@@ -247,6 +272,24 @@ mod tests {
     use crate::poll::hash::Hash;
     use crate::poll::spool::Loc;
     use crate::source::Content;
+
+    #[test]
+    fn cut_keeps_what_fits_and_cuts_on_a_character_boundary() {
+        for (text, max, want) in [
+            ("short", 10, "short"),
+            ("exactly", 7, "exactly"),
+            ("abcdefgh", 7, "abcd…"),
+            ("aééé", 6, "aé…"),
+            ("aéééé", 8, "aéé…"),
+            ("aéééé", 7, "aé…"),
+            ("éé", 2, "é"),
+            ("éé", 1, ""),
+        ] {
+            let got = cut(text, max);
+            assert_eq!(got, want, "{text:?} in {max}");
+            assert!(got.len() <= max);
+        }
+    }
 
     fn entry() -> Entry {
         Entry {

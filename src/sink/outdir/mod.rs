@@ -1,6 +1,7 @@
 //! `--out-dir DIR`: modules as files, switched atomically, with a record of what was written.
 //!
-//! `files` layout: `DIR/NS/NAME` is a symlink to `DIR/.cmpoll/versions/NS.NAME.SEQ/`, a
+//! `files` layout: `DIR/NS/NAME` is a symlink to `DIR/.cmpoll/versions/NS.NAME.SEQ/` (its
+//! `NS.NAME` cut and hashed where the longest valid names would not fit a path element), a
 //! complete, fsynced folder of the module's files; an update writes a new version folder and
 //! swaps the symlink with `rename(2)` (kubelet's AtomicWriter), so a reader that resolves
 //! the module path once reads one consistent version. Replaced versions stay readable for
@@ -145,6 +146,30 @@ pub fn concat_bytes(files: &[ModuleFile]) -> Vec<u8> {
         }
     }
     content
+}
+
+/// The longest name of one path element (Linux's `NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+/// The most bytes of a version folder's stem: room is left for `.` and a sequence number
+/// of up to 16 hex digits, so a name never outgrows `NAME_MAX` as the folder ages.
+pub const VERSION_STEM: usize = NAME_MAX - 17;
+
+/// A name for things cmpoll makes for module `id` in at most `room` bytes: `NS.NAME`
+/// where it fits, else its start cut and `~` with 16 hex digits of the SHA-256 of `id`
+/// (a `~` is in no valid name, so the two forms never meet). A namespace may have 63
+/// bytes and a name 253: `NS.NAME` alone can be longer than a path element may be.
+pub fn stem(id: &str, room: usize) -> String {
+    let dotted = id.replace('/', ".");
+    if dotted.len() <= room {
+        return dotted;
+    }
+    let hash = &digest(id.as_bytes())[..16];
+    let mut end = room.saturating_sub(1 + hash.len()).min(dotted.len());
+    while !dotted.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}~{hash}", &dotted[..end])
 }
 
 fn digest(bytes: &[u8]) -> String {

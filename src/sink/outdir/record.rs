@@ -177,7 +177,7 @@ fn keys(files: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// A version folder's name: `NS.NAME.HEX`, as `plan` makes it.
+/// A version folder's name: `STEM.HEX`, as `plan` makes it (see `super::stem`).
 fn version_name(v: &str) -> Result<(), String> {
     component(v)?;
     let ok = v
@@ -197,7 +197,9 @@ fn written(id: &str, w: &Written) -> Result<(), String> {
     if let Some(v) = &w.version {
         version_name(v)?;
         let (ns, name) = split_id(id);
-        if !v.starts_with(&format!("{ns}.{name}.")) {
+        // As `plan` names it, or as cmpoll did before names were bounded.
+        let now = format!("{}.", super::stem(id, super::VERSION_STEM));
+        if !v.starts_with(&now) && !v.starts_with(&format!("{ns}.{name}.")) {
             return Err(format!(
                 "version {} is not this module's",
                 validation::go_quote(v)

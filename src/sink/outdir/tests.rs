@@ -515,3 +515,96 @@ fn flat_recovery_adopts_files_with_the_new_bytes_and_restart_keeps_the_holder() 
     assert_eq!(fs::read_to_string(f.path("b")).unwrap(), "new");
     assert_eq!(fs::read_to_string(f.path("a")).unwrap(), "new");
 }
+
+/// Issue 23.1: the longest valid namespace (63) and name (253) are written in the files
+/// layout, also when the folder's sequence is near its end, and restart and update from
+/// there; a version folder named as cmpoll named them before (`NS.NAME.SEQ`) is read back
+/// and replaced.
+#[test]
+fn the_longest_valid_names_are_written_at_any_age_of_the_folder() {
+    let ns = format!("n{}", "s".repeat(62));
+    let name = format!("{}.{}", "a".repeat(200), "b".repeat(52));
+    let twin = format!("{}.{}", "a".repeat(200), "c".repeat(52));
+    assert_eq!((ns.len(), name.len()), (63, 253));
+    let id = format!("{ns}/{name}");
+    let twin_id = format!("{ns}/{twin}");
+    let mut f = Fixture::new();
+    let mut out = f.open(Layout::Files);
+    out.record.seq = u64::MAX - 10;
+    let events = vec![
+        f.event(Change::Added, &id, &[("k", "1")]),
+        f.event(Change::Added, &twin_id, &[("k", "twin")]),
+    ];
+    assert_eq!(f.apply(&mut out, events), Vec::<String>::new());
+    let read = |f: &Fixture, id: &str| fs::read_to_string(f.path(&format!("{id}/k"))).unwrap();
+    assert_eq!(
+        (read(&f, &id), read(&f, &twin_id)),
+        ("1".into(), "twin".into())
+    );
+    let v = out.record.modules[&id].version.clone().unwrap();
+    assert!(v.len() <= 255 && v.contains('~'), "{v}");
+    assert_ne!(v, out.record.modules[&twin_id].version.clone().unwrap());
+    // A restart reads the record back, and an update still switches.
+    drop(out);
+    let mut out = f.open(Layout::Files);
+    let e = f.event(Change::Updated, &id, &[("k", "2")]);
+    assert_eq!(f.apply(&mut out, vec![e]), Vec::<String>::new());
+    assert_eq!(read(&f, &id), "2");
+    drop(out);
+    // What an older cmpoll wrote for a long name that fitted (`NS.NAME.SEQ`, 255 bytes).
+    let old_ns = "monitoring";
+    let old_name = "x".repeat(242);
+    let old_id = format!("{old_ns}/{old_name}");
+    let old_version = format!("{old_ns}.{old_name}.1");
+    assert_eq!(old_version.len(), 255);
+    fs::create_dir_all(f.path(&format!(".cmpoll/versions/{old_version}"))).unwrap();
+    fs::write(f.path(&format!(".cmpoll/versions/{old_version}/k")), "old").unwrap();
+    fs::create_dir(f.path(old_ns)).unwrap();
+    std::os::unix::fs::symlink(
+        format!("../.cmpoll/versions/{old_version}"),
+        f.path(&old_id),
+    )
+    .unwrap();
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&fs::read(f.path(".cmpoll/state.json")).unwrap()).unwrap();
+    let old_entry = f.event(Change::Added, &old_id, &[("k", "old")]);
+    state["modules"][&old_id] = serde_json::json!({
+        "hash": old_entry.entry.hash.to_string(), "mode": 420,
+        "version": old_version, "files": ["k"]});
+    state["namespaces"] = serde_json::json!([ns, old_ns]);
+    fs::write(f.path(".cmpoll/state.json"), state.to_string()).unwrap();
+    let mut out = f.open(Layout::Files);
+    let e = f.event(Change::Updated, &old_id, &[("k", "new")]);
+    assert_eq!(f.apply(&mut out, vec![e]), Vec::<String>::new());
+    assert_eq!(read(&f, &old_id), "new");
+    out.tick(None).unwrap();
+    assert!(!f.path(&format!(".cmpoll/versions/{old_version}")).exists());
+}
+
+/// The concat layout's `NS.NAME{EXT}` cannot hold every valid name: the error says why.
+#[test]
+fn a_concat_name_too_long_for_a_file_says_so() {
+    let mut f = Fixture::new();
+    let mut out = f.open(Layout::Concat);
+    let id = format!("ns/{}", "a".repeat(253));
+    let e = f.event(Change::Added, &id, &[("k", "1")]);
+    assert_eq!(f.apply(&mut out, vec![e]), vec![id.clone()]);
+    let e = out.concat_name(&id).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("more than a file name may have (255)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn stems_fit_their_room_and_keep_long_names_apart() {
+    assert_eq!(stem("ns/m", VERSION_STEM), "ns.m");
+    let a = format!("ns/{}x", "a".repeat(252));
+    let b = format!("ns/{}y", "a".repeat(252));
+    let (sa, sb) = (stem(&a, VERSION_STEM), stem(&b, VERSION_STEM));
+    assert!(sa.len() <= VERSION_STEM && sb.len() <= VERSION_STEM);
+    assert!(sa.starts_with("ns.aaaa") && sa.contains('~'), "{sa}");
+    assert_ne!(sa, sb);
+    assert!(stem(&a, 40).len() <= 40);
+}

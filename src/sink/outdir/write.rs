@@ -7,7 +7,10 @@ use std::io;
 use std::path::Path;
 
 use super::record::{Pending, TMP_PREFIX, Written};
-use super::{DIR_MODE, Found, Layout, OutDir, concat_bytes, digest, found, not_ours, part};
+use super::{
+    DIR_MODE, Found, Layout, NAME_MAX, OutDir, VERSION_STEM, concat_bytes, digest, found, not_ours,
+    part, stem,
+};
 use crate::poll::snapshot::{Entry, split_id};
 use crate::sink::atomic::{self, create_dir, fsync_dir};
 use crate::source::ModuleFile;
@@ -16,6 +19,16 @@ impl OutDir {
     pub(super) fn concat_name(&self, id: &str) -> io::Result<String> {
         let (ns, name) = split_id(id);
         let file = format!("{}.{}{}", part(ns)?, part(name)?, self.opts.ext);
+        if file.len() > NAME_MAX {
+            // SPEC's concat name is NS.NAME{EXT}: valid names can make it too long.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "its concat file name '{file}' has {} bytes, more than a file name may have ({NAME_MAX}); the files layout can hold it",
+                    file.len()
+                ),
+            ));
+        }
         part(&file).map(str::to_string)
     }
 
@@ -67,7 +80,7 @@ impl OutDir {
                     }
                     None => new_namespace = true,
                 }
-                let version = format!("{}.{}.{seq:x}", part(ns)?, part(name)?);
+                let version = format!("{}.{seq:x}", stem(id, VERSION_STEM));
                 if found(&self.versions().join(&version))? != Found::Nothing {
                     return Err(not_ours(&self.versions().join(&version)));
                 }
