@@ -120,7 +120,11 @@ fn daemon(
         .out_dir
         .as_ref()
         .map(|o| sink::outdir::meta_dir(&o.dir));
-    let spool = Spool::new(spool_dir.as_deref()).map_err(|e| Error::Config(e.to_string()))?;
+    let mut spool = Spool::new(spool_dir.as_deref()).map_err(|e| Error::Config(e.to_string()))?;
+    // Delivered modules are read back from the folder: not kept twice on its volume.
+    if let Some(shelf) = run.sinks.out_dir.as_ref().and_then(sink::outdir::shelf) {
+        spool = spool.with_shelf(shelf);
+    }
     let ops = daemon::Ops {
         health,
         metrics,

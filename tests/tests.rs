@@ -24,3 +24,4 @@ mod run;
 mod secrets;
 mod soak;
 mod validate;
+mod volume;

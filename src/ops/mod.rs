@@ -10,3 +10,4 @@ pub mod process;
 pub mod server;
 pub mod signals;
 pub mod systemd;
+pub mod volume;

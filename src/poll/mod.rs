@@ -75,11 +75,19 @@ impl Poller {
             spool,
             entries: Modules::default(),
             others: Vec::new(),
+            full: None,
         };
         let result = self.source.list(&last, &mut c);
         let Collector {
-            entries, others, ..
+            entries,
+            others,
+            full,
+            ..
         } = c;
+        let result = match (result, full) {
+            (Ok(()), Some(full)) => Err(Error::Spool(full.error(spool, start))),
+            (result, _) => result,
+        };
         if let Err(e) = result {
             spool.truncate(start).map_err(Error::Spool)?;
             return Err(e);
@@ -133,6 +141,36 @@ struct Collector<'a> {
     entries: Modules,
     /// This poll's ConfigMaps that are not modules.
     others: Vec<(String, Noted)>,
+    /// The spool's volume is full: the poll will fail, and goes on only to count what it
+    /// needed, so that the error can say how much.
+    full: Option<Full>,
+}
+
+/// A poll that ran out of room in the spool.
+struct Full {
+    error: std::io::Error,
+    /// Bytes of the records after the one that did not fit.
+    unspooled: u64,
+}
+
+impl Full {
+    /// The error, with how much this poll needs on which volume.
+    fn error(self, spool: &Spool, start: u64) -> std::io::Error {
+        let need = crate::ops::volume::size(spool.len() - start + self.unspooled);
+        let volume = spool.dir().and_then(crate::ops::volume::Volume::of);
+        let place = match (spool.dir(), volume) {
+            (Some(d), Some(v)) => format!(" in '{}', on {}", d.display(), v.describe()),
+            (Some(d), None) => format!(" in '{}'", d.display()),
+            (None, _) => String::new(),
+        };
+        std::io::Error::new(
+            self.error.kind(),
+            format!(
+                "{}: this poll needs about {need} for its new and changed modules{place}; writing them into the output folder needs about as much again",
+                self.error
+            ),
+        )
+    }
 }
 
 impl Collector<'_> {
@@ -174,9 +212,25 @@ impl Collect for Collector<'_> {
                 return Ok(());
             }
         };
+        if let Some(full) = &mut self.full {
+            full.unspooled += Spool::record_len(&module.files);
+            return Ok(());
+        }
         let loc = match self.last.snapshot.modules.get(&id) {
             Some(old) if old.hash == module.hash => old.loc,
-            _ => self.spool.put(&module.files).map_err(Error::Spool)?,
+            _ => match self.spool.put_module(&id, &module.hash, &module.files) {
+                Ok(loc) => loc,
+                Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+                    // The record that did not fit is in the spool's length already
+                    // (gathered, its write failed): what comes after it is counted.
+                    self.full = Some(Full {
+                        error: e,
+                        unspooled: 0,
+                    });
+                    return Ok(());
+                }
+                Err(e) => return Err(Error::Spool(e)),
+            },
         };
         self.entries.push_unsorted(
             &id,

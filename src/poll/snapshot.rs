@@ -217,6 +217,10 @@ impl Modules {
         self.find(id).ok().map(|i| &self.v[i].2)
     }
 
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Entry> {
+        self.find(id).ok().map(|i| &mut self.v[i].2)
+    }
+
     pub fn contains_key(&self, id: &str) -> bool {
         self.find(id).is_ok()
     }

@@ -8,13 +8,32 @@
 //! its new file there too). A spool that cannot be created is an error, never a silent
 //! move into memory: in a pod with a read-only root and no `/tmp`, memory is exactly what
 //! the operator did not plan for. Space of superseded contents is reclaimed by `compact`.
+//!
+//! With a `Shelf` (the output folder, in a layout that keeps each file as it is), a module
+//! that folder already holds is not kept twice on its volume: once delivered, or found
+//! there when a run starts, the spool keeps only its keys, and `get` reads the files back
+//! from the folder, checked against the module's hash. A record is *shelved* only after
+//! its bytes were read back and found equal.
 
 use std::fs::File as FsFile;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use super::hash::Hash;
 use crate::source::{Content, ModuleFile};
+
+/// The output folder as a place to read a module's files back from.
+pub trait Shelf: Send + Sync {
+    /// The bytes of file `key` of module `id` as the folder holds them now; more than
+    /// `limit` bytes, or anything but a regular file, is an error.
+    fn read(&self, id: &str, key: &str, limit: u64) -> io::Result<Vec<u8>>;
+    /// The folder, for messages.
+    fn dir(&self) -> &Path;
+}
+
+/// The first byte of a shelved record (a plain record starts with a file's 0 or 1).
+const SHELVED: u8 = 2;
 
 /// Where a module's files are in the spool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,6 +64,11 @@ pub struct Spool {
     len: u64,
     /// Bytes that belong to no current module (superseded or removed contents).
     dead: u64,
+    /// Where delivered modules are read back from, if anywhere.
+    shelf: Option<Box<dyn Shelf>>,
+    /// Until the first batch is committed: a module put is looked for on the shelf first
+    /// (a restart finds the folder already holding most of them).
+    look_on_shelf: bool,
 }
 
 impl Spool {
@@ -76,7 +100,31 @@ impl Spool {
             dir: dir.map(Path::to_path_buf),
             len: 0,
             dead: 0,
+            shelf: None,
+            look_on_shelf: false,
         })
+    }
+
+    /// Reads delivered modules back from `shelf` instead of keeping them here.
+    pub fn with_shelf(mut self, shelf: Box<dyn Shelf>) -> Spool {
+        self.shelf = Some(shelf);
+        self.look_on_shelf = true;
+        self
+    }
+
+    /// The first batch is committed: from now on the shelf holds only what was delivered.
+    pub fn first_batch_done(&mut self) {
+        self.look_on_shelf = false;
+    }
+
+    /// The folder the spool file is in (`None`: `$TMPDIR` or memory).
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// Bytes of live records (what a compaction copies).
+    pub fn live(&self) -> u64 {
+        self.len - self.dead
     }
 
     /// A spool in memory (for tests and small one-shot uses).
@@ -86,6 +134,8 @@ impl Spool {
             dir: None,
             len: 0,
             dead: 0,
+            shelf: None,
+            look_on_shelf: false,
         }
     }
 
@@ -97,28 +147,90 @@ impl Spool {
         self.len == 0
     }
 
+    /// The bytes `put` appends for `files`.
+    pub fn record_len(files: &[ModuleFile]) -> u64 {
+        files
+            .iter()
+            .map(|f| 13 + f.key.len() as u64 + f.content.bytes().len() as u64)
+            .sum()
+    }
+
     /// Appends a module's files.
     pub fn put(&mut self, files: &[ModuleFile]) -> io::Result<Loc> {
+        self.append(|buf| {
+            buf.reserve(Self::record_len(files) as usize);
+            encode_files(buf, files, true);
+        })
+    }
+
+    /// Appends module `id`'s files, or only their keys when the shelf already holds these
+    /// very bytes (before the first batch is committed).
+    pub fn put_module(&mut self, id: &str, hash: &Hash, files: &[ModuleFile]) -> io::Result<Loc> {
+        if self.look_on_shelf && self.on_shelf(id, files) {
+            return self.put_shelved(id, hash, files);
+        }
+        self.put(files)
+    }
+
+    /// Keeps only the keys of module `id` (at `loc`, with `hash`) when the shelf holds its
+    /// files byte for byte, and releases the full record; `None` if it does not (the
+    /// record stays as it is).
+    pub fn shelve(&mut self, id: &str, hash: &Hash, loc: Loc) -> io::Result<Option<Loc>> {
+        if self.shelf.is_none() || self.is_shelved(loc)? {
+            return Ok(None);
+        }
+        let files = self.get(loc)?;
+        if !self.on_shelf(id, &files) {
+            return Ok(None);
+        }
+        let shelved = self.put_shelved(id, hash, &files)?;
+        self.release(loc);
+        Ok(Some(shelved))
+    }
+
+    /// Whether the shelf holds exactly `files` for `id`.
+    fn on_shelf(&self, id: &str, files: &[ModuleFile]) -> bool {
+        let Some(shelf) = &self.shelf else {
+            return false;
+        };
+        files.iter().all(|f| {
+            let bytes = f.content.bytes();
+            shelf
+                .read(id, &f.key, bytes.len() as u64)
+                .is_ok_and(|b| b == bytes)
+        })
+    }
+
+    fn put_shelved(&mut self, id: &str, hash: &Hash, files: &[ModuleFile]) -> io::Result<Loc> {
+        self.append(|buf| {
+            buf.push(SHELVED);
+            buf.extend_from_slice(&(id.len() as u32).to_be_bytes());
+            buf.extend_from_slice(id.as_bytes());
+            buf.extend_from_slice(&hash.0);
+            encode_files(buf, files, false);
+        })
+    }
+
+    fn is_shelved(&self, loc: Loc) -> io::Result<bool> {
+        if loc.len == 0 {
+            return Ok(false);
+        }
+        let first = self.raw(Loc {
+            off: loc.off,
+            len: 1,
+        })?;
+        Ok(first.first() == Some(&SHELVED))
+    }
+
+    /// Appends one record that `fill` writes.
+    fn append(&mut self, fill: impl FnOnce(&mut Vec<u8>)) -> io::Result<Loc> {
         let start = self.len;
         let buf = match &mut self.backing {
             Backing::Disk { pending, .. } => pending,
             Backing::Memory(m) => m,
         };
         let before = buf.len();
-        buf.reserve(
-            files
-                .iter()
-                .map(|f| 13 + f.key.len() + f.content.bytes().len())
-                .sum(),
-        );
-        for f in files {
-            buf.push(u8::from(f.content.is_binary()));
-            buf.extend_from_slice(&(f.key.len() as u32).to_be_bytes());
-            buf.extend_from_slice(f.key.as_bytes());
-            let bytes = f.content.bytes();
-            buf.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
-            buf.extend_from_slice(bytes);
-        }
+        fill(buf);
         let loc = Loc {
             off: start,
             len: (buf.len() - before) as u64,
@@ -131,21 +243,34 @@ impl Spool {
         } = &mut self.backing
             && pending.len() >= FLUSH_AT
         {
-            file.write_all_at(pending, *flushed)?;
+            if let Err(e) = file.write_all_at(pending, *flushed) {
+                // What a write that failed part-way (a full volume) allocated goes back
+                // at once; the record stays gathered, and a failed poll truncates it.
+                let _ = file.set_len(*flushed);
+                return Err(e);
+            }
             *flushed += pending.len() as u64;
             pending.clear();
         }
         Ok(loc)
     }
 
-    /// Reads a module's files back.
+    /// Reads a module's files back (a shelved one's from the shelf, checked by hash).
     pub fn get(&self, loc: Loc) -> io::Result<Vec<ModuleFile>> {
-        let in_memory = |m: &[u8], from: u64| -> io::Result<Vec<ModuleFile>> {
+        let raw = self.raw(loc)?;
+        match raw.split_first() {
+            Some((&SHELVED, rest)) => self.read_shelved(rest),
+            _ => decode(&raw),
+        }
+    }
+
+    /// A record's bytes.
+    fn raw(&self, loc: Loc) -> io::Result<Vec<u8>> {
+        let in_memory = |m: &[u8], from: u64| -> io::Result<Vec<u8>> {
             let at = (loc.off - from) as usize;
-            decode(
-                m.get(at..at + loc.len as usize)
-                    .ok_or_else(|| corrupt("location past the end"))?,
-            )
+            m.get(at..at + loc.len as usize)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| corrupt("location past the end"))
         };
         match &self.backing {
             Backing::Disk {
@@ -154,10 +279,54 @@ impl Spool {
             Backing::Disk { file, .. } => {
                 let mut buf = vec![0; loc.len as usize];
                 file.read_exact_at(&mut buf, loc.off)?;
-                decode(&buf)
+                Ok(buf)
             }
             Backing::Memory(m) => in_memory(m, 0),
         }
+    }
+
+    /// A shelved record's files, read from the shelf; the error says when the folder no
+    /// longer holds what cmpoll wrote.
+    fn read_shelved(&self, mut rest: &[u8]) -> io::Result<Vec<ModuleFile>> {
+        let shelf = (self.shelf.as_ref()).ok_or_else(|| corrupt("a shelved record, no shelf"))?;
+        let idlen = u32::from_be_bytes(take(&mut rest, 4)?.try_into().expect("4 bytes")) as usize;
+        let id = std::str::from_utf8(take(&mut rest, idlen)?)
+            .map_err(|_| corrupt("id is not UTF-8"))?
+            .to_string();
+        let hash = Hash(take(&mut rest, 32)?.try_into().expect("32 bytes"));
+        let heads = decode_heads(rest)?;
+        let mut read = Vec::with_capacity(heads.len());
+        for (_, key, len) in &heads {
+            let bytes = shelf.read(&id, key, *len as u64).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot read {id} back from '{}': {e}",
+                        shelf.dir().display()
+                    ),
+                )
+            })?;
+            read.push(bytes);
+        }
+        let got = Hash::of(
+            heads
+                .iter()
+                .zip(&read)
+                .map(|((_, k, _), b)| (k.as_str(), &b[..])),
+        );
+        if got != hash {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "'{}' no longer holds what cmpoll wrote for {id} (changed by someone else)",
+                    shelf.dir().display()
+                ),
+            ));
+        }
+        let files = heads.into_iter().zip(read);
+        files
+            .map(|((binary, key, _), bytes)| file(binary, key, bytes))
+            .collect()
     }
 
     /// Forgets everything appended after `len` (the contents of a failed poll).
@@ -189,20 +358,33 @@ impl Spool {
         self.dead += loc.len;
     }
 
-    /// Whether enough space is dead to be worth a compaction.
+    /// Whether enough space is dead to be worth a compaction: more than is live, and more
+    /// than 64 KiB. A compaction copies what is live, so its cost is bounded by what was
+    /// written since the last one; with a shelf, what is live is mostly keys, and the
+    /// space of delivered contents goes back to the volume after the batch.
     pub fn wants_compaction(&self) -> bool {
-        self.dead > 4 << 20 && self.dead > self.len - self.dead
+        self.dead > self.live().max(64 << 10)
     }
 
-    /// Rewrites the live contents (`locs`, updated in place) into a fresh spool.
+    /// Rewrites the live records (`locs`, updated in place) into a fresh spool, as they
+    /// are (a shelved one stays shelved).
     pub fn compact<'a>(&mut self, locs: impl Iterator<Item = &'a mut Loc>) -> io::Result<()> {
         let mut next = match &self.backing {
             Backing::Disk { .. } => Spool::new(self.dir.as_deref())?,
             Backing::Memory(_) => Spool::memory(),
         };
-        for loc in locs {
-            let files = self.get(*loc)?;
-            *loc = next.put(&files)?;
+        next.shelf = self.shelf.take();
+        next.look_on_shelf = self.look_on_shelf;
+        let copied = (|| {
+            for loc in locs {
+                let raw = self.raw(*loc)?;
+                *loc = next.append(|buf| buf.extend_from_slice(&raw))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = copied {
+            self.shelf = next.shelf.take();
+            return Err(e);
         }
         *self = next;
         Ok(())
@@ -213,31 +395,67 @@ fn corrupt(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("spool: {what}"))
 }
 
-fn decode(mut buf: &[u8]) -> io::Result<Vec<ModuleFile>> {
-    fn take<'a>(buf: &mut &'a [u8], n: usize) -> io::Result<&'a [u8]> {
-        if buf.len() < n {
-            return Err(corrupt("truncated record"));
+/// Files as a record holds them: flag (binary or not), key, length, and the contents
+/// when `contents` (a shelved record has none).
+fn encode_files(buf: &mut Vec<u8>, files: &[ModuleFile], contents: bool) {
+    for f in files {
+        buf.push(u8::from(f.content.is_binary()));
+        buf.extend_from_slice(&(f.key.len() as u32).to_be_bytes());
+        buf.extend_from_slice(f.key.as_bytes());
+        let bytes = f.content.bytes();
+        buf.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+        if contents {
+            buf.extend_from_slice(bytes);
         }
-        let (head, rest) = buf.split_at(n);
-        *buf = rest;
-        Ok(head)
     }
+}
+
+fn take<'a>(buf: &mut &'a [u8], n: usize) -> io::Result<&'a [u8]> {
+    if buf.len() < n {
+        return Err(corrupt("truncated record"));
+    }
+    let (head, rest) = buf.split_at(n);
+    *buf = rest;
+    Ok(head)
+}
+
+/// One file's head in a record: binary or not, key, content length.
+fn head(buf: &mut &[u8]) -> io::Result<(bool, String, usize)> {
+    let binary = take(buf, 1)?[0] == 1;
+    let klen = u32::from_be_bytes(take(buf, 4)?.try_into().expect("4 bytes")) as usize;
+    let key =
+        String::from_utf8(take(buf, klen)?.to_vec()).map_err(|_| corrupt("key is not UTF-8"))?;
+    let clen = u64::from_be_bytes(take(buf, 8)?.try_into().expect("8 bytes")) as usize;
+    Ok((binary, key, clen))
+}
+
+/// A file as a record says it is: binary, or text that must be UTF-8.
+fn file(binary: bool, key: String, bytes: Vec<u8>) -> io::Result<ModuleFile> {
+    let content = if binary {
+        Content::Binary(bytes)
+    } else {
+        Content::Text(String::from_utf8(bytes).map_err(|_| corrupt("text is not UTF-8"))?)
+    };
+    Ok(ModuleFile { key, content })
+}
+
+/// A plain record's files.
+fn decode(mut buf: &[u8]) -> io::Result<Vec<ModuleFile>> {
     let mut files = Vec::new();
     while !buf.is_empty() {
-        let binary = take(&mut buf, 1)?[0] == 1;
-        let klen = u32::from_be_bytes(take(&mut buf, 4)?.try_into().expect("4 bytes")) as usize;
-        let key = String::from_utf8(take(&mut buf, klen)?.to_vec())
-            .map_err(|_| corrupt("key is not UTF-8"))?;
-        let clen = u64::from_be_bytes(take(&mut buf, 8)?.try_into().expect("8 bytes")) as usize;
-        let bytes = take(&mut buf, clen)?.to_vec();
-        let content = if binary {
-            Content::Binary(bytes)
-        } else {
-            Content::Text(String::from_utf8(bytes).map_err(|_| corrupt("text is not UTF-8"))?)
-        };
-        files.push(ModuleFile { key, content });
+        let (binary, key, clen) = head(&mut buf)?;
+        files.push(file(binary, key, take(&mut buf, clen)?.to_vec())?);
     }
     Ok(files)
+}
+
+/// A shelved record's files: binary or not, key, length.
+fn decode_heads(mut buf: &[u8]) -> io::Result<Vec<(bool, String, usize)>> {
+    let mut heads = Vec::new();
+    while !buf.is_empty() {
+        heads.push(head(&mut buf)?);
+    }
+    Ok(heads)
 }
 
 #[cfg(test)]
@@ -344,6 +562,112 @@ mod tests {
             "{e}"
         );
         assert!(Spool::new(Some(Path::new("/proc"))).is_err());
+    }
+
+    /// A shelf in memory: (id, key) → bytes, changeable by the test.
+    type Held = std::collections::HashMap<(String, String), Vec<u8>>;
+    #[derive(Clone, Default)]
+    struct Memory(std::sync::Arc<std::sync::Mutex<Held>>);
+
+    impl Memory {
+        fn hold(&self, id: &str, files: &[ModuleFile]) {
+            let mut m = self.0.lock().unwrap();
+            for f in files {
+                m.insert((id.into(), f.key.clone()), f.content.bytes().to_vec());
+            }
+        }
+    }
+
+    impl Shelf for Memory {
+        fn read(&self, id: &str, key: &str, limit: u64) -> io::Result<Vec<u8>> {
+            let m = self.0.lock().unwrap();
+            let b = m
+                .get(&(id.to_string(), key.to_string()))
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+            if b.len() as u64 > limit {
+                return Err(io::Error::from(io::ErrorKind::InvalidData));
+            }
+            Ok(b.clone())
+        }
+
+        fn dir(&self) -> &Path {
+            Path::new("/out")
+        }
+    }
+
+    fn hash(files: &[ModuleFile]) -> Hash {
+        Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes())))
+    }
+
+    /// Issue 23.4: what the folder holds is not kept twice.
+    #[test]
+    fn delivered_modules_are_read_back_from_the_shelf_checked_by_hash() {
+        let shelf = Memory::default();
+        let mut s = Spool::new(None)
+            .unwrap()
+            .with_shelf(Box::new(shelf.clone()));
+        // A start: the folder already holds m1, not m2.
+        shelf.hold("ns/m1", &files(1));
+        let m1 = s.put_module("ns/m1", &hash(&files(1)), &files(1)).unwrap();
+        let m2 = s.put_module("ns/m2", &hash(&files(2)), &files(2)).unwrap();
+        assert!(s.is_shelved(m1).unwrap(), "only keys kept for m1");
+        assert!(!s.is_shelved(m2).unwrap());
+        assert_eq!(s.get(m1).unwrap(), files(1), "binary and text as they were");
+        assert_eq!(s.get(m2).unwrap(), files(2));
+        s.first_batch_done();
+        // After the first batch, a put is kept whole; once delivered, it is shelved.
+        shelf.hold("ns/m3", &files(3));
+        let m3 = s.put_module("ns/m3", &hash(&files(3)), &files(3)).unwrap();
+        assert!(!s.is_shelved(m3).unwrap());
+        assert_eq!(m3.len, Spool::record_len(&files(3)));
+        let dead = s.dead;
+        let shelved = s.shelve("ns/m3", &hash(&files(3)), m3).unwrap().unwrap();
+        assert_eq!(s.dead, dead + m3.len, "the full record is released");
+        assert_eq!(s.get(shelved).unwrap(), files(3));
+        assert_eq!(s.shelve("ns/m3", &hash(&files(3)), shelved).unwrap(), None);
+        // Not what the folder holds: it stays whole.
+        assert_eq!(s.shelve("ns/m2", &hash(&files(2)), m2).unwrap(), None);
+        // Someone changed the file: reading it back says so.
+        let mut changed = files(3);
+        changed[1].content = Content::Binary(vec![0, 255, 9]);
+        shelf.hold("ns/m3", &changed);
+        let e = s.get(shelved).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("no longer holds what cmpoll wrote for ns/m3"),
+            "{e}"
+        );
+        // Compaction keeps a shelved record shelved, and a whole one whole.
+        shelf.hold("ns/m3", &files(3));
+        let mut locs = [shelved, m2];
+        s.compact(locs.iter_mut()).unwrap();
+        assert_eq!(locs[0].len, shelved.len);
+        assert_eq!(s.get(locs[0]).unwrap(), files(3));
+        assert_eq!(s.get(locs[1]).unwrap(), files(2));
+    }
+
+    #[test]
+    fn without_a_shelf_nothing_is_shelved() {
+        let mut s = Spool::memory();
+        let loc = s.put_module("ns/m", &hash(&files(1)), &files(1)).unwrap();
+        assert_eq!(s.shelve("ns/m", &hash(&files(1)), loc).unwrap(), None);
+        assert_eq!(s.get(loc).unwrap(), files(1));
+    }
+
+    /// A compaction is worth it once more is dead than live (and over 64 KiB): with a
+    /// shelf, what is live is small, so delivered contents go back after a batch.
+    #[test]
+    fn dead_space_is_reclaimed_once_it_outweighs_the_live() {
+        let mut s = Spool::memory();
+        let big = vec![ModuleFile {
+            key: "k".into(),
+            content: Content::Text("x".repeat(100_000)),
+        }];
+        let a = s.put(&big).unwrap();
+        let _small = s.put(&files(1)).unwrap();
+        assert!(!s.wants_compaction());
+        s.release(a);
+        assert!(s.wants_compaction());
     }
 
     #[test]

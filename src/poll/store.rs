@@ -4,8 +4,9 @@
 //!
 //! `commit` makes a poll's snapshot current once its batch went through the sinks: a module
 //! a sink could not write keeps its previous entry (or stays absent), so the next poll
-//! tries again; contents no current module uses are released; the spool is compacted when
-//! enough of it is dead.
+//! tries again; what was delivered into an output folder that can give it back (the
+//! spool's shelf) is kept there only; contents no current module uses are released; the
+//! spool is compacted when enough of it is dead.
 
 use std::io;
 
@@ -54,6 +55,22 @@ impl Store {
                 self.spool.release(old.loc);
             }
         }
+        // Delivered: with a shelf (the output folder), the spool keeps only their keys.
+        for e in applied {
+            if !matches!(e.change, Change::Added | Change::Updated) {
+                continue;
+            }
+            if let Some(entry) = next.modules.get_mut(&e.id)
+                && entry.hash == e.entry.hash
+            {
+                match self.spool.shelve(&e.id, &entry.hash, entry.loc) {
+                    Ok(Some(loc)) => entry.loc = loc,
+                    Ok(None) => {}
+                    Err(err) => log::debug!("{}: kept in the spool: {err}", e.id),
+                }
+            }
+        }
+        self.spool.first_batch_done();
         self.snapshot = next;
         if self.spool.wants_compaction() {
             let Store { snapshot, spool } = self;

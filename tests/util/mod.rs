@@ -363,7 +363,25 @@ impl Daemon {
         let mut all = vec!["run"];
         all.extend_from_slice(args);
         let cmd = cmd.args(&all);
-        let mut child = cmd.spawn();
+        let child = cmd.spawn();
+        Daemon::attach(cmd, child)
+    }
+
+    /// Starts `wrapper… cmpoll run args…` (for example in a mount namespace).
+    pub fn start_wrapped(cmd: Cmpoll, wrapper: &[&str], args: &[&str]) -> Daemon {
+        let mut all = vec!["run"];
+        all.extend_from_slice(args);
+        let child = cmd
+            .wrapped(wrapper, &all)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Daemon::attach(cmd, child)
+    }
+
+    fn attach(cmd: Cmpoll, mut child: Child) -> Daemon {
         let (tx, events) = std::sync::mpsc::channel();
         let stdout = child.stdout.take().unwrap();
         std::thread::spawn(move || {

@@ -27,6 +27,7 @@
 mod flat;
 mod record;
 mod recover;
+mod shelf;
 mod write;
 
 use std::collections::BTreeSet;
@@ -38,6 +39,7 @@ use std::time::{Duration, SystemTime};
 use sha2::{Digest, Sha256};
 
 use self::record::{Record, Retired, Written, component};
+pub use self::shelf::shelf;
 use super::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_exists};
 use super::{Batch, Fatal, Outcome, Sink};
 use crate::poll::event::{Change, Event};
@@ -474,6 +476,8 @@ impl OutDir {
         removals: Vec<String>,
     ) -> Result<Vec<String>, Fatal> {
         let mut failed = Vec::new();
+        // Bytes of the modules that found no room on the volume.
+        let mut no_room: Vec<u64> = Vec::new();
         let mut removals = Some(removals);
         let mut chunks: Vec<&[&Event]> = writes.chunks(self.chunk).collect();
         if chunks.is_empty() {
@@ -523,6 +527,9 @@ impl OutDir {
                 let written = batch.files(e).and_then(|files| self.write(&p, &files));
                 let result = written.and_then(|w| self.install(&p.module, w));
                 if let Err(err) = result {
+                    if err.kind() == io::ErrorKind::StorageFull {
+                        no_room.push(e.entry.bytes);
+                    }
                     log::warn!(
                         "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
                         p.module
@@ -534,6 +541,17 @@ impl OutDir {
         self.record.pending.clear();
         if let Err(e) = self.expire(true) {
             log::warn!("--out-dir: cannot delete old versions: {e}");
+        }
+        if !no_room.is_empty() {
+            let volume = crate::ops::volume::Volume::of(self.dir())
+                .map(|v| v.describe())
+                .unwrap_or_else(|| "its volume".into());
+            log::warn!(
+                "--out-dir '{}': {} module(s) not written for want of space: they need about {} and {volume}; retrying next poll",
+                self.dir().display(),
+                no_room.len(),
+                crate::ops::volume::size(no_room.iter().sum()),
+            );
         }
         self.save().map_err(|e| {
             Fatal(format!(

@@ -608,3 +608,46 @@ fn stems_fit_their_room_and_keep_long_names_apart() {
     assert_ne!(sa, sb);
     assert!(stem(&a, 40).len() <= 40);
 }
+
+/// The spool's shelf reads only what cmpoll wrote: through its own symlink, regular
+/// files, never past the recorded length; concat has none.
+#[test]
+fn the_shelf_reads_back_only_what_cmpoll_wrote() {
+    let mut f = Fixture::new();
+    let mut out = f.open(Layout::Files);
+    let e = f.event(Change::Added, "ns/m", &[("a.conf", "one")]);
+    assert!(f.apply(&mut out, vec![e]).is_empty());
+    let files = shelf_of(&f, Layout::Files);
+    assert_eq!(files.read("ns/m", "a.conf", 3).unwrap(), b"one");
+    assert!(
+        files.read("ns/m", "a.conf", 2).is_err(),
+        "longer than recorded"
+    );
+    assert!(files.read("ns/m", "../x", 10).is_err());
+    assert!(files.read("ns/other", "a.conf", 10).is_err());
+    // A symlink cmpoll did not make is not followed.
+    fs::create_dir(f.path("elsewhere")).unwrap();
+    fs::write(f.path("elsewhere/a.conf"), "one").unwrap();
+    std::os::unix::fs::symlink("../elsewhere", f.path("ns/foreign")).unwrap();
+    assert!(files.read("ns/foreign", "a.conf", 10).is_err());
+    // Not a regular file (a FIFO would block a plain read).
+    let fifo = f.path("fifo.conf");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let flat = shelf_of(&f, Layout::Flat);
+    assert!(flat.read("ns/m", "fifo.conf", 10).is_err());
+    fs::write(f.path("k.conf"), "flat").unwrap();
+    assert_eq!(flat.read("ns/m", "k.conf", 4).unwrap(), b"flat");
+    std::os::unix::fs::symlink("k.conf", f.path("link.conf")).unwrap();
+    assert!(flat.read("ns/m", "link.conf", 10).is_err());
+    assert!(shelf(&f.options(Layout::Concat)).is_none());
+}
+
+fn shelf_of(f: &Fixture, layout: Layout) -> Box<dyn crate::poll::spool::Shelf> {
+    shelf(&f.options(layout)).unwrap()
+}

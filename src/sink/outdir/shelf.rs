@@ -1,0 +1,102 @@
+//! The output folder as the spool's shelf (`poll::spool::Shelf`): a delivered module's
+//! files are read back where cmpoll wrote them instead of being kept a second time on the
+//! same volume. `files`: through `DIR/NS/NAME`, which must be cmpoll's own symlink into
+//! `.cmpoll/versions`; `flat`: `DIR/KEY`. Only regular files are read, never through a
+//! symlink cmpoll did not make, never past the length the spool recorded; the spool checks
+//! what it read against the module's hash. `concat` joins a module's files into one, so
+//! it has no shelf.
+
+use std::fs::File;
+use std::io::{self, Read as _};
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use super::{Found, Layout, META, Options, VERSIONS, found, meta_dir, part};
+use crate::poll::snapshot::split_id;
+use crate::poll::spool;
+
+pub struct Shelf {
+    dir: PathBuf,
+    layout: Layout,
+}
+
+/// The shelf of an output folder, if its layout keeps each file as it is.
+pub fn shelf(opts: &Options) -> Option<Box<dyn spool::Shelf>> {
+    match opts.layout {
+        Layout::Files | Layout::Flat => Some(Box::new(Shelf {
+            dir: opts.dir.clone(),
+            layout: opts.layout,
+        })),
+        Layout::Concat => None,
+    }
+}
+
+fn missing(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, what)
+}
+
+impl Shelf {
+    /// Where file `key` of module `id` is.
+    fn path(&self, id: &str, key: &str) -> io::Result<PathBuf> {
+        let key = part(key)?;
+        match self.layout {
+            Layout::Files => {
+                let (ns, name) = split_id(id);
+                let ns_dir = self.dir.join(part(ns)?);
+                if found(&ns_dir)? != Found::Dir {
+                    return Err(missing(format!("'{}' is not a folder", ns_dir.display())));
+                }
+                let link = ns_dir.join(part(name)?);
+                let Found::Link(target) = found(&link)? else {
+                    return Err(missing(format!("'{}' is not a symlink", link.display())));
+                };
+                let version = target
+                    .strip_prefix(Path::new("..").join(META).join(VERSIONS))
+                    .ok()
+                    .and_then(Path::to_str)
+                    .ok_or_else(|| missing(format!("'{}' is not cmpoll's", link.display())))?;
+                let vdir = meta_dir(&self.dir).join(VERSIONS).join(part(version)?);
+                if found(&vdir)? != Found::Dir {
+                    return Err(missing(format!("'{}' is not a folder", vdir.display())));
+                }
+                Ok(vdir.join(key))
+            }
+            Layout::Flat => Ok(self.dir.join(key)),
+            Layout::Concat => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the concat layout keeps no file as it is",
+            )),
+        }
+    }
+}
+
+impl spool::Shelf for Shelf {
+    fn read(&self, id: &str, key: &str, limit: u64) -> io::Result<Vec<u8>> {
+        let path = self.path(id, key)?;
+        let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+        let file = File::options()
+            .read(true)
+            .custom_flags(flags.bits() as i32)
+            .open(&path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() || meta.len() > limit {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("'{}' is not the file cmpoll wrote", path.display()),
+            ));
+        }
+        let mut buf = Vec::with_capacity(meta.len() as usize);
+        file.take(limit + 1).read_to_end(&mut buf)?;
+        if buf.len() as u64 > limit {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("'{}' grew past what cmpoll wrote", path.display()),
+            ));
+        }
+        Ok(buf)
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
