@@ -19,6 +19,7 @@ mod offcluster;
 mod ops;
 mod outdir;
 mod pod;
+mod real;
 mod reload;
 mod run;
 mod secrets;

@@ -22,6 +22,7 @@ pub mod api;
 pub mod http;
 pub mod manifests;
 pub mod pki;
+pub mod real;
 pub mod store;
 
 use std::fs;

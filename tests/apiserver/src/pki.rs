@@ -65,6 +65,27 @@ impl Pki {
     pub fn client_cert(&self, user: &str) -> CertPair {
         issue(&self.ca, user, &[], ExtendedKeyUsagePurpose::ClientAuth)
     }
+
+    /// A client certificate for `user` in `group` (the subject O, as the real apiserver's
+    /// x509 authenticator reads it: `system:masters` is the admin group). One group only:
+    /// rcgen keeps one value per attribute type.
+    pub fn client_cert_in(&self, user: &str, group: &str) -> CertPair {
+        issue_with(
+            &self.ca,
+            user,
+            Some(group),
+            &[],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
+    }
+}
+
+/// A key pair for signing service-account tokens: the private key (PKCS#8, as
+/// `--service-account-signing-key-file` reads it) and the public key (PKIX, for
+/// `--service-account-key-file`, which reads no PKCS#8 EC key).
+pub fn signing_key() -> (String, String) {
+    let key = KeyPair::generate().expect("key generation");
+    (key.serialize_pem(), key.public_key_pem())
 }
 
 fn issue(
@@ -73,8 +94,21 @@ fn issue(
     sans: &[&str],
     usage: ExtendedKeyUsagePurpose,
 ) -> CertPair {
+    issue_with(ca, cn, None, sans, usage)
+}
+
+fn issue_with(
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    cn: &str,
+    group: Option<&str>,
+    sans: &[&str],
+    usage: ExtendedKeyUsagePurpose,
+) -> CertPair {
     let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
     let mut params = CertificateParams::new(sans).expect("valid SANs");
+    if let Some(g) = group {
+        params.distinguished_name.push(DnType::OrganizationName, g);
+    }
     params.distinguished_name.push(DnType::CommonName, cn);
     params.extended_key_usages = vec![usage];
     params.key_usages = vec![

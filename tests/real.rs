@@ -1,0 +1,878 @@
+//! cmpoll against the real kube-apiserver (issue 24): the apiserver-facing scenarios of the
+//! suite, each checked against what the real apiserver says it served (its metrics and its
+//! audit log), not only against what cmpoll printed. One cluster per test binary
+//! (`test_apiserver::real::shared`); each test works in namespaces of its own.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::Value;
+use test_apiserver::real::{self, RealApiserver, User};
+
+use crate::util::{Cmpoll, Daemon, KillOnDrop, SOON, eventually, kinds, skip_unless};
+
+const LABEL: (&str, &str) = ("cmpoll.io/module", "true");
+
+/// The shared real cluster, or `None` (a loud skip; a failure under CI) when it is not
+/// built. The guard keeps the tests that use it one at a time: they read the apiserver's
+/// own counters, which every client moves.
+fn cluster() -> Option<(MutexGuard<'static, ()>, &'static RealApiserver)> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    if skip_unless(
+        real::built(),
+        "the real kube-apiserver (tests/kube/build.sh)",
+    ) {
+        return None;
+    }
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    Some((guard, real::shared()))
+}
+
+/// A cmpoll whose kubeconfig is `user`'s.
+fn cmpoll_as(k: &RealApiserver, name: &str, user: &User) -> Cmpoll {
+    let c = Cmpoll::new();
+    let kubeconfig = k.write_kubeconfig(&format!("{name}.kubeconfig"), user);
+    c.env("KUBECONFIG", kubeconfig.to_str().unwrap())
+}
+
+/// A service account in `ns` allowed `verbs` on ConfigMaps in `ns`; its bound token.
+fn account(k: &RealApiserver, ns: &str, name: &str, verbs: &str) -> String {
+    k.apply(&format!(
+        r#"{{"apiVersion":"v1","kind":"List","items":[
+{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{{"name":"{name}","namespace":"{ns}"}},
+ "rules":[{{"apiGroups":[""],"resources":["configmaps"],"verbs":[{verbs}]}}]}},
+{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{{"name":"{name}","namespace":"{ns}"}},
+ "roleRef":{{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"{name}"}},
+ "subjects":[{{"kind":"ServiceAccount","name":"{name}","namespace":"{ns}"}}]}}]}}"#
+    ));
+    k.token(ns, name, "1h")
+}
+
+/// The audit events since `mark` of requests by `user` to `ns`'s ConfigMaps, in order.
+fn requests(k: &RealApiserver, mark: u64, user: &str, ns: &str) -> Vec<Value> {
+    k.audit_since(mark)
+        .into_iter()
+        .filter(|e| e["user"]["username"] == user && e["stage"] == "ResponseComplete")
+        .filter(|e| e["objectRef"]["namespace"] == ns && e["objectRef"]["resource"] == "configmaps")
+        .collect()
+}
+
+/// `verb uri code` of audit events, for messages.
+fn show(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e["verb"].as_str().unwrap_or(""),
+                e["requestURI"].as_str().unwrap_or(""),
+                e["responseStatus"]["code"]
+            )
+        })
+        .collect()
+}
+
+/// `list` in every `--list-mode`, then `run` in each: a change, a label edit that changes
+/// nothing, a deletion, with the real apiserver's word that every list came from the
+/// watch cache (etcd saw no list of ConfigMaps while cmpoll polled).
+#[test]
+fn list_and_run_in_every_list_mode_from_the_watch_cache() {
+    let Some((_one, k)) = cluster() else { return };
+    let mark = k.audit_mark();
+    let ns = k.namespace("modes");
+    let token = account(k, &ns, "poller", r#""list","get""#);
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    k.put_configmap(&ns, "b", &[LABEL], &[("k", "2")]);
+    k.put_configmap(&ns, "unlabelled", &[], &[("k", "x")]);
+    let cmpoll = || cmpoll_as(k, &format!("{ns}-poller"), &User::Token(token.clone()));
+    let c = cmpoll();
+    let user = format!("system:serviceaccount:{ns}:poller");
+    for mode in ["auto", "full", "metadata"] {
+        let run = c
+            .with_args(&["list", "--json", "--namespace", &ns, "--list-mode", mode])
+            .run()
+            .success();
+        assert_eq!(
+            run.modules(),
+            [format!("{ns}/a"), format!("{ns}/b")],
+            "{mode}"
+        );
+        assert_eq!(run.json()[0]["files"]["k"], "1");
+    }
+    for mode in ["auto", "full", "metadata"] {
+        let before = storage_lists(k);
+        let seen = requests(k, mark, &user, &ns).len();
+        let d = Daemon::start(
+            cmpoll(),
+            &[
+                "--namespace",
+                &ns,
+                "--list-mode",
+                mode,
+                "--interval",
+                "200ms",
+            ],
+        );
+        let first = d.batch(SOON);
+        assert_eq!(kinds(&first).len(), 3, "{mode}: {:?}", kinds(&first));
+        // A change.
+        k.put_configmap(&ns, "a", &[LABEL], &[("k", &format!("changed-{mode}"))]);
+        let b = d.batch(SOON);
+        assert_eq!(
+            kinds(&b)[0],
+            ("updated", format!("{ns}/a").as_str()),
+            "{mode}"
+        );
+        assert_eq!(b[0]["files"]["k"], format!("changed-{mode}"));
+        // A label edit changes the resourceVersion, not the module: nothing, as two more
+        // lists prove.
+        k.put_configmap(&ns, "b", &[LABEL, ("team", mode)], &[("k", "2")]);
+        let lists = |k: &RealApiserver| {
+            requests(k, mark, &user, &ns)
+                .iter()
+                .filter(|e| e["verb"] == "list")
+                .count()
+        };
+        let at = lists(k);
+        eventually("two more lists", SOON, || lists(k) >= at + 2);
+        // A deletion.
+        k.delete("configmap", &ns, "b");
+        let b = d.batch(SOON);
+        assert_eq!(
+            kinds(&b)[0],
+            ("removed", format!("{ns}/b").as_str()),
+            "{mode}: the label edit was no event"
+        );
+        d.stop();
+        k.put_configmap(&ns, "b", &[LABEL], &[("k", "2")]);
+        // What the real apiserver served: every list from the cache, with the routing
+        // SPEC promises (the first at resourceVersion=0, the rest NotOlderThan).
+        let served: Vec<Value> = requests(k, mark, &user, &ns).split_off(seen);
+        let lists: Vec<&Value> = served.iter().filter(|e| e["verb"] == "list").collect();
+        assert!(lists.len() >= 4, "{mode}: {:?}", show(&served));
+        let uri = |e: &Value| e["requestURI"].as_str().unwrap_or("").to_string();
+        assert!(
+            uri(lists[0]).contains("resourceVersion=0"),
+            "{}",
+            uri(lists[0])
+        );
+        for l in &lists[1..] {
+            assert!(
+                uri(l).contains("resourceVersionMatch=NotOlderThan"),
+                "{mode}: {}",
+                uri(l)
+            );
+        }
+        let gets = served.iter().filter(|e| e["verb"] == "get").count();
+        match mode {
+            "full" => assert_eq!(gets, 0, "{:?}", show(&served)),
+            _ => assert!(
+                gets >= 1,
+                "{mode}: the change was fetched: {:?}",
+                show(&served)
+            ),
+        }
+        assert!(
+            served.iter().all(|e| e["responseStatus"]["code"] == 200),
+            "{:?}",
+            show(&served)
+        );
+        let after = storage_lists(k);
+        assert_eq!(
+            after.1, before.1,
+            "{mode}: a list of ConfigMaps was not served from the watch cache"
+        );
+        assert!(
+            after.0 - before.0 >= lists.len() as f64,
+            "{mode}: {} cache lists for {} of cmpoll's",
+            after.0 - before.0,
+            lists.len()
+        );
+    }
+}
+
+/// Lists by storage: (from the watch cache, from anywhere else), as the real apiserver
+/// counts them (`apiserver_storage_list_total{resource="configmaps"}`).
+fn storage_lists(k: &RealApiserver) -> (f64, f64) {
+    let text = k.metrics();
+    let all = real::metric_sum(
+        &text,
+        "apiserver_storage_list_total",
+        &[("resource", "configmaps")],
+    );
+    let cache = real::metric_sum(
+        &text,
+        "apiserver_storage_list_total",
+        &[("resource", "configmaps"), ("storage", "watchcache")],
+    );
+    (cache, all - cache)
+}
+
+/// A TCP relay to `port` on loopback that holds each chunk a client sends for `delay`: a
+/// slow network, so that a paged list takes long enough for the apiserver to compact
+/// under it.
+fn slow_relay(port: u16, delay: Duration) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let relay = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let Ok(mut server) = TcpStream::connect(("127.0.0.1", port)) else {
+                continue;
+            };
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16384];
+                while let Ok(n) = client.read(&mut buf) {
+                    if n == 0 || {
+                        std::thread::sleep(delay);
+                        server.write_all(&buf[..n]).is_err()
+                    } {
+                        break;
+                    }
+                }
+                let _ = server.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    relay
+}
+
+/// `--page-size` pages with `limit`/`continue` across a namespace large enough to page;
+/// a continue token that expires mid-list (etcd compacted, as the apiserver's own
+/// compactor does it, which the watch cache follows within 15 s) makes cmpoll list once
+/// more unpaged — never a mix, never a failed poll — and the real apiserver's 410 is what
+/// it answered.
+#[test]
+fn pages_and_a_continue_token_that_expires_mid_list() {
+    let Some((_one, k)) = cluster() else { return };
+    let mark = k.audit_mark();
+    let ns = k.namespace("pages");
+    let token = account(k, &ns, "pager", r#""list","get""#);
+    let mut manifests = Vec::new();
+    for i in 0..100 {
+        manifests.push(format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"m{i:03}","namespace":"{ns}","labels":{{"cmpoll.io/module":"true"}}}},"data":{{"k":"{i}"}}}}"#
+        ));
+    }
+    k.apply(&format!(
+        r#"{{"apiVersion":"v1","kind":"List","items":[{}]}}"#,
+        manifests.join(",")
+    ));
+    let user = format!("system:serviceaccount:{ns}:pager");
+    let c = cmpoll_as(k, &format!("{ns}-pager"), &User::Token(token.clone()));
+    let run = c
+        .with_args(&["list", "--json", "--namespace", &ns, "--page-size", "7"])
+        .run()
+        .success();
+    assert_eq!(run.modules().len(), 100);
+    let pages: Vec<Value> = requests(k, mark, &user, &ns);
+    assert_eq!(pages.len(), 15, "{:?}", show(&pages));
+    assert!(show(&pages)[1].contains("continue="), "{:?}", show(&pages));
+    // One page per 200 ms: a list of 100 pages spans the watch cache's next look at the
+    // compaction (every 15 s).
+    let port: u16 = k.url.rsplit(':').next().unwrap().parse().unwrap();
+    let relay = slow_relay(port, Duration::from_millis(200));
+    let slow = Cmpoll::new();
+    let kubeconfig = k.write_kubeconfig(&format!("{ns}-slow.kubeconfig"), &User::Token(token));
+    let text = std::fs::read_to_string(&kubeconfig)
+        .unwrap()
+        .replace(&k.url, &format!("https://127.0.0.1:{relay}"));
+    std::fs::write(&kubeconfig, text).unwrap();
+    let slow = slow.env("KUBECONFIG", kubeconfig.to_str().unwrap());
+    let seen = requests(k, mark, &user, &ns).len();
+    let scope = ns.clone();
+    let list = std::thread::spawn(move || {
+        slow.with_args(&[
+            "list",
+            "--json",
+            "--namespace",
+            &scope,
+            "--page-size",
+            "1",
+            "--timeout",
+            "30s",
+        ])
+        .run()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    k.put_configmap(&ns, "bump", &[], &[("k", "1")]);
+    k.compact();
+    let run = list.join().unwrap().success();
+    assert_eq!(run.modules().len(), 100, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("again in one unpaged request"),
+        "{}",
+        run.stderr
+    );
+    let served: Vec<Value> = requests(k, mark, &user, &ns).split_off(seen);
+    let at = served
+        .iter()
+        .position(|e| e["responseStatus"]["code"] == 410)
+        .unwrap_or_else(|| panic!("no 410: {:?}", show(&served)));
+    assert!(
+        show(&served)[at].contains("continue="),
+        "{}",
+        show(&served)[at]
+    );
+    let after: Vec<String> = show(&served[at + 1..]);
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert!(
+        !after[0].contains("limit=") && after[0].ends_with(" 200"),
+        "{after:?}"
+    );
+}
+
+/// `--namespace` with a namespaced Role: the allowed namespace lists; a forbidden one fails
+/// the poll with the real apiserver's words, naming the namespace.
+#[test]
+fn a_forbidden_namespace_fails_with_the_apiservers_words() {
+    let Some((_one, k)) = cluster() else { return };
+    let mark = k.audit_mark();
+    let ns = k.namespace("allowed");
+    let other = k.namespace("forbidden");
+    let token = account(k, &ns, "scoped", r#""list","get""#);
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    let c = cmpoll_as(k, &format!("{ns}-scoped"), &User::Token(token));
+    c.with_args(&["list", "--namespace", &ns]).run().success();
+    let run = c
+        .with_args(&["list", "--namespace", &ns, "--namespace", &other])
+        .run()
+        .failure(1);
+    let want = format!(
+        "apiserver refused to list configmaps in namespace \"{other}\": 403 Forbidden: configmaps is forbidden: User \"system:serviceaccount:{ns}:scoped\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"{other}\""
+    );
+    assert_eq!(run.error_line(), want);
+    let audit = k.audit_since(mark);
+    let refused = audit.iter().rev().find(|e| {
+        e["objectRef"]["namespace"] == other.as_str()
+            && e["user"]["username"] == format!("system:serviceaccount:{ns}:scoped")
+    });
+    assert_eq!(refused.unwrap()["responseStatus"]["code"], 403);
+    assert_eq!(run.stdout, "", "nothing printed for a failed poll");
+}
+
+/// A Role with `list` but not `get`: `auto` falls back to full lists with one warning,
+/// `metadata` fails the poll on the 403, `full` never GETs.
+#[test]
+fn a_list_only_role_auto_falls_back_metadata_fails_full_never_gets() {
+    let Some((_one, k)) = cluster() else { return };
+    let mark = k.audit_mark();
+    let ns = k.namespace("listonly");
+    let token = account(k, &ns, "lister", r#""list""#);
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    let user = format!("system:serviceaccount:{ns}:lister");
+    let c = || cmpoll_as(k, &format!("{ns}-lister"), &User::Token(token.clone()));
+    for mode in ["auto", "metadata", "full"] {
+        let seen = requests(k, mark, &user, &ns).len();
+        let d = Daemon::start(
+            c(),
+            &[
+                "--namespace",
+                &ns,
+                "--list-mode",
+                mode,
+                "--interval",
+                "100ms",
+            ],
+        );
+        d.batch(SOON);
+        k.put_configmap(&ns, "a", &[LABEL], &[("k", mode)]);
+        match mode {
+            "metadata" => {
+                eventually("the poll to fail on the GET", SOON, || {
+                    d.stderr().contains(&format!(
+                        "apiserver refused to get configmap {ns}/a: 403 Forbidden: configmaps \"a\" is forbidden: User \"{user}\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"{ns}\""
+                    ))
+                });
+            }
+            _ => {
+                let b = d.batch(SOON);
+                assert_eq!(b[0]["files"]["k"], mode, "{mode}");
+            }
+        }
+        d.stop();
+        let served = requests(k, mark, &user, &ns).split_off(seen);
+        let gets: Vec<&Value> = served.iter().filter(|e| e["verb"] == "get").collect();
+        match mode {
+            "auto" => {
+                assert_eq!(gets.len(), 1, "one GET, refused: {:?}", show(&served));
+                assert_eq!(gets[0]["responseStatus"]["code"], 403);
+            }
+            "metadata" => assert!(gets.iter().all(|g| g["responseStatus"]["code"] == 403)),
+            _ => assert!(gets.is_empty(), "{:?}", show(&served)),
+        }
+    }
+}
+
+/// In-cluster: the real bound token and CA file of a service account; the token file
+/// replaced by a new TokenRequest while cmpoll runs, and the apiserver sees the new one.
+#[test]
+fn in_cluster_with_a_bound_token_that_rotates() {
+    let Some((_one, k)) = cluster() else { return };
+    let mark = k.audit_mark();
+    let ns = k.namespace("incluster");
+    let first = account(k, &ns, "pod", r#""list","get""#);
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    let c = Cmpoll::new();
+    c.write("sa/token", &first);
+    c.write("sa/ca.crt", &k.ca_pem());
+    c.write("sa/namespace", &ns);
+    let sa = c.path("sa");
+    let port = k.url.rsplit(':').next().unwrap().to_string();
+    let c = c
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", &port)
+        .env("CMPOLL_SERVICE_ACCOUNT_DIR", sa.to_str().unwrap());
+    let user = format!("system:serviceaccount:{ns}:pod");
+    let jti =
+        |e: &Value| e["user"]["extra"]["authentication.kubernetes.io/credential-id"][0].clone();
+    let d = Daemon::start(c, &["--namespace-from-context", "--interval", "100ms"]);
+    d.batch(SOON);
+    let before = requests(k, mark, &user, &ns);
+    let old = jti(before.last().unwrap());
+    assert!(old.as_str().unwrap().starts_with("JTI="), "{old}");
+    // The kubelet's rotation: a new token, written by rename.
+    let second = k.token(&ns, "pod", "1h");
+    std::fs::write(sa.join("token.new"), &second).unwrap();
+    std::fs::rename(sa.join("token.new"), sa.join("token")).unwrap();
+    eventually("a request with the new token", SOON, || {
+        requests(k, mark, &user, &ns)
+            .iter()
+            .any(|e| jti(e) != old && e["responseStatus"]["code"] == 200)
+    });
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "2")]);
+    assert_eq!(d.batch(SOON)[0]["files"]["k"], "2");
+    d.stop();
+}
+
+/// A credential the apiserver rejects: the 401 re-runs the exec plugin and the request is
+/// made once more, with the new credential; a plugin that keeps giving a bad one fails
+/// after that one retry.
+#[test]
+fn a_401_refreshes_the_credential_and_retries_once() {
+    let Some((_one, k)) = cluster() else { return };
+    let ns = k.namespace("retry");
+    let good = account(k, &ns, "exec", r#""list","get""#);
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    let c = Cmpoll::new();
+    // The first run hands out a token the apiserver does not know, later runs the good one.
+    let runs = c.path("runs");
+    let plugin = c.write(
+        "plugin.sh",
+        &format!(
+            "#!/bin/sh\necho x >> '{}'\nif [ \"$(wc -l < '{}')\" -eq 1 ]; then t=not-a-token; else t={good}; fi\nprintf '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"%s\"}}}}' \"$t\"\n",
+            runs.display(),
+            runs.display()
+        ),
+    );
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let exec = format!(
+        "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {}\n      interactiveMode: Never\n",
+        plugin.display()
+    );
+    let kubeconfig = k.write_kubeconfig(&format!("{ns}-exec.kubeconfig"), &User::Raw(exec));
+    let c = c.env("KUBECONFIG", kubeconfig.to_str().unwrap());
+    let before = k.audit_mark();
+    let run = c
+        .with_args(&["list", "--json", "--namespace", &ns])
+        .run()
+        .success();
+    assert_eq!(run.modules(), [format!("{ns}/a")]);
+    assert_eq!(std::fs::read_to_string(&runs).unwrap().lines().count(), 2);
+    let lists: Vec<Value> = k
+        .audit_since(before)
+        .iter()
+        .filter(|e| e["objectRef"]["namespace"] == ns.as_str() && e["verb"] == "list")
+        .cloned()
+        .collect();
+    let codes: Vec<i64> = lists
+        .iter()
+        .map(|e| e["responseStatus"]["code"].as_i64().unwrap())
+        .collect();
+    assert_eq!(codes, [401, 200], "{:?}", show(&lists));
+    // Always a bad token: one retry, then the poll fails with the 401.
+    std::fs::write(&runs, "").unwrap();
+    let bad = format!(
+        "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: sh\n      args: [\"-c\", \"echo x >> '{}'; echo '{{\\\"apiVersion\\\":\\\"client.authentication.k8s.io/v1\\\",\\\"kind\\\":\\\"ExecCredential\\\",\\\"status\\\":{{\\\"token\\\":\\\"bad\\\"}}}}'\"]\n      interactiveMode: Never\n",
+        runs.display()
+    );
+    let kubeconfig = k.write_kubeconfig(&format!("{ns}-bad.kubeconfig"), &User::Raw(bad));
+    let run = Cmpoll::new()
+        .env("KUBECONFIG", kubeconfig.to_str().unwrap())
+        .args(&["list", "--namespace", &ns])
+        .run()
+        .failure(1);
+    assert!(
+        run.error_line().contains("401 Unauthorized"),
+        "{}",
+        run.described
+    );
+    assert_eq!(std::fs::read_to_string(&runs).unwrap().lines().count(), 2);
+}
+
+/// Kubeconfigs the way users have them, each accepted by the real apiserver as the user
+/// it names: a client certificate, a token, an exec plugin that calls the real
+/// `kubectl create token`.
+#[test]
+fn kubeconfigs_with_a_certificate_a_token_and_an_exec_plugin() {
+    let Some((_one, k)) = cluster() else { return };
+    let ns = k.namespace("creds");
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    let token = account(k, &ns, "tok", r#""list","get""#);
+    // A user by certificate, granted by a RoleBinding to that user name.
+    k.apply(&format!(
+        r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{{"name":"cert-user","namespace":"{ns}"}},
+ "roleRef":{{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"tok"}},
+ "subjects":[{{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"cert-user"}}]}}"#
+    ));
+    let cert = k.client_cert("cert-user", None);
+    let kubectl = real::bin_dir().join("kubectl");
+    let exec = format!(
+        "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: sh\n      args: [\"-c\", \"t=$('{}' --kubeconfig '{}' create token tok -n {ns}); printf '{{\\\"apiVersion\\\":\\\"client.authentication.k8s.io/v1\\\",\\\"kind\\\":\\\"ExecCredential\\\",\\\"status\\\":{{\\\"token\\\":\\\"%s\\\"}}}}' \\\"$t\\\"\"]\n      interactiveMode: Never\n",
+        kubectl.display(),
+        k.admin_kubeconfig().display()
+    );
+    for (name, user, who) in [
+        ("cert", User::Cert(cert), "cert-user".to_string()),
+        (
+            "token",
+            User::Token(token),
+            format!("system:serviceaccount:{ns}:tok"),
+        ),
+        (
+            "exec",
+            User::Raw(exec),
+            format!("system:serviceaccount:{ns}:tok"),
+        ),
+    ] {
+        let before = k.audit_mark();
+        let c = cmpoll_as(k, &format!("{ns}-{name}"), &user);
+        let run = c
+            .with_args(&["list", "--json", "--namespace", &ns])
+            .run()
+            .success();
+        assert_eq!(run.modules(), [format!("{ns}/a")], "{name}");
+        let by: Vec<String> = k
+            .audit_since(before)
+            .iter()
+            .filter(|e| e["objectRef"]["namespace"] == ns.as_str() && e["verb"] == "list")
+            .map(|e| e["user"]["username"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(by, [who], "{name}");
+    }
+}
+
+/// Impersonation (`as`, `as-groups`) in a kubeconfig: the real authorizer decides as the
+/// impersonated user, and the audit log names both.
+#[test]
+fn impersonation_is_decided_as_the_impersonated_user() {
+    let Some((_one, k)) = cluster() else { return };
+    let ns = k.namespace("imp");
+    let other = k.namespace("imp-other");
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    account(k, &ns, "reader", r#""list","get""#);
+    // The impersonator may impersonate that service account and nothing else.
+    k.apply(&format!(
+        r#"{{"apiVersion":"v1","kind":"List","items":[
+{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{{"name":"{ns}-impersonate"}},
+ "rules":[{{"apiGroups":[""],"resources":["serviceaccounts"],"verbs":["impersonate"],"resourceNames":["reader"]}}]}},
+{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{{"name":"impersonator","namespace":"{ns}"}},
+ "roleRef":{{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"{ns}-impersonate"}},
+ "subjects":[{{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"impersonator"}}]}}]}}"#
+    ));
+    let cert = k.client_cert("impersonator", None);
+    let c = Cmpoll::new();
+    let kubeconfig = k.write_kubeconfig(&format!("{ns}-imp.kubeconfig"), &User::Cert(cert.clone()));
+    let text = std::fs::read_to_string(&kubeconfig).unwrap().replace(
+        "    client-certificate-data",
+        &format!("    as: system:serviceaccount:{ns}:reader\n    client-certificate-data"),
+    );
+    std::fs::write(&kubeconfig, text).unwrap();
+    let c = c.env("KUBECONFIG", kubeconfig.to_str().unwrap());
+    let before = k.audit_mark();
+    let run = c
+        .with_args(&["list", "--json", "--namespace", &ns])
+        .run()
+        .success();
+    assert_eq!(run.modules(), [format!("{ns}/a")]);
+    let run = c
+        .with_args(&["list", "--namespace", &other])
+        .run()
+        .failure(1);
+    assert!(
+        run.error_line().contains(&format!(
+            "User \"system:serviceaccount:{ns}:reader\" cannot list"
+        )),
+        "{}",
+        run.described
+    );
+    let lists: Vec<Value> = k
+        .audit_since(before)
+        .iter()
+        .filter(|e| e["verb"] == "list" && e["objectRef"]["resource"] == "configmaps")
+        .filter(|e| e["user"]["username"] == "impersonator")
+        .cloned()
+        .collect();
+    assert_eq!(lists.len(), 2, "{:?}", show(&lists));
+    for e in &lists {
+        assert_eq!(e["user"]["username"], "impersonator");
+        assert_eq!(
+            e["impersonatedUser"]["username"],
+            format!("system:serviceaccount:{ns}:reader")
+        );
+    }
+    // Without the right to impersonate: refused as the impersonator.
+    let stranger = k.write_kubeconfig(
+        &format!("{ns}-stranger.kubeconfig"),
+        &User::Cert(k.client_cert("stranger", None)),
+    );
+    let text = std::fs::read_to_string(&stranger).unwrap().replace(
+        "    client-certificate-data",
+        &format!("    as: system:serviceaccount:{ns}:reader\n    client-certificate-data"),
+    );
+    std::fs::write(&stranger, text).unwrap();
+    let run = Cmpoll::new()
+        .env("KUBECONFIG", stranger.to_str().unwrap())
+        .args(&["list", "--namespace", &ns])
+        .run()
+        .failure(1);
+    assert!(
+        run.error_line()
+            .contains("User \"stranger\" cannot impersonate"),
+        "{}",
+        run.described
+    );
+}
+
+/// A loop run on a thread until dropped (then stopped and joined), also when the test
+/// fails: it must not load the cluster the next test uses.
+struct Hammer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Hammer {
+    fn start(mut round: impl FnMut() + Send + 'static) -> Hammer {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                round();
+            }
+        });
+        Hammer {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Hammer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// When an audit event's request arrived.
+fn received(e: &Value) -> std::time::SystemTime {
+    humantime::parse_rfc3339(e["requestReceivedTimestamp"].as_str().unwrap()).unwrap()
+}
+
+/// Flow control as the real apiserver does it: a PriorityLevelConfiguration with no
+/// seats of its own (`Reject`) and a FlowSchema that puts cmpoll's service account there.
+/// While one slow request holds the one request such a level still admits, every other
+/// request of that account is rejected with 429 and APF's own Retry-After, which grows
+/// while the rejections go on. cmpoll's next attempt waits at least that long — longer
+/// than its own backoff (1 s) would — and it recovers when the level has room again.
+#[test]
+fn flow_control_429s_retry_after_is_a_floor_for_the_next_poll() {
+    use std::time::{Instant, SystemTime};
+    if skip_unless(
+        std::process::Command::new("curl")
+            .arg("--version")
+            .output()
+            .is_ok(),
+        "curl",
+    ) {
+        return;
+    }
+    let Some((_one, k)) = cluster() else { return };
+    let mark = k.audit_mark();
+    let ns = k.namespace("apf");
+    let token = account(k, &ns, "jailed", r#""list","get""#);
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    // 20 MB of ConfigMaps that are not modules: an answer a slow reader makes the
+    // apiserver sit on (more than the sockets' buffers hold).
+    let big = "x".repeat(900_000);
+    for i in 0..24 {
+        k.put_configmap(&ns, &format!("big{i}"), &[], &[("k", &big)]);
+    }
+    k.apply(&format!(
+        r#"{{"apiVersion":"v1","kind":"List","items":[
+{{"apiVersion":"flowcontrol.apiserver.k8s.io/v1","kind":"PriorityLevelConfiguration","metadata":{{"name":"{ns}"}},
+ "spec":{{"type":"Limited","limited":{{"nominalConcurrencyShares":0,"lendablePercent":0,"borrowingLimitPercent":0,"limitResponse":{{"type":"Reject"}}}}}}}},
+{{"apiVersion":"flowcontrol.apiserver.k8s.io/v1","kind":"FlowSchema","metadata":{{"name":"{ns}"}},
+ "spec":{{"priorityLevelConfiguration":{{"name":"{ns}"}},"matchingPrecedence":500,
+  "rules":[{{"subjects":[{{"kind":"ServiceAccount","serviceAccount":{{"name":"jailed","namespace":"{ns}"}}}}],
+   "resourceRules":[{{"verbs":["*"],"apiGroups":["*"],"resources":["*"],"namespaces":["*"],"clusterScope":true}}]}}]}}}}]}}"#
+    ));
+    let level = k.ok(&[
+        "get",
+        "prioritylevelconfiguration",
+        &ns,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let curl = |extra: &[&str], url: &str| {
+        let mut cmd = std::process::Command::new("curl");
+        cmd.args(["-s", "--cacert"])
+            .arg(k.ca_file())
+            .args(["-H", &format!("Authorization: Bearer {token}")])
+            .args(extra)
+            .arg(format!("{}{url}", k.url));
+        cmd
+    };
+    let list = format!("/api/v1/namespaces/{ns}/configmaps");
+    eventually("the FlowSchema in effect", SOON, || {
+        let out = curl(&["-o", "/dev/null", "-D", "-"], &list)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .to_lowercase()
+            .contains(&format!("x-kubernetes-pf-prioritylevel-uid: {level}"))
+    });
+    // The slow reader holds the level's one request; everyone else of the account is
+    // rejected. A hammer of rejected requests drives APF's Retry-After up.
+    let _slow = KillOnDrop(
+        curl(
+            &["--http1.1", "--limit-rate", "2k", "-o", "/dev/null"],
+            &list,
+        )
+        .spawn()
+        .unwrap(),
+    );
+    let hammered: std::sync::Arc<Mutex<Vec<(SystemTime, u64)>>> = Default::default();
+    let hammer = {
+        let seen = hammered.clone();
+        let mut args: Vec<String> = [
+            "-Z",
+            "--parallel-max",
+            "16",
+            "-w",
+            "%header{retry-after}\\n",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for _ in 0..32 {
+            args.extend([
+                "-o".into(),
+                "/dev/null".into(),
+                format!("{}{list}?limit=1", k.url),
+            ]);
+        }
+        let base = curl(&[], "");
+        let program = base.get_program().to_owned();
+        let mut fixed: Vec<String> = base
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        fixed.pop(); // the URL of `curl(&[], "")`
+        Hammer::start(move || {
+            let out = std::process::Command::new(&program)
+                .args(&fixed)
+                .args(&args)
+                .output()
+                .unwrap();
+            let at = SystemTime::now();
+            let mut seen = seen.lock().unwrap();
+            for v in String::from_utf8_lossy(&out.stdout).lines() {
+                if let Ok(v) = v.trim().parse() {
+                    seen.push((at, v));
+                }
+            }
+        })
+    };
+    let start = Instant::now();
+    while hammered.lock().unwrap().last().is_none_or(|(_, v)| *v < 4) {
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "APF's Retry-After stayed below 4"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let user = format!("system:serviceaccount:{ns}:jailed");
+    let by_cmpoll = |k: &RealApiserver| -> Vec<Value> {
+        requests(k, mark, &user, &ns)
+            .into_iter()
+            .filter(|e| e["userAgent"].as_str().unwrap_or("").starts_with("cmpoll/"))
+            .collect()
+    };
+    let c = cmpoll_as(k, &format!("{ns}-jailed"), &User::Token(token.clone()));
+    // Its own backoff would wait 1 s (the interval, no jitter).
+    let d = Daemon::start(
+        c,
+        &["--namespace", &ns, "--interval", "1s", "--jitter", "0"],
+    );
+    eventually(
+        "cmpoll's first list rejected, and a second attempt",
+        Duration::from_secs(40),
+        || {
+            let got = by_cmpoll(k);
+            got.len() >= 2 && got[0]["responseStatus"]["code"] == 429
+        },
+    );
+    let got = by_cmpoll(k);
+    let (first, next) = (received(&got[0]), received(&got[1]));
+    // What APF said then, as the hammer heard it around that moment.
+    let around: Vec<u64> = hammered
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(at, _)| {
+            at.duration_since(first)
+                .or_else(|e| Ok::<_, ()>(e.duration()))
+                .unwrap()
+                < Duration::from_millis(300)
+        })
+        .map(|(_, v)| *v)
+        .collect();
+    let retry_after = *around.iter().min().expect("the hammer heard APF then");
+    let heard = format!(
+        "{} answers, {}..={} s",
+        around.len(),
+        retry_after,
+        around.iter().max().unwrap()
+    );
+    assert!(retry_after >= 2, "{heard}");
+    let waited = next.duration_since(first).unwrap();
+    assert!(
+        waited >= Duration::from_secs(retry_after) - Duration::from_millis(50),
+        "cmpoll came back after {waited:?}, Retry-After was {retry_after} s ({heard})\n{}",
+        d.stderr()
+    );
+    assert!(
+        d.stderr()
+            .contains("429 Too Many Requests: Too many requests, please try again later."),
+        "{}",
+        d.stderr()
+    );
+    // Room again: the level gets seats, and cmpoll's next poll goes through.
+    drop(hammer);
+    drop(_slow);
+    k.ok(&["delete", "flowschema", &ns]);
+    let b = d.batch(Duration::from_secs(60));
+    assert_eq!(kinds(&b)[0], ("added", format!("{ns}/a").as_str()));
+    d.stop();
+    k.ok(&["delete", "prioritylevelconfiguration", &ns]);
+}
