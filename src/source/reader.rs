@@ -9,8 +9,11 @@
 //! contents the caller already has is never parsed past its metadata, and the buffer holds
 //! one item plus one read. Everything around `items` (kind, metadata) is parsed by
 //! `finish()` from what is left. A list without an `items` array is an error: it says
-//! nothing about what exists. `binaryData` is base64-decoded; a bad value is a problem of
-//! that item, not of the whole list.
+//! nothing about what exists. The one exception is how the real apiserver (v1.37.2,
+//! `tests/apiserver/tests/differential.rs`) writes an empty `PartialObjectMetadataList`:
+//! `"items":null` (it is encoded from a nil slice, not streamed as typed lists are); a
+//! `ConfigMapList` always has `"items":[]`. `binaryData` is base64-decoded; a bad value is
+//! a problem of that item, not of the whole list.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -207,6 +210,8 @@ pub struct ListReader<R> {
     state: State,
     items: usize,
     items_seen: bool,
+    /// `"items":null` was read.
+    items_null: bool,
 }
 
 impl<R: Read> ListReader<R> {
@@ -224,6 +229,7 @@ impl<R: Read> ListReader<R> {
             state: State::Fields,
             items: 0,
             items_seen: false,
+            items_null: false,
         })
     }
 
@@ -292,6 +298,7 @@ impl<R: Read> ListReader<R> {
                 return Ok(true);
             }
             let value = self.s.value()?;
+            self.items_null |= field == "items" && self.s.buf[value.clone()] == *b"null";
             self.rest.extend_from_slice(&self.s.buf[value]);
             if !self.after_field()? {
                 return Ok(false);
@@ -330,7 +337,9 @@ impl<R: Read> ListReader<R> {
             return Err(bad("trailing characters after the list"));
         }
         let list: RawList = serde_json::from_slice(&self.rest).map_err(bad)?;
-        if !self.items_seen {
+        let empty_metadata_list =
+            self.items_null && list.kind.as_deref() == Some("PartialObjectMetadataList");
+        if !self.items_seen && !empty_metadata_list {
             // An apiserver always sends `"items":[]` for an empty list; without it, this
             // answer says nothing about what exists, and taking it for "nothing" would
             // remove every module.

@@ -123,6 +123,9 @@ fn broken_bodies_are_errors() {
         b"   ",
         // r13: no items is not an empty list.
         br#"{"kind":"ConfigMapList","items":null}"#,
+        br#"{"items":null}"#,
+        br#"{"kind":"PartialObjectMetadataList"}"#,
+        br#"{"kind":"PartialObjectMetadataList","items":"x"}"#,
         br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"5"}}"#,
         br#"{}"#,
     ] {
@@ -132,6 +135,21 @@ fn broken_bodies_are_errors() {
             String::from_utf8_lossy(body)
         );
     }
+}
+
+/// The real apiserver writes an empty metadata-only list with `"items":null` (recorded
+/// from v1.37.2 by `tests/apiserver/tests/differential.rs`): that one is empty.
+#[test]
+fn an_empty_metadata_list_may_have_null_items() {
+    let body = br#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"226"},"items":null}
+"#;
+    let mut list = ListReader::new(&body[..]).unwrap();
+    assert!(list.next_item().unwrap().is_none());
+    let meta = list.finish().unwrap();
+    assert_eq!(
+        (meta.kind.as_str(), meta.resource_version.as_deref()),
+        ("PartialObjectMetadataList", Some("226"))
+    );
 }
 
 #[test]

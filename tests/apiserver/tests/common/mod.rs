@@ -33,6 +33,7 @@ impl Raw {
     }
 }
 
+#[derive(Clone)]
 pub struct Client {
     tls: Arc<rustls::ClientConfig>,
     addr: std::net::SocketAddr,
@@ -47,10 +48,15 @@ impl Client {
 
     /// A client without credentials, optionally presenting a client certificate.
     pub fn with_cert(server: &TestApiserver, cert: Option<&CertPair>) -> Client {
+        Self::to(server.addr(), &server.ca_pem(), cert)
+    }
+
+    /// A client of any server at `addr` whose CA is `ca_pem` (the real apiserver too).
+    pub fn to(addr: std::net::SocketAddr, ca_pem: &str, cert: Option<&CertPair>) -> Client {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         roots
-            .add(CertificateDer::from_pem_slice(server.ca_pem().as_bytes()).unwrap())
+            .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
             .unwrap();
         let b = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -66,7 +72,7 @@ impl Client {
         };
         Client {
             tls: Arc::new(cfg),
-            addr: server.addr(),
+            addr,
             headers: Vec::new(),
         }
     }
@@ -82,6 +88,14 @@ impl Client {
     pub fn header(mut self, k: &str, v: &str) -> Client {
         self.headers.push((k.into(), v.into()));
         self
+    }
+
+    /// This client with header `k` set to `v` (replacing any value it had).
+    pub fn with_header(&self, k: &str, v: &str) -> Client {
+        let mut c = self.clone();
+        c.headers.retain(|(h, _)| !h.eq_ignore_ascii_case(k));
+        c.headers.push((k.into(), v.into()));
+        c
     }
 
     /// GET `target`; `Err` when the connection fails or is cut.
