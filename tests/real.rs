@@ -1173,3 +1173,85 @@ fn the_module_label_policy_denies_and_admits_with_the_real_cel() {
     ]);
     assert_eq!(data, "3");
 }
+
+/// A token file whose token the apiserver stops accepting (its service account deleted
+/// and made again): the 401 makes cmpoll read the file again — which the kubelet has
+/// rewritten in place, size and mtime kept, so nothing but the 401 could tell — and make
+/// the request once more with the new token.
+#[test]
+fn a_401_re_reads_the_token_file_and_retries_once() {
+    let Some((_one, k)) = cluster() else { return };
+    let mark = k.audit_mark();
+    let ns = k.namespace("revoked");
+    let first = account(k, &ns, "pod", r#""list","get""#);
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    let c = Cmpoll::new();
+    let token = c.write("token", &first);
+    let ca = c.write("ca.crt", &k.ca_pem());
+    let c = c
+        .env("CMPOLL_SERVER", &k.url)
+        .env("CMPOLL_TOKEN_FILE", token.to_str().unwrap())
+        .env("CMPOLL_CA_FILE", ca.to_str().unwrap());
+    let user = format!("system:serviceaccount:{ns}:pod");
+    // Polls only when told (SIGHUP): the apiserver caches a token's authentication for
+    // 10 s after its last check, so the refusal is seen only after a quiet spell.
+    let d = Daemon::start(c, &["--namespace", &ns, "--interval", "1h"]);
+    d.batch(SOON);
+    // The account goes and comes back: its old tokens are refused from now on.
+    k.ok(&["delete", "serviceaccount", "pod", "-n", &ns]);
+    k.ok(&["create", "serviceaccount", "pod", "-n", &ns]);
+    let second = loop {
+        let t = k.ok(&["create", "token", "pod", "-n", &ns, "--duration", "1h"]);
+        if t.trim().len() == first.len() {
+            break t.trim().to_string();
+        }
+    };
+    let stamp = std::fs::metadata(&token).unwrap().modified().unwrap();
+    {
+        use std::io::{Seek as _, Write as _};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&token)
+            .unwrap();
+        f.seek(std::io::SeekFrom::Start(0)).unwrap();
+        f.write_all(second.as_bytes()).unwrap();
+        f.set_modified(stamp).unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(11));
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "2")]);
+    d.signal("HUP");
+    assert_eq!(d.batch(SOON)[0]["files"]["k"], "2", "{}", d.stderr());
+    let by_cmpoll = |k: &RealApiserver| -> Vec<Value> {
+        k.audit_since(mark)
+            .into_iter()
+            .filter(|e| e["objectRef"]["namespace"] == ns.as_str() && e["verb"] == "list")
+            // A request refused by the authenticator is logged at ResponseStarted only.
+            .filter(|e| e["stage"] == "ResponseComplete" || e["responseStatus"]["code"] == 401)
+            .filter(|e| e["userAgent"].as_str().unwrap_or("").starts_with("cmpoll/"))
+            .collect()
+    };
+    let code = |e: &Value| e["responseStatus"]["code"].as_i64().unwrap();
+    let got = by_cmpoll(k);
+    let at = got
+        .iter()
+        .position(|e| code(e) == 401)
+        .unwrap_or_else(|| panic!("no 401: {:?}\n{}", show(&got), d.stderr()));
+    let jti =
+        |e: &Value| e["user"]["extra"]["authentication.kubernetes.io/credential-id"][0].clone();
+    assert_eq!(code(&got[at + 1]), 200, "the retry: {:?}", show(&got));
+    assert_ne!(jti(&got[at + 1]), jti(&got[at - 1]), "with the new token");
+    assert_eq!(
+        got.iter().filter(|e| code(e) == 401).count(),
+        1,
+        "{:?}",
+        show(&got)
+    );
+    assert!(
+        d.stderr()
+            .contains("401 Unauthorized; retrying once with the renewed credential"),
+        "{}",
+        d.stderr()
+    );
+    d.stop();
+    assert_eq!(user, got[at + 1]["user"]["username"].as_str().unwrap());
+}

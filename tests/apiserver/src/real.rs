@@ -68,11 +68,28 @@ struct Procs {
     apiserver: Child,
 }
 
-/// One cluster per test binary, started on first use (a few seconds).
+/// One cluster per test binary, started on first use (a few seconds). Its folder goes
+/// when the test binary exits (a `static` is never dropped; its processes end by
+/// `PR_SET_PDEATHSIG`).
 pub fn shared() -> &'static RealApiserver {
     static SHARED: OnceLock<RealApiserver> = OnceLock::new();
-    SHARED.get_or_init(RealApiserver::start)
+    SHARED.get_or_init(|| {
+        let k = RealApiserver::start();
+        let _ = SHARED_DIR.set(k.dir().to_path_buf());
+        extern "C" fn remove_shared_dir() {
+            if let Some(d) = SHARED_DIR.get() {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+        // SAFETY: registering a plain function to run at exit.
+        unsafe {
+            libc::atexit(remove_shared_dir);
+        }
+        k
+    })
 }
+
+static SHARED_DIR: OnceLock<PathBuf> = OnceLock::new();
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
