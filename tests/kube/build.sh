@@ -5,7 +5,7 @@
 # command; `tests/kube/build.sh --check` only says whether the binaries are up to date.
 set -euo pipefail
 cd "$(dirname "$0")"
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
 mkdir -p bin
 k8s=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 minor=$(echo "$k8s" | cut -d. -f2)
