@@ -101,7 +101,7 @@ fn run(o: &Options, id: &str, hash: &Hash, dir: &Path, file: &Path) -> Verdict {
         .env("CMPOLL_MODULE_DIR", dir)
         .env("CMPOLL_MODULE_FILE", file)
         .env("CMPOLL_HASH", hash.to_string());
-    let done = match process::run_bounded(cmd, o.timeout, Some(KEEP)) {
+    let done = match process::run_bounded(cmd, o.timeout, process::Capture::Merged(KEEP)) {
         Ok(d) => d,
         Err(e) => return Verdict::Error(format!("/bin/sh: {e}")),
     };

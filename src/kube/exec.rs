@@ -4,17 +4,16 @@
 //!
 //! The plugin gets cmpoll's environment plus its `env` entries and `KUBERNETES_EXEC_INFO`
 //! (with `spec.cluster` when `provideClusterInfo` is set), no stdin, and at most `TIMEOUT`
-//! before it is killed. Its stderr is logged line by line; its stdout is the credential and
+//! before it is killed with its process group (`ops::process::run_bounded`, the one runner
+//! of bounded commands). Its stderr is logged line by line; its stdout is the credential and
 //! never reaches a log line or an error message (parse errors say where, not what).
 //! A plugin holds `ops::process::children()` from spawn to exit status, and cmpoll as
 //! PID 1 reaps orphans only while nothing holds it, so it never takes a plugin's exit
 //! status from under it.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 
@@ -27,7 +26,7 @@ pub const V1BETA1: &str = "client.authentication.k8s.io/v1beta1";
 /// How long a plugin may run before it is killed.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 /// The most a plugin may print on stdout.
-const MAX_OUTPUT: u64 = 1 << 20;
+const MAX_OUTPUT: usize = 1 << 20;
 /// The most stderr lines logged per run.
 const MAX_STDERR_LINES: usize = 50;
 
@@ -117,98 +116,67 @@ impl Plugin {
         .to_string()
     }
 
-    /// Runs the plugin once and checks what it printed.
+    /// Runs the plugin once and checks what it printed. It runs through the one bounded
+    /// runner (`ops::process::run_bounded`): in its own process group, which is killed at
+    /// the timeout, and what it left running there once it exits.
     pub fn run(&self, timeout: Duration) -> Result<Issued, String> {
-        let _running = crate::ops::process::children();
-        let started = Instant::now();
-        let mut child = Command::new(&self.command)
-            .args(&self.args)
+        use crate::ops::process::{self, Capture, RunError};
+        let mut cmd = Command::new(&self.command);
+        cmd.args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("KUBERNETES_EXEC_INFO", self.exec_info())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => self.not_found(),
-                _ => format!(
+            .env("KUBERNETES_EXEC_INFO", self.exec_info());
+        let who = format!("exec plugin '{}'", self.command);
+        let mut lines = 0;
+        let stderr = Box::new(move |line: &[u8]| {
+            lines += 1;
+            if lines <= MAX_STDERR_LINES {
+                log::info!("{who}: {}", String::from_utf8_lossy(line).trim_end());
+            }
+        });
+        let done = process::run_bounded(cmd, timeout, Capture::Split(MAX_OUTPUT + 1, stderr))
+            .map_err(|e| match e {
+                RunError::Start(e) if e.kind() == std::io::ErrorKind::NotFound => self.not_found(),
+                e => format!(
                     "{}: cannot run exec credential plugin '{}': {e}",
                     self.origin, self.command
                 ),
             })?;
-        let (out_tx, out_rx) = mpsc::channel();
-        if let Some(stdout) = child.stdout.take() {
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let read = stdout.take(MAX_OUTPUT + 1).read_to_end(&mut buf);
-                let _ = out_tx.send(read.map(|_| buf));
-            });
-        }
-        let (err_tx, err_rx) = mpsc::channel::<()>();
-        if let Some(stderr) = child.stderr.take() {
-            let who = format!("exec plugin '{}'", self.command);
-            std::thread::spawn(move || {
-                for (i, line) in BufReader::new(stderr).split(b'\n').enumerate() {
-                    let Ok(line) = line else { break };
-                    if i < MAX_STDERR_LINES {
-                        log::info!("{who}: {}", String::from_utf8_lossy(&line).trim_end());
-                    }
-                }
-                drop(err_tx);
-            });
-        }
-        let mut pause = Duration::from_millis(1);
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if started.elapsed() >= timeout => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!(
-                        "{}: exec credential plugin '{}' did not finish within {}; killed it",
-                        self.origin,
-                        self.command,
-                        humantime::format_duration(timeout)
-                    ));
-                }
-                Ok(None) => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(50));
-                }
-                Err(e) => {
-                    return Err(format!(
-                        "{}: cannot wait for exec credential plugin '{}': {e}",
-                        self.origin, self.command
-                    ));
-                }
-            }
-        };
-        // Its stderr logged before anything is said about the run (briefly: something the
-        // plugin started may hold stderr open).
-        let _ = err_rx.recv_timeout(Duration::from_secs(1));
-        if !status.success() {
+        let Some(status) = done.exit else {
             return Err(format!(
-                "{}: exec credential plugin '{}' failed ({status}); its stderr is in the log",
+                "{}: exec credential plugin '{}' did not finish within {}; killed it",
+                self.origin,
+                self.command,
+                humantime::format_duration(timeout)
+            ));
+        };
+        if !status.success() {
+            // Worded as the standard library words an exit status (as before the runner
+            // was shared): `exit status: 3`, `signal: 9 (SIGKILL)`.
+            let how = match (status.code, status.signal) {
+                (Some(c), _) => format!("exit status: {c}"),
+                (None, s) => {
+                    let s = s.unwrap_or(0);
+                    format!("signal: {s} ({})", crate::ops::signals::Signal(s))
+                }
+            };
+            return Err(format!(
+                "{}: exec credential plugin '{}' failed ({how}); its stderr is in the log",
                 self.origin, self.command
             ));
         }
-        // Something the plugin started may still hold stdout open: do not wait for it long.
-        let out = out_rx
-            .recv_timeout(Duration::from_secs(5))
-            .map_err(|_| {
-                format!(
-                    "{}: exec credential plugin '{}' exited but its output did not end",
-                    self.origin, self.command
-                )
-            })?
-            .map_err(|e| format!("{}: reading exec plugin output: {e}", self.origin))?;
-        if out.len() as u64 > MAX_OUTPUT {
+        if !done.complete {
+            return Err(format!(
+                "{}: exec credential plugin '{}' exited but its output did not end",
+                self.origin, self.command
+            ));
+        }
+        if done.output.len() > MAX_OUTPUT {
             return Err(format!(
                 "{}: exec credential plugin '{}' printed more than {MAX_OUTPUT} bytes",
                 self.origin, self.command
             ));
         }
-        self.parse(&out)
+        self.parse(&done.output)
     }
 
     /// Checks an `ExecCredential` as client-go does. Errors never quote the output.
@@ -298,6 +266,7 @@ pub fn refresh_at(obtained: SystemTime, expires: Option<SystemTime>) -> Option<S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     fn plugin() -> Plugin {
         Plugin {
@@ -409,6 +378,40 @@ mod tests {
         };
         let issued = ok.run(Duration::from_secs(10)).unwrap();
         assert_eq!(issued.token.unwrap().expose(), "from-env");
+    }
+
+    /// Issue 25: the plugin runs in its own process group, so at the timeout what it
+    /// started dies with it (before, only the plugin was killed and its grandchild lived
+    /// on, holding the pipes).
+    #[test]
+    fn a_plugin_that_hangs_is_killed_with_what_it_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("grandchild");
+        let hang = Plugin {
+            command: "sh".into(),
+            args: vec![
+                "-c".into(),
+                format!("sleep 30 & echo $! > '{}'; wait", pid_file.display()),
+            ],
+            ..plugin()
+        };
+        let e = hang.run(Duration::from_millis(500)).unwrap_err();
+        assert!(e.ends_with("did not finish within 500ms; killed it"), "{e}");
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let proc = format!("/proc/{pid}/stat");
+        let started = Instant::now();
+        // Gone, or a zombie waiting for its parent (this test process is not it).
+        while std::fs::read_to_string(&proc).is_ok_and(|s| !s.contains(") Z ")) {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the grandchild {pid} outlived the plugin's timeout"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     #[test]

@@ -91,44 +91,88 @@ impl std::fmt::Display for Exit {
 pub struct Finished {
     /// `None`: killed (with its process group) at the deadline.
     pub exit: Option<Exit>,
-    /// Its stdout and stderr together, at most the `keep` bytes asked for (the rest is read
-    /// and dropped, so the command never blocks on a full pipe).
+    /// What `Capture` kept: stdout and stderr together, or stdout alone, at most the bytes
+    /// asked for (the rest is read and dropped, so the command never blocks on a full pipe).
     pub output: Vec<u8>,
+    /// Whether the output ended (a process that left the group may hold the pipe open:
+    /// it is not waited for long).
+    pub complete: bool,
+}
+
+/// Where each line of a command's stderr goes (`Capture::Split`).
+pub type Lines = Box<dyn FnMut(&[u8]) + Send>;
+
+/// What becomes of a bounded command's stdout and stderr.
+pub enum Capture {
+    /// As `cmd` says (inherited unless set).
+    Inherit,
+    /// Both through one pipe, the first N bytes kept (a validator, whose output is its
+    /// message).
+    Merged(usize),
+    /// Stdout kept (the first N bytes), stderr handed over line by line (an exec plugin,
+    /// whose stdout is a credential and whose stderr is for the log).
+    Split(usize, Lines),
+}
+
+/// Why a bounded command did not run to an end.
+#[derive(Debug)]
+pub enum RunError {
+    /// It could not be started (`NotFound`: no such program).
+    Start(std::io::Error),
+    /// Something failed around it (a pipe, waiting for it).
+    Other(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Start(e) => write!(f, "cannot start it: {e}"),
+            RunError::Other(e) => f.write_str(e),
+        }
+    }
 }
 
 /// Runs `cmd` in its own process group, stdin from /dev/null, and waits for it at most
-/// `timeout`, then kills the group. With `keep` set, its stdout and stderr go to one pipe
-/// of which the first `keep` bytes are kept; otherwise they are inherited as `cmd` says.
+/// `timeout`, then kills the group; once it has exited, what it left running in its group
+/// is killed too. `capture` says what becomes of its output. The one runner of commands
+/// that must end: `--on-change`, `--validate`, exec credential plugins.
 pub fn run_bounded(
     mut cmd: std::process::Command,
     timeout: std::time::Duration,
-    keep: Option<usize>,
-) -> Result<Finished, String> {
-    use std::io::Read as _;
+    capture: Capture,
+) -> Result<Finished, RunError> {
+    use std::io::{BufRead as _, Read as _};
     use std::os::unix::process::CommandExt as _;
     use std::time::{Duration, Instant};
 
+    let pipe = || std::io::pipe().map_err(|e| RunError::Other(format!("cannot make a pipe: {e}")));
     cmd.stdin(std::process::Stdio::null()).process_group(0);
-    let reader = match keep {
-        Some(_) => {
-            let (r, w) = std::io::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
+    let (keep, out, err) = match capture {
+        Capture::Inherit => (0, None, None),
+        Capture::Merged(keep) => {
+            let (r, w) = pipe()?;
             let w2 = w
                 .try_clone()
-                .map_err(|e| format!("cannot make a pipe: {e}"))?;
+                .map_err(|e| RunError::Other(format!("cannot make a pipe: {e}")))?;
             cmd.stdout(w).stderr(w2);
-            Some(r)
+            (keep, Some(r), None)
         }
-        None => None,
+        Capture::Split(keep, line) => {
+            let (r, w) = pipe()?;
+            let (er, ew) = pipe()?;
+            cmd.stdout(w).stderr(ew);
+            (keep, Some(r), Some((er, line)))
+        }
     };
     // Hold off PID-1 reaping from spawn to exit status.
     let _held = children();
     let spawned = cmd.spawn();
-    // The write ends live in `cmd`: dropped now, so the reader sees EOF when the command
+    // The write ends live in `cmd`: dropped now, so the readers see EOF when the command
     // (and whatever it started) is done.
     drop(cmd);
-    let mut child = spawned.map_err(|e| format!("cannot start it: {e}"))?;
+    let mut child = spawned.map_err(RunError::Start)?;
     let (tx, rx) = std::sync::mpsc::channel();
-    if let (Some(mut r), Some(keep)) = (reader, keep) {
+    if let Some(mut r) = out {
         std::thread::spawn(move || {
             let mut out = Vec::new();
             let mut buf = [0u8; 8192];
@@ -144,8 +188,20 @@ pub fn run_bounded(
     } else {
         drop(tx);
     }
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    if let Some((er, mut line)) = err {
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(er).split(b'\n') {
+                let Ok(l) = l else { break };
+                line(&l);
+            }
+            drop(done_tx);
+        });
+    } else {
+        drop(done_tx);
+    }
     let deadline = Instant::now() + timeout;
-    let pid = Pid::from_raw(child.id() as i32).ok_or("no process id")?;
+    let pid = Pid::from_raw(child.id() as i32).ok_or(RunError::Other("no process id".into()))?;
     let status = |s: std::process::ExitStatus| {
         use std::os::unix::process::ExitStatusExt as _;
         Exit {
@@ -162,7 +218,7 @@ pub fn run_bounded(
                 let _ = kill_process_group(pid, rustix::process::Signal::KILL);
                 let s = child
                     .wait()
-                    .map_err(|e| format!("cannot wait for it: {e}"))?;
+                    .map_err(|e| RunError::Other(format!("cannot wait for it: {e}")))?;
                 break Some(status(s));
             }
             Ok(None) if Instant::now() >= deadline => {
@@ -171,12 +227,18 @@ pub fn run_bounded(
                 break None;
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return Err(format!("cannot wait for it: {e}")),
+            Err(e) => return Err(RunError::Other(format!("cannot wait for it: {e}"))),
         }
     };
-    // A process that left the group may still hold the pipe: not waited for long.
-    let output = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
-    Ok(Finished { exit, output })
+    // A process that left the group may still hold a pipe: not waited for long.
+    let got = rx.recv_timeout(Duration::from_secs(1));
+    let _ = done_rx.recv_timeout(Duration::from_secs(1));
+    let complete = !matches!(got, Err(std::sync::mpsc::RecvTimeoutError::Timeout));
+    Ok(Finished {
+        exit,
+        output: got.unwrap_or_default(),
+        complete,
+    })
 }
 
 /// As PID 1: reaps every child that ended and returns `pid`'s exit if it was among them.
@@ -233,23 +295,66 @@ mod tests {
     #[test]
     fn bounded_runs_keep_output_and_kill_the_group_at_the_deadline() {
         let t = std::time::Duration::from_secs(10);
-        let f = run_bounded(sh("echo out; echo err >&2; exit 3"), t, Some(4096)).unwrap();
+        let f = run_bounded(
+            sh("echo out; echo err >&2; exit 3"),
+            t,
+            Capture::Merged(4096),
+        )
+        .unwrap();
         assert_eq!(f.exit.unwrap().code, Some(3));
         assert_eq!(String::from_utf8(f.output).unwrap(), "out\nerr\n");
-        let f = run_bounded(sh("yes | head -c 100000"), t, Some(10)).unwrap();
+        let f = run_bounded(sh("yes | head -c 100000"), t, Capture::Merged(10)).unwrap();
         assert_eq!(
             f.output, b"y\ny\ny\ny\ny\n",
             "the first bytes, the rest drained"
         );
         let start = std::time::Instant::now();
         let short = std::time::Duration::from_millis(200);
-        let f = run_bounded(sh("sleep 30 & sleep 30; echo never"), short, Some(64)).unwrap();
+        let f = run_bounded(
+            sh("sleep 30 & sleep 30; echo never"),
+            short,
+            Capture::Merged(64),
+        )
+        .unwrap();
         assert!(f.exit.is_none(), "killed");
         assert!(f.output.is_empty());
         assert!(
             start.elapsed() < std::time::Duration::from_secs(5),
             "children killed too"
         );
+    }
+
+    /// Issue 25: stdout kept, stderr line by line (an exec plugin's shape); what it left
+    /// behind in its group is killed when it exits; a missing program is `Start`.
+    #[test]
+    fn split_output_and_what_a_command_leaves_behind() {
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = lines.clone();
+        let capture = Capture::Split(
+            64,
+            Box::new(move |l: &[u8]| seen.lock().unwrap().push(String::from_utf8_lossy(l).into())),
+        );
+        let t = std::time::Duration::from_secs(10);
+        let start = std::time::Instant::now();
+        let f = run_bounded(
+            sh("echo cred; echo a >&2; echo b >&2; sleep 30 &"),
+            t,
+            capture,
+        )
+        .unwrap();
+        assert_eq!(f.exit.unwrap().code, Some(0));
+        assert_eq!(f.output, b"cred\n");
+        assert!(
+            f.complete,
+            "the leftover sleep was killed, the pipes closed"
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(*lines.lock().unwrap(), ["a", "b"]);
+        let missing = std::process::Command::new("/no/such/program");
+        match run_bounded(missing, t, Capture::Inherit) {
+            Err(RunError::Start(e)) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -53,8 +53,8 @@ impl OnChange {
             let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
             cmd.env("CMPOLL_OUT_DIR", abs);
         }
-        let done =
-            process::run_bounded(cmd, self.o.timeout, None).map_err(|e| format!("/bin/sh: {e}"))?;
+        let done = process::run_bounded(cmd, self.o.timeout, process::Capture::Inherit)
+            .map_err(|e| format!("/bin/sh: {e}"))?;
         match done.exit {
             Some(exit) if exit.success() => Ok(()),
             Some(exit) => Err(exit.to_string()),
