@@ -83,9 +83,9 @@ fn the_agent_gets_the_full_state_then_live_batches_and_a_signal_after_the_folder
         "the folder held the new content when HUP came"
     );
 
-    // A label-only edit is no batch: no signal, nothing on stdin.
+    // A label-only edit is no batch: no signal, nothing on stdin (two polls after it).
     s.put(module("ns", "m", "v2").label("x", "y"));
-    std::thread::sleep(Duration::from_millis(400));
+    d.quiet_through(&s, 2, 1);
     assert_eq!(lines(&log).len(), 2);
     assert_eq!(lines(&stdin).len(), 5);
     assert!(d.is_running());
@@ -323,7 +323,7 @@ fn the_reload_url_is_called_once_per_changed_batch_and_retried_on_failure() {
     let s = TestApiserver::start();
     s.put(module("ns", "m", "v1"));
     let (url, calls) = reload_server(vec![200, 503, 500]);
-    let c = Cmpoll::against(&s);
+    let c = Cmpoll::against(&s).env("RUST_LOG", "info,cmpoll::sink::reload_url=debug");
     let out = c.out();
     let d = c.daemon(&[
         "--interval",
@@ -339,7 +339,7 @@ fn the_reload_url_is_called_once_per_changed_batch_and_retried_on_failure() {
         calls.lock().unwrap().len() == 1
     });
     assert_eq!(calls.lock().unwrap()[0], "POST /-/reload HTTP/1.1");
-    std::thread::sleep(Duration::from_millis(300));
+    d.quiet_through(&s, 3, 1);
     assert_eq!(calls.lock().unwrap().len(), 1, "no call without changes");
     s.put(module("ns", "m", "v2"));
     d.batch(SOON);
@@ -347,7 +347,12 @@ fn the_reload_url_is_called_once_per_changed_batch_and_retried_on_failure() {
     eventually("the retries", Duration::from_secs(15), || {
         calls.lock().unwrap().len() == 4
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // The fourth call succeeded, which ends the retries (logged at debug), and polls
+    // without changes call nothing.
+    eventually("the success", SOON, || {
+        d.stderr().matches(": reloaded (poll ").count() == 2
+    });
+    d.quiet_through(&s, 3, 1);
     assert_eq!(calls.lock().unwrap().len(), 4);
     assert!(
         d.stderr()

@@ -307,28 +307,39 @@ fn r13_slow_clients_never_make_healthz_fail() {
     }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let _stop_on_drop = StopOnDrop(stop.clone());
+    // How many are connected and dribbling now.
+    let connected = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let dribblers: Vec<_> = (0..48)
         .map(|_| {
-            let (addr, stop) = (addr.clone(), stop.clone());
+            let (addr, stop, connected) = (addr.clone(), stop.clone(), connected.clone());
             std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                use std::sync::atomic::Ordering::Relaxed;
+                while !stop.load(Relaxed) {
                     let Ok(mut c) = TcpStream::connect(&addr) else {
                         std::thread::sleep(Duration::from_millis(50));
                         continue;
                     };
+                    let mut counted = false;
                     for b in b"GET /healthz HTTP/1.1\r\n" {
-                        if c.write_all(&[*b]).is_err()
-                            || stop.load(std::sync::atomic::Ordering::Relaxed)
-                        {
+                        if c.write_all(&[*b]).is_err() || stop.load(Relaxed) {
                             break;
                         }
+                        if !counted {
+                            connected.fetch_add(1, Relaxed);
+                            counted = true;
+                        }
                         std::thread::sleep(Duration::from_millis(300));
+                    }
+                    if counted {
+                        connected.fetch_sub(1, Relaxed);
                     }
                 }
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    eventually("48 slow clients connected at once", SOON, || {
+        connected.load(std::sync::atomic::Ordering::Relaxed) == 48
+    });
     for _ in 0..10 {
         let (code, body) = get(&addr, "/healthz");
         assert_eq!((code, body.as_str()), (200, "ok\n"));

@@ -7,7 +7,7 @@ use test_apiserver::{
     ConfigMap, Credential, Fault, Kubeconfig, Match, Route, TOKEN, TestApiserver, USER,
 };
 
-use crate::util::{Cmpoll, Daemon, SOON, spec_hash};
+use crate::util::{Cmpoll, Daemon, SOON, eventually, spec_hash};
 
 /// A module whose one key is `config.alloy`.
 fn alloy(ns: &str, name: &str, v: &str) -> ConfigMap {
@@ -140,7 +140,13 @@ fn retry_after_is_a_floor_for_the_next_poll() {
         assert!(hit.elapsed() < SOON);
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::thread::sleep(Duration::from_millis(1500));
+    // The next attempt after the 429.
+    let after = |reqs: &[test_apiserver::Recorded]| {
+        reqs.iter()
+            .position(|r| r.status == 429)
+            .is_some_and(|i| i + 1 < reqs.len())
+    };
+    eventually("the next poll after the 429", SOON, || after(&s.requests()));
     let reqs = s.requests();
     let i = reqs.iter().position(|r| r.status == 429).unwrap();
     let next = &reqs[i + 1];
@@ -235,7 +241,12 @@ fn a_lagging_cache_504_falls_back_to_resource_version_zero() {
         assert!(started.elapsed() < SOON, "no 504: {:?}", s.requests());
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::thread::sleep(Duration::from_millis(100));
+    eventually("the fallback after the 504", SOON, || {
+        let reqs = s.requests();
+        reqs.iter()
+            .position(|r| r.status == 504)
+            .is_some_and(|i| i + 1 < reqs.len())
+    });
     let reqs = s.requests();
     let i = reqs.iter().position(|r| r.status == 504).unwrap();
     assert_eq!(reqs[i].param("resourceVersionMatch"), Some("NotOlderThan"));
@@ -403,11 +414,14 @@ fn logs_one_line_per_batch_and_per_failure_none_per_idle_poll() {
     s.put(alloy("a", "one", "1"));
     let d = Daemon::start(Cmpoll::against(&s), &["--interval", "20ms"]);
     d.batch(SOON);
-    std::thread::sleep(Duration::from_millis(300));
+    // Idle polls, one that fails, and idle polls again: each proved by the lists served.
+    d.quiet_through(&s, 5, 1);
     s.fault(Match::lists(), Fault::InternalError, 1);
-    std::thread::sleep(Duration::from_millis(300));
-    let polls = s.requests().len();
-    assert!(polls > 5);
+    eventually("the failed poll", SOON, || {
+        s.requests().iter().any(|r| r.status == 500)
+    });
+    d.quiet_through(&s, 5, 1);
+    eventually("its warning", SOON, || d.stderr().contains("WARN"));
     let err = d.stderr();
     let batch_lines = err
         .lines()
