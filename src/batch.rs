@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::gate::Gate;
+use crate::gate::{Gate, Runnable};
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::poll::PollStats;
@@ -57,7 +57,8 @@ impl Delivery {
 
     /// Turns a successful poll into a batch, applies it to the sinks in order, and makes
     /// the new snapshot current (except for modules a sink could not write, which it
-    /// returns).
+    /// returns). Three steps: `screen` (the events, through `--validate`), `deliver` (the
+    /// sinks in SPEC's order), `settle` (what is held back, the log line, the snapshot).
     pub fn commit(
         &mut self,
         store: &mut Store,
@@ -68,42 +69,10 @@ impl Delivery {
     ) -> Result<(Option<Synced>, Vec<String>), String> {
         let first = self.batches == 0;
         self.batches += 1;
-        // The first batch has every module as added (the output folder reconciles with it),
-        // whatever the store was seeded with (a rejected module's last good version).
-        let empty = Snapshot::default();
-        let base = if first { &empty } else { &store.snapshot };
-        let mut events = event::diff(base, &next);
-        // Modules no sink published: not written, or held back.
-        let mut unwritten: Vec<String> = Vec::new();
-        let mut held_back: Vec<String> = Vec::new();
-        if let Some(gate) = &mut self.gate {
-            let screened = gate.screen(&events, &store.spool, &store.snapshot, &next);
-            {
-                let m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
-                for r in &screened.runs {
-                    m.validation(r);
-                }
-            }
-            if let Some(can_run) = screened.can_run {
-                let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
-                h.validator = can_run;
-            }
-            for (id, reason) in screened.rejected {
-                held_back.push(id.clone());
-                hold_back(&mut self.rejected, &mut events, &id, reason);
-                // A restart seeded its last good version: that is what the sinks hold,
-                // so this run's first batch announces it, before the rejection.
-                if first
-                    && let Some(good) = store.snapshot.modules.get(&id)
-                    && let Some(at) = events.iter().position(|e| e.id == id)
-                {
-                    events.insert(at, Event::new(Change::Added, &id, good));
-                }
-            }
-        }
+        let mut going = self.screen(store, &next, first);
         // No change, or only rejections already announced: no sink hears of this poll, and
         // what is held back keeps its previous version.
-        if events.is_empty() && !first {
+        if going.events.is_empty() && !first {
             log::debug!(
                 "poll {number}: no changes ({} modules, {took:?})",
                 next.len()
@@ -111,36 +80,116 @@ impl Delivery {
             // A module gone from the cluster is no longer held back.
             self.rejected.retain(|id, _| next.modules.contains_key(id));
             store
-                .commit(next, &[], &held_back)
+                .commit(next, &[], &going.held_back)
                 .map_err(|e| e.to_string())?;
             return Ok((None, Vec::new()));
         }
+        self.deliver(&mut going, store, &next, number, first)?;
+        let synced = self.settle(store, next, &mut going, number, stats, took, first)?;
+        Ok((Some(synced), going.unwritten))
+    }
+
+    /// The events that turn what the sinks hold into `next` (every module `added` in a
+    /// run's first batch), screened by the gate: what it rejects is held back.
+    fn screen(&mut self, store: &Store, next: &Snapshot, first: bool) -> Going {
+        // The first batch has every module as added (the output folder reconciles with it),
+        // whatever the store was seeded with (a rejected module's last good version).
+        let empty = Snapshot::default();
+        let base = if first { &empty } else { &store.snapshot };
+        let mut going = Going {
+            events: event::diff(base, next),
+            ..Going::default()
+        };
+        let Some(gate) = &mut self.gate else {
+            return going;
+        };
+        let screened = gate.screen(&going.events, &store.spool, &store.snapshot, next);
+        {
+            let m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+            for r in &screened.runs {
+                m.validation(r);
+            }
+        }
+        match screened.runnable {
+            Runnable::NotRun => {}
+            Runnable::Ran => self.health().validator = None,
+            Runnable::Cannot(why) => self.health().validator = Some(why),
+        }
+        for (id, reason) in screened.rejected {
+            going.held_back.push(id.clone());
+            hold_back(&mut self.rejected, &mut going.events, &id, reason);
+            // A restart seeded its last good version: that is what the sinks hold,
+            // so this run's first batch announces it, before the rejection.
+            if first
+                && let Some(good) = store.snapshot.modules.get(&id)
+                && let Some(at) = going.events.iter().position(|e| e.id == id)
+            {
+                going
+                    .events
+                    .insert(at, Event::new(Change::Added, &id, good));
+            }
+        }
+        going
+    }
+
+    /// The batch through every sink in order. A module a sink could not write is heard of
+    /// by no later sink (and keeps its previous version); one a sink refuses (a `flat`
+    /// name clash) reaches the later sinks as `rejected`.
+    fn deliver(
+        &mut self,
+        going: &mut Going,
+        store: &Store,
+        next: &Snapshot,
+        number: u64,
+        first: bool,
+    ) -> Result<(), String> {
         let mut batch = Batch {
-            events,
+            events: std::mem::take(&mut going.events),
             synced: Synced::default(),
             spool: &store.spool,
             first,
         };
         for sink in &mut self.sinks {
-            let modules = held(&[&unwritten, &held_back], &store.snapshot, &next);
+            let modules = held(&[&going.unwritten, &going.held_back], &store.snapshot, next);
             batch.synced = counts(&batch.events, modules, number);
             let outcome = sink.apply(&batch).map_err(|f| f.0)?;
             // Not written: later sinks do not hear of it, and the snapshot keeps what was
             // there before, so the next poll tries again.
             batch.events.retain(|e| !outcome.failed.contains(&e.id));
-            unwritten.extend(outcome.failed);
+            going.unwritten.extend(outcome.failed);
             for (id, reason) in outcome.rejected {
-                held_back.push(id.clone());
+                going.held_back.push(id.clone());
                 hold_back(&mut self.rejected, &mut batch.events, &id, reason);
             }
             if batch.events.is_empty() && !first {
                 break;
             }
         }
-        unwritten.sort();
-        unwritten.dedup();
-        let applied = std::mem::take(&mut batch.events);
-        let modules = held(&[&unwritten, &held_back], &store.snapshot, &next);
+        going.unwritten.sort();
+        going.unwritten.dedup();
+        going.events = batch.events;
+        Ok(())
+    }
+
+    /// After the sinks: what is no longer held back, the batch's log line, and `next`
+    /// made current but for what a sink did not take (which keeps its previous version).
+    #[allow(clippy::too_many_arguments)]
+    fn settle(
+        &mut self,
+        store: &mut Store,
+        next: Snapshot,
+        going: &mut Going,
+        number: u64,
+        stats: &PollStats,
+        took: Duration,
+        first: bool,
+    ) -> Result<Synced, String> {
+        let applied = std::mem::take(&mut going.events);
+        let modules = held(
+            &[&going.unwritten, &going.held_back],
+            &store.snapshot,
+            &next,
+        );
         let synced = counts(&applied, modules, number);
         // A module whose cluster content was published, or that is gone, is no longer
         // held back (a last good version announced at start is not its cluster content).
@@ -168,13 +217,32 @@ impl Delivery {
         } else {
             log::info!("{line}");
         }
-        // What the sinks did not take keeps its previous version in the snapshot.
-        let kept: Vec<String> = unwritten.iter().chain(&held_back).cloned().collect();
+        let kept: Vec<String> = going
+            .unwritten
+            .iter()
+            .chain(&going.held_back)
+            .cloned()
+            .collect();
         store
             .commit(next, &applied, &kept)
             .map_err(|e| e.to_string())?;
-        Ok((Some(synced), unwritten))
+        Ok(synced)
     }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A batch on its way through `commit`: its events (what the sinks take, in the end),
+/// and the modules no sink published.
+#[derive(Debug, Default)]
+struct Going {
+    events: Vec<Event>,
+    /// A sink could not write them: retried next poll.
+    unwritten: Vec<String>,
+    /// Rejected (by the gate, or a sink): announced once per content.
+    held_back: Vec<String>,
 }
 
 /// A sink held `id` back: its event becomes `rejected` (announced and logged once per
@@ -224,5 +292,263 @@ fn counts(events: &[event::Event], modules: usize, poll: u64) -> Synced {
         removed: n(Change::Removed),
         rejected: n(Change::Rejected),
         poll,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::health::InFlight;
+    use crate::poll::hash::Hash;
+    use crate::poll::snapshot::{Entry, Ident};
+    use crate::poll::spool::Spool;
+    use crate::sink::{Fatal, Outcome};
+    use crate::source::{Content, ModuleFile};
+
+    type Heard = Arc<Mutex<Vec<String>>>;
+
+    /// A sink that writes down what it hears (`name: type id, …`), failing to write the
+    /// modules in `fail` and refusing those in `refuse`.
+    struct Recorder {
+        name: &'static str,
+        heard: Heard,
+        fail: Vec<&'static str>,
+        refuse: Vec<&'static str>,
+    }
+
+    impl Sink for Recorder {
+        fn apply(&mut self, b: &Batch) -> Result<Outcome, Fatal> {
+            let seen: Vec<String> = b
+                .events
+                .iter()
+                .map(|e| format!("{} {}", e.change.as_str(), e.id))
+                .collect();
+            self.heard.lock().unwrap().push(format!(
+                "{}: {} | {} modules",
+                self.name,
+                seen.join(", "),
+                b.synced.modules
+            ));
+            let has = |id: &&&str| b.events.iter().any(|e| e.id == **id && e.is_change());
+            Ok(Outcome {
+                failed: self
+                    .fail
+                    .iter()
+                    .filter(has)
+                    .map(|s| s.to_string())
+                    .collect(),
+                rejected: (self.refuse.iter().filter(has))
+                    .map(|s| (s.to_string(), format!("{s} clashes")))
+                    .collect(),
+            })
+        }
+    }
+
+    fn sink(name: &'static str, heard: &Heard) -> Recorder {
+        Recorder {
+            name,
+            heard: heard.clone(),
+            fail: Vec::new(),
+            refuse: Vec::new(),
+        }
+    }
+
+    fn delivery(gate: Option<Gate>, sinks: Vec<Recorder>) -> Delivery {
+        let sinks: Vec<Box<dyn Sink>> = sinks.into_iter().map(|s| Box::new(s) as _).collect();
+        let d = Duration::from_secs(30);
+        let health = Health::new(d, d, d, InFlight::default());
+        Delivery::new(
+            gate,
+            sinks,
+            Arc::new(Mutex::new(health)),
+            Arc::new(Mutex::new(Metrics::new())),
+        )
+    }
+
+    /// A poll's snapshot: (id, value of key `k`), contents in `store`'s spool.
+    fn poll(store: &mut Store, modules: &[(&str, &str)]) -> Snapshot {
+        let mut snap = Snapshot::default();
+        for (id, v) in modules {
+            let files = vec![ModuleFile {
+                key: "k".into(),
+                content: Content::Text(v.to_string()),
+            }];
+            let loc = store.spool.put(&files).unwrap();
+            let entry = Entry {
+                uid: Ident::new("u"),
+                resource_version: Ident::new("1"),
+                hash: Hash::of([("k", v.as_bytes())]),
+                loc,
+                files: 1,
+                bytes: v.len() as u64,
+            };
+            snap.modules.insert(id, entry);
+        }
+        snap
+    }
+
+    fn commit(
+        d: &mut Delivery,
+        store: &mut Store,
+        modules: &[(&str, &str)],
+        n: u64,
+    ) -> Vec<String> {
+        let next = poll(store, modules);
+        let stats = PollStats::default();
+        d.commit(store, next, n, &stats, Duration::ZERO).unwrap().1
+    }
+
+    fn take(heard: &Heard) -> Vec<String> {
+        std::mem::take(&mut *heard.lock().unwrap())
+    }
+
+    fn held_value(store: &Store, id: &str) -> Option<String> {
+        let e = store.snapshot.modules.get(id)?;
+        let files = store.spool.get(e.loc).unwrap();
+        Some(String::from_utf8(files[0].content.bytes().to_vec()).unwrap())
+    }
+
+    /// Sinks hear a batch in SPEC's order; a module one could not write is heard of by no
+    /// later sink, keeps its previous version in the snapshot, and goes again next poll.
+    #[test]
+    fn deliver_in_order_and_a_failed_write_stops_there() {
+        let heard = Heard::default();
+        let mut first = sink("outdir", &heard);
+        first.fail = vec!["ns/b"];
+        let mut d = delivery(None, vec![first, sink("stdout", &heard)]);
+        let mut store = Store::new(Spool::memory());
+        let unwritten = commit(&mut d, &mut store, &[("ns/a", "1"), ("ns/b", "1")], 1);
+        assert_eq!(unwritten, ["ns/b"]);
+        assert_eq!(
+            take(&heard),
+            [
+                "outdir: added ns/a, added ns/b | 2 modules",
+                "stdout: added ns/a | 1 modules"
+            ]
+        );
+        assert_eq!(held_value(&store, "ns/a").as_deref(), Some("1"));
+        assert_eq!(held_value(&store, "ns/b"), None, "not written: absent");
+        // Fixed by the next poll: tried again, as an addition.
+        d.sinks.clear();
+        d.sinks.push(Box::new(sink("outdir", &heard)));
+        d.sinks.push(Box::new(sink("stdout", &heard)));
+        let unwritten = commit(&mut d, &mut store, &[("ns/a", "1"), ("ns/b", "1")], 2);
+        assert!(unwritten.is_empty());
+        assert_eq!(
+            take(&heard),
+            [
+                "outdir: added ns/b | 2 modules",
+                "stdout: added ns/b | 2 modules"
+            ]
+        );
+    }
+
+    /// An update a sink could not write keeps the version the sinks have.
+    #[test]
+    fn settle_keeps_the_previous_version_of_what_was_not_taken() {
+        let heard = Heard::default();
+        let mut d = delivery(None, vec![sink("outdir", &heard)]);
+        let mut store = Store::new(Spool::memory());
+        commit(&mut d, &mut store, &[("ns/a", "1")], 1);
+        let mut failing = sink("outdir", &heard);
+        failing.fail = vec!["ns/a"];
+        d.sinks = vec![Box::new(failing)];
+        commit(&mut d, &mut store, &[("ns/a", "2")], 2);
+        assert_eq!(held_value(&store, "ns/a").as_deref(), Some("1"));
+    }
+
+    /// A sink's refusal (a flat name clash) reaches later sinks as `rejected`, once per
+    /// content; a poll that brings nothing new reaches no sink; a new content is news.
+    #[test]
+    fn a_refusal_is_announced_once_per_content() {
+        let heard = Heard::default();
+        let mut first = sink("outdir", &heard);
+        first.refuse = vec!["ns/c"];
+        let mut d = delivery(None, vec![first, sink("stdout", &heard)]);
+        let mut store = Store::new(Spool::memory());
+        commit(&mut d, &mut store, &[("ns/a", "1"), ("ns/c", "1")], 1);
+        assert_eq!(
+            take(&heard),
+            [
+                "outdir: added ns/a, added ns/c | 2 modules",
+                "stdout: added ns/a, rejected ns/c | 1 modules"
+            ]
+        );
+        assert_eq!(d.rejected_modules(), 1);
+        assert_eq!(held_value(&store, "ns/c"), None);
+        // The same content again: the first sink refuses it again (it hears a count that
+        // assumes it takes it), unannounced to the later ones.
+        commit(&mut d, &mut store, &[("ns/a", "1"), ("ns/c", "1")], 2);
+        assert_eq!(take(&heard), ["outdir: added ns/c | 2 modules"]);
+        // Another content: announced again.
+        commit(&mut d, &mut store, &[("ns/a", "1"), ("ns/c", "2")], 3);
+        assert_eq!(
+            take(&heard),
+            [
+                "outdir: added ns/c | 2 modules",
+                "stdout: rejected ns/c | 1 modules"
+            ]
+        );
+        // Gone from the cluster: no longer held back.
+        commit(&mut d, &mut store, &[("ns/a", "1")], 4);
+        assert_eq!(d.rejected_modules(), 0);
+    }
+
+    /// The first batch always reaches the sinks, even empty; a later poll without changes
+    /// reaches none.
+    #[test]
+    fn the_first_batch_always_goes_out_and_an_idle_poll_never() {
+        let heard = Heard::default();
+        let mut d = delivery(None, vec![sink("stdout", &heard)]);
+        let mut store = Store::new(Spool::memory());
+        commit(&mut d, &mut store, &[], 1);
+        assert_eq!(take(&heard), ["stdout:  | 0 modules"]);
+        commit(&mut d, &mut store, &[], 2);
+        commit(&mut d, &mut store, &[("ns/a", "1")], 3);
+        commit(&mut d, &mut store, &[("ns/a", "1")], 4);
+        assert_eq!(take(&heard), ["stdout: added ns/a | 1 modules"]);
+        commit(&mut d, &mut store, &[], 5);
+        assert_eq!(take(&heard), ["stdout: removed ns/a | 0 modules"]);
+    }
+
+    /// The gate screens before any sink: a refused version never reaches one (a
+    /// `rejected` event does), the sinks keep what they had, and readiness hears that the
+    /// validator ran.
+    #[test]
+    fn screen_holds_back_what_the_validator_refuses() {
+        let gate = Gate::open(crate::gate::Options {
+            command: "! grep -q bad \"$CMPOLL_MODULE_DIR\"/k".into(),
+            timeout: Duration::from_secs(10),
+            jobs: 1,
+            meta_dir: None,
+            ext: String::new(),
+        })
+        .unwrap();
+        let heard = Heard::default();
+        let mut d = delivery(Some(gate), vec![sink("stdout", &heard)]);
+        let mut store = Store::new(Spool::memory());
+        commit(&mut d, &mut store, &[("ns/a", "good"), ("ns/b", "good")], 1);
+        take(&heard);
+        d.health().validator = Some("stale".into());
+        commit(
+            &mut d,
+            &mut store,
+            &[("ns/a", "bad"), ("ns/b", "good 2")],
+            2,
+        );
+        assert_eq!(
+            take(&heard),
+            ["stdout: rejected ns/a, updated ns/b | 2 modules"]
+        );
+        assert_eq!(held_value(&store, "ns/a").as_deref(), Some("good"));
+        assert_eq!(held_value(&store, "ns/b").as_deref(), Some("good 2"));
+        assert_eq!(d.health().validator, None, "it ran");
+        commit(
+            &mut d,
+            &mut store,
+            &[("ns/a", "good again"), ("ns/b", "good 2")],
+            3,
+        );
+        assert_eq!(take(&heard), ["stdout: updated ns/a | 2 modules"]);
     }
 }

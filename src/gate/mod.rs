@@ -60,8 +60,28 @@ pub struct Screened {
     pub rejected: Vec<(String, String)>,
     /// Validator runs by result: `pass`, `fail`, `error`.
     pub runs: Vec<&'static str>,
-    /// `Some(Some(why))`: the validator cannot run; `Some(None)`: it ran; `None`: no run.
-    pub can_run: Option<Option<String>>,
+    /// Whether the validator could run, as far as this batch tells.
+    pub runnable: Runnable,
+}
+
+/// What a batch's validator runs say about the validator itself (for readiness).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Runnable {
+    /// Nothing was validated: readiness stays as it was.
+    #[default]
+    NotRun,
+    /// It ran (passed or refused): it can run.
+    Ran,
+    /// It could not run (exit 126/127): why.
+    Cannot(String),
+}
+
+impl Runnable {
+    fn ran(&mut self) {
+        if *self == Runnable::NotRun {
+            *self = Runnable::Ran;
+        }
+    }
 }
 
 pub struct Gate {
@@ -159,12 +179,12 @@ impl Gate {
             match verdict {
                 Verdict::Pass => {
                     out.runs.push("pass");
-                    out.can_run = Some(out.can_run.take().flatten());
+                    out.runnable.ran();
                     changed |= self.failed.remove(&e.id).is_some();
                 }
                 Verdict::Fail(reason) => {
                     out.runs.push("fail");
-                    out.can_run = Some(out.can_run.take().flatten());
+                    out.runnable.ran();
                     let good = current.modules.get(&e.id).and_then(|old| {
                         Some(Good {
                             uid: old.uid.to_string(),
@@ -187,7 +207,7 @@ impl Gate {
                 }
                 Verdict::Error(reason) => {
                     out.runs.push("error");
-                    out.can_run = Some(Some(reason.clone()));
+                    out.runnable = Runnable::Cannot(reason.clone());
                     out.rejected.push((e.id.clone(), reason));
                 }
             }
