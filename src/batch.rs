@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::gate::{Gate, Runnable};
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::poll::PollStats;
@@ -18,6 +17,7 @@ use crate::poll::hash::Hash;
 use crate::poll::snapshot::Snapshot;
 use crate::poll::store::Store;
 use crate::sink::{Batch, Sink};
+use crate::validate::{Gate, Runnable};
 
 /// What delivers the batches of one run.
 pub struct Delivery {
@@ -150,7 +150,7 @@ impl Delivery {
             first,
         };
         for sink in &mut self.sinks {
-            let modules = held(&[&going.unwritten, &going.held_back], &store.snapshot, next);
+            let modules = sinks_hold(&[&going.unwritten, &going.held_back], &store.snapshot, next);
             batch.synced = counts(&batch.events, modules, number);
             let outcome = sink.apply(&batch).map_err(|f| f.0)?;
             // Not written: later sinks do not hear of it, and the snapshot keeps what was
@@ -185,7 +185,7 @@ impl Delivery {
         first: bool,
     ) -> Result<Synced, String> {
         let applied = std::mem::take(&mut going.events);
-        let modules = held(
+        let modules = sinks_hold(
             &[&going.unwritten, &going.held_back],
             &store.snapshot,
             &next,
@@ -210,7 +210,7 @@ impl Delivery {
             synced.removed,
             synced.rejected,
             stats.items,
-            stats.rejected,
+            stats.invalid,
         );
         if applied.is_empty() && !first {
             log::debug!("{line}");
@@ -269,7 +269,7 @@ fn hold_back(
 /// How many modules the sinks hold once `next` is applied but for `unwritten` (and held
 /// back): a module that could not be added stays absent, one that could not be removed
 /// stays.
-fn held(unwritten: &[&Vec<String>], current: &Snapshot, next: &Snapshot) -> usize {
+fn sinks_hold(unwritten: &[&Vec<String>], current: &Snapshot, next: &Snapshot) -> usize {
     let (mut n, has) = (next.len(), |s: &Snapshot, id: &String| {
         s.modules.contains_key(id)
     });
@@ -516,7 +516,7 @@ mod tests {
     /// validator ran.
     #[test]
     fn screen_holds_back_what_the_validator_refuses() {
-        let gate = Gate::open(crate::gate::Options {
+        let gate = Gate::open(crate::validate::Options {
             command: "! grep -q bad \"$CMPOLL_MODULE_DIR\"/k".into(),
             timeout: Duration::from_secs(10),
             jobs: 1,

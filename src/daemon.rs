@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use crate::backoff::{self, Backoff, Rng};
 use crate::batch::Delivery;
 use crate::error::Error;
-use crate::gate::Gate;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::ops::process;
@@ -25,6 +24,7 @@ use crate::poll::event::Synced;
 use crate::poll::store::Store;
 use crate::poll::{self, PollStats, Polled, Poller};
 use crate::sink::{Control, Sink, View};
+use crate::validate::Gate;
 
 /// How the loop runs.
 #[derive(Clone, Debug)]
@@ -327,7 +327,7 @@ impl Daemon {
         };
         {
             let m = self.metrics();
-            m.poll_succeeded(took, modules, stats.rejected);
+            m.poll_succeeded(took, modules, stats.invalid);
             if let Some(s) = synced {
                 m.events(&[
                     ("added", s.added),

@@ -11,8 +11,9 @@
 //!
 //! The tree follows it: `cli`/`settings` (what was asked), `kube/` and `http/` (reaching
 //! the apiserver), `source/` (what it lists), `poll/` (modules, snapshots, the spool),
-//! `gate/` (the validator between a batch and the sinks), `sink/` (who hears of a batch),
-//! `batch` (a poll made into a batch and delivered through the gate and the sinks),
+//! `validate/` (`--validate`: the gate between a batch and the sinks), `sink/` (who hears
+//! of a batch), `batch` (a poll made into a batch: screen, deliver, settle), `names`
+//! (apimachinery's rules for names and keys),
 //! `daemon`/`list` (the two commands), `ops/` (health,
 //! metrics, signals, processes, logs). Module contents never sit in memory as a whole: the
 //! poll streams items into the spool and the snapshot keeps hashes and locations only.
@@ -22,10 +23,10 @@ pub mod batch;
 pub mod cli;
 pub mod daemon;
 pub mod error;
-pub mod gate;
 pub mod http;
 pub mod kube;
 pub mod list;
+pub mod names;
 pub mod ops;
 pub mod poll;
 pub mod secret;
@@ -33,7 +34,7 @@ pub mod selector;
 pub mod settings;
 pub mod sink;
 pub mod source;
-pub mod validation;
+pub mod validate;
 
 use std::sync::{Arc, Mutex};
 
@@ -133,7 +134,7 @@ fn daemon(
     let mut store = Store::new(spool);
     let gate = match &run.validate {
         Some(o) => {
-            let g = gate::Gate::open(o.clone()).map_err(Error::Config)?;
+            let g = validate::Gate::open(o.clone()).map_err(Error::Config)?;
             g.seed(&mut store)
                 .map_err(|e| Error::Config(format!("--validate: {e}")))?;
             Some(g)

@@ -22,7 +22,7 @@ pub fn run(mut poller: Poller, json: bool, contents: bool) -> Result<(), Error> 
         poller.describe(),
         stats.items,
         stats.modules,
-        stats.rejected,
+        stats.invalid,
         stats.without_keys
     );
     let stdout = io::stdout();

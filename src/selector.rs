@@ -6,9 +6,9 @@
 //! `FieldSelector::parse` is `fields.ParseSelector` plus the ConfigMap field-label check
 //! (only `metadata.name` and `metadata.namespace`). Both also match objects locally, for
 //! `--manifests` and for checking what an apiserver returned. Depends only on
-//! `crate::validation`, so the test apiserver can include this file by path.
+//! `crate::names`, so the test apiserver can include this file by path.
 
-use crate::validation;
+use crate::names;
 
 /// The operator of one label requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,7 +362,7 @@ impl Parser {
         if tok != Token::Identifier {
             return Err(format!("found '{lit}', expected: identifier"));
         }
-        let errs = validation::label_key(&lit);
+        let errs = names::label_key(&lit);
         if !errs.is_empty() {
             return Err(invalid("<nil>", &lit, &errs));
         }
@@ -466,14 +466,14 @@ impl Parser {
 fn invalid(path: &str, value: &str, errs: &[String]) -> String {
     format!(
         "{path}: Invalid value: {}: {}",
-        validation::go_quote(value),
+        names::go_quote(value),
         errs.join("; ")
     )
 }
 
 /// Go's `%#v` of a `[]string`, as `field.Invalid` shows a list of values.
 fn go_list(values: &[String]) -> String {
-    let quoted: Vec<String> = values.iter().map(|v| validation::go_quote(v)).collect();
+    let quoted: Vec<String> = values.iter().map(|v| names::go_quote(v)).collect();
     format!("[]string{{{}}}", quoted.join(", "))
 }
 
@@ -482,7 +482,7 @@ fn go_list(values: &[String]) -> String {
 /// several in brackets).
 pub fn new_requirement(key: &str, op: &str, values: Vec<String>) -> Result<Requirement, String> {
     let mut errs: Vec<String> = Vec::new();
-    let key_errs = validation::label_key(key);
+    let key_errs = names::label_key(key);
     if !key_errs.is_empty() {
         errs.push(invalid("key", key, &key_errs));
     }
@@ -515,11 +515,11 @@ pub fn new_requirement(key: &str, op: &str, values: Vec<String>) -> Result<Requi
         Some(_) => {}
         None => errs.push(format!(
             "operator: Unsupported value: {}: supported values: \"in\", \"notin\", \"=\", \"==\", \"!=\", \"gt\", \"lt\", \"exists\", \"!\"",
-            validation::go_quote(op)
+            names::go_quote(op)
         )),
     }
     for (i, v) in values.iter().enumerate() {
-        let v_errs = validation::label_value(v);
+        let v_errs = names::label_value(v);
         if !v_errs.is_empty() {
             errs.push(invalid(&format!("values[{i}][{key}]"), v, &v_errs));
         }
@@ -609,7 +609,7 @@ impl FieldSelector {
             if t.field != FIELD_NAME && t.field != FIELD_NAMESPACE {
                 return Err(format!(
                     "{} is not a known field selector: only \"{FIELD_NAME}\", \"{FIELD_NAMESPACE}\"",
-                    validation::go_quote(&t.field)
+                    names::go_quote(&t.field)
                 ));
             }
         }

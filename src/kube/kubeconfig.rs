@@ -20,9 +20,9 @@ use serde::Deserialize;
 /// A loaded (and possibly merged) kubeconfig.
 #[derive(Clone, Debug, Default)]
 pub struct Kubeconfig {
-    pub clusters: BTreeMap<String, Entry<Cluster>>,
-    pub users: BTreeMap<String, Entry<AuthInfo>>,
-    pub contexts: BTreeMap<String, Entry<Context>>,
+    pub clusters: BTreeMap<String, Named<Cluster>>,
+    pub users: BTreeMap<String, Named<AuthInfo>>,
+    pub contexts: BTreeMap<String, Named<Context>>,
     pub current_context: String,
     /// The files this config was read from, in order.
     pub files: Vec<PathBuf>,
@@ -30,7 +30,7 @@ pub struct Kubeconfig {
 
 /// A named entry and the file it came from.
 #[derive(Clone, Debug)]
-pub struct Entry<T> {
+pub struct Named<T> {
     pub value: T,
     pub file: PathBuf,
 }
@@ -197,7 +197,7 @@ fn named<R, T>(
     list: Option<Vec<Option<RawNamed<R>>>>,
     file: &Path,
     convert: impl Fn(R) -> Result<T, String>,
-) -> Result<BTreeMap<String, Entry<T>>, String>
+) -> Result<BTreeMap<String, Named<T>>, String>
 where
     R: Default,
 {
@@ -213,7 +213,7 @@ where
             convert(n.value.unwrap_or_default()).map_err(|e| format!("{what} \"{name}\": {e}"))?;
         out.insert(
             name,
-            Entry {
+            Named {
                 value,
                 file: file.to_path_buf(),
             },

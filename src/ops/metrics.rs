@@ -56,7 +56,7 @@ pub struct Metrics {
     polls: Family<Labels, Counter>,
     poll_duration: Histogram,
     modules: Gauge,
-    rejected: Gauge,
+    invalid_configmaps: Gauge,
     events: Family<Labels, Counter>,
     last_success: Gauge<f64, AtomicU64>,
     write_failures: Gauge,
@@ -94,11 +94,11 @@ impl Metrics {
             "Modules in the last complete poll",
             modules.clone(),
         );
-        let rejected = Gauge::default();
+        let invalid_configmaps = Gauge::default();
         r.register(
             "rejected_configmaps",
             "Selected ConfigMaps rejected in the last complete poll (invalid names or keys)",
-            rejected.clone(),
+            invalid_configmaps.clone(),
         );
         let events = Family::<Labels, Counter>::default();
         r.register("events", "Events emitted, by type", events.clone());
@@ -158,7 +158,7 @@ impl Metrics {
             polls,
             poll_duration,
             modules,
-            rejected,
+            invalid_configmaps,
             events,
             last_success,
             write_failures,
@@ -190,11 +190,11 @@ impl Metrics {
         self.poll_duration.observe(took.as_secs_f64());
     }
 
-    pub fn poll_succeeded(&self, took: Duration, modules: usize, rejected: usize) {
+    pub fn poll_succeeded(&self, took: Duration, modules: usize, invalid: usize) {
         self.polls.get_or_create(&label("result", "success")).inc();
         self.poll_duration.observe(took.as_secs_f64());
         self.modules.set(modules as i64);
-        self.rejected.set(rejected as i64);
+        self.invalid_configmaps.set(invalid as i64);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())

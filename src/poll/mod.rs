@@ -27,7 +27,9 @@ use crate::source::{Collect, Item, Mark, Previous, Source};
 pub struct PollStats {
     pub items: usize,
     pub modules: usize,
-    pub rejected: usize,
+    /// Selected ConfigMaps that are not valid modules (names or keys the apiserver
+    /// would not allow).
+    pub invalid: usize,
     pub without_keys: usize,
 }
 
@@ -43,7 +45,8 @@ pub struct Polled {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Noted {
     resource_version: String,
-    rejected: bool,
+    /// Not valid (else: no key matched `--keys`).
+    invalid: bool,
 }
 
 pub struct Poller {
@@ -95,8 +98,8 @@ impl Poller {
         let stats = PollStats {
             items: entries.len() + others.len(),
             modules: entries.len(),
-            rejected: others.iter().filter(|(_, n)| n.rejected).count(),
-            without_keys: others.iter().filter(|(_, n)| !n.rejected).count(),
+            invalid: others.iter().filter(|(_, n)| n.invalid).count(),
+            without_keys: others.iter().filter(|(_, n)| !n.invalid).count(),
         };
         // What is remembered follows the cluster: ConfigMaps that are gone are forgotten.
         self.noted = others.into_iter().collect();
@@ -177,18 +180,18 @@ impl Collector<'_> {
     /// Keeps a ConfigMap that is not a module; logs about it once per version.
     fn not_a_module(&mut self, id: String, resource_version: String, keys: usize, why: NotAModule) {
         let new = (self.last.noted.get(&id)).is_none_or(|n| n.resource_version != resource_version);
-        let rejected = matches!(why, NotAModule::Rejected(_));
+        let invalid = matches!(why, NotAModule::Invalid(_));
         if new {
             match why {
                 NotAModule::NoMatchingKey => log::info!(
                     "configmap {id}: none of its {keys} keys matches --keys; not a module"
                 ),
-                NotAModule::Rejected(why) => log::warn!("configmap {id} rejected: {why}"),
+                NotAModule::Invalid(why) => log::warn!("configmap {id} rejected: {why}"),
             }
         }
         let noted = Noted {
             resource_version,
-            rejected,
+            invalid,
         };
         self.others.push((id, noted));
     }

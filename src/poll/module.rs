@@ -9,8 +9,8 @@
 use std::fmt;
 
 use super::hash::Hash;
+use crate::names;
 use crate::source::{Item, ModuleFile};
-use crate::validation;
 
 /// A validated, hashed module.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,14 +44,14 @@ pub enum NotAModule {
     /// None of its keys matches `--keys` (not an error; logged once).
     NoMatchingKey,
     /// Something the apiserver would never have accepted.
-    Rejected(String),
+    Invalid(String),
 }
 
 impl fmt::Display for NotAModule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NotAModule::NoMatchingKey => f.write_str("no key matches --keys"),
-            NotAModule::Rejected(why) => f.write_str(why),
+            NotAModule::Invalid(why) => f.write_str(why),
         }
     }
 }
@@ -59,20 +59,20 @@ impl fmt::Display for NotAModule {
 impl Module {
     /// Validates `item` and hashes its files.
     pub fn from_item(item: Item) -> Result<Module, NotAModule> {
-        let reject = |what: String| Err(NotAModule::Rejected(what));
-        let errs = validation::dns1123_label(&item.namespace);
+        let reject = |what: String| Err(NotAModule::Invalid(what));
+        let errs = names::dns1123_label(&item.namespace);
         if !errs.is_empty() {
             return reject(format!(
                 "invalid namespace {}: {}",
-                validation::go_quote(&item.namespace),
+                names::go_quote(&item.namespace),
                 errs.join("; ")
             ));
         }
-        let errs = validation::dns1123_subdomain(&item.name);
+        let errs = names::dns1123_subdomain(&item.name);
         if !errs.is_empty() {
             return reject(format!(
                 "invalid name {}: {}",
-                validation::go_quote(&item.name),
+                names::go_quote(&item.name),
                 errs.join("; ")
             ));
         }
@@ -85,16 +85,16 @@ impl Module {
             if pair[0].key == pair[1].key {
                 return reject(format!(
                     "key {} is in both data and binaryData",
-                    validation::go_quote(&pair[0].key)
+                    names::go_quote(&pair[0].key)
                 ));
             }
         }
         for f in &files {
-            let errs = validation::config_map_key(&f.key);
+            let errs = names::config_map_key(&f.key);
             if !errs.is_empty() {
                 return reject(format!(
                     "invalid key {}: {}",
-                    validation::go_quote(&f.key),
+                    names::go_quote(&f.key),
                     errs.join("; ")
                 ));
             }
@@ -175,7 +175,7 @@ mod tests {
         for (it, want) in cases {
             let id = it.id();
             match Module::from_item(it) {
-                Err(NotAModule::Rejected(why)) => assert!(why.contains(want), "{id}: {why}"),
+                Err(NotAModule::Invalid(why)) => assert!(why.contains(want), "{id}: {why}"),
                 other => panic!("{id}: {other:?}"),
             }
         }
@@ -183,7 +183,7 @@ mod tests {
         bad.problems.push("binaryData[k] is not base64".into());
         assert!(matches!(
             Module::from_item(bad),
-            Err(NotAModule::Rejected(_))
+            Err(NotAModule::Invalid(_))
         ));
     }
 

@@ -161,7 +161,7 @@ fn rejected_and_keyless_items_are_not_modules() {
         ["ns/ok"]
     );
     let s = polled.stats;
-    assert_eq!((s.rejected, s.without_keys, s.items), (1, 1, 3));
+    assert_eq!((s.invalid, s.without_keys, s.items), (1, 1, 3));
 }
 
 #[test]

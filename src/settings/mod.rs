@@ -17,15 +17,15 @@ use self::lookup::{Lookup, Val, parse_duration, usage};
 use crate::cli::{Command, Common, RunArgs};
 use crate::daemon;
 use crate::error::Error;
-use crate::gate;
 use crate::kube::client;
 use crate::kube::config::Flags;
+use crate::names;
 use crate::ops::logging::LogFormat;
 use crate::ops::signals::Signal;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::sink::{self, child, outdir, reload_url};
 use crate::source::{self, KeyFilter, Resource, Selection};
-use crate::validation;
+use crate::validate;
 
 pub const DEFAULT_SELECTOR: &str = "cmpoll.io/module=true";
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 64 << 20;
@@ -50,7 +50,7 @@ pub enum Mode {
 pub struct RunSettings {
     pub daemon: daemon::Options,
     pub listen: Option<SocketAddr>,
-    pub validate: Option<gate::Options>,
+    pub validate: Option<validate::Options>,
     pub sinks: sink::Options,
 }
 
@@ -225,7 +225,7 @@ fn selection(c: &Common, look: &Lookup) -> Result<Selection, Error> {
     };
     let (mut namespaces, from) = look.list(&c.namespace, "namespace");
     for ns in &namespaces {
-        let errs = validation::dns1123_label(ns);
+        let errs = names::dns1123_label(ns);
         if !errs.is_empty() {
             return Err(usage(
                 &from,
@@ -326,7 +326,7 @@ fn validate(
     r: &RunArgs,
     look: &Lookup,
     out_dir: Option<&outdir::Options>,
-) -> Result<Option<gate::Options>, Error> {
+) -> Result<Option<validate::Options>, Error> {
     let command = look.opt(&r.validate, "validate");
     if command.is_none() {
         for (value, flag) in [
@@ -358,7 +358,7 @@ fn validate(
             })?,
         None => 1,
     };
-    Ok(Some(gate::Options {
+    Ok(Some(validate::Options {
         command: command.value,
         timeout: look.duration(
             &r.validate_timeout,

@@ -93,12 +93,12 @@ struct Progress {
 }
 
 #[derive(Default)]
-struct Delivery {
+struct Calls {
     state: Mutex<Progress>,
     changed: Condvar,
 }
 
-impl Delivery {
+impl Calls {
     fn sent(&self, batch: u64) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.sent = batch;
@@ -136,7 +136,7 @@ impl Delivery {
 
 struct Caller {
     tx: Sender<u64>,
-    delivery: Arc<Delivery>,
+    delivery: Arc<Calls>,
     what: String,
 }
 
@@ -248,7 +248,7 @@ fn caller_for(
         }
     };
     let (tx, rx) = mpsc::channel();
-    let delivery = Arc::new(Delivery::default());
+    let delivery = Arc::new(Calls::default());
     let (d, w) = (delivery.clone(), what.clone());
     thread::Builder::new()
         .name("reload-url".into())
@@ -267,7 +267,7 @@ fn caller(
     call: impl Fn() -> Result<(), String>,
     what: &str,
     mut backoff: Backoff,
-    delivery: &Delivery,
+    delivery: &Calls,
 ) {
     let mut current: Option<u64> = None;
     let mut attempts = 0_u64;
@@ -381,7 +381,7 @@ mod tests {
                 },
                 "POST http://x",
                 Backoff::new(FIRST_RETRY, MAX_RETRY, 0.0, Rng::new(0)),
-                &Delivery::default(),
+                &Calls::default(),
             )
         });
         let wait_calls = |n: u32| {
@@ -438,7 +438,7 @@ mod tests {
                     0.0,
                     Rng::new(0),
                 ),
-                &Delivery::default(),
+                &Calls::default(),
             )
         });
         tx.send(1).unwrap();

@@ -15,11 +15,11 @@ use std::io;
 
 use super::record::{Pending, TMP_PREFIX, Written};
 use super::{Found, OutDir, digest, file_digest, found, not_ours, part};
+use crate::names::go_quote;
 use crate::poll::event::Event;
 use crate::sink::Batch;
 use crate::sink::atomic::{self, fsync_dir, remove_if_exists};
 use crate::source::ModuleFile;
-use crate::validation::go_quote;
 
 impl OutDir {
     /// Who holds which key, as recorded.

@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::names;
 use crate::poll::snapshot::split_id;
-use crate::validation;
 
 /// What cmpoll wrote for one module.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -94,7 +94,7 @@ impl Record {
 
     fn check(&self) -> Result<(), String> {
         for (id, w) in &self.modules {
-            let at = |what: String| format!("modules[{}]: {what}", validation::go_quote(id));
+            let at = |what: String| format!("modules[{}]: {what}", names::go_quote(id));
             module_id(id).map_err(at)?;
             written(id, w).map_err(at)?;
         }
@@ -121,11 +121,11 @@ fn module_id(id: &str) -> Result<(), String> {
         return Err("not a module name (namespace/name)".into());
     };
     namespace(ns)?;
-    let errs = validation::dns1123_subdomain(name);
+    let errs = names::dns1123_subdomain(name);
     if !errs.is_empty() {
         return Err(format!(
             "name {}: {}",
-            validation::go_quote(name),
+            names::go_quote(name),
             errs.join("; ")
         ));
     }
@@ -133,13 +133,13 @@ fn module_id(id: &str) -> Result<(), String> {
 }
 
 fn namespace(ns: &str) -> Result<(), String> {
-    let errs = validation::dns1123_label(ns);
+    let errs = names::dns1123_label(ns);
     if errs.is_empty() {
         Ok(())
     } else {
         Err(format!(
             "namespace {}: {}",
-            validation::go_quote(ns),
+            names::go_quote(ns),
             errs.join("; ")
         ))
     }
@@ -155,23 +155,16 @@ pub fn component(s: &str) -> Result<&str, String> {
         || s == ".cmpoll"
         || s.len() > 255
     {
-        return Err(format!(
-            "{} is not a safe file name",
-            validation::go_quote(s)
-        ));
+        return Err(format!("{} is not a safe file name", names::go_quote(s)));
     }
     Ok(s)
 }
 
 fn keys(files: &[String]) -> Result<(), String> {
     for f in files {
-        let errs = validation::config_map_key(f);
+        let errs = names::config_map_key(f);
         if !errs.is_empty() {
-            return Err(format!(
-                "file {}: {}",
-                validation::go_quote(f),
-                errs.join("; ")
-            ));
+            return Err(format!("file {}: {}", names::go_quote(f), errs.join("; ")));
         }
     }
     Ok(())
@@ -188,7 +181,7 @@ fn version_name(v: &str) -> Result<(), String> {
     } else {
         Err(format!(
             "version {} is not a version folder name",
-            validation::go_quote(v)
+            names::go_quote(v)
         ))
     }
 }
@@ -202,7 +195,7 @@ fn written(id: &str, w: &Written) -> Result<(), String> {
         if !v.starts_with(&now) && !v.starts_with(&format!("{ns}.{name}.")) {
             return Err(format!(
                 "version {} is not this module's",
-                validation::go_quote(v)
+                names::go_quote(v)
             ));
         }
     }
@@ -211,26 +204,20 @@ fn written(id: &str, w: &Written) -> Result<(), String> {
         keys(std::slice::from_ref(key))?;
         component(key)?;
         if key.starts_with(TMP_PREFIX) {
-            return Err(format!(
-                "file {} is a temporary name",
-                validation::go_quote(key)
-            ));
+            return Err(format!("file {} is a temporary name", names::go_quote(key)));
         }
         if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(format!(
                 "file {}: {} is not a SHA-256",
-                validation::go_quote(key),
-                validation::go_quote(digest)
+                names::go_quote(key),
+                names::go_quote(digest)
             ));
         }
     }
     if let Some(f) = &w.file {
         component(f)?;
         if f.starts_with(TMP_PREFIX) {
-            return Err(format!(
-                "file {} is a temporary name",
-                validation::go_quote(f)
-            ));
+            return Err(format!("file {} is a temporary name", names::go_quote(f)));
         }
     }
     Ok(())
@@ -246,7 +233,7 @@ fn tmp(id: &str, t: &str) -> Result<(), String> {
     let bad = || {
         format!(
             "tmp {} is not a temporary name cmpoll makes",
-            validation::go_quote(t)
+            names::go_quote(t)
         )
     };
     if let Some(folder) = folder

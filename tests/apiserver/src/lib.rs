@@ -12,8 +12,8 @@
 
 #![allow(clippy::new_without_default)]
 
-#[path = "../../../src/validation.rs"]
-pub mod validation;
+#[path = "../../../src/names.rs"]
+pub mod names;
 
 #[path = "../../../src/selector.rs"]
 pub mod selector;

@@ -13,20 +13,20 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+use crate::names;
 use crate::poll::hash::Hash;
 use crate::source::{Content, ModuleFile};
-use crate::validation;
 
 const FILE: &str = "rejected.json";
 
 #[derive(Serialize, Deserialize, Default)]
 struct Record {
     version: u32,
-    modules: BTreeMap<String, Entry>,
+    modules: BTreeMap<String, Stored>,
 }
 
 #[derive(Serialize, Deserialize)]
-struct Entry {
+struct Stored {
     hash: String,
     reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,13 +57,13 @@ pub struct Good {
 /// One remembered rejection: hash refused, reason, last good version.
 pub type Rejection = (Hash, String, Option<Good>);
 
-pub struct Held {
+pub struct Remembered {
     dir: PathBuf,
 }
 
-impl Held {
+impl Remembered {
     /// Reads what an earlier run rejected.
-    pub fn open(dir: &Path) -> Result<(Held, BTreeMap<String, Rejection>), String> {
+    pub fn open(dir: &Path) -> Result<(Remembered, BTreeMap<String, Rejection>), String> {
         let path = dir.join(FILE);
         let fail = |e: String| {
             format!(
@@ -78,11 +78,9 @@ impl Held {
         };
         let mut out = BTreeMap::new();
         for (id, e) in record.modules {
-            let at = |what: String| fail(format!("{}: {what}", validation::go_quote(&id)));
+            let at = |what: String| fail(format!("{}: {what}", names::go_quote(&id)));
             let (ns, name) = id.split_once('/').ok_or_else(|| at("not ns/name".into()))?;
-            if !validation::dns1123_label(ns).is_empty()
-                || !validation::dns1123_subdomain(name).is_empty()
-            {
+            if !names::dns1123_label(ns).is_empty() || !names::dns1123_subdomain(name).is_empty() {
                 return Err(at("not a module name".into()));
             }
             let hash = Hash::parse(&e.hash).ok_or_else(|| at("not a hash".into()))?;
@@ -96,10 +94,10 @@ impl Held {
                         (k, bytes.map(Content::Binary))
                     });
                     for (key, content) in text.chain(binary) {
-                        if !validation::config_map_key(&key).is_empty()
+                        if !names::config_map_key(&key).is_empty()
                             || files.iter().any(|f: &ModuleFile| f.key == key)
                         {
-                            return Err(at(format!("key {}", validation::go_quote(&key))));
+                            return Err(at(format!("key {}", names::go_quote(&key))));
                         }
                         let content = content.map_err(|_| at("a file is not base64".into()))?;
                         files.push(ModuleFile { key, content });
@@ -115,7 +113,7 @@ impl Held {
             out.insert(id, (hash, e.reason, good));
         }
         Ok((
-            Held {
+            Remembered {
                 dir: dir.to_path_buf(),
             },
             out,
@@ -152,7 +150,7 @@ impl Held {
             });
             record.modules.insert(
                 id.to_string(),
-                Entry {
+                Stored {
                     hash: hash.to_string(),
                     reason: reason.to_string(),
                     good,
@@ -174,7 +172,7 @@ mod tests {
     #[test]
     fn round_trip_and_hostile_records() {
         let dir = tempfile::tempdir().unwrap();
-        let (held, none) = Held::open(dir.path()).unwrap();
+        let (held, none) = Remembered::open(dir.path()).unwrap();
         assert!(none.is_empty());
         let good = Good {
             uid: "0d6e4a3c-0000-4000-8000-000000000001".into(),
@@ -193,7 +191,7 @@ mod tests {
         let h = Hash([3; 32]);
         held.save([("ns/m", &h, "bad expr", Some(&good))].into_iter())
             .unwrap();
-        let (_, back) = Held::open(dir.path()).unwrap();
+        let (_, back) = Remembered::open(dir.path()).unwrap();
         let (hash, reason, files) = &back["ns/m"];
         assert_eq!((hash, reason.as_str()), (&h, "bad expr"));
         assert_eq!(
@@ -214,7 +212,7 @@ mod tests {
             r#"{"version":1,"modules":{"ns/m":{"hash":"sha256:0303030303030303030303030303030303030303030303030303030303030303","reason":"","good":{"uid":"","resourceVersion":"","binaryData":{"k":"%%"}}}}}"#,
         ] {
             fs::write(dir.path().join(FILE), bad).unwrap();
-            let e = Held::open(dir.path()).err().unwrap();
+            let e = Remembered::open(dir.path()).err().unwrap();
             assert!(
                 e.contains("rejected.json") && e.contains("remove it"),
                 "{e}"

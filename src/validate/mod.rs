@@ -10,9 +10,9 @@
 //! cannot run) rejects too, but is not remembered (the operator may fix the validator) and
 //! makes readiness fail until a validation runs again. With `--out-dir`, rejections and the
 //! last good version of each rejected module are kept in `DIR/.cmpoll/rejected.json`
-//! (`held.rs`), so a restart keeps the good version instead of removing it.
+//! (`remembered.rs`), so a restart keeps the good version instead of removing it.
 
-mod held;
+mod remembered;
 mod run;
 
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use self::held::{Good, Held};
+use self::remembered::{Good, Remembered};
 pub use self::run::Verdict;
 use crate::poll::event::{Change, Event};
 use crate::poll::hash::Hash;
@@ -88,7 +88,7 @@ pub struct Gate {
     opts: Options,
     stage: run::Stage,
     failed: HashMap<String, Failed>,
-    held: Option<Held>,
+    held: Option<Remembered>,
 }
 
 impl Gate {
@@ -98,7 +98,7 @@ impl Gate {
         let stage = run::Stage::new(opts.meta_dir.as_deref())?;
         let (held, failed) = match &opts.meta_dir {
             Some(dir) => {
-                let (held, entries) = Held::open(dir)?;
+                let (held, entries) = Remembered::open(dir)?;
                 let failed = entries
                     .into_iter()
                     .map(|(id, (hash, reason, good))| (id, Failed { hash, reason, good }))
