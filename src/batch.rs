@@ -299,11 +299,8 @@ fn counts(events: &[event::Event], modules: usize, poll: u64) -> Synced {
 mod tests {
     use super::*;
     use crate::ops::health::InFlight;
-    use crate::poll::hash::Hash;
-    use crate::poll::snapshot::{Entry, Ident};
     use crate::poll::spool::Spool;
     use crate::sink::{Fatal, Outcome};
-    use crate::source::{Content, ModuleFile};
 
     type Heard = Arc<Mutex<Vec<String>>>;
 
@@ -369,19 +366,7 @@ mod tests {
     fn poll(store: &mut Store, modules: &[(&str, &str)]) -> Snapshot {
         let mut snap = Snapshot::default();
         for (id, v) in modules {
-            let files = vec![ModuleFile {
-                key: "k".into(),
-                content: Content::Text(v.to_string()),
-            }];
-            let loc = store.spool.put(&files).unwrap();
-            let entry = Entry {
-                uid: Ident::new("u"),
-                resource_version: Ident::new("1"),
-                hash: Hash::of([("k", v.as_bytes())]),
-                loc,
-                files: 1,
-                bytes: v.len() as u64,
-            };
+            let entry = crate::poll::testing::entry(&mut store.spool, v);
             snap.modules.insert(id, entry);
         }
         snap

@@ -266,3 +266,29 @@ impl Collect for Collector<'_> {
 
 #[cfg(test)]
 mod tests;
+
+/// For unit tests of this layer and the ones above.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::hash::Hash;
+    use super::snapshot::{Entry, Ident};
+    use super::spool::Spool;
+    use crate::source::{Content, ModuleFile};
+
+    /// A module of one file, `k`, holding `v`: its contents put in `spool`, its entry as a
+    /// poll would make it (uid `u`, resourceVersion `1`).
+    pub fn entry(spool: &mut Spool, v: &str) -> Entry {
+        let files = vec![ModuleFile {
+            key: "k".into(),
+            content: Content::Text(v.into()),
+        }];
+        Entry {
+            uid: Ident::new("u"),
+            resource_version: Ident::new("1"),
+            hash: Hash::of([("k", v.as_bytes())]),
+            loc: spool.put(&files).expect("a spool in memory"),
+            files: 1,
+            bytes: v.len() as u64,
+        }
+    }
+}

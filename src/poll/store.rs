@@ -86,24 +86,9 @@ impl Store {
 mod tests {
     use super::*;
     use crate::poll::event::diff;
-    use crate::poll::hash::Hash;
-    use crate::poll::snapshot::{Entry, Ident};
-    use crate::source::{Content, ModuleFile};
 
     fn put(store: &mut Store, snap: &mut Snapshot, id: &str, v: &str) {
-        let files = vec![ModuleFile {
-            key: "k".into(),
-            content: Content::Text(v.into()),
-        }];
-        let loc = store.spool.put(&files).unwrap();
-        let entry = Entry {
-            uid: Ident::new("u"),
-            resource_version: Ident::new("1"),
-            hash: Hash::of([("k", v.as_bytes())]),
-            loc,
-            files: 1,
-            bytes: v.len() as u64,
-        };
+        let entry = crate::poll::testing::entry(&mut store.spool, v);
         snap.modules.insert(id, entry);
     }
 

@@ -77,6 +77,24 @@ impl Scope<'_> {
     }
 }
 
+/// One list request: where, with which query parameters, and whether for metadata only.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    scope: Scope<'a>,
+    params: &'a [(&'a str, String)],
+    metadata: bool,
+}
+
+impl<'a> Request<'a> {
+    fn new(scope: Scope<'a>, params: &'a [(&'a str, String)], metadata: bool) -> Request<'a> {
+        Request {
+            scope,
+            params,
+            metadata,
+        }
+    }
+}
+
 /// What one list request gave: the list's own metadata, how many selected items it held,
 /// and the metadata-only items whose contents are still to be fetched.
 struct Listed {
@@ -137,7 +155,7 @@ impl ApiSource {
                 ],
                 None => vec![("resourceVersion", "0".to_string())],
             };
-            match self.fetched_list(scope, &params, metadata, prev, out) {
+            match self.fetched_list(Request::new(scope, &params, metadata), prev, out) {
                 Err(Error::Api(e)) if rv.is_some() && e.is_too_large_resource_version() => {
                     log::info!(
                         "{e}; this apiserver's cache is behind, listing with resourceVersion=0 instead"
@@ -185,7 +203,7 @@ impl ApiSource {
             if let Some(t) = &token {
                 params.push(("continue", t.clone()));
             }
-            let meta = match self.fetched_list(scope, &params, metadata, prev, out) {
+            let meta = match self.fetched_list(Request::new(scope, &params, metadata), prev, out) {
                 Ok(meta) => meta,
                 Err(Error::Api(e)) if token.is_some() && e.is_expired() => {
                     // client-go's pager: one full list, no limit, no continue, no RV.
@@ -194,7 +212,7 @@ impl ApiSource {
                         scope.action()
                     );
                     out.rewind(scope_start)?;
-                    return self.fetched_list(scope, &[], metadata, prev, out);
+                    return self.fetched_list(Request::new(scope, &[], metadata), prev, out);
                 }
                 Err(e) => return Err(e),
             };
@@ -218,19 +236,22 @@ impl ApiSource {
     /// for full objects (only this request's: earlier pages stay).
     fn fetched_list(
         &mut self,
-        scope: Scope,
-        params: &[(&str, String)],
-        metadata: bool,
+        req: Request,
         prev: &dyn Previous,
         out: &mut dyn Collect,
     ) -> Result<ListMeta, Error> {
+        let scope = req.scope;
         // A later page of a scope that has just turned to full lists.
-        let metadata = metadata && !self.full_only.contains(&scope.key());
+        let metadata = req.metadata && !self.full_only.contains(&scope.key());
         let mark = out.mark();
-        let listed = self.list(scope, params, metadata, prev, out)?;
+        let listed = self.list(Request { metadata, ..req }, prev, out)?;
         let again_in_full = |me: &mut Self, out: &mut dyn Collect| {
             out.rewind(mark)?;
-            Ok(me.list(scope, params, false, prev, out)?.meta)
+            let full = Request {
+                metadata: false,
+                ..req
+            };
+            Ok(me.list(full, prev, out)?.meta)
         };
         if worth_a_full_list(listed.fetch.len(), listed.selected) {
             log::debug!(
@@ -272,12 +293,15 @@ impl ApiSource {
     /// One list request; each selected item is unchanged, delivered, or queued for a GET.
     fn list(
         &mut self,
-        scope: Scope,
-        params: &[(&str, String)],
-        metadata: bool,
+        req: Request,
         prev: &dyn Previous,
         out: &mut dyn Collect,
     ) -> Result<Listed, Error> {
+        let Request {
+            scope,
+            params,
+            metadata,
+        } = req;
         let url = self.url(scope, params);
         let accept = if metadata {
             ACCEPT_METADATA

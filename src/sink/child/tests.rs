@@ -7,10 +7,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::poll::hash::Hash;
-use crate::poll::snapshot::{Entry, Ident, Snapshot};
+use crate::poll::snapshot::Snapshot;
 use crate::poll::spool::Spool;
-use crate::source::{Content, ModuleFile};
 
 /// Everything the fake agents did, shared with the test.
 #[derive(Default)]
@@ -147,22 +145,8 @@ impl Setup {
     }
 
     fn module(&mut self, id: &str, v: &str) {
-        let files = vec![ModuleFile {
-            key: "k".into(),
-            content: Content::Text(v.into()),
-        }];
-        let loc = self.spool.put(&files).unwrap();
-        self.snapshot.modules.insert(
-            id,
-            Entry {
-                uid: Ident::new("u"),
-                resource_version: Ident::new("1"),
-                hash: Hash::of([("k", v.as_bytes())]),
-                loc,
-                files: 1,
-                bytes: v.len() as u64,
-            },
-        );
+        let entry = crate::poll::testing::entry(&mut self.spool, v);
+        self.snapshot.modules.insert(id, entry);
     }
 
     fn tick(&mut self, after: Duration) -> Control {
