@@ -35,16 +35,29 @@ fn cmpoll_as(k: &RealApiserver, name: &str, user: &User) -> Cmpoll {
     c.env("KUBECONFIG", kubeconfig.to_str().unwrap())
 }
 
-/// A service account in `ns` allowed `verbs` on ConfigMaps in `ns`; its bound token.
-fn account(k: &RealApiserver, ns: &str, name: &str, verbs: &str) -> String {
-    k.apply(&format!(
-        r#"{{"apiVersion":"v1","kind":"List","items":[
-{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{{"name":"{name}","namespace":"{ns}"}},
- "rules":[{{"apiGroups":[""],"resources":["configmaps"],"verbs":[{verbs}]}}]}},
-{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{{"name":"{name}","namespace":"{ns}"}},
- "roleRef":{{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"{name}"}},
- "subjects":[{{"kind":"ServiceAccount","name":"{name}","namespace":"{ns}"}}]}}]}}"#
-    ));
+/// The rules the shipped ClusterRole grants (`k8s/cluster-wide/clusterrole.yaml`): the
+/// scenarios run cmpoll with exactly those, unless they test a narrower role.
+fn shipped_rules() -> Value {
+    let path = crate::util::root().join("k8s/cluster-wide/clusterrole.yaml");
+    let role: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(role["rules"].is_array(), "{role}");
+    role["rules"].clone()
+}
+
+/// A service account in `ns` with a Role there of `rules` (`None`: the shipped ones); its
+/// bound token.
+fn account(k: &RealApiserver, ns: &str, name: &str, rules: Option<Value>) -> String {
+    let rules = rules.unwrap_or_else(shipped_rules);
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": name, "namespace": ns}, "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": name, "namespace": ns},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}]})
+        .to_string(),
+    );
     k.token(ns, name, "1h")
 }
 
@@ -80,7 +93,7 @@ fn list_and_run_in_every_list_mode_from_the_watch_cache() {
     let Some((_one, k)) = cluster() else { return };
     let mark = k.audit_mark();
     let ns = k.namespace("modes");
-    let token = account(k, &ns, "poller", r#""list","get""#);
+    let token = account(k, &ns, "poller", None);
     k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
     k.put_configmap(&ns, "b", &[LABEL], &[("k", "2")]);
     k.put_configmap(&ns, "unlabelled", &[], &[("k", "x")]);
@@ -264,7 +277,7 @@ fn pages_and_a_continue_token_that_expires_mid_list() {
     let Some((_one, k)) = cluster() else { return };
     let mark = k.audit_mark();
     let ns = k.namespace("pages");
-    let token = account(k, &ns, "pager", r#""list","get""#);
+    let token = account(k, &ns, "pager", None);
     let mut manifests = Vec::new();
     for i in 0..100 {
         manifests.push(format!(
@@ -347,7 +360,7 @@ fn a_forbidden_namespace_fails_with_the_apiservers_words() {
     let mark = k.audit_mark();
     let ns = k.namespace("allowed");
     let other = k.namespace("forbidden");
-    let token = account(k, &ns, "scoped", r#""list","get""#);
+    let token = account(k, &ns, "scoped", None);
     k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
     let c = cmpoll_as(k, &format!("{ns}-scoped"), &User::Token(token));
     c.with_args(&["list", "--namespace", &ns]).run().success();
@@ -375,7 +388,11 @@ fn a_list_only_role_auto_falls_back_metadata_fails_full_never_gets() {
     let Some((_one, k)) = cluster() else { return };
     let mark = k.audit_mark();
     let ns = k.namespace("listonly");
-    let token = account(k, &ns, "lister", r#""list""#);
+    // The shipped rules less `get`.
+    let mut rules = shipped_rules();
+    rules[0]["verbs"] = json!(["list"]);
+    assert_eq!(rules.as_array().unwrap().len(), 1, "{rules}");
+    let token = account(k, &ns, "lister", Some(rules));
     k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
     let user = format!("system:serviceaccount:{ns}:lister");
     let c = || cmpoll_as(k, &format!("{ns}-lister"), &User::Token(token.clone()));
@@ -428,7 +445,7 @@ fn in_cluster_with_a_bound_token_that_rotates() {
     let Some((_one, k)) = cluster() else { return };
     let mark = k.audit_mark();
     let ns = k.namespace("incluster");
-    let first = account(k, &ns, "pod", r#""list","get""#);
+    let first = account(k, &ns, "pod", None);
     k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
     let c = Cmpoll::new();
     c.write("sa/token", &first);
@@ -469,7 +486,7 @@ fn in_cluster_with_a_bound_token_that_rotates() {
 fn a_401_refreshes_the_credential_and_retries_once() {
     let Some((_one, k)) = cluster() else { return };
     let ns = k.namespace("retry");
-    let good = account(k, &ns, "exec", r#""list","get""#);
+    let good = account(k, &ns, "exec", None);
     k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
     let c = Cmpoll::new();
     // The first run hands out a token the apiserver does not know, later runs the good one.
@@ -535,7 +552,7 @@ fn kubeconfigs_with_a_certificate_a_token_and_an_exec_plugin() {
     let Some((_one, k)) = cluster() else { return };
     let ns = k.namespace("creds");
     k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
-    let token = account(k, &ns, "tok", r#""list","get""#);
+    let token = account(k, &ns, "tok", None);
     // A user by certificate, granted by a RoleBinding to that user name.
     k.apply(&format!(
         r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{{"name":"cert-user","namespace":"{ns}"}},
@@ -587,7 +604,7 @@ fn impersonation_is_decided_as_the_impersonated_user() {
     let ns = k.namespace("imp");
     let other = k.namespace("imp-other");
     k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
-    account(k, &ns, "reader", r#""list","get""#);
+    account(k, &ns, "reader", None);
     // The impersonator may impersonate that service account and nothing else.
     k.apply(&format!(
         r#"{{"apiVersion":"v1","kind":"List","items":[
@@ -719,7 +736,7 @@ fn flow_control_429s_retry_after_is_a_floor_for_the_next_poll() {
     let Some((_one, k)) = cluster() else { return };
     let mark = k.audit_mark();
     let ns = k.namespace("apf");
-    let token = account(k, &ns, "jailed", r#""list","get""#);
+    let token = account(k, &ns, "jailed", None);
     k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
     // 20 MB of ConfigMaps that are not modules: an answer a slow reader makes the
     // apiserver sit on (more than the sockets' buffers hold).
@@ -1183,7 +1200,7 @@ fn a_401_re_reads_the_token_file_and_retries_once() {
     let Some((_one, k)) = cluster() else { return };
     let mark = k.audit_mark();
     let ns = k.namespace("revoked");
-    let first = account(k, &ns, "pod", r#""list","get""#);
+    let first = account(k, &ns, "pod", None);
     k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
     let c = Cmpoll::new();
     let token = c.write("token", &first);
