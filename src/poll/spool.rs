@@ -183,9 +183,21 @@ impl Spool {
         if !self.on_shelf(id, &files) {
             return Ok(None);
         }
-        let shelved = self.put_shelved(id, hash, &files)?;
-        self.release(loc);
-        Ok(Some(shelved))
+        let start = self.len;
+        match self.put_shelved(id, hash, &files) {
+            Ok(shelved) => {
+                self.release(loc);
+                Ok(Some(shelved))
+            }
+            Err(e) => {
+                // Gathered but not written (a full volume): nobody's; the full record stays.
+                self.release(Loc {
+                    off: start,
+                    len: self.len - start,
+                });
+                Err(e)
+            }
+        }
     }
 
     /// Whether the shelf holds exactly `files` for `id`.
