@@ -105,6 +105,7 @@ fn daemon(
             counter: metrics.reloads(),
         },
         child_restarts: metrics.child_restarts(),
+        writing: health.writing.clone(),
     };
     let health = Arc::new(Mutex::new(health));
     let metrics = Arc::new(Mutex::new(metrics));

@@ -17,6 +17,38 @@ const REQUEST_SLACK: Duration = Duration::from_secs(30);
 /// How long the main loop may go without running (it wakes at least every minute).
 const LOOP_STALE: Duration = Duration::from_secs(300);
 
+/// How far the output folder is into writing a batch (modules written, of how many),
+/// shared with the `--out-dir` sink; `None` between batches.
+#[derive(Clone, Debug, Default)]
+pub struct Writing(Arc<Mutex<Option<(usize, usize)>>>);
+
+impl Writing {
+    pub fn set(&self, done: usize, of: usize) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((done, of));
+    }
+
+    pub fn clear(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    pub fn get(&self) -> Option<(usize, usize)> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// `12345` as `12,345`, for progress lines.
+pub fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// When the apiserver request in flight started (Unix milliseconds, 0: none), shared with
 /// the client on the poll thread.
 #[derive(Clone, Debug, Default)]
@@ -90,6 +122,8 @@ pub struct Health {
     pub modules: usize,
     /// `--validate` could not run (exit 126/127), until a validation runs again.
     pub validator: Option<String>,
+    /// The output folder writing a batch.
+    pub writing: Writing,
 }
 
 impl Health {
@@ -111,6 +145,7 @@ impl Health {
             reloads: ReloadOutcomes::default(),
             modules: 0,
             validator: None,
+            writing: Writing::default(),
         }
     }
 
@@ -135,6 +170,13 @@ impl Health {
     /// `/readyz`.
     pub fn readiness(&self, now: Instant) -> Result<(), String> {
         let Some(last) = self.last_success.filter(|_| self.first_batch) else {
+            if let Some((done, of)) = self.writing.get() {
+                return Err(format!(
+                    "no complete poll yet: the first batch is being written to the output folder ({} of {} modules)",
+                    thousands(done),
+                    thousands(of)
+                ));
+            }
             return Err(match &self.last_error {
                 Some(e) => format!("no complete poll yet: {e}"),
                 None => "no complete poll yet".to_string(),
@@ -174,6 +216,28 @@ mod tests {
             Duration::from_secs(10),
             InFlight::default(),
         )
+    }
+
+    /// Issue 29.3: a long first batch says so in readiness.
+    #[test]
+    fn a_first_batch_being_written_says_how_far_it_is() {
+        let t0 = Instant::now();
+        let h = health();
+        h.writing.set(40_000, 100_000);
+        assert_eq!(
+            h.readiness(t0).unwrap_err(),
+            "no complete poll yet: the first batch is being written to the output folder (40,000 of 100,000 modules)"
+        );
+        h.writing.clear();
+        assert_eq!(h.readiness(t0).unwrap_err(), "no complete poll yet");
+        for (n, want) in [
+            (0, "0"),
+            (999, "999"),
+            (1000, "1,000"),
+            (1234567, "1,234,567"),
+        ] {
+            assert_eq!(thousands(n), want);
+        }
     }
 
     #[test]

@@ -184,6 +184,8 @@ impl Options {
 pub struct Handles {
     pub reloads: ReloadReport,
     pub child_restarts: prometheus_client::metrics::counter::Counter,
+    /// How far the output folder is into a batch (readiness says it).
+    pub writing: crate::ops::health::Writing,
 }
 
 /// Builds the sinks `opts` ask for, in SPEC's order; problems are start-up errors.
@@ -194,7 +196,9 @@ pub fn open(
 ) -> Result<Vec<Box<dyn Sink>>, String> {
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
     if let Some(o) = &opts.out_dir {
-        sinks.push(Box::new(outdir::OutDir::open(o.clone())?));
+        sinks.push(Box::new(
+            outdir::OutDir::open(o.clone())?.reporting(handles.writing.clone()),
+        ));
     }
     if let Some(o) = &opts.agent {
         sinks.push(Box::new(child::Supervisor::new(

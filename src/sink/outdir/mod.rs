@@ -34,7 +34,7 @@ use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
@@ -42,6 +42,7 @@ use self::record::{Record, Retired, Written, component};
 pub use self::shelf::shelf;
 use super::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_exists};
 use super::{Batch, Fatal, Outcome, Sink};
+use crate::ops::health::{Writing, thousands};
 use crate::poll::event::{Change, Event};
 use crate::poll::snapshot::{Entry, split_id};
 use crate::source::ModuleFile;
@@ -83,8 +84,14 @@ pub struct OutDir {
     nonce: String,
     /// Modules recorded as pending, then written, at a time (see `sync`).
     chunk: usize,
+    /// How far a batch is, for readiness; and how often a long one logs it.
+    writing: Writing,
+    progress_every: Duration,
     _lock: File,
 }
+
+/// How often a batch that writes for long logs how far it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// `OutDir::chunk`: a few thousand plans (~0.5 KiB each) at once; a first batch of 100k
 /// modules saves the record 26 times instead of twice.
@@ -250,11 +257,19 @@ impl OutDir {
             reconciled: false,
             nonce,
             chunk: CHUNK,
+            writing: Writing::default(),
+            progress_every: PROGRESS_EVERY,
             _lock: lock,
         };
         out.recover()
             .map_err(|e| fail("cannot recover from the last run", &e))?;
         Ok(out)
+    }
+
+    /// Reports how far each batch is into `writing` (readiness reads it).
+    pub fn reporting(mut self, writing: Writing) -> OutDir {
+        self.writing = writing;
+        self
     }
 
     fn dir(&self) -> &Path {
@@ -478,6 +493,8 @@ impl OutDir {
         let mut failed = Vec::new();
         // Bytes of the modules that found no room on the volume.
         let mut no_room: Vec<u64> = Vec::new();
+        let (total, mut done) = (writes.len(), 0);
+        let mut told = Instant::now();
         let mut removals = Some(removals);
         let mut chunks: Vec<&[&Event]> = writes.chunks(self.chunk).collect();
         if chunks.is_empty() {
@@ -507,6 +524,7 @@ impl OutDir {
             if let Err(e) = self.save() {
                 // Without the record nothing may be written: the rest of the batch waits.
                 log::warn!("--out-dir: cannot record the writes to come: {e}");
+                self.writing.clear();
                 failed.extend(self.record.pending.drain(..).map(|p| p.module));
                 failed.extend(removals.into_iter().flatten());
                 failed.extend(
@@ -526,6 +544,16 @@ impl OutDir {
                 let p = self.record.pending[i].clone();
                 let written = batch.files(e).and_then(|files| self.write(&p, &files));
                 let result = written.and_then(|w| self.install(&p.module, w));
+                done += 1;
+                self.writing.set(done, total);
+                if told.elapsed() >= self.progress_every {
+                    log::info!(
+                        "--out-dir: writing modules: {} of {}",
+                        thousands(done),
+                        thousands(total)
+                    );
+                    told = Instant::now();
+                }
                 if let Err(err) = result {
                     if err.kind() == io::ErrorKind::StorageFull {
                         no_room.push(e.entry.bytes);
@@ -539,6 +567,7 @@ impl OutDir {
             }
         }
         self.record.pending.clear();
+        self.writing.clear();
         if let Err(e) = self.expire(true) {
             log::warn!("--out-dir: cannot delete old versions: {e}");
         }

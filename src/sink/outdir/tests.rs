@@ -651,3 +651,21 @@ fn the_shelf_reads_back_only_what_cmpoll_wrote() {
 fn shelf_of(f: &Fixture, layout: Layout) -> Box<dyn crate::poll::spool::Shelf> {
     shelf(&f.options(layout)).unwrap()
 }
+
+/// Issue 29.3: a batch says how far it is while it writes (readiness reads it), and says
+/// nothing once it is done.
+#[test]
+fn a_batch_reports_how_far_it_is_and_stops_when_done() {
+    let mut f = Fixture::new();
+    let writing = crate::ops::health::Writing::default();
+    let mut out = f.open(Layout::Files).reporting(writing.clone());
+    out.progress_every = Duration::ZERO;
+    out.chunk = 2;
+    let events: Vec<Event> = (0..5)
+        .map(|i| f.event(Change::Added, &format!("ns/m{i}"), &[("k", "v")]))
+        .collect();
+    writing.set(0, 1);
+    assert!(f.apply(&mut out, events).is_empty());
+    assert_eq!(writing.get(), None, "cleared when the batch is done");
+    assert_eq!(fs::read_to_string(f.path("ns/m4/k")).unwrap(), "v");
+}
