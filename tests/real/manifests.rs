@@ -1,0 +1,292 @@
+//! The shipped manifests and the module label policy, applied to the real apiserver.
+
+use serde_json::{Value, json};
+use test_apiserver::real::{self, RealApiserver, User};
+
+use super::*;
+use crate::util::{Cmpoll, Daemon, SOON, eventually, kinds};
+
+/// Every kustomize variant, rendered by the real kubectl of the same release, through the
+/// real apiserver (each in a cluster of its own: they share the namespace `cmpoll`):
+/// `apply --server-side --dry-run=server` (schemas, defaulting, admission), then applied.
+/// Then cmpoll runs as the variant's own service account, with the role the variant
+/// grants and the settings its Deployment gives the cmpoll container, as in the pod: the
+/// apiserver answers every one of its requests (no 403), metadata lists and GETs
+/// included.
+#[test]
+fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
+    let Some((_one, _shared)) = cluster() else {
+        return;
+    };
+    let root = crate::util::root();
+    for (variant, resource) in [
+        ("k8s", "configmaps"),
+        ("k8s/alloy", "configmaps"),
+        ("k8s/prometheus-namespaced", "configmaps"),
+        ("k8s/prometheus-secrets", "secrets"),
+    ] {
+        let k = RealApiserver::start();
+        let rendered = k.ok(&["kustomize", root.join(variant).to_str().unwrap()]);
+        k.ok(&["create", "namespace", "cmpoll"]);
+        let dry = k.ok_in(
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "-o",
+                "json",
+                "-f",
+                "-",
+            ],
+            Some(&rendered),
+        );
+        let applied: Value = serde_json::from_str(&dry).unwrap();
+        let items = applied["items"].as_array().unwrap();
+        assert!(items.len() >= 8, "{variant}: {} objects", items.len());
+        // Defaulted by the real apiserver: the Deployment as a kubelet would get it.
+        let deployment = items
+            .iter()
+            .find(|o| o["kind"] == "Deployment")
+            .unwrap_or_else(|| panic!("{variant}: no Deployment"));
+        assert_eq!(
+            deployment["spec"]["strategy"]["type"], "RollingUpdate",
+            "{variant}: defaulted"
+        );
+        let out = k.ok_in(&["apply", "--server-side", "-f", "-"], Some(&rendered));
+        assert!(out.contains("serverside-applied"), "{variant}: {out}");
+        // The cmpoll container's own settings (plain values; paths are the pod's).
+        let cmpoll = deployment["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "cmpoll")
+            .unwrap();
+        let mut c = Cmpoll::new();
+        for e in cmpoll["env"].as_array().into_iter().flatten() {
+            let name = e["name"].as_str().unwrap();
+            let keep = [
+                "CMPOLL_RESOURCE",
+                "CMPOLL_SELECTOR",
+                "CMPOLL_NAMESPACE",
+                "CMPOLL_NAMESPACE_FROM_CONTEXT",
+                "CMPOLL_KEYS",
+                "CMPOLL_LIST_MODE",
+            ];
+            if keep.contains(&name) && e["value"].is_string() {
+                c = c.env(name, e["value"].as_str().unwrap());
+            }
+        }
+        // A key the container's --keys selects (its first glob, `*` filled in).
+        let keys = cmpoll["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == "CMPOLL_KEYS")
+            .and_then(|e| e["value"].as_str())
+            .unwrap_or("*");
+        let key = keys.split(',').next().unwrap().replace('*', "team");
+        // Modules where the variant looks: every namespace, or its own.
+        let namespaced = variant.contains("namespaced") || variant.contains("secrets");
+        let ns = if namespaced {
+            "cmpoll".to_string()
+        } else {
+            k.namespace("team")
+        };
+        if resource == "secrets" {
+            k.put_secret(&ns, "rules", &[LABEL], &[(key.as_str(), "groups: []")]);
+        } else {
+            k.put_configmap(&ns, "rules", &[LABEL], &[(key.as_str(), "groups: []")]);
+        }
+        let token = k.ok(&["create", "token", "cmpoll", "-n", "cmpoll"]);
+        c.write("sa/token", token.trim());
+        c.write("sa/ca.crt", &k.ca_pem());
+        c.write("sa/namespace", "cmpoll");
+        let sa = c.path("sa");
+        let port = k.url.rsplit(':').next().unwrap().to_string();
+        let c = c
+            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", &port)
+            .env("CMPOLL_SERVICE_ACCOUNT_DIR", sa.to_str().unwrap());
+        let mark = k.audit_mark();
+        let d = Daemon::start(c, &["--interval", "100ms"]);
+        let b = d.batch(SOON);
+        let rules = format!("{ns}/rules");
+        assert!(
+            kinds(&b).contains(&("added", rules.as_str())),
+            "{variant}: {:?}",
+            kinds(&b)
+        );
+        // A change: in auto mode a metadata list and a GET, which the role must allow.
+        if resource == "secrets" {
+            k.put_secret(&ns, "rules", &[LABEL], &[(key.as_str(), "groups: [x]")]);
+        } else {
+            k.put_configmap(&ns, "rules", &[LABEL], &[(key.as_str(), "groups: [x]")]);
+        }
+        assert_eq!(
+            kinds(&d.batch(SOON))[0],
+            ("updated", rules.as_str()),
+            "{variant}"
+        );
+        d.stop();
+        let by = "system:serviceaccount:cmpoll:cmpoll";
+        let served: Vec<Value> = k
+            .audit_since(mark)
+            .into_iter()
+            .filter(|e| e["user"]["username"] == by && e["stage"] == "ResponseComplete")
+            .collect();
+        assert!(
+            served.iter().any(|e| e["verb"] == "get"),
+            "{variant}: the change was fetched: {:?}",
+            show(&served)
+        );
+        assert!(
+            served.iter().all(|e| e["responseStatus"]["code"] == 200)
+                && served
+                    .iter()
+                    .all(|e| e["objectRef"]["resource"] == resource),
+            "{variant}: {:?}",
+            show(&served)
+        );
+    }
+}
+
+/// `k8s/admission/module-label-policy.yaml`, applied to the real apiserver: its CEL and the
+/// real authenticator's groups decide. A member of `cmpoll:module-authors` may create,
+/// label and change a module; anyone else may create a plain ConfigMap but not label one,
+/// change a labelled one, or take the label off.
+#[test]
+fn the_module_label_policy_denies_and_admits_with_the_real_cel() {
+    let Some((_one, _shared)) = cluster() else {
+        return;
+    };
+    let k = RealApiserver::start();
+    let policy =
+        std::fs::read_to_string(crate::util::root().join("k8s/admission/module-label-policy.yaml"))
+            .unwrap();
+    k.ok_in(&["apply", "--server-side", "-f", "-"], Some(&policy));
+    let ns = k.namespace("apps");
+    k.apply(&format!(
+        r#"{{"apiVersion":"v1","kind":"List","items":[
+{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{{"name":"edit","namespace":"{ns}"}},
+ "rules":[{{"apiGroups":[""],"resources":["configmaps"],"verbs":["create","update","patch","get","list"]}}]}},
+{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{{"name":"edit","namespace":"{ns}"}},
+ "roleRef":{{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"edit"}},
+ "subjects":[{{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"author"}},
+             {{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"outsider"}}]}}]}}"#
+    ));
+    let as_user = |name: &str, group: Option<&str>| {
+        k.write_kubeconfig(
+            &format!("{name}.kubeconfig"),
+            &User::Cert(k.client_cert(name, group)),
+        )
+    };
+    let author = as_user("author", Some("cmpoll:module-authors"));
+    let outsider = as_user("outsider", None);
+    let kubectl = |who: &std::path::Path, args: &[&str], stdin: &str| {
+        let mut child = std::process::Command::new(real::bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(who)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let cm = |name: &str, labelled: bool, value: &str| {
+        let labels = if labelled {
+            json!({"cmpoll.io/module": "true"})
+        } else {
+            json!({"team": "a"})
+        };
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": ns, "labels": labels},
+               "data": {"k": value}})
+        .to_string()
+    };
+    let apply = |who: &std::path::Path, body: String| {
+        kubectl(
+            who,
+            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+            &body,
+        )
+    };
+    let denied = "only members of the group cmpoll:module-authors may create or change a ConfigMap labelled cmpoll.io/module";
+    // The policy takes a moment to be in force: until the outsider is refused.
+    let mut n = 0;
+    eventually("the policy in force", SOON, || {
+        n += 1;
+        let (ok, out) = apply(&outsider, cm(&format!("probe{n}"), true, "x"));
+        !ok && out.contains(denied)
+    });
+    for (who, what, body, admitted) in [
+        (
+            &outsider,
+            "a plain ConfigMap",
+            cm("plain", false, "1"),
+            true,
+        ),
+        (&outsider, "labelling it", cm("plain", true, "1"), false),
+        (&author, "a module", cm("module", true, "1"), true),
+        (
+            &outsider,
+            "changing the module",
+            cm("module", true, "2"),
+            false,
+        ),
+        (
+            &outsider,
+            "taking its label off",
+            cm("module", false, "1"),
+            false,
+        ),
+        (
+            &author,
+            "changing it as an author",
+            cm("module", true, "3"),
+            true,
+        ),
+        (
+            &author,
+            "labelling the plain one",
+            cm("plain", true, "1"),
+            true,
+        ),
+    ] {
+        let (ok, out) = apply(who, body);
+        assert_eq!(ok, admitted, "{what}: {out}");
+        if !admitted {
+            assert!(out.contains(denied), "{what}: {out}");
+            assert!(
+                out.contains("ValidatingAdmissionPolicy 'cmpoll-module-label'"),
+                "{what}: {out}"
+            );
+        }
+    }
+    let data = k.ok(&[
+        "get",
+        "configmap",
+        "module",
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.data.k}",
+    ]);
+    assert_eq!(data, "3");
+}

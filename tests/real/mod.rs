@@ -1,0 +1,115 @@
+//! cmpoll against the real kube-apiserver (issue 24): the apiserver-facing scenarios of the
+//! suite, each checked against what the real apiserver says it served (its metrics and its
+//! audit log), not only against what cmpoll printed. One cluster per test binary
+//! (`test_apiserver::real::shared`); each test works in namespaces of its own. This file has
+//! the helpers; the scenarios are `lists.rs` (list modes, paging, RBAC), `credentials.rs`
+//! (tokens, 401s, kubeconfigs, impersonation), `flow.rs` (APF) and `manifests.rs` (the
+//! shipped manifests and the label policy).
+
+mod credentials;
+mod flow;
+mod lists;
+mod manifests;
+
+use std::sync::{Mutex, MutexGuard};
+
+use serde_json::{Value, json};
+use test_apiserver::real::{self, RealApiserver, User};
+
+use crate::util::{Cmpoll, skip_unless};
+
+pub const LABEL: (&str, &str) = ("cmpoll.io/module", "true");
+
+/// The shared real cluster, or `None` (a loud skip; a failure under CI) when it is not
+/// built. The guard keeps the tests that use it one at a time: they read the apiserver's
+/// own counters, which every client moves.
+pub fn cluster() -> Option<(MutexGuard<'static, ()>, &'static RealApiserver)> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    if skip_unless(
+        real::built(),
+        "the real kube-apiserver (tests/kube/build.sh)",
+    ) {
+        return None;
+    }
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    Some((guard, real::shared()))
+}
+
+/// A cmpoll whose kubeconfig is `user`'s.
+pub fn cmpoll_as(k: &RealApiserver, name: &str, user: &User) -> Cmpoll {
+    let c = Cmpoll::new();
+    let kubeconfig = k.write_kubeconfig(&format!("{name}.kubeconfig"), user);
+    c.env("KUBECONFIG", kubeconfig.to_str().unwrap())
+}
+
+/// The rules the shipped ClusterRole grants (`k8s/cluster-wide/clusterrole.yaml`): the
+/// scenarios run cmpoll with exactly those, unless they test a narrower role.
+pub fn shipped_rules() -> Value {
+    let path = crate::util::root().join("k8s/cluster-wide/clusterrole.yaml");
+    let role: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(role["rules"].is_array(), "{role}");
+    role["rules"].clone()
+}
+
+/// A service account in `ns` with a Role there of `rules` (`None`: the shipped ones); its
+/// bound token.
+pub fn account(k: &RealApiserver, ns: &str, name: &str, rules: Option<Value>) -> String {
+    let rules = rules.unwrap_or_else(shipped_rules);
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": name, "namespace": ns}, "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": name, "namespace": ns},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}]})
+        .to_string(),
+    );
+    k.token(ns, name, "1h")
+}
+
+/// The audit events since `mark` of requests by `user` to `ns`'s ConfigMaps, in order.
+pub fn requests(k: &RealApiserver, mark: u64, user: &str, ns: &str) -> Vec<Value> {
+    k.audit_since(mark)
+        .into_iter()
+        .filter(|e| e["user"]["username"] == user && e["stage"] == "ResponseComplete")
+        .filter(|e| e["objectRef"]["namespace"] == ns && e["objectRef"]["resource"] == "configmaps")
+        .collect()
+}
+
+/// `verb uri code` of audit events, for messages.
+pub fn show(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e["verb"].as_str().unwrap_or(""),
+                e["requestURI"].as_str().unwrap_or(""),
+                e["responseStatus"]["code"]
+            )
+        })
+        .collect()
+}
+
+/// Lists by storage: (from the watch cache, from anywhere else), as the real apiserver
+/// counts them (`apiserver_storage_list_total{resource="configmaps"}`).
+pub fn storage_lists(k: &RealApiserver) -> (f64, f64) {
+    let text = k.metrics();
+    let all = real::metric_sum(
+        &text,
+        "apiserver_storage_list_total",
+        &[("resource", "configmaps")],
+    );
+    let cache = real::metric_sum(
+        &text,
+        "apiserver_storage_list_total",
+        &[("resource", "configmaps"), ("storage", "watchcache")],
+    );
+    (cache, all - cache)
+}
+
+/// When an audit event's request arrived.
+pub fn received(e: &Value) -> std::time::SystemTime {
+    humantime::parse_rfc3339(e["requestReceivedTimestamp"].as_str().unwrap()).unwrap()
+}
