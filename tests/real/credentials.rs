@@ -15,19 +15,8 @@ use crate::util::{Cmpoll, Daemon, SOON, eventually};
 fn in_cluster_with_a_bound_token_that_rotates() {
     let Some((_one, k)) = cluster() else { return };
     let mark = k.audit_mark();
-    let ns = k.namespace("incluster");
-    let first = account(k, &ns, "pod", None);
-    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
-    let c = Cmpoll::new();
-    c.write("sa/token", &first);
-    c.write("sa/ca.crt", &k.ca_pem());
-    c.write("sa/namespace", &ns);
-    let sa = c.path("sa");
-    let port = k.url.rsplit(':').next().unwrap().to_string();
-    let c = c
-        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-        .env("KUBERNETES_SERVICE_PORT", &port)
-        .env("CMPOLL_SERVICE_ACCOUNT_DIR", sa.to_str().unwrap());
+    let (ns, first) = namespace_with_a_module(k, "incluster", "pod");
+    let (c, sa) = in_cluster(k, &first, &ns);
     let user = format!("system:serviceaccount:{ns}:pod");
     let jti =
         |e: &Value| e["user"]["extra"]["authentication.kubernetes.io/credential-id"][0].clone();
@@ -56,9 +45,7 @@ fn in_cluster_with_a_bound_token_that_rotates() {
 #[test]
 fn a_401_refreshes_the_credential_and_retries_once() {
     let Some((_one, k)) = cluster() else { return };
-    let ns = k.namespace("retry");
-    let good = account(k, &ns, "exec", None);
-    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    let (ns, good) = namespace_with_a_module(k, "retry", "exec");
     let c = Cmpoll::new();
     // The first run hands out a token the apiserver does not know, later runs the good one.
     let runs = c.path("runs");
@@ -123,9 +110,7 @@ fn a_401_refreshes_the_credential_and_retries_once() {
 fn a_401_re_reads_the_token_file_and_retries_once() {
     let Some((_one, k)) = cluster() else { return };
     let mark = k.audit_mark();
-    let ns = k.namespace("revoked");
-    let first = account(k, &ns, "pod", None);
-    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    let (ns, first) = namespace_with_a_module(k, "revoked", "pod");
     let c = Cmpoll::new();
     let token = c.write("token", &first);
     let ca = c.write("ca.crt", &k.ca_pem());
@@ -269,12 +254,8 @@ fn impersonation_is_decided_as_the_impersonated_user() {
     ));
     let cert = k.client_cert("impersonator", None);
     let c = Cmpoll::new();
-    let kubeconfig = k.write_kubeconfig(&format!("{ns}-imp.kubeconfig"), &User::Cert(cert.clone()));
-    let text = std::fs::read_to_string(&kubeconfig).unwrap().replace(
-        "    client-certificate-data",
-        &format!("    as: system:serviceaccount:{ns}:reader\n    client-certificate-data"),
-    );
-    std::fs::write(&kubeconfig, text).unwrap();
+    let reader = format!("system:serviceaccount:{ns}:reader");
+    let kubeconfig = impersonating(k, &format!("{ns}-imp"), cert, &reader);
     let c = c.env("KUBECONFIG", kubeconfig.to_str().unwrap());
     let before = k.audit_mark();
     let run = c
@@ -309,15 +290,12 @@ fn impersonation_is_decided_as_the_impersonated_user() {
         );
     }
     // Without the right to impersonate: refused as the impersonator.
-    let stranger = k.write_kubeconfig(
-        &format!("{ns}-stranger.kubeconfig"),
-        &User::Cert(k.client_cert("stranger", None)),
+    let stranger = impersonating(
+        k,
+        &format!("{ns}-stranger"),
+        k.client_cert("stranger", None),
+        &reader,
     );
-    let text = std::fs::read_to_string(&stranger).unwrap().replace(
-        "    client-certificate-data",
-        &format!("    as: system:serviceaccount:{ns}:reader\n    client-certificate-data"),
-    );
-    std::fs::write(&stranger, text).unwrap();
     let run = Cmpoll::new()
         .env("KUBECONFIG", stranger.to_str().unwrap())
         .args(&["list", "--namespace", &ns])
@@ -329,4 +307,20 @@ fn impersonation_is_decided_as_the_impersonated_user() {
         "{}",
         run.described
     );
+}
+
+/// A kubeconfig for the certificate `cert` that impersonates `user` (`as:`).
+fn impersonating(
+    k: &RealApiserver,
+    name: &str,
+    cert: test_apiserver::CertPair,
+    user: &str,
+) -> std::path::PathBuf {
+    let kubeconfig = k.write_kubeconfig(&format!("{name}.kubeconfig"), &User::Cert(cert));
+    let text = std::fs::read_to_string(&kubeconfig).unwrap().replace(
+        "    client-certificate-data",
+        &format!("    as: {user}\n    client-certificate-data"),
+    );
+    std::fs::write(&kubeconfig, text).unwrap();
+    kubeconfig
 }

@@ -60,9 +60,7 @@ fn flow_control_429s_retry_after_is_a_floor_for_the_next_poll() {
     }
     let Some((_one, k)) = cluster() else { return };
     let mark = k.audit_mark();
-    let ns = k.namespace("apf");
-    let token = account(k, &ns, "jailed", None);
-    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    let (ns, token) = namespace_with_a_module(k, "apf", "jailed");
     // 20 MB of ConfigMaps that are not modules: an answer a slow reader makes the
     // apiserver sit on (more than the sockets' buffers hold).
     let big = "x".repeat(900_000);

@@ -207,8 +207,7 @@ fn pages_and_a_continue_token_that_expires_mid_list() {
     assert!(show(&pages)[1].contains("continue="), "{:?}", show(&pages));
     // One page per 200 ms: a list of 100 pages spans the watch cache's next look at the
     // compaction (every 15 s).
-    let port: u16 = k.url.rsplit(':').next().unwrap().parse().unwrap();
-    let relay = slow_relay(port, Duration::from_millis(200));
+    let relay = slow_relay(k.port, Duration::from_millis(200));
     let slow = Cmpoll::new();
     let kubeconfig = k.write_kubeconfig(&format!("{ns}-slow.kubeconfig"), &User::Token(token));
     let text = std::fs::read_to_string(&kubeconfig)

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use test_apiserver::real::{self, RealApiserver, User};
 
 use super::*;
-use crate::util::{Cmpoll, Daemon, SOON, eventually, kinds};
+use crate::util::{Daemon, SOON, eventually, kinds};
 
 /// Every kustomize variant, rendered by the real kubectl of the same release, through the
 /// real apiserver (each in a cluster of its own: they share the namespace `cmpoll`):
@@ -61,29 +61,26 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
             .iter()
             .find(|c| c["name"] == "cmpoll")
             .unwrap();
-        let mut c = Cmpoll::new();
-        for e in cmpoll["env"].as_array().into_iter().flatten() {
-            let name = e["name"].as_str().unwrap();
-            let keep = [
-                "CMPOLL_RESOURCE",
-                "CMPOLL_SELECTOR",
-                "CMPOLL_NAMESPACE",
-                "CMPOLL_NAMESPACE_FROM_CONTEXT",
-                "CMPOLL_KEYS",
-                "CMPOLL_LIST_MODE",
-            ];
-            if keep.contains(&name) && e["value"].is_string() {
-                c = c.env(name, e["value"].as_str().unwrap());
-            }
-        }
+        let keep = [
+            "CMPOLL_RESOURCE",
+            "CMPOLL_SELECTOR",
+            "CMPOLL_NAMESPACE",
+            "CMPOLL_NAMESPACE_FROM_CONTEXT",
+            "CMPOLL_KEYS",
+            "CMPOLL_LIST_MODE",
+        ];
+        let settings: Vec<(String, String)> = (cmpoll["env"].as_array().into_iter().flatten())
+            .filter_map(|e| {
+                Some((
+                    e["name"].as_str()?.to_string(),
+                    e["value"].as_str()?.to_string(),
+                ))
+            })
+            .filter(|(n, _)| keep.contains(&n.as_str()))
+            .collect();
         // A key the container's --keys selects (its first glob, `*` filled in).
-        let keys = cmpoll["env"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|e| e["name"] == "CMPOLL_KEYS")
-            .and_then(|e| e["value"].as_str())
-            .unwrap_or("*");
+        let keys =
+            (settings.iter().find(|(n, _)| n == "CMPOLL_KEYS")).map_or("*", |(_, v)| v.as_str());
         let key = keys.split(',').next().unwrap().replace('*', "team");
         // Modules where the variant looks: every namespace, or its own.
         let namespaced = variant.contains("namespaced") || variant.contains("secrets");
@@ -98,15 +95,10 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
             k.put_configmap(&ns, "rules", &[LABEL], &[(key.as_str(), "groups: []")]);
         }
         let token = k.ok(&["create", "token", "cmpoll", "-n", "cmpoll"]);
-        c.write("sa/token", token.trim());
-        c.write("sa/ca.crt", &k.ca_pem());
-        c.write("sa/namespace", "cmpoll");
-        let sa = c.path("sa");
-        let port = k.url.rsplit(':').next().unwrap().to_string();
-        let c = c
-            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-            .env("KUBERNETES_SERVICE_PORT", &port)
-            .env("CMPOLL_SERVICE_ACCOUNT_DIR", sa.to_str().unwrap());
+        let (with_sa, _) = in_cluster(&k, token.trim(), "cmpoll");
+        let c = settings
+            .into_iter()
+            .fold(with_sa, |c, (n, v)| c.env(&n, &v));
         let mark = k.audit_mark();
         let d = Daemon::start(c, &["--interval", "100ms"]);
         let b = d.batch(SOON);

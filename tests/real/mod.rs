@@ -113,3 +113,27 @@ pub fn storage_lists(k: &RealApiserver) -> (f64, f64) {
 pub fn received(e: &Value) -> std::time::SystemTime {
     humantime::parse_rfc3339(e["requestReceivedTimestamp"].as_str().unwrap()).unwrap()
 }
+
+/// A cmpoll that runs in-cluster as a pod would: `KUBERNETES_SERVICE_*` pointing at `k`,
+/// and a service-account folder with `token`, the CA and `namespace`; also that folder.
+pub fn in_cluster(k: &RealApiserver, token: &str, namespace: &str) -> (Cmpoll, std::path::PathBuf) {
+    let c = Cmpoll::new();
+    c.write("sa/token", token);
+    c.write("sa/ca.crt", &k.ca_pem());
+    c.write("sa/namespace", namespace);
+    let sa = c.path("sa");
+    let c = c
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", &k.port.to_string())
+        .env("CMPOLL_SERVICE_ACCOUNT_DIR", sa.to_str().unwrap());
+    (c, sa)
+}
+
+/// A fresh namespace `PREFIX-N` with one module, `a` (`k: 1`), and a service account
+/// `name` there with the shipped rules: the namespace and the account's bound token.
+pub fn namespace_with_a_module(k: &RealApiserver, prefix: &str, name: &str) -> (String, String) {
+    let ns = k.namespace(prefix);
+    let token = account(k, &ns, name, None);
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    (ns, token)
+}

@@ -55,6 +55,8 @@ pub struct RealApiserver {
     dir: tempfile::TempDir,
     /// `https://127.0.0.1:PORT`.
     pub url: String,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
     /// etcd's client URL (plain HTTP on loopback).
     pub etcd_url: String,
     pki: Pki,
@@ -227,6 +229,7 @@ impl RealApiserver {
                 apiserver: spawn(Command::new("true")),
             }),
             url,
+            port,
             etcd_url,
             pki,
             dir,

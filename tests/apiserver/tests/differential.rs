@@ -377,9 +377,8 @@ fn the_stand_in_answers_as_the_real_apiserver_does() {
         },
     );
     let users = ["diff-cm", "diff-secrets", "nobody"];
-    let port: u16 = k.url.rsplit(':').next().unwrap().parse().unwrap();
     let real = script(&Side {
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        addr: SocketAddr::from(([127, 0, 0, 1], k.port)),
         ca: k.ca_pem(),
         certs: users.iter().map(|u| (*u, k.client_cert(u, None))).collect(),
         expire: Box::new(|client, next| {
