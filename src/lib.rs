@@ -35,6 +35,7 @@ pub mod settings;
 pub mod sink;
 pub mod source;
 pub mod validate;
+pub mod words;
 
 use std::sync::{Arc, Mutex};
 

@@ -67,14 +67,6 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
 impl Config {
     /// Resolves in SPEC's order; the error names every source it tried when none applies.
     pub fn resolve(flags: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
-        if flags.server.is_none() {
-            if flags.token_file.is_some() {
-                return Err("--token-file: only used with --server".into());
-            }
-            if flags.ca_file.is_some() {
-                return Err("--ca-file: only used with --server".into());
-            }
-        }
         if let Some(server) = &flags.server {
             return Config::from_flags(server, flags);
         }

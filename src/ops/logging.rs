@@ -17,6 +17,11 @@ pub enum LogFormat {
     Json,
 }
 
+impl crate::words::Words for LogFormat {
+    const WORDS: &'static [(&'static str, Self)] =
+        &[("text", LogFormat::Text), ("json", LogFormat::Json)];
+}
+
 static JSON: AtomicBool = AtomicBool::new(false);
 static JOURNAL: AtomicBool = AtomicBool::new(false);
 

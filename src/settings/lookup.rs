@@ -1,45 +1,112 @@
-//! Looking a flag up: on the command line, then as its `CMPOLL_*` variable, and parsing its
-//! value (durations, sizes, switches, choices, lists). Every error names where the value
-//! came from (`--flag` or `CMPOLL_FLAG`).
+//! Looking a flag up by its table entry: on the command line, then as its `CMPOLL_*`
+//! variable, then its default, and parsing the value (durations, switches, choices, lists).
+//! Every error names where the value came from (`--flag`, `CMPOLL_FLAG`). The "only used
+//! with" rule is here too, once, from each entry's `needs`.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
+use crate::cli::{Command, Flag, Given, Needs, Raw};
 use crate::error::Error;
+use crate::words::Words;
 
-/// A value and where it came from (`--flag` or `CMPOLL_FLAG`), for messages.
+/// A value and where it came from (`--flag`, `CMPOLL_FLAG`, or the flag's default), for
+/// messages.
 pub struct Val {
     pub value: String,
     pub from: String,
 }
 
-/// Looks flags up on the command line, then in the environment.
+/// Looks a command's flags up on the command line, then in the environment, then in the
+/// table's defaults; remembers which flags were read (a test checks every flag is).
 pub struct Lookup<'a> {
     pub env: &'a dyn Fn(&str) -> Option<String>,
+    given: Given,
+    read: RefCell<Vec<&'static str>>,
 }
-
-pub use crate::cli::env_name;
 
 pub fn usage(from: &str, msg: impl std::fmt::Display) -> Error {
     Error::Usage(format!("{from}: {msg}"))
 }
 
-impl Lookup<'_> {
-    pub fn opt(&self, cli: &Option<String>, flag: &str) -> Option<Val> {
-        match cli {
-            Some(v) => Some(Val {
+/// Asked for the default of a flag that has none in the table: a mistake in cmpoll, which
+/// the settings tests find (every default is read there).
+fn no_default(flag: &Flag) -> Error {
+    usage(
+        &flag.long(),
+        "has no default (a bug in cmpoll's flag table)",
+    )
+}
+
+static NOT_GIVEN: Raw = Raw::Value(None);
+
+impl<'a> Lookup<'a> {
+    pub fn new(command: &Command, env: &'a dyn Fn(&str) -> Option<String>) -> Lookup<'a> {
+        Lookup {
+            env,
+            given: command.given(),
+            read: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// What the command line gave `flag`; a flag of another command was given nothing.
+    fn raw(&self, flag: &'static Flag) -> &Raw {
+        match self.given.iter().find(|(f, _)| *f == flag) {
+            Some((_, raw)) => raw,
+            None => &NOT_GIVEN,
+        }
+    }
+
+    fn mark(&self, flag: &'static Flag) {
+        self.read.borrow_mut().push(flag.field);
+    }
+
+    /// The fields of the flags read so far.
+    #[cfg(test)]
+    pub fn read(&self) -> Vec<&'static str> {
+        self.read.borrow().clone()
+    }
+
+    /// The flag's value from the command line or its variable; `None` when neither has it.
+    pub fn opt(&self, flag: &'static Flag) -> Option<Val> {
+        self.mark(flag);
+        match self.raw(flag) {
+            Raw::Value(Some(v)) => Some(Val {
                 value: v.clone(),
-                from: format!("--{flag}"),
+                from: flag.long(),
             }),
-            None => {
-                let name = env_name(flag);
+            _ => {
+                let name = flag.var();
                 (self.env)(&name).map(|value| Val { value, from: name })
             }
         }
     }
 
+    /// `opt`, else the table's default.
+    pub fn value(&self, flag: &'static Flag) -> Option<Val> {
+        self.opt(flag).or_else(|| {
+            flag.default.map(|d| Val {
+                value: d.to_string(),
+                from: format!("the default of {}", flag.long()),
+            })
+        })
+    }
+
     /// A repeatable flag: each value may itself be a comma-separated list, on the command
-    /// line (`--namespace a,b`) as in the environment (`CMPOLL_NAMESPACE=a,b`).
-    pub fn list(&self, cli: &[String], flag: &str) -> (Vec<String>, String) {
+    /// line (`--namespace a,b`) as in the environment (`CMPOLL_NAMESPACE=a,b`); else the
+    /// default's list.
+    pub fn list(&self, flag: &'static Flag) -> (Vec<String>, String) {
+        self.values(flag, true)
+    }
+
+    /// A repeatable flag whose values may hold commas (`--reload-header`): one per flag on
+    /// the command line; the variable still splits on commas.
+    pub fn each(&self, flag: &'static Flag) -> (Vec<String>, String) {
+        self.values(flag, false)
+    }
+
+    fn values(&self, flag: &'static Flag, split_flags: bool) -> (Vec<String>, String) {
+        self.mark(flag);
         let split = |v: &str| -> Vec<String> {
             v.split(',')
                 .map(str::trim)
@@ -47,27 +114,47 @@ impl Lookup<'_> {
                 .map(str::to_string)
                 .collect()
         };
-        if !cli.is_empty() {
-            return (
-                cli.iter().flat_map(|v| split(v)).collect(),
-                format!("--{flag}"),
-            );
+        if let Raw::List(given) = self.raw(flag)
+            && !given.is_empty()
+        {
+            let values = match split_flags {
+                true => given.iter().flat_map(|v| split(v)).collect(),
+                false => given.clone(),
+            };
+            return (values, flag.long());
         }
-        let name = env_name(flag);
-        let values = (self.env)(&name).map(|v| split(&v)).unwrap_or_default();
-        (values, name)
+        // An empty variable (from an empty template) is the default, as an unset one.
+        let name = flag.var();
+        match (self.env)(&name).map(|v| split(&v)) {
+            Some(v) if !v.is_empty() => (v, name),
+            _ => (
+                flag.default.map(split).unwrap_or_default(),
+                format!("the default of {}", flag.long()),
+            ),
+        }
     }
 
-    pub fn switch(&self, cli: bool, flag: &str) -> Result<bool, Error> {
-        if cli {
-            return Ok(true);
+    /// A switch: where it was turned on (`--once`, `CMPOLL_ONCE`), or `None` when off.
+    pub fn switch(&self, flag: &'static Flag) -> Result<Option<String>, Error> {
+        self.mark(flag);
+        self.switched(flag)
+    }
+
+    /// `switch`, as a bool.
+    pub fn on(&self, flag: &'static Flag) -> Result<bool, Error> {
+        Ok(self.switch(flag)?.is_some())
+    }
+
+    fn switched(&self, flag: &'static Flag) -> Result<Option<String>, Error> {
+        if self.raw(flag) == &Raw::Switch(true) {
+            return Ok(Some(flag.long()));
         }
-        let name = env_name(flag);
+        let name = flag.var();
         match (self.env)(&name) {
-            None => Ok(false),
+            None => Ok(None),
             Some(v) => match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => Ok(true),
-                "" | "0" | "false" | "no" | "off" => Ok(false),
+                "1" | "true" | "yes" | "on" => Ok(Some(name)),
+                "" | "0" | "false" | "no" | "off" => Ok(None),
                 _ => Err(usage(
                     &name,
                     format!("'{v}' is not a boolean (true or false)"),
@@ -76,14 +163,10 @@ impl Lookup<'_> {
         }
     }
 
-    pub fn duration(
-        &self,
-        cli: &Option<String>,
-        flag: &str,
-        default: Duration,
-    ) -> Result<Duration, Error> {
-        let Some(v) = self.opt(cli, flag) else {
-            return Ok(default);
+    /// A duration flag, more than zero; its default when not given.
+    pub fn duration(&self, flag: &'static Flag) -> Result<Duration, Error> {
+        let Some(v) = self.value(flag) else {
+            return Err(no_default(flag));
         };
         let d = parse_duration(&v)?;
         if d.is_zero() {
@@ -92,27 +175,58 @@ impl Lookup<'_> {
         Ok(d)
     }
 
-    pub fn choice<T: Copy>(
-        &self,
-        cli: &Option<String>,
-        flag: &str,
-        default: T,
-        choices: &[(&str, T)],
-    ) -> Result<T, Error> {
-        let Some(v) = self.opt(cli, flag) else {
-            return Ok(default);
+    /// A duration flag that may be zero (`--old-version-ttl 0s`); its default when not given.
+    pub fn duration_or_zero(&self, flag: &'static Flag) -> Result<Duration, Error> {
+        let v = self.value(flag).ok_or_else(|| no_default(flag))?;
+        parse_duration(&v)
+    }
+
+    /// One of `T`'s words; its default when not given.
+    pub fn choice<T: Words>(&self, flag: &'static Flag) -> Result<T, Error> {
+        self.maybe_choice(flag)?.ok_or_else(|| no_default(flag))
+    }
+
+    /// One of `T`'s words, or `None` for a flag without a default that is not given.
+    pub fn maybe_choice<T: Words>(&self, flag: &'static Flag) -> Result<Option<T>, Error> {
+        let Some(v) = self.value(flag) else {
+            return Ok(None);
         };
-        choices
-            .iter()
-            .find(|(name, _)| *name == v.value.trim())
-            .map(|(_, t)| *t)
-            .ok_or_else(|| {
-                let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
-                usage(
-                    &v.from,
-                    format!("'{}' is not one of {}", v.value, names.join(", ")),
-                )
-            })
+        let t = T::from_word(&v.value).ok_or_else(|| {
+            usage(
+                &v.from,
+                format!("'{}' is not one of {}", v.value, T::names()),
+            )
+        })?;
+        Ok(Some(t))
+    }
+
+    /// Whether `flag` is given at all, on the command line or as its variable (a switch:
+    /// turned on). Not a read.
+    pub fn given(&self, flag: &'static Flag) -> Result<Option<String>, Error> {
+        if flag.kind == crate::cli::Kind::Switch {
+            return self.switched(flag);
+        }
+        if self.raw(flag).given() {
+            return Ok(Some(flag.long()));
+        }
+        let name = flag.var();
+        Ok((self.env)(&name).map(|_| name))
+    }
+
+    /// "--flag: only used with …" for the first flag given without what it needs.
+    pub fn check_needs(&self, have: impl Fn(Needs) -> bool) -> Result<(), Error> {
+        for (flag, _) in &self.given {
+            if flag.needs != Needs::Nothing
+                && !have(flag.needs)
+                && let Some(from) = self.given(flag)?
+            {
+                return Err(usage(
+                    &from,
+                    format!("only used with {}", flag.needs.what()),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

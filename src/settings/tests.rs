@@ -4,6 +4,7 @@ use super::*;
 use crate::cli::TopLevel;
 use argh::FromArgs;
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// `PATH` is `/usr/bin:/bin` unless given: agent commands are found at start-up.
 fn settings(args: &[&str], env: &[(&str, &str)]) -> Result<Settings, String> {
@@ -29,7 +30,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Result<RunSettings, String> {
 #[test]
 fn defaults() {
     let s = settings(&["list"], &[]).unwrap();
-    assert_eq!(s.source.selection.labels.as_str(), DEFAULT_SELECTOR);
+    assert_eq!(s.source.selection.labels.as_str(), "cmpoll.io/module=true");
     assert!(s.source.selection.namespaces.is_empty());
     assert_eq!(s.source.client.timeout, Duration::from_secs(10));
     assert_eq!(s.source.client.max_response_bytes, 64 << 20);
@@ -147,7 +148,7 @@ fn usage_errors_name_the_flag_or_variable() {
             "--jitter: must be between 0 and 1",
         ),
         (
-            &["run", "--layout", "tree"],
+            &["run", "--out-dir", "o", "--layout", "tree"],
             &[],
             "--layout: 'tree' is not one of files, concat",
         ),
@@ -157,7 +158,7 @@ fn usage_errors_name_the_flag_or_variable() {
             "--ext: only used with --layout concat",
         ),
         (
-            &["run", "--file-mode", "999"],
+            &["run", "--out-dir", "o", "--file-mode", "999"],
             &[],
             "--file-mode: '999' is not an octal mode",
         ),
@@ -247,6 +248,51 @@ fn usage_errors_name_the_flag_or_variable() {
             &[("CMPOLL_KUBECONFIG", "")],
             "CMPOLL_KUBECONFIG: empty: give a path, or unset it",
         ),
+        (
+            &["list", "--token-file", "t"],
+            &[],
+            "--token-file: only used with --server",
+        ),
+        (
+            &["list"],
+            &[("CMPOLL_CA_FILE", "ca.crt")],
+            "CMPOLL_CA_FILE: only used with --server",
+        ),
+        (
+            &["run", "--out-dir", "o", "--ext", ".conf"],
+            &[],
+            "--ext: only used with --layout concat",
+        ),
+        (
+            &["run", "--validate-timeout", "5s"],
+            &[],
+            "--validate-timeout: only used with --validate",
+        ),
+        (
+            &["run", "--reload-skip-first"],
+            &[],
+            "--reload-skip-first: only used with --reload-url",
+        ),
+        (
+            &["run"],
+            &[("CMPOLL_RELOAD_TIMEOUT", "5s")],
+            "CMPOLL_RELOAD_TIMEOUT: only used with --reload-url or --on-change",
+        ),
+        (
+            &["run", "--", "true"],
+            &[("CMPOLL_ONCE", "1")],
+            "CMPOLL_ONCE: cannot be combined with an agent command",
+        ),
+        (
+            &["run", "--validate", "true", "--validate-jobs", "0"],
+            &[],
+            "--validate-jobs: '0' is not a number from 1 to 256",
+        ),
+        (
+            &["run", "--", "true"],
+            &[("CMPOLL_RESTART", "sometimes")],
+            "CMPOLL_RESTART: 'sometimes' is not one of always, on-failure, never",
+        ),
     ];
     for (args, env, want) in cases {
         let e = settings(args, env).unwrap_err();
@@ -261,6 +307,8 @@ fn run_values() {
         &[
             "--out-dir",
             "o",
+            "--old-version-ttl",
+            "0s",
             "--file-mode",
             "0600",
             "--layout",
@@ -282,6 +330,7 @@ fn run_values() {
     .unwrap();
     let out = r.sinks.out_dir.unwrap();
     assert_eq!(out.file_mode, 0o600);
+    assert_eq!(out.old_version_ttl, Duration::ZERO, "a ttl may be zero");
     assert_eq!(out.ext, ".alloy");
     assert_eq!(r.listen, Some("0.0.0.0:9090".parse().unwrap()));
     assert_eq!(r.sinks.reload_url.unwrap().method, "PUT");
@@ -317,4 +366,44 @@ fn list_flags_take_commas_on_the_command_line_too() {
         want
     );
     assert_eq!(names(&["list"], &[("CMPOLL_NAMESPACE", "a, b,c")]), want);
+}
+
+/// Every flag of the table is read by settings (a flag nobody reads would be accepted and do
+/// nothing), each command reads only its own flags, and every default parses.
+#[test]
+fn every_flag_of_the_table_is_read() {
+    use crate::cli::flag;
+    let env = |_: &str| None;
+    for command in ["run", "list"] {
+        let top = TopLevel::from_args(&["cmpoll"], &[command]).unwrap();
+        let command_args = top.command.unwrap();
+        let look = Lookup::new(&command_args, &env);
+        Settings::read(&command_args, &look).unwrap();
+        let mut read = look.read();
+        read.sort();
+        read.dedup();
+        let mut table: Vec<&str> = flag::ALL
+            .iter()
+            .filter(|f| f.group.of(command))
+            .map(|f| f.field)
+            .collect();
+        table.sort();
+        assert_eq!(read, table, "{command}");
+    }
+}
+
+/// A value's source is named as the user wrote it, a switch's too; words print as typed.
+#[test]
+fn messages_name_the_variable_and_words_print_as_typed() {
+    let r = run(&["--", "true"], &[("CMPOLL_RESTART", "on-failure")]).unwrap();
+    assert_eq!(
+        crate::words::Words::word(r.sinks.agent.unwrap().restart),
+        "on-failure"
+    );
+    let e = run(&["--reload-skip-first"], &[]).unwrap_err();
+    assert_eq!(e, "--reload-skip-first: only used with --reload-url");
+    let e = run(&[], &[("CMPOLL_RELOAD_SKIP_FIRST", "true")]).unwrap_err();
+    assert_eq!(e, "CMPOLL_RELOAD_SKIP_FIRST: only used with --reload-url");
+    // Off is not given.
+    run(&[], &[("CMPOLL_RELOAD_SKIP_FIRST", "false")]).unwrap();
 }

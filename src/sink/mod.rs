@@ -159,7 +159,7 @@ impl Options {
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         if let Some(o) = &self.out_dir {
-            let layout = format!("{:?}", o.layout).to_lowercase();
+            let layout = crate::words::Words::word(o.layout);
             parts.push(format!("--out-dir {} ({layout} layout)", o.dir.display()));
         }
         if let Some(a) = &self.agent {

@@ -107,6 +107,14 @@ pub enum ListMode {
     Metadata,
 }
 
+impl crate::words::Words for ListMode {
+    const WORDS: &'static [(&'static str, Self)] = &[
+        ("auto", ListMode::Auto),
+        ("full", ListMode::Full),
+        ("metadata", ListMode::Metadata),
+    ];
+}
+
 /// The options a source is opened with.
 #[derive(Clone, Debug)]
 pub struct Options {

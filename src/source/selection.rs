@@ -12,6 +12,16 @@ pub enum Resource {
     Secrets,
 }
 
+impl crate::words::Words for Resource {
+    // k8s-sidecar's RESOURCE and kubectl take the singular too.
+    const WORDS: &'static [(&'static str, Self)] = &[
+        ("configmaps", Resource::ConfigMaps),
+        ("secrets", Resource::Secrets),
+        ("configmap", Resource::ConfigMaps),
+        ("secret", Resource::Secrets),
+    ];
+}
+
 impl Resource {
     /// The resource's name in paths and RBAC: `configmaps`, `secrets`.
     pub fn plural(self) -> &'static str {

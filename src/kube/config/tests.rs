@@ -39,15 +39,6 @@ fn server_flags_come_first() {
     assert_eq!(c.credential, Credential::None);
     let e = Config::resolve(
         &Flags {
-            token_file: Some("t".into()),
-            ..Flags::default()
-        },
-        &env(&[]),
-    )
-    .unwrap_err();
-    assert_eq!(e, "--token-file: only used with --server");
-    let e = Config::resolve(
-        &Flags {
             server: Some("ftp://x".into()),
             ..Flags::default()
         },

@@ -46,12 +46,25 @@ pub enum ChildStdin {
     Null,
 }
 
+impl crate::words::Words for ChildStdin {
+    const WORDS: &'static [(&'static str, Self)] =
+        &[("events", ChildStdin::Events), ("null", ChildStdin::Null)];
+}
+
 /// `--restart`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Restart {
     Always,
     OnFailure,
     Never,
+}
+
+impl crate::words::Words for Restart {
+    const WORDS: &'static [(&'static str, Self)] = &[
+        ("always", Restart::Always),
+        ("on-failure", Restart::OnFailure),
+        ("never", Restart::Never),
+    ];
 }
 
 #[derive(Clone, Debug)]
@@ -172,8 +185,8 @@ impl Supervisor {
         match running.stopping {
             Stopping::No if !restart => {
                 log::info!(
-                    "agent {exit}; not restarting it (--restart {:?})",
-                    self.opts.restart
+                    "agent {exit}; not restarting it (--restart {})",
+                    crate::words::Words::word(self.opts.restart)
                 );
                 return Control::Exit(exit.shell_code());
             }

@@ -66,6 +66,14 @@ pub enum Layout {
     Flat,
 }
 
+impl crate::words::Words for Layout {
+    const WORDS: &'static [(&'static str, Self)] = &[
+        ("files", Layout::Files),
+        ("concat", Layout::Concat),
+        ("flat", Layout::Flat),
+    ];
+}
+
 #[derive(Clone, Debug)]
 pub struct Options {
     pub dir: PathBuf,

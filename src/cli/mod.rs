@@ -1,0 +1,265 @@
+//! The command line as typed, and the one table of flags: each entry below is a flag's
+//! name (its field), kind (its type), command (its group), default, `--help` text and the
+//! sink it belongs to (`needs`). argh parses and prints help from it; settings reads values
+//! by `flag::NAME`, applies `CMPOLL_*` variables and defaults, and derives "only used with"
+//! from `needs`; the unknown-variable warning and typo suggestions read `flag::ALL`.
+//!
+//! Adding a flag is one entry here and the code that reads it (HACKING.md has an example).
+//! Values stay raw strings here; `settings` validates them.
+
+#[macro_use]
+pub mod table;
+mod hints;
+
+use argh::FromArgs;
+
+pub use self::hints::{help_with_variables, unknown_variables, with_suggestion};
+pub use self::table::{Flag, Given, Group, Kind, Needs, Raw};
+
+/// Poll labelled Kubernetes ConfigMaps (or Secrets) and hand them to an agent: atomic files, a
+/// supervised child, a reload URL, or JSON events. Every flag can also be set as
+/// CMPOLL_<FLAG> (for example CMPOLL_OUT_DIR); the flag wins.
+#[derive(FromArgs, Debug, PartialEq)]
+pub struct TopLevel {
+    /// print the version and exit
+    #[argh(switch)]
+    pub version: bool,
+    #[argh(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(FromArgs, Debug, PartialEq)]
+#[argh(subcommand)]
+pub enum Command {
+    Run(Box<RunArgs>),
+    List(Box<ListArgs>),
+}
+
+impl Command {
+    /// The command's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Run(_) => "run",
+            Command::List(_) => "list",
+        }
+    }
+
+    /// Every flag of the command with what the command line gave it.
+    pub fn given(&self) -> Given {
+        match self {
+            Command::Run(r) => r.given(),
+            Command::List(l) => l.given(),
+        }
+    }
+}
+
+flags! {
+    shared {
+        /// read ConfigMap (or Secret) manifests (YAML/JSON, recursively) from DIR instead of an apiserver
+        manifests: Option<String> [option, arg_name = "DIR"];
+        /// apiserver URL (with --token-file and --ca-file; for systemd units)
+        server: Option<String> [option, arg_name = "URL"];
+        /// bearer token file for --server (re-read when it changes)
+        token_file: Option<String> [option, arg_name = "FILE"], needs Server;
+        /// CA bundle for --server (default: the platform's)
+        ca_file: Option<String> [option, arg_name = "FILE"], needs Server;
+        /// kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)
+        kubeconfig: Option<String> [option, arg_name = "FILE"];
+        /// kubeconfig context (default: current-context)
+        context: Option<String> [option, arg_name = "NAME"];
+        /// where in-cluster credentials are
+        service_account_dir: Option<String> [option, arg_name = "DIR"]
+            = "/var/run/secrets/kubernetes.io/serviceaccount";
+        /// label selector
+        selector: Option<String> [option, arg_name = "SELECTOR"] = "cmpoll.io/module=true";
+        /// field selector (metadata.name, metadata.namespace)
+        field_selector: Option<String> [option, arg_name = "SELECTOR"];
+        /// namespace to list, repeatable (default: all namespaces)
+        namespace: Vec<String> [option, arg_name = "NS"];
+        /// glob of data/binaryData keys that become files, repeatable
+        keys: Vec<String> [option, arg_name = "GLOB"] = "*";
+        /// per-request timeout
+        timeout: Option<String> [option, arg_name = "DURATION"] = "10s";
+        /// list in pages of N with limit/continue (0: one unpaged list from the watch cache)
+        page_size: Option<String> [option, arg_name = "N"] = "0";
+        /// largest answer to read, e.g. 64MiB
+        max_response_bytes: Option<String> [option, arg_name = "BYTES"] = "64MiB";
+        /// what to list: configmaps or secrets
+        resource: Option<String> [option, arg_name = "RESOURCE"] = "configmaps";
+        /// auto, full or metadata: after a first full list, list metadata only and GET what changed; auto falls back to full lists where get is forbidden
+        list_mode: Option<String> [option, arg_name = "MODE"] = "auto";
+        /// the same as --list-mode metadata
+        metadata_first: bool [switch];
+        /// list the kubeconfig context's namespace (in a pod: the pod's own namespace)
+        namespace_from_context: bool [switch];
+        /// allow sending credentials to an http:// server
+        allow_insecure_http: bool [switch];
+        /// log format: text or json
+        log_format: Option<String> [option, arg_name = "FORMAT"] = "text";
+        /// log level: error, warn, info, debug or trace (default: info; RUST_LOG also works)
+        log_level: Option<String> [option, arg_name = "LEVEL"];
+    }
+
+    /// Poll once, print the modules with their hashes, and exit (1 if the list fails).
+    #[argh(subcommand, name = "list")]
+    pub struct ListArgs (List) {
+        /// print a JSON array of modules with their files instead of a table
+        json: bool [switch];
+    } {}
+
+    /// The daemon: poll on an interval and tell the agent what changed. Usage: cmpoll run
+    /// [options] [-- AGENT_COMMAND ARGS...]
+    #[argh(subcommand, name = "run")]
+    pub struct RunArgs (Run) {
+        /// time between polls
+        interval: Option<String> [option, arg_name = "DURATION"] = "30s";
+        /// spread each wait by up to this fraction of the interval
+        jitter: Option<String> [option, arg_name = "FRACTION"] = "0.1";
+        /// poll once, apply the sinks, exit (init containers, CI)
+        once: bool [switch];
+        /// print events as JSON lines on stdout (the default when no other sink is given)
+        stdout_events: bool [switch];
+        /// write modules to DIR (atomically; created if missing)
+        out_dir: Option<String> [option, arg_name = "DIR"];
+        /// output layout: files (DIR/NS/NAME/KEY), concat (DIR/NS.NAME{EXT}) or flat (DIR/KEY)
+        layout: Option<String> [option, arg_name = "LAYOUT"] = "files", needs OutDir;
+        /// file name extension for --layout concat
+        ext: Option<String> [option, arg_name = "EXT"], needs Concat;
+        /// mode of written files, octal (default: 0644; 0600 with --resource secrets)
+        file_mode: Option<String> [option, arg_name = "MODE"], needs OutDir;
+        /// how long a replaced module version stays readable in --out-dir
+        old_version_ttl: Option<String> [option, arg_name = "DURATION"] = "30s", needs OutDir;
+        /// what the agent gets on stdin: events or null
+        child_stdin: Option<String> [option, arg_name = "MODE"] = "null", needs Agent;
+        /// signal the agent after each batch with changes, e.g. HUP
+        reload_signal: Option<String> [option, arg_name = "SIGNAL"], needs Agent;
+        /// restart the agent: always, on-failure or never
+        restart: Option<String> [option, arg_name = "POLICY"] = "always", needs Agent;
+        /// how long the agent gets to stop before SIGKILL
+        shutdown_grace: Option<String> [option, arg_name = "DURATION"] = "10s", needs Agent;
+        /// run /bin/sh -c CMD after each batch with changes, once the folder is written
+        on_change: Option<String> [option, arg_name = "CMD"];
+        /// call this URL after each batch with changes, repeatable
+        reload_url: Vec<String> [option, arg_name = "URL"];
+        /// extra header for --reload-url calls, 'Name: value' or 'Name: @FILE' (read at each call), repeatable
+        reload_header: Vec<String> [option, arg_name = "HEADER"], needs ReloadUrl;
+        /// per call of --reload-url or run of --on-change, and with --once how long delivery may take
+        reload_timeout: Option<String> [option, arg_name = "DURATION"] = "30s",
+            needs ReloadUrlOrOnChange;
+        /// do not call --reload-url after the first batch (the agent reads the folder when it starts)
+        reload_skip_first: bool [switch], needs ReloadUrl;
+        /// HTTP method for --reload-url
+        reload_method: Option<String> [option, arg_name = "METHOD"] = "POST", needs ReloadUrl;
+        /// CA bundle for an https --reload-url (default: the platform's)
+        reload_ca_file: Option<String> [option, arg_name = "FILE"], needs ReloadUrl;
+        /// run /bin/sh -c CMD on each new module version, staged; a non-zero exit keeps the last good version from the agent
+        validate: Option<String> [option, arg_name = "CMD"];
+        /// how long --validate may run per module
+        validate_timeout: Option<String> [option, arg_name = "DURATION"] = "30s", needs Validate;
+        /// validations run at once
+        validate_jobs: Option<String> [option, arg_name = "N"] = "1", needs Validate;
+        /// serve /healthz, /readyz and /metrics on ADDR (e.g. :8080 or [::]:8080)
+        listen: Option<String> [option, arg_name = "ADDR"];
+    } {
+        /// the agent to supervise, after --
+        #[argh(positional, arg_name = "AGENT")]
+        pub agent: Vec<String>,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<TopLevel, String> {
+        TopLevel::from_args(&["cmpoll"], args).map_err(|e| e.output)
+    }
+
+    fn given<'a>(g: &'a Given, name: &str) -> &'a Raw {
+        &g.iter().find(|(f, _)| f.name() == name).unwrap().1
+    }
+
+    #[test]
+    fn subcommands_share_the_source_flags() {
+        let t = parse(&[
+            "list",
+            "--namespace",
+            "a",
+            "--namespace",
+            "b",
+            "--json",
+            "--keys",
+            "*.alloy",
+        ])
+        .unwrap();
+        let c = t.command.unwrap();
+        let g = c.given();
+        assert_eq!(given(&g, "json"), &Raw::Switch(true));
+        assert_eq!(
+            given(&g, "namespace"),
+            &Raw::List(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(given(&g, "keys"), &Raw::List(vec!["*.alloy".into()]));
+        assert_eq!(given(&g, "selector"), &Raw::Value(None));
+        let t = parse(&[
+            "run",
+            "--interval",
+            "5s",
+            "--server",
+            "https://x",
+            "--",
+            "agent",
+            "-c",
+            "x",
+        ])
+        .unwrap();
+        let Some(Command::Run(r)) = t.command else {
+            panic!()
+        };
+        let g = r.given();
+        assert_eq!(given(&g, "interval"), &Raw::Value(Some("5s".into())));
+        assert_eq!(given(&g, "server"), &Raw::Value(Some("https://x".into())));
+        assert_eq!(r.agent, ["agent", "-c", "x"]);
+    }
+
+    #[test]
+    fn version_and_unknown_flags() {
+        assert!(parse(&["--version"]).unwrap().version);
+        assert!(parse(&["list", "--nope"]).unwrap_err().contains("--nope"));
+        assert!(
+            parse(&["list", "--json", "--interval", "1s"]).is_err(),
+            "run-only flag"
+        );
+    }
+
+    /// The table and argh agree: each command's `--help` lists exactly its table entries,
+    /// in order, and `given()` returns them in the same order.
+    #[test]
+    fn the_table_is_what_argh_parses() {
+        for (command, parsed) in [("run", parse(&["run"])), ("list", parse(&["list"]))] {
+            let listed = hints::listed_flags(command);
+            let table: Vec<String> = flag::ALL
+                .iter()
+                .filter(|f| f.group.of(command))
+                .map(|f| f.name())
+                .collect();
+            assert_eq!(listed, table, "{command}");
+            let given: Vec<String> = parsed
+                .unwrap()
+                .command
+                .unwrap()
+                .given()
+                .iter()
+                .map(|(f, _)| f.name())
+                .collect();
+            assert_eq!(given, table, "{command}");
+        }
+        for f in flag::ALL {
+            assert!(
+                f.kind != Kind::Switch || f.default.is_none(),
+                "{}: a switch's default is off",
+                f.name()
+            );
+        }
+    }
+}

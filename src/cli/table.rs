@@ -1,0 +1,256 @@
+//! The shape of the flag table: what one entry says (name, kind, command, default, the sink it
+//! belongs to) and the macros that make, from each entry, both the argh field (and so
+//! `--help`) and the `flag::NAME` constant that settings reads it by.
+//!
+//! An entry is written once, in `cli/mod.rs`; nothing else spells a flag's name, variable or
+//! default. `Given` is what the command line gave each of a command's flags, in table order.
+
+/// The commands a flag belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    /// `run` and `list`: the source, the selection, logging.
+    Shared,
+    Run,
+    List,
+}
+
+impl Group {
+    /// Whether a flag of this group is a flag of `command` (`run`, `list`).
+    pub fn of(self, command: &str) -> bool {
+        match self {
+            Group::Shared => matches!(command, "run" | "list"),
+            Group::Run => command == "run",
+            Group::List => command == "list",
+        }
+    }
+}
+
+/// What a flag means nothing without: given alone, it is a usage error ("only used with").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    Nothing,
+    Server,
+    OutDir,
+    Concat,
+    Agent,
+    ReloadUrl,
+    ReloadUrlOrOnChange,
+    Validate,
+}
+
+impl Needs {
+    /// The end of "--flag: only used with …".
+    pub fn what(self) -> &'static str {
+        match self {
+            Needs::Nothing => "anything",
+            Needs::Server => "--server",
+            Needs::OutDir => "--out-dir",
+            Needs::Concat => "--layout concat",
+            Needs::Agent => "an agent command (cmpoll run [options] -- AGENT ARGS...)",
+            Needs::ReloadUrl => "--reload-url",
+            Needs::ReloadUrlOrOnChange => "--reload-url or --on-change",
+            Needs::Validate => "--validate",
+        }
+    }
+}
+
+/// How a flag takes its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `--flag VALUE`, once.
+    Value,
+    /// `--flag VALUE`, repeatable; a variable holds a comma-separated list.
+    List,
+    /// `--flag`; a variable holds true or false.
+    Switch,
+}
+
+/// One entry of the table.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Flag {
+    /// The argh field: `out_dir` for `--out-dir`.
+    pub field: &'static str,
+    pub kind: Kind,
+    pub group: Group,
+    pub needs: Needs,
+    /// The value used when neither the flag nor its variable is given, parsed as they would
+    /// be (and shown in `--help`); `None` where the default is not a value (see the help).
+    pub default: Option<&'static str>,
+}
+
+impl Flag {
+    /// `out-dir`.
+    pub fn name(&self) -> String {
+        self.field.replace('_', "-")
+    }
+
+    /// `--out-dir`.
+    pub fn long(&self) -> String {
+        format!("--{}", self.name())
+    }
+
+    /// `CMPOLL_OUT_DIR`.
+    pub fn var(&self) -> String {
+        format!("CMPOLL_{}", self.field.to_ascii_uppercase())
+    }
+}
+
+/// What the command line gave one flag.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Raw {
+    Value(Option<String>),
+    List(Vec<String>),
+    Switch(bool),
+}
+
+impl Raw {
+    /// Whether the command line gave the flag at all.
+    pub fn given(&self) -> bool {
+        match self {
+            Raw::Value(v) => v.is_some(),
+            Raw::List(v) => !v.is_empty(),
+            Raw::Switch(b) => *b,
+        }
+    }
+}
+
+/// An argh field type, and so a `Kind`.
+pub trait Field {
+    const KIND: Kind;
+    fn raw(&self) -> Raw;
+}
+
+impl Field for Option<String> {
+    const KIND: Kind = Kind::Value;
+    fn raw(&self) -> Raw {
+        Raw::Value(self.clone())
+    }
+}
+
+impl Field for Vec<String> {
+    const KIND: Kind = Kind::List;
+    fn raw(&self) -> Raw {
+        Raw::List(self.clone())
+    }
+}
+
+impl Field for bool {
+    const KIND: Kind = Kind::Switch;
+    fn raw(&self) -> Raw {
+        Raw::Switch(*self)
+    }
+}
+
+/// A command's flags, in table order, with what the command line gave each.
+pub type Given = Vec<(&'static Flag, Raw)>;
+
+/// `needs!()` → `Needs::Nothing`; `needs!(OutDir)` → `Needs::OutDir`.
+macro_rules! needs {
+    () => {
+        $crate::cli::table::Needs::Nothing
+    };
+    ($n:ident) => {
+        $crate::cli::table::Needs::$n
+    };
+}
+
+/// `default!()` → `None`; `default!("30s")` → `Some("30s")`.
+macro_rules! default {
+    () => {
+        None
+    };
+    ($d:literal) => {
+        Some($d)
+    };
+}
+
+/// The table: `shared { entries }` (flags of `run` and `list`), then each command's struct
+/// with its own entries and, after them, fields that are not flags (positionals). An entry:
+///
+/// ```text
+/// /// help text (argh's --help)
+/// field: Type [argh attributes] = "default", needs Sink;
+/// ```
+///
+/// Types are spelled as plain tokens (`Option<String>`, `Vec<String>`, `bool`), not as a
+/// `ty` fragment: argh's derive reads the type's words to tell options from switches.
+///
+/// Makes `pub mod flag` (one `Flag` per entry, and `flag::ALL`) and each argh struct with
+/// `given()`.
+macro_rules! flags {
+    (
+        shared $shared:tt
+        $(
+            $(#[$meta:meta])*
+            pub struct $name:ident ($group:ident) $own:tt $extra:tt
+        )*
+    ) => {
+        flags!(@consts Shared $shared $($group $own)*);
+        $(
+            flags!(@struct [$(#[$meta])*] $name $extra $shared $own);
+        )*
+    };
+    (@consts $(
+        $group:ident {
+            $(
+                $(#[doc = $doc:literal])+
+                $field:ident: $ty:ident $(<$inner:ident>)? [$($argh:tt)*] $(= $default:literal)? $(, needs $needs:ident)?;
+            )*
+        }
+    )*) => {
+        /// Every flag of every command, one `Flag` each, named as its argh field.
+        #[allow(non_upper_case_globals)]
+        pub mod flag {
+            use super::table::{Field, Flag, Group};
+            $($(
+                pub const $field: Flag = Flag {
+                    field: stringify!($field),
+                    kind: <$ty $(<$inner>)? as Field>::KIND,
+                    group: Group::$group,
+                    needs: needs!($($needs)?),
+                    default: default!($($default)?),
+                };
+            )*)*
+            /// The whole table, in order.
+            pub const ALL: &[&Flag] = &[$($(&$field,)*)*];
+        }
+    };
+    (@struct [$($meta:tt)*] $name:ident { $($extra:tt)* } {
+        $(
+            $(#[doc = $doc:literal])+
+            $field:ident: $ty:ident $(<$inner:ident>)? [$($argh:tt)*] $(= $default:literal)? $(, needs $needs:ident)?;
+        )*
+    } {
+        $(
+            $(#[doc = $odoc:literal])+
+            $ofield:ident: $oty:ident $(<$oinner:ident>)? [$($oargh:tt)*] $(= $odefault:literal)? $(, needs $oneeds:ident)?;
+        )*
+    }) => {
+        #[derive(argh::FromArgs, Clone, Debug, Default, PartialEq)]
+        $($meta)*
+        pub struct $name {
+            $(
+                $(#[doc = $doc])+
+                #[argh($($argh)*)]
+                pub $field: $ty $(<$inner>)?,
+            )*
+            $(
+                $(#[doc = $odoc])+
+                #[argh($($oargh)*)]
+                pub $ofield: $oty $(<$oinner>)?,
+            )*
+            $($extra)*
+        }
+
+        impl $name {
+            /// Every flag of this command with what the command line gave it.
+            pub fn given(&self) -> $crate::cli::table::Given {
+                use $crate::cli::table::Field;
+                vec![
+                    $((&flag::$field, self.$field.raw()),)*
+                    $((&flag::$ofield, self.$ofield.raw()),)*
+                ]
+            }
+        }
+    };
+}
