@@ -36,6 +36,8 @@ struct Args {
     /// Parts to run: sizes, crossover, fleet, latency (default: all).
     only: Vec<String>,
     fleet: usize,
+    /// Another cmpoll binary (an older build), measured beside this one: before vs after.
+    baseline: Option<std::path::PathBuf>,
 }
 
 fn parse_count(s: &str) -> usize {
@@ -55,6 +57,7 @@ fn args() -> Args {
         steady_polls: 100,
         only: Vec::new(),
         fleet: 100,
+        baseline: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -66,6 +69,7 @@ fn args() -> Args {
             "--steady-polls" => a.steady_polls = v.parse().expect("--steady-polls N"),
             "--only" => a.only = v.split(',').map(str::to_string).collect(),
             "--fleet" => a.fleet = v.parse().expect("--fleet N"),
+            "--baseline" => a.baseline = Some(v.into()),
             _ => {
                 eprintln!(
                     "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,latency]"
@@ -597,6 +601,19 @@ fn latency() {
     assert!(status.success(), "latency failed");
 }
 
+/// `cmpoll list` (with `--json`, or the table) against `kubeconfig`.
+fn cmpoll_list(cmpoll: &Path, kubeconfig: &Path, json: bool) -> Command {
+    let mut c = Command::new(cmpoll);
+    // The default cap (64 MiB) is below a 50k x 2 KiB list.
+    c.args(["list", "--max-response-bytes", "1Gi"])
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "warn");
+    if json {
+        c.arg("--json");
+    }
+    c
+}
+
 /// Every population: the contenders, the floors, and the daemon in steady state.
 fn sizes(a: &Args, cmpoll: &Path, kubectl: bool) {
     let mut rss_by_size = Vec::new();
@@ -618,17 +635,7 @@ fn sizes(a: &Args, cmpoll: &Path, kubectl: bool) {
             mb(body as u64),
             20
         );
-        let cmpoll_cmd = |kc: &Path, json: bool| {
-            let mut c = Command::new(cmpoll);
-            // The default cap (64 MiB) is below a 50k x 2 KiB list.
-            c.args(["list", "--max-response-bytes", "1Gi"])
-                .env("KUBECONFIG", kc)
-                .env("RUST_LOG", "warn");
-            if json {
-                c.arg("--json");
-            }
-            c
-        };
+        let cmpoll_cmd = |kc: &Path, json: bool| cmpoll_list(cmpoll, kc, json);
         let mut rows = vec![
             contender(&server, "cmpoll list --json", a.runs, || {
                 cmpoll_cmd(&kc, true)
@@ -643,6 +650,20 @@ fn sizes(a: &Args, cmpoll: &Path, kubectl: bool) {
                 || cmpoll_cmd(&kc, false),
             ),
         ];
+        if let Some(before) = &a.baseline {
+            rows.push(contender(
+                &server,
+                "baseline: cmpoll list --json",
+                a.runs,
+                || cmpoll_list(before, &kc, true),
+            ));
+            rows.push(contender(
+                &server,
+                "baseline: cmpoll list (table)",
+                a.runs,
+                || cmpoll_list(before, &kc, false),
+            ));
+        }
         if kubectl {
             rows.push(contender(
                 &server,
@@ -678,6 +699,20 @@ fn sizes(a: &Args, cmpoll: &Path, kubectl: bool) {
                 table.usage.cpu / honest
             );
         }
+        if a.baseline.is_some() {
+            let cpu = |name: &str| rows.iter().find(|r| r.name == name).map(|r| r.usage.cpu);
+            for (now, before) in [
+                ("cmpoll list --json", "baseline: cmpoll list --json"),
+                (
+                    "cmpoll list (table, no contents out)",
+                    "baseline: cmpoll list (table)",
+                ),
+            ] {
+                if let (Some(now_cpu), Some(before_cpu)) = (cpu(now), cpu(before)) {
+                    println!("  {now} / baseline: {:.2}x CPU", now_cpu / before_cpu);
+                }
+            }
+        }
         rss_by_size.push((n, rows[0].usage.max_rss_kib));
         println!(
             "  daemon, steady state ({} polls at 100 ms, no changes):",
@@ -688,6 +723,12 @@ fn sizes(a: &Args, cmpoll: &Path, kubectl: bool) {
         steady(&server, cmpoll, &kc, "full", polls, false);
         steady(&server, cmpoll, &kc, "metadata", polls, false);
         steady(&server, cmpoll, &kc, "full", polls, true);
+        if let Some(before) = &a.baseline {
+            println!("  baseline ({}):", before.display());
+            steady(&server, before, &kc, "full", polls, false);
+            steady(&server, before, &kc, "metadata", polls, false);
+            steady(&server, before, &kc, "full", polls, true);
+        }
         if n == a.sizes[0] {
             idle(&server, cmpoll, &kc);
         }
