@@ -134,6 +134,9 @@ fn daemon(
         notifier: ops::systemd::Notifier::from_env(env),
     };
     let mut store = Store::new(spool);
+    if run.daemon.once {
+        store = store.without_shelving();
+    }
     let gate = match &run.validate {
         Some(o) => {
             let g = validate::Gate::open(o.clone()).map_err(Error::Config)?;

@@ -626,3 +626,124 @@ fn the_longest_valid_names_are_delivered_at_any_age_of_the_folder() {
         assert!(v.len() <= 255, "{v:?}");
     }
 }
+
+/// Issue 29: a batch is staged, synced once, switched, synced once. `strace` kills cmpoll
+/// (SIGKILL, injected at the syscall) at the sync after the staging (nothing switched yet)
+/// and at the sync after the switches (the record not yet saved), in every layout, with a
+/// foreign file where one module goes and the cluster moving meanwhile; each time a
+/// restart ends with the folder equal to the cluster, the foreign file untouched, nothing
+/// left over.
+#[test]
+fn a_kill_at_either_grouped_sync_is_recovered_exactly() {
+    let strace = std::process::Command::new("strace").arg("-V").output();
+    assert!(
+        strace.is_ok_and(|o| o.status.success()),
+        "strace is needed (apt install strace; .ci/run installs it)"
+    );
+    for layout in ["files", "concat", "flat"] {
+        // syncfs 1 is recovery's at start; 2: after the staging; 3: after the switches.
+        for (at, what) in [(2, "staged, none switched"), (3, "switched, not recorded")] {
+            let s = TestApiserver::start();
+            for i in 0..40 {
+                s.put(
+                    labelled(&format!("ns-{}", i % 3), &format!("m-{i:02}"))
+                        .data(&format!("k{i:02}.conf"), &format!("v{i}\n")),
+                );
+            }
+            let c = Cmpoll::against(&s);
+            let out = c.out();
+            let foreign = match layout {
+                "files" => "ns-0/m-03".to_string(),
+                "concat" => "ns-0.m-03".to_string(),
+                _ => "k03.conf".to_string(),
+            };
+            c.write(&format!("out/{foreign}"), "hand-made\n");
+            let args = [
+                "run",
+                "--once",
+                "--out-dir",
+                out.to_str().unwrap(),
+                "--layout",
+                layout,
+                "--old-version-ttl",
+                "0s",
+            ];
+            let inject = format!("inject=syncfs:signal=KILL:when={at}");
+            let killed = c
+                .wrapped(
+                    &["strace", "-f", "-qq", "-o", "/dev/null", "-e", &inject],
+                    &args,
+                )
+                .output()
+                .unwrap();
+            assert!(
+                !killed.status.success(),
+                "{layout} at {at}: killed\n{}",
+                String::from_utf8_lossy(&killed.stderr)
+            );
+            let state: serde_json::Value =
+                serde_json::from_slice(&fs::read(out.join(".cmpoll/state.json")).unwrap()).unwrap();
+            let pending = state["pending"].as_array().map_or(0, Vec::len);
+            // A flat target is checked at the switch, so the blocked module is planned too.
+            let planned = if layout == "flat" { 40 } else { 39 };
+            assert_eq!(
+                pending, planned,
+                "{layout} at {at} ({what}): the record lists the writes"
+            );
+            // What an agent reads: temporary names are hidden (staged concat/flat files).
+            let published = tree(&out)
+                .keys()
+                .filter(|k| {
+                    !k.rsplit('/')
+                        .next()
+                        .unwrap_or(k)
+                        .starts_with(".cmpoll-tmp.")
+                })
+                .count();
+            match at {
+                2 => assert_eq!(published, 1, "{layout}: {what}: only the foreign file"),
+                _ => assert_eq!(
+                    published, 40,
+                    "{layout}: {what}: 39 modules and the foreign file"
+                ),
+            }
+            // The cluster moves on while cmpoll is down.
+            s.delete("ns-1", "m-01");
+            s.put(labelled("ns-2", "m-02").data("k02.conf", "changed\n"));
+            let run = c.with_args(&args).run();
+            assert_eq!(
+                run.code,
+                Some(1),
+                "the blocked module fails --once\n{}",
+                run.described
+            );
+            let on_disk = tree(&out);
+            let mut want = std::collections::BTreeMap::new();
+            for o in s.objects() {
+                let (key, value) = o.spec.data.iter().next().unwrap();
+                let rel = match layout {
+                    "files" => format!("{}/{}/{key}", o.spec.namespace, o.spec.name),
+                    "concat" => format!("{}.{}", o.spec.namespace, o.spec.name),
+                    _ => key.clone(),
+                };
+                if o.spec.name != "m-03" {
+                    want.insert(rel, value.clone());
+                }
+            }
+            want.insert(foreign.clone(), "hand-made\n".to_string());
+            assert_eq!(
+                on_disk, want,
+                "{layout} at {at}: the folder equals the cluster"
+            );
+            assert!(
+                leftovers(&out).is_empty(),
+                "{layout}: {:?}",
+                leftovers(&out)
+            );
+            if layout == "files" {
+                let versions = fs::read_dir(out.join(".cmpoll/versions")).unwrap().count();
+                assert_eq!(versions, 38, "no orphaned version folders");
+            }
+        }
+    }
+}

@@ -3,6 +3,12 @@
 //! its final name, and its folder fsynced, so after a crash either the old or the new
 //! content is there, whole. A symlink is swapped the same way. Nothing here follows a
 //! symlink it did not just create: new files are created with `O_EXCL`.
+//!
+//! For many files at once (a batch), the same steps come unsynced (`create_new`,
+//! `place_symlink`, `place_file`) and the caller makes them durable together with one
+//! `sync_volume` between the writes and the renames, and one after the renames: the order
+//! that matters after a power loss (contents before the names that point at them) is kept
+//! with two syncs, however many files.
 
 use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
 use std::io::{self, Write};
@@ -27,6 +33,19 @@ pub fn write_new_with(
     mode: u32,
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
+    create_new_with(path, mode, write)?.sync_all()
+}
+
+/// `write_new` without the fsync: durable only after a `sync_volume`.
+pub fn create_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    create_new_with(path, mode, |w| w.write_all(bytes)).map(drop)
+}
+
+fn create_new_with(
+    path: &Path,
+    mode: u32,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<File> {
     let f = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -36,7 +55,13 @@ pub fn write_new_with(
     write(&mut w)?;
     let f = w.into_inner().map_err(|e| e.into_error())?;
     f.set_permissions(Permissions::from_mode(mode))?;
-    f.sync_all()
+    Ok(f)
+}
+
+/// Makes everything written so far on `path`'s filesystem durable: one `syncfs(2)`, for
+/// a batch of files written with `create_new` and renamed with `place_*`.
+pub fn sync_volume(path: &Path) -> io::Result<()> {
+    rustix::fs::syncfs(File::open(path)?).map_err(io::Error::from)
 }
 
 /// Makes a folder's entries (creations, renames, removals) durable.
@@ -74,13 +99,25 @@ pub fn replace_file_with(
 
 /// Points `dir/name` at `target` atomically, through a symlink at `dir/tmp`.
 pub fn swap_symlink(dir: &Path, name: &str, tmp: &str, target: &Path) -> io::Result<()> {
+    place_symlink(dir, name, tmp, target)?;
+    fsync_dir(dir)
+}
+
+/// `swap_symlink` without the fsync of `dir`.
+pub fn place_symlink(dir: &Path, name: &str, tmp: &str, target: &Path) -> io::Result<()> {
     let tmp_path = dir.join(tmp);
     std::os::unix::fs::symlink(target, &tmp_path)?;
+    place_file(dir, name, tmp)
+}
+
+/// Renames `dir/tmp` over `dir/name`, unsynced; on failure `dir/tmp` is removed.
+pub fn place_file(dir: &Path, name: &str, tmp: &str) -> io::Result<()> {
+    let tmp_path = dir.join(tmp);
     if let Err(e) = fs::rename(&tmp_path, dir.join(name)) {
         let _ = fs::remove_file(&tmp_path);
         return Err(e);
     }
-    fsync_dir(dir)
+    Ok(())
 }
 
 /// Removes a file if it exists.

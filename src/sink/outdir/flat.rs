@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 
 use super::record::{Pending, TMP_PREFIX, Written};
+use super::write::Staged;
 use super::{Found, OutDir, digest, file_digest, found, not_ours, part};
 use crate::names::go_quote;
 use crate::poll::event::Event;
@@ -120,19 +121,45 @@ impl OutDir {
         }
     }
 
-    /// Writes each file by rename. If one fails, what was written so far is recorded (it is
-    /// cmpoll's, and the next attempt replaces it), with no hash: the module is neither
-    /// its old version nor its new one.
-    pub(super) fn write_flat(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Written> {
+    /// Stages each file under its temporary name, unsynced.
+    pub(super) fn stage_flat(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Staged> {
+        let mut renames = Vec::with_capacity(files.len());
+        for (i, f) in files.iter().enumerate() {
+            // The target is checked at the switch: a key handed over in this batch is
+            // still its old holder's until that module's switch.
+            let tmp = flat_tmp(&p.tmp, i);
+            let path = self.dir().join(part(&tmp)?);
+            if let Err(e) = atomic::create_new(&path, f.content.bytes(), self.opts.file_mode) {
+                // A name that was there already is not cmpoll's to remove.
+                if e.kind() != io::ErrorKind::AlreadyExists {
+                    let _ = remove_if_exists(&path);
+                }
+                self.unstage(&renames);
+                return Err(e);
+            }
+            renames.push((tmp, f.key.clone()));
+        }
+        Ok(Staged::Renames(renames))
+    }
+
+    /// Renames each staged file into place. If one fails, what was renamed so far is
+    /// recorded (it is cmpoll's, and the next attempt replaces it), with no hash: the
+    /// module is neither its old version nor its new one.
+    pub(super) fn switch_flat(
+        &mut self,
+        p: &Pending,
+        renames: &[(String, String)],
+    ) -> io::Result<Written> {
         let old = self.record.modules.get(&p.module).cloned();
         let mut done = old.as_ref().map(|w| w.flat.clone()).unwrap_or_default();
-        for (i, f) in files.iter().enumerate() {
-            let result = self.flat_target_ok(&p.module, &f.key).and_then(|()| {
-                let tmp = flat_tmp(&p.tmp, i);
-                let dir = self.opts.dir.clone();
-                atomic::replace_file(&dir, &f.key, &tmp, f.content.bytes(), self.opts.file_mode)
-            });
+        for (i, (tmp, key)) in renames.iter().enumerate() {
+            let want = p.written.flat.get(key).cloned().unwrap_or_default();
+            let dir = self.opts.dir.clone();
+            let result = self
+                .flat_target_ok(&p.module, key)
+                .and_then(|()| atomic::place_file(&dir, key, tmp));
             if let Err(e) = result {
+                self.unstage(&renames[i..]);
                 if i > 0 {
                     // What another layout wrote for it stays recorded, to be cleared later.
                     let mut mixed = old.clone().unwrap_or_default();
@@ -143,38 +170,31 @@ impl OutDir {
                 }
                 return Err(e);
             }
-            done.insert(f.key.clone(), digest(f.content.bytes()));
+            done.insert(key.clone(), want.clone());
             // Recorded as it goes, so `flat_target_ok` accepts this file on a retry.
             if let Some(w) = self.record.modules.get_mut(&p.module) {
-                w.flat.insert(f.key.clone(), digest(f.content.bytes()));
+                w.flat.insert(key.clone(), want);
             }
         }
         Ok(p.written.clone())
     }
 
     /// Removes the flat files `old` has and `new` (if any) does not, each only while it
-    /// still has the bytes cmpoll wrote.
+    /// still has the bytes cmpoll wrote; unsynced, as `clear`.
     pub(super) fn clear_flat(&mut self, old: &Written, new: Option<&Written>) -> io::Result<()> {
-        let mut removed = false;
         for (key, want) in &old.flat {
             if new.is_some_and(|n| n.flat.contains_key(key)) {
                 continue;
             }
             let path = self.dir().join(part(key)?);
             match file_digest(&path)? {
-                Some(d) if &d == want => {
-                    remove_if_exists(&path)?;
-                    removed = true;
-                }
+                Some(d) if &d == want => remove_if_exists(&path)?,
                 None if found(&path)? == Found::Nothing => {}
                 _ => log::warn!(
                     "--out-dir: '{}' changed since cmpoll wrote it; leaving it",
                     path.display()
                 ),
             }
-        }
-        if removed {
-            fsync_dir(self.dir())?;
         }
         Ok(())
     }
@@ -201,7 +221,8 @@ impl OutDir {
         }
         if all_new {
             self.install(&p.module, p.written.clone())?;
-        } else if old.as_ref().is_none_or(|w| w.flat != mixed) {
+        } else if old.as_ref().map_or(!mixed.is_empty(), |w| w.flat != mixed) {
+            // (A new module none of whose files was renamed in is simply not there.)
             // What another layout wrote for it stays recorded, to be cleared later.
             let mut w = old.unwrap_or_default();
             w.hash = String::new();

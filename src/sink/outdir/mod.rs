@@ -38,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
-use self::record::{Record, Retired, Written, component};
+use self::record::{Pending, Record, Retired, Written, component};
 pub use self::shelf::shelf;
 use super::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_exists};
 use super::{Batch, Fatal, Outcome, Sink};
@@ -345,7 +345,8 @@ impl OutDir {
         Ok(())
     }
 
-    /// Removes what `old` recorded for `id` and `new` (if any) does not reuse.
+    /// Removes what `old` recorded for `id` and `new` (if any) does not reuse, unsynced: the
+    /// caller syncs the volume before the record that forgets them is saved.
     fn clear(&mut self, id: &str, old: Written, new: Option<&Written>) -> io::Result<()> {
         let (ns, name) = split_id(id);
         if let Some(version) = &old.version
@@ -359,7 +360,6 @@ impl OutDir {
                     match found(&link)? {
                         Found::Link(t) if t == Self::link_target(version) => {
                             fs::remove_file(&link)?;
-                            fsync_dir(&ns_dir)?;
                         }
                         Found::Nothing => {}
                         _ => log::warn!(
@@ -369,7 +369,6 @@ impl OutDir {
                     }
                     if self.record.namespaces.contains(ns) && remove_dir_if_empty(&ns_dir)? {
                         self.record.namespaces.remove(ns);
-                        fsync_dir(self.dir())?;
                     }
                 }
                 Ok(None) => {}
@@ -382,7 +381,6 @@ impl OutDir {
             let path = self.dir().join(part(file)?);
             if found(&path)? == Found::File {
                 remove_if_exists(&path)?;
-                fsync_dir(self.dir())?;
             }
         }
         self.clear_flat(&old, new)?;
@@ -485,6 +483,36 @@ impl OutDir {
         }
     }
 
+    /// Counts a module whose write failed (and, for want of space, its bytes).
+    fn not_written(
+        &self,
+        failed: &mut Vec<String>,
+        no_room: &mut Vec<u64>,
+        e: &Event,
+        err: &io::Error,
+    ) {
+        if err.kind() == io::ErrorKind::StorageFull {
+            no_room.push(e.entry.bytes);
+        }
+        log::warn!(
+            "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
+            e.id
+        );
+        failed.push(e.id.clone());
+    }
+
+    /// Removes a staged write that will not be switched in.
+    fn discard(&self, p: &Pending, staged: &write::Staged) {
+        match staged {
+            write::Staged::Link { .. } => {
+                if let Some(v) = &p.written.version {
+                    let _ = self.delete_version(v, &p.written.files);
+                }
+            }
+            write::Staged::Renames(renames) => self.unstage(renames),
+        }
+    }
+
     /// Applies the writes and removals (in this order); returns the modules that failed.
     ///
     /// Writes go in chunks of `chunk` modules, each decided and checked, then recorded as
@@ -548,10 +576,14 @@ impl OutDir {
                     failed.push(id);
                 }
             }
+            // Stage every write of the chunk, sync them all at once, then switch them.
+            let mut staged = Vec::with_capacity(planned.len());
             for (i, e) in planned.into_iter().enumerate() {
                 let p = self.record.pending[i].clone();
-                let written = batch.files(e).and_then(|files| self.write(&p, &files));
-                let result = written.and_then(|w| self.install(&p.module, w));
+                match batch.files(e).and_then(|files| self.stage(&p, &files)) {
+                    Ok(s) => staged.push((p, s)),
+                    Err(err) => self.not_written(&mut failed, &mut no_room, e, &err),
+                }
                 done += 1;
                 self.writing.set(done, total);
                 if told.elapsed() >= self.progress_every {
@@ -562,16 +594,28 @@ impl OutDir {
                     );
                     told = Instant::now();
                 }
+            }
+            if let Err(err) = atomic::sync_volume(self.dir()) {
+                // Not durable: nothing staged may be switched in.
+                log::warn!("--out-dir: cannot sync the written files: {err}");
+                for (p, s) in staged.drain(..) {
+                    self.discard(&p, &s);
+                    failed.push(p.module);
+                }
+            }
+            for (p, s) in staged {
+                let result = self.switch(&p, s).and_then(|w| self.install(&p.module, w));
                 if let Err(err) = result {
-                    if err.kind() == io::ErrorKind::StorageFull {
-                        no_room.push(e.entry.bytes);
-                    }
                     log::warn!(
                         "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
                         p.module
                     );
                     failed.push(p.module.clone());
                 }
+            }
+            // The switches (and removals) durable before the record says they happened.
+            if let Err(err) = atomic::sync_volume(self.dir()) {
+                log::warn!("--out-dir: cannot sync the switched modules: {err}");
             }
         }
         self.record.pending.clear();

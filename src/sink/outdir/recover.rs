@@ -8,7 +8,7 @@ use std::io;
 use super::record::Pending;
 use super::{Found, OutDir, file_digest, found, part};
 use crate::poll::snapshot::split_id;
-use crate::sink::atomic::{fsync_dir, remove_dir_if_empty, remove_if_exists};
+use crate::sink::atomic::{fsync_dir, remove_dir_if_empty, remove_if_exists, sync_volume};
 
 impl OutDir {
     /// Finishes or undoes the writes an interrupted run had recorded as pending, adopting
@@ -47,6 +47,8 @@ impl OutDir {
             }
         }
         self.expire(true)?;
+        // What recovery removed or adopted, durable before the record says so.
+        sync_volume(self.dir())?;
         self.save()
     }
 

@@ -6,7 +6,7 @@ use crate::poll::event::Synced;
 use crate::poll::hash::Hash;
 use crate::poll::spool::Spool;
 use crate::source::Content;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 struct Fixture {
     dir: tempfile::TempDir,
@@ -230,7 +230,8 @@ fn recovery_adopts_a_finished_switch_and_drops_an_unfinished_one() {
         out.record.pending = vec![done.clone(), half.clone()];
         out.save().unwrap();
         // A crash after the first switch, in the middle of the second write.
-        out.write(&done, &files).unwrap();
+        let staged = out.stage(&done, &files).unwrap();
+        out.switch(&done, staged).unwrap();
         let vdir = out.versions().join(half.written.version.as_ref().unwrap());
         fs::create_dir(&vdir).unwrap();
         fs::write(vdir.join("a"), "1").unwrap();
@@ -264,7 +265,8 @@ fn concat_recovery_adopts_only_what_it_can_prove_it_wrote() {
         // Someone's file lands where the module goes, and the crash comes after the second
         // write's rename.
         fs::write(f.path("ns.foreign.conf"), "hand-made").unwrap();
-        out.write(&q, &done_files).unwrap();
+        let staged = out.stage(&q, &done_files).unwrap();
+        out.switch(&q, staged).unwrap();
     }
     let mut out = f.open(Layout::Concat);
     assert!(
@@ -668,4 +670,86 @@ fn a_batch_reports_how_far_it_is_and_stops_when_done() {
     assert!(f.apply(&mut out, events).is_empty());
     assert_eq!(writing.get(), None, "cleared when the batch is done");
     assert_eq!(fs::read_to_string(f.path("ns/m4/k")).unwrap(), "v");
+}
+
+/// Issue 29: a crash after a chunk was staged (and synced) but before any switch leaves
+/// the folder as it was, in every layout: recovery removes what was staged, adopts none
+/// of it, and the next batch writes the modules.
+#[test]
+fn a_crash_between_the_grouped_sync_and_the_switches_changes_nothing() {
+    for layout in [Layout::Files, Layout::Concat, Layout::Flat] {
+        let mut f = Fixture::new();
+        let old = f.event(Change::Added, "ns/m", &[("a.conf", "old")]);
+        let new = f.event(Change::Updated, "ns/m", &[("a.conf", "new")]);
+        let other = f.event(Change::Added, "ns/o", &[("o.conf", "1")]);
+        let before;
+        {
+            let mut out = f.open(layout);
+            assert!(
+                f.apply(&mut out, vec![old.clone()]).is_empty(),
+                "{layout:?}"
+            );
+            before = tree(f.dir.path());
+            let mut pending = Vec::new();
+            for e in [&new, &other] {
+                let files = f.spool.get(e.entry.loc).unwrap();
+                pending.push((out.plan(&e.id, &e.entry, &files).unwrap(), files));
+            }
+            out.record.pending = pending.iter().map(|(p, _)| p.clone()).collect();
+            out.save().unwrap();
+            for (p, files) in &pending {
+                out.stage(p, files).unwrap();
+            }
+            atomic::sync_volume(f.dir.path()).unwrap();
+            // The crash: nothing switched.
+        }
+        let mut out = f.open(layout);
+        assert_eq!(
+            tree(f.dir.path()),
+            before,
+            "{layout:?}: as before the batch"
+        );
+        assert!(out.record.pending.is_empty());
+        assert!(!out.record.modules.contains_key("ns/o"), "{layout:?}");
+        assert_eq!(
+            out.record.modules["ns/m"].hash,
+            old.entry.hash.to_string(),
+            "{layout:?}"
+        );
+        assert!(
+            f.apply(&mut out, vec![new.clone(), other.clone()])
+                .is_empty()
+        );
+        assert!(out.record.modules.contains_key("ns/o"), "{layout:?}");
+    }
+}
+
+/// Every path below `dir` but cmpoll's own folder, with a file's bytes or a link's target.
+fn tree(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            let rel = path
+                .strip_prefix(dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if rel == META {
+                continue;
+            }
+            let meta = fs::symlink_metadata(&path).unwrap();
+            let what = if meta.is_symlink() {
+                format!("-> {}", fs::read_link(&path).unwrap().display())
+            } else if meta.is_dir() {
+                todo.push(path.clone());
+                "dir".to_string()
+            } else {
+                String::from_utf8_lossy(&fs::read(&path).unwrap()).into_owned()
+            };
+            out.insert(rel, what);
+        }
+    }
+    out
 }

@@ -1,10 +1,11 @@
 //! Writing one module in the `files` and `concat` layouts: the plan (names decided and
-//! checked to be free or cmpoll's own before the write is recorded), then the write (a
-//! version folder and a symlink swap, or a file renamed into place). The flat layout's
-//! plan and write are in `flat.rs`.
+//! checked to be free or cmpoll's own before the write is recorded), the stage (a version
+//! folder, or a temporary file, written unsynced), then, once the batch has synced every
+//! staged write at once, the switch (a symlink swap, or a rename into place). The flat
+//! layout's plan, stage and switch are in `flat.rs`.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::record::{Pending, TMP_PREFIX, Written};
 use super::{
@@ -12,7 +13,7 @@ use super::{
     part, stem,
 };
 use crate::poll::snapshot::{Entry, split_id};
-use crate::sink::atomic::{self, create_dir, fsync_dir};
+use crate::sink::atomic::{self, create_dir};
 use crate::source::ModuleFile;
 
 impl OutDir {
@@ -111,27 +112,70 @@ impl OutDir {
         })
     }
 
-    pub(super) fn write(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Written> {
+    /// Stages what `p` writes, unsynced: the files layout's version folder (and the
+    /// namespace folder), or the temporary files to be renamed. Nothing a reader sees
+    /// changes; the batch makes every staged write durable at once, then switches them.
+    pub(super) fn stage(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Staged> {
         match &p.written.version {
-            Some(version) => self.write_version(p, version, files),
-            None if p.written.file.is_some() => self.write_concat(p, files),
-            None => self.write_flat(p, files),
+            Some(version) => self.stage_version(p, version, files),
+            None if p.written.file.is_some() => self.stage_concat(p, files),
+            None => self.stage_flat(p, files),
         }
     }
 
-    pub(super) fn write_version(
+    /// Puts a staged write in place (renames, unsynced); on failure, what was staged goes.
+    pub(super) fn switch(&mut self, p: &Pending, staged: Staged) -> io::Result<Written> {
+        match staged {
+            Staged::Link { ns_dir, tmp } => {
+                let version = p.written.version.as_deref().unwrap_or_default();
+                let (_, name) = split_id(&p.module);
+                let placed = self
+                    .check_ours(&p.module, &ns_dir.join(part(name)?))
+                    .and_then(|()| {
+                        atomic::place_symlink(&ns_dir, name, &tmp, &Self::link_target(version))
+                    });
+                if let Err(e) = placed {
+                    let _ = self.delete_version(version, &p.written.files);
+                    return Err(e);
+                }
+                Ok(p.written.clone())
+            }
+            Staged::Renames(renames) if p.written.file.is_some() => {
+                let placed = renames.iter().try_for_each(|(tmp, name)| {
+                    self.check_ours(&p.module, &self.dir().join(part(name)?))?;
+                    atomic::place_file(self.dir(), name, tmp)
+                });
+                if let Err(e) = placed {
+                    self.unstage(&renames);
+                    return Err(e);
+                }
+                Ok(p.written.clone())
+            }
+            Staged::Renames(renames) => self.switch_flat(p, &renames),
+        }
+    }
+
+    /// Removes the temporary files of a staged write that will not be switched.
+    pub(super) fn unstage(&self, renames: &[(String, String)]) {
+        for (tmp, _) in renames {
+            if let Ok(tmp) = part(tmp) {
+                let _ = atomic::remove_if_exists(&self.dir().join(tmp));
+            }
+        }
+    }
+
+    fn stage_version(
         &mut self,
         p: &Pending,
         version: &str,
         files: &[ModuleFile],
-    ) -> io::Result<Written> {
+    ) -> io::Result<Staged> {
         let (ns, name) = split_id(&p.module);
         let ns_dir = match self.ns_dir(ns)? {
             Some(d) => d,
             None => {
                 let d = self.dir().join(part(ns)?);
                 create_dir(&d, DIR_MODE)?;
-                fsync_dir(self.dir())?;
                 self.record.namespaces.insert(ns.to_string());
                 d
             }
@@ -139,38 +183,44 @@ impl OutDir {
         self.check_ours(&p.module, &ns_dir.join(part(name)?))?;
         let vdir = self.versions().join(part(version)?);
         create_dir(&vdir, DIR_MODE)?;
-        let written = (|| {
-            for f in files {
-                atomic::write_new(
-                    &vdir.join(part(&f.key)?),
-                    f.content.bytes(),
-                    self.opts.file_mode,
-                )?;
-            }
-            fsync_dir(&vdir)?;
-            fsync_dir(&self.versions())?;
-            let tmp = p.tmp.rsplit('/').next().unwrap_or(&p.tmp);
-            atomic::swap_symlink(&ns_dir, name, tmp, &Self::link_target(version))
-        })();
+        let written = files.iter().try_for_each(|f| {
+            atomic::create_new(
+                &vdir.join(part(&f.key)?),
+                f.content.bytes(),
+                self.opts.file_mode,
+            )
+        });
         if let Err(e) = written {
             let _ = self.delete_version(version, &p.written.files);
             return Err(e);
         }
-        Ok(p.written.clone())
+        let tmp = p.tmp.rsplit('/').next().unwrap_or(&p.tmp).to_string();
+        Ok(Staged::Link { ns_dir, tmp })
     }
 
-    pub(super) fn write_concat(
-        &mut self,
-        p: &Pending,
-        files: &[ModuleFile],
-    ) -> io::Result<Written> {
+    fn stage_concat(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Staged> {
         let name = p.written.file.clone().unwrap_or_default();
         self.check_ours(&p.module, &self.dir().join(part(&name)?))?;
         let content = concat_bytes(files);
         if Some(digest(&content)) != p.written.digest {
             return Err(io::Error::other("its contents changed while being written"));
         }
-        atomic::replace_file(self.dir(), &name, &p.tmp, &content, self.opts.file_mode)?;
-        Ok(p.written.clone())
+        let tmp = self.dir().join(part(&p.tmp)?);
+        if let Err(e) = atomic::create_new(&tmp, &content, self.opts.file_mode) {
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                let _ = atomic::remove_if_exists(&tmp);
+            }
+            return Err(e);
+        }
+        Ok(Staged::Renames(vec![(p.tmp.clone(), name)]))
     }
+}
+
+/// A write staged by `OutDir::stage`, switched into place by `OutDir::switch`.
+pub(super) enum Staged {
+    /// The files layout: `NS_DIR/NAME` becomes a symlink to the version folder, through a
+    /// symlink at `NS_DIR/TMP`.
+    Link { ns_dir: PathBuf, tmp: String },
+    /// The concat and flat layouts: `DIR/TMP` renamed over `DIR/NAME`, for each pair.
+    Renames(Vec<(String, String)>),
 }

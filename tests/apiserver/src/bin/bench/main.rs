@@ -19,6 +19,7 @@
 mod common;
 mod crossover;
 mod fleet;
+mod outdir;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -33,9 +34,11 @@ struct Args {
     bytes: usize,
     runs: usize,
     steady_polls: usize,
-    /// Parts to run: sizes, crossover, fleet, latency (default: all).
+    /// Parts to run: sizes, crossover, fleet, outdir, latency (default: all).
     only: Vec<String>,
     fleet: usize,
+    /// Module counts for the output-folder part.
+    outdir_sizes: Vec<usize>,
     /// Another cmpoll binary (an older build), measured beside this one: before vs after.
     baseline: Option<std::path::PathBuf>,
 }
@@ -58,6 +61,7 @@ fn args() -> Args {
         only: Vec::new(),
         fleet: 100,
         baseline: None,
+        outdir_sizes: vec![10_000, 100_000],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,9 +74,10 @@ fn args() -> Args {
             "--only" => a.only = v.split(',').map(str::to_string).collect(),
             "--fleet" => a.fleet = v.parse().expect("--fleet N"),
             "--baseline" => a.baseline = Some(v.into()),
+            "--outdir-sizes" => a.outdir_sizes = v.split(',').map(parse_count).collect(),
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,latency]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,latency] [--outdir-sizes 10k,100k] [--baseline PATH]"
                 );
                 std::process::exit(2);
             }
@@ -563,6 +568,10 @@ fn main() {
                 changes_per_second: 1,
             },
         );
+        println!();
+    }
+    if part("outdir") {
+        outdir::run(&cmpoll, a.baseline.as_deref(), &a.outdir_sizes);
         println!();
     }
     if part("latency") {

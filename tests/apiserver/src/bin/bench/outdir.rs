@@ -1,0 +1,195 @@
+//! The output folder at scale (issue 29): `cmpoll run --once --out-dir` of N two-key
+//! modules into an empty folder on a disk and on tmpfs, the sync calls a first start makes
+//! (counted by `strace -c`), a restart with nothing changed, a restart with one module
+//! changed, and the daemon's peak RSS with `--out-dir` after its first batch and a few
+//! polls. With `--baseline PATH` every figure is also taken of that binary, in the same
+//! run, and printed beside as a ratio.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use test_apiserver::{ConfigMap, Kubeconfig, Options, TestApiserver};
+
+use super::{mib, run_measured, wait_lists};
+
+/// What one binary did at one size.
+#[derive(Default)]
+struct Figures {
+    disk_first: f64,
+    tmpfs_first: f64,
+    restart_same: f64,
+    restart_one: f64,
+    syncs: Option<u64>,
+    daemon_peak_kib: u64,
+}
+
+/// N modules of two 512-byte keys in 20 namespaces.
+fn load(server: &TestApiserver, n: usize, round: usize) {
+    for i in 0..n {
+        let body = |k: usize| format!("{}{round}-{i}-{k}\n", "x".repeat(500));
+        server.put(
+            ConfigMap::new(&format!("ns-{:02}", i % 20), &format!("module-{i:06}"))
+                .label("cmpoll.io/module", "true")
+                .data("a.conf", &body(0))
+                .data("b.conf", &body(1)),
+        );
+    }
+}
+
+fn once(cmpoll: &Path, kubeconfig: &Path, out: &Path) -> Command {
+    let mut c = Command::new(cmpoll);
+    c.args(["run", "--once", "--max-response-bytes", "1Gi", "--out-dir"])
+        .arg(out)
+        .args(["--old-version-ttl", "0s"])
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "warn");
+    c
+}
+
+/// Sync calls (fsync, fdatasync, syncfs, sync_file_range) of a first start, from
+/// `strace -c`; `None` without strace.
+fn count_syncs(cmpoll: &Path, kubeconfig: &Path, out: &Path) -> Option<u64> {
+    let report = out.with_extension("strace");
+    let mut c = Command::new("strace");
+    c.args(["-f", "-c", "-o"])
+        .arg(&report)
+        .args(["-e", "trace=fsync,fdatasync,syncfs,sync_file_range"])
+        .arg(cmpoll)
+        .args(["run", "--once", "--max-response-bytes", "1Gi", "--out-dir"])
+        .arg(out)
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let status = c.status().ok()?;
+    if !status.success() {
+        return None;
+    }
+    let text = std::fs::read_to_string(&report).ok()?;
+    let _ = std::fs::remove_file(&report);
+    // The summary's last line: "100.00  0.5  …  calls  errors total".
+    text.lines()
+        .find(|l| l.trim_end().ends_with("total"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|calls| calls.parse().ok())
+}
+
+fn disk_dir() -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-outdir");
+    std::fs::create_dir_all(&target).unwrap();
+    target
+}
+
+fn measure(cmpoll: &Path, n: usize) -> Figures {
+    let server = TestApiserver::start_with(Options {
+        plain_http: true,
+        ..Options::default()
+    });
+    load(&server, n, 0);
+    let kc_dir = tempfile::tempdir().unwrap();
+    let kc = server.write_kubeconfig(&kc_dir.path().join("kubeconfig"), &Kubeconfig::token());
+    let mut f = Figures::default();
+    let disk = tempfile::tempdir_in(disk_dir()).unwrap();
+    let out = disk.path().join("out");
+    f.disk_first = run_measured(&mut once(cmpoll, &kc, &out)).wall;
+    f.restart_same = run_measured(&mut once(cmpoll, &kc, &out)).wall;
+    let changed = ConfigMap::new("ns-07", "module-000007")
+        .label("cmpoll.io/module", "true")
+        .data("a.conf", "changed\n")
+        .data("b.conf", "changed too\n");
+    server.put(changed);
+    f.restart_one = run_measured(&mut once(cmpoll, &kc, &out)).wall;
+    let shm = Path::new("/dev/shm");
+    let tmpfs = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    f.tmpfs_first = run_measured(&mut once(cmpoll, &kc, &tmpfs.path().join("out"))).wall;
+    if n <= 10_000 {
+        let counted = tempfile::tempdir_in(disk_dir()).unwrap();
+        f.syncs = count_syncs(cmpoll, &kc, &counted.path().join("out"));
+    }
+    // The daemon into an empty folder: its first batch, then five more polls.
+    let daemon_dir = tempfile::tempdir_in(disk_dir()).unwrap();
+    let lists = super::lists_so_far(&server);
+    let mut child = Command::new(cmpoll)
+        .args(["run", "--interval", "500ms", "--jitter", "0"])
+        .args(["--max-response-bytes", "1Gi", "--out-dir"])
+        .arg(daemon_dir.path().join("out"))
+        .env("KUBECONFIG", &kc)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_lists(&server, lists + 6);
+    f.daemon_peak_kib = test_apiserver::proc_status_kib(child.id(), "VmHWM");
+    let _ = child.kill();
+    let _ = child.wait();
+    f
+}
+
+/// Runs the part: every size, this build and the baseline.
+pub fn run(cmpoll: &Path, baseline: Option<&Path>, sizes: &[usize]) {
+    println!(
+        "output folder: `run --once --out-dir` of N two-key modules (2 x 512 B), wall seconds; disk = {} ({})",
+        disk_dir().display(),
+        fs_type(&disk_dir())
+    );
+    println!(
+        "  {:<10} {:>10} {:>10} {:>12} {:>12} {:>10} {:>14}",
+        "binary", "disk", "tmpfs", "restart", "1 changed", "syncs", "daemon peak"
+    );
+    for &n in sizes {
+        println!("  {n} modules:");
+        let now = measure(cmpoll, n);
+        print_row("this", &now);
+        if let Some(before) = baseline {
+            let then = measure(before, n);
+            print_row("baseline", &then);
+            println!(
+                "  {:<10} {:>9.1}x {:>9.1}x {:>11.1}x {:>11.1}x {:>10} {:>13.2}x",
+                "speed-up",
+                then.disk_first / now.disk_first,
+                then.tmpfs_first / now.tmpfs_first,
+                then.restart_same / now.restart_same,
+                then.restart_one / now.restart_one,
+                match (then.syncs, now.syncs) {
+                    (Some(t), Some(n)) => format!("{t} -> {n}"),
+                    _ => "-".into(),
+                },
+                now.daemon_peak_kib as f64 / then.daemon_peak_kib.max(1) as f64,
+            );
+        }
+    }
+}
+
+fn print_row(name: &str, f: &Figures) {
+    println!(
+        "  {:<10} {:>9.2}s {:>9.2}s {:>11.2}s {:>11.2}s {:>10} {:>14}",
+        name,
+        f.disk_first,
+        f.tmpfs_first,
+        f.restart_same,
+        f.restart_one,
+        f.syncs.map_or("-".into(), |s| s.to_string()),
+        mib(f.daemon_peak_kib),
+    );
+}
+
+/// The filesystem type of the mount holding `path`, from /proc/mounts (longest prefix).
+fn fs_type(path: &Path) -> String {
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 2 && path.starts_with(f[1])).then(|| (f[1].len(), f[2].to_string()))
+        })
+        .max()
+        .map(|(_, t)| t)
+        .unwrap_or_else(|| "?".into())
+}
