@@ -632,6 +632,17 @@ pub fn mount_namespace_available() -> bool {
     )
 }
 
+/// How many writes an output folder's record says were under way: the pending entries of
+/// `state.json` plus the complete lines of the batch's journal (`journal.jsonl`).
+pub fn pending_writes(out: &Path) -> usize {
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join(".cmpoll/state.json")).unwrap_or_default())
+            .unwrap_or_default();
+    let in_record = record["pending"].as_array().map_or(0, Vec::len);
+    let journal = std::fs::read(out.join(".cmpoll/journal.jsonl")).unwrap_or_default();
+    in_record + journal.iter().filter(|b| **b == b'\n').count()
+}
+
 /// Every regular file under an output folder (following the module symlinks), except
 /// `.cmpoll/`: relative path → contents. Read while cmpoll may be writing, what vanishes in
 /// between is left out.

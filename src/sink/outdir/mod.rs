@@ -52,6 +52,8 @@ use crate::source::ModuleFile;
 pub const META: &str = ".cmpoll";
 const VERSIONS: &str = "versions";
 const STATE: &str = "state.json";
+/// The write-ahead journal of the batch under way (see `sync`).
+const JOURNAL: &str = "journal.jsonl";
 const DIR_MODE: u32 = 0o755;
 
 /// `DIR/.cmpoll`.
@@ -258,6 +260,32 @@ impl OutDir {
                 ));
             }
         };
+        let mut record = record;
+        let journal_path = meta.join(JOURNAL);
+        match fs::read(&journal_path) {
+            Ok(bytes) => {
+                let pending = record::parse_journal(&bytes).map_err(|e| {
+                    fail(
+                        &format!(
+                            "journal '{}' is not valid (remove it and state.json to start afresh)",
+                            journal_path.display()
+                        ),
+                        &e,
+                    )
+                })?;
+                // Names made after the record was last saved are not made again.
+                let seq = pending.iter().filter_map(|p| record::seq_of(&p.tmp)).max();
+                record.seq = record.seq.max(seq.unwrap_or(0));
+                record.pending.extend(pending);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(fail(
+                    &format!("cannot read '{}'", journal_path.display()),
+                    &e,
+                ));
+            }
+        }
         let nonce = format!("{:08x}", crate::backoff::Rng::from_time().next_u64() as u32);
         let mut out = OutDir {
             opts,
@@ -328,6 +356,44 @@ impl OutDir {
         atomic::replace_file_with(&meta, STATE, ".state.json.tmp", 0o644, |w| {
             serde_json::to_writer_pretty(w, &self.record).map_err(io::Error::other)
         })
+    }
+
+    /// Appends the chunk's pending writes (`record.pending`) to the journal and syncs it:
+    /// the write-ahead of a chunk, one append however large the record has grown.
+    fn journal(&mut self) -> io::Result<()> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let meta = meta_dir(self.dir());
+        let path = meta.join(JOURNAL);
+        let new = !path.exists();
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)?;
+        let mut w = io::BufWriter::with_capacity(64 * 1024, &file);
+        for p in &self.record.pending {
+            serde_json::to_writer(&mut w, p).map_err(io::Error::other)?;
+            w.write_all(b"\n")?;
+        }
+        w.flush()?;
+        drop(w);
+        file.sync_data()?;
+        if new {
+            fsync_dir(&meta)?;
+        }
+        Ok(())
+    }
+
+    /// Saves the record, then drops the journal it now contains.
+    fn save_all(&mut self) -> io::Result<()> {
+        self.save()?;
+        let meta = meta_dir(self.dir());
+        match fs::remove_file(meta.join(JOURNAL)) {
+            Ok(()) => fsync_dir(&meta),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -557,11 +623,15 @@ impl OutDir {
                     }
                 }
             }
-            if let Err(e) = self.save() {
+            if let Err(e) = self.journal() {
                 // Without the record nothing may be written: the rest of the batch waits.
                 log::warn!("--out-dir: cannot record the writes to come: {e}");
                 self.writing.clear();
                 failed.extend(self.record.pending.drain(..).map(|p| p.module));
+                // What earlier chunks wrote is in the journal; the record takes it now.
+                if let Err(e) = self.save_all() {
+                    log::warn!("--out-dir: cannot save the record: {e}");
+                }
                 failed.extend(removals.into_iter().flatten());
                 failed.extend(
                     chunks[n + 1..]
@@ -634,7 +704,7 @@ impl OutDir {
                 crate::ops::volume::size(no_room.iter().sum()),
             );
         }
-        self.save().map_err(|e| {
+        self.save_all().map_err(|e| {
             Fatal(format!(
                 "--out-dir: cannot save '{}': {e}",
                 meta_dir(self.dir()).join(STATE).display()

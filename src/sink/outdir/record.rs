@@ -116,6 +116,33 @@ impl Record {
     }
 }
 
+/// The write-ahead journal's lines (`DIR/.cmpoll/journal.jsonl`): one `Pending` per line,
+/// each checked as the record's own pending writes are; the error names the line.
+pub fn parse_journal(bytes: &[u8]) -> Result<Vec<Pending>, String> {
+    let mut out = Vec::new();
+    // Every line cmpoll appends ends in a newline; what follows the last one is a line
+    // cut short by a crash while it was appended, never synced, so none of its writes was
+    // made: it is ignored.
+    let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    lines.pop();
+    for (i, line) in lines.into_iter().enumerate() {
+        let at = |what: String| format!("line {}: {what}", i + 1);
+        let p: Pending = serde_json::from_slice(line).map_err(|e| at(e.to_string()))?;
+        module_id(&p.module).map_err(at)?;
+        written(&p.module, &p.written).map_err(at)?;
+        tmp(&p.module, &p.tmp).map_err(at)?;
+        out.push(p);
+    }
+    Ok(out)
+}
+
+/// The sequence number in a temporary name (`[NS/].cmpoll-tmp.SEQ.NONCE`).
+pub fn seq_of(tmp: &str) -> Option<u64> {
+    let file = tmp.rsplit('/').next()?;
+    let hex = file.strip_prefix(TMP_PREFIX)?.split('.').next()?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
 fn module_id(id: &str) -> Result<(), String> {
     let Some((ns, name)) = id.split_once('/') else {
         return Err("not a module name (namespace/name)".into());
@@ -263,6 +290,26 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.pending[0].written.version.as_deref(), Some("ns.m.3"));
+    }
+
+    /// The journal: complete lines are checked like the record's pending writes; a last
+    /// line cut short (never synced) is ignored; the sequence is read from the names.
+    #[test]
+    fn journal_lines_are_checked_and_a_torn_last_line_is_dropped() {
+        let line = r#"{"module":"ns/m","hash":"h","mode":420,"version":"ns.m.1f","files":["a"],"tmp":"ns/.cmpoll-tmp.1f.abcd"}"#;
+        let torn = &line[..40];
+        let journal = format!("{line}\n{torn}");
+        let p = parse_journal(journal.as_bytes()).unwrap();
+        assert_eq!(p.len(), 1);
+        assert_eq!(seq_of(&p[0].tmp), Some(0x1f));
+        let hostile = format!(
+            "{line}\n{}\n",
+            line.replace("ns/.cmpoll-tmp.1f.abcd", "../../etc/x")
+        );
+        let e = parse_journal(hostile.as_bytes()).unwrap_err();
+        assert!(e.starts_with("line 2: tmp"), "{e}");
+        let e = parse_journal(format!("{torn}\n").as_bytes()).unwrap_err();
+        assert!(e.starts_with("line 1:"), "{e}");
     }
 
     /// r13: paths read back are checked, never joined onto DIR blindly.

@@ -49,7 +49,7 @@ impl OutDir {
         self.expire(true)?;
         // What recovery removed or adopted, durable before the record says so.
         sync_volume(self.dir())?;
-        self.save()
+        self.save_all()
     }
 
     fn recover_version(&mut self, p: &Pending, version: &str) -> io::Result<()> {

@@ -753,3 +753,38 @@ fn tree(dir: &Path) -> BTreeMap<String, String> {
     }
     out
 }
+
+/// A crash mid-batch leaves the chunks' writes in the journal, not in state.json: the
+/// restart recovers them from there, and names made after the record was saved are not
+/// made again.
+#[test]
+fn the_journal_is_recovered_and_its_names_are_not_reused() {
+    let mut f = Fixture::new();
+    let e = f.event(Change::Added, "ns/m", &[("a", "1")]);
+    let files = f.spool.get(e.entry.loc).unwrap();
+    let seq;
+    {
+        let mut out = f.open(Layout::Files);
+        out.record.seq = 40;
+        let p = out.plan("ns/m", &e.entry, &files).unwrap();
+        seq = out.record.seq;
+        out.record.pending = vec![p.clone()];
+        out.journal().unwrap();
+        out.record.pending.clear();
+        let staged = out.stage(&p, &files).unwrap();
+        out.switch(&p, staged).unwrap();
+        // The crash: state.json still says seq 0 and no modules.
+    }
+    assert!(f.path(".cmpoll/journal.jsonl").exists());
+    let out = f.open(Layout::Files);
+    assert!(
+        out.record.modules.contains_key("ns/m"),
+        "adopted from the journal"
+    );
+    assert!(out.record.seq >= seq, "{} < {seq}", out.record.seq);
+    assert!(
+        !f.path(".cmpoll/journal.jsonl").exists(),
+        "dropped once recorded"
+    );
+    assert_eq!(fs::read_to_string(f.path("ns/m/a")).unwrap(), "1");
+}
