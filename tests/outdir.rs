@@ -745,3 +745,58 @@ fn a_kill_at_either_grouped_sync_is_recovered_exactly() {
         }
     }
 }
+
+/// Issue 29: state.json is held smaller in memory and written without indentation; what
+/// a released cmpoll (11f9bac) wrote is still read. The fixtures are the output folders
+/// that binary wrote for k8s/examples in each layout (`cmpoll run --once --manifests
+/// k8s/examples --out-dir tests/fixtures/outdir-11f9bac/LAYOUT --layout LAYOUT`); today's
+/// binary takes them over without rewriting a module, and keeps their hashes.
+#[test]
+fn a_folder_written_by_the_released_binary_is_taken_over_unchanged() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for layout in ["files", "concat", "flat"] {
+        let c = Cmpoll::new();
+        let out = c.out();
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(root.join("tests/fixtures/outdir-11f9bac").join(layout))
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        let old: serde_json::Value =
+            serde_json::from_slice(&fs::read(out.join(".cmpoll/state.json")).unwrap()).unwrap();
+        let before = crate::util::tree_with_links(&out);
+        let inodes = |p: &std::path::Path| -> Vec<u64> {
+            let mut v: Vec<u64> = fs::read_dir(p)
+                .unwrap()
+                .map(|e| fs::symlink_metadata(e.unwrap().path()).unwrap().ino())
+                .collect();
+            v.sort();
+            v
+        };
+        let inodes_before = inodes(&out);
+        c.with_args(&[
+            "run",
+            "--once",
+            "--manifests",
+            root.join("k8s/examples").to_str().unwrap(),
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--layout",
+            layout,
+        ])
+        .run()
+        .success();
+        assert_eq!(crate::util::tree_with_links(&out), before, "{layout}");
+        assert_eq!(inodes(&out), inodes_before, "{layout}: nothing replaced");
+        let text = fs::read_to_string(out.join(".cmpoll/state.json")).unwrap();
+        assert!(
+            !text.contains("\n  "),
+            "{layout}: written without indentation"
+        );
+        let new: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(new["modules"], old["modules"], "{layout}: the same record");
+        assert_eq!(new["version"], 1, "{layout}: the same format");
+    }
+}

@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 
+use super::record::Digest;
 use super::record::{Pending, TMP_PREFIX, Written};
 use super::write::Staged;
 use super::{Found, OutDir, digest, file_digest, found, not_ours, part};
@@ -28,7 +29,7 @@ impl OutDir {
         let mut holders = HashMap::new();
         for (id, w) in &self.record.modules {
             for key in w.flat.keys() {
-                holders.insert(key.clone(), id.clone());
+                holders.insert(key.clone(), id.to_string());
             }
         }
         holders
@@ -90,7 +91,7 @@ impl OutDir {
         &self,
         files: &[ModuleFile],
         tmp: &str,
-    ) -> io::Result<BTreeMap<String, String>> {
+    ) -> io::Result<BTreeMap<String, Digest>> {
         let mut flat = BTreeMap::new();
         for (i, f) in files.iter().enumerate() {
             part(&f.key)?;
@@ -150,7 +151,7 @@ impl OutDir {
         p: &Pending,
         renames: &[(String, String)],
     ) -> io::Result<Written> {
-        let old = self.record.modules.get(&p.module).cloned();
+        let old = self.record.modules.get(p.module.as_str()).cloned();
         let mut done = old.as_ref().map(|w| w.flat.clone()).unwrap_or_default();
         for (i, (tmp, key)) in renames.iter().enumerate() {
             let want = p.written.flat.get(key).cloned().unwrap_or_default();
@@ -163,16 +164,16 @@ impl OutDir {
                 if i > 0 {
                     // What another layout wrote for it stays recorded, to be cleared later.
                     let mut mixed = old.clone().unwrap_or_default();
-                    mixed.hash = String::new();
+                    mixed.hash = None;
                     mixed.mode = self.opts.file_mode;
                     mixed.flat = done;
-                    self.record.modules.insert(p.module.clone(), mixed);
+                    self.record.modules.insert(p.module.as_str().into(), mixed);
                 }
                 return Err(e);
             }
-            done.insert(key.clone(), want.clone());
+            done.insert(key.clone(), want);
             // Recorded as it goes, so `flat_target_ok` accepts this file on a retry.
-            if let Some(w) = self.record.modules.get_mut(&p.module) {
+            if let Some(w) = self.record.modules.get_mut(p.module.as_str()) {
                 w.flat.insert(key.clone(), want);
             }
         }
@@ -209,12 +210,12 @@ impl OutDir {
                 remove_if_exists(&t)?;
             }
         }
-        let old = self.record.modules.get(&p.module).cloned();
+        let old = self.record.modules.get(p.module.as_str()).cloned();
         let mut mixed = old.as_ref().map(|w| w.flat.clone()).unwrap_or_default();
         let mut all_new = true;
         for (key, want) in &p.written.flat {
             if file_digest(&self.dir().join(part(key)?))?.as_ref() == Some(want) {
-                mixed.insert(key.clone(), want.clone());
+                mixed.insert(key.clone(), *want);
             } else {
                 all_new = false;
             }
@@ -225,10 +226,10 @@ impl OutDir {
             // (A new module none of whose files was renamed in is simply not there.)
             // What another layout wrote for it stays recorded, to be cleared later.
             let mut w = old.unwrap_or_default();
-            w.hash = String::new();
+            w.hash = None;
             w.mode = p.written.mode;
             w.flat = mixed;
-            self.record.modules.insert(p.module.clone(), w);
+            self.record.modules.insert(p.module.as_str().into(), w);
         }
         fsync_dir(self.dir())
     }

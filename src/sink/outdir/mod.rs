@@ -36,9 +36,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use sha2::{Digest, Sha256};
+use sha2::{Digest as _, Sha256};
 
-use self::record::{Pending, Record, Retired, Written, component};
+use self::record::{Digest, Interner, Pending, Record, Retired, Written, component};
 pub use self::shelf::shelf;
 use super::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_exists};
 use super::{Batch, Fatal, Outcome, Sink};
@@ -97,6 +97,8 @@ pub struct OutDir {
     /// How far a batch is, for readiness; and how often a long one logs it.
     writing: Writing,
     progress_every: Duration,
+    /// The key lists of modules, shared (see `record::Keys`).
+    keys: Interner,
     _lock: File,
 }
 
@@ -183,7 +185,7 @@ pub fn stem(id: &str, room: usize) -> String {
     if dotted.len() <= room {
         return dotted;
     }
-    let hash = &digest(id.as_bytes())[..16];
+    let hash = &digest(id.as_bytes()).to_string()[..16];
     let mut end = room.saturating_sub(1 + hash.len()).min(dotted.len());
     while !dotted.is_char_boundary(end) {
         end -= 1;
@@ -191,13 +193,12 @@ pub fn stem(id: &str, room: usize) -> String {
     format!("{}~{hash}", &dotted[..end])
 }
 
-fn digest(bytes: &[u8]) -> String {
-    let d = Sha256::digest(bytes);
-    d.iter().map(|b| format!("{b:02x}")).collect()
+fn digest(bytes: &[u8]) -> Digest {
+    Digest(Sha256::digest(bytes).into())
 }
 
 /// The SHA-256 of a regular file (not through a symlink); `None` if it is not one.
-fn file_digest(path: &Path) -> io::Result<Option<String>> {
+fn file_digest(path: &Path) -> io::Result<Option<Digest>> {
     if found(path)? != Found::File {
         return Ok(None);
     }
@@ -242,8 +243,8 @@ impl OutDir {
         lock.try_lock()
             .map_err(|_| fail("locked", &"another cmpoll is writing to this folder"))?;
         let state_path = meta.join(STATE);
-        let record = match fs::read(&state_path) {
-            Ok(bytes) => Record::parse(&bytes).map_err(|e| {
+        let record = match File::open(&state_path) {
+            Ok(file) => Record::read(file).map_err(|e| {
                 fail(
                     &format!(
                         "record '{}' is not valid (remove it to start afresh; cmpoll will then leave what it wrote before alone)",
@@ -295,8 +296,10 @@ impl OutDir {
             chunk: CHUNK,
             writing: Writing::default(),
             progress_every: PROGRESS_EVERY,
+            keys: Interner::default(),
             _lock: lock,
         };
+        out.record.intern(&mut out.keys);
         out.recover()
             .map_err(|e| fail("cannot recover from the last run", &e))?;
         Ok(out)
@@ -354,7 +357,7 @@ impl OutDir {
         let meta = meta_dir(self.dir());
         remove_if_exists(&meta.join(".state.json.tmp"))?;
         atomic::replace_file_with(&meta, STATE, ".state.json.tmp", 0o644, |w| {
-            serde_json::to_writer_pretty(w, &self.record).map_err(io::Error::other)
+            serde_json::to_writer(w, &self.record).map_err(io::Error::other)
         })
     }
 
@@ -404,7 +407,7 @@ impl OutDir {
     /// Makes `w` the record of `id`, and removes what the previous record had that `w`
     /// no longer uses (another layout's symlink or file; an old version is retired).
     fn install(&mut self, id: &str, w: Written) -> io::Result<()> {
-        let old = self.record.modules.insert(id.to_string(), w.clone());
+        let old = self.record.modules.insert(id.into(), w.clone());
         if let Some(old) = old {
             self.clear(id, old, Some(&w))?;
         }
@@ -463,7 +466,7 @@ impl OutDir {
     }
 
     /// Deletes a version folder: its recorded files, then the folder if that left it empty.
-    fn delete_version(&self, version: &str, files: &[String]) -> io::Result<()> {
+    fn delete_version(&self, version: &str, files: &[Box<str>]) -> io::Result<()> {
         let Some(vdir) = self.version_dir(version)? else {
             return Ok(());
         };
@@ -511,7 +514,7 @@ impl OutDir {
         };
         if let Err(e) = self.clear(id, w.clone(), None) {
             // Still recorded: tried again with the next removal or reconcile.
-            self.record.modules.insert(id.to_string(), w);
+            self.record.modules.insert(id.into(), w);
             return Err(e);
         }
         Ok(())
@@ -522,7 +525,7 @@ impl OutDir {
         let Some(w) = self.record.modules.get(id) else {
             return false;
         };
-        if w.hash != entry.hash.to_string() || w.mode != self.opts.file_mode {
+        if w.hash != Some(entry.hash) || w.mode != self.opts.file_mode {
             return false;
         }
         let (ns, name) = split_id(id);
@@ -535,11 +538,11 @@ impl OutDir {
                     return false;
                 };
                 found(&ns_dir.join(name)).ok() == Some(Found::Link(Self::link_target(v)))
-                    && w.files.iter().all(|f| vdir.join(f).exists())
+                    && w.files.iter().all(|f| vdir.join(&**f).exists())
             }
             (Layout::Concat, _, Some(f)) => {
                 self.concat_name(id).ok().as_deref() == Some(f)
-                    && found(&self.dir().join(f)).ok() == Some(Found::File)
+                    && found(&self.dir().join(&**f)).ok() == Some(Found::File)
             }
             (Layout::Flat, None, None) if !w.flat.is_empty() => w
                 .flat
@@ -738,8 +741,8 @@ impl Sink for OutDir {
                 .record
                 .modules
                 .keys()
-                .filter(|id| !wanted.contains(id.as_str()))
-                .cloned()
+                .filter(|id| !wanted.contains(&id.as_ref()))
+                .map(|id| id.to_string())
                 .collect();
             let writes = batch
                 .changes()

@@ -8,34 +8,143 @@
 //! file and the entry, not something to act on: whoever can write `DIR/.cmpoll` must not be
 //! able to make cmpoll delete files elsewhere.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt;
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::names;
+use crate::poll::hash::Hash;
 use crate::poll::snapshot::split_id;
 
-/// What cmpoll wrote for one module.
+/// A SHA-256 of bytes cmpoll wrote: 32 bytes in memory, 64 hex digits in `state.json`.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct Digest(pub [u8; 32]);
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl Digest {
+    pub fn parse(s: &str) -> Option<Digest> {
+        if s.len() != 64 {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(Digest(out))
+    }
+}
+
+impl Serialize for Digest {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Digest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Digest, D::Error> {
+        let s = std::borrow::Cow::<str>::deserialize(d)?;
+        Digest::parse(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!("{} is not a SHA-256", names::go_quote(&s)))
+        })
+    }
+}
+
+/// A module's hash as `state.json` has it: `sha256:HEX`, or `""` for none (a flat
+/// module left between two versions by a failure).
+mod module_hash {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(h: &Option<Hash>, s: S) -> Result<S::Ok, S::Error> {
+        match h {
+            Some(h) => s.collect_str(h),
+            None => s.serialize_str(""),
+        }
+    }
+
+    /// Anything but a hash cmpoll writes is none: the module is then rewritten.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Hash>, D::Error> {
+        let s = std::borrow::Cow::<str>::deserialize(d)?;
+        Ok(Hash::parse(&s))
+    }
+}
+
+/// A module's file names (the keys of a version folder), shared by every module with the
+/// same ones: most modules of a cluster have the same few keys.
+pub type Keys = Arc<[Box<str>]>;
+
+/// `Keys` as a JSON array of strings.
+mod keys_list {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(k: &Keys, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(k.iter())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Keys, D::Error> {
+        let v = Vec::<Box<str>>::deserialize(d)?;
+        Ok(v.into())
+    }
+}
+
+/// One `Keys` per distinct set of names.
+#[derive(Debug, Default)]
+pub struct Interner(HashSet<Keys>);
+
+impl Interner {
+    pub fn keys<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) -> Keys {
+        let keys: Vec<Box<str>> = names.into_iter().map(Box::from).collect();
+        self.intern(keys.into())
+    }
+
+    pub fn intern(&mut self, keys: Keys) -> Keys {
+        if let Some(k) = self.0.get(&*keys) {
+            return k.clone();
+        }
+        self.0.insert(keys.clone());
+        keys
+    }
+}
+
+fn no_keys(k: &Keys) -> bool {
+    k.is_empty()
+}
+
+/// What cmpoll wrote for one module. Kept in memory for every module, so held small:
+/// binary hashes, shared key lists.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Written {
-    pub hash: String,
+    #[serde(with = "module_hash")]
+    pub hash: Option<Hash>,
     pub mode: u32,
     /// `files` layout: the version folder under `.cmpoll/versions`, and its files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub files: Vec<String>,
+    pub version: Option<Box<str>>,
+    #[serde(default, skip_serializing_if = "no_keys", with = "keys_list")]
+    pub files: Keys,
     /// `concat` layout: the file, relative to DIR.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<String>,
+    pub file: Option<Box<str>>,
     /// `concat` layout: SHA-256 of the file's bytes, which proves after a crash that a file
     /// found at `file` is the one cmpoll renamed into place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
+    pub digest: Option<Digest>,
     /// `flat` layout: each file `DIR/KEY` cmpoll wrote for the module, with the SHA-256 of
     /// its bytes (a file is only ever replaced or removed while it still has them).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub flat: BTreeMap<String, String>,
+    pub flat: BTreeMap<String, Digest>,
 }
 
 /// A write about to be made (recorded before it is made).
@@ -57,8 +166,9 @@ pub struct Pending {
 /// A version folder no longer in use, deleted once it is older than the TTL.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Retired {
-    pub version: String,
-    pub files: Vec<String>,
+    pub version: Box<str>,
+    #[serde(with = "keys_list")]
+    pub files: Keys,
     /// Unix seconds when it was replaced.
     pub since: u64,
 }
@@ -67,7 +177,7 @@ pub struct Retired {
 pub struct Record {
     pub version: u32,
     pub seq: u64,
-    pub modules: BTreeMap<String, Written>,
+    pub modules: BTreeMap<Box<str>, Written>,
     /// Namespace folders cmpoll created (and may remove once empty).
     pub namespaces: BTreeSet<String>,
     pub pending: Vec<Pending>,
@@ -85,11 +195,24 @@ impl Record {
         }
     }
 
-    /// Parses and checks a record; the error names the entry that is wrong.
-    pub fn parse(bytes: &[u8]) -> Result<Record, String> {
-        let r: Record = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    /// Parses and checks a record, streamed (at 100k modules the file is tens of MB, which
+    /// reading it whole would add to the peak of every start); the error names the entry
+    /// that is wrong.
+    pub fn read(from: impl std::io::Read) -> Result<Record, String> {
+        let r: Record = serde_json::from_reader(std::io::BufReader::with_capacity(64 * 1024, from))
+            .map_err(|e| e.to_string())?;
         r.check()?;
         Ok(r)
+    }
+
+    /// Shares the key lists of modules with the same keys (after loading).
+    pub fn intern(&mut self, interner: &mut Interner) {
+        for w in self.modules.values_mut() {
+            w.files = interner.intern(w.files.clone());
+        }
+        for r in &mut self.retired {
+            r.files = interner.intern(r.files.clone());
+        }
     }
 
     fn check(&self) -> Result<(), String> {
@@ -187,8 +310,9 @@ pub fn component(s: &str) -> Result<&str, String> {
     Ok(s)
 }
 
-fn keys(files: &[String]) -> Result<(), String> {
+fn keys<S: AsRef<str>>(files: &[S]) -> Result<(), String> {
     for f in files {
+        let f = f.as_ref();
         let errs = names::config_map_key(f);
         if !errs.is_empty() {
             return Err(format!("file {}: {}", names::go_quote(f), errs.join("; ")));
@@ -227,18 +351,11 @@ fn written(id: &str, w: &Written) -> Result<(), String> {
         }
     }
     keys(&w.files)?;
-    for (key, digest) in &w.flat {
+    for key in w.flat.keys() {
         keys(std::slice::from_ref(key))?;
         component(key)?;
         if key.starts_with(TMP_PREFIX) {
             return Err(format!("file {} is a temporary name", names::go_quote(key)));
-        }
-        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!(
-                "file {}: {} is not a SHA-256",
-                names::go_quote(key),
-                names::go_quote(digest)
-            ));
         }
     }
     if let Some(f) = &w.file {
@@ -280,13 +397,13 @@ mod tests {
     use super::*;
 
     fn with(json: &str) -> Result<Record, String> {
-        Record::parse(json.as_bytes())
+        Record::read(json.as_bytes())
     }
 
     #[test]
     fn a_record_cmpoll_wrote_parses() {
         let r = with(
-            r#"{"version":1,"seq":3,"modules":{"ns/m":{"hash":"h","mode":420,"version":"ns.m.2","files":["a.conf"]},"ns/c":{"hash":"h","mode":420,"file":"ns.c.conf","digest":"d"}},"namespaces":["ns"],"pending":[{"module":"ns/m","hash":"h","mode":420,"version":"ns.m.3","files":["a.conf"],"tmp":"ns/.cmpoll-tmp.3"}],"retired":[{"version":"ns.m.1","files":["a.conf"],"since":5}]}"#,
+            r#"{"version":1,"seq":3,"modules":{"ns/m":{"hash":"h","mode":420,"version":"ns.m.2","files":["a.conf"]},"ns/c":{"hash":"h","mode":420,"file":"ns.c.conf","digest":"0000000000000000000000000000000000000000000000000000000000000000"}},"namespaces":["ns"],"pending":[{"module":"ns/m","hash":"h","mode":420,"version":"ns.m.3","files":["a.conf"],"tmp":"ns/.cmpoll-tmp.3"}],"retired":[{"version":"ns.m.1","files":["a.conf"],"since":5}]}"#,
         )
         .unwrap();
         assert_eq!(r.pending[0].written.version.as_deref(), Some("ns.m.3"));
@@ -354,11 +471,11 @@ mod tests {
                 "retired[0]",
             ),
             (
-                r#"{"modules":{"ns/m":{"hash":"","mode":0,"flat":{"../x":"00"}}}}"#,
+                r#"{"modules":{"ns/m":{"hash":"","mode":0,"flat":{"../x":"0000000000000000000000000000000000000000000000000000000000000000"}}}}"#,
                 "file \"../x\"",
             ),
             (
-                r#"{"modules":{"ns/m":{"hash":"","mode":0,"flat":{".cmpoll-tmp.1":"00"}}}}"#,
+                r#"{"modules":{"ns/m":{"hash":"","mode":0,"flat":{".cmpoll-tmp.1":"0000000000000000000000000000000000000000000000000000000000000000"}}}}"#,
                 "temporary name",
             ),
             (

@@ -65,7 +65,7 @@ impl OutDir {
         let (ns, name) = split_id(id);
         let tmp = self.tmp_name(seq);
         let mut written = Written {
-            hash: entry.hash.to_string(),
+            hash: Some(entry.hash),
             mode: self.opts.file_mode,
             ..Written::default()
         };
@@ -85,8 +85,8 @@ impl OutDir {
                 if found(&self.versions().join(&version))? != Found::Nothing {
                     return Err(not_ours(&self.versions().join(&version)));
                 }
-                written.version = Some(version);
-                written.files = files.iter().map(|f| f.key.clone()).collect();
+                written.version = Some(version.into());
+                written.files = self.keys.keys(files.iter().map(|f| f.key.as_str()));
                 format!("{ns}/{tmp}")
             }
             Layout::Concat => {
@@ -96,7 +96,7 @@ impl OutDir {
                     return Err(not_ours(&self.dir().join(&tmp)));
                 }
                 written.digest = Some(digest(&concat_bytes(files)));
-                written.file = Some(file);
+                written.file = Some(file.into());
                 tmp
             }
             Layout::Flat => {
@@ -212,7 +212,7 @@ impl OutDir {
             }
             return Err(e);
         }
-        Ok(Staged::Renames(vec![(p.tmp.clone(), name)]))
+        Ok(Staged::Renames(vec![(p.tmp.clone(), name.into())]))
     }
 }
 

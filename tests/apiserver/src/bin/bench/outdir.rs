@@ -80,7 +80,11 @@ fn disk_dir() -> PathBuf {
     target
 }
 
-fn measure(cmpoll: &Path, n: usize) -> Figures {
+/// One binary at one size. The folders live on in `keep` until the part ends: deleting
+/// hundreds of thousands of inodes just before a first start makes ext4's inode
+/// allocator skip the recently deleted ones one by one (`recently_deleted` in a profile),
+/// which would time the filesystem, not cmpoll.
+fn measure(cmpoll: &Path, n: usize, keep: &mut Vec<tempfile::TempDir>) -> Figures {
     let server = TestApiserver::start_with(Options {
         plain_http: true,
         ..Options::default()
@@ -106,9 +110,12 @@ fn measure(cmpoll: &Path, n: usize) -> Figures {
         tempfile::tempdir().unwrap()
     };
     f.tmpfs_first = run_measured(&mut once(cmpoll, &kc, &tmpfs.path().join("out"))).wall;
+    drop(tmpfs);
+    keep.push(disk);
     if n <= 10_000 {
         let counted = tempfile::tempdir_in(disk_dir()).unwrap();
         f.syncs = count_syncs(cmpoll, &kc, &counted.path().join("out"));
+        keep.push(counted);
     }
     // The daemon into an empty folder: its first batch, then five more polls.
     let daemon_dir = tempfile::tempdir_in(disk_dir()).unwrap();
@@ -128,6 +135,7 @@ fn measure(cmpoll: &Path, n: usize) -> Figures {
     f.daemon_peak_kib = test_apiserver::proc_status_kib(child.id(), "VmHWM");
     let _ = child.kill();
     let _ = child.wait();
+    keep.push(daemon_dir);
     f
 }
 
@@ -142,12 +150,13 @@ pub fn run(cmpoll: &Path, baseline: Option<&Path>, sizes: &[usize]) {
         "  {:<10} {:>10} {:>10} {:>12} {:>12} {:>10} {:>14}",
         "binary", "disk", "tmpfs", "restart", "1 changed", "syncs", "daemon peak"
     );
+    let mut keep = Vec::new();
     for &n in sizes {
         println!("  {n} modules:");
-        let now = measure(cmpoll, n);
+        let now = measure(cmpoll, n, &mut keep);
         print_row("this", &now);
         if let Some(before) = baseline {
-            let then = measure(before, n);
+            let then = measure(before, n, &mut keep);
             print_row("baseline", &then);
             println!(
                 "  {:<10} {:>9.1}x {:>9.1}x {:>11.1}x {:>11.1}x {:>10} {:>13.2}x",
