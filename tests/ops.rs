@@ -183,7 +183,22 @@ fn metrics_parse_with_prometheus_client_and_counters_move() {
     s.delete("a", "two");
     s.fault(Match::lists(), Fault::InternalError, 2);
     d.batch(SOON);
-    let m = metrics_once(&addr, "cmpoll_events_total{type=updated}", 1.0);
+    // The update and the removal may land in two polls (30 ms apart), and the two failed
+    // lists before, between or after them: wait for every counter, then check them all.
+    let want = [
+        ("cmpoll_events_total{type=updated}", 1.0),
+        ("cmpoll_events_total{type=removed}", 1.0),
+        ("cmpoll_modules{}", 1.0),
+        ("cmpoll_polls_total{result=error}", 2.0),
+    ];
+    let start = Instant::now();
+    let m = loop {
+        let m = parse_metrics(&get(&addr, "/metrics").1);
+        if want.iter().all(|(k, v)| m[*k] == *v) || start.elapsed() > SOON {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(m["cmpoll_events_total{type=updated}"], 1.0);
     assert_eq!(m["cmpoll_events_total{type=removed}"], 1.0);
     assert_eq!(m["cmpoll_modules{}"], 1.0);
