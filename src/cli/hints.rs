@@ -10,9 +10,9 @@ fn entry(name: &str) -> Option<&'static Flag> {
     flag::ALL.iter().copied().find(|f| f.name() == name)
 }
 
-/// One `--help` entry: the flag's name and its description, the wrapped lines joined.
+/// One `--help` entry: the flag and its description, the wrapped lines joined.
 struct Entry {
-    name: String,
+    flag: &'static Flag,
     description: String,
 }
 
@@ -38,10 +38,9 @@ pub fn help_with_variables(help: &str) -> String {
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(entry);
         match flag {
-            Some(f) => {
-                let name = f.long();
-                let description = line.trim_start()[name.len()..].trim().to_string();
-                open = Some(Entry { name, description });
+            Some(flag) => {
+                let description = line.trim_start()[flag.long().len()..].trim().to_string();
+                open = Some(Entry { flag, description });
             }
             None => {
                 out.push_str(line);
@@ -56,9 +55,7 @@ pub fn help_with_variables(help: &str) -> String {
 }
 
 fn write_entry(out: &mut String, e: &Entry) {
-    let Some(f) = entry(e.name.trim_start_matches('-')) else {
-        return;
-    };
+    let f = e.flag;
     let mut description = e.description.clone();
     if let Some(d) = f.default {
         description.push_str(&format!(" (default: {d})"));
@@ -71,7 +68,7 @@ fn write_entry(out: &mut String, e: &Entry) {
     argh_shared::write_description(
         out,
         &argh_shared::CommandInfo {
-            name: &e.name,
+            name: &f.long(),
             short: &'\0',
             description: &description,
         },

@@ -87,8 +87,7 @@ fn check_needs(command: &Command, look: &Lookup) -> Result<(), Error> {
     let out_dir = given(&flag::out_dir)?;
     let concat = out_dir
         && look
-            .given(&flag::layout)?
-            .and_then(|_| look.opt(&flag::layout))
+            .opt(&flag::layout)
             .is_some_and(|v| v.value.trim() == "concat");
     let reload_url = given(&flag::reload_url)?;
     let on_change = given(&flag::on_change)?;
@@ -261,8 +260,8 @@ fn run(agent_argv: &[String], look: &Lookup) -> Result<RunSettings, Error> {
     let resource: Resource = look.choice(&flag::resource)?;
     let out_dir = out_dir(look, resource)?;
     let agent = agent(agent_argv, look, out_dir.as_ref())?;
-    let reload_url = reload_url(look)?;
     let reload_timeout = look.duration(&flag::reload_timeout)?;
+    let reload_url = reload_url(look, reload_timeout)?;
     let on_change = match look.opt(&flag::on_change) {
         Some(v) if v.value.trim().is_empty() => {
             return Err(usage(&v.from, "empty: give a command, or unset it"));
@@ -417,7 +416,10 @@ fn agent(
     }))
 }
 
-fn reload_url(look: &Lookup) -> Result<Option<reload_url::Options>, Error> {
+fn reload_url(
+    look: &Lookup,
+    timeout: std::time::Duration,
+) -> Result<Option<reload_url::Options>, Error> {
     let (urls, from) = look.list(&flag::reload_url);
     for u in &urls {
         crate::kube::config::normalize_server(u).map_err(|e| usage(&from, e))?;
@@ -436,7 +438,6 @@ fn reload_url(look: &Lookup) -> Result<Option<reload_url::Options>, Error> {
     for h in &raw {
         headers.push(reload_url::Header::parse(h).map_err(|e| usage(&header_from, e))?);
     }
-    let timeout = look.duration(&flag::reload_timeout)?;
     let skip_first = look.on(&flag::reload_skip_first)?;
     Ok((!urls.is_empty()).then_some(reload_url::Options {
         urls,

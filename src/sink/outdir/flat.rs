@@ -153,9 +153,9 @@ impl OutDir {
     ) -> io::Result<Written> {
         let old = self.record.modules.get(p.module.as_str()).cloned();
         let mut done = old.as_ref().map(|w| w.flat.clone()).unwrap_or_default();
+        let dir = self.opts.dir.clone();
         for (i, (tmp, key)) in renames.iter().enumerate() {
             let want = p.written.flat.get(key).cloned().unwrap_or_default();
-            let dir = self.opts.dir.clone();
             let result = self
                 .flat_target_ok(&p.module, key)
                 .and_then(|()| atomic::place_file(&dir, key, tmp));
