@@ -15,6 +15,7 @@ use crate::poll::PollStats;
 use crate::poll::event::{self, Change, Event, Synced};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::Snapshot;
+use crate::poll::spool::Spool;
 use crate::poll::store::Store;
 use crate::sink::{Batch, Sink};
 use crate::validate::{Gate, Runnable};
@@ -69,33 +70,51 @@ impl Delivery {
     ) -> Result<(Option<Synced>, Vec<String>), String> {
         let first = self.batches == 0;
         self.batches += 1;
-        let mut going = self.screen(store, &next, first);
-        // No change, or only rejections already announced: no sink hears of this poll, and
-        // what is held back keeps its previous version.
-        if going.events.is_empty() && !first {
-            log::debug!(
-                "poll {number}: no changes ({} modules, {took:?})",
-                next.len()
-            );
-            // A module gone from the cluster is no longer held back.
-            self.rejected.retain(|id, _| next.modules.contains_key(id));
-            store
-                .commit(next, &[], &going.held_back)
-                .map_err(|e| e.to_string())?;
-            return Ok((None, Vec::new()));
-        }
-        self.deliver(&mut going, store, &next, number, first)?;
-        let synced = self.settle(store, next, &mut going, number, stats, took, first)?;
-        Ok((Some(synced), going.unwritten))
+        // The batch's events borrow both snapshots; the store takes `next` once they are
+        // gone, with the modules that keep their previous version.
+        // The first batch has every module as added (the output folder reconciles with
+        // it), whatever the store was seeded with (a rejected module's last good version).
+        let empty = Snapshot::default();
+        let (synced, kept, unwritten) = {
+            let (current, spool) = (&store.snapshot, &store.spool);
+            let base = if first { &empty } else { current };
+            let mut going = self.screen(base, current, spool, &next, first);
+            // No change, or only rejections already announced: no sink hears of this
+            // poll, and what is held back keeps its previous version.
+            if going.events.is_empty() && !first {
+                log::debug!(
+                    "poll {number}: no changes ({} modules, {took:?})",
+                    next.len()
+                );
+                // A module gone from the cluster is no longer held back.
+                self.rejected.retain(|id, _| next.modules.contains_key(id));
+                (None, going.held_back, Vec::new())
+            } else {
+                self.deliver(&mut going, current, spool, &next, number, first)?;
+                let synced = self.settle(current, &next, &mut going, number, stats, took, first);
+                let kept = (going.unwritten.iter())
+                    .chain(&going.held_back)
+                    .cloned()
+                    .collect();
+                (Some(synced), kept, going.unwritten)
+            }
+        };
+        store
+            .commit(next, &kept, first)
+            .map_err(|e| e.to_string())?;
+        Ok((synced, unwritten))
     }
 
-    /// The events that turn what the sinks hold into `next` (every module `added` in a
-    /// run's first batch), screened by the gate: what it rejects is held back.
-    fn screen(&mut self, store: &Store, next: &Snapshot, first: bool) -> Going {
-        // The first batch has every module as added (the output folder reconciles with it),
-        // whatever the store was seeded with (a rejected module's last good version).
-        let empty = Snapshot::default();
-        let base = if first { &empty } else { &store.snapshot };
+    /// The events that turn `base` (what the sinks hold) into `next`, screened by the
+    /// gate: what it rejects is held back.
+    fn screen<'a>(
+        &mut self,
+        base: &'a Snapshot,
+        current: &'a Snapshot,
+        spool: &Spool,
+        next: &'a Snapshot,
+        first: bool,
+    ) -> Going<'a> {
         let mut going = Going {
             events: event::diff(base, next),
             ..Going::default()
@@ -103,7 +122,7 @@ impl Delivery {
         let Some(gate) = &mut self.gate else {
             return going;
         };
-        let screened = gate.screen(&going.events, &store.spool, &store.snapshot, next);
+        let screened = gate.screen(&going.events, spool, current, next);
         {
             let m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
             for r in &screened.runs {
@@ -121,12 +140,11 @@ impl Delivery {
             // A restart seeded its last good version: that is what the sinks hold,
             // so this run's first batch announces it, before the rejection.
             if first
-                && let Some(good) = store.snapshot.modules.get(&id)
+                && let Some(good) = current.modules.get(&id)
                 && let Some(at) = going.events.iter().position(|e| e.id == id)
             {
-                going
-                    .events
-                    .insert(at, Event::new(Change::Added, &id, good));
+                let id = going.events[at].id;
+                going.events.insert(at, Event::new(Change::Added, id, good));
             }
         }
         going
@@ -135,10 +153,11 @@ impl Delivery {
     /// The batch through every sink in order. A module a sink could not write is heard of
     /// by no later sink (and keeps its previous version); one a sink refuses (a `flat`
     /// name clash) reaches the later sinks as `rejected`.
-    fn deliver(
+    fn deliver<'a>(
         &mut self,
-        going: &mut Going,
-        store: &Store,
+        going: &mut Going<'a>,
+        current: &Snapshot,
+        spool: &'a Spool,
         next: &Snapshot,
         number: u64,
         first: bool,
@@ -146,16 +165,18 @@ impl Delivery {
         let mut batch = Batch {
             events: std::mem::take(&mut going.events),
             synced: Synced::default(),
-            spool: &store.spool,
+            spool,
             first,
         };
         for sink in &mut self.sinks {
-            let modules = sinks_hold(&[&going.unwritten, &going.held_back], &store.snapshot, next);
+            let modules = sinks_hold(&[&going.unwritten, &going.held_back], current, next);
             batch.synced = counts(&batch.events, modules, number);
             let outcome = sink.apply(&batch).map_err(|f| f.0)?;
             // Not written: later sinks do not hear of it, and the snapshot keeps what was
             // there before, so the next poll tries again.
-            batch.events.retain(|e| !outcome.failed.contains(&e.id));
+            batch
+                .events
+                .retain(|e| !outcome.failed.iter().any(|f| f == e.id));
             going.unwritten.extend(outcome.failed);
             for (id, reason) in outcome.rejected {
                 going.held_back.push(id.clone());
@@ -171,31 +192,26 @@ impl Delivery {
         Ok(())
     }
 
-    /// After the sinks: what is no longer held back, the batch's log line, and `next`
-    /// made current but for what a sink did not take (which keeps its previous version).
+    /// After the sinks: what is no longer held back, and the batch's log line.
     #[allow(clippy::too_many_arguments)]
     fn settle(
         &mut self,
-        store: &mut Store,
-        next: Snapshot,
+        current: &Snapshot,
+        next: &Snapshot,
         going: &mut Going,
         number: u64,
         stats: &PollStats,
         took: Duration,
         first: bool,
-    ) -> Result<Synced, String> {
-        let applied = std::mem::take(&mut going.events);
-        let modules = sinks_hold(
-            &[&going.unwritten, &going.held_back],
-            &store.snapshot,
-            &next,
-        );
-        let synced = counts(&applied, modules, number);
+    ) -> Synced {
+        let applied = &going.events;
+        let modules = sinks_hold(&[&going.unwritten, &going.held_back], current, next);
+        let synced = counts(applied, modules, number);
         // A module whose cluster content was published, or that is gone, is no longer
         // held back (a last good version announced at start is not its cluster content).
         let published = |id: &String| {
             applied.iter().any(|e| {
-                &e.id == id
+                e.id == id
                     && e.is_change()
                     && next.modules.get(id).map(|n| n.hash) == Some(e.entry.hash)
             })
@@ -217,16 +233,7 @@ impl Delivery {
         } else {
             log::info!("{line}");
         }
-        let kept: Vec<String> = going
-            .unwritten
-            .iter()
-            .chain(&going.held_back)
-            .cloned()
-            .collect();
-        store
-            .commit(next, &applied, &kept)
-            .map_err(|e| e.to_string())?;
-        Ok(synced)
+        synced
     }
 
     fn health(&self) -> std::sync::MutexGuard<'_, Health> {
@@ -237,8 +244,8 @@ impl Delivery {
 /// A batch on its way through `commit`: its events (what the sinks take, in the end),
 /// and the modules no sink published.
 #[derive(Debug, Default)]
-struct Going {
-    events: Vec<Event>,
+struct Going<'a> {
+    events: Vec<Event<'a>>,
     /// A sink could not write them: retried next poll.
     unwritten: Vec<String>,
     /// Rejected (by the gate, or a sink): announced once per content.

@@ -13,7 +13,7 @@
 //! the apiserver), `source/` (what it lists), `poll/` (modules, snapshots, the spool),
 //! `validate/` (`--validate`: the gate between a batch and the sinks), `sink/` (who hears
 //! of a batch), `batch` (a poll made into a batch: screen, deliver, settle), `names`
-//! (apimachinery's rules for names and keys),
+//! (apimachinery's rules for names and keys), `idmap` (a compact map by module id),
 //! `daemon`/`list` (the two commands), `ops/` (health,
 //! metrics, signals, processes, logs). Module contents never sit in memory as a whole: the
 //! poll streams items into the spool and the snapshot keeps hashes and locations only.
@@ -24,6 +24,7 @@ pub mod cli;
 pub mod daemon;
 pub mod error;
 pub mod http;
+pub mod idmap;
 pub mod kube;
 pub mod list;
 pub mod names;

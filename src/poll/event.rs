@@ -41,22 +41,24 @@ impl Change {
 }
 
 /// One change: for `Removed` the entry is the last one seen, otherwise the new one (for
-/// `Rejected`, the one held back).
+/// `Rejected`, the one held back). It borrows the module's id and entry from the snapshot
+/// they are in: a first batch has an event per module of the cluster, which would
+/// otherwise hold a second copy of the snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
+pub struct Event<'a> {
     pub change: Change,
-    pub id: String,
-    pub entry: Entry,
+    pub id: &'a str,
+    pub entry: &'a Entry,
     /// Why a `Rejected` module was held back.
-    pub reason: Option<String>,
+    pub reason: Option<Box<str>>,
 }
 
-impl Event {
-    pub fn new(change: Change, id: &str, entry: &Entry) -> Event {
+impl<'a> Event<'a> {
+    pub fn new(change: Change, id: &'a str, entry: &'a Entry) -> Event<'a> {
         Event {
             change,
-            id: id.to_string(),
-            entry: entry.clone(),
+            id,
+            entry,
             reason: None,
         }
     }
@@ -65,8 +67,8 @@ impl Event {
     pub fn reject(&mut self, reason: String) {
         self.change = Change::Rejected;
         self.reason = Some(match cut(&reason, MAX_REASON) {
-            Cow::Borrowed(_) => reason,
-            Cow::Owned(cut) => cut,
+            Cow::Borrowed(_) => reason.into(),
+            Cow::Owned(cut) => cut.into(),
         });
     }
 
@@ -97,10 +99,10 @@ pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
 }
 
 /// The events that turn `prev` into `next`.
-pub fn diff(prev: &Snapshot, next: &Snapshot) -> Vec<Event> {
+pub fn diff<'a>(prev: &'a Snapshot, next: &'a Snapshot) -> Vec<Event<'a>> {
     // A first batch holds every module: allocated once at its size, not grown by doubling
     // (up to twice that). Later batches are small and pay nothing for counting.
-    let mut events: Vec<Event> = if prev.is_empty() {
+    let mut events: Vec<Event<'a>> = if prev.is_empty() {
         Vec::with_capacity(next.len())
     } else {
         Vec::new()
@@ -396,8 +398,8 @@ mod tests {
         }
     }
 
-    fn changes(events: &[Event]) -> Vec<(Change, &str)> {
-        events.iter().map(|e| (e.change, e.id.as_str())).collect()
+    fn changes<'a>(events: &[Event<'a>]) -> Vec<(Change, &'a str)> {
+        events.iter().map(|e| (e.change, e.id)).collect()
     }
 
     #[test]

@@ -114,7 +114,7 @@ impl Poller {
 /// last of two entries for one ConfigMap wins).
 fn snapshot(entries: Modules) -> Snapshot {
     Snapshot {
-        modules: entries.sorted(),
+        modules: snapshot::sorted(entries),
     }
 }
 

@@ -10,7 +10,6 @@
 
 use std::io;
 
-use super::event::{Change, Event};
 use super::snapshot::Snapshot;
 use super::spool::Spool;
 
@@ -37,15 +36,16 @@ impl Store {
         self
     }
 
-    /// Makes `next` current. `applied`: the events every sink took; `unwritten`: modules a
-    /// sink could not write (their events are not in `applied`).
-    pub fn commit(
-        &mut self,
-        mut next: Snapshot,
-        applied: &[Event],
-        unwritten: &[String],
-    ) -> io::Result<()> {
-        for id in unwritten {
+    /// Makes `next` current. `kept`: modules the sinks did not take (a write failed, or
+    /// held back): each keeps its previous version, or stays absent. `first`: this was a
+    /// run's first batch, which delivered every module.
+    ///
+    /// What to release and what to shelve follows from the two snapshots, not from the
+    /// batch's events (which borrow them): contents the current snapshot has and `next`
+    /// no longer uses are released; a module `next` delivered (new or changed, or any in
+    /// a first batch) is shelved.
+    pub fn commit(&mut self, mut next: Snapshot, kept: &[String], first: bool) -> io::Result<()> {
+        for id in kept {
             let old = self.snapshot.modules.get(id);
             let refused = match old {
                 Some(old) => next.modules.insert(id, old.clone()),
@@ -58,27 +58,31 @@ impl Store {
                 self.spool.release(e.loc);
             }
         }
-        for e in applied {
-            if matches!(e.change, Change::Updated | Change::Removed)
-                && let Some(old) = self.snapshot.modules.get(&e.id)
-            {
-                self.spool.release(old.loc);
+        let Store {
+            snapshot: current,
+            spool,
+            shelving,
+        } = self;
+        for (id, old) in current.modules.iter() {
+            if (next.modules.get(id)).is_none_or(|e| e.loc != old.loc) {
+                spool.release(old.loc);
             }
         }
         // Delivered: with a shelf (the output folder), the spool keeps only their keys.
-        for e in applied.iter().filter(|_| self.shelving) {
-            if !matches!(e.change, Change::Added | Change::Updated) {
-                continue;
-            }
-            if let Some(entry) = next.modules.get_mut(&e.id)
-                && entry.hash == e.entry.hash
-            {
-                match self.spool.shelve(&e.id, &entry.hash, entry.loc) {
+        if *shelving {
+            let kept: std::collections::HashSet<&str> = kept.iter().map(String::as_str).collect();
+            next.modules.for_each_mut(|id, entry| {
+                let delivered =
+                    first || (current.modules.get(id)).is_none_or(|old| old.hash != entry.hash);
+                if !delivered || kept.contains(id) {
+                    return;
+                }
+                match spool.shelve(id, &entry.hash, entry.loc) {
                     Ok(Some(loc)) => entry.loc = loc,
                     Ok(None) => {}
-                    Err(err) => log::debug!("{}: kept in the spool: {err}", e.id),
+                    Err(err) => log::debug!("{id}: kept in the spool: {err}"),
                 }
-            }
+            });
         }
         self.spool.first_batch_done();
         self.snapshot = next;
@@ -97,7 +101,6 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::poll::event::diff;
 
     fn put(store: &mut Store, snap: &mut Snapshot, id: &str, v: &str) {
         let entry = crate::poll::testing::entry(&mut store.spool, v);
@@ -114,16 +117,13 @@ mod tests {
         let mut store = Store::new(Spool::memory());
         let mut first = Snapshot::default();
         put(&mut store, &mut first, "ns/a", "a1");
-        let events = diff(&store.snapshot, &first);
-        store.commit(first, &events, &[]).unwrap();
+        store.commit(first, &[], true).unwrap();
         let mut next = Snapshot::default();
         put(&mut store, &mut next, "ns/a", "a2");
         put(&mut store, &mut next, "ns/b", "b1");
-        let mut events = diff(&store.snapshot, &next);
         // Neither could be written: a stays at a1, b stays absent.
-        events.clear();
         store
-            .commit(next, &events, &["ns/a".into(), "ns/b".into()])
+            .commit(next, &["ns/a".into(), "ns/b".into()], false)
             .unwrap();
         assert_eq!(store.snapshot.modules.keys().collect::<Vec<_>>(), ["ns/a"]);
         assert_eq!(text(&store, "ns/a"), "a1");
@@ -136,8 +136,7 @@ mod tests {
         for round in 0..12 {
             let mut next = Snapshot::default();
             put(&mut store, &mut next, "ns/a", &format!("{round}{big}"));
-            let events = diff(&store.snapshot, &next);
-            store.commit(next, &events, &[]).unwrap();
+            store.commit(next, &[], round == 0).unwrap();
             assert!(text(&store, "ns/a").starts_with(&round.to_string()));
         }
         assert!(

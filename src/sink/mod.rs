@@ -27,7 +27,7 @@ use crate::source::ModuleFile;
 
 /// The events of one poll, closed by `synced`.
 pub struct Batch<'a> {
-    pub events: Vec<Event>,
+    pub events: Vec<Event<'a>>,
     pub synced: Synced,
     pub spool: &'a Spool,
     /// The first batch since cmpoll started (always sent, even without changes).
@@ -47,7 +47,7 @@ impl Batch<'_> {
     }
 
     /// The added, updated and removed events, without the rejected ones.
-    pub fn changes(&self) -> impl Iterator<Item = &Event> {
+    pub fn changes(&'_ self) -> impl Iterator<Item = &'_ Event<'_>> {
         self.events.iter().filter(|e| e.is_change())
     }
 
@@ -57,16 +57,16 @@ impl Batch<'_> {
     pub fn write_lines(&self, out: &mut dyn io::Write, contents: bool) -> io::Result<()> {
         for e in &self.events {
             let mut line = match e.change {
-                Change::Removed => event::removed(&e.id, &e.entry),
+                Change::Removed => event::removed(e.id, e.entry),
                 Change::Rejected => {
-                    event::rejected(&e.id, &e.entry, e.reason.as_deref().unwrap_or(""))
+                    event::rejected(e.id, e.entry, e.reason.as_deref().unwrap_or(""))
                 }
                 Change::Added | Change::Updated if contents => {
                     let files = self.files(e)?;
-                    event::module(Some(e.change.as_str()), &e.id, &e.entry, Some(&files))
+                    event::module(Some(e.change.as_str()), e.id, e.entry, Some(&files))
                 }
                 Change::Added | Change::Updated => {
-                    event::module(Some(e.change.as_str()), &e.id, &e.entry, None)
+                    event::module(Some(e.change.as_str()), e.id, e.entry, None)
                 }
             };
             line.push(b'\n');

@@ -167,9 +167,9 @@ impl Gate {
             if !matches!(e.change, Change::Added | Change::Updated) {
                 continue;
             }
-            match self.failed.get(&e.id) {
+            match self.failed.get(e.id) {
                 Some(f) if f.hash == e.entry.hash => {
-                    out.rejected.push((e.id.clone(), f.reason.clone()));
+                    out.rejected.push((e.id.to_string(), f.reason.clone()));
                 }
                 _ => todo.push(e),
             }
@@ -180,12 +180,12 @@ impl Gate {
                 Verdict::Pass => {
                     out.runs.push("pass");
                     out.runnable.ran();
-                    changed |= self.failed.remove(&e.id).is_some();
+                    changed |= self.failed.remove(e.id).is_some();
                 }
                 Verdict::Fail(reason) => {
                     out.runs.push("fail");
                     out.runnable.ran();
-                    let good = current.modules.get(&e.id).and_then(|old| {
+                    let good = current.modules.get(e.id).and_then(|old| {
                         Some(Good {
                             uid: old.uid.to_string(),
                             resource_version: old.resource_version.to_string(),
@@ -193,9 +193,9 @@ impl Gate {
                         })
                     });
                     // The good version is the one the sinks hold now, or the one kept.
-                    let good = good.or_else(|| self.failed.get(&e.id).and_then(|f| f.good.clone()));
+                    let good = good.or_else(|| self.failed.get(e.id).and_then(|f| f.good.clone()));
                     self.failed.insert(
-                        e.id.clone(),
+                        e.id.to_string(),
                         Failed {
                             hash: e.entry.hash,
                             reason: reason.clone(),
@@ -203,12 +203,12 @@ impl Gate {
                         },
                     );
                     changed = true;
-                    out.rejected.push((e.id.clone(), reason));
+                    out.rejected.push((e.id.to_string(), reason));
                 }
                 Verdict::Error(reason) => {
                     out.runs.push("error");
                     out.runnable = Runnable::Cannot(reason.clone());
-                    out.rejected.push((e.id.clone(), reason));
+                    out.rejected.push((e.id.to_string(), reason));
                 }
             }
         }
@@ -233,9 +233,7 @@ impl Gate {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(e) = todo.get(i) else { return };
                 let verdict = match spool.get(e.entry.loc) {
-                    Ok(files) => self
-                        .stage
-                        .validate(&self.opts, &e.id, &e.entry.hash, &files),
+                    Ok(files) => self.stage.validate(&self.opts, e.id, &e.entry.hash, &files),
                     Err(err) => Verdict::Error(format!("cannot read its files back: {err}")),
                 };
                 *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(verdict);

@@ -27,7 +27,7 @@ impl OutDir {
     /// Who holds which key, as recorded.
     fn holders(&self) -> HashMap<String, String> {
         let mut holders = HashMap::new();
-        for (id, w) in &self.record.modules {
+        for (id, w) in self.record.modules.iter() {
             for key in w.flat.keys() {
                 holders.insert(key.clone(), id.to_string());
             }
@@ -38,19 +38,19 @@ impl OutDir {
     /// Decides which of `writes` may go out: the writes to make, in the order they must be
     /// made (so that a key changes hands after its holder let it go), and the modules
     /// rejected for a key another holds.
-    pub(super) fn claim_keys<'a>(
+    pub(super) fn claim_keys<'a, 'b>(
         &self,
         batch: &Batch,
-        writes: Vec<&'a Event>,
+        writes: Vec<&'a Event<'b>>,
         removals: &[String],
-    ) -> (Vec<&'a Event>, Vec<(String, String)>) {
+    ) -> (Vec<&'a Event<'b>>, Vec<(String, String)>) {
         let mut holders = self.holders();
         holders.retain(|_, id| !removals.contains(id));
         let holds = |id: &str| (self.record.modules.get(id)).is_some_and(|w| !w.flat.is_empty());
         let (mut first, mut then): (Vec<&Event>, Vec<&Event>) =
-            writes.into_iter().partition(|e| holds(&e.id));
-        first.sort_by(|a, b| a.id.cmp(&b.id));
-        then.sort_by(|a, b| a.id.cmp(&b.id));
+            writes.into_iter().partition(|e| holds(e.id));
+        first.sort_by(|a, b| a.id.cmp(b.id));
+        then.sort_by(|a, b| a.id.cmp(b.id));
         let mut ordered = Vec::new();
         let mut rejected = Vec::new();
         for e in first.into_iter().chain(then) {
@@ -67,7 +67,7 @@ impl OutDir {
                 .find_map(|k| holders.get(k).filter(|h| **h != e.id).map(|h| (k, h)));
             if let Some((key, holder)) = clash {
                 rejected.push((
-                    e.id.clone(),
+                    e.id.to_string(),
                     format!(
                         "--layout flat: key {} is already published by module {holder}; {} waits until {holder} no longer has it",
                         go_quote(key),
@@ -78,7 +78,7 @@ impl OutDir {
             }
             holders.retain(|_, id| *id != e.id);
             for k in keys {
-                holders.insert(k, e.id.clone());
+                holders.insert(k, e.id.to_string());
             }
             ordered.push(e);
         }
@@ -114,10 +114,14 @@ impl OutDir {
     /// for `id`, still with the bytes it wrote.
     fn flat_target_ok(&self, id: &str, key: &str) -> io::Result<()> {
         let path = self.dir().join(part(key)?);
-        let recorded = self.record.modules.get(id).and_then(|w| w.flat.get(key));
+        let recorded = self
+            .record
+            .modules
+            .get(id)
+            .and_then(|w| w.flat.get(key).copied());
         match found(&path)? {
             Found::Nothing => Ok(()),
-            Found::File if recorded.is_some() && file_digest(&path)?.as_ref() == recorded => Ok(()),
+            Found::File if recorded.is_some() && file_digest(&path)? == recorded => Ok(()),
             _ => Err(not_ours(&path)),
         }
     }
@@ -151,7 +155,7 @@ impl OutDir {
         p: &Pending,
         renames: &[(String, String)],
     ) -> io::Result<Written> {
-        let old = self.record.modules.get(p.module.as_str()).cloned();
+        let old = self.record.modules.get(&p.module);
         let mut done = old.as_ref().map(|w| w.flat.clone()).unwrap_or_default();
         let dir = self.opts.dir.clone();
         for (i, (tmp, key)) in renames.iter().enumerate() {
@@ -167,15 +171,15 @@ impl OutDir {
                     mixed.hash = None;
                     mixed.mode = self.opts.file_mode;
                     mixed.flat = done;
-                    self.record.modules.insert(p.module.as_str().into(), mixed);
+                    self.record.modules.insert(&p.module, mixed);
                 }
                 return Err(e);
             }
             done.insert(key.clone(), want);
             // Recorded as it goes, so `flat_target_ok` accepts this file on a retry.
-            if let Some(w) = self.record.modules.get_mut(p.module.as_str()) {
+            (self.record.modules).update(&p.module, |w| {
                 w.flat.insert(key.clone(), want);
-            }
+            });
         }
         Ok(p.written.clone())
     }
@@ -210,7 +214,7 @@ impl OutDir {
                 remove_if_exists(&t)?;
             }
         }
-        let old = self.record.modules.get(p.module.as_str()).cloned();
+        let old = self.record.modules.get(&p.module);
         let mut mixed = old.as_ref().map(|w| w.flat.clone()).unwrap_or_default();
         let mut all_new = true;
         for (key, want) in &p.written.flat {
@@ -229,7 +233,7 @@ impl OutDir {
             w.hash = None;
             w.mode = p.written.mode;
             w.flat = mixed;
-            self.record.modules.insert(p.module.as_str().into(), w);
+            self.record.modules.insert(&p.module, w);
         }
         fsync_dir(self.dir())
     }

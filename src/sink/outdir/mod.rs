@@ -407,7 +407,7 @@ impl OutDir {
     /// Makes `w` the record of `id`, and removes what the previous record had that `w`
     /// no longer uses (another layout's symlink or file; an old version is retired).
     fn install(&mut self, id: &str, w: Written) -> io::Result<()> {
-        let old = self.record.modules.insert(id.into(), w.clone());
+        let old = self.record.modules.insert(id, w.clone());
         if let Some(old) = old {
             self.clear(id, old, Some(&w))?;
         }
@@ -514,7 +514,7 @@ impl OutDir {
         };
         if let Err(e) = self.clear(id, w.clone(), None) {
             // Still recorded: tried again with the next removal or reconcile.
-            self.record.modules.insert(id.into(), w);
+            self.record.modules.insert(id, w);
             return Err(e);
         }
         Ok(())
@@ -567,7 +567,7 @@ impl OutDir {
             "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
             e.id
         );
-        failed.push(e.id.clone());
+        failed.push(e.id.to_string());
     }
 
     /// Removes a staged write that will not be switched in.
@@ -611,7 +611,7 @@ impl OutDir {
             for &e in *chunk {
                 let plan = batch
                     .files(e)
-                    .and_then(|files| self.plan(&e.id, &e.entry, &files));
+                    .and_then(|files| self.plan(e.id, e.entry, &files));
                 match plan {
                     Ok(p) => {
                         self.record.pending.push(p);
@@ -622,7 +622,7 @@ impl OutDir {
                             "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
                             e.id
                         );
-                        failed.push(e.id.clone());
+                        failed.push(e.id.to_string());
                     }
                 }
             }
@@ -639,7 +639,7 @@ impl OutDir {
                 failed.extend(
                     chunks[n + 1..]
                         .iter()
-                        .flat_map(|c| c.iter().map(|e| e.id.clone())),
+                        .flat_map(|c| c.iter().map(|e| e.id.to_string())),
                 );
                 return Ok(failed);
             }
@@ -728,7 +728,7 @@ impl Sink for OutDir {
                 .events
                 .iter()
                 .filter(|e| e.change == Change::Removed)
-                .map(|e| e.id.clone())
+                .map(|e| e.id.to_string())
                 .collect();
             (writes, removals)
         } else {
@@ -736,17 +736,17 @@ impl Sink for OutDir {
             // already hold some of them (in this layout or another), and some it holds may
             // be gone from the cluster.
             // A module held back (rejected) keeps what the folder has of it.
-            let wanted: BTreeSet<&str> = batch.events.iter().map(|e| e.id.as_str()).collect();
+            let wanted: BTreeSet<&str> = batch.events.iter().map(|e| e.id).collect();
             let removals = self
                 .record
                 .modules
                 .keys()
-                .filter(|id| !wanted.contains(&id.as_ref()))
+                .filter(|id| !wanted.contains(id))
                 .map(|id| id.to_string())
                 .collect();
             let writes = batch
                 .changes()
-                .filter(|e| !self.unchanged(&e.id, &e.entry))
+                .filter(|e| !self.unchanged(e.id, e.entry))
                 .collect();
             (writes, removals)
         };

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::idmap::IdMap;
 use crate::names;
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::split_id;
@@ -122,8 +123,8 @@ fn no_keys(k: &Keys) -> bool {
     k.is_empty()
 }
 
-/// What cmpoll wrote for one module. Kept in memory for every module, so held small:
-/// binary hashes, shared key lists.
+/// What cmpoll wrote for one module, as `state.json` and the journal have it (in memory,
+/// the record holds it as `Stored`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Written {
     #[serde(with = "module_hash")]
@@ -145,6 +146,145 @@ pub struct Written {
     /// its bytes (a file is only ever replaced or removed while it still has them).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub flat: BTreeMap<String, Digest>,
+}
+
+/// A `Written` as the record holds it in memory, one per module of the folder, so kept
+/// small (72 bytes): the version folder's name, which `plan` makes from the module id and
+/// a sequence number, is kept as that number; what only the concat and flat layouts (or
+/// an older cmpoll's names) have is boxed aside.
+#[derive(Clone, Debug, PartialEq)]
+struct Stored {
+    hash: Option<Hash>,
+    mode: u32,
+    /// The version folder is `stem(id).SEQ` (SEQ in hex); 0: none, or named in `rare`.
+    seq: u64,
+    files: Keys,
+    rare: Option<Box<Rare>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Rare {
+    version: Option<Box<str>>,
+    file: Option<Box<str>>,
+    digest: Option<Digest>,
+    flat: BTreeMap<String, Digest>,
+}
+
+/// The version folder name `plan` gives `id` at `seq`.
+pub fn version_of(id: &str, seq: u64) -> String {
+    format!("{}.{seq:x}", super::stem(id, super::VERSION_STEM))
+}
+
+impl Stored {
+    fn new(id: &str, w: Written) -> Stored {
+        let seq = (w.version.as_deref())
+            .and_then(|v| v.rsplit_once('.'))
+            .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok())
+            .filter(|&seq| seq != 0 && w.version.as_deref() == Some(&*version_of(id, seq)))
+            .unwrap_or(0);
+        let version = if seq == 0 { w.version } else { None };
+        let rare = Rare {
+            version,
+            file: w.file,
+            digest: w.digest,
+            flat: w.flat,
+        };
+        Stored {
+            hash: w.hash,
+            mode: w.mode,
+            seq,
+            files: w.files,
+            rare: (rare != Rare::default()).then(|| Box::new(rare)),
+        }
+    }
+
+    fn written(&self, id: &str) -> Written {
+        let rare = self.rare.as_deref().cloned().unwrap_or_default();
+        let version = match self.seq {
+            0 => rare.version,
+            seq => Some(version_of(id, seq).into()),
+        };
+        Written {
+            hash: self.hash,
+            mode: self.mode,
+            version,
+            files: self.files.clone(),
+            file: rare.file,
+            digest: rare.digest,
+            flat: rare.flat,
+        }
+    }
+}
+
+/// The record's modules by id: each given and taken as a `Written`, held as a `Stored`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Modules(IdMap<Stored>);
+
+impl Modules {
+    pub fn get(&self, id: &str) -> Option<Written> {
+        self.0.get(id).map(|s| s.written(id))
+    }
+
+    #[cfg(test)]
+    pub fn contains_key(&self, id: &str) -> bool {
+        self.0.contains_key(id)
+    }
+
+    /// Inserts or replaces; what was replaced.
+    pub fn insert(&mut self, id: &str, w: Written) -> Option<Written> {
+        let old = self.0.insert(id, Stored::new(id, w));
+        old.map(|s| s.written(id))
+    }
+
+    pub fn remove(&mut self, id: &str) -> Option<Written> {
+        self.0.remove(id).map(|s| s.written(id))
+    }
+
+    /// Changes the record of `id`, if there is one.
+    pub fn update(&mut self, id: &str, change: impl FnOnce(&mut Written)) {
+        if let Some(mut w) = self.get(id) {
+            change(&mut w);
+            self.insert(id, w);
+        }
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.keys()
+    }
+
+    /// In id order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Written)> {
+        self.0.iter().map(|(id, s)| (id, s.written(id)))
+    }
+}
+
+impl Serialize for Modules {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Modules {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Modules, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Modules;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of module names to what was written")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Modules, A::Error> {
+                let mut m = Modules::default();
+                while let Some((id, w)) = a.next_entry::<std::borrow::Cow<'de, str>, Written>()? {
+                    m.insert(&id, w);
+                }
+                Ok(m)
+            }
+        }
+        d.deserialize_map(Visit)
+    }
 }
 
 /// A write about to be made (recorded before it is made).
@@ -177,7 +317,7 @@ pub struct Retired {
 pub struct Record {
     pub version: u32,
     pub seq: u64,
-    pub modules: BTreeMap<Box<str>, Written>,
+    pub modules: Modules,
     /// Namespace folders cmpoll created (and may remove once empty).
     pub namespaces: BTreeSet<String>,
     pub pending: Vec<Pending>,
@@ -207,8 +347,8 @@ impl Record {
 
     /// Shares the key lists of modules with the same keys (after loading).
     pub fn intern(&mut self, interner: &mut Interner) {
-        for w in self.modules.values_mut() {
-            w.files = interner.intern(w.files.clone());
+        for s in self.modules.0.values_mut() {
+            s.files = interner.intern(s.files.clone());
         }
         for r in &mut self.retired {
             r.files = interner.intern(r.files.clone());
@@ -216,10 +356,10 @@ impl Record {
     }
 
     fn check(&self) -> Result<(), String> {
-        for (id, w) in &self.modules {
+        for (id, w) in self.modules.iter() {
             let at = |what: String| format!("modules[{}]: {what}", names::go_quote(id));
             module_id(id).map_err(at)?;
-            written(id, w).map_err(at)?;
+            written(id, &w).map_err(at)?;
         }
         for ns in &self.namespaces {
             namespace(ns).map_err(|e| format!("namespaces: {e}"))?;
@@ -407,6 +547,57 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.pending[0].written.version.as_deref(), Some("ns.m.3"));
+    }
+
+    /// In memory a module's record is small, and it is given back exactly as it was
+    /// taken, whatever its layout or the age of its version folder's name.
+    #[test]
+    fn the_compact_form_gives_back_what_it_took() {
+        assert!(std::mem::size_of::<Stored>() <= 72);
+        let keys: Keys = vec![Box::from("a.conf")].into();
+        let long = format!("ns/{}", "n".repeat(253));
+        let cases = [
+            // (id, version folder, held as a number)
+            ("ns/m", Some(version_of("ns/m", 0x2f)), true),
+            (long.as_str(), Some(version_of(&long, 7)), true),
+            // As a cmpoll before bounded names had it, and names that are not `plan`'s.
+            (
+                long.as_str(),
+                Some(format!("ns.{}.7", "n".repeat(253))),
+                false,
+            ),
+            ("ns/m", Some("ns.m.07".into()), false),
+            ("ns/m", Some("ns.m.0".into()), false),
+            ("ns/m", None, true),
+        ];
+        for (id, version, number) in cases {
+            let w = Written {
+                hash: Some(Hash([3; 32])),
+                mode: 0o640,
+                version: version.map(Into::into),
+                files: keys.clone(),
+                ..Written::default()
+            };
+            let stored = Stored::new(id, w.clone());
+            assert_eq!(stored.written(id), w, "{:?}", w.version);
+            assert_eq!(stored.rare.is_none(), number, "{:?}", w.version);
+        }
+        let concat = Written {
+            file: Some("ns.m.conf".into()),
+            digest: Some(Digest([1; 32])),
+            ..Written::default()
+        };
+        let flat = Written {
+            flat: [("k".to_string(), Digest([2; 32]))].into(),
+            ..Written::default()
+        };
+        let mut m = Modules::default();
+        for (id, w) in [("ns/c", &concat), ("ns/f", &flat)] {
+            m.insert(id, w.clone());
+            assert_eq!(m.get(id).as_ref(), Some(w));
+        }
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(serde_json::from_str::<Modules>(&json).unwrap(), m);
     }
 
     /// The journal: complete lines are checked like the record's pending writes; a last

@@ -8,6 +8,20 @@ use crate::poll::spool::Spool;
 use crate::source::Content;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// An event with its own id and entry (a batch's events borrow them from snapshots).
+#[derive(Clone, Debug)]
+struct Ev {
+    change: Change,
+    id: String,
+    entry: Entry,
+}
+
+fn borrowed(events: &[Ev]) -> Vec<Event<'_>> {
+    (events.iter())
+        .map(|e| Event::new(e.change, &e.id, &e.entry))
+        .collect()
+}
+
 struct Fixture {
     dir: tempfile::TempDir,
     spool: Spool,
@@ -39,7 +53,7 @@ impl Fixture {
         Record::read(&fs::read(self.path(".cmpoll/state.json")).unwrap()[..]).unwrap()
     }
 
-    fn event(&mut self, change: Change, id: &str, files: &[(&str, &str)]) -> Event {
+    fn event(&mut self, change: Change, id: &str, files: &[(&str, &str)]) -> Ev {
         let files: Vec<ModuleFile> = files
             .iter()
             .map(|(k, v)| ModuleFile {
@@ -56,16 +70,20 @@ impl Fixture {
             files: files.len() as u32,
             bytes: 0,
         };
-        Event::new(change, id, &entry)
+        Ev {
+            change,
+            id: id.to_string(),
+            entry,
+        }
     }
 
-    fn apply(&self, out: &mut OutDir, events: Vec<Event>) -> Vec<String> {
+    fn apply(&self, out: &mut OutDir, events: Vec<Ev>) -> Vec<String> {
         self.apply_all(out, events).failed
     }
 
-    fn apply_all(&self, out: &mut OutDir, events: Vec<Event>) -> Outcome {
+    fn apply_all(&self, out: &mut OutDir, events: Vec<Ev>) -> Outcome {
         let batch = Batch {
-            events,
+            events: borrowed(&events),
             synced: Synced::default(),
             spool: &self.spool,
             first: false,
@@ -74,9 +92,9 @@ impl Fixture {
     }
 
     /// The first batch after a start (the daemon's reconcile batch).
-    fn apply_first(&self, out: &mut OutDir, events: Vec<Event>) -> Vec<String> {
+    fn apply_first(&self, out: &mut OutDir, events: Vec<Ev>) -> Vec<String> {
         let batch = Batch {
-            events,
+            events: borrowed(&events),
             synced: Synced::default(),
             spool: &self.spool,
             first: true,
@@ -110,7 +128,10 @@ fn files_layout_switches_a_symlink_and_records_it() {
     );
     let state = f.record();
     assert!(state.pending.is_empty());
-    assert_eq!(&*state.modules["ns/m"].files, [Box::from("a.conf")]);
+    assert_eq!(
+        &*state.modules.get("ns/m").unwrap().files,
+        [Box::from("a.conf")]
+    );
     let e = f.event(Change::Removed, "ns/m", &[]);
     f.apply(&mut out, vec![e]);
     assert!(
@@ -146,7 +167,7 @@ fn a_batch_larger_than_a_chunk_is_written_chunk_by_chunk() {
         assert!(f.apply(&mut out, events).is_empty(), "{layout:?}");
         let state = f.record();
         assert!(state.pending.is_empty(), "{layout:?}");
-        let ids: Vec<&str> = state.modules.keys().map(|k| &**k).collect();
+        let ids: Vec<&str> = state.modules.keys().collect();
         assert_eq!(ids, ["b/m0", "b/m1", "b/m2", "b/m3", "b/m4"], "{layout:?}");
         let (first, last) = match layout {
             Layout::Files => ("b/m0/shared.conf", "b/m4/k4.conf"),
@@ -431,7 +452,13 @@ fn flat_layout_writes_keys_and_the_first_holder_keeps_a_key() {
     assert_eq!(fs::read_to_string(f.path("a.yaml")).unwrap(), "1b");
     let state = f.record();
     assert_eq!(
-        state.modules["ns/b"].flat.keys().collect::<Vec<_>>(),
+        state
+            .modules
+            .get("ns/b")
+            .unwrap()
+            .flat
+            .keys()
+            .collect::<Vec<_>>(),
         ["b.yaml", "shared.yaml"]
     );
     // A removal frees its keys for a waiting module in the same batch.
@@ -499,13 +526,14 @@ fn flat_recovery_adopts_files_with_the_new_bytes_and_restart_keeps_the_holder() 
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, [".cmpoll", "a", "b"].map(String::from).into());
-    let w = &out.record.modules["ns/m"];
+    let w = out.record.modules.get("ns/m").unwrap();
     assert_eq!(w.hash, None, "neither version");
     assert_eq!(w.flat.len(), 2, "both files still cmpoll's");
     // The reconcile batch finishes the write; another module wanting "a" waits.
     let rival = f.event(Change::Added, "aa/rival", &[("a", "rival")]);
+    let events = [rival, new];
     let batch = Batch {
-        events: vec![rival, new],
+        events: borrowed(&events),
         synced: Synced::default(),
         spool: &f.spool,
         first: true,
@@ -545,11 +573,21 @@ fn the_longest_valid_names_are_written_at_any_age_of_the_folder() {
         (read(&f, &id), read(&f, &twin_id)),
         ("1".into(), "twin".into())
     );
-    let v = out.record.modules[id.as_str()].version.clone().unwrap();
+    let v = out
+        .record
+        .modules
+        .get(id.as_str())
+        .unwrap()
+        .version
+        .clone()
+        .unwrap();
     assert!(v.len() <= 255 && v.contains('~'), "{v}");
     assert_ne!(
         v,
-        out.record.modules[twin_id.as_str()]
+        out.record
+            .modules
+            .get(twin_id.as_str())
+            .unwrap()
             .version
             .clone()
             .unwrap()
@@ -671,7 +709,7 @@ fn a_batch_reports_how_far_it_is_and_stops_when_done() {
     let mut out = f.open(Layout::Files).reporting(writing.clone());
     out.progress_every = Duration::ZERO;
     out.chunk = 2;
-    let events: Vec<Event> = (0..5)
+    let events: Vec<Ev> = (0..5)
         .map(|i| f.event(Change::Added, &format!("ns/m{i}"), &[("k", "v")]))
         .collect();
     writing.set(0, 1);
@@ -720,7 +758,7 @@ fn a_crash_between_the_grouped_sync_and_the_switches_changes_nothing() {
         assert!(out.record.pending.is_empty());
         assert!(!out.record.modules.contains_key("ns/o"), "{layout:?}");
         assert_eq!(
-            out.record.modules["ns/m"].hash,
+            out.record.modules.get("ns/m").unwrap().hash,
             Some(old.entry.hash),
             "{layout:?}"
         );

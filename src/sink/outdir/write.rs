@@ -43,10 +43,10 @@ impl OutDir {
         let w = self.record.modules.get(id);
         let ours = match found(path)? {
             Found::Nothing => true,
-            Found::Link(t) => w
+            Found::Link(t) => (w.as_ref())
                 .and_then(|w| w.version.as_deref())
                 .is_some_and(|v| t == Self::link_target(v)),
-            Found::File => w
+            Found::File => (w.as_ref())
                 .and_then(|w| w.file.as_deref())
                 .is_some_and(|f| path.file_name().and_then(|n| n.to_str()) == Some(f)),
             Found::Dir | Found::Other => false,
