@@ -30,7 +30,7 @@ pub fn run(mut poller: Poller, json: bool, contents: bool) -> Result<(), Error> 
     let written = if json {
         self::json(&polled.snapshot, &spool, &mut out, contents)
     } else {
-        table(&polled.snapshot, &mut out)
+        table(&polled.snapshot, &spool, &mut out)
     }
     .and_then(|()| out.flush());
     match written {
@@ -41,8 +41,9 @@ pub fn run(mut poller: Poller, json: bool, contents: bool) -> Result<(), Error> 
     }
 }
 
-/// Prints a table: module, number of files, bytes, hash prefix.
-pub fn table(snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
+/// Prints a table: module, number of files, bytes, hash prefix (the counts from each
+/// module's spool record).
+pub fn table(snapshot: &Snapshot, spool: &Spool, out: &mut dyn Write) -> io::Result<()> {
     let width = snapshot
         .modules
         .keys()
@@ -56,11 +57,12 @@ pub fn table(snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
         "MODULE", "FILES", "BYTES"
     )?;
     for (id, e) in snapshot.modules.iter() {
+        let m = spool.meta(e.loc)?;
         writeln!(
             out,
             "{id:<width$}  {:>5}  {:>9}  {}",
-            e.files,
-            e.bytes,
+            m.files,
+            m.bytes,
             e.hash.short(12)
         )?;
     }
@@ -84,9 +86,10 @@ pub fn json(
             out.write_all(b",\n")?;
         }
         let line = if contents {
-            event::module(None, id, e, Some(&spool.get(e.loc)?))
+            let (meta, files) = spool.read(e.loc)?;
+            event::module(None, id, (&e.hash, &meta), Some(&files))
         } else {
-            event::module(None, id, e, None)
+            event::module(None, id, (&e.hash, &spool.meta(e.loc)?), None)
         };
         out.write_all(&line)?;
     }
@@ -107,21 +110,18 @@ mod tests {
             key: "a.alloy".into(),
             content: Content::Text("x".into()),
         }];
-        let loc = spool.put(&files).unwrap();
+        let loc = spool.put("u", "7", &files).unwrap();
         let mut snap = Snapshot::default();
         snap.modules.insert(
             "monitoring/agent-module",
             Entry {
-                uid: "u".into(),
-                resource_version: "7".into(),
                 hash: Hash::of([("a.alloy", &b"x"[..])]),
                 loc,
-                files: 1,
-                bytes: 1,
+                resource_version: "7".into(),
             },
         );
         let mut out = Vec::new();
-        table(&snap, &mut out).unwrap();
+        table(&snap, &spool, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(
             text.starts_with("MODULE                   FILES      BYTES  HASH\n"),
@@ -136,6 +136,10 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v[0]["files"]["a.alloy"], "x");
         assert_eq!(v[0]["module"], "monitoring/agent-module");
+        assert_eq!(
+            (&v[0]["uid"], &v[0]["resourceVersion"]),
+            (&"u".into(), &"7".into())
+        );
         let mut out = Vec::new();
         json(&Snapshot::default(), &spool, &mut out, true).unwrap();
         assert_eq!(out, b"[]\n");

@@ -17,7 +17,9 @@ use base64::Engine as _;
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
+use super::hash::Hash;
 use super::snapshot::{Entry, Snapshot, split_id};
+use super::spool::Meta;
 use crate::source::ModuleFile;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,8 +162,8 @@ struct ModuleOut<'a> {
     module: &'a str,
     namespace: &'a str,
     name: &'a str,
-    uid: String,
-    resource_version: String,
+    uid: &'a str,
+    resource_version: &'a str,
     hash: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     files: Option<TextFiles<'a>>,
@@ -176,7 +178,7 @@ impl<'a> ModuleOut<'a> {
     fn new(
         kind: Option<&'a str>,
         id: &'a str,
-        entry: &Entry,
+        (hash, meta): (&Hash, &'a Meta),
         files: Option<&'a [ModuleFile]>,
     ) -> ModuleOut<'a> {
         let (namespace, name) = split_id(id);
@@ -185,9 +187,9 @@ impl<'a> ModuleOut<'a> {
             module: id,
             namespace,
             name,
-            uid: entry.uid.to_string(),
-            resource_version: entry.resource_version.to_string(),
-            hash: entry.hash.to_string(),
+            uid: &meta.uid,
+            resource_version: &meta.resource_version,
+            hash: hash.to_string(),
             files: files.map(TextFiles),
             binary_files: files
                 .filter(|f| f.iter().any(|f| f.content.is_binary()))
@@ -197,15 +199,16 @@ impl<'a> ModuleOut<'a> {
     }
 }
 
-/// A module object (`type` is `added`/`updated`, or `None` for `list --json`), no newline.
-/// `files` is `None` where contents must not be shown (a Secret's, on stdout).
+/// A module object (`type` is `added`/`updated`, or `None` for `list --json`), no newline:
+/// its hash, and the uid and resourceVersion its spool record has. `files` is `None`
+/// where contents must not be shown (a Secret's, on stdout).
 pub fn module(
     kind: Option<&str>,
     id: &str,
-    entry: &Entry,
+    about: (&Hash, &Meta),
     files: Option<&[ModuleFile]>,
 ) -> Vec<u8> {
-    serde_json::to_vec(&ModuleOut::new(kind, id, entry, files))
+    serde_json::to_vec(&ModuleOut::new(kind, id, about, files))
         .expect("module JSON: files are UTF-8 text or base64")
 }
 
@@ -233,10 +236,10 @@ pub fn removed(id: &str, entry: &Entry) -> Vec<u8> {
 }
 
 /// A `rejected` event (a module's fields without its files, and why), no newline.
-pub fn rejected(id: &str, entry: &Entry, reason: &str) -> Vec<u8> {
+pub fn rejected(id: &str, about: (&Hash, &Meta), reason: &str) -> Vec<u8> {
     let out = ModuleOut {
         reason: Some(reason),
-        ..ModuleOut::new(Some("rejected"), id, entry, None)
+        ..ModuleOut::new(Some("rejected"), id, about, None)
     };
     serde_json::to_vec(&out).expect("plain JSON")
 }
@@ -271,7 +274,6 @@ pub fn synced(s: &Synced) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::poll::hash::Hash;
     use crate::poll::spool::Loc;
     use crate::source::Content;
 
@@ -295,13 +297,25 @@ mod tests {
 
     fn entry() -> Entry {
         Entry {
-            uid: "u-1".into(),
-            resource_version: "42".into(),
             hash: Hash([0xab; 32]),
             loc: Loc::default(),
+            resource_version: "42".into(),
+        }
+    }
+
+    fn meta() -> Meta {
+        Meta {
+            uid: "u-1".into(),
+            resource_version: "42".into(),
             files: 2,
             bytes: 3,
         }
+    }
+
+    fn about() -> (&'static Hash, &'static Meta) {
+        static H: Hash = Hash([0xab; 32]);
+        static M: std::sync::OnceLock<Meta> = std::sync::OnceLock::new();
+        (&H, M.get_or_init(meta))
     }
 
     #[test]
@@ -319,7 +333,7 @@ mod tests {
         let line = String::from_utf8(module(
             Some("added"),
             "monitoring/test-module",
-            &entry(),
+            about(),
             Some(&files),
         ))
         .unwrap();
@@ -331,10 +345,10 @@ mod tests {
             )
         );
         let text_only = &files[1..];
-        let line = String::from_utf8(module(None, "a/b", &entry(), Some(text_only))).unwrap();
+        let line = String::from_utf8(module(None, "a/b", about(), Some(text_only))).unwrap();
         assert!(line.starts_with(r#"{"module":"a/b""#), "{line}");
         assert!(!line.contains("binaryFiles"), "only when present: {line}");
-        let hidden = String::from_utf8(module(Some("added"), "a/b", &entry(), None)).unwrap();
+        let hidden = String::from_utf8(module(Some("added"), "a/b", about(), None)).unwrap();
         assert_eq!(
             hidden,
             format!(
@@ -348,7 +362,7 @@ mod tests {
     fn rejected_matches_spec_field_order() {
         let h = "ab".repeat(32);
         assert_eq!(
-            String::from_utf8(rejected("a/b", &entry(), "key \"x\" is taken")).unwrap(),
+            String::from_utf8(rejected("a/b", about(), "key \"x\" is taken")).unwrap(),
             format!(
                 r#"{{"type":"rejected","module":"a/b","namespace":"a","name":"b","uid":"u-1","resourceVersion":"42","hash":"sha256:{h}","reason":"key \"x\" is taken"}}"#
             )
@@ -378,14 +392,16 @@ mod tests {
         );
     }
 
+    /// An entry whose contents are at a place named after `uid` (the uid itself is in the
+    /// spool record, which these tests do not need).
     fn entry_of(hash: u8, uid: &str) -> Entry {
         Entry {
-            uid: uid.into(),
-            resource_version: "1".into(),
             hash: Hash([hash; 32]),
-            loc: Loc::default(),
-            files: 1,
-            bytes: 1,
+            loc: Loc {
+                off: uid.len() as u64,
+                len: 0,
+            },
+            resource_version: "1".into(),
         }
     }
 

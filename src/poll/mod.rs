@@ -17,7 +17,7 @@ pub mod store;
 use std::collections::HashMap;
 
 use self::module::{Module, NotAModule};
-use self::snapshot::{Entry, Ident, Modules, Snapshot};
+use self::snapshot::{Entry, Modules, Rv, Snapshot};
 use self::spool::Spool;
 pub use crate::source::Error;
 use crate::source::{Collect, Item, Mark, Previous, Source};
@@ -216,12 +216,18 @@ impl Collect for Collector<'_> {
             }
         };
         if let Some(full) = &mut self.full {
-            full.unspooled += Spool::record_len(&module.files);
+            full.unspooled +=
+                Spool::record_len(&module.uid, &module.resource_version, &module.files);
             return Ok(());
         }
         let loc = match self.last.snapshot.modules.get(&id) {
             Some(old) if old.hash == module.hash => old.loc,
-            _ => match self.spool.put_module(&id, &module.hash, &module.files) {
+            _ => match self.spool.put_module(
+                &id,
+                &module.hash,
+                (&module.uid, &module.resource_version),
+                &module.files,
+            ) {
                 Ok(loc) => loc,
                 Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
                     // The record that did not fit is in the spool's length already
@@ -238,12 +244,9 @@ impl Collect for Collector<'_> {
         self.entries.push_unsorted(
             &id,
             Entry {
-                uid: Ident::new(&module.uid),
-                resource_version: Ident::new(&module.resource_version),
                 hash: module.hash,
                 loc,
-                files: module.files.len() as u32,
-                bytes: module.bytes(),
+                resource_version: Rv::new(&module.resource_version),
             },
         );
         Ok(())
@@ -271,7 +274,7 @@ mod tests;
 #[cfg(test)]
 pub(crate) mod testing {
     use super::hash::Hash;
-    use super::snapshot::{Entry, Ident};
+    use super::snapshot::Entry;
     use super::spool::Spool;
     use crate::source::{Content, ModuleFile};
 
@@ -283,12 +286,9 @@ pub(crate) mod testing {
             content: Content::Text(v.into()),
         }];
         Entry {
-            uid: Ident::new("u"),
-            resource_version: Ident::new("1"),
             hash: Hash::of([("k", v.as_bytes())]),
-            loc: spool.put(&files).expect("a spool in memory"),
-            files: 1,
-            bytes: v.len() as u64,
+            loc: spool.put("u", "1", &files).expect("a spool in memory"),
+            resource_version: "1".into(),
         }
     }
 }

@@ -7,122 +7,64 @@
 //! copy or any per-node overhead; lookups are binary searches. Module ids live in one
 //! arena string.
 
-use std::fmt;
+use sha2::{Digest as _, Sha256};
 
 use super::hash::Hash;
 use super::spool::Loc;
 use crate::idmap::IdMap;
 
-/// What a snapshot keeps of a module.
+/// What a snapshot keeps of a module, in 56 bytes (a daemon holds two snapshots of every
+/// module of the cluster while it polls): the hash, where its contents are in the spool,
+/// and the object's resourceVersion (which tells a metadata list what changed). The uid,
+/// the resourceVersion's text and the counts are in the spool record (`spool::Meta`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
-    pub uid: Ident,
-    pub resource_version: Ident,
     pub hash: Hash,
     pub loc: Loc,
-    pub files: u32,
-    pub bytes: u64,
+    pub resource_version: Rv,
 }
 
-/// A uid or resourceVersion, kept small: snapshots hold one of each per module. A
-/// canonical lowercase UUID (what the apiserver gives as uid) is 16 bytes, a canonical
-/// decimal number (what it gives as resourceVersion) a `u64`, anything else its text. It
-/// shows, and compares, as the text it was made from.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Ident {
-    Uuid([u8; 16]),
-    Number(u64),
-    Text(Box<str>),
-}
+/// A resourceVersion in 8 bytes: a canonical decimal below 2^63 (what the apiserver gives)
+/// as its number, any other text as the top bit and 63 bits of its SHA-256. Two are equal
+/// exactly when their texts are, but for a 2^-63 chance between two texts that are not
+/// such numbers (made-up versions in `--manifests` files, which never asks whether an
+/// object changed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rv(u64);
 
-impl Ident {
-    pub fn new(s: &str) -> Ident {
-        let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if digits
-            && (s == "0" || !s.starts_with('0'))
-            && let Ok(n) = s.parse()
-        {
-            return Ident::Number(n);
-        }
-        if let Some(bytes) = uuid(s) {
-            return Ident::Uuid(bytes);
-        }
-        Ident::Text(s.into())
-    }
-}
+const TEXT: u64 = 1 << 63;
 
-/// The 16 bytes of a canonical lowercase UUID (`8-4-4-4-12` hex digits).
-fn uuid(s: &str) -> Option<[u8; 16]> {
-    let b = s.as_bytes();
-    if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    let mut hex = b.iter().filter(|&&c| c != b'-');
-    for byte in &mut out {
-        let mut v = 0u8;
-        for _ in 0..2 {
-            let c = *hex.next()?;
-            let d = match c {
-                b'0'..=b'9' => c - b'0',
-                b'a'..=b'f' => c - b'a' + 10,
-                _ => return None,
-            };
-            v = v << 4 | d;
-        }
-        *byte = v;
-    }
-    Some(out)
-}
-
-impl fmt::Display for Ident {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Ident::Number(n) => write!(f, "{n}"),
-            Ident::Text(t) => f.write_str(t),
-            Ident::Uuid(b) => {
-                for (i, byte) in b.iter().enumerate() {
-                    if matches!(i, 4 | 6 | 8 | 10) {
-                        f.write_str("-")?;
-                    }
-                    write!(f, "{byte:02x}")?;
-                }
-                Ok(())
+impl Rv {
+    pub fn new(s: &str) -> Rv {
+        let canonical = !s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && (s == "0" || !s.starts_with('0'));
+        match s.parse::<u64>() {
+            Ok(n) if canonical && n < TEXT => Rv(n),
+            _ => {
+                let d = Sha256::digest(s.as_bytes());
+                let top = u64::from_be_bytes(d[..8].try_into().expect("8 bytes"));
+                Rv(TEXT | top)
             }
         }
     }
 }
 
-impl fmt::Debug for Ident {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.to_string())
-    }
-}
-
-impl PartialEq<str> for Ident {
+impl PartialEq<str> for Rv {
     fn eq(&self, other: &str) -> bool {
-        match self {
-            Ident::Text(t) => &**t == other,
-            _ => *self == Ident::new(other),
-        }
+        *self == Rv::new(other)
     }
 }
 
-impl PartialEq<&str> for Ident {
+impl PartialEq<&str> for Rv {
     fn eq(&self, other: &&str) -> bool {
-        *self == **other
+        *self == Rv::new(other)
     }
 }
 
-impl From<&str> for Ident {
-    fn from(s: &str) -> Ident {
-        Ident::new(s)
-    }
-}
-
-impl From<String> for Ident {
-    fn from(s: String) -> Ident {
-        Ident::new(&s)
+impl From<&str> for Rv {
+    fn from(s: &str) -> Rv {
+        Rv::new(s)
     }
 }
 
@@ -163,25 +105,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn idents_are_compact_and_show_as_given() {
-        for (text, compact) in [
-            ("184467120", true),
-            ("0", true),
-            ("6f1c2d3e-8a9b-4c5d-9e0f-1a2b3c4d5e6f", true),
-            ("007", false),
-            ("6F1C2D3E-8A9B-4C5D-9E0F-1A2B3C4D5E6F", false),
-            ("6f1c2d3e-8a9b-4c5d-9e0f-1a2b3c4d5e6", false),
-            ("18446744073709551616", false),
-            ("", false),
-            ("uid-a", false),
+    fn versions_are_equal_when_their_texts_are() {
+        for (a, b, equal) in [
+            ("184467120", "184467120", true),
+            ("0", "0", true),
+            ("12", "012", false),
+            ("12", "13", false),
+            ("9223372036854775807", "9223372036854775807", true),
+            ("9223372036854775808", "9223372036854775808", true),
+            ("18446744073709551616", "18446744073709551616", true),
+            ("", "", true),
+            ("", "0", false),
+            ("v1", "v1", true),
+            ("v1", "v2", false),
         ] {
-            let id = Ident::new(text);
-            assert_eq!(id.to_string(), text);
-            assert!(id == text, "{text}");
-            assert_eq!(!matches!(id, Ident::Text(_)), compact, "{text}");
+            assert_eq!(Rv::new(a) == Rv::new(b), equal, "{a:?} {b:?}");
+            assert_eq!(Rv::new(a) == b, equal, "{a:?} {b:?}");
         }
-        assert!(Ident::new("12") != "012");
-        assert!(Ident::new("uid-a") != "uid-b");
-        assert!(std::mem::size_of::<Ident>() <= 24);
+        assert_eq!(Rv::new("42"), Rv(42), "the apiserver's numbers as they are");
+        assert_eq!(std::mem::size_of::<Entry>(), 56);
     }
 }

@@ -32,8 +32,20 @@ pub trait Shelf: Send + Sync {
     fn dir(&self) -> &Path;
 }
 
-/// The first byte of a shelved record (a plain record starts with a file's 0 or 1).
+/// The first byte of a record: its files' contents follow, or (shelved) only their keys.
+const PLAIN: u8 = 0;
 const SHELVED: u8 = 2;
+
+/// What a record says of its module besides the files: the object's uid and
+/// resourceVersion as the apiserver gave them (events carry them; a snapshot keeps neither
+/// in memory), and how many files and bytes it has.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub uid: String,
+    pub resource_version: String,
+    pub files: u32,
+    pub bytes: u64,
+}
 
 /// Where a module's files are in the spool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -147,29 +159,43 @@ impl Spool {
         self.len == 0
     }
 
-    /// The bytes `put` appends for `files`.
-    pub fn record_len(files: &[ModuleFile]) -> u64 {
-        files
-            .iter()
+    /// The bytes `put` appends for a module.
+    pub fn record_len(uid: &str, resource_version: &str, files: &[ModuleFile]) -> u64 {
+        let head = 21 + uid.len() as u64 + resource_version.len() as u64;
+        let files: u64 = (files.iter())
             .map(|f| 13 + f.key.len() as u64 + f.content.bytes().len() as u64)
-            .sum()
+            .sum();
+        head + files
     }
 
-    /// Appends a module's files.
-    pub fn put(&mut self, files: &[ModuleFile]) -> io::Result<Loc> {
+    /// Appends a module's files, with the uid and resourceVersion of its object.
+    pub fn put(
+        &mut self,
+        uid: &str,
+        resource_version: &str,
+        files: &[ModuleFile],
+    ) -> io::Result<Loc> {
         self.append(|buf| {
-            buf.reserve(Self::record_len(files) as usize);
+            buf.reserve(Self::record_len(uid, resource_version, files) as usize);
+            encode_head(buf, PLAIN, uid, resource_version, files);
             encode_files(buf, files, true);
         })
     }
 
-    /// Appends module `id`'s files, or only their keys when the shelf already holds these
-    /// very bytes (before the first batch is committed).
-    pub fn put_module(&mut self, id: &str, hash: &Hash, files: &[ModuleFile]) -> io::Result<Loc> {
+    /// Appends module `id`'s files (see `put`), or only their keys when the shelf already
+    /// holds these very bytes (before the first batch is committed).
+    pub fn put_module(
+        &mut self,
+        id: &str,
+        hash: &Hash,
+        meta: (&str, &str),
+        files: &[ModuleFile],
+    ) -> io::Result<Loc> {
+        let (uid, resource_version) = meta;
         if self.look_on_shelf && self.on_shelf(id, files) {
-            return self.put_shelved(id, hash, files);
+            return self.put_shelved(id, hash, meta, files);
         }
-        self.put(files)
+        self.put(uid, resource_version, files)
     }
 
     /// Keeps only the keys of module `id` (at `loc`, with `hash`) when the shelf holds its
@@ -179,12 +205,13 @@ impl Spool {
         if self.shelf.is_none() || self.is_shelved(loc)? {
             return Ok(None);
         }
-        let files = self.get(loc)?;
+        let (meta, files) = self.read(loc)?;
         if !self.on_shelf(id, &files) {
             return Ok(None);
         }
         let start = self.len;
-        match self.put_shelved(id, hash, &files) {
+        let ids = (meta.uid.as_str(), meta.resource_version.as_str());
+        match self.put_shelved(id, hash, ids, &files) {
             Ok(shelved) => {
                 self.release(loc);
                 Ok(Some(shelved))
@@ -213,9 +240,15 @@ impl Spool {
         })
     }
 
-    fn put_shelved(&mut self, id: &str, hash: &Hash, files: &[ModuleFile]) -> io::Result<Loc> {
+    fn put_shelved(
+        &mut self,
+        id: &str,
+        hash: &Hash,
+        meta: (&str, &str),
+        files: &[ModuleFile],
+    ) -> io::Result<Loc> {
         self.append(|buf| {
-            buf.push(SHELVED);
+            encode_head(buf, SHELVED, meta.0, meta.1, files);
             buf.extend_from_slice(&(id.len() as u32).to_be_bytes());
             buf.extend_from_slice(id.as_bytes());
             buf.extend_from_slice(&hash.0);
@@ -269,10 +302,33 @@ impl Spool {
 
     /// Reads a module's files back (a shelved one's from the shelf, checked by hash).
     pub fn get(&self, loc: Loc) -> io::Result<Vec<ModuleFile>> {
+        Ok(self.read(loc)?.1)
+    }
+
+    /// Reads a module back: what its record says of it, and its files.
+    pub fn read(&self, loc: Loc) -> io::Result<(Meta, Vec<ModuleFile>)> {
         let raw = self.raw(loc)?;
-        match raw.split_first() {
-            Some((&SHELVED, rest)) => self.read_shelved(rest),
-            _ => decode(&raw),
+        let mut rest = &raw[..];
+        let (kind, meta) = decode_head(&mut rest)?;
+        let files = match kind {
+            SHELVED => self.read_shelved(rest)?,
+            _ => decode(rest)?,
+        };
+        Ok((meta, files))
+    }
+
+    /// What a module's record says of it, without reading its files.
+    pub fn meta(&self, loc: Loc) -> io::Result<Meta> {
+        // The head is a few dozen bytes: read that much first, and the rest only for an
+        // object whose uid and resourceVersion are long texts.
+        let first = self.raw(Loc {
+            off: loc.off,
+            len: loc.len.min(256),
+        })?;
+        match decode_head(&mut &first[..]) {
+            Ok((_, meta)) => Ok(meta),
+            Err(_) if loc.len > 256 => Ok(decode_head(&mut &self.raw(loc)?[..])?.1),
+            Err(e) => Err(e),
         }
     }
 
@@ -407,6 +463,43 @@ fn corrupt(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("spool: {what}"))
 }
 
+/// A record's head: its kind, the number of files and their bytes, the uid and the
+/// resourceVersion.
+fn encode_head(buf: &mut Vec<u8>, kind: u8, uid: &str, rv: &str, files: &[ModuleFile]) {
+    buf.push(kind);
+    buf.extend_from_slice(&(files.len() as u32).to_be_bytes());
+    let bytes: u64 = files.iter().map(|f| f.content.bytes().len() as u64).sum();
+    buf.extend_from_slice(&bytes.to_be_bytes());
+    for text in [uid, rv] {
+        buf.extend_from_slice(&(text.len() as u32).to_be_bytes());
+        buf.extend_from_slice(text.as_bytes());
+    }
+}
+
+fn decode_head(buf: &mut &[u8]) -> io::Result<(u8, Meta)> {
+    let kind = take(buf, 1)?[0];
+    if kind != PLAIN && kind != SHELVED {
+        return Err(corrupt("not a record"));
+    }
+    let files = u32::from_be_bytes(take(buf, 4)?.try_into().expect("4 bytes"));
+    let bytes = u64::from_be_bytes(take(buf, 8)?.try_into().expect("8 bytes"));
+    let mut text = || -> io::Result<String> {
+        let n = u32::from_be_bytes(take(buf, 4)?.try_into().expect("4 bytes")) as usize;
+        String::from_utf8(take(buf, n)?.to_vec()).map_err(|_| corrupt("not UTF-8"))
+    };
+    let uid = text()?;
+    let resource_version = text()?;
+    Ok((
+        kind,
+        Meta {
+            uid,
+            resource_version,
+            files,
+            bytes,
+        },
+    ))
+}
+
 /// Files as a record holds them: flag (binary or not), key, length, and the contents
 /// when `contents` (a shelved record has none).
 fn encode_files(buf: &mut Vec<u8>, files: &[ModuleFile], contents: bool) {
@@ -490,16 +583,32 @@ mod tests {
     #[test]
     fn round_trips_on_disk_and_in_memory() {
         for mut s in [Spool::new(None).unwrap(), Spool::memory()] {
-            let a = s.put(&files(1)).unwrap();
-            let b = s.put(&files(2)).unwrap();
+            let a = s.put("u", "1", &files(1)).unwrap();
+            let b = s.put("u", "1", &files(2)).unwrap();
             assert_eq!(s.get(b).unwrap(), files(2));
             assert_eq!(s.get(a).unwrap(), files(1));
             let mark = s.len();
-            s.put(&files(3)).unwrap();
+            s.put("u", "1", &files(3)).unwrap();
             s.truncate(mark).unwrap();
             assert_eq!(s.len(), mark);
-            let empty = s.put(&[]).unwrap();
+            let empty = s.put("u", "1", &[]).unwrap();
             assert_eq!(s.get(empty).unwrap(), vec![]);
+            // The uid and resourceVersion (of any length) come back, with the counts.
+            let long = "v".repeat(300);
+            for (uid, rv) in [
+                ("6f1c2d3e-8a9b-4c5d-9e0f-1a2b3c4d5e6f", "184467120"),
+                ("", &long[..]),
+            ] {
+                let at = s.put(uid, rv, &files(4)).unwrap();
+                let want = Meta {
+                    uid: uid.into(),
+                    resource_version: rv.into(),
+                    files: 2,
+                    bytes: 7,
+                };
+                assert_eq!(s.meta(at).unwrap(), want);
+                assert_eq!(s.read(at).unwrap(), (want, files(4)));
+            }
         }
     }
 
@@ -512,7 +621,7 @@ mod tests {
             }]
         };
         let mut s = Spool::new(None).unwrap();
-        let locs: Vec<Loc> = (0..20).map(|i| s.put(&big(i)).unwrap()).collect();
+        let locs: Vec<Loc> = (0..20).map(|i| s.put("u", "1", &big(i)).unwrap()).collect();
         let Backing::Disk { file, flushed, .. } = &s.backing else {
             panic!("a disk spool")
         };
@@ -527,11 +636,11 @@ mod tests {
         assert_eq!(s.get(locs[17]).unwrap(), big(17));
         s.truncate(locs[2].off).unwrap();
         assert_eq!(s.len(), locs[2].off);
-        let again = s.put(&big(7)).unwrap();
+        let again = s.put("u", "1", &big(7)).unwrap();
         assert_eq!(again.off, locs[2].off);
         assert_eq!(s.get(again).unwrap(), big(7));
         assert_eq!(s.get(locs[1]).unwrap(), big(1));
-        let more: Vec<Loc> = (0..10).map(|i| s.put(&big(i)).unwrap()).collect();
+        let more: Vec<Loc> = (0..10).map(|i| s.put("u", "1", &big(i)).unwrap()).collect();
         for (i, loc) in more.iter().enumerate() {
             assert_eq!(s.get(*loc).unwrap(), big(i as u8));
         }
@@ -543,7 +652,7 @@ mod tests {
         let mut s = Spool::new(Some(dir.path())).unwrap();
         let mut live = Vec::new();
         for i in 0..10 {
-            let loc = s.put(&files(i)).unwrap();
+            let loc = s.put("u", "1", &files(i)).unwrap();
             if i % 2 == 0 {
                 live.push((i, loc));
             } else {
@@ -565,7 +674,7 @@ mod tests {
         let gone = dir.path().join("gone");
         std::fs::create_dir(&gone).unwrap();
         let mut s = Spool::new(Some(&gone)).unwrap();
-        let loc = s.put(&files(1)).unwrap();
+        let loc = s.put("u", "1", &files(1)).unwrap();
         std::fs::remove_dir(&gone).unwrap();
         let mut locs = [loc];
         let e = s.compact(locs.iter_mut()).unwrap_err();
@@ -620,8 +729,12 @@ mod tests {
             .with_shelf(Box::new(shelf.clone()));
         // A start: the folder already holds m1, not m2.
         shelf.hold("ns/m1", &files(1));
-        let m1 = s.put_module("ns/m1", &hash(&files(1)), &files(1)).unwrap();
-        let m2 = s.put_module("ns/m2", &hash(&files(2)), &files(2)).unwrap();
+        let m1 = s
+            .put_module("ns/m1", &hash(&files(1)), ("u", "1"), &files(1))
+            .unwrap();
+        let m2 = s
+            .put_module("ns/m2", &hash(&files(2)), ("u", "1"), &files(2))
+            .unwrap();
         assert!(s.is_shelved(m1).unwrap(), "only keys kept for m1");
         assert!(!s.is_shelved(m2).unwrap());
         assert_eq!(s.get(m1).unwrap(), files(1), "binary and text as they were");
@@ -629,9 +742,11 @@ mod tests {
         s.first_batch_done();
         // After the first batch, a put is kept whole; once delivered, it is shelved.
         shelf.hold("ns/m3", &files(3));
-        let m3 = s.put_module("ns/m3", &hash(&files(3)), &files(3)).unwrap();
+        let m3 = s
+            .put_module("ns/m3", &hash(&files(3)), ("u", "1"), &files(3))
+            .unwrap();
         assert!(!s.is_shelved(m3).unwrap());
-        assert_eq!(m3.len, Spool::record_len(&files(3)));
+        assert_eq!(m3.len, Spool::record_len("u", "1", &files(3)));
         let dead = s.dead;
         let shelved = s.shelve("ns/m3", &hash(&files(3)), m3).unwrap().unwrap();
         assert_eq!(s.dead, dead + m3.len, "the full record is released");
@@ -661,7 +776,9 @@ mod tests {
     #[test]
     fn without_a_shelf_nothing_is_shelved() {
         let mut s = Spool::memory();
-        let loc = s.put_module("ns/m", &hash(&files(1)), &files(1)).unwrap();
+        let loc = s
+            .put_module("ns/m", &hash(&files(1)), ("u", "1"), &files(1))
+            .unwrap();
         assert_eq!(s.shelve("ns/m", &hash(&files(1)), loc).unwrap(), None);
         assert_eq!(s.get(loc).unwrap(), files(1));
     }
@@ -675,8 +792,8 @@ mod tests {
             key: "k".into(),
             content: Content::Text("x".repeat(100_000)),
         }];
-        let a = s.put(&big).unwrap();
-        let _small = s.put(&files(1)).unwrap();
+        let a = s.put("u", "1", &big).unwrap();
+        let _small = s.put("u", "1", &files(1)).unwrap();
         assert!(!s.wants_compaction());
         s.release(a);
         assert!(s.wants_compaction());

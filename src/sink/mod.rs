@@ -56,17 +56,22 @@ impl Batch<'_> {
     /// Secret's events on stdout).
     pub fn write_lines(&self, out: &mut dyn io::Write, contents: bool) -> io::Result<()> {
         for e in &self.events {
+            let hash = &e.entry.hash;
             let mut line = match e.change {
                 Change::Removed => event::removed(e.id, e.entry),
                 Change::Rejected => {
-                    event::rejected(e.id, e.entry, e.reason.as_deref().unwrap_or(""))
+                    let meta = self.spool.meta(e.entry.loc)?;
+                    let reason = e.reason.as_deref().unwrap_or("");
+                    event::rejected(e.id, (hash, &meta), reason)
                 }
                 Change::Added | Change::Updated if contents => {
-                    let files = self.files(e)?;
-                    event::module(Some(e.change.as_str()), e.id, e.entry, Some(&files))
+                    let (meta, files) = self.spool.read(e.entry.loc)?;
+                    let kind = Some(e.change.as_str());
+                    event::module(kind, e.id, (hash, &meta), Some(&files))
                 }
                 Change::Added | Change::Updated => {
-                    event::module(Some(e.change.as_str()), e.id, e.entry, None)
+                    let meta = self.spool.meta(e.entry.loc)?;
+                    event::module(Some(e.change.as_str()), e.id, (hash, &meta), None)
                 }
             };
             line.push(b'\n');

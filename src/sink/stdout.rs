@@ -46,18 +46,19 @@ mod tests {
     fn writes_one_line_per_event_and_synced_last() {
         let mut spool = Spool::memory();
         let loc = spool
-            .put(&[ModuleFile {
-                key: "k".into(),
-                content: Content::Text("v".into()),
-            }])
+            .put(
+                "u",
+                "1",
+                &[ModuleFile {
+                    key: "k".into(),
+                    content: Content::Text("v".into()),
+                }],
+            )
             .unwrap();
         let entry = Entry {
-            uid: "u".into(),
             resource_version: "1".into(),
             hash: Hash([1; 32]),
             loc,
-            files: 1,
-            bytes: 1,
         };
         let batch = Batch {
             events: vec![

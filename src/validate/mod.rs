@@ -25,7 +25,7 @@ use self::remembered::{Good, Remembered};
 pub use self::run::Verdict;
 use crate::poll::event::{Change, Event};
 use crate::poll::hash::Hash;
-use crate::poll::snapshot::{Entry, Ident, Snapshot};
+use crate::poll::snapshot::{Entry, Snapshot};
 use crate::poll::spool::Spool;
 use crate::poll::store::Store;
 
@@ -128,14 +128,11 @@ impl Gate {
             else {
                 continue;
             };
-            let loc = store.spool.put(files)?;
+            let loc = store.spool.put(uid, resource_version, files)?;
             let entry = Entry {
-                uid: Ident::new(uid),
-                resource_version: Ident::new(resource_version),
                 hash: Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes()))),
                 loc,
-                files: files.len() as u32,
-                bytes: files.iter().map(|f| f.content.bytes().len() as u64).sum(),
+                resource_version: resource_version.as_str().into(),
             };
             store.snapshot.modules.insert(id, entry);
         }
@@ -186,10 +183,11 @@ impl Gate {
                     out.runs.push("fail");
                     out.runnable.ran();
                     let good = current.modules.get(e.id).and_then(|old| {
+                        let (meta, files) = spool.read(old.loc).ok()?;
                         Some(Good {
-                            uid: old.uid.to_string(),
-                            resource_version: old.resource_version.to_string(),
-                            files: spool.get(old.loc).ok()?,
+                            uid: meta.uid,
+                            resource_version: meta.resource_version,
+                            files,
                         })
                     });
                     // The good version is the one the sinks hold now, or the one kept.

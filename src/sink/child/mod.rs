@@ -302,8 +302,8 @@ impl Supervisor {
 fn replay(feed: &Feed, view: &View) -> io::Result<u64> {
     let mut total = 0;
     for (id, entry) in view.snapshot.modules.iter() {
-        let files = view.spool.get(entry.loc)?;
-        let mut line = event::module(Some("added"), id, entry, Some(&files));
+        let (meta, files) = view.spool.read(entry.loc)?;
+        let mut line = event::module(Some("added"), id, (&entry.hash, &meta), Some(&files));
         line.push(b'\n');
         feed.push(&line)?;
         total += line.len() as u64;

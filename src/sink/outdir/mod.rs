@@ -557,11 +557,11 @@ impl OutDir {
         &self,
         failed: &mut Vec<String>,
         no_room: &mut Vec<u64>,
-        e: &Event,
+        (batch, e): (&Batch, &Event),
         err: &io::Error,
     ) {
         if err.kind() == io::ErrorKind::StorageFull {
-            no_room.push(e.entry.bytes);
+            no_room.push(batch.spool.meta(e.entry.loc).map_or(0, |m| m.bytes));
         }
         log::warn!(
             "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
@@ -655,7 +655,7 @@ impl OutDir {
                 let p = self.record.pending[i].clone();
                 match batch.files(e).and_then(|files| self.stage(&p, &files)) {
                     Ok(s) => staged.push((p, s)),
-                    Err(err) => self.not_written(&mut failed, &mut no_room, e, &err),
+                    Err(err) => self.not_written(&mut failed, &mut no_room, (batch, e), &err),
                 }
                 done += 1;
                 self.writing.set(done, total);

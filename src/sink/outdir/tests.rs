@@ -61,14 +61,11 @@ impl Fixture {
                 content: Content::Text(v.to_string()),
             })
             .collect();
-        let loc = self.spool.put(&files).unwrap();
+        let loc = self.spool.put("u", "1", &files).unwrap();
         let entry = Entry {
-            uid: "u".into(),
             resource_version: "1".into(),
             hash: Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes()))),
             loc,
-            files: files.len() as u32,
-            bytes: 0,
         };
         Ev {
             change,
