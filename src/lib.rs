@@ -118,7 +118,7 @@ fn daemon(
         };
         ops::server::start(addr, endpoints).map_err(Error::Config)?;
     }
-    let sinks = sink::open(&run.sinks, &handles, env).map_err(Error::Config)?;
+    let (sinks, shelf) = sink::open(&run.sinks, &handles, env).map_err(Error::Config)?;
     let spool_dir = run
         .sinks
         .out_dir
@@ -126,7 +126,7 @@ fn daemon(
         .map(|o| sink::outdir::meta_dir(&o.dir));
     let mut spool = Spool::new(spool_dir.as_deref()).map_err(|e| Error::Config(e.to_string()))?;
     // Delivered modules are read back from the folder: not kept twice on its volume.
-    if let Some(shelf) = run.sinks.out_dir.as_ref().and_then(sink::outdir::shelf) {
+    if let Some(shelf) = shelf {
         spool = spool.with_shelf(shelf);
     }
     let ops = daemon::Ops {

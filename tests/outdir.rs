@@ -264,6 +264,70 @@ fn a_restart_reconciles_and_leaves_unchanged_modules_untouched() {
     assert_eq!(versions, 3, "one version folder per module, no orphans");
 }
 
+/// Issue 29: a restart takes the folder's record as proof of what it holds instead of
+/// reading every file back, unless a sink reads every module in the first batch anyway:
+/// stdout events then still carry the cluster's content for a file someone changed
+/// behind cmpoll's back (keeping its length, so the record's proof would pass).
+#[test]
+fn a_restart_with_stdout_events_sends_the_clusters_content_not_a_changed_file() {
+    let (_s, c) = cluster(&[("ns", "keep", "same"), ("ns", "other", "x")]);
+    let out = c.out();
+    let dir = out.to_str().unwrap();
+    c.with_args(&["run", "--once", "--out-dir", dir])
+        .run()
+        .success();
+    let file = fs::canonicalize(out.join("ns/keep/k")).unwrap();
+    fs::remove_file(&file).unwrap();
+    fs::write(&file, "SAME").unwrap();
+    let run = c
+        .with_args(&["run", "--once", "--out-dir", dir, "--stdout-events"])
+        .run()
+        .success();
+    let added: Vec<serde_json::Value> = (run.stdout.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["type"] == "added")
+        .collect();
+    assert_eq!(added.len(), 2, "{}", run.described);
+    assert_eq!(added[0]["module"], "ns/keep");
+    assert_eq!(added[0]["files"]["k"], "same", "{}", run.described);
+    // The folder itself is not rewritten for it: its record says it holds that content.
+    assert_eq!(fs::read_to_string(out.join("ns/keep/k")).unwrap(), "SAME");
+}
+
+/// Issue 29: the record is the first poll's proof of what the folder holds; a module
+/// whose files someone removed behind cmpoll's back cannot be written from the folder, so
+/// its record loses its hash and the next run writes it from the cluster's copy (the next
+/// poll of a daemon, the next `--once` of an init container: never stuck).
+#[test]
+fn files_removed_behind_cmpolls_back_are_written_again_by_the_next_run() {
+    let (_s, c) = cluster(&[("ns", "keep", "same"), ("ns", "other", "x")]);
+    let out = c.out();
+    let dir = out.to_str().unwrap();
+    let once = ["run", "--once", "--out-dir", dir];
+    c.with_args(&once).run().success();
+    let version = fs::canonicalize(out.join("ns/keep")).unwrap();
+    fs::remove_dir_all(&version).unwrap();
+    let run = c.with_args(&once).run().failure(1);
+    assert!(
+        run.stderr.contains("cannot write ns/keep"),
+        "{}",
+        run.described
+    );
+    c.with_args(&once).run().success();
+    assert_eq!(
+        tree(&out),
+        map(&[("ns/keep/k", "same"), ("ns/other/k", "x")])
+    );
+    // A daemon heals it one poll later, without a restart.
+    fs::remove_dir_all(fs::canonicalize(out.join("ns/other")).unwrap()).unwrap();
+    let d = c.daemon(&["--out-dir", dir, "--interval", "100ms"]);
+    crate::util::eventually("ns/other written again", SOON, || {
+        tree(&out).get("ns/other/k").map(String::as_str) == Some("x")
+    });
+    assert!(leftovers(&out).is_empty());
+    d.stop();
+}
+
 #[test]
 fn a_crash_mid_batch_then_a_restart_ends_equal_to_the_cluster() {
     let s = TestApiserver::start();

@@ -30,6 +30,13 @@ pub trait Shelf: Send + Sync {
     fn read(&self, id: &str, key: &str, limit: u64) -> io::Result<Vec<u8>>;
     /// The folder, for messages.
     fn dir(&self) -> &Path;
+    /// Whether the folder holds exactly `files` (with `hash`) for `id`, known without
+    /// reading them back; `None` if only reading them back can tell.
+    fn holds(&self, _id: &str, _hash: &Hash, _files: &[ModuleFile]) -> Option<bool> {
+        None
+    }
+    /// The first batch is done: what was kept to answer `holds` may go.
+    fn settled(&mut self) {}
 }
 
 /// The first byte of a record: its files' contents follow, or (shelved) only their keys.
@@ -127,6 +134,9 @@ impl Spool {
     /// The first batch is committed: from now on the shelf holds only what was delivered.
     pub fn first_batch_done(&mut self) {
         self.look_on_shelf = false;
+        if let Some(shelf) = &mut self.shelf {
+            shelf.settled();
+        }
     }
 
     /// The folder the spool file is in (`None`: `$TMPDIR` or memory).
@@ -192,8 +202,11 @@ impl Spool {
         files: &[ModuleFile],
     ) -> io::Result<Loc> {
         let (uid, resource_version) = meta;
-        if self.look_on_shelf && self.on_shelf(id, files) {
-            return self.put_shelved(id, hash, meta, files);
+        if self.look_on_shelf {
+            let held = (self.shelf.as_ref()).and_then(|s| s.holds(id, hash, files));
+            if held.unwrap_or_else(|| self.on_shelf(id, files)) {
+                return self.put_shelved(id, hash, meta, files);
+            }
         }
         self.put(uid, resource_version, files)
     }

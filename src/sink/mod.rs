@@ -22,7 +22,7 @@ use crate::ops::metrics::Reloads;
 use crate::ops::signals::Signal;
 use crate::poll::event::{self, Change, Event, Synced};
 use crate::poll::snapshot::Snapshot;
-use crate::poll::spool::Spool;
+use crate::poll::spool::{Shelf, Spool};
 use crate::source::ModuleFile;
 
 /// The events of one poll, closed by `synced`.
@@ -160,6 +160,13 @@ pub struct Options {
 }
 
 impl Options {
+    /// Whether a sink reads every module's contents in a run's first batch: stdout events
+    /// with contents, or an agent fed its state on stdin.
+    pub fn reads_every_module_at_start(&self) -> bool {
+        (self.stdout && self.stdout_contents)
+            || (self.agent.as_ref()).is_some_and(|a| a.stdin == child::ChildStdin::Events)
+    }
+
     /// For the start-up line: every sink, in order.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
@@ -193,17 +200,25 @@ pub struct Handles {
     pub writing: crate::ops::health::Writing,
 }
 
-/// Builds the sinks `opts` ask for, in SPEC's order; problems are start-up errors.
+/// What `open` made: the sinks, and the output folder's shelf.
+pub type Opened = (Vec<Box<dyn Sink>>, Option<Box<dyn Shelf>>);
+
+/// Builds the sinks `opts` ask for, in SPEC's order, and the output folder's shelf (see
+/// `poll::spool`); problems are start-up errors.
 pub fn open(
     opts: &Options,
     handles: &Handles,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<Box<dyn Sink>>, String> {
+) -> Result<Opened, String> {
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    let mut shelf = None;
     if let Some(o) = &opts.out_dir {
-        sinks.push(Box::new(
-            outdir::OutDir::open(o.clone())?.reporting(handles.writing.clone()),
-        ));
+        let out = outdir::OutDir::open(o.clone())?.reporting(handles.writing.clone());
+        // Where a sink reads every module back in the first batch anyway, the first poll
+        // reads them back too, keeping the cluster's copy of any the folder lost.
+        let proofs = (!opts.reads_every_module_at_start()).then(|| out.proofs());
+        shelf = outdir::shelf(o, proofs);
+        sinks.push(Box::new(out));
     }
     if let Some(o) = &opts.agent {
         sinks.push(Box::new(child::Supervisor::new(
@@ -232,5 +247,5 @@ pub fn open(
             opts.stdout_contents,
         )));
     }
-    Ok(sinks)
+    Ok((sinks, shelf))
 }

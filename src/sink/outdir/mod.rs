@@ -39,7 +39,7 @@ use std::time::{Duration, Instant, SystemTime};
 use sha2::{Digest as _, Sha256};
 
 use self::record::{Digest, Interner, Pending, Record, Retired, Written, component};
-pub use self::shelf::shelf;
+pub use self::shelf::{Proofs, shelf};
 use super::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_exists};
 use super::{Batch, Fatal, Outcome, Sink};
 use crate::ops::health::{Writing, thousands};
@@ -305,6 +305,20 @@ impl OutDir {
         Ok(out)
     }
 
+    /// The modules the record says this folder holds where the shelf reads them (see
+    /// `shelf`).
+    pub fn proofs(&self) -> Proofs {
+        let layout = self.opts.layout;
+        Proofs::new(self.record.modules.iter().filter_map(|(id, w)| {
+            let placed = match layout {
+                Layout::Files => w.version.is_some(),
+                Layout::Flat => !w.flat.is_empty(),
+                Layout::Concat => false,
+            };
+            Some((id, w.hash?)).filter(|_| placed)
+        }))
+    }
+
     /// Reports how far each batch is into `writing` (readiness reads it).
     pub fn reporting(mut self, writing: Writing) -> OutDir {
         self.writing = writing;
@@ -552,6 +566,17 @@ impl OutDir {
         }
     }
 
+    /// A module's contents, from the spool. If they cannot be read (a module the spool
+    /// left in this folder at a start, whose files someone removed since), its record no
+    /// longer vouches for what the folder holds: it loses its hash, so that neither the
+    /// next poll nor the next run takes the folder for proof (see `shelf`), and the
+    /// module is written again from the cluster's copy.
+    fn contents(&mut self, batch: &Batch, e: &Event) -> io::Result<Vec<ModuleFile>> {
+        batch.files(e).inspect_err(|_| {
+            self.record.modules.update(e.id, |w| w.hash = None);
+        })
+    }
+
     /// Counts a module whose write failed (and, for want of space, its bytes).
     fn not_written(
         &self,
@@ -609,8 +634,8 @@ impl OutDir {
             let mut planned: Vec<&Event> = Vec::with_capacity(chunk.len());
             self.record.pending.clear();
             for &e in *chunk {
-                let plan = batch
-                    .files(e)
+                let plan = self
+                    .contents(batch, e)
                     .and_then(|files| self.plan(e.id, e.entry, &files));
                 match plan {
                     Ok(p) => {
@@ -653,7 +678,10 @@ impl OutDir {
             let mut staged = Vec::with_capacity(planned.len());
             for (i, e) in planned.into_iter().enumerate() {
                 let p = self.record.pending[i].clone();
-                match batch.files(e).and_then(|files| self.stage(&p, &files)) {
+                match self
+                    .contents(batch, e)
+                    .and_then(|files| self.stage(&p, &files))
+                {
                     Ok(s) => staged.push((p, s)),
                     Err(err) => self.not_written(&mut failed, &mut no_room, (batch, e), &err),
                 }

@@ -5,27 +5,71 @@
 //! symlink cmpoll did not make, never past the length the spool recorded; the spool checks
 //! what it read against the module's hash. `concat` joins a module's files into one, so
 //! it has no shelf.
+//!
+//! At a start, the first poll asks whether the folder already holds each module, while it
+//! streams the list. Reading every file back to compare made a restart at 100k modules on
+//! a disk take 9 s, or fail: the list outlived `--timeout` while it waited. Instead, when
+//! no sink reads every module back in the first batch anyway, the folder's record is the
+//! proof, in memory: it says cmpoll wrote this very content for this module. The first
+//! batch checks the folder as it always did (a module whose files are not where the
+//! record puts them is written again); one whose files cannot then be read back (someone
+//! removed them) is not written in that batch, its record loses its hash, and it is
+//! written from the cluster's copy by the next poll, or the next `--once`. A file changed
+//! behind cmpoll's back is caught by the spool's hash check when the module is read.
 
 use std::fs::File;
 use std::io::{self, Read as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
+use sha2::{Digest as _, Sha256};
+
 use super::{Found, Layout, META, Options, VERSIONS, found, meta_dir, part};
+use crate::poll::hash::Hash;
 use crate::poll::snapshot::split_id;
 use crate::poll::spool;
+use crate::source::ModuleFile;
 
 pub struct Shelf {
     dir: PathBuf,
     layout: Layout,
+    /// What the record says the folder holds, until the first batch is done.
+    proofs: Option<Proofs>,
 }
 
-/// The shelf of an output folder, if its layout keeps each file as it is.
-pub fn shelf(opts: &Options) -> Option<Box<dyn spool::Shelf>> {
+/// The modules a record says the folder holds: for each, the first 16 bytes of the
+/// SHA-256 of its id and hash, sorted (16 bytes a module, for the first poll only).
+#[derive(Debug, Default)]
+pub struct Proofs(Vec<[u8; 16]>);
+
+impl Proofs {
+    fn of(id: &str, hash: &Hash) -> [u8; 16] {
+        let mut h = Sha256::new();
+        h.update((id.len() as u64).to_be_bytes());
+        h.update(id.as_bytes());
+        h.update(hash.0);
+        h.finalize()[..16].try_into().expect("16 bytes")
+    }
+
+    pub fn new<'a>(modules: impl Iterator<Item = (&'a str, Hash)>) -> Proofs {
+        let mut v: Vec<[u8; 16]> = modules.map(|(id, h)| Proofs::of(id, &h)).collect();
+        v.sort_unstable();
+        Proofs(v)
+    }
+
+    fn has(&self, id: &str, hash: &Hash) -> bool {
+        self.0.binary_search(&Proofs::of(id, hash)).is_ok()
+    }
+}
+
+/// The shelf of an output folder, if its layout keeps each file as it is; with `proofs`,
+/// the record answers the first poll's questions (see above).
+pub fn shelf(opts: &Options, proofs: Option<Proofs>) -> Option<Box<dyn spool::Shelf>> {
     match opts.layout {
         Layout::Files | Layout::Flat => Some(Box::new(Shelf {
             dir: opts.dir.clone(),
             layout: opts.layout,
+            proofs,
         })),
         Layout::Concat => None,
     }
@@ -71,6 +115,14 @@ impl Shelf {
 }
 
 impl spool::Shelf for Shelf {
+    fn holds(&self, id: &str, hash: &Hash, _files: &[ModuleFile]) -> Option<bool> {
+        Some(self.proofs.as_ref()?.has(id, hash))
+    }
+
+    fn settled(&mut self) {
+        self.proofs = None;
+    }
+
     fn read(&self, id: &str, key: &str, limit: u64) -> io::Result<Vec<u8>> {
         let path = self.path(id, key)?;
         let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;

@@ -690,11 +690,63 @@ fn the_shelf_reads_back_only_what_cmpoll_wrote() {
     assert_eq!(flat.read("ns/m", "k.conf", 4).unwrap(), b"flat");
     std::os::unix::fs::symlink("k.conf", f.path("link.conf")).unwrap();
     assert!(flat.read("ns/m", "link.conf", 10).is_err());
-    assert!(shelf(&f.options(Layout::Concat)).is_none());
+    assert!(shelf(&f.options(Layout::Concat), None).is_none());
+}
+
+/// Issue 29: at a start the record says what the folder holds, without reading it
+/// back: only for the content it recorded; without proofs (a sink reads every module back
+/// anyway) it does not say, and once the first batch is done it no longer does.
+#[test]
+fn the_record_proves_what_the_folder_holds_at_a_start() {
+    for layout in [Layout::Files, Layout::Flat] {
+        let mut f = Fixture::new();
+        let mut out = f.open(layout);
+        let m = f.event(
+            Change::Added,
+            "ns/m",
+            &[("a.conf", "one"), ("b.conf", "two")],
+        );
+        let n = f.event(Change::Added, "ns/n", &[("c.conf", "three")]);
+        assert!(f.apply(&mut out, vec![m.clone(), n]).is_empty());
+        drop(out);
+        let out = f.open(layout);
+        let mut shelf = shelf(&f.options(layout), Some(out.proofs())).unwrap();
+        let files = |pairs: &[(&str, &str)]| -> Vec<ModuleFile> {
+            (pairs.iter())
+                .map(|(k, v)| ModuleFile {
+                    key: k.to_string(),
+                    content: Content::Text(v.to_string()),
+                })
+                .collect()
+        };
+        let both = files(&[("a.conf", "one"), ("b.conf", "two")]);
+        let hash = m.entry.hash;
+        assert_eq!(shelf.holds("ns/m", &hash, &both), Some(true), "{layout:?}");
+        let other = files(&[("a.conf", "uno"), ("b.conf", "two")]);
+        let other_hash = Hash::of(other.iter().map(|f| (f.key.as_str(), f.content.bytes())));
+        assert_eq!(
+            shelf.holds("ns/m", &other_hash, &other),
+            Some(false),
+            "not what it recorded"
+        );
+        assert_eq!(
+            shelf.holds("ns/x", &hash, &both),
+            Some(false),
+            "not recorded"
+        );
+        shelf.settled();
+        assert_eq!(
+            shelf.holds("ns/m", &hash, &both),
+            None,
+            "after the first batch"
+        );
+        let without = shelf_of(&f, layout);
+        assert_eq!(without.holds("ns/m", &hash, &both), None);
+    }
 }
 
 fn shelf_of(f: &Fixture, layout: Layout) -> Box<dyn crate::poll::spool::Shelf> {
-    shelf(&f.options(layout)).unwrap()
+    shelf(&f.options(layout), None).unwrap()
 }
 
 /// Issue 29.3: a batch says how far it is while it writes (readiness reads it), and says
