@@ -514,6 +514,7 @@ mod tests {
             jobs: 1,
             meta_dir: None,
             ext: String::new(),
+            kinds: Default::default(),
         })
         .unwrap();
         let heard = Heard::default();

@@ -72,11 +72,7 @@ pub fn run(
     let source = source::open(&settings.source, handles, env).map_err(Error::Config)?;
     let poller = Poller::new(source);
     match &settings.command {
-        Mode::List { json } => list::run(
-            poller,
-            *json,
-            settings.source.selection.resource.shows_contents(),
-        ),
+        Mode::List { json } => list::run(poller, *json),
         Mode::Run(run) => {
             let timeout = settings.source.client.timeout;
             let mut run = run.as_ref().clone();

@@ -10,8 +10,7 @@ use crate::poll::snapshot::Snapshot;
 use crate::poll::spool::Spool;
 
 /// One poll, then print; a failed poll prints nothing and exits 1.
-/// `contents`: whether `--json` prints the files (not a Secret's).
-pub fn run(mut poller: Poller, json: bool, contents: bool) -> Result<(), Error> {
+pub fn run(mut poller: Poller, json: bool) -> Result<(), Error> {
     let mut spool = Spool::new(None).map_err(|e| Error::Runtime(e.to_string()))?;
     let polled = poller
         .poll(&Snapshot::default(), &mut spool)
@@ -28,7 +27,7 @@ pub fn run(mut poller: Poller, json: bool, contents: bool) -> Result<(), Error> 
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let written = if json {
-        self::json(&polled.snapshot, &spool, &mut out, contents)
+        self::json(&polled.snapshot, &spool, &mut out)
     } else {
         table(&polled.snapshot, &spool, &mut out)
     }
@@ -69,14 +68,9 @@ pub fn table(snapshot: &Snapshot, spool: &Spool, out: &mut dyn Write) -> io::Res
     Ok(())
 }
 
-/// Prints a JSON array, one module object per line, contents read back from the spool
-/// (with `contents` false, the hashes only).
-pub fn json(
-    snapshot: &Snapshot,
-    spool: &Spool,
-    out: &mut dyn Write,
-    contents: bool,
-) -> io::Result<()> {
+/// Prints a JSON array, one module object per line, contents read back from the spool (a
+/// Secret's: its hash only).
+pub fn json(snapshot: &Snapshot, spool: &Spool, out: &mut dyn Write) -> io::Result<()> {
     if snapshot.is_empty() {
         return out.write_all(b"[]\n");
     }
@@ -85,11 +79,12 @@ pub fn json(
         if i > 0 {
             out.write_all(b",\n")?;
         }
-        let line = if contents {
-            let (meta, files) = spool.read(e.loc)?;
+        let meta = spool.meta(e.loc)?;
+        let line = if meta.kind.shows_contents() {
+            let files = spool.get(e.loc)?;
             event::module(None, id, (&e.hash, &meta), Some(&files))
         } else {
-            event::module(None, id, (&e.hash, &spool.meta(e.loc)?), None)
+            event::module(None, id, (&e.hash, &meta), None)
         };
         out.write_all(&line)?;
     }
@@ -101,6 +96,7 @@ mod tests {
     use super::*;
     use crate::poll::hash::Hash;
     use crate::poll::snapshot::Entry;
+    use crate::poll::spool::Object;
     use crate::source::{Content, ModuleFile};
 
     #[test]
@@ -110,7 +106,7 @@ mod tests {
             key: "a.alloy".into(),
             content: Content::Text("x".into()),
         }];
-        let loc = spool.put("u", "7", &files).unwrap();
+        let loc = spool.put(&Object::configmap("u", "7"), &files).unwrap();
         let mut snap = Snapshot::default();
         snap.modules.insert(
             "monitoring/agent-module",
@@ -132,7 +128,7 @@ mod tests {
             "{text}"
         );
         let mut out = Vec::new();
-        json(&snap, &spool, &mut out, true).unwrap();
+        json(&snap, &spool, &mut out).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v[0]["files"]["a.alloy"], "x");
         assert_eq!(v[0]["module"], "monitoring/agent-module");
@@ -141,7 +137,7 @@ mod tests {
             (&"u".into(), &"7".into())
         );
         let mut out = Vec::new();
-        json(&Snapshot::default(), &spool, &mut out, true).unwrap();
+        json(&Snapshot::default(), &spool, &mut out).unwrap();
         assert_eq!(out, b"[]\n");
     }
 }

@@ -29,7 +29,7 @@ fn short(e: &serde_json::Value) -> serde_json::Value {
 }
 
 fn added(ns: &str, name: &str, v: &str) -> serde_json::Value {
-    json!({"type": "added", "module": format!("{ns}/{name}"), "namespace": ns, "name": name,
+    json!({"type": "added", "module": format!("{ns}/{name}"), "kind": "ConfigMap", "namespace": ns, "name": name,
            "hash": hash(v), "files": {"config.alloy": v}})
 }
 
@@ -76,7 +76,7 @@ fn events_follow_the_cluster_exactly() {
     assert_eq!(b.len(), 2);
     assert_eq!(
         short(&b[0]),
-        json!({"type": "updated", "module": "apps/a", "namespace": "apps", "name": "a",
+        json!({"type": "updated", "module": "apps/a", "kind": "ConfigMap", "namespace": "apps", "name": "a",
                "hash": hash("a2"), "files": {"config.alloy": "a2"}})
     );
     synced(2, 0, 1, 0)(&b[1]);
@@ -102,8 +102,8 @@ fn events_follow_the_cluster_exactly() {
     assert_eq!(
         b[..2].iter().map(short).collect::<Vec<_>>(),
         [
-            json!({"type": "removed", "module": "apps/a", "namespace": "apps", "name": "a", "hash": hash("a2")}),
-            json!({"type": "removed", "module": "apps/b", "namespace": "apps", "name": "b", "hash": hash("b1")}),
+            json!({"type": "removed", "module": "apps/a", "kind": "ConfigMap", "namespace": "apps", "name": "a", "hash": hash("a2")}),
+            json!({"type": "removed", "module": "apps/b", "kind": "ConfigMap", "namespace": "apps", "name": "b", "hash": hash("b1")}),
         ]
     );
     synced(0, 0, 0, 2)(&b[2]);

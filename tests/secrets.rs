@@ -205,3 +205,158 @@ fn manifests_hold_secrets_too() {
         spec_hash(&[("password", b"hunter2"), ("user", b"admin")])
     );
 }
+
+/// Issue 26: `--resource configmaps,secrets`: one snapshot of both kinds, each listed from
+/// its own endpoint; module names carry the kind (a ConfigMap and a Secret of the same
+/// name are two modules), every event says its kind, the files layout nests the kind's
+/// folder, each kind has its mode, and a Secret's values stay off stdout.
+#[test]
+fn both_kinds_in_one_cmpoll() {
+    let (s, c) = cluster();
+    s.put(labelled("grafana", "dash").data("a.json", "{}"));
+    s.put(secret("grafana", "dash").data("password", PASSWORD));
+    let out = c.out();
+    let dir = out.to_str().unwrap();
+    let r = c
+        .with_args(&[
+            "run",
+            "--once",
+            "--resource",
+            "configmaps,secrets",
+            "--out-dir",
+            dir,
+            "--stdout-events",
+        ])
+        .run()
+        .success();
+    assert_eq!(
+        fs::read_to_string(out.join("configmap/grafana/dash/a.json")).unwrap(),
+        "{}"
+    );
+    assert_eq!(
+        fs::read(out.join("secret/grafana/dash/password")).unwrap(),
+        PASSWORD.as_bytes()
+    );
+    for (f, mode) in [
+        ("configmap/grafana/dash/a.json", 0o644),
+        ("secret/grafana/dash/password", 0o600),
+    ] {
+        assert_eq!(
+            fs::metadata(out.join(f)).unwrap().mode() & 0o7777,
+            mode,
+            "{f}"
+        );
+    }
+    let events: Vec<serde_json::Value> = (r.stdout.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let shape: Vec<(&str, &str, &str, &str, bool)> = events[..2]
+        .iter()
+        .map(|e| {
+            (
+                e["module"].as_str().unwrap(),
+                e["kind"].as_str().unwrap(),
+                e["namespace"].as_str().unwrap(),
+                e["name"].as_str().unwrap(),
+                e.get("files").is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (
+                "configmap/grafana/dash",
+                "ConfigMap",
+                "grafana",
+                "dash",
+                true
+            ),
+            ("secret/grafana/dash", "Secret", "grafana", "dash", false),
+        ]
+    );
+    assert!(!r.stdout.contains(PASSWORD), "{}", r.stdout);
+    assert_eq!(events[2]["type"], "synced");
+    assert_eq!(events[2]["modules"], 2);
+    let paths: Vec<String> = (s.requests().iter())
+        .filter(|q| q.path.starts_with("/api/v1/"))
+        .map(|q| q.path.clone())
+        .collect();
+    assert!(
+        paths.contains(&"/api/v1/configmaps".to_string())
+            && paths.contains(&"/api/v1/secrets".to_string()),
+        "each kind from its own endpoint: {paths:?}"
+    );
+    // Removed, each by its kind; the kind's folder goes with its last module.
+    s.delete_secret("grafana", "dash");
+    let r = c
+        .with_args(&[
+            "run",
+            "--once",
+            "--resource",
+            "secrets,configmaps",
+            "--out-dir",
+            dir,
+        ])
+        .run()
+        .success();
+    assert!(!out.join("secret").exists(), "{}", r.described);
+    assert!(out.join("configmap/grafana/dash/a.json").exists());
+}
+
+/// Issue 26: with both kinds, a failure of either list fails the whole poll: nothing is
+/// removed, nothing half-applied; a role without Secrets gets the apiserver's 403 naming
+/// secrets, and the ConfigMaps it could list are not delivered alone.
+#[test]
+fn a_failed_list_of_either_kind_changes_nothing() {
+    let (s, c) = cluster();
+    s.put(labelled("ns", "cm").data("k", "v"));
+    s.put(secret("ns", "sec").data("k", "v"));
+    let d = Daemon::start(
+        c,
+        &[
+            "--resource",
+            "configmaps,secrets",
+            "--interval",
+            "50ms",
+            "--stdout-events",
+        ],
+    );
+    let first = d.batch(SOON);
+    assert_eq!(first.len(), 3, "{first:?}");
+    // The Secrets list fails (503) while a ConfigMap is deleted: the poll fails whole.
+    s.fault(
+        test_apiserver::Match {
+            path_prefix: Some("/api/v1/secrets".into()),
+            ..test_apiserver::Match::lists()
+        },
+        test_apiserver::Fault::Unavailable(0),
+        3,
+    );
+    s.delete("ns", "cm");
+    let b = d.batch(SOON);
+    assert_eq!(
+        (b[0]["type"].as_str(), b[0]["module"].as_str()),
+        (Some("removed"), Some("configmap/ns/cm"))
+    );
+    let failed = s
+        .requests()
+        .iter()
+        .filter(|q| q.path == "/api/v1/secrets" && q.status == 503)
+        .count();
+    assert_eq!(failed, 3, "the removal waited for a complete poll");
+    d.stop();
+    // No right to list Secrets: the 403 names them, and nothing is delivered.
+    let s = TestApiserver::start();
+    s.put(labelled("ns", "cm").data("k", "v"));
+    let r = Cmpoll::against(&s)
+        .with_args(&["list", "--resource", "configmaps,secrets"])
+        .run()
+        .failure(1);
+    let line = r.error_line();
+    assert!(
+        line.contains("403") && line.contains("cannot list resource \"secrets\""),
+        "{line}"
+    );
+    assert!(r.stdout.is_empty(), "{}", r.described);
+}

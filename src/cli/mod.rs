@@ -84,7 +84,7 @@ flags! {
         page_size: Option<String> [option, arg_name = "N"] = "0";
         /// largest answer to read, e.g. 64MiB
         max_response_bytes: Option<String> [option, arg_name = "BYTES"] = "64MiB";
-        /// what to list: configmaps or secrets
+        /// what to list: configmaps, secrets, or both (configmaps,secrets: module names then start with configmap/ or secret/)
         resource: Option<String> [option, arg_name = "RESOURCE"] = "configmaps";
         /// auto, full or metadata: after a first full list, list metadata only and GET what changed; auto falls back to full lists where get is forbidden
         list_mode: Option<String> [option, arg_name = "MODE"] = "auto";
@@ -125,7 +125,7 @@ flags! {
         layout: Option<String> [option, arg_name = "LAYOUT"] = "files", needs OutDir;
         /// file name extension for --layout concat
         ext: Option<String> [option, arg_name = "EXT"], needs Concat;
-        /// mode of written files, octal (default: 0644; 0600 with --resource secrets)
+        /// mode of written files, octal (default: 0644; 0600 for a Secret's)
         file_mode: Option<String> [option, arg_name = "MODE"], needs OutDir;
         /// how long a replaced module version stays readable in --out-dir
         old_version_ttl: Option<String> [option, arg_name = "DURATION"] = "30s", needs OutDir;

@@ -5,6 +5,7 @@
 //! each in module-name order. Only the hash decides: a label edit, or a delete and
 //! re-create with the same content, changes nothing.
 //!
+//! Every module event carries the object's `kind` (`ConfigMap` or `Secret`).
 //! `added`/`updated` carry the module with its files (`files` for `data`, `binaryFiles` as
 //! base64 for `binaryData`, present only when there are any; neither for a Secret on
 //! stdout), `removed` carries the last hash, `rejected` the content's hash and why it was
@@ -21,6 +22,7 @@ use super::hash::Hash;
 use super::snapshot::{Entry, Snapshot, split_id};
 use super::spool::Meta;
 use crate::source::ModuleFile;
+use crate::source::Resource;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
@@ -158,8 +160,9 @@ impl Serialize for BinaryFiles<'_> {
 #[serde(rename_all = "camelCase")]
 struct ModuleOut<'a> {
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    kind: Option<&'a str>,
+    event: Option<&'a str>,
     module: &'a str,
+    kind: &'a str,
     namespace: &'a str,
     name: &'a str,
     uid: &'a str,
@@ -176,15 +179,16 @@ struct ModuleOut<'a> {
 
 impl<'a> ModuleOut<'a> {
     fn new(
-        kind: Option<&'a str>,
+        event: Option<&'a str>,
         id: &'a str,
         (hash, meta): (&Hash, &'a Meta),
         files: Option<&'a [ModuleFile]>,
     ) -> ModuleOut<'a> {
         let (namespace, name) = split_id(id);
         ModuleOut {
-            kind,
+            event,
             module: id,
+            kind: meta.kind.kind(),
             namespace,
             name,
             uid: &meta.uid,
@@ -200,37 +204,39 @@ impl<'a> ModuleOut<'a> {
 }
 
 /// A module object (`type` is `added`/`updated`, or `None` for `list --json`), no newline:
-/// its hash, and the uid and resourceVersion its spool record has. `files` is `None`
-/// where contents must not be shown (a Secret's, on stdout).
+/// its hash, and the kind, uid and resourceVersion its spool record has. `files` is
+/// `None` where contents must not be shown (a Secret's, on stdout).
 pub fn module(
-    kind: Option<&str>,
+    event: Option<&str>,
     id: &str,
     about: (&Hash, &Meta),
     files: Option<&[ModuleFile]>,
 ) -> Vec<u8> {
-    serde_json::to_vec(&ModuleOut::new(kind, id, about, files))
+    serde_json::to_vec(&ModuleOut::new(event, id, about, files))
         .expect("module JSON: files are UTF-8 text or base64")
 }
 
 #[derive(Serialize)]
 struct RemovedOut<'a> {
     #[serde(rename = "type")]
-    kind: &'a str,
+    event: &'a str,
     module: &'a str,
+    kind: &'a str,
     namespace: &'a str,
     name: &'a str,
     hash: String,
 }
 
-/// A `removed` event, no newline.
-pub fn removed(id: &str, entry: &Entry) -> Vec<u8> {
+/// A `removed` event (the last hash), no newline.
+pub fn removed(id: &str, hash: &Hash, kind: Resource) -> Vec<u8> {
     let (namespace, name) = split_id(id);
     serde_json::to_vec(&RemovedOut {
-        kind: "removed",
+        event: "removed",
         module: id,
+        kind: kind.kind(),
         namespace,
         name,
-        hash: entry.hash.to_string(),
+        hash: hash.to_string(),
     })
     .expect("plain JSON")
 }
@@ -305,6 +311,7 @@ mod tests {
 
     fn meta() -> Meta {
         Meta {
+            kind: Resource::ConfigMaps,
             uid: "u-1".into(),
             resource_version: "42".into(),
             files: 2,
@@ -341,18 +348,21 @@ mod tests {
         assert_eq!(
             line,
             format!(
-                r#"{{"type":"added","module":"monitoring/test-module","namespace":"monitoring","name":"test-module","uid":"u-1","resourceVersion":"42","hash":"sha256:{h}","files":{{"scrape.river":"a \"q\"\n"}},"binaryFiles":{{"logo.png":"AAEC"}}}}"#
+                r#"{{"type":"added","module":"monitoring/test-module","kind":"ConfigMap","namespace":"monitoring","name":"test-module","uid":"u-1","resourceVersion":"42","hash":"sha256:{h}","files":{{"scrape.river":"a \"q\"\n"}},"binaryFiles":{{"logo.png":"AAEC"}}}}"#
             )
         );
         let text_only = &files[1..];
         let line = String::from_utf8(module(None, "a/b", about(), Some(text_only))).unwrap();
-        assert!(line.starts_with(r#"{"module":"a/b""#), "{line}");
+        assert!(
+            line.starts_with(r#"{"module":"a/b","kind":"ConfigMap""#),
+            "{line}"
+        );
         assert!(!line.contains("binaryFiles"), "only when present: {line}");
         let hidden = String::from_utf8(module(Some("added"), "a/b", about(), None)).unwrap();
         assert_eq!(
             hidden,
             format!(
-                r#"{{"type":"added","module":"a/b","namespace":"a","name":"b","uid":"u-1","resourceVersion":"42","hash":"sha256:{h}"}}"#
+                r#"{{"type":"added","module":"a/b","kind":"ConfigMap","namespace":"a","name":"b","uid":"u-1","resourceVersion":"42","hash":"sha256:{h}"}}"#
             ),
             "a Secret's event: the hash, no contents"
         );
@@ -364,7 +374,7 @@ mod tests {
         assert_eq!(
             String::from_utf8(rejected("a/b", about(), "key \"x\" is taken")).unwrap(),
             format!(
-                r#"{{"type":"rejected","module":"a/b","namespace":"a","name":"b","uid":"u-1","resourceVersion":"42","hash":"sha256:{h}","reason":"key \"x\" is taken"}}"#
+                r#"{{"type":"rejected","module":"a/b","kind":"ConfigMap","namespace":"a","name":"b","uid":"u-1","resourceVersion":"42","hash":"sha256:{h}","reason":"key \"x\" is taken"}}"#
             )
         );
     }
@@ -373,9 +383,9 @@ mod tests {
     fn removed_and_synced() {
         let h = "ab".repeat(32);
         assert_eq!(
-            String::from_utf8(removed("a/b", &entry())).unwrap(),
+            String::from_utf8(removed("a/b", &entry().hash, Resource::Secrets)).unwrap(),
             format!(
-                r#"{{"type":"removed","module":"a/b","namespace":"a","name":"b","hash":"sha256:{h}"}}"#
+                r#"{{"type":"removed","module":"a/b","kind":"Secret","namespace":"a","name":"b","hash":"sha256:{h}"}}"#
             )
         );
         let s = Synced {

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use self::module::{Module, NotAModule};
 use self::snapshot::{Entry, Modules, Rv, Snapshot};
-use self::spool::Spool;
+use self::spool::{Object, Spool};
 pub use crate::source::Error;
 use crate::source::{Collect, Item, Mark, Previous, Source};
 
@@ -216,8 +216,8 @@ impl Collect for Collector<'_> {
             }
         };
         if let Some(full) = &mut self.full {
-            full.unspooled +=
-                Spool::record_len(&module.uid, &module.resource_version, &module.files);
+            let object = Object::new(module.kind, &module.uid, &module.resource_version);
+            full.unspooled += Spool::record_len(&object, &module.files);
             return Ok(());
         }
         let loc = match self.last.snapshot.modules.get(&id) {
@@ -225,7 +225,7 @@ impl Collect for Collector<'_> {
             _ => match self.spool.put_module(
                 &id,
                 &module.hash,
-                (&module.uid, &module.resource_version),
+                &Object::new(module.kind, &module.uid, &module.resource_version),
                 &module.files,
             ) {
                 Ok(loc) => loc,
@@ -275,7 +275,7 @@ mod tests;
 pub(crate) mod testing {
     use super::hash::Hash;
     use super::snapshot::Entry;
-    use super::spool::Spool;
+    use super::spool::{Object, Spool};
     use crate::source::{Content, ModuleFile};
 
     /// A module of one file, `k`, holding `v`: its contents put in `spool`, its entry as a
@@ -287,7 +287,9 @@ pub(crate) mod testing {
         }];
         Entry {
             hash: Hash::of([("k", v.as_bytes())]),
-            loc: spool.put("u", "1", &files).expect("a spool in memory"),
+            loc: spool
+                .put(&Object::configmap("u", "1"), &files)
+                .expect("a spool in memory"),
             resource_version: "1".into(),
         }
     }

@@ -10,11 +10,14 @@ use std::fmt;
 
 use super::hash::Hash;
 use crate::names;
-use crate::source::{Item, ModuleFile};
+use crate::source::{Item, ModuleFile, Resource, Resources};
 
 /// A validated, hashed module.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Module {
+    pub kind: Resource,
+    /// Listed with the other kind: its id starts with its kind.
+    pub qualified: bool,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -25,9 +28,14 @@ pub struct Module {
 }
 
 impl Module {
-    /// `namespace/name`.
+    /// `namespace/name`, or `kind/namespace/name` (see `Resources::id`).
     pub fn id(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        let kinds = if self.qualified {
+            Resources::both()
+        } else {
+            Resources::one(self.kind)
+        };
+        kinds.id(self.kind, &self.namespace, &self.name)
     }
 
     pub fn bytes(&self) -> u64 {
@@ -104,6 +112,8 @@ impl Module {
         }
         let hash = Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes())));
         Ok(Module {
+            kind: item.kind,
+            qualified: item.qualified,
             namespace: item.namespace,
             name: item.name,
             uid: item.uid,

@@ -95,9 +95,17 @@ impl Snapshot {
     }
 }
 
-/// `namespace/name` → (`namespace`, `name`).
+/// A module id → (`namespace`, `name`): `namespace/name`, or `kind/namespace/name` when one
+/// cmpoll lists both kinds (`Resources::id`).
 pub fn split_id(id: &str) -> (&str, &str) {
-    id.split_once('/').unwrap_or(("", id))
+    let (folder, name) = folder_of(id);
+    (folder.rsplit('/').next().unwrap_or(folder), name)
+}
+
+/// A module id → (its folder in the `files` layout, `name`): (`namespace`, `name`), or
+/// (`kind/namespace`, `name`) for a kind-qualified id.
+pub fn folder_of(id: &str) -> (&str, &str) {
+    id.rsplit_once('/').unwrap_or(("", id))
 }
 
 #[cfg(test)]

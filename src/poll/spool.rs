@@ -21,7 +21,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::hash::Hash;
-use crate::source::{Content, ModuleFile};
+use crate::source::{Content, ModuleFile, Resource};
 
 /// The output folder as a place to read a module's files back from.
 pub trait Shelf: Send + Sync {
@@ -43,11 +43,36 @@ pub trait Shelf: Send + Sync {
 const PLAIN: u8 = 0;
 const SHELVED: u8 = 2;
 
-/// What a record says of its module besides the files: the object's uid and
-/// resourceVersion as the apiserver gave them (events carry them; a snapshot keeps neither
-/// in memory), and how many files and bytes it has.
+/// The object a module's record came from: its kind, and its uid and resourceVersion as
+/// the apiserver gave them (events carry them; a snapshot keeps none of them in memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Object<'a> {
+    pub kind: Resource,
+    pub uid: &'a str,
+    pub resource_version: &'a str,
+}
+
+impl<'a> Object<'a> {
+    pub fn new(kind: Resource, uid: &'a str, resource_version: &'a str) -> Object<'a> {
+        Object {
+            kind,
+            uid,
+            resource_version,
+        }
+    }
+
+    /// A ConfigMap's (for tests).
+    #[cfg(test)]
+    pub fn configmap(uid: &'a str, resource_version: &'a str) -> Object<'a> {
+        Object::new(Resource::ConfigMaps, uid, resource_version)
+    }
+}
+
+/// What a record says of its module besides the files: its `Object`, and how many files
+/// and bytes it has.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Meta {
+    pub kind: Resource,
     pub uid: String,
     pub resource_version: String,
     pub files: u32,
@@ -170,24 +195,19 @@ impl Spool {
     }
 
     /// The bytes `put` appends for a module.
-    pub fn record_len(uid: &str, resource_version: &str, files: &[ModuleFile]) -> u64 {
-        let head = 21 + uid.len() as u64 + resource_version.len() as u64;
+    pub fn record_len(object: &Object, files: &[ModuleFile]) -> u64 {
+        let head = 22 + object.uid.len() as u64 + object.resource_version.len() as u64;
         let files: u64 = (files.iter())
             .map(|f| 13 + f.key.len() as u64 + f.content.bytes().len() as u64)
             .sum();
         head + files
     }
 
-    /// Appends a module's files, with the uid and resourceVersion of its object.
-    pub fn put(
-        &mut self,
-        uid: &str,
-        resource_version: &str,
-        files: &[ModuleFile],
-    ) -> io::Result<Loc> {
+    /// Appends a module's files, with the object they came from.
+    pub fn put(&mut self, object: &Object, files: &[ModuleFile]) -> io::Result<Loc> {
         self.append(|buf| {
-            buf.reserve(Self::record_len(uid, resource_version, files) as usize);
-            encode_head(buf, PLAIN, uid, resource_version, files);
+            buf.reserve(Self::record_len(object, files) as usize);
+            encode_head(buf, PLAIN, object, files);
             encode_files(buf, files, true);
         })
     }
@@ -198,23 +218,22 @@ impl Spool {
         &mut self,
         id: &str,
         hash: &Hash,
-        meta: (&str, &str),
+        object: &Object,
         files: &[ModuleFile],
     ) -> io::Result<Loc> {
-        let (uid, resource_version) = meta;
         if self.look_on_shelf {
             let held = (self.shelf.as_ref()).and_then(|s| s.holds(id, hash, files));
             if held.unwrap_or_else(|| self.on_shelf(id, files)) {
-                return self.put_shelved(id, hash, meta, files);
+                return self.put_shelved(id, object, files);
             }
         }
-        self.put(uid, resource_version, files)
+        self.put(object, files)
     }
 
-    /// Keeps only the keys of module `id` (at `loc`, with `hash`) when the shelf holds its
+    /// Keeps only the keys of module `id` (at `loc`) when the shelf holds its
     /// files byte for byte, and releases the full record; `None` if it does not (the
     /// record stays as it is).
-    pub fn shelve(&mut self, id: &str, hash: &Hash, loc: Loc) -> io::Result<Option<Loc>> {
+    pub fn shelve(&mut self, id: &str, loc: Loc) -> io::Result<Option<Loc>> {
         if self.shelf.is_none() || self.is_shelved(loc)? {
             return Ok(None);
         }
@@ -223,8 +242,8 @@ impl Spool {
             return Ok(None);
         }
         let start = self.len;
-        let ids = (meta.uid.as_str(), meta.resource_version.as_str());
-        match self.put_shelved(id, hash, ids, &files) {
+        let object = Object::new(meta.kind, &meta.uid, &meta.resource_version);
+        match self.put_shelved(id, &object, &files) {
             Ok(shelved) => {
                 self.release(loc);
                 Ok(Some(shelved))
@@ -253,18 +272,16 @@ impl Spool {
         })
     }
 
-    fn put_shelved(
-        &mut self,
-        id: &str,
-        hash: &Hash,
-        meta: (&str, &str),
-        files: &[ModuleFile],
-    ) -> io::Result<Loc> {
+    /// Appends only the keys of module `id`'s files, with the digest of their contents
+    /// (what the shelf must give back: not always the module's hash, which for a fetched
+    /// `.url` key covers the URL, not the body).
+    fn put_shelved(&mut self, id: &str, object: &Object, files: &[ModuleFile]) -> io::Result<Loc> {
+        let digest = Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes())));
         self.append(|buf| {
-            encode_head(buf, SHELVED, meta.0, meta.1, files);
+            encode_head(buf, SHELVED, object, files);
             buf.extend_from_slice(&(id.len() as u32).to_be_bytes());
             buf.extend_from_slice(id.as_bytes());
-            buf.extend_from_slice(&hash.0);
+            buf.extend_from_slice(&digest.0);
             encode_files(buf, files, false);
         })
     }
@@ -476,24 +493,30 @@ fn corrupt(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("spool: {what}"))
 }
 
-/// A record's head: its kind, the number of files and their bytes, the uid and the
-/// resourceVersion.
-fn encode_head(buf: &mut Vec<u8>, kind: u8, uid: &str, rv: &str, files: &[ModuleFile]) {
-    buf.push(kind);
+/// A record's head: plain or shelved, the object's kind, the number of files and their
+/// bytes, the uid and the resourceVersion.
+fn encode_head(buf: &mut Vec<u8>, record: u8, object: &Object, files: &[ModuleFile]) {
+    buf.push(record);
+    buf.push(u8::from(object.kind == Resource::Secrets));
     buf.extend_from_slice(&(files.len() as u32).to_be_bytes());
     let bytes: u64 = files.iter().map(|f| f.content.bytes().len() as u64).sum();
     buf.extend_from_slice(&bytes.to_be_bytes());
-    for text in [uid, rv] {
+    for text in [object.uid, object.resource_version] {
         buf.extend_from_slice(&(text.len() as u32).to_be_bytes());
         buf.extend_from_slice(text.as_bytes());
     }
 }
 
 fn decode_head(buf: &mut &[u8]) -> io::Result<(u8, Meta)> {
-    let kind = take(buf, 1)?[0];
-    if kind != PLAIN && kind != SHELVED {
+    let record = take(buf, 1)?[0];
+    if record != PLAIN && record != SHELVED {
         return Err(corrupt("not a record"));
     }
+    let kind = match take(buf, 1)?[0] {
+        0 => Resource::ConfigMaps,
+        1 => Resource::Secrets,
+        _ => return Err(corrupt("not a kind")),
+    };
     let files = u32::from_be_bytes(take(buf, 4)?.try_into().expect("4 bytes"));
     let bytes = u64::from_be_bytes(take(buf, 8)?.try_into().expect("8 bytes"));
     let mut text = || -> io::Result<String> {
@@ -503,8 +526,9 @@ fn decode_head(buf: &mut &[u8]) -> io::Result<(u8, Meta)> {
     let uid = text()?;
     let resource_version = text()?;
     Ok((
-        kind,
+        record,
         Meta {
+            kind,
             uid,
             resource_version,
             files,
@@ -596,15 +620,15 @@ mod tests {
     #[test]
     fn round_trips_on_disk_and_in_memory() {
         for mut s in [Spool::new(None).unwrap(), Spool::memory()] {
-            let a = s.put("u", "1", &files(1)).unwrap();
-            let b = s.put("u", "1", &files(2)).unwrap();
+            let a = s.put(&Object::configmap("u", "1"), &files(1)).unwrap();
+            let b = s.put(&Object::configmap("u", "1"), &files(2)).unwrap();
             assert_eq!(s.get(b).unwrap(), files(2));
             assert_eq!(s.get(a).unwrap(), files(1));
             let mark = s.len();
-            s.put("u", "1", &files(3)).unwrap();
+            s.put(&Object::configmap("u", "1"), &files(3)).unwrap();
             s.truncate(mark).unwrap();
             assert_eq!(s.len(), mark);
-            let empty = s.put("u", "1", &[]).unwrap();
+            let empty = s.put(&Object::configmap("u", "1"), &[]).unwrap();
             assert_eq!(s.get(empty).unwrap(), vec![]);
             // The uid and resourceVersion (of any length) come back, with the counts.
             let long = "v".repeat(300);
@@ -612,8 +636,11 @@ mod tests {
                 ("6f1c2d3e-8a9b-4c5d-9e0f-1a2b3c4d5e6f", "184467120"),
                 ("", &long[..]),
             ] {
-                let at = s.put(uid, rv, &files(4)).unwrap();
+                let at = s
+                    .put(&Object::new(Resource::Secrets, uid, rv), &files(4))
+                    .unwrap();
                 let want = Meta {
+                    kind: Resource::Secrets,
                     uid: uid.into(),
                     resource_version: rv.into(),
                     files: 2,
@@ -634,7 +661,9 @@ mod tests {
             }]
         };
         let mut s = Spool::new(None).unwrap();
-        let locs: Vec<Loc> = (0..20).map(|i| s.put("u", "1", &big(i)).unwrap()).collect();
+        let locs: Vec<Loc> = (0..20)
+            .map(|i| s.put(&Object::configmap("u", "1"), &big(i)).unwrap())
+            .collect();
         let Backing::Disk { file, flushed, .. } = &s.backing else {
             panic!("a disk spool")
         };
@@ -649,11 +678,13 @@ mod tests {
         assert_eq!(s.get(locs[17]).unwrap(), big(17));
         s.truncate(locs[2].off).unwrap();
         assert_eq!(s.len(), locs[2].off);
-        let again = s.put("u", "1", &big(7)).unwrap();
+        let again = s.put(&Object::configmap("u", "1"), &big(7)).unwrap();
         assert_eq!(again.off, locs[2].off);
         assert_eq!(s.get(again).unwrap(), big(7));
         assert_eq!(s.get(locs[1]).unwrap(), big(1));
-        let more: Vec<Loc> = (0..10).map(|i| s.put("u", "1", &big(i)).unwrap()).collect();
+        let more: Vec<Loc> = (0..10)
+            .map(|i| s.put(&Object::configmap("u", "1"), &big(i)).unwrap())
+            .collect();
         for (i, loc) in more.iter().enumerate() {
             assert_eq!(s.get(*loc).unwrap(), big(i as u8));
         }
@@ -665,7 +696,7 @@ mod tests {
         let mut s = Spool::new(Some(dir.path())).unwrap();
         let mut live = Vec::new();
         for i in 0..10 {
-            let loc = s.put("u", "1", &files(i)).unwrap();
+            let loc = s.put(&Object::configmap("u", "1"), &files(i)).unwrap();
             if i % 2 == 0 {
                 live.push((i, loc));
             } else {
@@ -687,7 +718,7 @@ mod tests {
         let gone = dir.path().join("gone");
         std::fs::create_dir(&gone).unwrap();
         let mut s = Spool::new(Some(&gone)).unwrap();
-        let loc = s.put("u", "1", &files(1)).unwrap();
+        let loc = s.put(&Object::configmap("u", "1"), &files(1)).unwrap();
         std::fs::remove_dir(&gone).unwrap();
         let mut locs = [loc];
         let e = s.compact(locs.iter_mut()).unwrap_err();
@@ -743,10 +774,20 @@ mod tests {
         // A start: the folder already holds m1, not m2.
         shelf.hold("ns/m1", &files(1));
         let m1 = s
-            .put_module("ns/m1", &hash(&files(1)), ("u", "1"), &files(1))
+            .put_module(
+                "ns/m1",
+                &hash(&files(1)),
+                &Object::configmap("u", "1"),
+                &files(1),
+            )
             .unwrap();
         let m2 = s
-            .put_module("ns/m2", &hash(&files(2)), ("u", "1"), &files(2))
+            .put_module(
+                "ns/m2",
+                &hash(&files(2)),
+                &Object::configmap("u", "1"),
+                &files(2),
+            )
             .unwrap();
         assert!(s.is_shelved(m1).unwrap(), "only keys kept for m1");
         assert!(!s.is_shelved(m2).unwrap());
@@ -756,17 +797,25 @@ mod tests {
         // After the first batch, a put is kept whole; once delivered, it is shelved.
         shelf.hold("ns/m3", &files(3));
         let m3 = s
-            .put_module("ns/m3", &hash(&files(3)), ("u", "1"), &files(3))
+            .put_module(
+                "ns/m3",
+                &hash(&files(3)),
+                &Object::configmap("u", "1"),
+                &files(3),
+            )
             .unwrap();
         assert!(!s.is_shelved(m3).unwrap());
-        assert_eq!(m3.len, Spool::record_len("u", "1", &files(3)));
+        assert_eq!(
+            m3.len,
+            Spool::record_len(&Object::configmap("u", "1"), &files(3))
+        );
         let dead = s.dead;
-        let shelved = s.shelve("ns/m3", &hash(&files(3)), m3).unwrap().unwrap();
+        let shelved = s.shelve("ns/m3", m3).unwrap().unwrap();
         assert_eq!(s.dead, dead + m3.len, "the full record is released");
         assert_eq!(s.get(shelved).unwrap(), files(3));
-        assert_eq!(s.shelve("ns/m3", &hash(&files(3)), shelved).unwrap(), None);
+        assert_eq!(s.shelve("ns/m3", shelved).unwrap(), None);
         // Not what the folder holds: it stays whole.
-        assert_eq!(s.shelve("ns/m2", &hash(&files(2)), m2).unwrap(), None);
+        assert_eq!(s.shelve("ns/m2", m2).unwrap(), None);
         // Someone changed the file: reading it back says so.
         let mut changed = files(3);
         changed[1].content = Content::Binary(vec![0, 255, 9]);
@@ -790,9 +839,14 @@ mod tests {
     fn without_a_shelf_nothing_is_shelved() {
         let mut s = Spool::memory();
         let loc = s
-            .put_module("ns/m", &hash(&files(1)), ("u", "1"), &files(1))
+            .put_module(
+                "ns/m",
+                &hash(&files(1)),
+                &Object::configmap("u", "1"),
+                &files(1),
+            )
             .unwrap();
-        assert_eq!(s.shelve("ns/m", &hash(&files(1)), loc).unwrap(), None);
+        assert_eq!(s.shelve("ns/m", loc).unwrap(), None);
         assert_eq!(s.get(loc).unwrap(), files(1));
     }
 
@@ -805,8 +859,8 @@ mod tests {
             key: "k".into(),
             content: Content::Text("x".repeat(100_000)),
         }];
-        let a = s.put("u", "1", &big).unwrap();
-        let _small = s.put("u", "1", &files(1)).unwrap();
+        let a = s.put(&Object::configmap("u", "1"), &big).unwrap();
+        let _small = s.put(&Object::configmap("u", "1"), &files(1)).unwrap();
         assert!(!s.wants_compaction());
         s.release(a);
         assert!(s.wants_compaction());

@@ -77,7 +77,7 @@ impl Store {
                 if !delivered || kept.contains(id) {
                     return;
                 }
-                match spool.shelve(id, &entry.hash, entry.loc) {
+                match spool.shelve(id, entry.loc) {
                     Ok(Some(loc)) => entry.loc = loc,
                     Ok(None) => {}
                     Err(err) => log::debug!("{id}: kept in the spool: {err}"),

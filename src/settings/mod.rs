@@ -23,7 +23,7 @@ use crate::ops::logging::LogFormat;
 use crate::ops::signals::Signal;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::sink::{self, child, outdir, reload_url};
-use crate::source::{self, KeyFilter, Resource, Selection};
+use crate::source::{self, KeyFilter, Resource, Resources, Selection};
 use crate::validate;
 
 #[derive(Clone, Debug)]
@@ -190,15 +190,25 @@ fn origin(look: &Lookup) -> Result<source::Origin, Error> {
     Ok(source::Origin::Api(flags))
 }
 
+/// `--resource`: one kind, or both.
+fn resources(look: &Lookup) -> Result<Resources, Error> {
+    let v = required(look, &flag::resource)?;
+    Resources::parse(&v.value).map_err(|e| usage(&v.from, e))
+}
+
 fn selection(look: &Lookup) -> Result<Selection, Error> {
-    let resource: Resource = look.choice(&flag::resource)?;
+    let resources = resources(look)?;
     let labels = match look.opt(&flag::selector) {
         Some(v) if v.value.trim().is_empty() => {
             return Err(usage(
                 &v.from,
                 format!(
                     "empty: it would hand every {} of the scope to the agent (give a selector; the default is {})",
-                    resource.kind(),
+                    resources
+                        .iter()
+                        .map(Resource::kind)
+                        .collect::<Vec<_>>()
+                        .join(" and "),
                     flag::selector.default.unwrap_or_default()
                 ),
             ));
@@ -227,7 +237,7 @@ fn selection(look: &Lookup) -> Result<Selection, Error> {
     let (globs, from) = look.list(&flag::keys);
     let keys = KeyFilter::new(&globs).map_err(|e| usage(&from, e))?;
     Ok(Selection {
-        resource,
+        resources,
         labels,
         fields,
         namespaces,
@@ -257,8 +267,8 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
 }
 
 fn run(agent_argv: &[String], look: &Lookup) -> Result<RunSettings, Error> {
-    let resource: Resource = look.choice(&flag::resource)?;
-    let out_dir = out_dir(look, resource)?;
+    let kinds = resources(look)?;
+    let out_dir = out_dir(look, kinds)?;
     let agent = agent(agent_argv, look, out_dir.as_ref())?;
     let reload_timeout = look.duration(&flag::reload_timeout)?;
     let reload_url = reload_url(look, reload_timeout)?;
@@ -284,7 +294,7 @@ fn run(agent_argv: &[String], look: &Lookup) -> Result<RunSettings, Error> {
         Some(v) => Some(parse_listen(&v.value).map_err(|e| usage(&v.from, e))?),
         None => None,
     };
-    let validate = validate(look, out_dir.as_ref())?;
+    let validate = validate(look, out_dir.as_ref(), kinds)?;
     Ok(RunSettings {
         daemon: daemon::Options {
             interval: look.duration(&flag::interval)?,
@@ -300,7 +310,7 @@ fn run(agent_argv: &[String], look: &Lookup) -> Result<RunSettings, Error> {
             on_change,
             reload_url,
             stdout,
-            stdout_contents: resource.shows_contents(),
+            stdout_contents: kinds.has(Resource::ConfigMaps),
         },
     })
 }
@@ -308,6 +318,7 @@ fn run(agent_argv: &[String], look: &Lookup) -> Result<RunSettings, Error> {
 fn validate(
     look: &Lookup,
     out_dir: Option<&outdir::Options>,
+    kinds: Resources,
 ) -> Result<Option<validate::Options>, Error> {
     let command = look.opt(&flag::validate);
     let timeout = look.duration(&flag::validate_timeout)?;
@@ -332,6 +343,7 @@ fn validate(
             .filter(|o| o.layout == outdir::Layout::Concat)
             .map(|o| o.ext.clone())
             .unwrap_or_default(),
+        kinds,
     }))
 }
 
@@ -345,7 +357,7 @@ fn jitter(look: &Lookup) -> Result<f64, Error> {
     Ok(j)
 }
 
-fn out_dir(look: &Lookup, resource: Resource) -> Result<Option<outdir::Options>, Error> {
+fn out_dir(look: &Lookup, kinds: Resources) -> Result<Option<outdir::Options>, Error> {
     let layout: outdir::Layout = look.choice(&flag::layout)?;
     let ext = look.opt(&flag::ext);
     if let Some(e) = &ext
@@ -353,19 +365,19 @@ fn out_dir(look: &Lookup, resource: Resource) -> Result<Option<outdir::Options>,
     {
         return Err(usage(&e.from, "must not contain '/'"));
     }
-    let file_mode = match look.opt(&flag::file_mode) {
-        Some(v) => u32::from_str_radix(v.value.trim().trim_start_matches("0o"), 8)
-            .ok()
-            .filter(|m| *m <= 0o7777)
-            .ok_or_else(|| {
-                usage(
-                    &v.from,
-                    format!("'{}' is not an octal mode like 0644", v.value),
-                )
-            })?,
-        // A Secret's files are for the agent's user only.
-        None if resource == Resource::Secrets => 0o600,
-        None => 0o644,
+    let file_modes = match look.opt(&flag::file_mode) {
+        Some(v) => outdir::FileModes::all(
+            u32::from_str_radix(v.value.trim().trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|m| *m <= 0o7777)
+                .ok_or_else(|| {
+                    usage(
+                        &v.from,
+                        format!("'{}' is not an octal mode like 0644", v.value),
+                    )
+                })?,
+        ),
+        None => outdir::FileModes::default(),
     };
     let old_version_ttl = look.duration_or_zero(&flag::old_version_ttl)?;
     let dir = path(look.opt(&flag::out_dir))?;
@@ -373,8 +385,9 @@ fn out_dir(look: &Lookup, resource: Resource) -> Result<Option<outdir::Options>,
         dir,
         layout,
         ext: ext.map(|e| e.value).unwrap_or_default(),
-        file_mode,
+        file_modes,
         old_version_ttl,
+        kinds,
     }))
 }
 

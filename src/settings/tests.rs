@@ -44,7 +44,12 @@ fn defaults() {
         &[],
     )
     .unwrap();
-    assert_eq!(r.sinks.out_dir.unwrap().file_mode, 0o644);
+    let out = r.sinks.out_dir.unwrap();
+    assert_eq!(
+        out.file_modes,
+        outdir::FileModes::default(),
+        "0644, 0600 for a Secret's"
+    );
     assert_eq!(r.sinks.agent.unwrap().restart, child::Restart::Always);
     assert_eq!(r.sinks.reload_url.unwrap().method, "POST");
     assert!(!r.sinks.stdout);
@@ -329,7 +334,7 @@ fn run_values() {
     )
     .unwrap();
     let out = r.sinks.out_dir.unwrap();
-    assert_eq!(out.file_mode, 0o600);
+    assert_eq!(out.file_modes, outdir::FileModes::all(0o600));
     assert_eq!(out.old_version_ttl, Duration::ZERO, "a ttl may be zero");
     assert_eq!(out.ext, ".alloy");
     assert_eq!(r.listen, Some("0.0.0.0:9090".parse().unwrap()));

@@ -52,26 +52,30 @@ impl Batch<'_> {
     }
 
     /// The batch as JSON lines (events then `synced`), each `\n`-terminated, one module's
-    /// contents at a time; with `contents` false, modules carry their hash only (a
-    /// Secret's events on stdout).
-    pub fn write_lines(&self, out: &mut dyn io::Write, contents: bool) -> io::Result<()> {
+    /// contents at a time; without `secrets`, a Secret's events carry its hash only
+    /// (stdout ends up in logs; an agent's stdin does not).
+    pub fn write_lines(&self, out: &mut dyn io::Write, secrets: bool) -> io::Result<()> {
         for e in &self.events {
             let hash = &e.entry.hash;
             let mut line = match e.change {
-                Change::Removed => event::removed(e.id, e.entry),
+                Change::Removed => {
+                    let meta = self.spool.meta(e.entry.loc)?;
+                    event::removed(e.id, hash, meta.kind)
+                }
                 Change::Rejected => {
                     let meta = self.spool.meta(e.entry.loc)?;
                     let reason = e.reason.as_deref().unwrap_or("");
                     event::rejected(e.id, (hash, &meta), reason)
                 }
-                Change::Added | Change::Updated if contents => {
-                    let (meta, files) = self.spool.read(e.entry.loc)?;
-                    let kind = Some(e.change.as_str());
-                    event::module(kind, e.id, (hash, &meta), Some(&files))
-                }
                 Change::Added | Change::Updated => {
+                    let event = Some(e.change.as_str());
                     let meta = self.spool.meta(e.entry.loc)?;
-                    event::module(Some(e.change.as_str()), e.id, (hash, &meta), None)
+                    if secrets || meta.kind.shows_contents() {
+                        let files = self.spool.get(e.entry.loc)?;
+                        event::module(event, e.id, (hash, &meta), Some(&files))
+                    } else {
+                        event::module(event, e.id, (hash, &meta), None)
+                    }
                 }
             };
             line.push(b'\n');
@@ -155,7 +159,8 @@ pub struct Options {
     pub reload_url: Option<reload_url::Options>,
     /// JSON lines on stdout (`--stdout-events`, or no other sink).
     pub stdout: bool,
-    /// Whether stdout events may carry contents (not a Secret's: stdout ends up in logs).
+    /// Whether stdout events carry contents for some modules (a ConfigMap's: a Secret's
+    /// never, stdout ends up in logs).
     pub stdout_contents: bool,
 }
 
@@ -242,10 +247,7 @@ pub fn open(
         )?));
     }
     if opts.stdout {
-        sinks.push(Box::new(stdout::StdoutSink::new(
-            io::stdout(),
-            opts.stdout_contents,
-        )));
+        sinks.push(Box::new(stdout::StdoutSink::new(io::stdout())));
     }
     Ok((sinks, shelf))
 }

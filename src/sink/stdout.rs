@@ -7,20 +7,18 @@ use super::{Batch, Fatal, Outcome, Sink};
 
 pub struct StdoutSink<W: Write> {
     out: W,
-    /// Whether events carry contents (not a Secret's).
-    contents: bool,
 }
 
 impl<W: Write> StdoutSink<W> {
-    pub fn new(out: W, contents: bool) -> StdoutSink<W> {
-        StdoutSink { out, contents }
+    pub fn new(out: W) -> StdoutSink<W> {
+        StdoutSink { out }
     }
 }
 
 impl<W: Write> Sink for StdoutSink<W> {
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
         batch
-            .write_lines(&mut self.out, self.contents)
+            .write_lines(&mut self.out, false)
             .and_then(|()| self.out.flush())
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::BrokenPipe => {
@@ -39,31 +37,27 @@ mod tests {
     use crate::poll::event::{Change, Event};
     use crate::poll::hash::Hash;
     use crate::poll::snapshot::Entry;
-    use crate::poll::spool::Spool;
-    use crate::source::{Content, ModuleFile};
+    use crate::poll::spool::{Object, Spool};
+    use crate::source::{Content, ModuleFile, Resource};
 
     #[test]
     fn writes_one_line_per_event_and_synced_last() {
         let mut spool = Spool::memory();
-        let loc = spool
-            .put(
-                "u",
-                "1",
-                &[ModuleFile {
-                    key: "k".into(),
-                    content: Content::Text("v".into()),
-                }],
-            )
-            .unwrap();
-        let entry = Entry {
+        let files = [ModuleFile {
+            key: "k".into(),
+            content: Content::Text("v".into()),
+        }];
+        let mut entry = |kind| Entry {
             resource_version: "1".into(),
             hash: Hash([1; 32]),
-            loc,
+            loc: spool.put(&Object::new(kind, "u", "1"), &files).unwrap(),
         };
+        let (cm, secret) = (entry(Resource::ConfigMaps), entry(Resource::Secrets));
         let batch = Batch {
             events: vec![
-                Event::new(Change::Removed, "a/old", &entry),
-                Event::new(Change::Added, "a/new", &entry),
+                Event::new(Change::Removed, "a/old", &cm),
+                Event::new(Change::Added, "a/new", &cm),
+                Event::new(Change::Added, "a/secret", &secret),
             ],
             synced: Synced {
                 modules: 1,
@@ -76,26 +70,36 @@ mod tests {
             spool: &spool,
             first: false,
         };
-        let mut sink = StdoutSink::new(Vec::new(), true);
+        let mut sink = StdoutSink::new(Vec::new());
         sink.apply(&batch).unwrap();
         let text = String::from_utf8(sink.out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3);
-        assert!(lines[0].starts_with(r#"{"type":"removed","module":"a/old""#));
-        assert!(lines[1].contains(r#""files":{"k":"v"}"#));
+        assert_eq!(lines.len(), 4);
+        assert!(lines[0].starts_with(r#"{"type":"removed","module":"a/old","kind":"ConfigMap""#));
+        assert!(
+            lines[1].contains(r#""kind":"ConfigMap""#) && lines[1].contains(r#""files":{"k":"v"}"#)
+        );
+        assert!(lines[2].contains(r#""kind":"Secret""#) && lines[2].contains("sha256:"));
+        assert!(
+            !lines[2].contains("files"),
+            "a Secret's contents stay off stdout: {}",
+            lines[2]
+        );
         assert_eq!(
-            lines[2],
+            lines[3],
             r#"{"type":"synced","modules":1,"added":1,"updated":0,"removed":1,"rejected":0,"poll":3}"#
         );
         assert!(text.ends_with('\n'));
-        let mut hidden = StdoutSink::new(Vec::new(), false);
-        hidden.apply(&batch).unwrap();
-        let text = String::from_utf8(hidden.out).unwrap();
-        assert!(
-            !text.contains("files"),
-            "a Secret's contents stay off stdout: {text}"
+        // An agent's stdin carries a Secret's contents.
+        let mut lines = Vec::new();
+        batch.write_lines(&mut lines, true).unwrap();
+        assert_eq!(
+            String::from_utf8(lines)
+                .unwrap()
+                .matches(r#""files":{"k":"v"}"#)
+                .count(),
+            2
         );
-        assert!(text.contains(r#""type":"added""#) && text.contains("sha256:"));
     }
 
     struct Closed;
@@ -117,7 +121,7 @@ mod tests {
             spool: &spool,
             first: false,
         };
-        let err = StdoutSink::new(Closed, true).apply(&batch).unwrap_err();
+        let err = StdoutSink::new(Closed).apply(&batch).unwrap_err();
         assert!(err.0.contains("reader went away"), "{}", err.0);
     }
 }

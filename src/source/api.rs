@@ -1,5 +1,5 @@
-//! The apiserver as a source: one LIST per `--namespace` (or one cluster-wide), each served
-//! from the watch cache.
+//! The apiserver as a source: one LIST per `--namespace` (or one cluster-wide) and kind
+//! (`--resource`), each served from the watch cache.
 //!
 //! Unpaged (the default): the first list of a scope uses `resourceVersion=0`; later ones
 //! `resourceVersion=<that scope's last list>&resourceVersionMatch=NotOlderThan`; a 504 "Too
@@ -56,8 +56,9 @@ pub struct ApiSource {
 struct Scope<'a>(Option<&'a str>, Resource);
 
 impl Scope<'_> {
+    /// The scope's kind and namespace (`""`: all namespaces).
     fn key(&self) -> String {
-        self.0.unwrap_or("").to_string()
+        format!("{}/{}", self.1.plural(), self.0.unwrap_or(""))
     }
 
     fn path(&self) -> String {
@@ -253,33 +254,34 @@ impl ApiSource {
             };
             Ok(me.list(full, prev, out)?.meta)
         };
+        let resource = scope.1;
         if worth_a_full_list(listed.fetch.len(), listed.selected) {
             log::debug!(
                 "{} of {} {} changed: listing them in full rather than one GET each",
                 listed.fetch.len(),
                 listed.selected,
-                self.selection.resource.plural()
+                resource.plural()
             );
             return again_in_full(self, out);
         }
         for meta in listed.fetch {
-            match self.get_one(&meta) {
+            match self.get_one(resource, &meta) {
                 Ok(Some(item)) => out.item(item)?,
                 Ok(None) => {
                     // Deleted or relabelled since the list: only a list removes a module,
                     // so it stays as the last poll had it until the next list says.
                     log::debug!(
                         "{} {}: gone since the list; kept until a list confirms it",
-                        self.selection.resource.singular(),
+                        resource.singular(),
                         meta.id()
                     );
-                    out.unchanged(&meta.id());
+                    out.unchanged(&self.id(resource, &meta));
                 }
                 Err(Error::Api(e)) if e.code() == Some(403) && self.mode == ListMode::Auto => {
                     log::warn!(
                         "{e}; the role has list but not get on {r}: {} in full from now on (grant get on {r} to have only changed objects fetched, or set --list-mode full)",
                         scope.action(),
-                        r = self.selection.resource.plural(),
+                        r = resource.plural(),
                     );
                     self.full_only.insert(scope.key());
                     return again_in_full(self, out);
@@ -323,17 +325,18 @@ impl ApiSource {
                 continue;
             }
             listed.selected += 1;
-            if prev.has(&meta.id(), &meta.resource_version) {
-                out.unchanged(&meta.id());
+            let id = self.id(scope.1, &meta);
+            if prev.has(&id, &meta.resource_version) {
+                out.unchanged(&id);
             } else if meta.partial {
                 listed.fetch.push(meta);
             } else {
-                let item = raw.item(meta, &self.selection.keys, self.selection.resource);
-                out.item(item.map_err(read)?)?;
+                let item = raw.item(meta, &self.selection.keys, scope.1);
+                out.item(self.qualify(item.map_err(read)?))?;
             }
         }
         listed.meta = list.finish().map_err(read)?;
-        let list_kind = format!("{}List", self.selection.resource.kind());
+        let list_kind = format!("{}List", scope.1.kind());
         let kinds: &[&str] = if metadata {
             &[&list_kind, "PartialObjectMetadataList"]
         } else {
@@ -359,13 +362,28 @@ impl ApiSource {
             return true;
         }
         let id = m.id();
-        if self.warned.insert(format!("{id}@{}", m.resource_version)) {
+        if self.warned.insert(format!(
+            "{}/{id}@{}",
+            scope.1.singular(),
+            m.resource_version
+        )) {
             log::warn!(
                 "the apiserver returned {} {id}, which the selection does not match; ignored",
-                self.selection.resource.singular()
+                scope.1.singular()
             );
         }
         false
+    }
+
+    /// The module id of a listed object (see `Resources::id`).
+    fn id(&self, kind: Resource, m: &Meta) -> String {
+        self.selection.resources.id(kind, &m.namespace, &m.name)
+    }
+
+    /// An item as the poll takes it: its id qualified by its kind when both are listed.
+    fn qualify(&self, mut item: Item) -> Item {
+        item.qualified = self.selection.resources.qualified();
+        item
     }
 
     fn url(&self, scope: Scope, params: &[(&str, String)]) -> String {
@@ -407,8 +425,7 @@ impl ApiSource {
     /// if it was deleted or relabelled since the list: a 404 `Status` NotFound that names
     /// this very object, or the object no longer selected. Any other 404 (a proxy's text
     /// page, a Status about another object or path) fails the poll.
-    fn get_one(&mut self, m: &Meta) -> Result<Option<Item>, Error> {
-        let resource = self.selection.resource;
+    fn get_one(&mut self, resource: Resource, m: &Meta) -> Result<Option<Item>, Error> {
         let action = format!("get {} {}", resource.singular(), m.id());
         let path = format!(
             "/api/v1/namespaces/{}/{}/{}",
@@ -439,7 +456,7 @@ impl ApiSource {
                     let admitted = self
                         .selection
                         .admits(&got.namespace, &got.name, &got.labels);
-                    return Ok(admitted.then_some(item));
+                    return Ok(admitted.then(|| self.qualify(item)));
                 }
                 Ok((kind, _, _)) => {
                     return Err(Error::Api(kube::Error::Decode {
@@ -490,9 +507,12 @@ impl Source for ApiSource {
                 .map(Some)
                 .collect()
         };
-        for ns in &scopes {
-            let scope = Scope(ns.as_deref(), self.selection.resource);
-            self.list_scope(scope, prev, out)?;
+        // Each kind from its own endpoint, with its own list mode and RBAC; a failure of
+        // either fails the poll.
+        for resource in self.selection.resources.iter() {
+            for ns in &scopes {
+                self.list_scope(Scope(ns.as_deref(), resource), prev, out)?;
+            }
         }
         Ok(())
     }

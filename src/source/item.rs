@@ -1,5 +1,7 @@
 //! What a source produces: one selected ConfigMap with the keys `--keys` selects.
 
+use super::selection::{Resource, Resources};
+
 /// A file's content: `data` values are text, `binaryData` values are bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Content {
@@ -27,9 +29,12 @@ pub struct ModuleFile {
     pub content: Content,
 }
 
-/// A ConfigMap as a source delivers it, not yet validated.
+/// A ConfigMap (or Secret) as a source delivers it, not yet validated.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Item {
+    pub kind: Resource,
+    /// Listed with the other kind: its id starts with its kind.
+    pub qualified: bool,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -44,8 +49,13 @@ pub struct Item {
 }
 
 impl Item {
-    /// `namespace/name`.
+    /// `namespace/name`, or `kind/namespace/name` (see `Resources::id`).
     pub fn id(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        let kinds = if self.qualified {
+            Resources::both()
+        } else {
+            Resources::one(self.kind)
+        };
+        kinds.id(self.kind, &self.namespace, &self.name)
     }
 }

@@ -156,6 +156,7 @@ impl RawItem<'_> {
         resource: Resource,
     ) -> Result<Item, ReadError> {
         let mut item = Item {
+            kind: resource,
             namespace: meta.namespace,
             name: meta.name,
             uid: meta.uid,

@@ -51,11 +51,120 @@ impl Resource {
     pub fn shows_contents(self) -> bool {
         self == Resource::ConfigMaps
     }
+
+    /// The kind named at the start of a module id when one cmpoll lists both kinds
+    /// (kubectl's `-o name` words): `configmap`, `secret`.
+    pub fn from_singular(word: &str) -> Option<Resource> {
+        [Resource::ConfigMaps, Resource::Secrets]
+            .into_iter()
+            .find(|r| r.singular() == word)
+    }
+}
+
+/// What one cmpoll lists (`--resource`): one kind, or both (`configmaps,secrets`: one
+/// snapshot of both, each module's id then starting with its kind).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resources {
+    configmaps: bool,
+    secrets: bool,
+}
+
+impl Default for Resources {
+    fn default() -> Resources {
+        Resources::one(Resource::ConfigMaps)
+    }
+}
+
+impl Resources {
+    pub fn one(r: Resource) -> Resources {
+        Resources {
+            configmaps: r == Resource::ConfigMaps,
+            secrets: r == Resource::Secrets,
+        }
+    }
+
+    pub fn both() -> Resources {
+        Resources {
+            configmaps: true,
+            secrets: true,
+        }
+    }
+
+    /// A comma list of `configmaps`, `secrets` (or the singular words); the error says
+    /// what is accepted.
+    pub fn parse(s: &str) -> Result<Resources, String> {
+        let mut out = Resources {
+            configmaps: false,
+            secrets: false,
+        };
+        for word in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match <Resource as crate::words::Words>::from_word(word) {
+                Some(Resource::ConfigMaps) => out.configmaps = true,
+                Some(Resource::Secrets) => out.secrets = true,
+                None => {
+                    return Err(format!(
+                        "'{word}' is not configmaps or secrets (both: configmaps,secrets)"
+                    ));
+                }
+            }
+        }
+        if !out.configmaps && !out.secrets {
+            return Err("empty: give configmaps, secrets, or both (configmaps,secrets)".into());
+        }
+        Ok(out)
+    }
+
+    /// Each kind listed, ConfigMaps first.
+    pub fn iter(self) -> impl Iterator<Item = Resource> {
+        [
+            (self.configmaps, Resource::ConfigMaps),
+            (self.secrets, Resource::Secrets),
+        ]
+        .into_iter()
+        .filter_map(|(on, r)| on.then_some(r))
+    }
+
+    pub fn has(self, r: Resource) -> bool {
+        self.iter().any(|x| x == r)
+    }
+
+    /// Both kinds: every module id starts with its kind.
+    pub fn qualified(self) -> bool {
+        self.configmaps && self.secrets
+    }
+
+    /// A module's id: `NAMESPACE/NAME`, or `KIND/NAMESPACE/NAME` with both kinds.
+    pub fn id(self, kind: Resource, namespace: &str, name: &str) -> String {
+        if self.qualified() {
+            format!("{}/{namespace}/{name}", kind.singular())
+        } else {
+            format!("{namespace}/{name}")
+        }
+    }
+
+    /// The kind of the module with `id` (see `id`).
+    pub fn kind_of(self, id: &str) -> Resource {
+        let named = id
+            .split('/')
+            .next()
+            .filter(|_| id.matches('/').count() == 2);
+        match named.and_then(Resource::from_singular) {
+            Some(r) => r,
+            None if self.configmaps => Resource::ConfigMaps,
+            None => Resource::Secrets,
+        }
+    }
+
+    /// `configmaps`, `secrets`, or `configmaps,secrets`.
+    pub fn describe(self) -> String {
+        let words: Vec<&str> = self.iter().map(Resource::plural).collect();
+        words.join(",")
+    }
 }
 
 #[derive(Clone, Debug)]
 pub struct Selection {
-    pub resource: Resource,
+    pub resources: Resources,
     pub labels: LabelSelector,
     pub fields: FieldSelector,
     /// Empty: all namespaces (one cluster-wide list).
@@ -68,7 +177,7 @@ impl Selection {
     pub fn describe(&self) -> String {
         let mut out = format!(
             "{}, selector '{}'",
-            self.resource.plural(),
+            self.resources.describe(),
             self.labels.as_str()
         );
         if !self.fields.as_str().is_empty() {
@@ -152,5 +261,40 @@ mod tests {
                 .contains("invalid glob '['")
         );
         assert!(KeyFilter::all().matches(".hidden"));
+    }
+
+    #[test]
+    fn one_kind_or_both_and_the_ids_that_go_with_them() {
+        use Resource::*;
+        for (text, want) in [
+            ("configmaps", Ok(Resources::one(ConfigMaps))),
+            ("secret", Ok(Resources::one(Secrets))),
+            ("configmaps,secrets", Ok(Resources::both())),
+            ("secrets, configmap", Ok(Resources::both())),
+            ("secrets,secrets", Ok(Resources::one(Secrets))),
+            ("both", Err("'both' is not configmaps or secrets")),
+            ("", Err("empty")),
+            (" , ", Err("empty")),
+        ] {
+            match (Resources::parse(text), want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{text:?}"),
+                (Err(got), Err(want)) => assert!(got.starts_with(want), "{text:?}: {got}"),
+                (got, want) => panic!("{text:?}: {got:?}, want {want:?}"),
+            }
+        }
+        let both = Resources::both();
+        assert_eq!(both.iter().collect::<Vec<_>>(), [ConfigMaps, Secrets]);
+        assert_eq!(both.id(Secrets, "ns", "n"), "secret/ns/n");
+        assert_eq!(both.kind_of("secret/ns/n"), Secrets);
+        assert_eq!(both.kind_of("configmap/ns/n"), ConfigMaps);
+        let one = Resources::one(Secrets);
+        assert_eq!(one.id(Secrets, "ns", "n"), "ns/n");
+        assert_eq!(one.kind_of("ns/n"), Secrets);
+        assert_eq!(
+            Resources::default().kind_of("secret/n"),
+            ConfigMaps,
+            "a namespace named secret"
+        );
+        assert_eq!(both.describe(), "configmaps,secrets");
     }
 }

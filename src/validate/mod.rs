@@ -26,8 +26,9 @@ pub use self::run::Verdict;
 use crate::poll::event::{Change, Event};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};
-use crate::poll::spool::Spool;
+use crate::poll::spool::{Object, Spool};
 use crate::poll::store::Store;
+use crate::source::Resources;
 
 /// The output kept of a validator (stdout and stderr together).
 pub const KEEP: usize = 4096;
@@ -43,6 +44,8 @@ pub struct Options {
     pub meta_dir: Option<PathBuf>,
     /// `--ext` (concat), for `CMPOLL_MODULE_FILE`'s name.
     pub ext: String,
+    /// What is listed: a remembered module's kind follows from its id.
+    pub kinds: Resources,
 }
 
 /// A remembered rejection: the content refused, why, and the last good version.
@@ -128,7 +131,8 @@ impl Gate {
             else {
                 continue;
             };
-            let loc = store.spool.put(uid, resource_version, files)?;
+            let object = Object::new(self.opts.kinds.kind_of(id), uid, resource_version);
+            let loc = store.spool.put(&object, files)?;
             let entry = Entry {
                 hash: Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes()))),
                 loc,

@@ -144,6 +144,7 @@ mod tests {
             jobs: 1,
             meta_dir: None,
             ext: ".yaml".into(),
+            kinds: Default::default(),
         }
     }
 

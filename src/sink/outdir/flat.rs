@@ -134,7 +134,7 @@ impl OutDir {
             // still its old holder's until that module's switch.
             let tmp = flat_tmp(&p.tmp, i);
             let path = self.dir().join(part(&tmp)?);
-            if let Err(e) = atomic::create_new(&path, f.content.bytes(), self.opts.file_mode) {
+            if let Err(e) = atomic::create_new(&path, f.content.bytes(), p.written.mode) {
                 // A name that was there already is not cmpoll's to remove.
                 if e.kind() != io::ErrorKind::AlreadyExists {
                     let _ = remove_if_exists(&path);
@@ -169,7 +169,7 @@ impl OutDir {
                     // What another layout wrote for it stays recorded, to be cleared later.
                     let mut mixed = old.clone().unwrap_or_default();
                     mixed.hash = None;
-                    mixed.mode = self.opts.file_mode;
+                    mixed.mode = p.written.mode;
                     mixed.flat = done;
                     self.record.modules.insert(&p.module, mixed);
                 }

@@ -44,8 +44,8 @@ use super::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_
 use super::{Batch, Fatal, Outcome, Sink};
 use crate::ops::health::{Writing, thousands};
 use crate::poll::event::{Change, Event};
-use crate::poll::snapshot::{Entry, split_id};
-use crate::source::ModuleFile;
+use crate::poll::snapshot::{Entry, folder_of};
+use crate::source::{ModuleFile, Resource, Resources};
 
 /// cmpoll's own folder inside the output folder: the record, the lock, version folders,
 /// and the spool and agent feed files.
@@ -82,8 +82,44 @@ pub struct Options {
     pub layout: Layout,
     /// File name extension for `concat`.
     pub ext: String,
-    pub file_mode: u32,
+    pub file_modes: FileModes,
     pub old_version_ttl: Duration,
+    /// What is listed: a module's kind follows from its id.
+    pub kinds: Resources,
+}
+
+/// The mode of written files, per kind (`--file-mode`, else 0644 and 0600 for a Secret's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileModes {
+    pub configmaps: u32,
+    pub secrets: u32,
+}
+
+impl FileModes {
+    /// One mode for every kind.
+    pub fn all(mode: u32) -> FileModes {
+        FileModes {
+            configmaps: mode,
+            secrets: mode,
+        }
+    }
+
+    pub fn of(self, kind: Resource) -> u32 {
+        match kind {
+            Resource::ConfigMaps => self.configmaps,
+            Resource::Secrets => self.secrets,
+        }
+    }
+}
+
+impl Default for FileModes {
+    /// A Secret's files are for the agent's user only.
+    fn default() -> FileModes {
+        FileModes {
+            configmaps: 0o644,
+            secrets: 0o600,
+        }
+    }
 }
 
 pub struct OutDir {
@@ -144,6 +180,38 @@ fn found(path: &Path) -> io::Result<Found> {
         Ok(m) if m.is_file() => Ok(Found::File),
         Ok(_) => Ok(Found::Other),
     }
+}
+
+fn not_a_folder(path: &Path) -> io::Error {
+    io::Error::other(format!(
+        "'{}' is not a folder cmpoll can write to (a file or a symlink it did not make)",
+        path.display()
+    ))
+}
+
+/// `DIR/FOLDER` (a module's folder in the `files` layout: `NS`, or `KIND/NS` for a
+/// kind-qualified id) if every part of it is a real folder; `None` if a part is missing.
+/// Anything else (a symlink, a file) is never reached through: an error.
+fn folder_in(dir: &Path, folder: &str) -> io::Result<Option<PathBuf>> {
+    let mut path = dir.to_path_buf();
+    for c in folder.split('/') {
+        path.push(part(c)?);
+        match found(&path)? {
+            Found::Dir => {}
+            Found::Nothing => return Ok(None),
+            _ => return Err(not_a_folder(&path)),
+        }
+    }
+    Ok(Some(path))
+}
+
+/// `.cmpoll/versions` as seen from `DIR/FOLDER/` (`../` once per part of FOLDER).
+fn versions_from(folder: &str) -> PathBuf {
+    let mut p = PathBuf::new();
+    for _ in folder.split('/') {
+        p.push("..");
+    }
+    p.join(META).join(VERSIONS)
 }
 
 fn not_ours(path: &Path) -> io::Error {
@@ -329,27 +397,61 @@ impl OutDir {
         &self.opts.dir
     }
 
+    /// The mode of module `id`'s files.
+    fn mode_of(&self, id: &str) -> u32 {
+        self.opts.file_modes.of(self.opts.kinds.kind_of(id))
+    }
+
     fn versions(&self) -> PathBuf {
         meta_dir(self.dir()).join(VERSIONS)
     }
 
-    /// The symlink target of a version, relative to `DIR/NS/`.
-    fn link_target(version: &str) -> PathBuf {
-        Path::new("..").join(META).join(VERSIONS).join(version)
+    /// The symlink target of a version, relative to the module's folder `DIR/FOLDER/`.
+    fn link_target(folder: &str, version: &str) -> PathBuf {
+        versions_from(folder).join(version)
     }
 
-    /// `DIR/NS` if it is a real folder; `None` if there is nothing there. Anything else (a
-    /// symlink, a file) is never reached through: an error.
-    fn ns_dir(&self, ns: &str) -> io::Result<Option<PathBuf>> {
-        let path = self.dir().join(part(ns)?);
-        match found(&path)? {
-            Found::Dir => Ok(Some(path)),
-            Found::Nothing => Ok(None),
-            _ => Err(io::Error::other(format!(
-                "'{}' is not a folder cmpoll can write to (a file or a symlink it did not make)",
-                path.display()
-            ))),
+    /// `DIR/FOLDER` (see `folder_in`).
+    fn folder_dir(&self, folder: &str) -> io::Result<Option<PathBuf>> {
+        folder_in(self.dir(), folder)
+    }
+
+    /// Makes `DIR/FOLDER`, part by part, recording each part it made.
+    fn make_folder(&mut self, folder: &str) -> io::Result<PathBuf> {
+        let mut path = self.dir().to_path_buf();
+        let mut made = String::new();
+        for c in folder.split('/') {
+            path.push(part(c)?);
+            if !made.is_empty() {
+                made.push('/');
+            }
+            made.push_str(c);
+            match found(&path)? {
+                Found::Dir => {}
+                Found::Nothing => {
+                    create_dir(&path, DIR_MODE)?;
+                    self.record.namespaces.insert(made.clone());
+                }
+                _ => return Err(not_a_folder(&path)),
+            }
         }
+        Ok(path)
+    }
+
+    /// Removes `DIR/FOLDER`, then its parent, while each is empty and cmpoll made it.
+    fn drop_folder(&mut self, folder: &str) -> io::Result<()> {
+        let mut at = folder;
+        while self.record.namespaces.contains(at) {
+            match self.folder_dir(at)? {
+                Some(d) if !remove_dir_if_empty(&d)? => return Ok(()),
+                _ => self.record.namespaces.remove(at),
+            };
+            match at.rsplit_once('/') {
+                Some((parent, _)) => at = parent,
+                None => break,
+            }
+        }
+        Ok(())
     }
 
     /// `DIR/.cmpoll/versions/VERSION` if it is a real folder.
@@ -431,17 +533,17 @@ impl OutDir {
     /// Removes what `old` recorded for `id` and `new` (if any) does not reuse, unsynced: the
     /// caller syncs the volume before the record that forgets them is saved.
     fn clear(&mut self, id: &str, old: Written, new: Option<&Written>) -> io::Result<()> {
-        let (ns, name) = split_id(id);
+        let (folder, name) = folder_of(id);
         if let Some(version) = &old.version
             && new.is_none_or(|n| n.version.is_none())
         {
             // No longer in the files layout: the module's symlink goes, if it is still
-            // the one cmpoll made, and the namespace folder if that emptied it.
-            match self.ns_dir(ns) {
-                Ok(Some(ns_dir)) => {
-                    let link = ns_dir.join(part(name)?);
+            // the one cmpoll made, and the module's folder if that emptied it.
+            match self.folder_dir(folder) {
+                Ok(Some(dir)) => {
+                    let link = dir.join(part(name)?);
                     match found(&link)? {
-                        Found::Link(t) if t == Self::link_target(version) => {
+                        Found::Link(t) if t == Self::link_target(folder, version) => {
                             fs::remove_file(&link)?;
                         }
                         Found::Nothing => {}
@@ -450,9 +552,7 @@ impl OutDir {
                             link.display()
                         ),
                     }
-                    if self.record.namespaces.contains(ns) && remove_dir_if_empty(&ns_dir)? {
-                        self.record.namespaces.remove(ns);
-                    }
+                    self.drop_folder(folder)?;
                 }
                 Ok(None) => {}
                 Err(e) => log::warn!("--out-dir: {e}; not looking inside it"),
@@ -539,19 +639,19 @@ impl OutDir {
         let Some(w) = self.record.modules.get(id) else {
             return false;
         };
-        if w.hash != Some(entry.hash) || w.mode != self.opts.file_mode {
+        if w.hash != Some(entry.hash) || w.mode != self.mode_of(id) {
             return false;
         }
-        let (ns, name) = split_id(id);
+        let (folder, name) = folder_of(id);
         match (self.opts.layout, &w.version, &w.file) {
             (Layout::Files, Some(v), _) => {
-                let Ok(Some(ns_dir)) = self.ns_dir(ns) else {
+                let Ok(Some(dir)) = self.folder_dir(folder) else {
                     return false;
                 };
                 let Ok(Some(vdir)) = self.version_dir(v) else {
                     return false;
                 };
-                found(&ns_dir.join(name)).ok() == Some(Found::Link(Self::link_target(v)))
+                found(&dir.join(name)).ok() == Some(Found::Link(Self::link_target(folder, v)))
                     && w.files.iter().all(|f| vdir.join(&**f).exists())
             }
             (Layout::Concat, _, Some(f)) => {

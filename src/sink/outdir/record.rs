@@ -17,7 +17,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::idmap::IdMap;
 use crate::names;
 use crate::poll::hash::Hash;
-use crate::poll::snapshot::split_id;
+use crate::poll::snapshot::folder_of;
 
 /// A SHA-256 of bytes cmpoll wrote: 32 bytes in memory, 64 hex digits in `state.json`.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
@@ -297,10 +297,13 @@ pub struct Pending {
     /// not exist when the write was recorded and is created exclusively, so whatever is
     /// found there after a crash is cmpoll's.
     pub tmp: String,
-    /// `files` layout: the namespace folder did not exist when the write was recorded, so
-    /// a folder found there after a crash is cmpoll's.
+    /// `files` layout: the module's folder (`NS`, or `KIND/NS`) did not exist when the
+    /// write was recorded, so a folder found there after a crash is cmpoll's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub new_namespace: bool,
+    /// `files` layout, a kind-qualified module: nor did its kind's folder (`KIND`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub new_kind: bool,
 }
 
 /// A version folder no longer in use, deleted once it is older than the TTL.
@@ -318,7 +321,8 @@ pub struct Record {
     pub version: u32,
     pub seq: u64,
     pub modules: Modules,
-    /// Namespace folders cmpoll created (and may remove once empty).
+    /// Folders cmpoll created (and may remove once empty), relative to DIR: a module's
+    /// folder in the `files` layout (`NS`, or `KIND` and `KIND/NS`).
     pub namespaces: BTreeSet<String>,
     pub pending: Vec<Pending>,
     pub retired: Vec<Retired>,
@@ -361,8 +365,8 @@ impl Record {
             module_id(id).map_err(at)?;
             written(id, &w).map_err(at)?;
         }
-        for ns in &self.namespaces {
-            namespace(ns).map_err(|e| format!("namespaces: {e}"))?;
+        for f in &self.namespaces {
+            folder(f).map_err(|e| format!("namespaces: {e}"))?;
         }
         for (i, p) in self.pending.iter().enumerate() {
             let at = |what: String| format!("pending[{i}]: {what}");
@@ -406,11 +410,18 @@ pub fn seq_of(tmp: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
+/// `NS/NAME`, or `KIND/NS/NAME` (both kinds listed).
 fn module_id(id: &str) -> Result<(), String> {
-    let Some((ns, name)) = id.split_once('/') else {
+    let Some((folder_part, name)) = id.rsplit_once('/') else {
         return Err("not a module name (namespace/name)".into());
     };
-    namespace(ns)?;
+    match folder_part.split_once('/') {
+        Some((kind, ns)) => {
+            kind_word(kind)?;
+            namespace(ns)?;
+        }
+        None => namespace(folder_part)?,
+    }
     let errs = names::dns1123_subdomain(name);
     if !errs.is_empty() {
         return Err(format!(
@@ -420,6 +431,24 @@ fn module_id(id: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+fn kind_word(kind: &str) -> Result<(), String> {
+    match crate::source::Resource::from_singular(kind) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "kind {} is not configmap or secret",
+            names::go_quote(kind)
+        )),
+    }
+}
+
+/// A folder cmpoll makes: `NS`, `KIND` (which is a valid namespace name too) or `KIND/NS`.
+fn folder(f: &str) -> Result<(), String> {
+    match f.split_once('/') {
+        Some((kind, ns)) => kind_word(kind).and_then(|()| namespace(ns)),
+        None => namespace(f),
+    }
 }
 
 fn namespace(ns: &str) -> Result<(), String> {
@@ -480,10 +509,9 @@ fn version_name(v: &str) -> Result<(), String> {
 fn written(id: &str, w: &Written) -> Result<(), String> {
     if let Some(v) = &w.version {
         version_name(v)?;
-        let (ns, name) = split_id(id);
         // As `plan` names it, or as cmpoll did before names were bounded.
         let now = format!("{}.", super::stem(id, super::VERSION_STEM));
-        if !v.starts_with(&now) && !v.starts_with(&format!("{ns}.{name}.")) {
+        if !v.starts_with(&now) && !v.starts_with(&format!("{}.", id.replace('/', "."))) {
             return Err(format!(
                 "version {} is not this module's",
                 names::go_quote(v)
@@ -507,10 +535,10 @@ fn written(id: &str, w: &Written) -> Result<(), String> {
     Ok(())
 }
 
-/// A temporary name: `.cmpoll-tmp.X` in DIR, or `NS/.cmpoll-tmp.X` in the module's
-/// namespace folder.
+/// A temporary name: `.cmpoll-tmp.X` in DIR, or `FOLDER/.cmpoll-tmp.X` in the module's
+/// folder.
 fn tmp(id: &str, t: &str) -> Result<(), String> {
-    let (folder, file) = match t.split_once('/') {
+    let (folder, file) = match t.rsplit_once('/') {
         Some((folder, file)) => (Some(folder), file),
         None => (None, t),
     };
@@ -521,7 +549,7 @@ fn tmp(id: &str, t: &str) -> Result<(), String> {
         )
     };
     if let Some(folder) = folder
-        && folder != split_id(id).0
+        && folder != folder_of(id).0
     {
         return Err(bad());
     }
@@ -626,7 +654,7 @@ mod tests {
         let cases = [
             (
                 r#"{"modules":{"../etc/x":{"hash":"","mode":0}}}"#,
-                "modules[\"../etc/x\"]: namespace \"..\"",
+                "modules[\"../etc/x\"]: kind \"..\" is not configmap or secret",
             ),
             (
                 r#"{"modules":{"ns/m":{"hash":"","mode":0,"file":"../../etc/passwd"}}}"#,
@@ -645,6 +673,14 @@ mod tests {
                 "is not this module's",
             ),
             (r#"{"namespaces":[".."]}"#, "namespaces: namespace \"..\""),
+            (
+                r#"{"namespaces":["secret/../x"]}"#,
+                "namespaces: namespace \"../x\"",
+            ),
+            (
+                r#"{"modules":{"pod/ns/m":{"hash":"","mode":0}}}"#,
+                "kind \"pod\" is not configmap or secret",
+            ),
             (
                 r#"{"pending":[{"module":"ns/m","hash":"","mode":0,"tmp":"../x"}]}"#,
                 "pending[0]: tmp \"../x\"",

@@ -7,7 +7,7 @@ use std::io;
 
 use super::record::Pending;
 use super::{Found, OutDir, file_digest, found, part};
-use crate::poll::snapshot::split_id;
+use crate::poll::snapshot::folder_of;
 use crate::sink::atomic::{fsync_dir, remove_dir_if_empty, remove_if_exists, sync_volume};
 
 impl OutDir {
@@ -28,22 +28,24 @@ impl OutDir {
                 None => self.recover_flat(&p)?,
             }
         }
-        // A namespace folder an interrupted run made but never put a module in.
-        let used: BTreeSet<&str> = self
-            .record
-            .modules
-            .keys()
-            .map(|id| split_id(id).0)
-            .collect();
-        let unused: Vec<String> = (self.record.namespaces.iter())
-            .filter(|ns| !used.contains(ns.as_str()))
+        // A folder an interrupted run made but never put a module in (the deepest first:
+        // `KIND/NS` before `KIND`).
+        let mut used: BTreeSet<&str> = BTreeSet::new();
+        for id in self.record.modules.keys() {
+            let folder = folder_of(id).0;
+            used.insert(folder);
+            used.extend(folder.split_once('/').map(|(kind, _)| kind));
+        }
+        let mut unused: Vec<String> = (self.record.namespaces.iter())
+            .filter(|f| !used.contains(f.as_str()))
             .cloned()
             .collect();
-        for ns in unused {
-            if let Ok(Some(d)) = self.ns_dir(&ns)
+        unused.sort_by_key(|f| std::cmp::Reverse(f.matches('/').count()));
+        for folder in unused {
+            if let Ok(Some(d)) = self.folder_dir(&folder)
                 && remove_dir_if_empty(&d)?
             {
-                self.record.namespaces.remove(&ns);
+                self.record.namespaces.remove(&folder);
             }
         }
         self.expire(true)?;
@@ -53,8 +55,8 @@ impl OutDir {
     }
 
     fn recover_version(&mut self, p: &Pending, version: &str) -> io::Result<()> {
-        let (ns, name) = split_id(&p.module);
-        let ns_dir = match self.ns_dir(ns) {
+        let (folder, name) = folder_of(&p.module);
+        let dir = match self.folder_dir(folder) {
             Ok(d) => d,
             Err(e) => {
                 log::warn!("--out-dir: {e}; not looking inside it");
@@ -62,17 +64,21 @@ impl OutDir {
             }
         };
         let mut switched = false;
-        if let Some(ns_dir) = ns_dir {
-            if !self.record.namespaces.contains(ns) && p.new_namespace {
-                // It did not exist when the write was recorded: this run made it.
-                self.record.namespaces.insert(ns.to_string());
+        if let Some(dir) = dir {
+            if p.new_namespace {
+                // It did not exist when the write was recorded (nor, with `new_kind`, the
+                // kind's folder above it): this run made it.
+                self.record.namespaces.insert(folder.to_string());
+                if let (true, Some((kind, _))) = (p.new_kind, folder.split_once('/')) {
+                    self.record.namespaces.insert(kind.to_string());
+                }
             }
             let tmp = self.dir().join(&p.tmp);
             if matches!(found(&tmp)?, Found::Link(_)) {
                 remove_if_exists(&tmp)?;
             }
-            let target = Self::link_target(version);
-            switched = found(&ns_dir.join(part(name)?))? == Found::Link(target);
+            let target = Self::link_target(folder, version);
+            switched = found(&dir.join(part(name)?))? == Found::Link(target);
         }
         if switched {
             // The switch happened: the new version is the module now.

@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
 
-use super::{Found, Layout, META, Options, VERSIONS, found, meta_dir, part};
+use super::{Found, Layout, Options, VERSIONS, folder_in, found, meta_dir, part, versions_from};
 use crate::poll::hash::Hash;
-use crate::poll::snapshot::split_id;
+use crate::poll::snapshot::folder_of;
 use crate::poll::spool;
 use crate::source::ModuleFile;
 
@@ -85,17 +85,16 @@ impl Shelf {
         let key = part(key)?;
         match self.layout {
             Layout::Files => {
-                let (ns, name) = split_id(id);
-                let ns_dir = self.dir.join(part(ns)?);
-                if found(&ns_dir)? != Found::Dir {
-                    return Err(missing(format!("'{}' is not a folder", ns_dir.display())));
-                }
-                let link = ns_dir.join(part(name)?);
+                let (folder, name) = folder_of(id);
+                let Some(dir) = folder_in(&self.dir, folder)? else {
+                    return Err(missing(format!("'{folder}' is not a folder")));
+                };
+                let link = dir.join(part(name)?);
                 let Found::Link(target) = found(&link)? else {
                     return Err(missing(format!("'{}' is not a symlink", link.display())));
                 };
                 let version = target
-                    .strip_prefix(Path::new("..").join(META).join(VERSIONS))
+                    .strip_prefix(versions_from(folder))
                     .ok()
                     .and_then(Path::to_str)
                     .ok_or_else(|| missing(format!("'{}' is not cmpoll's", link.display())))?;

@@ -4,7 +4,7 @@ use super::*;
 use crate::poll::event::Event;
 use crate::poll::event::Synced;
 use crate::poll::hash::Hash;
-use crate::poll::spool::Spool;
+use crate::poll::spool::{Object, Spool};
 use crate::source::Content;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -40,7 +40,8 @@ impl Fixture {
             dir: self.dir.path().to_path_buf(),
             layout,
             ext: ".conf".into(),
-            file_mode: 0o644,
+            file_modes: FileModes::all(0o644),
+            kinds: Resources::default(),
             old_version_ttl: Duration::ZERO,
         }
     }
@@ -61,7 +62,10 @@ impl Fixture {
                 content: Content::Text(v.to_string()),
             })
             .collect();
-        let loc = self.spool.put("u", "1", &files).unwrap();
+        let loc = self
+            .spool
+            .put(&Object::configmap("u", "1"), &files)
+            .unwrap();
         let entry = Entry {
             resource_version: "1".into(),
             hash: Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes()))),

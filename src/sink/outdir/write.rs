@@ -12,14 +12,17 @@ use super::{
     DIR_MODE, Found, Layout, NAME_MAX, OutDir, VERSION_STEM, concat_bytes, digest, found, not_ours,
     part, stem,
 };
-use crate::poll::snapshot::{Entry, split_id};
+use crate::poll::snapshot::{Entry, folder_of};
 use crate::sink::atomic::{self, create_dir};
 use crate::source::ModuleFile;
 
 impl OutDir {
     pub(super) fn concat_name(&self, id: &str) -> io::Result<String> {
-        let (ns, name) = split_id(id);
-        let file = format!("{}.{}{}", part(ns)?, part(name)?, self.opts.ext);
+        for c in id.split('/') {
+            part(c)?;
+        }
+        // `NS.NAME{EXT}`, or `KIND.NS.NAME{EXT}` for a kind-qualified id.
+        let file = format!("{}{}", id.replace('/', "."), self.opts.ext);
         if file.len() > NAME_MAX {
             // SPEC's concat name is NS.NAME{EXT}: valid names can make it too long.
             return Err(io::Error::new(
@@ -45,7 +48,7 @@ impl OutDir {
             Found::Nothing => true,
             Found::Link(t) => (w.as_ref())
                 .and_then(|w| w.version.as_deref())
-                .is_some_and(|v| t == Self::link_target(v)),
+                .is_some_and(|v| t == Self::link_target(folder_of(id).0, v)),
             Found::File => (w.as_ref())
                 .and_then(|w| w.file.as_deref())
                 .is_some_and(|f| path.file_name().and_then(|n| n.to_str()) == Some(f)),
@@ -62,24 +65,29 @@ impl OutDir {
         files: &[ModuleFile],
     ) -> io::Result<Pending> {
         let seq = self.next_seq();
-        let (ns, name) = split_id(id);
+        let (folder, name) = folder_of(id);
         let tmp = self.tmp_name(seq);
         let mut written = Written {
             hash: Some(entry.hash),
-            mode: self.opts.file_mode,
+            mode: self.mode_of(id),
             ..Written::default()
         };
-        let mut new_namespace = false;
+        let (mut new_namespace, mut new_kind) = (false, false);
         let tmp = match self.opts.layout {
             Layout::Files => {
-                match self.ns_dir(ns)? {
-                    Some(ns_dir) => {
-                        self.check_ours(id, &ns_dir.join(part(name)?))?;
-                        if found(&ns_dir.join(&tmp))? != Found::Nothing {
-                            return Err(not_ours(&ns_dir.join(&tmp)));
+                match self.folder_dir(folder)? {
+                    Some(dir) => {
+                        self.check_ours(id, &dir.join(part(name)?))?;
+                        if found(&dir.join(&tmp))? != Found::Nothing {
+                            return Err(not_ours(&dir.join(&tmp)));
                         }
                     }
-                    None => new_namespace = true,
+                    None => {
+                        new_namespace = true;
+                        new_kind = (folder.split_once('/')).is_some_and(|(kind, _)| {
+                            found(&self.dir().join(kind)).ok() == Some(Found::Nothing)
+                        });
+                    }
                 }
                 let version = format!("{}.{seq:x}", stem(id, VERSION_STEM));
                 if found(&self.versions().join(&version))? != Found::Nothing {
@@ -87,7 +95,7 @@ impl OutDir {
                 }
                 written.version = Some(version.into());
                 written.files = self.keys.keys(files.iter().map(|f| f.key.as_str()));
-                format!("{ns}/{tmp}")
+                format!("{folder}/{tmp}")
             }
             Layout::Concat => {
                 let file = self.concat_name(id)?;
@@ -109,6 +117,7 @@ impl OutDir {
             written,
             tmp,
             new_namespace,
+            new_kind,
         })
     }
 
@@ -126,14 +135,13 @@ impl OutDir {
     /// Puts a staged write in place (renames, unsynced); on failure, what was staged goes.
     pub(super) fn switch(&mut self, p: &Pending, staged: Staged) -> io::Result<Written> {
         match staged {
-            Staged::Link { ns_dir, tmp } => {
+            Staged::Link { dir, tmp } => {
                 let version = p.written.version.as_deref().unwrap_or_default();
-                let (_, name) = split_id(&p.module);
+                let (folder, name) = folder_of(&p.module);
+                let target = Self::link_target(folder, version);
                 let placed = self
-                    .check_ours(&p.module, &ns_dir.join(part(name)?))
-                    .and_then(|()| {
-                        atomic::place_symlink(&ns_dir, name, &tmp, &Self::link_target(version))
-                    });
+                    .check_ours(&p.module, &dir.join(part(name)?))
+                    .and_then(|()| atomic::place_symlink(&dir, name, &tmp, &target));
                 if let Err(e) = placed {
                     let _ = self.delete_version(version, &p.written.files);
                     return Err(e);
@@ -170,32 +178,20 @@ impl OutDir {
         version: &str,
         files: &[ModuleFile],
     ) -> io::Result<Staged> {
-        let (ns, name) = split_id(&p.module);
-        let ns_dir = match self.ns_dir(ns)? {
-            Some(d) => d,
-            None => {
-                let d = self.dir().join(part(ns)?);
-                create_dir(&d, DIR_MODE)?;
-                self.record.namespaces.insert(ns.to_string());
-                d
-            }
-        };
-        self.check_ours(&p.module, &ns_dir.join(part(name)?))?;
+        let (folder, name) = folder_of(&p.module);
+        let dir = self.make_folder(folder)?;
+        self.check_ours(&p.module, &dir.join(part(name)?))?;
         let vdir = self.versions().join(part(version)?);
         create_dir(&vdir, DIR_MODE)?;
         let written = files.iter().try_for_each(|f| {
-            atomic::create_new(
-                &vdir.join(part(&f.key)?),
-                f.content.bytes(),
-                self.opts.file_mode,
-            )
+            atomic::create_new(&vdir.join(part(&f.key)?), f.content.bytes(), p.written.mode)
         });
         if let Err(e) = written {
             let _ = self.delete_version(version, &p.written.files);
             return Err(e);
         }
         let tmp = p.tmp.rsplit('/').next().unwrap_or(&p.tmp).to_string();
-        Ok(Staged::Link { ns_dir, tmp })
+        Ok(Staged::Link { dir, tmp })
     }
 
     fn stage_concat(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Staged> {
@@ -206,7 +202,7 @@ impl OutDir {
             return Err(io::Error::other("its contents changed while being written"));
         }
         let tmp = self.dir().join(part(&p.tmp)?);
-        if let Err(e) = atomic::create_new(&tmp, &content, self.opts.file_mode) {
+        if let Err(e) = atomic::create_new(&tmp, &content, p.written.mode) {
             if e.kind() != io::ErrorKind::AlreadyExists {
                 let _ = atomic::remove_if_exists(&tmp);
             }
@@ -218,9 +214,9 @@ impl OutDir {
 
 /// A write staged by `OutDir::stage`, switched into place by `OutDir::switch`.
 pub(super) enum Staged {
-    /// The files layout: `NS_DIR/NAME` becomes a symlink to the version folder, through a
-    /// symlink at `NS_DIR/TMP`.
-    Link { ns_dir: PathBuf, tmp: String },
+    /// The files layout: `DIR/FOLDER/NAME` (`dir`/NAME) becomes a symlink to the version
+    /// folder, through a symlink at `dir/TMP`.
+    Link { dir: PathBuf, tmp: String },
     /// The concat and flat layouts: `DIR/TMP` renamed over `DIR/NAME`, for each pair.
     Renames(Vec<(String, String)>),
 }

@@ -1,4 +1,4 @@
-//! `--manifests DIR`: ConfigMaps (or, with `--resource secrets`, Secrets) from manifest
+//! `--manifests DIR`: ConfigMaps (or, with `--resource secrets`, Secrets, or both) from manifest
 //! files (`files.rs` reads them) instead of an apiserver. The folder is read again on every poll, so editing a file while `cmpoll run`
 //! watches the folder produces events (handy for developing modules). Manifests carry no
 //! resourceVersion to compare, so every item is delivered with its contents; the poll's
@@ -24,11 +24,16 @@ impl ManifestSource {
 impl Source for ManifestSource {
     fn list(&mut self, _prev: &dyn Previous, out: &mut dyn Collect) -> Result<(), Error> {
         let cms = files::load_dir(&self.dir).map_err(Error::Manifests)?;
-        let secrets = self.selection.resource == Resource::Secrets;
+        let kinds = self.selection.resources;
         for cm in cms {
-            if cm.secret.is_some() != secrets {
+            let kind = match cm.secret {
+                Some(_) => Resource::Secrets,
+                None => Resource::ConfigMaps,
+            };
+            if !kinds.has(kind) {
                 continue;
             }
+            let secrets = kind == Resource::Secrets;
             let labels: Vec<(String, String)> = cm.labels.into_iter().collect();
             if !self.selection.admits(&cm.namespace, &cm.name, &labels) {
                 continue;
@@ -51,6 +56,8 @@ impl Source for ManifestSource {
                 .map(|(key, content)| ModuleFile { key, content })
                 .collect();
             out.item(Item {
+                kind,
+                qualified: kinds.qualified(),
                 namespace: cm.namespace,
                 name: cm.name,
                 uid: cm.uid,
