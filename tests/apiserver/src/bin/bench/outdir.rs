@@ -80,7 +80,62 @@ fn disk_dir() -> PathBuf {
     target
 }
 
-/// One binary at one size. The folders live on in `keep` until the part ends: deleting
+/// A fresh ext4 filesystem on a loop device (an image file on the disk), for one binary at
+/// one size: a first start on a disk is timed by ext4's inode allocator as much as by
+/// cmpoll, and on a filesystem where earlier runs deleted many inodes the allocator skips
+/// them one by one (`recently_deleted`), several-fold slower and different in every run.
+/// Needs root, mkfs.ext4 and loop devices; `None` where they are not (the bench then uses
+/// a folder on the disk as it is, and says so).
+struct FreshFs {
+    image: PathBuf,
+    mount: tempfile::TempDir,
+}
+
+impl FreshFs {
+    fn new(n: usize) -> Option<FreshFs> {
+        if unsafe { libc::geteuid() } != 0 {
+            return None;
+        }
+        let image = disk_dir().join(format!("fresh-{}-{n}.img", std::process::id()));
+        // A version folder and two files of one block each per module, with room to spare.
+        let bytes = (n as u64 * 16 * 1024).max(1 << 30) + (256 << 20);
+        std::fs::File::create(&image).ok()?.set_len(bytes).ok()?;
+        let inodes = (n * 4 + 10_000).to_string();
+        let ok = |c: &mut Command| {
+            c.stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let mount = tempfile::tempdir().ok()?;
+        let made = ok(Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-N", &inodes])
+            .arg(&image))
+            && ok(Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&image)
+                .arg(mount.path()));
+        if !made {
+            let _ = std::fs::remove_file(&image);
+            return None;
+        }
+        Some(FreshFs { image, mount })
+    }
+
+    fn path(&self) -> &Path {
+        self.mount.path()
+    }
+}
+
+impl Drop for FreshFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.mount.path()).status();
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// One binary at one size. The first start on a disk runs on a fresh filesystem where it
+/// can (`FreshFs`); the other folders live on in `keep` until the part ends: deleting
 /// hundreds of thousands of inodes just before a first start makes ext4's inode
 /// allocator skip the recently deleted ones one by one (`recently_deleted` in a profile),
 /// which would time the filesystem, not cmpoll.
@@ -93,7 +148,13 @@ fn measure(cmpoll: &Path, n: usize, keep: &mut Vec<tempfile::TempDir>) -> Figure
     let kc_dir = tempfile::tempdir().unwrap();
     let kc = server.write_kubeconfig(&kc_dir.path().join("kubeconfig"), &Kubeconfig::token());
     let mut f = Figures::default();
-    let disk = tempfile::tempdir_in(disk_dir()).unwrap();
+    let fresh = FreshFs::new(n);
+    let disk = tempfile::tempdir_in(
+        fresh
+            .as_ref()
+            .map_or(disk_dir(), |f| f.path().to_path_buf()),
+    )
+    .unwrap();
     let out = disk.path().join("out");
     f.disk_first = run_measured(&mut once(cmpoll, &kc, &out)).wall;
     f.restart_same = run_measured(&mut once(cmpoll, &kc, &out)).wall;
@@ -111,7 +172,8 @@ fn measure(cmpoll: &Path, n: usize, keep: &mut Vec<tempfile::TempDir>) -> Figure
     };
     f.tmpfs_first = run_measured(&mut once(cmpoll, &kc, &tmpfs.path().join("out"))).wall;
     drop(tmpfs);
-    keep.push(disk);
+    drop(disk);
+    drop(fresh);
     if n <= 10_000 {
         let counted = tempfile::tempdir_in(disk_dir()).unwrap();
         f.syncs = count_syncs(cmpoll, &kc, &counted.path().join("out"));
@@ -141,10 +203,21 @@ fn measure(cmpoll: &Path, n: usize, keep: &mut Vec<tempfile::TempDir>) -> Figure
 
 /// Runs the part: every size, this build and the baseline.
 pub fn run(cmpoll: &Path, baseline: Option<&Path>, sizes: &[usize]) {
+    let fresh = FreshFs::new(1).is_some();
     println!(
-        "output folder: `run --once --out-dir` of N two-key modules (2 x 512 B), wall seconds; disk = {} ({})",
-        disk_dir().display(),
-        fs_type(&disk_dir())
+        "output folder: `run --once --out-dir` of N two-key modules (2 x 512 B), wall seconds; disk = {}",
+        if fresh {
+            format!(
+                "a fresh ext4 on a loop device per binary and size, its image in {}",
+                disk_dir().display()
+            )
+        } else {
+            format!(
+                "{} ({}; not fresh: run as root for a fresh ext4 per measurement)",
+                disk_dir().display(),
+                fs_type(&disk_dir())
+            )
+        }
     );
     println!(
         "  {:<10} {:>10} {:>10} {:>12} {:>12} {:>10} {:>14}",
