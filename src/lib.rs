@@ -70,7 +70,16 @@ pub fn run(
         counters: metrics.api(),
     };
     let source = source::open(&settings.source, handles, env).map_err(Error::Config)?;
-    let poller = Poller::new(source);
+    let mut poller = Poller::new(source);
+    if let Mode::Run(run) = &settings.command {
+        let mut naming = run.naming.clone();
+        if let Some(root) = &naming.folder_root {
+            let absolute = std::path::absolute(root)
+                .map_err(|e| Error::Config(format!("--out-dir '{}': {e}", root.display())))?;
+            naming.folder_root = Some(absolute);
+        }
+        poller = poller.naming(naming);
+    }
     match &settings.command {
         Mode::List { json } => list::run(poller, *json),
         Mode::Run(run) => {

@@ -864,3 +864,192 @@ fn a_folder_written_by_the_released_binary_is_taken_over_unchanged() {
         assert_eq!(new["version"], 1, "{layout}: the same format");
     }
 }
+
+const FOLDER: &str = "k8s-sidecar-target-directory";
+
+/// Issue 26: `--folder-annotation` (k8s-sidecar's FOLDER_ANNOTATION): each module's files
+/// in the folder its annotation names, relative to the output folder or absolute inside
+/// it; the same key in two folders is no clash; a changed annotation moves the files in
+/// one batch (the folder is part of the module: an update) and the folder cmpoll made goes
+/// when it empties; a value that leaves the folder, or a folder that is a symlink cmpoll
+/// did not make, rejects the module and writes nothing anywhere.
+#[test]
+fn the_folder_annotation_places_files_inside_the_folder_only() {
+    let s = TestApiserver::start();
+    let c = Cmpoll::against(&s);
+    let out = c.out();
+    let elsewhere = c.path("elsewhere");
+    let escape = c.path("escape");
+    fs::create_dir_all(&elsewhere).unwrap();
+    fs::create_dir_all(&out).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, out.join("linked")).unwrap();
+    let at = |ns: &str, name: &str, folder: Option<&str>| {
+        let cm = labelled(ns, name).data("dash.json", name);
+        s.put(match folder {
+            Some(f) => cm.annotation(FOLDER, f),
+            None => cm,
+        });
+    };
+    at("a", "plain", None);
+    at("a", "team-a", Some("team-a"));
+    at("b", "team-b", Some(&format!("{}/nested/b/", out.display())));
+    at("b", "same-key", Some("other"));
+    at("c", "dotdot", Some("../escape"));
+    at("c", "absolute", Some(elsewhere.to_str().unwrap()));
+    at("c", "through-link", Some("linked"));
+    let dir = out.to_str().unwrap().to_string();
+    let d = c.daemon(&[
+        "--out-dir",
+        &dir,
+        "--layout",
+        "flat",
+        "--folder-annotation",
+        FOLDER,
+        "--interval",
+        "50ms",
+        "--stdout-events",
+    ]);
+    let first = d.batch(SOON);
+    let kinds: Vec<(&str, &str)> = (first.iter())
+        .filter(|e| e["type"] != "synced")
+        .map(|e| (e["type"].as_str().unwrap(), e["module"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("added", "a/plain"),
+            ("added", "a/team-a"),
+            ("added", "b/same-key"),
+            ("added", "b/team-b"),
+            ("rejected", "c/absolute"),
+            ("rejected", "c/dotdot"),
+            ("rejected", "c/through-link"),
+        ]
+    );
+    let reason = |m: &str| {
+        let e = first.iter().find(|e| e["module"] == m).unwrap();
+        e["reason"].as_str().unwrap().to_string()
+    };
+    assert!(
+        reason("c/dotdot").contains(FOLDER),
+        "{}",
+        reason("c/dotdot")
+    );
+    assert!(
+        reason("c/through-link").contains("symlink"),
+        "{}",
+        reason("c/through-link")
+    );
+    let mut want = map(&[
+        ("dash.json", "plain"),
+        ("team-a/dash.json", "team-a"),
+        ("nested/b/dash.json", "team-b"),
+        ("other/dash.json", "same-key"),
+    ]);
+    assert_eq!(
+        tree(&out),
+        want,
+        "the files in the folders, linked not followed"
+    );
+    assert!(
+        fs::read_dir(&elsewhere).unwrap().next().is_none(),
+        "nothing outside"
+    );
+    assert!(!escape.exists());
+    // A moved annotation moves the files in one batch; the emptied folder goes.
+    at("a", "team-a", Some("team-c"));
+    let b = d.batch(SOON);
+    assert_eq!(
+        (b[0]["type"].as_str(), b[0]["module"].as_str()),
+        (Some("updated"), Some("a/team-a"))
+    );
+    want.remove("team-a/dash.json");
+    want.insert("team-c/dash.json".into(), "team-a".into());
+    assert_eq!(tree(&out), want);
+    assert!(
+        !out.join("team-a").exists(),
+        "the folder cmpoll made goes with its last file"
+    );
+    // Without its annotation b/team-b wants `dash.json`, which a/plain holds: it waits
+    // (rejected, keeping its last version) until a/plain is gone, then moves in the same
+    // batch, and the folders cmpoll made for it go.
+    at("b", "team-b", None);
+    let b = d.batch(SOON);
+    assert_eq!(
+        (b[0]["type"].as_str(), b[0]["module"].as_str()),
+        (Some("rejected"), Some("b/team-b"))
+    );
+    assert_eq!(tree(&out), want);
+    s.delete("a", "plain");
+    let b = d.batch(SOON);
+    let kinds: Vec<(&str, &str)> = (b.iter())
+        .filter(|e| e["type"] != "synced")
+        .map(|e| (e["type"].as_str().unwrap(), e["module"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds, [("removed", "a/plain"), ("updated", "b/team-b")]);
+    want.remove("nested/b/dash.json");
+    want.insert("dash.json".into(), "team-b".into());
+    assert_eq!(tree(&out), want);
+    assert!(!out.join("nested").exists());
+    assert!(leftovers(&out).is_empty());
+    d.stop();
+}
+
+/// Issue 26: `--unique-filenames` names files as k8s-sidecar does
+/// (`namespace_<NS>.<configmap|secret>_<NAME>.<KEY>`), so the same key in a ConfigMap and
+/// a Secret of the same name is two files; with a folder annotation, in its folder; a
+/// restart rewrites nothing and keeps the folders it made.
+#[test]
+fn unique_filenames_with_both_kinds_and_folders() {
+    let s = TestApiserver::start();
+    s.grant(
+        test_apiserver::USER,
+        test_apiserver::Grant::all().resources(&["configmaps", "secrets"]),
+    );
+    s.put(labelled("mon", "dash").data("a.json", "cm"));
+    s.put(
+        test_apiserver::ConfigMap::secret("mon", "dash")
+            .label("cmpoll.io/module", "true")
+            .annotation(FOLDER, "secrets")
+            .data("a.json", "secret"),
+    );
+    let c = Cmpoll::against(&s);
+    let out = c.out();
+    let dir = out.to_str().unwrap();
+    let args = [
+        "run",
+        "--once",
+        "--resource",
+        "configmaps,secrets",
+        "--out-dir",
+        dir,
+        "--layout",
+        "flat",
+        "--unique-filenames",
+        "--folder-annotation",
+        FOLDER,
+    ];
+    c.with_args(&args).run().success();
+    let want = map(&[
+        ("namespace_mon.configmap_dash.a.json", "cm"),
+        ("secrets/namespace_mon.secret_dash.a.json", "secret"),
+    ]);
+    assert_eq!(tree(&out), want);
+    let before = fs::metadata(out.join("secrets/namespace_mon.secret_dash.a.json")).unwrap();
+    c.with_args(&args).run().success();
+    let after = fs::metadata(out.join("secrets/namespace_mon.secret_dash.a.json")).unwrap();
+    assert_eq!(
+        (before.ino(), before.mtime_nsec()),
+        (after.ino(), after.mtime_nsec())
+    );
+    assert_eq!(tree(&out), want);
+    let state: serde_json::Value =
+        serde_json::from_slice(&fs::read(out.join(".cmpoll/state.json")).unwrap()).unwrap();
+    assert_eq!(state["namespaces"], serde_json::json!(["secrets"]));
+    // The flags belong to the flat layout.
+    let r = c
+        .with_args(&["run", "--once", "--out-dir", dir, "--unique-filenames"])
+        .run()
+        .failure(2);
+    assert!(r.error_line().contains("--layout flat"), "{}", r.described);
+}

@@ -125,6 +125,10 @@ flags! {
         layout: Option<String> [option, arg_name = "LAYOUT"] = "files", needs OutDir;
         /// file name extension for --layout concat
         ext: Option<String> [option, arg_name = "EXT"], needs Concat;
+        /// write each module's files into the folder its annotation ANNOTATION names: relative to --out-dir, or an absolute path inside it
+        folder_annotation: Option<String> [option, arg_name = "ANNOTATION"], needs Flat;
+        /// name each file namespace_<NS>.<configmap|secret>_<NAME>.<KEY> (k8s-sidecar's UNIQUE_FILENAMES)
+        unique_filenames: bool [switch], needs Flat;
         /// mode of written files, octal (default: 0644; 0600 for a Secret's)
         file_mode: Option<String> [option, arg_name = "MODE"], needs OutDir;
         /// how long a replaced module version stays readable in --out-dir

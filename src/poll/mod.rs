@@ -16,7 +16,7 @@ pub mod store;
 
 use std::collections::HashMap;
 
-use self::module::{Module, NotAModule};
+use self::module::{Module, Naming, NotAModule};
 use self::snapshot::{Entry, Modules, Rv, Snapshot};
 use self::spool::{Object, Spool};
 pub use crate::source::Error;
@@ -52,6 +52,7 @@ struct Noted {
 pub struct Poller {
     source: Box<dyn Source>,
     noted: HashMap<String, Noted>,
+    naming: Naming,
 }
 
 impl Poller {
@@ -59,7 +60,14 @@ impl Poller {
         Poller {
             source,
             noted: HashMap::new(),
+            naming: Naming::default(),
         }
+    }
+
+    /// Names modules' files as `naming` says (the `flat` layout's options).
+    pub fn naming(mut self, naming: Naming) -> Poller {
+        self.naming = naming;
+        self
     }
 
     pub fn describe(&self) -> String {
@@ -75,6 +83,7 @@ impl Poller {
         };
         let mut c = Collector {
             last: &last,
+            naming: &self.naming,
             spool,
             entries: Modules::default(),
             others: Vec::new(),
@@ -139,6 +148,7 @@ impl Previous for Last<'_> {
 
 struct Collector<'a> {
     last: &'a Last<'a>,
+    naming: &'a Naming,
     spool: &'a mut Spool,
     /// This poll's modules, in the order listed (sorted at the end).
     entries: Modules,
@@ -208,7 +218,7 @@ impl Collect for Collector<'_> {
 
     fn item(&mut self, item: Item) -> Result<(), Error> {
         let (id, rv, keys) = (item.id(), item.resource_version.clone(), item.keys_seen);
-        let module = match Module::from_item(item) {
+        let module = match Module::from_item(item, self.naming) {
             Ok(m) => m,
             Err(why) => {
                 self.not_a_module(id, rv, keys, why);

@@ -64,9 +64,74 @@ impl fmt::Display for NotAModule {
     }
 }
 
+/// How a module's files are named in a `flat` output folder, decided here because the
+/// names are what is hashed (SPEC: a file's key, for the hash and the clash rule, is its
+/// path relative to the folder, so moving the annotation is an update that moves it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Naming {
+    /// `--unique-filenames`: `namespace_<NS>.<configmap|secret>_<NAME>.<KEY>`.
+    pub unique: bool,
+    /// `--folder-annotation`: the output folder (absolute), which an absolute annotation
+    /// value must lie inside.
+    pub folder_root: Option<std::path::PathBuf>,
+}
+
+impl Naming {
+    /// What a file of `item` is named. A folder value that is not a path inside the output
+    /// folder (`..`, an absolute path elsewhere) is kept as it is: the `flat` layout
+    /// refuses the module, naming the file and why, with a `rejected` event.
+    fn name(&self, item: &Item, key: &str) -> String {
+        let file = if self.unique {
+            format!(
+                "namespace_{}.{}_{}.{key}",
+                item.namespace,
+                item.kind.singular(),
+                item.name
+            )
+        } else {
+            key.to_string()
+        };
+        match (&self.folder_root, &item.folder) {
+            (Some(root), Some(value)) => match folder_inside(root, value) {
+                Some(rel) if rel.is_empty() => file,
+                Some(rel) => format!("{rel}/{file}"),
+                None => format!("{}/{file}", value.trim_end_matches('/')),
+            },
+            _ => file,
+        }
+    }
+}
+
+/// A folder annotation's value as a path relative to `root`: a relative value with its
+/// `.` and empty parts dropped, or an absolute one inside `root` with `root` taken off;
+/// `None` for a value with `..` or an absolute path elsewhere (compared as written: no
+/// symlink is followed).
+pub fn folder_inside(root: &std::path::Path, value: &str) -> Option<String> {
+    let parts = |s: &str| -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        for c in s.split('/') {
+            match c {
+                "" | "." => {}
+                ".." => return None,
+                c => out.push(c.to_string()),
+            }
+        }
+        Some(out)
+    };
+    let rel = match value.strip_prefix('/') {
+        None => parts(value)?,
+        Some(_) => {
+            let root = parts(root.to_str()?)?;
+            let abs = parts(value)?;
+            abs.strip_prefix(&root[..])?.to_vec()
+        }
+    };
+    Some(rel.join("/"))
+}
+
 impl Module {
-    /// Validates `item` and hashes its files.
-    pub fn from_item(item: Item) -> Result<Module, NotAModule> {
+    /// Validates `item` and hashes its files, named as `naming` says.
+    pub fn from_item(mut item: Item, naming: &Naming) -> Result<Module, NotAModule> {
         let reject = |what: String| Err(NotAModule::Invalid(what));
         let errs = names::dns1123_label(&item.namespace);
         if !errs.is_empty() {
@@ -87,7 +152,7 @@ impl Module {
         if let Some(p) = item.problems.first() {
             return reject(p.clone());
         }
-        let mut files = item.files;
+        let mut files = std::mem::take(&mut item.files);
         files.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
         for pair in files.windows(2) {
             if pair[0].key == pair[1].key {
@@ -109,6 +174,12 @@ impl Module {
         }
         if files.is_empty() {
             return Err(NotAModule::NoMatchingKey);
+        }
+        if *naming != Naming::default() {
+            for f in &mut files {
+                f.key = naming.name(&item, &f.key);
+            }
+            files.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
         }
         let hash = Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes())));
         Ok(Module {
@@ -147,11 +218,13 @@ mod tests {
 
     #[test]
     fn files_are_sorted_by_key_bytes_and_hashed() {
-        let m = Module::from_item(item("ns", "m", &[("b", "2"), ("B", "1"), ("a", "3")])).unwrap();
+        let m = Module::from_item_plain(item("ns", "m", &[("b", "2"), ("B", "1"), ("a", "3")]))
+            .unwrap();
         let keys: Vec<&str> = m.files.iter().map(|f| f.key.as_str()).collect();
         assert_eq!(keys, ["B", "a", "b"]);
         let reordered =
-            Module::from_item(item("ns", "m", &[("a", "3"), ("b", "2"), ("B", "1")])).unwrap();
+            Module::from_item_plain(item("ns", "m", &[("a", "3"), ("b", "2"), ("B", "1")]))
+                .unwrap();
         assert_eq!(m.hash, reordered.hash, "order of arrival does not matter");
         assert_eq!(m.id(), "ns/m");
         assert_eq!(m.bytes(), 3);
@@ -184,7 +257,7 @@ mod tests {
         ];
         for (it, want) in cases {
             let id = it.id();
-            match Module::from_item(it) {
+            match Module::from_item_plain(it) {
                 Err(NotAModule::Invalid(why)) => assert!(why.contains(want), "{id}: {why}"),
                 other => panic!("{id}: {other:?}"),
             }
@@ -192,15 +265,68 @@ mod tests {
         let mut bad = item("ns", "m", &[("k", "")]);
         bad.problems.push("binaryData[k] is not base64".into());
         assert!(matches!(
-            Module::from_item(bad),
+            Module::from_item_plain(bad),
             Err(NotAModule::Invalid(_))
         ));
+    }
+
+    impl Module {
+        fn from_item_plain(item: Item) -> Result<Module, NotAModule> {
+            Module::from_item(item, &Naming::default())
+        }
+    }
+
+    /// Issue 26: k8s-sidecar's names. `UNIQUE_FILENAMES` as its `unique_filename` writes
+    /// them (helpers.py), the folder annotation relative to the output folder (hashed as
+    /// such: a moved folder is an update), an absolute value inside it taken as relative,
+    /// and one that leaves it kept as written for the `flat` layout to refuse.
+    #[test]
+    fn flat_names_from_unique_filenames_and_the_folder_annotation() {
+        let root = std::path::Path::new("/tmp/dashboards");
+        let unique = Naming {
+            unique: true,
+            folder_root: None,
+        };
+        let mut it = item("monitoring", "node", &[("a.json", "{}")]);
+        it.kind = Resource::Secrets;
+        let m = Module::from_item(it.clone(), &unique).unwrap();
+        assert_eq!(m.files[0].key, "namespace_monitoring.secret_node.a.json");
+        let folders = Naming {
+            unique: false,
+            folder_root: Some(root.into()),
+        };
+        for (value, key) in [
+            (None, "a.json"),
+            (Some("team-a"), "team-a/a.json"),
+            (Some("./team-a//sub/"), "team-a/sub/a.json"),
+            (Some("/tmp/dashboards/team-b"), "team-b/a.json"),
+            (Some("/tmp/dashboards"), "a.json"),
+            (Some(""), "a.json"),
+            (Some("../elsewhere"), "../elsewhere/a.json"),
+            (Some("/etc/grafana"), "/etc/grafana/a.json"),
+            (Some("/tmp/dashboards-x"), "/tmp/dashboards-x/a.json"),
+        ] {
+            it.folder = value.map(String::from);
+            let m = Module::from_item(it.clone(), &folders).unwrap();
+            assert_eq!(m.files[0].key, key, "{value:?}");
+        }
+        it.folder = Some("a".into());
+        let a = Module::from_item(it.clone(), &folders).unwrap();
+        it.folder = Some("b".into());
+        let b = Module::from_item(it.clone(), &folders).unwrap();
+        assert_ne!(a.hash, b.hash, "the folder is part of the module");
+        let both = Naming {
+            unique: true,
+            folder_root: Some(root.into()),
+        };
+        let m = Module::from_item(it, &both).unwrap();
+        assert_eq!(m.files[0].key, "b/namespace_monitoring.secret_node.a.json");
     }
 
     #[test]
     fn no_selected_key_is_not_a_module() {
         assert_eq!(
-            Module::from_item(item("ns", "m", &[])),
+            Module::from_item_plain(item("ns", "m", &[])),
             Err(NotAModule::NoMatchingKey)
         );
     }

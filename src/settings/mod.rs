@@ -21,6 +21,7 @@ use crate::kube::config::Flags;
 use crate::names;
 use crate::ops::logging::LogFormat;
 use crate::ops::signals::Signal;
+use crate::poll::module::Naming;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::sink::{self, child, outdir, reload_url};
 use crate::source::{self, KeyFilter, Resource, Resources, Selection};
@@ -45,6 +46,8 @@ pub enum Mode {
 #[derive(Clone, Debug)]
 pub struct RunSettings {
     pub daemon: daemon::Options,
+    /// How modules' files are named (the `flat` layout's options).
+    pub naming: Naming,
     pub listen: Option<SocketAddr>,
     pub validate: Option<validate::Options>,
     pub sinks: sink::Options,
@@ -63,12 +66,16 @@ impl Settings {
 
     fn read(command: &Command, look: &Lookup) -> Result<Settings, Error> {
         check_needs(command, look)?;
-        let source = source_options(look)?;
+        let mut source = source_options(look)?;
         let mode = match command {
             Command::List(_) => Mode::List {
                 json: look.on(&flag::json)?,
             },
-            Command::Run(r) => Mode::Run(Box::new(run(&r.agent, look)?)),
+            Command::Run(r) => {
+                // The flat layout's folders come from an annotation the source reads.
+                source.selection.folder_annotation = folder_annotation(look)?;
+                Mode::Run(Box::new(run(&r.agent, look)?))
+            }
         };
         Ok(Settings {
             command: mode,
@@ -85,10 +92,8 @@ fn check_needs(command: &Command, look: &Lookup) -> Result<(), Error> {
     let agent = matches!(command, Command::Run(r) if !r.agent.is_empty());
     let server = given(&flag::server)?;
     let out_dir = given(&flag::out_dir)?;
-    let concat = out_dir
-        && look
-            .opt(&flag::layout)
-            .is_some_and(|v| v.value.trim() == "concat");
+    let layout = |l: &str| out_dir && look.opt(&flag::layout).is_some_and(|v| v.value.trim() == l);
+    let (concat, flat) = (layout("concat"), layout("flat"));
     let reload_url = given(&flag::reload_url)?;
     let on_change = given(&flag::on_change)?;
     let validate = given(&flag::validate)?;
@@ -97,6 +102,7 @@ fn check_needs(command: &Command, look: &Lookup) -> Result<(), Error> {
         Needs::Server => server,
         Needs::OutDir => out_dir,
         Needs::Concat => concat,
+        Needs::Flat => flat,
         Needs::Agent => agent,
         Needs::ReloadUrl => reload_url,
         Needs::ReloadUrlOrOnChange => reload_url || on_change,
@@ -242,6 +248,7 @@ fn selection(look: &Lookup) -> Result<Selection, Error> {
         fields,
         namespaces,
         keys,
+        folder_annotation: None,
     })
 }
 
@@ -266,9 +273,29 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("'{s}' is not an address (e.g. :8080, 127.0.0.1:8080, [::]:8080)"))
 }
 
+/// `--folder-annotation`: the annotation's name, if given.
+fn folder_annotation(look: &Lookup) -> Result<Option<String>, Error> {
+    match look.opt(&flag::folder_annotation) {
+        Some(v) if v.value.trim().is_empty() => Err(usage(
+            &v.from,
+            "empty: give an annotation's name, or unset it",
+        )),
+        v => Ok(v.map(|v| v.value.trim().to_string())),
+    }
+}
+
 fn run(agent_argv: &[String], look: &Lookup) -> Result<RunSettings, Error> {
     let kinds = resources(look)?;
     let out_dir = out_dir(look, kinds)?;
+    let naming = Naming {
+        unique: look.on(&flag::unique_filenames)?,
+        // Made absolute where the command runs (`lib.rs`): a value that names an absolute
+        // path must be compared with one.
+        folder_root: match (&out_dir, folder_annotation(look)?) {
+            (Some(o), Some(_)) => Some(o.dir.clone()),
+            _ => None,
+        },
+    };
     let agent = agent(agent_argv, look, out_dir.as_ref())?;
     let reload_timeout = look.duration(&flag::reload_timeout)?;
     let reload_url = reload_url(look, reload_timeout)?;
@@ -296,6 +323,7 @@ fn run(agent_argv: &[String], look: &Lookup) -> Result<RunSettings, Error> {
     };
     let validate = validate(look, out_dir.as_ref(), kinds)?;
     Ok(RunSettings {
+        naming,
         daemon: daemon::Options {
             interval: look.duration(&flag::interval)?,
             jitter: jitter(look)?,
@@ -381,6 +409,7 @@ fn out_dir(look: &Lookup, kinds: Resources) -> Result<Option<outdir::Options>, E
     };
     let old_version_ttl = look.duration_or_zero(&flag::old_version_ttl)?;
     let dir = path(look.opt(&flag::out_dir))?;
+    let folder_annotation = folder_annotation(look)?;
     Ok(dir.map(|dir| outdir::Options {
         dir,
         layout,
@@ -388,6 +417,7 @@ fn out_dir(look: &Lookup, kinds: Resources) -> Result<Option<outdir::Options>, E
         file_modes,
         old_version_ttl,
         kinds,
+        folder_annotation,
     }))
 }
 

@@ -314,13 +314,15 @@ impl ApiSource {
         let fail = body.failure();
         let read = |e: ReadError| read_error(&fail, "not a valid list", e);
         let mut list = ListReader::new(&mut body).map_err(read)?;
+        let annotation = self.selection.folder_annotation.clone();
+        let annotation = annotation.as_deref();
         let mut listed = Listed {
             meta: ListMeta::default(),
             selected: 0,
             fetch: Vec::new(),
         };
         while let Some(raw) = list.next_item().map_err(read)? {
-            let meta = raw.meta().map_err(read)?;
+            let meta = raw.meta(annotation).map_err(read)?;
             if !self.selected(scope, &meta) {
                 continue;
             }
@@ -440,7 +442,8 @@ impl ApiSource {
                 .get(&url, ACCEPT_JSON, &action)
                 .and_then(|body| {
                     let fail = body.failure();
-                    read_object(body, &self.selection.keys, resource)
+                    let annotation = self.selection.folder_annotation.as_deref();
+                    read_object(body, &self.selection.keys, resource, annotation)
                         .map_err(|e| read_error(&fail, "not a valid object", e))
                 });
             match got {

@@ -46,6 +46,8 @@ pub struct Item {
     pub keys_seen: usize,
     /// What was wrong with the item while decoding it (bad base64, a repeated key).
     pub problems: Vec<String>,
+    /// The value of the `--folder-annotation` annotation, when asked for and set.
+    pub folder: Option<String>,
 }
 
 impl Item {

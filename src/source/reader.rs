@@ -64,6 +64,8 @@ pub struct Meta {
     pub labels: Vec<(String, String)>,
     /// A `PartialObjectMetadata` item: metadata only, contents still to be fetched.
     pub partial: bool,
+    /// The value of the annotation `meta` was asked for (`--folder-annotation`).
+    pub folder: Option<String>,
 }
 
 impl Meta {
@@ -124,8 +126,8 @@ impl RawItem<'_> {
         r.as_ref().map(|r| &self.bytes[r.clone()])
     }
 
-    /// Its kind and metadata.
-    pub fn meta(&self) -> Result<Meta, ReadError> {
+    /// Its kind and metadata, with the value of `annotation` if asked for.
+    pub fn meta(&self, annotation: Option<&str>) -> Result<Meta, ReadError> {
         let at = |e: serde_json::Error| bad(format!("item {}: {e}", self.index));
         let kind: Option<String> = match self.field(&self.fields.kind) {
             Some(b) => serde_json::from_slice(b).map_err(at)?,
@@ -137,6 +139,23 @@ impl RawItem<'_> {
                 .unwrap_or_default(),
             None => RawObjectMeta::default(),
         };
+        // Annotations are read only when one is asked for (they can be large: kubectl's
+        // last-applied-configuration holds the whole object).
+        let folder = match (annotation, self.field(&self.fields.metadata)) {
+            (Some(name), Some(b)) => {
+                #[derive(Deserialize)]
+                struct Annotations<'a> {
+                    #[serde(borrow, default)]
+                    annotations:
+                        Option<BTreeMap<std::borrow::Cow<'a, str>, std::borrow::Cow<'a, str>>>,
+                }
+                let a: Option<Annotations> = serde_json::from_slice(b).map_err(at)?;
+                a.and_then(|a| a.annotations)
+                    .and_then(|mut a| a.remove(name))
+                    .map(|v| v.into_owned())
+            }
+            _ => None,
+        };
         Ok(Meta {
             namespace: m.namespace.unwrap_or_default(),
             name: m.name.unwrap_or_default(),
@@ -144,6 +163,7 @@ impl RawItem<'_> {
             resource_version: m.resource_version.unwrap_or_default(),
             labels: m.labels.unwrap_or_default().into_iter().collect(),
             partial: kind.as_deref() == Some("PartialObjectMetadata"),
+            folder,
         })
     }
 
@@ -157,6 +177,7 @@ impl RawItem<'_> {
     ) -> Result<Item, ReadError> {
         let mut item = Item {
             kind: resource,
+            folder: meta.folder,
             namespace: meta.namespace,
             name: meta.name,
             uid: meta.uid,
@@ -363,6 +384,7 @@ pub fn read_object(
     reader: impl Read,
     keys: &KeyFilter,
     resource: Resource,
+    annotation: Option<&str>,
 ) -> Result<(String, Meta, Item), ReadError> {
     #[derive(Deserialize)]
     struct Kind {
@@ -386,7 +408,7 @@ pub fn read_object(
         fields,
         index: 0,
     };
-    let meta = raw.meta()?;
+    let meta = raw.meta(annotation)?;
     let item = raw.item(meta.clone(), keys, resource)?;
     Ok((kind.kind.unwrap_or_default(), meta, item))
 }

@@ -170,6 +170,8 @@ pub struct Selection {
     /// Empty: all namespaces (one cluster-wide list).
     pub namespaces: Vec<String>,
     pub keys: KeyFilter,
+    /// `--folder-annotation`: the annotation whose value each item carries (`Item::folder`).
+    pub folder_annotation: Option<String>,
 }
 
 impl Selection {

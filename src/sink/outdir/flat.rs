@@ -13,8 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 
-use super::record::Digest;
-use super::record::{Pending, TMP_PREFIX, Written};
+use super::record::{self, Digest, Pending, Written};
 use super::write::Staged;
 use super::{Found, OutDir, digest, file_digest, found, not_ours, part};
 use crate::names::go_quote;
@@ -62,6 +61,10 @@ impl OutDir {
                     continue;
                 }
             };
+            if let Some(why) = keys.iter().find_map(|k| self.unplaceable(k)) {
+                rejected.push((e.id.to_string(), why));
+                continue;
+            }
             let clash = keys
                 .iter()
                 .find_map(|k| holders.get(k).filter(|h| **h != e.id).map(|h| (k, h)));
@@ -85,21 +88,51 @@ impl OutDir {
         (ordered, rejected)
     }
 
-    /// What writing `files` flat will create: each key with its digest. Checked before it
-    /// is recorded: no key may be a temporary name, and the temporary names are free.
+    /// Why a file named `key` cannot be placed in this folder, if it cannot: a name that
+    /// is not a path inside it (a folder annotation with `..`, or an absolute one
+    /// elsewhere), a name cmpoll keeps for itself, or a folder on the way that is a file or
+    /// a symlink cmpoll did not make.
+    fn unplaceable(&self, key: &str) -> Option<String> {
+        let annotation = (self.opts.folder_annotation.as_deref())
+            .map(|a| format!("--folder-annotation {a}: "))
+            .unwrap_or_default();
+        if let Err(e) = record::flat_path(key) {
+            return Some(format!(
+                "{annotation}file {} is not a path inside the output folder ({e})",
+                go_quote(key)
+            ));
+        }
+        let folder = key.rsplit_once('/')?.0;
+        match self.folder_dir(folder) {
+            Ok(_) => None,
+            Err(e) => Some(format!("{annotation}file {}: {e}", go_quote(key))),
+        }
+    }
+
+    /// What writing `files` flat will create: each file (a path relative to DIR) with its
+    /// digest, and the folders on the way that are not there yet. Checked before it is
+    /// recorded: every file is a path inside DIR and not a temporary name, and the
+    /// temporary names are free.
     pub(super) fn plan_flat(
         &self,
         files: &[ModuleFile],
         tmp: &str,
-    ) -> io::Result<BTreeMap<String, Digest>> {
+    ) -> io::Result<(BTreeMap<String, Digest>, Vec<String>)> {
         let mut flat = BTreeMap::new();
+        let mut folders = Vec::new();
         for (i, f) in files.iter().enumerate() {
-            part(&f.key)?;
-            if f.key.starts_with(TMP_PREFIX) {
-                return Err(io::Error::other(format!(
-                    "key {} is a name cmpoll keeps for its temporary files",
-                    go_quote(&f.key)
-                )));
+            record::flat_path(&f.key).map_err(io::Error::other)?;
+            if let Some((folder, _)) = f.key.rsplit_once('/') {
+                let mut at = String::new();
+                for c in folder.split('/') {
+                    if !at.is_empty() {
+                        at.push('/');
+                    }
+                    at.push_str(c);
+                    if !folders.contains(&at) && self.folder_dir(&at)?.is_none() {
+                        folders.push(at.clone());
+                    }
+                }
             }
             let t = self.dir().join(flat_tmp(tmp, i));
             if found(&t)? != Found::Nothing {
@@ -107,13 +140,13 @@ impl OutDir {
             }
             flat.insert(f.key.clone(), digest(f.content.bytes()));
         }
-        Ok(flat)
+        Ok((flat, folders))
     }
 
     /// Whether `DIR/KEY` may be written for `id`: nothing there, or the file cmpoll wrote
-    /// for `id`, still with the bytes it wrote.
+    /// for `id`, still with the bytes it wrote; never through a folder that is a symlink.
     fn flat_target_ok(&self, id: &str, key: &str) -> io::Result<()> {
-        let path = self.dir().join(part(key)?);
+        let path = self.flat_file(key)?;
         let recorded = self
             .record
             .modules
@@ -126,9 +159,24 @@ impl OutDir {
         }
     }
 
-    /// Stages each file under its temporary name, unsynced.
+    /// `DIR/KEY`, where every folder on the way is a real folder (or not there yet).
+    fn flat_file(&self, key: &str) -> io::Result<std::path::PathBuf> {
+        record::flat_path(key).map_err(io::Error::other)?;
+        if let Some((folder, _)) = key.rsplit_once('/') {
+            self.folder_dir(folder)?;
+        }
+        Ok(self.dir().join(key))
+    }
+
+    /// Stages each file under its temporary name, unsynced, and makes the folders the
+    /// files go into (recorded as cmpoll's).
     pub(super) fn stage_flat(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Staged> {
         let mut renames = Vec::with_capacity(files.len());
+        for f in files {
+            if let Some((folder, _)) = f.key.rsplit_once('/') {
+                self.make_folder(folder)?;
+            }
+        }
         for (i, f) in files.iter().enumerate() {
             // The target is checked at the switch: a key handed over in this batch is
             // still its old holder's until that module's switch.
@@ -191,7 +239,13 @@ impl OutDir {
             if new.is_some_and(|n| n.flat.contains_key(key)) {
                 continue;
             }
-            let path = self.dir().join(part(key)?);
+            let path = match self.flat_file(key) {
+                Ok(p) => p,
+                Err(e) => {
+                    log::warn!("--out-dir: {e}; not looking inside it");
+                    continue;
+                }
+            };
             match file_digest(&path)? {
                 Some(d) if &d == want => remove_if_exists(&path)?,
                 None if found(&path)? == Found::Nothing => {}
@@ -199,6 +253,10 @@ impl OutDir {
                     "--out-dir: '{}' changed since cmpoll wrote it; leaving it",
                     path.display()
                 ),
+            }
+            // The folder it was in goes with its last file, if cmpoll made it.
+            if let Some((folder, _)) = key.rsplit_once('/') {
+                self.drop_folder(folder)?;
             }
         }
         Ok(())
@@ -214,11 +272,24 @@ impl OutDir {
                 remove_if_exists(&t)?;
             }
         }
+        // Folders the write made (none was there when it was recorded) are cmpoll's.
+        for folder in &p.folders {
+            if self.folder_dir(folder).ok().flatten().is_some() {
+                self.record.namespaces.insert(folder.clone());
+            }
+        }
         let old = self.record.modules.get(&p.module);
         let mut mixed = old.as_ref().map(|w| w.flat.clone()).unwrap_or_default();
         let mut all_new = true;
         for (key, want) in &p.written.flat {
-            if file_digest(&self.dir().join(part(key)?))?.as_ref() == Some(want) {
+            let path = match self.flat_file(key) {
+                Ok(path) => path,
+                Err(_) => {
+                    all_new = false;
+                    continue;
+                }
+            };
+            if file_digest(&path)?.as_ref() == Some(want) {
                 mixed.insert(key.clone(), *want);
             } else {
                 all_new = false;

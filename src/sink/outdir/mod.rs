@@ -86,6 +86,8 @@ pub struct Options {
     pub old_version_ttl: Duration,
     /// What is listed: a module's kind follows from its id.
     pub kinds: Resources,
+    /// `--folder-annotation` (flat), for messages.
+    pub folder_annotation: Option<String>,
 }
 
 /// The mode of written files, per kind (`--file-mode`, else 0644 and 0600 for a Secret's).

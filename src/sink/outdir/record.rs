@@ -304,6 +304,10 @@ pub struct Pending {
     /// `files` layout, a kind-qualified module: nor did its kind's folder (`KIND`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub new_kind: bool,
+    /// `flat` layout: folders the files go into that did not exist when the write was
+    /// recorded (a folder annotation's), so such a folder found after a crash is cmpoll's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub folders: Vec<String>,
 }
 
 /// A version folder no longer in use, deleted once it is older than the TTL.
@@ -322,7 +326,8 @@ pub struct Record {
     pub seq: u64,
     pub modules: Modules,
     /// Folders cmpoll created (and may remove once empty), relative to DIR: a module's
-    /// folder in the `files` layout (`NS`, or `KIND` and `KIND/NS`).
+    /// folder in the `files` layout (`NS`, or `KIND` and `KIND/NS`), the folders of a
+    /// folder annotation in the `flat` layout.
     pub namespaces: BTreeSet<String>,
     pub pending: Vec<Pending>,
     pub retired: Vec<Retired>,
@@ -366,13 +371,16 @@ impl Record {
             written(id, &w).map_err(at)?;
         }
         for f in &self.namespaces {
-            folder(f).map_err(|e| format!("namespaces: {e}"))?;
+            flat_path(f).map_err(|e| format!("namespaces: {e}"))?;
         }
         for (i, p) in self.pending.iter().enumerate() {
             let at = |what: String| format!("pending[{i}]: {what}");
             module_id(&p.module).map_err(at)?;
             written(&p.module, &p.written).map_err(at)?;
             tmp(&p.module, &p.tmp).map_err(at)?;
+            for f in &p.folders {
+                flat_path(f).map_err(at)?;
+            }
         }
         for (i, r) in self.retired.iter().enumerate() {
             let at = |what: String| format!("retired[{i}]: {what}");
@@ -398,6 +406,9 @@ pub fn parse_journal(bytes: &[u8]) -> Result<Vec<Pending>, String> {
         module_id(&p.module).map_err(at)?;
         written(&p.module, &p.written).map_err(at)?;
         tmp(&p.module, &p.tmp).map_err(at)?;
+        for f in &p.folders {
+            flat_path(f).map_err(at)?;
+        }
         out.push(p);
     }
     Ok(out)
@@ -443,12 +454,25 @@ fn kind_word(kind: &str) -> Result<(), String> {
     }
 }
 
-/// A folder cmpoll makes: `NS`, `KIND` (which is a valid namespace name too) or `KIND/NS`.
-fn folder(f: &str) -> Result<(), String> {
-    match f.split_once('/') {
-        Some((kind, ns)) => kind_word(kind).and_then(|()| namespace(ns)),
-        None => namespace(f),
+/// A path relative to DIR that cmpoll may make or write (a folder it makes, a `flat`
+/// file): safe parts, not in cmpoll's own folder, not one of its temporary names.
+pub fn flat_path(p: &str) -> Result<(), String> {
+    if p.len() > 4095 {
+        return Err(format!(
+            "{} is longer than a path may be",
+            names::go_quote(p)
+        ));
     }
+    for c in p.split('/') {
+        component(c)?;
+        if c.starts_with(TMP_PREFIX) {
+            return Err(format!(
+                "{} is a temporary name of cmpoll's",
+                names::go_quote(c)
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn namespace(ns: &str) -> Result<(), String> {
@@ -520,11 +544,7 @@ fn written(id: &str, w: &Written) -> Result<(), String> {
     }
     keys(&w.files)?;
     for key in w.flat.keys() {
-        keys(std::slice::from_ref(key))?;
-        component(key)?;
-        if key.starts_with(TMP_PREFIX) {
-            return Err(format!("file {} is a temporary name", names::go_quote(key)));
-        }
+        flat_path(key).map_err(|e| format!("file {}: {e}", names::go_quote(key)))?;
     }
     if let Some(f) = &w.file {
         component(f)?;
@@ -672,10 +692,17 @@ mod tests {
                 r#"{"modules":{"ns/m":{"hash":"","mode":0,"version":"other.x.1"}}}"#,
                 "is not this module's",
             ),
-            (r#"{"namespaces":[".."]}"#, "namespaces: namespace \"..\""),
+            (
+                r#"{"namespaces":[".."]}"#,
+                "namespaces: \"..\" is not a safe file name",
+            ),
             (
                 r#"{"namespaces":["secret/../x"]}"#,
-                "namespaces: namespace \"../x\"",
+                "namespaces: \"..\" is not a safe file name",
+            ),
+            (
+                r#"{"namespaces":["/etc"]}"#,
+                "namespaces: \"\" is not a safe file name",
             ),
             (
                 r#"{"modules":{"pod/ns/m":{"hash":"","mode":0}}}"#,

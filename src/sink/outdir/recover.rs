@@ -28,18 +28,34 @@ impl OutDir {
                 None => self.recover_flat(&p)?,
             }
         }
-        // A folder an interrupted run made but never put a module in (the deepest first:
+        // A folder an interrupted run made but never put a file in (the deepest first:
         // `KIND/NS` before `KIND`).
-        let mut used: BTreeSet<&str> = BTreeSet::new();
-        for id in self.record.modules.keys() {
-            let folder = folder_of(id).0;
-            used.insert(folder);
-            used.extend(folder.split_once('/').map(|(kind, _)| kind));
+        let mut used: BTreeSet<String> = BTreeSet::new();
+        for (id, w) in self.record.modules.iter() {
+            let folders = std::iter::once(folder_of(id).0)
+                .filter(|_| w.version.is_some())
+                .chain(
+                    w.flat
+                        .keys()
+                        .filter_map(|k| k.rsplit_once('/').map(|(f, _)| f)),
+                );
+            for folder in folders {
+                // The folder and every folder above it.
+                let mut at = folder;
+                loop {
+                    used.insert(at.to_string());
+                    match at.rsplit_once('/') {
+                        Some((parent, _)) => at = parent,
+                        None => break,
+                    }
+                }
+            }
         }
         let mut unused: Vec<String> = (self.record.namespaces.iter())
             .filter(|f| !used.contains(f.as_str()))
             .cloned()
             .collect();
+        // (Sorted deepest first: a folder before the folder it is in.)
         unused.sort_by_key(|f| std::cmp::Reverse(f.matches('/').count()));
         for folder in unused {
             if let Ok(Some(d)) = self.folder_dir(&folder)

@@ -82,7 +82,6 @@ fn missing(what: String) -> io::Error {
 impl Shelf {
     /// Where file `key` of module `id` is.
     fn path(&self, id: &str, key: &str) -> io::Result<PathBuf> {
-        let key = part(key)?;
         match self.layout {
             Layout::Files => {
                 let (folder, name) = folder_of(id);
@@ -98,13 +97,23 @@ impl Shelf {
                     .ok()
                     .and_then(Path::to_str)
                     .ok_or_else(|| missing(format!("'{}' is not cmpoll's", link.display())))?;
+                let key = part(key)?;
                 let vdir = meta_dir(&self.dir).join(VERSIONS).join(part(version)?);
                 if found(&vdir)? != Found::Dir {
                     return Err(missing(format!("'{}' is not a folder", vdir.display())));
                 }
                 Ok(vdir.join(key))
             }
-            Layout::Flat => Ok(self.dir.join(key)),
+            Layout::Flat => {
+                // A folder annotation's file: every folder on the way must be a real one.
+                super::record::flat_path(key).map_err(io::Error::other)?;
+                if let Some((folder, _)) = key.rsplit_once('/')
+                    && folder_in(&self.dir, folder)?.is_none()
+                {
+                    return Err(missing(format!("'{folder}' is not a folder")));
+                }
+                Ok(self.dir.join(key))
+            }
             Layout::Concat => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "the concat layout keeps no file as it is",

@@ -42,6 +42,7 @@ impl Fixture {
             ext: ".conf".into(),
             file_modes: FileModes::all(0o644),
             kinds: Resources::default(),
+            folder_annotation: None,
             old_version_ttl: Duration::ZERO,
         }
     }
@@ -501,8 +502,10 @@ fn flat_files_cmpoll_did_not_write_or_that_changed_are_left_alone() {
         "nor removed"
     );
     assert!(!f.path("n2.yaml").exists(), "what is still cmpoll's goes");
+    // A key that is one of cmpoll's temporary names can never be placed: refused.
     let tmp_key = f.event(Change::Added, "ns/t", &[(".cmpoll-tmp.1.x", "1")]);
-    assert_eq!(f.apply(&mut out, vec![tmp_key]), ["ns/t"]);
+    let o = f.apply_all(&mut out, vec![tmp_key]);
+    assert_eq!(rejected_ids(&o), ["ns/t"], "{o:?}");
 }
 
 #[test]
@@ -780,7 +783,13 @@ fn a_crash_between_the_grouped_sync_and_the_switches_changes_nothing() {
         let mut f = Fixture::new();
         let old = f.event(Change::Added, "ns/m", &[("a.conf", "old")]);
         let new = f.event(Change::Updated, "ns/m", &[("a.conf", "new")]);
-        let other = f.event(Change::Added, "ns/o", &[("o.conf", "1")]);
+        // In the flat layout, in folders (as a folder annotation makes them).
+        let o = if layout == Layout::Flat {
+            "team/sub/o.conf"
+        } else {
+            "o.conf"
+        };
+        let other = f.event(Change::Added, "ns/o", &[(o, "1")]);
         let before;
         {
             let mut out = f.open(layout);
@@ -810,6 +819,11 @@ fn a_crash_between_the_grouped_sync_and_the_switches_changes_nothing() {
         );
         assert!(out.record.pending.is_empty());
         assert!(!out.record.modules.contains_key("ns/o"), "{layout:?}");
+        assert!(
+            !f.path("team").exists(),
+            "the folders the staged write made go"
+        );
+        assert!(out.record.namespaces.is_empty() || layout == Layout::Files);
         assert_eq!(
             out.record.modules.get("ns/m").unwrap().hash,
             Some(old.entry.hash),
@@ -820,6 +834,12 @@ fn a_crash_between_the_grouped_sync_and_the_switches_changes_nothing() {
                 .is_empty()
         );
         assert!(out.record.modules.contains_key("ns/o"), "{layout:?}");
+        if layout == Layout::Flat {
+            assert_eq!(fs::read_to_string(f.path(o)).unwrap(), "1");
+            let gone = f.event(Change::Removed, "ns/o", &[]);
+            assert!(f.apply(&mut out, vec![gone]).is_empty());
+            assert!(!f.path("team").exists(), "removed with its last file");
+        }
     }
 }
 

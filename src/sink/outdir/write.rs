@@ -73,6 +73,7 @@ impl OutDir {
             ..Written::default()
         };
         let (mut new_namespace, mut new_kind) = (false, false);
+        let mut folders = Vec::new();
         let tmp = match self.opts.layout {
             Layout::Files => {
                 match self.folder_dir(folder)? {
@@ -108,7 +109,7 @@ impl OutDir {
                 tmp
             }
             Layout::Flat => {
-                written.flat = self.plan_flat(files, &tmp)?;
+                (written.flat, folders) = self.plan_flat(files, &tmp)?;
                 tmp
             }
         };
@@ -118,6 +119,7 @@ impl OutDir {
             tmp,
             new_namespace,
             new_kind,
+            folders,
         })
     }
 

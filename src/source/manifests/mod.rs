@@ -66,6 +66,8 @@ impl Source for ManifestSource {
                 files,
                 keys_seen,
                 problems: Vec::new(),
+                folder: (self.selection.folder_annotation.as_ref())
+                    .and_then(|a| cm.annotations.get(a).cloned()),
             })?;
         }
         Ok(())

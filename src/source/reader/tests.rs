@@ -13,7 +13,7 @@ fn read_with(body: impl Read, keys: &KeyFilter) -> Result<(ListMeta, Vec<Item>),
     let mut list = ListReader::new(body).map_err(show)?;
     let mut items = Vec::new();
     while let Some(raw) = list.next_item().map_err(show)? {
-        let meta = raw.meta().map_err(show)?;
+        let meta = raw.meta(None).map_err(show)?;
         items.push(raw.item(meta, keys, Resource::ConfigMaps).map_err(show)?);
     }
     Ok((list.finish().map_err(show)?, items))
@@ -61,7 +61,7 @@ fn pages_and_metadata_lists() {
     let mut list = ListReader::new(&body[..]).unwrap();
     let mut metas = Vec::new();
     while let Some(raw) = list.next_item().unwrap() {
-        metas.push(raw.meta().unwrap());
+        metas.push(raw.meta(None).unwrap());
     }
     assert_eq!(list.finish().unwrap().kind, "PartialObjectMetadataList");
     assert_eq!(metas[1].resource_version, "184467290");
@@ -152,6 +152,26 @@ fn an_empty_metadata_list_may_have_null_items() {
     );
 }
 
+/// `--folder-annotation`: the one annotation asked for, and nothing of the others.
+#[test]
+fn one_annotation_is_read_when_asked_for() {
+    let body = br#"{"kind":"ConfigMapList","items":[
+        {"metadata":{"name":"a","namespace":"n","annotations":{"big":"xxxxxxxx","k8s-sidecar-target-directory":"team-a/sub"}}},
+        {"metadata":{"name":"b","namespace":"n","annotations":null}},
+        {"metadata":{"name":"c","namespace":"n"}}]}"#;
+    let mut list = ListReader::new(&body[..]).unwrap();
+    let mut folders = Vec::new();
+    while let Some(raw) = list.next_item().unwrap() {
+        assert_eq!(raw.meta(None).unwrap().folder, None);
+        folders.push(
+            raw.meta(Some("k8s-sidecar-target-directory"))
+                .unwrap()
+                .folder,
+        );
+    }
+    assert_eq!(folders, [Some("team-a/sub".to_string()), None, None]);
+}
+
 #[test]
 fn metadata_is_read_without_the_contents() {
     // The contents are not even valid for a ConfigMap: `meta()` never looks at them.
@@ -160,7 +180,7 @@ fn metadata_is_read_without_the_contents() {
         {"data":{"k":"v"},"metadata":{"name":"c","namespace":"n","resourceVersion":"2"}}]}"#;
     let mut list = ListReader::new(&body[..]).unwrap();
     let raw = list.next_item().unwrap().unwrap();
-    let a = raw.meta().unwrap();
+    let a = raw.meta(None).unwrap();
     assert_eq!((a.name.as_str(), a.partial), ("a", false));
     assert!(
         raw.item(a, &KeyFilter::all(), Resource::ConfigMaps)
@@ -168,7 +188,7 @@ fn metadata_is_read_without_the_contents() {
         "its contents are bad"
     );
     let raw = list.next_item().unwrap().unwrap();
-    let c = raw.meta().unwrap();
+    let c = raw.meta(None).unwrap();
     assert_eq!(c.resource_version, "2", "data before metadata is fine");
     assert_eq!(
         raw.item(c, &KeyFilter::all(), Resource::ConfigMaps)
@@ -185,7 +205,7 @@ fn metadata_is_read_without_the_contents() {
 fn single_objects() {
     let obj = fixture("upstream/core.v1.ConfigMap.json");
     let (kind, meta, item) =
-        read_object(&obj[..], &KeyFilter::all(), Resource::ConfigMaps).unwrap();
+        read_object(&obj[..], &KeyFilter::all(), Resource::ConfigMaps, None).unwrap();
     assert_eq!(kind, "ConfigMap");
     assert!(!meta.partial);
     assert_eq!(item.name, meta.name);
@@ -193,6 +213,7 @@ fn single_objects() {
         &br#"{"kind":"Status","code":404}"#[..],
         &KeyFilter::all(),
         Resource::ConfigMaps,
+        None,
     )
     .unwrap();
     assert_eq!(kind, "Status");
@@ -266,7 +287,7 @@ fn a_large_list_is_held_one_item_at_a_time() {
             "item {n}: read {}",
             read.get()
         );
-        raw.meta().unwrap();
+        raw.meta(None).unwrap();
         n += 1;
         widest = widest.max(list.s.buf.capacity());
     }
@@ -301,7 +322,7 @@ fn a_secrets_data_is_base64_and_no_error_quotes_a_value() {
         {"metadata":{"name":"odd","namespace":"n","resourceVersion":"3"},"data":{"k":12345678}}]}"#;
     let mut list = ListReader::new(&body[..]).unwrap();
     let raw = list.next_item().unwrap().unwrap();
-    let meta = raw.meta().unwrap();
+    let meta = raw.meta(None).unwrap();
     let item = raw
         .item(meta, &KeyFilter::all(), Resource::Secrets)
         .unwrap();
@@ -315,7 +336,11 @@ fn a_secrets_data_is_base64_and_no_error_quotes_a_value() {
     assert!(item.files.iter().all(|f| f.content.is_binary()));
     let raw = list.next_item().unwrap().unwrap();
     let item = raw
-        .item(raw.meta().unwrap(), &KeyFilter::all(), Resource::Secrets)
+        .item(
+            raw.meta(None).unwrap(),
+            &KeyFilter::all(),
+            Resource::Secrets,
+        )
         .unwrap();
     assert_eq!(
         item.problems,
@@ -323,9 +348,11 @@ fn a_secrets_data_is_base64_and_no_error_quotes_a_value() {
         "no value, no offset"
     );
     let raw = list.next_item().unwrap().unwrap();
-    let Err(ReadError::Bad(why)) =
-        raw.item(raw.meta().unwrap(), &KeyFilter::all(), Resource::Secrets)
-    else {
+    let Err(ReadError::Bad(why)) = raw.item(
+        raw.meta(None).unwrap(),
+        &KeyFilter::all(),
+        Resource::Secrets,
+    ) else {
         panic!("a number is not a value")
     };
     assert!(!why.contains("12345678"), "{why}");
