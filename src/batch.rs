@@ -9,19 +9,22 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::fetch::Fetcher;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::poll::PollStats;
 use crate::poll::event::{self, Change, Event, Synced};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::Snapshot;
-use crate::poll::spool::Spool;
+use crate::poll::spool::{Object, Spool};
 use crate::poll::store::Store;
 use crate::sink::{Batch, Sink};
 use crate::validate::{Gate, Runnable};
 
 /// What delivers the batches of one run.
 pub struct Delivery {
+    /// `--fetch-url-keys`: before the gate.
+    fetcher: Option<Fetcher>,
     /// `--validate`: between a batch and the sinks.
     gate: Option<Gate>,
     /// In SPEC's order; the daemon also ticks, finishes and shuts them down.
@@ -42,6 +45,7 @@ impl Delivery {
         metrics: Arc<Mutex<Metrics>>,
     ) -> Delivery {
         Delivery {
+            fetcher: None,
             gate,
             sinks,
             batches: 0,
@@ -49,6 +53,12 @@ impl Delivery {
             health,
             metrics,
         }
+    }
+
+    /// Fetches `.url` keys of added and updated modules with `fetcher`.
+    pub fn fetching(mut self, fetcher: Option<Fetcher>) -> Delivery {
+        self.fetcher = fetcher;
+        self
     }
 
     /// Modules held back now (`cmpoll_rejected_modules`).
@@ -63,13 +73,14 @@ impl Delivery {
     pub fn commit(
         &mut self,
         store: &mut Store,
-        next: Snapshot,
+        mut next: Snapshot,
         number: u64,
         stats: &PollStats,
         took: Duration,
     ) -> Result<(Option<Synced>, Vec<String>), String> {
         let first = self.batches == 0;
         self.batches += 1;
+        let unfetched = self.fetch(store, &mut next, first);
         // The batch's events borrow both snapshots; the store takes `next` once they are
         // gone, with the modules that keep their previous version.
         // The first batch has every module as added (the output folder reconciles with
@@ -78,7 +89,7 @@ impl Delivery {
         let (synced, kept, unwritten) = {
             let (current, spool) = (&store.snapshot, &store.spool);
             let base = if first { &empty } else { current };
-            let mut going = self.screen(base, current, spool, &next, first);
+            let mut going = self.screen(base, current, spool, &next, first, unfetched);
             // No change, or only rejections already announced: no sink hears of this
             // poll, and what is held back keeps its previous version.
             if going.events.is_empty() && !first {
@@ -105,8 +116,56 @@ impl Delivery {
         Ok((synced, unwritten))
     }
 
-    /// The events that turn `base` (what the sinks hold) into `next`, screened by the
-    /// gate: what it rejects is held back.
+    /// `--fetch-url-keys`: the `.url` keys of each module added or updated since what the
+    /// sinks hold (every module, in a run's first batch) are fetched, and the module's
+    /// contents in `next` replaced by what they fetched (its hash stays: it covers the
+    /// URL). The modules whose fetch failed, and why: they are held back.
+    fn fetch(&self, store: &mut Store, next: &mut Snapshot, first: bool) -> Vec<(String, String)> {
+        let mut failed = Vec::new();
+        let Some(fetcher) = &self.fetcher else {
+            return failed;
+        };
+        let Store {
+            snapshot: current,
+            spool,
+            ..
+        } = store;
+        next.modules.for_each_mut(|id, entry| {
+            let old = current.modules.get(id);
+            if !first && old.is_some_and(|o| o.hash == entry.hash) {
+                return;
+            }
+            let fetched =
+                spool
+                    .read(entry.loc)
+                    .map_err(|e| e.to_string())
+                    .and_then(|(meta, files)| {
+                        let Some(files) = fetcher.fetch(&files)? else {
+                            return Ok(None);
+                        };
+                        let object = Object::new(meta.kind, &meta.uid, &meta.resource_version);
+                        spool
+                            .put(&object, &files)
+                            .map(Some)
+                            .map_err(|e| e.to_string())
+                    });
+            match fetched {
+                Ok(Some(loc)) => {
+                    // What was spooled before the fetch is nobody's now.
+                    if old.is_none_or(|o| o.loc != entry.loc) {
+                        spool.release(entry.loc);
+                    }
+                    entry.loc = loc;
+                }
+                Ok(None) => {}
+                Err(why) => failed.push((id.to_string(), why)),
+            }
+        });
+        failed
+    }
+
+    /// The events that turn `base` (what the sinks hold) into `next`, screened: what could
+    /// not be fetched (`unfetched`) and what the gate rejects is held back.
     fn screen<'a>(
         &mut self,
         base: &'a Snapshot,
@@ -114,11 +173,17 @@ impl Delivery {
         spool: &Spool,
         next: &'a Snapshot,
         first: bool,
+        unfetched: Vec<(String, String)>,
     ) -> Going<'a> {
         let mut going = Going {
             events: event::diff(base, next),
             ..Going::default()
         };
+        for (id, reason) in unfetched {
+            going.held_back.push(id.clone());
+            hold_back(&mut self.rejected, &mut going.events, &id, reason);
+            announce_last_good(&mut going, current, &id, first);
+        }
         let Some(gate) = &mut self.gate else {
             return going;
         };
@@ -137,15 +202,7 @@ impl Delivery {
         for (id, reason) in screened.rejected {
             going.held_back.push(id.clone());
             hold_back(&mut self.rejected, &mut going.events, &id, reason);
-            // A restart seeded its last good version: that is what the sinks hold,
-            // so this run's first batch announces it, before the rejection.
-            if first
-                && let Some(good) = current.modules.get(&id)
-                && let Some(at) = going.events.iter().position(|e| e.id == id)
-            {
-                let id = going.events[at].id;
-                going.events.insert(at, Event::new(Change::Added, id, good));
-            }
+            announce_last_good(&mut going, current, &id, first);
         }
         going
     }
@@ -252,6 +309,18 @@ struct Going<'a> {
     held_back: Vec<String>,
 }
 
+/// A restart seeded the last good version of held-back `id`: that is what the sinks hold,
+/// so this run's first batch announces it, before the rejection.
+fn announce_last_good<'a>(going: &mut Going<'a>, current: &'a Snapshot, id: &str, first: bool) {
+    if first
+        && let Some(good) = current.modules.get(id)
+        && let Some(at) = going.events.iter().position(|e| e.id == id)
+    {
+        let id = going.events[at].id;
+        going.events.insert(at, Event::new(Change::Added, id, good));
+    }
+}
+
 /// A sink held `id` back: its event becomes `rejected` (announced and logged once per
 /// content), or goes if this content was already announced.
 fn hold_back(
@@ -306,7 +375,6 @@ fn counts(events: &[event::Event], modules: usize, poll: u64) -> Synced {
 mod tests {
     use super::*;
     use crate::ops::health::InFlight;
-    use crate::poll::spool::Spool;
     use crate::sink::{Fatal, Outcome};
 
     type Heard = Arc<Mutex<Vec<String>>>;

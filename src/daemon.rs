@@ -23,8 +23,7 @@ use crate::ops::systemd::Notifier;
 use crate::poll::event::Synced;
 use crate::poll::store::Store;
 use crate::poll::{self, PollStats, Polled, Poller};
-use crate::sink::{Control, Sink, View};
-use crate::validate::Gate;
+use crate::sink::{Control, View};
 
 /// How the loop runs.
 #[derive(Clone, Debug)]
@@ -107,9 +106,8 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(opts: Options, gate: Option<Gate>, sinks: Vec<Box<dyn Sink>>, ops: Ops) -> Daemon {
+    pub fn new(opts: Options, delivery: Delivery, ops: Ops) -> Daemon {
         let backoff = Backoff::polls(opts.interval, opts.jitter, Rng::from_time());
-        let delivery = Delivery::new(gate, sinks, ops.health.clone(), ops.metrics.clone());
         Daemon {
             opts,
             delivery,

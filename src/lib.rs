@@ -23,6 +23,7 @@ pub mod batch;
 pub mod cli;
 pub mod daemon;
 pub mod error;
+pub mod fetch;
 pub mod http;
 pub mod idmap;
 pub mod kube;
@@ -123,7 +124,11 @@ fn daemon(
         };
         ops::server::start(addr, endpoints).map_err(Error::Config)?;
     }
-    let (sinks, shelf) = sink::open(&run.sinks, &handles, env).map_err(Error::Config)?;
+    // Where a sink, or fetching `.url` keys, reads every module back in the first batch
+    // anyway, the output folder's record is not taken as proof of what it holds.
+    let trust_record = !run.sinks.reads_every_module_at_start() && run.fetch.is_none();
+    let (sinks, shelf) =
+        sink::open(&run.sinks, &handles, env, trust_record).map_err(Error::Config)?;
     let spool_dir = run
         .sinks
         .out_dir
@@ -152,7 +157,13 @@ fn daemon(
         }
         None => None,
     };
-    daemon::Daemon::new(run.daemon.clone(), gate, sinks, ops).run(poller, store)
+    let fetcher = match &run.fetch {
+        Some(o) => Some(fetch::Fetcher::new(o.clone(), env).map_err(Error::Config)?),
+        None => None,
+    };
+    let delivery = batch::Delivery::new(gate, sinks, ops.health.clone(), ops.metrics.clone())
+        .fetching(fetcher);
+    daemon::Daemon::new(run.daemon.clone(), delivery, ops).run(poller, store)
 }
 
 /// Helpers for unit tests.

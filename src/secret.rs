@@ -33,6 +33,26 @@ impl fmt::Display for Secret {
     }
 }
 
+/// A secret given as it is, or as a file read at each use (a password that rotates):
+/// a reload URL's header, k8s-sidecar's `REQ_PASSWORD_FILE`.
+#[derive(Clone, Debug)]
+pub enum SecretSource {
+    Text(Secret),
+    File(std::path::PathBuf),
+}
+
+impl SecretSource {
+    /// The secret now: a file is read, its trailing newline trimmed; the error names it.
+    pub fn read(&self) -> Result<Secret, String> {
+        match self {
+            SecretSource::Text(s) => Ok(s.clone()),
+            SecretSource::File(p) => std::fs::read_to_string(p)
+                .map(|v| Secret::new(v.trim_end_matches(['\n', '\r'])))
+                .map_err(|e| format!("cannot read '{}': {e}", p.display())),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,5 +24,6 @@ mod reload;
 mod run;
 mod secrets;
 mod soak;
+mod urls;
 mod validate;
 mod volume;

@@ -129,6 +129,8 @@ flags! {
         folder_annotation: Option<String> [option, arg_name = "ANNOTATION"], needs Flat;
         /// name each file namespace_<NS>.<configmap|secret>_<NAME>.<KEY> (k8s-sidecar's UNIQUE_FILENAMES)
         unique_filenames: bool [switch], needs Flat;
+        /// fetch keys ending in .url whose value is an http(s) URL, when their object is added or updated: the file is named without .url and holds the body
+        fetch_url_keys: bool [switch];
         /// mode of written files, octal (default: 0644; 0600 for a Secret's)
         file_mode: Option<String> [option, arg_name = "MODE"], needs OutDir;
         /// how long a replaced module version stays readable in --out-dir

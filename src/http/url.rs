@@ -32,6 +32,66 @@ pub fn redact(url: &str) -> String {
     format!("{scheme}{authority}{path}{query}")
 }
 
+/// A URL without its userinfo, query string and fragment: how a fetched URL is named in
+/// an event or a log line.
+pub fn bare(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (format!("{s}://"), r),
+        None => (String::new(), url),
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    format!("{scheme}{host}{path}")
+}
+
+/// A URL's origin, `scheme://host:port` (the scheme and host lowercase, the port given or
+/// the scheme's own): where credentials meant for one server may go. `None` for a URL
+/// that is not http or https.
+pub fn origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default = match scheme.as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = match host_port.rsplit_once(':') {
+        // `[::1]:8080`, `h:8080`; not the colons inside `[::1]`.
+        Some((h, p)) if !p.contains(']') => (h, p.parse().ok()?),
+        _ => (host_port, default),
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some(format!("{scheme}://{}:{port}", host.to_ascii_lowercase()))
+}
+
+/// Where a redirect's `Location` leads from `url`: absolute, scheme-relative, absolute
+/// path, or relative to `url`'s folder.
+pub fn join(url: &str, location: &str) -> Option<String> {
+    let location = location.trim();
+    if location.starts_with("http://") || location.starts_with("https://") {
+        return Some(location.to_string());
+    }
+    let (scheme, rest) = url.split_once("://")?;
+    if let Some(rest) = location.strip_prefix("//") {
+        return Some(format!("{scheme}://{rest}"));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if location.starts_with('/') {
+        return Some(format!("{scheme}://{authority}{location}"));
+    }
+    let path = rest[authority.len()..]
+        .split(['?', '#'])
+        .next()
+        .unwrap_or("");
+    let folder = path.rsplit_once('/').map_or("", |(f, _)| f);
+    Some(format!("{scheme}://{authority}{folder}/{location}"))
+}
+
 /// The parts of a URL that must never reach a log line: its userinfo (and each half of
 /// it) and its query string, longest first.
 pub fn secret_parts(url: &str) -> Vec<String> {
@@ -119,6 +179,35 @@ mod tests {
             ("http://h:1/p", "http://h:1/p"),
         ] {
             assert_eq!(redact(url), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn bare_urls_origins_and_redirects() {
+        assert_eq!(bare("https://u:p@h:8/a/b?token=t#f"), "https://h:8/a/b");
+        assert_eq!(bare("http://h"), "http://h");
+        for (url, want) in [
+            ("http://H.example/x", Some("http://h.example:80")),
+            ("https://u:p@h/x", Some("https://h:443")),
+            ("https://h:8443", Some("https://h:8443")),
+            ("http://[::1]:9/x", Some("http://[::1]:9")),
+            ("http://[::1]/x", Some("http://[::1]:80")),
+            ("ftp://h/x", None),
+            ("http:///x", None),
+        ] {
+            assert_eq!(origin(url).as_deref(), want, "{url}");
+        }
+        for (loc, want) in [
+            ("https://o/y", "https://o/y"),
+            ("//o/y", "http://o/y"),
+            ("/y?z", "http://h:1/y?z"),
+            ("y", "http://h:1/a/y"),
+        ] {
+            assert_eq!(
+                join("http://h:1/a/b?q", loc).as_deref(),
+                Some(want),
+                "{loc}"
+            );
         }
     }
 

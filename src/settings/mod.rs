@@ -16,6 +16,7 @@ use self::lookup::{Lookup, Val, usage};
 use crate::cli::{Command, Needs, flag};
 use crate::daemon;
 use crate::error::Error;
+use crate::fetch;
 use crate::kube::client;
 use crate::kube::config::Flags;
 use crate::names;
@@ -48,6 +49,8 @@ pub struct RunSettings {
     pub daemon: daemon::Options,
     /// How modules' files are named (the `flat` layout's options).
     pub naming: Naming,
+    /// `--fetch-url-keys`.
+    pub fetch: Option<fetch::Options>,
     pub listen: Option<SocketAddr>,
     pub validate: Option<validate::Options>,
     pub sinks: sink::Options,
@@ -322,8 +325,18 @@ fn run(agent_argv: &[String], look: &Lookup) -> Result<RunSettings, Error> {
         None => None,
     };
     let validate = validate(look, out_dir.as_ref(), kinds)?;
+    let fetch = match look.on(&flag::fetch_url_keys)? {
+        true => Some(fetch::Options {
+            timeout: look.duration(&flag::timeout)?,
+            max_bytes: client_options(look)?.max_response_bytes,
+            insecure: false,
+            basic: None,
+        }),
+        false => None,
+    };
     Ok(RunSettings {
         naming,
+        fetch,
         daemon: daemon::Options {
             interval: look.duration(&flag::interval)?,
             jitter: jitter(look)?,

@@ -214,14 +214,15 @@ pub fn open(
     opts: &Options,
     handles: &Handles,
     env: &dyn Fn(&str) -> Option<String>,
+    trust_record: bool,
 ) -> Result<Opened, String> {
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
     let mut shelf = None;
     if let Some(o) = &opts.out_dir {
         let out = outdir::OutDir::open(o.clone())?.reporting(handles.writing.clone());
-        // Where a sink reads every module back in the first batch anyway, the first poll
-        // reads them back too, keeping the cluster's copy of any the folder lost.
-        let proofs = (!opts.reads_every_module_at_start()).then(|| out.proofs());
+        // Where every module is read back in the first batch anyway, the first poll reads
+        // them back too, keeping the cluster's copy of any the folder lost.
+        let proofs = trust_record.then(|| out.proofs());
         shelf = outdir::shelf(o, proofs);
         sinks.push(Box::new(out));
     }

@@ -21,7 +21,7 @@ use super::{Batch, Fatal, Outcome, ReloadReport, Sink};
 use crate::backoff::{Backoff, Rng};
 use crate::http::tls::{self, Trust};
 use crate::http::url;
-use crate::secret::Secret;
+use crate::secret::{Secret, SecretSource};
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(30);
@@ -45,13 +45,7 @@ pub struct Options {
 #[derive(Clone, Debug)]
 pub struct Header {
     pub name: String,
-    pub value: HeaderValue,
-}
-
-#[derive(Clone, Debug)]
-pub enum HeaderValue {
-    Text(Secret),
-    File(PathBuf),
+    pub value: SecretSource,
 }
 
 impl Header {
@@ -63,8 +57,8 @@ impl Header {
             .map_err(|_| format!("'{name}' is not an HTTP header name"))?;
         let value = value.trim();
         let value = match value.strip_prefix('@') {
-            Some(path) if !path.is_empty() => HeaderValue::File(PathBuf::from(path)),
-            _ => HeaderValue::Text(Secret::new(value)),
+            Some(path) if !path.is_empty() => SecretSource::File(PathBuf::from(path)),
+            _ => SecretSource::Text(Secret::new(value)),
         };
         Ok(Header {
             name: name.to_string(),
@@ -74,12 +68,7 @@ impl Header {
 
     /// The value now: a file is read at each call, its trailing newline trimmed.
     fn value(&self) -> Result<Secret, String> {
-        match &self.value {
-            HeaderValue::Text(s) => Ok(s.clone()),
-            HeaderValue::File(p) => std::fs::read_to_string(p)
-                .map(|v| Secret::new(v.trim_end_matches(['\n', '\r'])))
-                .map_err(|e| format!("header {}: cannot read '{}': {e}", self.name, p.display())),
-        }
+        (self.value.read()).map_err(|e| format!("header {}: {e}", self.name))
     }
 }
 
@@ -219,8 +208,8 @@ fn caller_for(
         .map_err(|e| format!("--reload-url '{shown}': {e}"))?;
     let mut secrets = url::secret_parts(target);
     secrets.extend(o.headers.iter().filter_map(|h| match &h.value {
-        HeaderValue::Text(s) => Some(s.expose().to_string()).filter(|v| v.len() >= 4),
-        HeaderValue::File(_) => None,
+        SecretSource::Text(s) => Some(s.expose().to_string()).filter(|v| v.len() >= 4),
+        SecretSource::File(_) => None,
     }));
     let what = format!("{} {shown}", o.method);
     let call = move || -> Result<(), String> {

@@ -162,3 +162,65 @@ pub fn https_reload_server(pki: &test_apiserver::Pki) -> (String, Arc<Mutex<Vec<
     std::thread::spawn(move || test_apiserver::http::serve(listener, Some(tls), handler, stop));
     (url, calls)
 }
+
+/// An answer of `web_server`: status, extra headers, body.
+pub type Page = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// A small web server for `.url` keys: `route(path, headers)` answers each GET (the body
+/// read from the request, if any, is ignored); returns its base URL (`http://127.0.0.1:P`)
+/// and every call (request line and headers).
+pub fn web_server(
+    route: impl Fn(&str, &BTreeMap<String, String>) -> Page + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<Call>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let seen = calls.clone();
+    let route = Arc::new(route);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let (seen, route) = (seen.clone(), route.clone());
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut headers = BTreeMap::new();
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = h.split_once(':') {
+                            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+                        }
+                    }
+                    if let Some(n) = headers.get("content-length").and_then(|n| n.parse().ok()) {
+                        let mut body = vec![0u8; n];
+                        let _ = reader.read_exact(&mut body);
+                    }
+                    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                    seen.lock()
+                        .unwrap()
+                        .push((line.trim().to_string(), headers.clone()));
+                    let (code, extra, body) = route(&path, &headers);
+                    let mut head =
+                        format!("HTTP/1.1 {code} X\r\nContent-Length: {}\r\n", body.len());
+                    for (k, v) in extra {
+                        head += &format!("{k}: {v}\r\n");
+                    }
+                    head += "\r\n";
+                    let mut out = head.into_bytes();
+                    out.extend_from_slice(&body);
+                    if conn.write_all(&out).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (base, calls)
+}
