@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # cmpoll's image: built in a Rust image, run from distroless (glibc, no shell, non-root).
 #   docker build -t ghcr.io/cmpoll/cmpoll:0.1.0 .
+#   docker build --target sidecar -t ghcr.io/cmpoll/cmpoll:0.1.0-sidecar .
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 # The dependencies first, in a layer of their own: only the manifests and the lock file,
@@ -17,7 +18,7 @@ COPY . .
 RUN cargo build --release --locked -p cmpoll \
  && cp target/release/cmpoll /cmpoll
 
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM gcr.io/distroless/cc-debian12:nonroot AS runtime
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="cmpoll" \
       org.opencontainers.image.description="Labelled Kubernetes ConfigMaps as atomic files, a supervised agent, a reload URL or JSON events" \
@@ -28,4 +29,14 @@ COPY --from=build /cmpoll /usr/local/bin/cmpoll
 # Numeric, so that Kubernetes' runAsNonRoot can check it (distroless's nonroot user).
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/cmpoll"]
+
+# The k8s-sidecar drop-in (tag VERSION-sidecar): charts that embed kiwigrid/k8s-sidecar
+# set only its environment, never a command, so the default command is `sidecar`.
+#   docker build --target sidecar -t ghcr.io/cmpoll/cmpoll:0.1.0-sidecar .
+FROM runtime AS sidecar
+LABEL org.opencontainers.image.description="A drop-in for kiwigrid/k8s-sidecar: its variables, cmpoll's polling and atomic, confined writes"
+CMD ["sidecar"]
+
+# The default target: `cmpoll run`.
+FROM runtime
 CMD ["run"]

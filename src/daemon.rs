@@ -32,6 +32,9 @@ pub struct Options {
     pub jitter: f64,
     /// One poll, every sink applied, then exit.
     pub once: bool,
+    /// With `once`: a failed reload is a warning, not exit 1 (`cmpoll sidecar` with
+    /// `METHOD=LIST`: an init container runs before the agent it would reload is up).
+    pub once_tolerates_reloads: bool,
     /// What is selected and where it goes, for the start-up line.
     pub summary: String,
 }
@@ -275,6 +278,11 @@ impl Daemon {
             let mut problems: Vec<String> = (self.delivery.sinks.iter_mut())
                 .filter_map(|s| s.finish().err())
                 .collect();
+            if self.opts.once_tolerates_reloads {
+                for p in problems.drain(..) {
+                    log::warn!("{p} (not an error here: METHOD=LIST)");
+                }
+            }
             self.shutdown(None);
             let validator = self.health().validator.clone();
             if let Some(why) = validator {

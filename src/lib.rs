@@ -64,6 +64,9 @@ pub fn run(
     for warning in cli::unknown_variables(names.iter().map(String::as_str)) {
         log::warn!("{warning}");
     }
+    for (level, note) in &settings.notes {
+        log::log!(*level, "{note}");
+    }
     let metrics = Metrics::new();
     let in_flight = InFlight::default();
     let handles = kube::client::Handles {
@@ -106,7 +109,8 @@ fn daemon(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), Error> {
     let interval = run.daemon.interval;
-    let health = Health::new(interval, backoff::cap(interval), timeout, in_flight);
+    let mut health = Health::new(interval, backoff::cap(interval), timeout, in_flight);
+    health.live_after_first_batch = run.health.live_after_first_batch;
     let handles = sink::Handles {
         reloads: sink::ReloadReport {
             outcomes: health.reloads.clone(),
@@ -122,7 +126,7 @@ fn daemon(
             health: health.clone(),
             metrics: metrics.clone(),
         };
-        ops::server::start(addr, endpoints).map_err(Error::Config)?;
+        listen(addr, endpoints, &run.health)?;
     }
     // Where a sink, or fetching `.url` keys, reads every module back in the first batch
     // anyway, the output folder's record is not taken as proof of what it holds.
@@ -164,6 +168,32 @@ fn daemon(
     let delivery = batch::Delivery::new(gate, sinks, ops.health.clone(), ops.metrics.clone())
         .fetching(fetcher);
     daemon::Daemon::new(run.daemon.clone(), delivery, ops).run(poller, store)
+}
+
+/// Starts the endpoints on `addr`, or (`cmpoll sidecar`) on the fallback address where
+/// the pod has no IPv6; a port already in use is a warning there, two sidecars in one pod
+/// being what charts do.
+fn listen(
+    addr: std::net::SocketAddr,
+    endpoints: ops::server::Endpoints,
+    rules: &settings::HealthRules,
+) -> Result<(), Error> {
+    let result = ops::server::start(addr, endpoints.clone()).or_else(|e| {
+        let no_ipv6 = e.contains("Address family not supported")
+            || e.contains("Cannot assign requested address");
+        match rules.fallback {
+            Some(fallback) if no_ipv6 => ops::server::start(fallback, endpoints),
+            _ => Err(e),
+        }
+    });
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if rules.busy_is_warning => {
+            log::warn!("{e}; going on without /healthz, /readyz and /metrics");
+            Ok(())
+        }
+        Err(e) => Err(Error::Config(e)),
+    }
 }
 
 /// Helpers for unit tests.

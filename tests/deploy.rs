@@ -350,6 +350,18 @@ fn the_dockerfile_copies_the_binary_the_build_produces() {
     assert!(BIN.ends_with("/cmpoll"), "{BIN}");
     // Non-root, and the image cmpoll's manifests run.
     assert!(dockerfile.contains("USER 65532:65532"));
+    // The k8s-sidecar drop-in: its own target, whose default command is `sidecar`; the
+    // default target (the last) runs `run`.
+    let sidecar = dockerfile
+        .find("FROM runtime AS sidecar")
+        .expect("a sidecar target");
+    assert!(dockerfile[sidecar..].contains("CMD [\"sidecar\"]"));
+    assert!(
+        dockerfile
+            .trim_end()
+            .ends_with("FROM runtime\nCMD [\"run\"]"),
+        "{dockerfile}"
+    );
     for variant in ["prometheus", "alloy"] {
         let path = root().join(format!("k8s/{variant}/deployment.yaml"));
         let deployment = std::fs::read_to_string(path).unwrap();

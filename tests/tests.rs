@@ -23,6 +23,8 @@ mod real;
 mod reload;
 mod run;
 mod secrets;
+mod sidecar;
+mod sidecar_oracle;
 mod soak;
 mod urls;
 mod validate;

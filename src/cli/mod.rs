@@ -33,6 +33,7 @@ pub struct TopLevel {
 pub enum Command {
     Run(Box<RunArgs>),
     List(Box<ListArgs>),
+    Sidecar(SidecarArgs),
 }
 
 impl Command {
@@ -41,15 +42,36 @@ impl Command {
         match self {
             Command::Run(_) => "run",
             Command::List(_) => "list",
+            Command::Sidecar(_) => "sidecar",
         }
     }
 
-    /// Every flag of the command with what the command line gave it.
+    /// Every flag of the command with what the command line gave it (`sidecar` takes
+    /// none: it is `run` with what k8s-sidecar's variables say).
     pub fn given(&self) -> Given {
         match self {
             Command::Run(r) => r.given(),
             Command::List(l) => l.given(),
+            Command::Sidecar(_) => RunArgs::none().given(),
         }
+    }
+}
+
+/// A drop-in for kiwigrid/k8s-sidecar where charts embed it (Grafana's dashboard and
+/// datasource sidecars, Loki's rules sidecar): takes no flags; reads k8s-sidecar's
+/// variables (LABEL, LABEL_VALUE, FOLDER, FOLDER_ANNOTATION, RESOURCE, RESOURCE_NAME,
+/// NAMESPACE, METHOD, SLEEP_TIME, REQ_URL and the other REQ_* variables, SCRIPT,
+/// UNIQUE_FILENAMES, DEFAULT_FILE_MODE, HEALTH_PORT, HEALTH_HOST, LOG_LEVEL, LOG_FORMAT,
+/// SKIP_TLS_VERIFY, KUBECONFIG) and runs `cmpoll run` with what they mean; a CMPOLL_*
+/// variable that is also set wins.
+#[derive(FromArgs, Debug, PartialEq)]
+#[argh(subcommand, name = "sidecar")]
+pub struct SidecarArgs {}
+
+impl RunArgs {
+    /// `run` with no flag given.
+    pub fn none() -> RunArgs {
+        RunArgs::from_args(&["run"], &[]).expect("run takes no required flag")
     }
 }
 

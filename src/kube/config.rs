@@ -58,6 +58,9 @@ pub struct Flags {
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
     pub service_account_dir: Option<PathBuf>,
+    /// No verification of the apiserver's certificate, whatever the source says
+    /// (`cmpoll sidecar`'s `SKIP_TLS_VERIFY=true`, warned about).
+    pub insecure_skip_tls_verify: bool,
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
@@ -67,6 +70,18 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
 impl Config {
     /// Resolves in SPEC's order; the error names every source it tried when none applies.
     pub fn resolve(flags: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let mut c = Config::resolve_source(flags, env)?;
+        if flags.insecure_skip_tls_verify {
+            c.trust = Trust::Insecure;
+            c.ca_file = None;
+        }
+        Ok(c)
+    }
+
+    fn resolve_source(
+        flags: &Flags,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, String> {
         if let Some(server) = &flags.server {
             return Config::from_flags(server, flags);
         }

@@ -124,6 +124,8 @@ pub struct Health {
     pub validator: Option<String>,
     /// The output folder writing a batch.
     pub writing: Writing,
+    /// `/healthz` fails until the first batch is written (`cmpoll sidecar`).
+    pub live_after_first_batch: bool,
 }
 
 impl Health {
@@ -146,11 +148,15 @@ impl Health {
             modules: 0,
             validator: None,
             writing: Writing::default(),
+            live_after_first_batch: false,
         }
     }
 
     /// `/healthz`.
     pub fn liveness(&self, now: Instant, wall: SystemTime) -> Result<(), String> {
+        if self.live_after_first_batch && !self.first_batch {
+            return Err("not ready: the first batch is not written yet".into());
+        }
         if let Some(running) = self.in_flight.running_for(wall)
             && running > self.timeout + REQUEST_SLACK
         {

@@ -23,7 +23,13 @@ pub struct Lookup<'a> {
     pub env: &'a dyn Fn(&str) -> Option<String>,
     given: Given,
     read: RefCell<Vec<&'static str>>,
+    /// How a variable's value is named in messages when it did not come from the variable
+    /// itself (`cmpoll sidecar`: the k8s-sidecar variable it means).
+    origin: Option<&'a Origin<'a>>,
 }
+
+/// See `Lookup::origin`.
+pub type Origin<'a> = dyn Fn(&str) -> Option<String> + 'a;
 
 pub fn usage(from: &str, msg: impl std::fmt::Display) -> Error {
     Error::Usage(format!("{from}: {msg}"))
@@ -46,7 +52,19 @@ impl<'a> Lookup<'a> {
             env,
             given: command.given(),
             read: RefCell::new(Vec::new()),
+            origin: None,
         }
+    }
+
+    /// Names values by `origin` (see the field).
+    pub fn naming(mut self, origin: &'a Origin<'a>) -> Lookup<'a> {
+        self.origin = Some(origin);
+        self
+    }
+
+    /// How the variable `name`'s value is named in messages.
+    fn var_name(&self, name: String) -> String {
+        self.origin.and_then(|o| o(&name)).unwrap_or(name)
     }
 
     /// What the command line gave `flag`; a flag of another command was given nothing.
@@ -77,7 +95,10 @@ impl<'a> Lookup<'a> {
             }),
             _ => {
                 let name = flag.var();
-                (self.env)(&name).map(|value| Val { value, from: name })
+                (self.env)(&name).map(|value| Val {
+                    value,
+                    from: self.var_name(name),
+                })
             }
         }
     }
@@ -126,7 +147,7 @@ impl<'a> Lookup<'a> {
         // An empty variable (from an empty template) is the default, as an unset one.
         let name = flag.var();
         match (self.env)(&name).map(|v| split(&v)) {
-            Some(v) if !v.is_empty() => (v, name),
+            Some(v) if !v.is_empty() => (v, self.var_name(name)),
             _ => (
                 flag.default.map(split).unwrap_or_default(),
                 format!("the default of {}", flag.long()),
@@ -153,10 +174,10 @@ impl<'a> Lookup<'a> {
         match (self.env)(&name) {
             None => Ok(None),
             Some(v) => match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => Ok(Some(name)),
+                "1" | "true" | "yes" | "on" => Ok(Some(self.var_name(name))),
                 "" | "0" | "false" | "no" | "off" => Ok(None),
                 _ => Err(usage(
-                    &name,
+                    &self.var_name(name),
                     format!("'{v}' is not a boolean (true or false)"),
                 )),
             },
@@ -210,7 +231,7 @@ impl<'a> Lookup<'a> {
             return Ok(Some(flag.long()));
         }
         let name = flag.var();
-        Ok((self.env)(&name).map(|_| name))
+        Ok((self.env)(&name).map(|_| self.var_name(name)))
     }
 
     /// "--flag: only used with …" for the first flag given without what it needs.

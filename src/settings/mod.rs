@@ -7,6 +7,7 @@
 //! state. Nothing here reads files or talks to the network: `source::open` does that next.
 
 mod lookup;
+pub mod sidecar;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,7 +26,7 @@ use crate::ops::signals::Signal;
 use crate::poll::module::Naming;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::sink::{self, child, outdir, reload_url};
-use crate::source::{self, KeyFilter, Resource, Resources, Selection};
+use crate::source::{self, KeyFilter, Named, Resource, Resources, Selection};
 use crate::validate;
 
 #[derive(Clone, Debug)]
@@ -35,12 +36,26 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// `--log-level`; `None`: `RUST_LOG`, else info.
     pub log_level: Option<log::LevelFilter>,
+    /// What to log once logging is set up (`cmpoll sidecar`'s notes on its variables).
+    pub notes: Vec<(log::Level, String)>,
 }
 
 #[derive(Clone, Debug)]
 pub enum Mode {
     List { json: bool },
     Run(Box<RunSettings>),
+}
+
+/// How the endpoints of `--listen` behave; all off for `cmpoll run`, all on for `cmpoll
+/// sidecar` (as k8s-sidecar's health server: probes that charts point at it).
+#[derive(Clone, Debug, Default)]
+pub struct HealthRules {
+    /// `/healthz` fails until the first batch is written.
+    pub live_after_first_batch: bool,
+    /// A port already in use (two sidecars in one pod) is a warning, not an exit.
+    pub busy_is_warning: bool,
+    /// Where to listen when `--listen` cannot be bound for want of IPv6.
+    pub fallback: Option<SocketAddr>,
 }
 
 /// `cmpoll run`: the loop, the endpoints, the validator, the sinks.
@@ -51,6 +66,8 @@ pub struct RunSettings {
     pub naming: Naming,
     /// `--fetch-url-keys`.
     pub fetch: Option<fetch::Options>,
+    /// How `--listen` and `/healthz` behave (`cmpoll sidecar` changes them).
+    pub health: HealthRules,
     pub listen: Option<SocketAddr>,
     pub validate: Option<validate::Options>,
     pub sinks: sink::Options,
@@ -62,12 +79,15 @@ impl Settings {
         command: &Command,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Settings, Error> {
+        if let Command::Sidecar(_) = command {
+            return sidecar::settings(env);
+        }
         let look = Lookup::new(command, env);
         let settings = Settings::read(command, &look)?;
         Ok(settings)
     }
 
-    fn read(command: &Command, look: &Lookup) -> Result<Settings, Error> {
+    pub(crate) fn read(command: &Command, look: &Lookup) -> Result<Settings, Error> {
         check_needs(command, look)?;
         let mut source = source_options(look)?;
         let mode = match command {
@@ -79,12 +99,18 @@ impl Settings {
                 source.selection.folder_annotation = folder_annotation(look)?;
                 Mode::Run(Box::new(run(&r.agent, look)?))
             }
+            // (`sidecar` reads `run`'s settings: see `sidecar.rs`.)
+            Command::Sidecar(_) => {
+                source.selection.folder_annotation = folder_annotation(look)?;
+                Mode::Run(Box::new(run(&[], look)?))
+            }
         };
         Ok(Settings {
             command: mode,
             source,
             log_format: look.choice(&flag::log_format)?,
             log_level: look.maybe_choice(&flag::log_level)?,
+            notes: Vec::new(),
         })
     }
 }
@@ -177,6 +203,7 @@ fn origin(look: &Lookup) -> Result<source::Origin, Error> {
         service_account_dir: path(look.opt(&flag::service_account_dir))?,
         server,
         kubeconfig,
+        insecure_skip_tls_verify: false,
     };
     if let Some(dir) = look.opt(&flag::manifests) {
         for (f, given) in [
@@ -252,6 +279,7 @@ fn selection(look: &Lookup) -> Result<Selection, Error> {
         namespaces,
         keys,
         folder_annotation: None,
+        names: Vec::new(),
     })
 }
 
@@ -337,10 +365,12 @@ fn run(agent_argv: &[String], look: &Lookup) -> Result<RunSettings, Error> {
     Ok(RunSettings {
         naming,
         fetch,
+        health: HealthRules::default(),
         daemon: daemon::Options {
             interval: look.duration(&flag::interval)?,
             jitter: jitter(look)?,
             once: once.is_some(),
+            once_tolerates_reloads: false,
             summary: String::new(),
         },
         listen,
@@ -502,6 +532,9 @@ fn reload_url(
         timeout,
         headers,
         skip_first,
+        body: None,
+        basic: None,
+        insecure: false,
     }))
 }
 

@@ -21,6 +21,8 @@ use super::{Batch, Fatal, Outcome, ReloadReport, Sink};
 use crate::backoff::{Backoff, Rng};
 use crate::http::tls::{self, Trust};
 use crate::http::url;
+use base64::Engine as _;
+
 use crate::secret::{Secret, SecretSource};
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -39,6 +41,13 @@ pub struct Options {
     /// `--reload-skip-first`: not after the first batch (the agent read the folder when it
     /// started).
     pub skip_first: bool,
+    /// A JSON body (`cmpoll sidecar`'s `REQ_PAYLOAD`), sent as `application/json`.
+    pub body: Option<Vec<u8>>,
+    /// Basic auth, read at each call (`REQ_USERNAME`, `REQ_PASSWORD` and their `_FILE`s);
+    /// the URL's userinfo and an `Authorization` header win.
+    pub basic: Option<(SecretSource, SecretSource)>,
+    /// No TLS verification (`REQ_SKIP_TLS_VERIFY`).
+    pub insecure: bool,
 }
 
 /// `--reload-header 'Name: value'`; `Name: @FILE` reads the value at each call.
@@ -168,7 +177,7 @@ fn http_agent(o: &Options, env: &dyn Fn(&str) -> Option<String>) -> Result<ureq:
         None => Trust::Platform,
     };
     // Plain http needs no TLS, but the connector wants a config; never used.
-    let trust = if o.urls.iter().any(|u| u.starts_with("https://")) {
+    let trust = if o.urls.iter().any(|u| u.starts_with("https://")) && !o.insecure {
         trust
     } else {
         Trust::Insecure
@@ -198,6 +207,11 @@ fn caller_for(
         .iter()
         .any(|h| h.name.eq_ignore_ascii_case("authorization"));
     let basic = basic.filter(|_| !explicit_auth);
+    let from_files = o
+        .basic
+        .clone()
+        .filter(|_| !explicit_auth && basic.is_none());
+    let body = o.body.clone();
     let method = o.method.clone();
     let headers = o.headers.clone();
     // A check at start-up: the URL and method make a request.
@@ -219,15 +233,30 @@ fn caller_for(
         if let Some(b) = &basic {
             request = request.header("Authorization", b.expose());
         }
+        if let Some((user, password)) = &from_files {
+            let (user, password) = (user.read()?, password.read()?);
+            let raw = format!("{}:{}", user.expose(), password.expose());
+            let encoded = base64::engine::general_purpose::STANDARD.encode(raw);
+            request = request.header("Authorization", format!("Basic {encoded}"));
+        }
         for h in &headers {
             request = request.header(h.name.as_str(), h.value()?.expose());
         }
-        let request = request
-            .body(())
-            .map_err(|_| "a header value is not valid in HTTP".to_string())?;
-        let resp = agent
-            .run(request)
-            .map_err(|e| url::scrub(&e.to_string(), &secrets))?;
+        let resp = match &body {
+            Some(b) => {
+                let request = (request.header("Content-Type", "application/json"))
+                    .body(b.clone())
+                    .map_err(|_| "a header value is not valid in HTTP".to_string())?;
+                agent.run(request)
+            }
+            None => {
+                let request = request
+                    .body(())
+                    .map_err(|_| "a header value is not valid in HTTP".to_string())?;
+                agent.run(request)
+            }
+        }
+        .map_err(|e| url::scrub(&e.to_string(), &secrets))?;
         let status = resp.status();
         if status.is_success() {
             Ok(())

@@ -423,6 +423,69 @@ impl ApiSource {
         Ok(())
     }
 
+    /// The names read in `scope` instead of a list by label (`Selection::names`); `None`
+    /// where no entry names the scope's namespace and kind (and in all namespaces).
+    fn named(&self, scope: Scope) -> Option<Vec<String>> {
+        let ns = scope.0?;
+        let names: Vec<String> = (self.selection.names.iter())
+            .filter(|n| n.namespace.as_deref().is_none_or(|x| x == ns))
+            .filter(|n| n.kind.is_none_or(|k| k == scope.1))
+            .map(|n| n.name.clone())
+            .collect();
+        (!names.is_empty()).then_some(names)
+    }
+
+    /// Objects read by name: each GET that finds one delivers it (its labels are not
+    /// checked: it was named); a 404 NotFound about it means it is absent.
+    fn get_named(
+        &mut self,
+        scope: Scope,
+        names: &[String],
+        out: &mut dyn Collect,
+    ) -> Result<(), Error> {
+        let (Some(ns), resource) = (scope.0, scope.1) else {
+            return Ok(());
+        };
+        for name in names {
+            let action = format!("get {} {ns}/{name}", resource.singular());
+            let url = format!(
+                "/api/v1/namespaces/{}/{}/{}",
+                encode(ns),
+                resource.plural(),
+                encode(name)
+            );
+            let annotation = self.selection.folder_annotation.clone();
+            let got = self
+                .client
+                .get(&url, ACCEPT_JSON, &action)
+                .and_then(|body| {
+                    let fail = body.failure();
+                    read_object(body, &self.selection.keys, resource, annotation.as_deref())
+                        .map_err(|e| read_error(&fail, "not a valid object", e))
+                });
+            match got {
+                Ok((kind, got, item))
+                    if kind == resource.kind() && got.name == *name && got.namespace == ns =>
+                {
+                    out.item(self.qualify(item))?;
+                }
+                Ok((kind, got, _)) => {
+                    return Err(Error::Api(kube::Error::Decode {
+                        action,
+                        cause: format!(
+                            "expected {} {ns}/{name}, got {kind} {}",
+                            resource.kind(),
+                            got.id()
+                        ),
+                    }));
+                }
+                Err(e) if e.is_not_found(resource.plural(), name) => {}
+                Err(e) => return Err(Error::Api(e)),
+            }
+        }
+        Ok(())
+    }
+
     /// GETs one object from the cache, not older than its listed resourceVersion; `None`
     /// if it was deleted or relabelled since the list: a 404 `Status` NotFound that names
     /// this very object, or the object no longer selected. Any other 404 (a proxy's text
@@ -514,7 +577,11 @@ impl Source for ApiSource {
         // either fails the poll.
         for resource in self.selection.resources.iter() {
             for ns in &scopes {
-                self.list_scope(Scope(ns.as_deref(), resource), prev, out)?;
+                let scope = Scope(ns.as_deref(), resource);
+                match self.named(scope) {
+                    Some(names) => self.get_named(scope, &names, out)?,
+                    None => self.list_scope(scope, prev, out)?,
+                }
             }
         }
         Ok(())

@@ -18,7 +18,7 @@ pub mod selection;
 use std::fmt;
 
 pub use item::{Content, Item, ModuleFile};
-pub use selection::{KeyFilter, Resource, Resources, Selection};
+pub use selection::{KeyFilter, Named, Resource, Resources, Selection};
 
 use crate::kube;
 

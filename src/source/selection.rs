@@ -172,6 +172,18 @@ pub struct Selection {
     pub keys: KeyFilter,
     /// `--folder-annotation`: the annotation whose value each item carries (`Item::folder`).
     pub folder_annotation: Option<String>,
+    /// Objects read by name instead of by label (`cmpoll sidecar`'s `RESOURCE_NAME`).
+    pub names: Vec<Named>,
+}
+
+/// An object read by name (GET) instead of by label: in every listed namespace, or one;
+/// of every listed kind, or one. A namespace and kind that no entry names are listed by
+/// label as usual; an object that is not there is absent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Named {
+    pub namespace: Option<String>,
+    pub kind: Option<Resource>,
+    pub name: String,
 }
 
 impl Selection {

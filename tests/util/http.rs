@@ -100,6 +100,12 @@ pub fn listening(d: &Daemon) -> String {
     }
 }
 
+/// GET `path`: (status, body); `None` while nothing listens there.
+pub fn try_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    TcpStream::connect(addr).ok()?;
+    Some(get(addr, path))
+}
+
 /// GET `path`: (status, body).
 pub fn get(addr: &str, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -166,9 +172,9 @@ pub fn https_reload_server(pki: &test_apiserver::Pki) -> (String, Arc<Mutex<Vec<
 /// An answer of `web_server`: status, extra headers, body.
 pub type Page = (u16, Vec<(String, String)>, Vec<u8>);
 
-/// A small web server for `.url` keys: `route(path, headers)` answers each GET (the body
-/// read from the request, if any, is ignored); returns its base URL (`http://127.0.0.1:P`)
-/// and every call (request line and headers).
+/// A small web server (`.url` keys, reload calls): `route(path, headers)` answers each
+/// request; returns its base URL (`http://127.0.0.1:P`) and every call (request line and
+/// headers; a request body under the name `" body"`).
 pub fn web_server(
     route: impl Fn(&str, &BTreeMap<String, String>) -> Page + Send + Sync + 'static,
 ) -> (String, Arc<Mutex<Vec<Call>>>) {
@@ -201,6 +207,8 @@ pub fn web_server(
                     if let Some(n) = headers.get("content-length").and_then(|n| n.parse().ok()) {
                         let mut body = vec![0u8; n];
                         let _ = reader.read_exact(&mut body);
+                        // Recorded with the headers, under a name no header has.
+                        headers.insert(" body".into(), String::from_utf8_lossy(&body).into());
                     }
                     let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
                     seen.lock()

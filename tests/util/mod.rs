@@ -367,6 +367,13 @@ impl Daemon {
         Daemon::attach(cmd, child)
     }
 
+    /// Starts `cmpoll sidecar` (configured by the environment alone).
+    pub fn sidecar(cmd: Cmpoll) -> Daemon {
+        let cmd = cmd.args(&["sidecar"]);
+        let child = cmd.spawn();
+        Daemon::attach(cmd, child)
+    }
+
     /// Starts `wrapper… cmpoll run args…` (for example in a mount namespace).
     pub fn start_wrapped(cmd: Cmpoll, wrapper: &[&str], args: &[&str]) -> Daemon {
         let mut all = vec!["run"];
