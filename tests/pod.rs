@@ -113,7 +113,8 @@ struct Kubelet<'a> {
     dir: &'a Path,
     namespace: String,
     pod_name: String,
-    /// mountPath → folder, for every mount of the pod.
+    /// mountPath → folder: the container's being started, or while mounted files are
+    /// mapped, the pod's paths that name one volume in every container.
     mounts: BTreeMap<String, PathBuf>,
     volumes: BTreeMap<String, PathBuf>,
     uid: Option<u32>,
@@ -121,6 +122,10 @@ struct Kubelet<'a> {
     /// The binary under test, copied where `runAsUser` can run it (the checkout may sit
     /// in a folder only root can enter).
     cmpoll: PathBuf,
+    /// The service account's token, CA and namespace the kubelet mounts at the default
+    /// path when the pod does not say otherwise (`automountServiceAccountToken`), which
+    /// charts rely on.
+    automounted: Option<PathBuf>,
 }
 
 impl Kubelet<'_> {
@@ -155,9 +160,15 @@ impl Kubelet<'_> {
         out
     }
 
-    fn volumes(&mut self, spec: &Value) {
+    /// `spec`'s volumes, and (a StatefulSet's) `claims`, each a folder.
+    fn volumes(&mut self, spec: &Value, claims: &Value) {
         let fs_group = spec["securityContext"]["fsGroup"].as_u64();
-        for v in spec["volumes"].as_array().into_iter().flatten() {
+        let claimed = (claims.as_array().into_iter().flatten())
+            .map(|c| serde_json::json!({"name": c["metadata"]["name"], "emptyDir": {}}));
+        let declared: Vec<Value> = (spec["volumes"].as_array().into_iter().flatten().cloned())
+            .chain(claimed)
+            .collect();
+        for v in &declared {
             let dir = self.dir.join("volumes").join(s(&v["name"]));
             std::fs::create_dir_all(&dir).unwrap();
             if let Some(name) = v["configMap"]["name"].as_str() {
@@ -192,6 +203,27 @@ impl Kubelet<'_> {
         }
     }
 
+    /// A `secretKeyRef`'s value, from the Secret the rendered objects hold.
+    fn secret_key(&self, r: &Value) -> String {
+        let secret = (self.objects.iter())
+            .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == r["name"])
+            .unwrap_or_else(|| panic!("secretKeyRef {r}: not in the rendered objects"));
+        let key = s(&r["key"]);
+        if let Some(v) = secret["stringData"][key].as_str() {
+            return v.to_string();
+        }
+        use base64::Engine as _;
+        let b64 = secret["data"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("secretKeyRef {r}: no key"));
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap(),
+        )
+        .unwrap()
+    }
+
     fn field(&self, field_ref: &Value) -> String {
         match s(&field_ref["fieldPath"]) {
             "metadata.namespace" => self.namespace.clone(),
@@ -216,6 +248,16 @@ impl Kubelet<'_> {
         if !argv.is_empty() {
             argv.remove(0); // the image's binary, run from its Debian or cargo path
         }
+        // No command and no args: the image's default command (Dockerfile's CMD): `run`,
+        // or `sidecar` for the `-sidecar` target that charts embedding k8s-sidecar use.
+        if argv.is_empty() && c["args"].is_null() && name == "cmpoll" {
+            let target = if image.ends_with("-sidecar") {
+                "sidecar"
+            } else {
+                "run"
+            };
+            argv.push(target.into());
+        }
         argv.extend(
             c["args"]
                 .as_array()
@@ -232,6 +274,8 @@ impl Kubelet<'_> {
         for e in c["env"].as_array().into_iter().flatten() {
             let value = if e["valueFrom"]["fieldRef"].is_object() {
                 self.field(&e["valueFrom"]["fieldRef"])
+            } else if e["valueFrom"]["secretKeyRef"].is_object() {
+                self.secret_key(&e["valueFrom"]["secretKeyRef"])
             } else {
                 self.map(s(&e["value"]))
             };
@@ -247,6 +291,8 @@ impl Kubelet<'_> {
                 .any(|m| m["mountPath"] == sa);
             let dir = if mounted {
                 self.mounts[sa].clone()
+            } else if let Some(auto) = &self.automounted {
+                auto.clone()
             } else {
                 self.dir.join("no-service-account")
             };
@@ -309,38 +355,69 @@ fn port(c: &Value, p: &Value) -> u16 {
 /// Pods use their declared ports: one at a time.
 static PODS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Starts the pod of `deployment`; init containers must succeed first.
+/// Starts the pod of `deployment` (or StatefulSet); init containers must succeed first.
 fn start_pod(server: &TestApiserver, objects: &[Value], deployment: &Value, dir: &Path) -> Pod {
     let spec = &deployment["spec"]["template"]["spec"];
     let sc = &spec["securityContext"];
+    let namespace = s(&deployment["metadata"]["namespace"]).to_string();
+    // The pod's word, else its service account's, else the kubelet's default: mounted.
+    let account = objects.iter().find(|o| {
+        o["kind"] == "ServiceAccount" && o["metadata"]["name"] == spec["serviceAccountName"]
+    });
+    let automount = match (&spec["automountServiceAccountToken"], account) {
+        (Value::Bool(b), _) => *b,
+        (_, Some(a)) => a["automountServiceAccountToken"] != false,
+        _ => true,
+    };
+    let automounted = automount.then(|| {
+        let sa = dir.join("volumes/kube-api-access");
+        std::fs::create_dir_all(&sa).unwrap();
+        std::fs::write(sa.join("token"), test_apiserver::TOKEN).unwrap();
+        std::fs::write(sa.join("ca.crt"), server.ca_pem()).unwrap();
+        std::fs::write(sa.join("namespace"), &namespace).unwrap();
+        sa
+    });
     let mut k = Kubelet {
         server,
         objects,
         dir,
-        namespace: s(&deployment["metadata"]["namespace"]).to_string(),
+        namespace,
         pod_name: format!("{}-0", s(&deployment["metadata"]["name"])),
         mounts: BTreeMap::new(),
         volumes: BTreeMap::new(),
         uid: sc["runAsUser"].as_u64().map(|u| u as u32),
         gid: sc["runAsGroup"].as_u64().map(|g| g as u32),
         cmpoll: reachable_copy(dir),
+        automounted,
     };
-    k.volumes(spec);
+    k.volumes(spec, &deployment["spec"]["volumeClaimTemplates"]);
     let containers: Vec<&Value> = spec["initContainers"]
         .as_array()
         .into_iter()
         .flatten()
         .chain(spec["containers"].as_array().into_iter().flatten())
         .collect();
+    // Each container sees its own mounts (Loki's and its sidecar's `/tmp` are two
+    // volumes); mounted files are mapped with the paths every container agrees on.
+    let mut own: BTreeMap<String, BTreeMap<String, PathBuf>> = BTreeMap::new();
+    let mut disputed = std::collections::BTreeSet::new();
     for c in &containers {
+        let mine = own.entry(s(&c["name"]).to_string()).or_default();
         for m in c["volumeMounts"].as_array().into_iter().flatten() {
             let vol = k.volumes.get(s(&m["name"])).cloned();
             let vol = vol.unwrap_or_else(|| panic!("mount of a volume not declared: {m}"));
             let path = s(&m["mountPath"]).to_string();
-            if let Some(other) = k.mounts.insert(path.clone(), vol.clone()) {
-                assert_eq!(other, vol, "{path}: two volumes at one path (not emulated)");
+            mine.insert(path.clone(), vol.clone());
+            if k.mounts
+                .insert(path.clone(), vol.clone())
+                .is_some_and(|o| o != vol)
+            {
+                disputed.insert(path);
             }
         }
+    }
+    for path in &disputed {
+        k.mounts.remove(path);
     }
     // Mounted configuration files name mount paths too (prometheus.yml's rule_files).
     for dir in k.volumes.values() {
@@ -360,6 +437,7 @@ fn start_pod(server: &TestApiserver, objects: &[Value], deployment: &Value, dir:
     };
     for c in spec["initContainers"].as_array().into_iter().flatten() {
         let name = s(&c["name"]);
+        k.mounts = own[name].clone();
         let mut cmd = k
             .command(c)
             .unwrap_or_else(|| panic!("init container {name}: not runnable here"));
@@ -378,6 +456,7 @@ fn start_pod(server: &TestApiserver, objects: &[Value], deployment: &Value, dir:
     }
     for c in spec["containers"].as_array().into_iter().flatten() {
         let name = s(&c["name"]);
+        k.mounts = own[name].clone();
         let Some(mut cmd) = k.command(c) else {
             continue;
         };
@@ -733,5 +812,258 @@ fn the_alloy_deployment_runs_cmpoll_and_hands_alloy_one_consistent_folder() {
         "Alloy gets a service-account token"
     );
     assert_eq!(spec["automountServiceAccountToken"], false);
+    drop(pod);
+}
+
+/// A chart rendered with `sidecar.image` set to cmpoll's sidecar image
+/// (`tests/fixtures/charts/README.md` says which chart, values and command).
+fn chart(file: &str) -> Vec<Value> {
+    yaml_docs(&std::fs::read(root().join("tests/fixtures/charts").join(file)).unwrap())
+}
+
+/// The chart's cluster: the service account gets what the chart's ClusterRole grants
+/// (every namespace), and the chart's own labelled objects are in it.
+fn chart_cluster(objects: &[Value]) -> TestApiserver {
+    let server = TestApiserver::start();
+    server.revoke(USER);
+    let mut resources: Vec<String> = (objects.iter())
+        .filter(|o| o["kind"] == "ClusterRole")
+        .flat_map(|o| o["rules"].as_array().cloned().unwrap_or_default())
+        .filter(|r| {
+            r["verbs"]
+                .as_array()
+                .is_some_and(|v| v.contains(&"list".into()))
+        })
+        .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
+        .map(|r| s(&r).to_string())
+        .collect();
+    resources.sort();
+    resources.dedup();
+    let resources: Vec<&str> = resources.iter().map(String::as_str).collect();
+    server.grant(USER, Grant::all().resources(&resources));
+    for o in objects.iter().filter(|o| o["kind"] == "ConfigMap") {
+        server.put(to_configmap(o));
+    }
+    server
+}
+
+/// The sidecar containers of a workload: the image cmpoll's sidecar image, and no
+/// command or args (the chart sets only the environment).
+fn sidecars(workload: &Value) -> Vec<&Value> {
+    let spec = &workload["spec"]["template"]["spec"];
+    let all = spec["containers"].as_array().into_iter().flatten();
+    let sidecars: Vec<&Value> = all
+        .filter(|c| s(&c["image"]).ends_with("cmpoll:0.1.0-sidecar"))
+        .collect();
+    for c in &sidecars {
+        assert!(
+            c["command"].is_null() && c["args"].is_null(),
+            "{}: the chart sets a command",
+            c["name"]
+        );
+    }
+    sidecars
+}
+
+fn env_of<'a>(c: &'a Value, name: &str) -> Option<&'a str> {
+    (c["env"].as_array().into_iter().flatten())
+        .find(|e| e["name"] == name)
+        .and_then(|e| e["value"].as_str())
+}
+
+/// Grafana's reload endpoints, where the charts' REQ_URL points (`localhost:3000`): one
+/// for the test binary, its calls emptied for each test (they hold `PODS`).
+fn grafana_api() -> std::sync::Arc<std::sync::Mutex<Vec<crate::util::http::Call>>> {
+    type Calls = std::sync::Arc<std::sync::Mutex<Vec<crate::util::http::Call>>>;
+    static API: std::sync::OnceLock<Calls> = std::sync::OnceLock::new();
+    let calls = API.get_or_init(|| {
+        crate::util::http::web_server_at("[::]:3000", |_, _| (200, vec![], b"{}".to_vec())).1
+    });
+    calls.lock().unwrap().clear();
+    calls.clone()
+}
+
+fn chart_tools() -> bool {
+    !skip_unless(tool("curl").is_some(), "curl (Debian package)")
+}
+
+/// Issue 26: the Grafana chart (12.11.1) with `sidecar.image` set to cmpoll's sidecar
+/// image, dashboards in every namespace sorted into folders by an annotation: its pod runs
+/// as the kubelet would (the chart's environment only, the image's default command, the
+/// shared volume), the dashboards land where Grafana's file provider (the chart's
+/// provider.yaml, folders from the file structure) reads them, and Grafana's reload API
+/// gets the chart's POST with basic auth from the chart's admin Secret.
+#[test]
+fn the_grafana_charts_dashboard_sidecar_runs_on_cmpolls_image() {
+    if !chart_tools() {
+        return;
+    }
+    let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
+    let objects = chart("grafana-12.11.1.yaml");
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let sidecar = sidecars(deployment)[0];
+    let folder = env_of(sidecar, "FOLDER").unwrap();
+    // Grafana's provider reads the folder the sidecar writes, folders as folders.
+    let provider = objects
+        .iter()
+        .find(|o| o["metadata"]["name"] == "grafana-config-dashboards")
+        .unwrap();
+    let provider = yaml_docs(s(&provider["data"]["provider.yaml"]).as_bytes()).remove(0);
+    let options = &provider["providers"][0]["options"];
+    assert_eq!(
+        (
+            s(&options["path"]),
+            options["foldersFromFilesStructure"].as_bool()
+        ),
+        (folder, Some(true))
+    );
+    let server = chart_cluster(&objects);
+    server.put(
+        ConfigMap::new("team-a", "node")
+            .label("grafana_dashboard", "1")
+            .annotation("grafana_folder", "Team A")
+            .data("node.json", "{\"title\":\"Nodes\"}"),
+    );
+    server.put(
+        ConfigMap::secret("team-b", "db")
+            .label("grafana_dashboard", "1")
+            .data("db.json", "{\"title\":\"DB\"}"),
+    );
+    server.put(ConfigMap::new("team-a", "not-a-dashboard").data("x.json", "{}"));
+    let calls = grafana_api();
+    let dir = tempfile::tempdir().unwrap();
+    let pod = start_pod(&server, &objects, deployment, dir.path());
+    let volume = pod.volumes["sc-dashboard-volume"].clone();
+    eventually_explained(
+        "the dashboards in the provider's folder",
+        SOON,
+        || {
+            crate::util::tree(&volume)
+                == crate::util::map(&[
+                    ("Team A/node.json", "{\"title\":\"Nodes\"}"),
+                    ("db.json", "{\"title\":\"DB\"}"),
+                ])
+        },
+        || format!("{:?}\n{}", crate::util::tree(&volume), pod.log()),
+    );
+    eventually_explained(
+        "the reload call",
+        SOON,
+        || !calls.lock().unwrap().is_empty(),
+        || pod.log(),
+    );
+    let (line, headers) = calls.lock().unwrap()[0].clone();
+    assert_eq!(
+        line,
+        "POST /api/admin/provisioning/dashboards/reload HTTP/1.1"
+    );
+    // printf admin:s3cret-admin | base64: the chart's admin Secret
+    assert_eq!(headers["authorization"], "Basic YWRtaW46czNjcmV0LWFkbWlu");
+    drop(pod);
+}
+
+/// kube-prometheus-stack (88.5.3, Grafana 12.11.1): two sidecars in one pod, both on the
+/// default health port (the second warns and runs on), dashboards from every namespace
+/// (the stack's own among them) and datasources from the pod's own namespace.
+#[test]
+fn kube_prometheus_stacks_two_sidecars_run_on_cmpolls_image() {
+    if !chart_tools() {
+        return;
+    }
+    let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
+    let objects = chart("kube-prometheus-stack-88.5.3-grafana.yaml");
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert_eq!(sidecars(deployment).len(), 2);
+    let server = chart_cluster(&objects);
+    server.put(
+        ConfigMap::new("apps", "payments")
+            .label("grafana_dashboard", "1")
+            .data("payments.json", "{}"),
+    );
+    let dashboards: Vec<String> = (objects.iter())
+        .filter(|o| o["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .flat_map(|o| {
+            o["data"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+        .chain(["payments.json".to_string()])
+        .collect();
+    let calls = grafana_api();
+    let dir = tempfile::tempdir().unwrap();
+    let pod = start_pod(&server, &objects, deployment, dir.path());
+    let volumes = pod.volumes.clone();
+    let names = |v: &str| -> Vec<String> {
+        let mut n: Vec<String> = crate::util::tree(&volumes[v]).into_keys().collect();
+        n.sort();
+        n
+    };
+    let mut want = dashboards.clone();
+    want.sort();
+    eventually_explained(
+        "the dashboards",
+        SOON,
+        || names("sc-dashboard-volume") == want,
+        || format!("{:?}\n{}", names("sc-dashboard-volume"), pod.log()),
+    );
+    eventually_explained(
+        "the datasources",
+        SOON,
+        || names("sc-datasources-volume") == ["datasource.yaml"],
+        || format!("{:?}\n{}", names("sc-datasources-volume"), pod.log()),
+    );
+    eventually_explained(
+        "both reload calls",
+        SOON,
+        || {
+            let c = calls.lock().unwrap();
+            ["dashboards", "datasources"].iter().all(|k| {
+                c.iter()
+                    .any(|(l, _)| l.contains(&format!("/api/admin/provisioning/{k}/reload")))
+            })
+        },
+        || pod.log(),
+    );
+    assert!(
+        pod.log().contains("going on without /healthz"),
+        "{}",
+        pod.log()
+    );
+    drop(pod);
+}
+
+/// The Loki chart (18.11.0): its rules sidecar, on by default, with the probes the chart
+/// sets on /healthz (503 until the first batch, then 200) and a tenant folder from the
+/// annotation, in a root filesystem it may not write to but for its volume.
+#[test]
+fn lokis_rules_sidecar_runs_on_cmpolls_image() {
+    if !chart_tools() {
+        return;
+    }
+    let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
+    let objects = chart("loki-18.11.0.yaml");
+    let sts = objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap();
+    let sidecar = sidecars(sts)[0];
+    assert_eq!(sidecar["securityContext"]["readOnlyRootFilesystem"], true);
+    let server = chart_cluster(&objects);
+    server.put(
+        ConfigMap::new("loki", "alerts")
+            .label("loki_rule", "")
+            .annotation("k8s-sidecar-target-directory", "fake")
+            .data("rules.yaml", "groups: []\n"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pod = start_pod(&server, &objects, sts, dir.path());
+    probes_pass(&sts["spec"]["template"]["spec"], &pod);
+    let volume = pod.volumes["sc-rules-volume"].clone();
+    eventually_explained(
+        "the tenant's rules",
+        SOON,
+        || crate::util::tree(&volume) == crate::util::map(&[("fake/rules.yaml", "groups: []\n")]),
+        || pod.log(),
+    );
     drop(pod);
 }

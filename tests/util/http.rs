@@ -178,7 +178,15 @@ pub type Page = (u16, Vec<(String, String)>, Vec<u8>);
 pub fn web_server(
     route: impl Fn(&str, &BTreeMap<String, String>) -> Page + Send + Sync + 'static,
 ) -> (String, Arc<Mutex<Vec<Call>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    web_server_at("127.0.0.1:0", route)
+}
+
+/// `web_server` on `addr` (`[::]:3000`: where a chart's agent listens).
+pub fn web_server_at(
+    addr: &str,
+    route: impl Fn(&str, &BTreeMap<String, String>) -> Page + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<Call>>>) {
+    let listener = TcpListener::bind(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
     let base = format!("http://{}", listener.local_addr().unwrap());
     let calls = Arc::new(Mutex::new(Vec::new()));
     let seen = calls.clone();
