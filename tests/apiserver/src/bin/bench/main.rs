@@ -20,6 +20,7 @@ mod common;
 mod crossover;
 mod fleet;
 mod outdir;
+mod sidecar;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -34,13 +35,17 @@ struct Args {
     bytes: usize,
     runs: usize,
     steady_polls: usize,
-    /// Parts to run: sizes, crossover, fleet, outdir, latency (default: all).
+    /// Parts to run: sizes, crossover, fleet, outdir, sidecar, latency (default: all).
     only: Vec<String>,
     fleet: usize,
     /// Module counts for the output-folder part.
     outdir_sizes: Vec<usize>,
     /// Another cmpoll binary (an older build), measured beside this one: before vs after.
     baseline: Option<std::path::PathBuf>,
+    /// Dashboards for the k8s-sidecar part.
+    dashboards: usize,
+    /// The k8s-sidecar part's quiet spell, in seconds.
+    quiet: u64,
 }
 
 fn parse_count(s: &str) -> usize {
@@ -62,6 +67,8 @@ fn args() -> Args {
         fleet: 100,
         baseline: None,
         outdir_sizes: vec![10_000, 100_000],
+        dashboards: 300,
+        quiet: 60,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -75,9 +82,11 @@ fn args() -> Args {
             "--fleet" => a.fleet = v.parse().expect("--fleet N"),
             "--baseline" => a.baseline = Some(v.into()),
             "--outdir-sizes" => a.outdir_sizes = v.split(',').map(parse_count).collect(),
+            "--dashboards" => a.dashboards = v.parse().expect("--dashboards N"),
+            "--quiet" => a.quiet = v.parse().expect("--quiet SECONDS"),
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,latency] [--outdir-sizes 10k,100k] [--baseline PATH]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,latency] [--outdir-sizes 10k,100k] [--baseline PATH] [--dashboards 300] [--quiet 60]"
                 );
                 std::process::exit(2);
             }
@@ -572,6 +581,17 @@ fn main() {
     }
     if part("outdir") {
         outdir::run(&cmpoll, a.baseline.as_deref(), &a.outdir_sizes);
+        println!();
+    }
+    if part("sidecar") {
+        sidecar::run(
+            &cmpoll,
+            &sidecar::Plan {
+                dashboards: a.dashboards,
+                quiet: Duration::from_secs(a.quiet),
+                changes: 10,
+            },
+        );
         println!();
     }
     if part("latency") {
