@@ -15,10 +15,12 @@ use crate::ops::metrics::Metrics;
 use crate::poll::PollStats;
 use crate::poll::event::{self, Change, Event, Synced};
 use crate::poll::hash::Hash;
-use crate::poll::snapshot::Snapshot;
+use crate::poll::snapshot::{Entry, Snapshot, split_id};
 use crate::poll::spool::{Object, Spool};
 use crate::poll::store::Store;
+use crate::report::{self, Occurrence, Reason, Reporter};
 use crate::sink::{Batch, Sink};
+use crate::source::Resource;
 use crate::validate::{Gate, Runnable};
 
 /// What delivers the batches of one run.
@@ -33,6 +35,8 @@ pub struct Delivery {
     batches: u64,
     /// Modules held back (`rejected`), by the hash held back.
     rejected: HashMap<String, Hash>,
+    /// `--report-events`.
+    reporter: Option<Reporter>,
     health: Arc<Mutex<Health>>,
     metrics: Arc<Mutex<Metrics>>,
 }
@@ -50,9 +54,16 @@ impl Delivery {
             sinks,
             batches: 0,
             rejected: HashMap::new(),
+            reporter: None,
             health,
             metrics,
         }
+    }
+
+    /// Reports rejections, acceptances and write failures as Kubernetes Events.
+    pub fn reporting(mut self, reporter: Option<Reporter>) -> Delivery {
+        self.reporter = reporter;
+        self
     }
 
     /// Fetches `.url` keys of added and updated modules with `fetcher`.
@@ -103,6 +114,7 @@ impl Delivery {
             } else {
                 self.deliver(&mut going, current, spool, &next, number, first)?;
                 let synced = self.settle(current, &next, &mut going, number, stats, took, first);
+                self.report(&going, spool, &next);
                 let kept = (going.unwritten.iter())
                     .chain(&going.held_back)
                     .cloned()
@@ -233,8 +245,11 @@ impl Delivery {
             // there before, so the next poll tries again.
             batch
                 .events
-                .retain(|e| !outcome.failed.iter().any(|f| f == e.id));
-            going.unwritten.extend(outcome.failed);
+                .retain(|e| !outcome.failed.iter().any(|(f, _)| f == e.id));
+            going
+                .unwritten
+                .extend(outcome.failed.iter().map(|(id, _)| id.clone()));
+            going.write_failed.extend(outcome.failed);
             for (id, reason) in outcome.rejected {
                 going.held_back.push(id.clone());
                 hold_back(&mut self.rejected, &mut batch.events, &id, reason);
@@ -273,6 +288,10 @@ impl Delivery {
                     && next.modules.get(id).map(|n| n.hash) == Some(e.entry.hash)
             })
         };
+        going.accepted = (self.rejected.keys())
+            .filter(|id| next.modules.contains_key(id) && published(id))
+            .cloned()
+            .collect();
         self.rejected
             .retain(|id, _| next.modules.contains_key(id) && !published(id));
         let line = format!(
@@ -293,6 +312,63 @@ impl Delivery {
         synced
     }
 
+    /// `--report-events`: what the objects' authors hear of this batch (handed to the
+    /// reporter's thread, never waited for).
+    fn report(&self, going: &Going, spool: &Spool, next: &Snapshot) {
+        let Some(reporter) = &self.reporter else {
+            return;
+        };
+        let at = std::time::SystemTime::now();
+        let occur = |id: &str, entry: &Entry, reason: Reason, note: &str| {
+            let Ok(meta) = spool.meta(entry.loc) else {
+                return;
+            };
+            let (namespace, name) = split_id(id);
+            let note = match (meta.kind, reason) {
+                (Resource::Secrets, Reason::Rejected) => report::secret_note(note),
+                _ => note.to_string(),
+            };
+            reporter.report(Occurrence {
+                object: report::Object {
+                    kind: meta.kind,
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    uid: meta.uid,
+                    resource_version: meta.resource_version,
+                },
+                reason,
+                note,
+                at,
+            });
+        };
+        for e in going.events.iter().filter(|e| !e.is_change()) {
+            occur(
+                e.id,
+                e.entry,
+                Reason::Rejected,
+                e.reason.as_deref().unwrap_or(""),
+            );
+        }
+        for id in &going.accepted {
+            if let Some(entry) = next.modules.get(id) {
+                let note = format!("delivered again: {}", entry.hash);
+                occur(id, entry, Reason::Accepted, &note);
+            }
+        }
+        for (id, why) in &going.write_failed {
+            if let Some(entry) = next.modules.get(id) {
+                occur(id, entry, Reason::WriteFailed, why);
+            }
+        }
+    }
+
+    /// Sends what `--report-events` still holds, for at most `within` (at a stop).
+    pub fn finish_reports(&mut self, within: Duration) {
+        if let Some(r) = &mut self.reporter {
+            r.finish(within);
+        }
+    }
+
     fn health(&self) -> std::sync::MutexGuard<'_, Health> {
         self.health.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -307,6 +383,10 @@ struct Going<'a> {
     unwritten: Vec<String>,
     /// Rejected (by the gate, or a sink): announced once per content.
     held_back: Vec<String>,
+    /// What a sink could not write, and why (`--report-events`' `WriteFailed`).
+    write_failed: Vec<(String, String)>,
+    /// Held back before, published now (`--report-events`' `Accepted`).
+    accepted: Vec<String>,
 }
 
 /// A restart seeded the last good version of held-back `id`: that is what the sinks hold,
@@ -407,7 +487,7 @@ mod tests {
                     .fail
                     .iter()
                     .filter(has)
-                    .map(|s| s.to_string())
+                    .map(|s| (s.to_string(), "no room".to_string()))
                     .collect(),
                 rejected: (self.refuse.iter().filter(has))
                     .map(|s| (s.to_string(), format!("{s} clashes")))

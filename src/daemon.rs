@@ -67,6 +67,8 @@ struct Job {
 
 /// The loop wakes at least this often, so health sees it alive.
 const HEARTBEAT: Duration = Duration::from_secs(60);
+/// How long a stop waits for `--report-events` to send what it still holds.
+const REPORTS_AT_STOP: Duration = Duration::from_secs(5);
 
 fn spawn_poller(mut poller: Poller, tx: Sender<Msg>) -> Result<Sender<Job>, Error> {
     let (jobs, rx) = mpsc::channel::<Job>();
@@ -386,6 +388,9 @@ impl Daemon {
         for sink in &mut self.delivery.sinks {
             sink.shutdown(signal);
         }
+        // What --report-events still holds (a rejection of a `--once` run) goes out now,
+        // for a bounded time.
+        self.delivery.finish_reports(REPORTS_AT_STOP);
     }
 }
 

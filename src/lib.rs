@@ -31,6 +31,7 @@ pub mod list;
 pub mod names;
 pub mod ops;
 pub mod poll;
+pub mod report;
 pub mod secret;
 pub mod selector;
 pub mod settings;
@@ -94,9 +95,41 @@ pub fn run(
                 settings.source.selection.describe(),
                 run.sinks.describe()
             );
-            daemon(poller, &run, timeout, metrics, in_flight, env)
+            let reporter = match run.report_events {
+                true => Some(reporter(&settings.source, &metrics, env)?),
+                false => None,
+            };
+            daemon(poller, &run, timeout, metrics, in_flight, env, reporter)
         }
     }
+}
+
+/// `--report-events`: a client of its own (same credentials as the source's) on a thread
+/// of its own, so that recording never holds up a poll.
+fn reporter(
+    source: &source::Options,
+    metrics: &Metrics,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<report::Reporter, Error> {
+    let source::Origin::Api(flags) = &source.origin else {
+        return Err(Error::Config(
+            "--report-events: needs an apiserver (not used with --manifests)".into(),
+        ));
+    };
+    let config = kube::Config::resolve(flags, env).map_err(Error::Config)?;
+    let handles = kube::client::Handles {
+        // Not the loop's: a slow event call must not look like a hung poll to /healthz.
+        in_flight: InFlight::default(),
+        counters: metrics.api(),
+    };
+    let client =
+        kube::Client::new(&config, source.client.clone(), handles, env).map_err(Error::Config)?;
+    report::Reporter::start(
+        report::KubeApi(client),
+        report::instance(env),
+        metrics.event_reports(),
+    )
+    .map_err(Error::Config)
 }
 
 /// `cmpoll run`: the endpoints, the sinks in SPEC's order, and the loop.
@@ -107,6 +140,7 @@ fn daemon(
     metrics: Metrics,
     in_flight: InFlight,
     env: &dyn Fn(&str) -> Option<String>,
+    reporter: Option<report::Reporter>,
 ) -> Result<(), Error> {
     let interval = run.daemon.interval;
     let mut health = Health::new(interval, backoff::cap(interval), timeout, in_flight);
@@ -166,7 +200,8 @@ fn daemon(
         None => None,
     };
     let delivery = batch::Delivery::new(gate, sinks, ops.health.clone(), ops.metrics.clone())
-        .fetching(fetcher);
+        .fetching(fetcher)
+        .reporting(reporter);
     daemon::Daemon::new(run.daemon.clone(), delivery, ops).run(poller, store)
 }
 

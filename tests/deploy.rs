@@ -174,6 +174,30 @@ fn the_manifests_validate_against_the_kubernetes_schemas() {
         ok && !out.contains("ERROR"),
         "k8s/prometheus-secrets:\n{out}"
     );
+    // The components a user adds to an overlay of theirs, each on both shapes.
+    for (base, components) in [
+        ("k8s/prometheus", &["k8s/events"][..]),
+        ("k8s/prometheus", &["k8s/namespaced", "k8s/events"][..]),
+    ] {
+        let rendered = overlay(base, components);
+        let file = dir.path().join("overlay.yml");
+        std::fs::write(&file, &rendered).unwrap();
+        let (ok, out) = run(Command::new(tool("ci-venv", "kubernetes-validate"))
+            .args(["--strict", "--kubernetes-version", "1.34.0"])
+            .arg(&file));
+        assert!(
+            ok && !out.contains("ERROR"),
+            "{base} + {components:?}:\n{out}"
+        );
+        std::fs::remove_file(&file).unwrap();
+        assert!(
+            rendered.contains(
+                "- events.k8s.io\n  resources:\n  - events\n  verbs:\n  - create\n  - patch\n"
+            ),
+            "{rendered}"
+        );
+        assert_eq!(rendered.matches("name: CMPOLL_REPORT_EVENTS").count(), 2);
+    }
     let all = std::fs::read_to_string(dir.path().join("cluster-wide.yaml")).unwrap();
     for kind in [
         "Service",
@@ -192,6 +216,31 @@ fn the_manifests_validate_against_the_kubernetes_schemas() {
     let ns = std::fs::read_to_string(dir.path().join("namespaced.yaml")).unwrap();
     assert!(ns.contains("kind: Role\n") && !ns.contains("kind: ClusterRole\n"));
     assert!(ns.contains("CMPOLL_NAMESPACE_FROM_CONTEXT"));
+}
+
+/// `kubectl kustomize` of a user's overlay: `base` (a folder of the repository) with
+/// `components`, written where a user would, outside the repository.
+fn overlay(base: &str, components: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    // kustomize takes relative paths only.
+    let up = "../".repeat(dir.path().components().count() - 1);
+    let rel = |p: &str| {
+        format!(
+            "{up}{}",
+            root().join(p).display().to_string().trim_start_matches('/')
+        )
+    };
+    let mut k = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n",
+        rel(base)
+    );
+    for c in components {
+        k.push_str(&format!("  - {}\n", rel(c)));
+    }
+    std::fs::write(dir.path().join("kustomization.yaml"), k).unwrap();
+    let (ok, out) = run(Command::new("kubectl").arg("kustomize").arg(dir.path()));
+    assert!(ok, "kubectl kustomize {base} + {components:?}: {out}");
+    out
 }
 
 /// checkov's JSON report on a folder.

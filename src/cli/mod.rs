@@ -188,6 +188,8 @@ flags! {
         validate_jobs: Option<String> [option, arg_name = "N"] = "1", needs Validate;
         /// serve /healthz, /readyz and /metrics on ADDR (e.g. :8080 or [::]:8080)
         listen: Option<String> [option, arg_name = "ADDR"];
+        /// record Kubernetes Events on the ConfigMap or Secret when its module is rejected, accepted again, or cannot be written (needs create and patch on events.k8s.io events)
+        report_events: bool [switch];
     } {
         /// the agent to supervise, after --
         #[argh(positional, arg_name = "AGENT")]

@@ -1,4 +1,5 @@
-//! `kube::Client`: GET requests to the apiserver over ureq and our TLS connector.
+//! `kube::Client`: requests to the apiserver (GETs for the lists; POST and PATCH for
+//! `--report-events`) over ureq and our TLS connector.
 //!
 //! One request function, not one per call site: it adds `Accept`, `User-Agent` and the
 //! credential, retries once right away after a 401 if the credential could be refreshed,
@@ -44,6 +45,28 @@ pub struct Handles {
     pub in_flight: InFlight,
     /// Requests by status code and response bytes, counted here.
     pub counters: ApiCounters,
+}
+
+/// A request's method, and the body it carries.
+#[derive(Clone, Debug)]
+pub enum Method {
+    Get,
+    Post {
+        content_type: &'static str,
+        body: Vec<u8>,
+    },
+    Patch {
+        content_type: &'static str,
+        body: Vec<u8>,
+    },
+}
+
+/// `req` with `headers`.
+fn with<B>(mut req: ureq::RequestBuilder<B>, headers: &[(&str, &str)]) -> ureq::RequestBuilder<B> {
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req
 }
 
 pub struct Client {
@@ -341,19 +364,41 @@ impl Client {
 
     /// GETs `path` (with its query); a 2xx answer's body, or the typed error.
     pub fn get(&mut self, path: &str, accept: &str, action: &str) -> Result<Body, Error> {
+        self.request(Method::Get, path, accept, action)
+    }
+
+    /// Sends `method` (with its body) to `path`; a 2xx answer's body, or the typed error.
+    /// The same credential, retry after a 401, caps and counters as `get`.
+    pub fn request(
+        &mut self,
+        method: Method,
+        path: &str,
+        accept: &str,
+        action: &str,
+    ) -> Result<Body, Error> {
         let url = format!("{}{path}", self.server);
         let mut retried = false;
         let mark = InFlightMark::start(&self.handles.in_flight);
         self.prepare(action)?;
         loop {
-            let mut req = self.agent.get(&url).header("Accept", accept);
-            if let Some(h) = self.auth.header() {
-                req = req.header("Authorization", h.expose());
+            let mut headers: Vec<(&str, &str)> = vec![("Accept", accept)];
+            let auth = self.auth.header();
+            if let Some(h) = &auth {
+                headers.push(("Authorization", h.expose()));
             }
             for (k, v) in &self.impersonate {
-                req = req.header(k, v);
+                headers.push((k, v));
             }
-            let resp = match req.call() {
+            let sent = match &method {
+                Method::Get => with(self.agent.get(&url), &headers).call(),
+                Method::Post { content_type, body } => with(self.agent.post(&url), &headers)
+                    .header("Content-Type", *content_type)
+                    .send(&body[..]),
+                Method::Patch { content_type, body } => with(self.agent.patch(&url), &headers)
+                    .header("Content-Type", *content_type)
+                    .send(&body[..]),
+            };
+            let resp = match sent {
                 Ok(r) => r,
                 Err(e) => {
                     self.handles.counters.request("error");

@@ -51,6 +51,22 @@ impl Reloads {
     }
 }
 
+/// Outcomes of one kind of work by result (`cmpoll_event_reports_total{result}`,
+/// `cmpoll_webhook_reviews_total{result}`): the handle the worker counts into.
+#[derive(Clone, Debug, Default)]
+pub struct Results(Family<Labels, Counter>);
+
+impl Results {
+    pub fn record(&self, result: &str) {
+        self.0.get_or_create(&label("result", result)).inc();
+    }
+
+    /// The count of `result` so far.
+    pub fn get(&self, result: &str) -> u64 {
+        self.0.get_or_create(&label("result", result)).get()
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
     polls: Family<Labels, Counter>,
@@ -65,6 +81,8 @@ pub struct Metrics {
     api: ApiCounters,
     reloads: Reloads,
     child_restarts: Counter,
+    event_reports: Results,
+    webhook_reviews: Results,
 }
 
 impl Default for Metrics {
@@ -149,6 +167,18 @@ impl Metrics {
             "--validate runs, by result (pass, fail, error: the validator could not run)",
             validations.clone(),
         );
+        let event_reports = Results::default();
+        r.register(
+            "event_reports",
+            "Kubernetes Events recorded with --report-events (API calls), by result (ok, error)",
+            event_reports.0.clone(),
+        );
+        let webhook_reviews = Results::default();
+        r.register(
+            "webhook_reviews",
+            "AdmissionReviews answered by cmpoll webhook, by result (allowed, denied, error)",
+            webhook_reviews.0.clone(),
+        );
         let info = Family::<Labels, Gauge>::default();
         r.register("build_info", "cmpoll's version", info.clone());
         info.get_or_create(&label("version", env!("CARGO_PKG_VERSION")))
@@ -167,7 +197,19 @@ impl Metrics {
             api,
             reloads,
             child_restarts,
+            event_reports,
+            webhook_reviews,
         }
+    }
+
+    /// `--report-events`' handle.
+    pub fn event_reports(&self) -> Results {
+        self.event_reports.clone()
+    }
+
+    /// `cmpoll webhook`'s handle.
+    pub fn webhook_reviews(&self) -> Results {
+        self.webhook_reviews.clone()
     }
 
     /// The apiserver client's handle.
@@ -261,6 +303,8 @@ mod tests {
         reloads.record(true);
         reloads.record(false);
         m.child_restarts().inc_by(3);
+        m.event_reports().record("ok");
+        m.webhook_reviews().record("denied");
         let text = m.render();
         for line in [
             "# TYPE cmpoll_polls counter",
@@ -279,6 +323,8 @@ mod tests {
             "cmpoll_apiserver_response_bytes_total 1500",
             "cmpoll_reloads_total{result=\"failure\"} 1",
             "cmpoll_child_restarts_total 3",
+            "cmpoll_event_reports_total{result=\"ok\"} 1",
+            "cmpoll_webhook_reviews_total{result=\"denied\"} 1",
             "# HELP cmpoll_last_success_timestamp_seconds Unix time of the last successful poll.",
             "cmpoll_build_info{version=",
             "# EOF",

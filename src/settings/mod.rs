@@ -70,6 +70,8 @@ pub struct RunSettings {
     pub health: HealthRules,
     pub listen: Option<SocketAddr>,
     pub validate: Option<validate::Options>,
+    /// `--report-events`.
+    pub report_events: bool,
     pub sinks: sink::Options,
 }
 
@@ -105,6 +107,14 @@ impl Settings {
                 Mode::Run(Box::new(run(&[], look)?))
             }
         };
+        if let (Command::Run(_), source::Origin::Manifests(_)) = (command, &source.origin)
+            && let Some(from) = look.switch(&flag::report_events)?
+        {
+            return Err(usage(
+                &from,
+                "needs an apiserver to record events in (not used with --manifests)",
+            ));
+        }
         Ok(Settings {
             command: mode,
             source,
@@ -375,6 +385,7 @@ fn run(agent_argv: &[String], look: &Lookup) -> Result<RunSettings, Error> {
         },
         listen,
         validate,
+        report_events: look.on(&flag::report_events)?,
         sinks: sink::Options {
             out_dir,
             agent,

@@ -412,3 +412,23 @@ fn messages_name_the_variable_and_words_print_as_typed() {
     // Off is not given.
     run(&[], &[("CMPOLL_RELOAD_SKIP_FIRST", "false")]).unwrap();
 }
+
+/// `--report-events` records in the apiserver it lists from: with `--manifests` there is
+/// none.
+#[test]
+fn report_events_needs_an_apiserver() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().to_str().unwrap();
+    let e = run(&["--manifests", m, "--report-events"], &[]).unwrap_err();
+    assert_eq!(
+        e,
+        "--report-events: needs an apiserver to record events in (not used with --manifests)"
+    );
+    let e = run(&["--manifests", m], &[("CMPOLL_REPORT_EVENTS", "true")]).unwrap_err();
+    assert!(e.starts_with("CMPOLL_REPORT_EVENTS"), "{e}");
+    assert!(
+        run(&["--server", "https://k", "--report-events"], &[])
+            .unwrap()
+            .report_events
+    );
+}

@@ -91,12 +91,12 @@ impl Batch<'_> {
 #[derive(Debug)]
 pub struct Fatal(pub String);
 
-/// What a sink could not apply: modules it failed to write (they are retried next poll and
-/// later sinks do not hear of them), and modules it refuses as they are (a `flat` name
+/// What a sink could not apply: modules it failed to write, and why (they are retried next
+/// poll and later sinks do not hear of them), and modules it refuses as they are (a `flat` name
 /// clash: module and reason; later sinks hear a `rejected` event instead).
 #[derive(Debug, Default)]
 pub struct Outcome {
-    pub failed: Vec<String>,
+    pub failed: Vec<(String, String)>,
     pub rejected: Vec<(String, String)>,
 }
 

@@ -5,7 +5,7 @@
 use crate::selector::{FieldSelector, LabelSelector};
 
 /// What one cmpoll lists (`--resource`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Resource {
     #[default]
     ConfigMaps,

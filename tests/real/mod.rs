@@ -7,6 +7,7 @@
 //! shipped manifests and the label policy).
 
 mod credentials;
+mod events;
 mod flow;
 mod lists;
 mod manifests;

@@ -682,7 +682,7 @@ impl OutDir {
     /// Counts a module whose write failed (and, for want of space, its bytes).
     fn not_written(
         &self,
-        failed: &mut Vec<String>,
+        failed: &mut Vec<(String, String)>,
         no_room: &mut Vec<u64>,
         (batch, e): (&Batch, &Event),
         err: &io::Error,
@@ -694,7 +694,7 @@ impl OutDir {
             "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
             e.id
         );
-        failed.push(e.id.to_string());
+        failed.push((e.id.to_string(), err.to_string()));
     }
 
     /// Removes a staged write that will not be switched in.
@@ -721,7 +721,7 @@ impl OutDir {
         batch: &Batch,
         writes: Vec<&Event>,
         removals: Vec<String>,
-    ) -> Result<Vec<String>, Fatal> {
+    ) -> Result<Vec<(String, String)>, Fatal> {
         let mut failed = Vec::new();
         // Bytes of the modules that found no room on the volume.
         let mut no_room: Vec<u64> = Vec::new();
@@ -749,7 +749,7 @@ impl OutDir {
                             "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
                             e.id
                         );
-                        failed.push(e.id.to_string());
+                        failed.push((e.id.to_string(), err.to_string()));
                     }
                 }
             }
@@ -757,23 +757,24 @@ impl OutDir {
                 // Without the record nothing may be written: the rest of the batch waits.
                 log::warn!("--out-dir: cannot record the writes to come: {e}");
                 self.writing.clear();
-                failed.extend(self.record.pending.drain(..).map(|p| p.module));
+                let why = format!("cannot record the writes to come: {e}");
+                failed.extend((self.record.pending.drain(..)).map(|p| (p.module, why.clone())));
                 // What earlier chunks wrote is in the journal; the record takes it now.
                 if let Err(e) = self.save_all() {
                     log::warn!("--out-dir: cannot save the record: {e}");
                 }
-                failed.extend(removals.into_iter().flatten());
+                failed.extend((removals.into_iter().flatten()).map(|id| (id, why.clone())));
                 failed.extend(
                     chunks[n + 1..]
                         .iter()
-                        .flat_map(|c| c.iter().map(|e| e.id.to_string())),
+                        .flat_map(|c| c.iter().map(|e| (e.id.to_string(), why.clone()))),
                 );
                 return Ok(failed);
             }
             for id in removals.take().into_iter().flatten() {
                 if let Err(e) = self.remove(&id) {
                     log::warn!("--out-dir: cannot remove {id}: {e}");
-                    failed.push(id);
+                    failed.push((id, format!("cannot remove it: {e}")));
                 }
             }
             // Stage every write of the chunk, sync them all at once, then switch them.
@@ -803,7 +804,7 @@ impl OutDir {
                 log::warn!("--out-dir: cannot sync the written files: {err}");
                 for (p, s) in staged.drain(..) {
                     self.discard(&p, &s);
-                    failed.push(p.module);
+                    failed.push((p.module, format!("cannot sync the written files: {err}")));
                 }
             }
             for (p, s) in staged {
@@ -813,7 +814,7 @@ impl OutDir {
                         "--out-dir: cannot write {}: {err}; keeping the previous version, retrying next poll",
                         p.module
                     );
-                    failed.push(p.module.clone());
+                    failed.push((p.module.clone(), err.to_string()));
                 }
             }
             // The switches (and removals) durable before the record says they happened.

@@ -80,7 +80,8 @@ impl Fixture {
     }
 
     fn apply(&self, out: &mut OutDir, events: Vec<Ev>) -> Vec<String> {
-        self.apply_all(out, events).failed
+        let failed = self.apply_all(out, events).failed;
+        failed.into_iter().map(|(id, _)| id).collect()
     }
 
     fn apply_all(&self, out: &mut OutDir, events: Vec<Ev>) -> Outcome {
@@ -101,7 +102,8 @@ impl Fixture {
             spool: &self.spool,
             first: true,
         };
-        out.apply(&batch).unwrap().failed
+        let failed = out.apply(&batch).unwrap().failed;
+        failed.into_iter().map(|(id, _)| id).collect()
     }
 
     fn path(&self, p: &str) -> PathBuf {
