@@ -37,6 +37,21 @@ FROM runtime AS sidecar
 LABEL org.opencontainers.image.description="A drop-in for kiwigrid/k8s-sidecar: its variables, cmpoll's polling and atomic, confined writes"
 CMD ["sidecar"]
 
+# cmpoll with a POSIX shell (tag VERSION-webhook): --validate runs /bin/sh -c CMD, which
+# distroless has not. For `cmpoll webhook` (k8s/webhook), and for a daemon that validates.
+#   docker build --target webhook -t ghcr.io/cmpoll/cmpoll:0.1.0-webhook .
+FROM debian:bookworm-slim AS webhook
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="cmpoll" \
+      org.opencontainers.image.description="cmpoll with /bin/sh, for --validate: the admission webhook and validating daemons" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/cmpoll/cmpoll"
+COPY --from=build /cmpoll /usr/local/bin/cmpoll
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/cmpoll"]
+CMD ["webhook"]
+
 # The default target: `cmpoll run`.
 FROM runtime
 CMD ["run"]

@@ -38,6 +38,7 @@ pub mod settings;
 pub mod sink;
 pub mod source;
 pub mod validate;
+pub mod webhook;
 pub mod words;
 
 use std::sync::{Arc, Mutex};
@@ -60,11 +61,15 @@ pub fn run(
 ) -> Result<(), Error> {
     // Before anything can fail: even a usage error reaches the journal with its priority.
     let journal = ops::logging::detect_journal(env);
+    if let Command::Webhook(_) = &command {
+        let w = settings::webhook::settings(&command, env)?;
+        ops::logging::init(w.log_format, journal, w.log_level);
+        warn_unknown(names);
+        return webhook::run(w.webhook);
+    }
     let settings = Settings::from_args(&command, env)?;
     ops::logging::init(settings.log_format, journal, settings.log_level);
-    for warning in cli::unknown_variables(names.iter().map(String::as_str)) {
-        log::warn!("{warning}");
-    }
+    warn_unknown(names);
     for (level, note) in &settings.notes {
         log::log!(*level, "{note}");
     }
@@ -101,6 +106,13 @@ pub fn run(
             };
             daemon(poller, &run, timeout, metrics, in_flight, env, reporter)
         }
+    }
+}
+
+/// A `CMPOLL_*` variable that names no flag: a typo must not pass silently.
+fn warn_unknown(names: &[String]) {
+    for warning in cli::unknown_variables(names.iter().map(String::as_str)) {
+        log::warn!("{warning}");
     }
 }
 

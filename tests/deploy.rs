@@ -133,6 +133,12 @@ fn manifests() -> tempfile::TempDir {
         assert!(ok, "kubectl kustomize {path}: {out}");
         std::fs::write(dir.path().join(name), out).unwrap();
     }
+    // The components, as a user's overlay adds them.
+    std::fs::write(
+        dir.path().join("components.yaml"),
+        overlay("k8s/prometheus", &["k8s/events", "k8s/webhook"]),
+    )
+    .unwrap();
     for e in std::fs::read_dir(root().join("k8s/examples")).unwrap() {
         let e = e.unwrap();
         std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
@@ -213,6 +219,54 @@ fn the_manifests_validate_against_the_kubernetes_schemas() {
         all.contains("- list\n    - get\n") || all.contains("verbs:\n  - list\n  - get"),
         "{all}"
     );
+    let hook: Vec<serde_json::Value> = serde_saphyr::from_multiple(
+        &std::fs::read_to_string(dir.path().join("components.yaml")).unwrap(),
+    )
+    .unwrap();
+    let find = |kind: &str, name: &str| {
+        hook.iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))
+            .clone()
+    };
+    let config = find("ValidatingWebhookConfiguration", "cmpoll-webhook");
+    let w = &config["webhooks"][0];
+    assert_eq!(
+        (&w["failurePolicy"], &w["sideEffects"], &w["objectSelector"]),
+        (
+            &serde_json::json!("Ignore"),
+            &serde_json::json!("None"),
+            &serde_json::json!({"matchLabels": {"cmpoll.io/module": "true"}})
+        )
+    );
+    assert_eq!(
+        config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "cmpoll/cmpoll-webhook"
+    );
+    assert_eq!(w["clientConfig"]["service"]["name"], "cmpoll-webhook");
+    find("Service", "cmpoll-webhook");
+    find("Certificate", "cmpoll-webhook");
+    let pod = &find("Deployment", "cmpoll-webhook")["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    for c in pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(pod["initContainers"].as_array().unwrap())
+    {
+        let sc = &c["securityContext"];
+        assert_eq!(
+            (
+                &sc["readOnlyRootFilesystem"],
+                &sc["allowPrivilegeEscalation"]
+            ),
+            (&serde_json::json!(true), &serde_json::json!(false)),
+            "{}",
+            c["name"]
+        );
+        assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    }
     let ns = std::fs::read_to_string(dir.path().join("namespaced.yaml")).unwrap();
     assert!(ns.contains("kind: Role\n") && !ns.contains("kind: ClusterRole\n"));
     assert!(ns.contains("CMPOLL_NAMESPACE_FROM_CONTEXT"));
@@ -289,7 +343,7 @@ fn checkov_finds_nothing_unjustified() {
     let report = checkov(dir.path());
     assert!(report["summary"]["passed"].as_u64().unwrap() > 100);
     // Every skip is justified in place, in each deployment (only CKV_K8S_43: digests).
-    for variant in ["prometheus", "alloy"] {
+    for variant in ["prometheus", "alloy", "webhook"] {
         let deployment =
             std::fs::read_to_string(root().join(format!("k8s/{variant}/deployment.yaml"))).unwrap();
         assert!(
@@ -301,9 +355,10 @@ fn checkov_finds_nothing_unjustified() {
             "{variant}: the token is not auto-mounted"
         );
     }
-    // Only those two, in each of the three rendered Deployments.
+    // Only those two, in each of the five rendered Deployments (cmpoll's in three
+    // variants and in the components' overlay, and the webhook's).
     let skipped_ids = skipped(&report);
-    assert_eq!(skipped_ids.len(), 6, "{skipped_ids:?}");
+    assert_eq!(skipped_ids.len(), 10, "{skipped_ids:?}");
     assert!(
         skipped_ids
             .iter()

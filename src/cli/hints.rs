@@ -191,7 +191,7 @@ mod tests {
             help,
             "Options:\n  --interval        time between polls (default: 30s) [CMPOLL_INTERVAL]\n  --service-account-dir\n                    where in-cluster credentials are (default:\n                    /var/run/secrets/kubernetes.io/serviceaccount)\n                    [CMPOLL_SERVICE_ACCOUNT_DIR]\n  --help            x\n"
         );
-        for command in ["run", "list"] {
+        for command in crate::cli::COMMANDS {
             use argh::FromArgs;
             let Err(early) = crate::cli::TopLevel::from_args(&["cmpoll"], &[command, "--help"])
             else {

@@ -14,7 +14,7 @@ mod hints;
 use argh::FromArgs;
 
 pub use self::hints::{help_with_variables, unknown_variables, with_suggestion};
-pub use self::table::{Flag, Given, Group, Kind, Needs, Raw};
+pub use self::table::{COMMANDS, Flag, Given, Group, Kind, Needs, Raw};
 
 /// Poll labelled Kubernetes ConfigMaps (or Secrets) and hand them to an agent: atomic files, a
 /// supervised child, a reload URL, or JSON events. Every flag can also be set as
@@ -33,6 +33,7 @@ pub struct TopLevel {
 pub enum Command {
     Run(Box<RunArgs>),
     List(Box<ListArgs>),
+    Webhook(Box<WebhookArgs>),
     Sidecar(SidecarArgs),
 }
 
@@ -42,6 +43,7 @@ impl Command {
         match self {
             Command::Run(_) => "run",
             Command::List(_) => "list",
+            Command::Webhook(_) => "webhook",
             Command::Sidecar(_) => "sidecar",
         }
     }
@@ -52,6 +54,7 @@ impl Command {
         match self {
             Command::Run(r) => r.given(),
             Command::List(l) => l.given(),
+            Command::Webhook(w) => w.given(),
             Command::Sidecar(_) => RunArgs::none().given(),
         }
     }
@@ -76,6 +79,18 @@ impl RunArgs {
 }
 
 flags! {
+    common {
+        /// label selector
+        selector: Option<String> [option, arg_name = "SELECTOR"] = "cmpoll.io/module=true";
+        /// glob of data/binaryData keys that become files, repeatable
+        keys: Vec<String> [option, arg_name = "GLOB"] = "*";
+        /// what to list: configmaps, secrets, or both (configmaps,secrets: module names then start with configmap/ or secret/)
+        resource: Option<String> [option, arg_name = "RESOURCE"] = "configmaps";
+        /// log format: text or json
+        log_format: Option<String> [option, arg_name = "FORMAT"] = "text";
+        /// log level: error, warn, info, debug or trace (default: info; RUST_LOG also works)
+        log_level: Option<String> [option, arg_name = "LEVEL"];
+    }
     shared {
         /// read ConfigMap (or Secret) manifests (YAML/JSON, recursively) from DIR instead of an apiserver
         manifests: Option<String> [option, arg_name = "DIR"];
@@ -92,22 +107,16 @@ flags! {
         /// where in-cluster credentials are
         service_account_dir: Option<String> [option, arg_name = "DIR"]
             = "/var/run/secrets/kubernetes.io/serviceaccount";
-        /// label selector
-        selector: Option<String> [option, arg_name = "SELECTOR"] = "cmpoll.io/module=true";
         /// field selector (metadata.name, metadata.namespace)
         field_selector: Option<String> [option, arg_name = "SELECTOR"];
         /// namespace to list, repeatable (default: all namespaces)
         namespace: Vec<String> [option, arg_name = "NS"];
-        /// glob of data/binaryData keys that become files, repeatable
-        keys: Vec<String> [option, arg_name = "GLOB"] = "*";
         /// per-request timeout
         timeout: Option<String> [option, arg_name = "DURATION"] = "10s";
         /// list in pages of N with limit/continue (0: one unpaged list from the watch cache)
         page_size: Option<String> [option, arg_name = "N"] = "0";
         /// largest answer to read, e.g. 64MiB
         max_response_bytes: Option<String> [option, arg_name = "BYTES"] = "64MiB";
-        /// what to list: configmaps, secrets, or both (configmaps,secrets: module names then start with configmap/ or secret/)
-        resource: Option<String> [option, arg_name = "RESOURCE"] = "configmaps";
         /// auto, full or metadata: after a first full list, list metadata only and GET what changed; auto falls back to full lists where get is forbidden
         list_mode: Option<String> [option, arg_name = "MODE"] = "auto";
         /// the same as --list-mode metadata
@@ -116,15 +125,19 @@ flags! {
         namespace_from_context: bool [switch];
         /// allow sending credentials to an http:// server
         allow_insecure_http: bool [switch];
-        /// log format: text or json
-        log_format: Option<String> [option, arg_name = "FORMAT"] = "text";
-        /// log level: error, warn, info, debug or trace (default: info; RUST_LOG also works)
-        log_level: Option<String> [option, arg_name = "LEVEL"];
+    }
+    serving {
+        /// run /bin/sh -c CMD on each new module version, staged; a non-zero exit keeps the last good version from the agent (cmpoll webhook: denies the object)
+        validate: Option<String> [option, arg_name = "CMD"];
+        /// how long --validate may run per module (default: 30s; cmpoll webhook: 8s, under the apiserver's 10s webhook timeout)
+        validate_timeout: Option<String> [option, arg_name = "DURATION"], needs Validate;
+        /// serve /healthz, /readyz and /metrics on ADDR, e.g. :8080 or [::]:8080 (cmpoll webhook: over HTTPS, with /validate)
+        listen: Option<String> [option, arg_name = "ADDR"];
     }
 
     /// Poll once, print the modules with their hashes, and exit (1 if the list fails).
     #[argh(subcommand, name = "list")]
-    pub struct ListArgs (List) {
+    pub struct ListArgs (List) uses [common: yes, shared: yes, serving: no] {
         /// print a JSON array of modules with their files instead of a table
         json: bool [switch];
     } {}
@@ -132,7 +145,7 @@ flags! {
     /// The daemon: poll on an interval and tell the agent what changed. Usage: cmpoll run
     /// [options] [-- AGENT_COMMAND ARGS...]
     #[argh(subcommand, name = "run")]
-    pub struct RunArgs (Run) {
+    pub struct RunArgs (Run) uses [common: yes, shared: yes, serving: yes] {
         /// time between polls
         interval: Option<String> [option, arg_name = "DURATION"] = "30s";
         /// spread each wait by up to this fraction of the interval
@@ -180,14 +193,8 @@ flags! {
         reload_method: Option<String> [option, arg_name = "METHOD"] = "POST", needs ReloadUrl;
         /// CA bundle for an https --reload-url (default: the platform's)
         reload_ca_file: Option<String> [option, arg_name = "FILE"], needs ReloadUrl;
-        /// run /bin/sh -c CMD on each new module version, staged; a non-zero exit keeps the last good version from the agent
-        validate: Option<String> [option, arg_name = "CMD"];
-        /// how long --validate may run per module
-        validate_timeout: Option<String> [option, arg_name = "DURATION"] = "30s", needs Validate;
         /// validations run at once
         validate_jobs: Option<String> [option, arg_name = "N"] = "1", needs Validate;
-        /// serve /healthz, /readyz and /metrics on ADDR (e.g. :8080 or [::]:8080)
-        listen: Option<String> [option, arg_name = "ADDR"];
         /// record Kubernetes Events on the ConfigMap or Secret when its module is rejected, accepted again, or cannot be written (needs create and patch on events.k8s.io events)
         report_events: bool [switch];
     } {
@@ -195,6 +202,17 @@ flags! {
         #[argh(positional, arg_name = "AGENT")]
         pub agent: Vec<String>,
     }
+
+    /// A validating admission webhook: runs --validate on each ConfigMap (or Secret) being
+    /// created or updated, staged as cmpoll run stages a module, and denies it with the
+    /// validator's output. Fails open when the validator cannot run or times out.
+    #[argh(subcommand, name = "webhook")]
+    pub struct WebhookArgs (Webhook) uses [common: yes, shared: no, serving: yes] {
+        /// the serving certificate (PEM, with its chain), re-read when it changes
+        tls_cert_file: Option<String> [option, arg_name = "FILE"];
+        /// the serving certificate's private key (PEM), re-read when it changes
+        tls_key_file: Option<String> [option, arg_name = "FILE"];
+    } {}
 }
 
 #[cfg(test)]
@@ -266,7 +284,8 @@ mod tests {
     /// in order, and `given()` returns them in the same order.
     #[test]
     fn the_table_is_what_argh_parses() {
-        for (command, parsed) in [("run", parse(&["run"])), ("list", parse(&["list"]))] {
+        for command in COMMANDS {
+            let parsed = parse(&[command]);
             let listed = hints::listed_flags(command);
             let table: Vec<String> = flag::ALL
                 .iter()

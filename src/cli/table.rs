@@ -8,19 +8,30 @@
 /// The commands a flag belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Group {
-    /// `run` and `list`: the source, the selection, logging.
+    /// `run`, `list` and `webhook`: the selection, logging.
+    Common,
+    /// `run` and `list`: the source.
     Shared,
+    /// `run` and `webhook`: `--validate` and `--listen`.
+    Serving,
     Run,
     List,
+    Webhook,
 }
 
+/// The commands that take flags (`sidecar` takes none).
+pub const COMMANDS: [&str; 3] = ["run", "list", "webhook"];
+
 impl Group {
-    /// Whether a flag of this group is a flag of `command` (`run`, `list`).
+    /// Whether a flag of this group is a flag of `command` (`run`, `list`, `webhook`).
     pub fn of(self, command: &str) -> bool {
         match self {
+            Group::Common => matches!(command, "run" | "list" | "webhook"),
             Group::Shared => matches!(command, "run" | "list"),
+            Group::Serving => matches!(command, "run" | "webhook"),
             Group::Run => command == "run",
             Group::List => command == "list",
+            Group::Webhook => command == "webhook",
         }
     }
 }
@@ -166,8 +177,10 @@ macro_rules! default {
     };
 }
 
-/// The table: `shared { entries }` (flags of `run` and `list`), then each command's struct
-/// with its own entries and, after them, fields that are not flags (positionals). An entry:
+/// The table: sections of entries that several commands share (`common`: run, list and
+/// webhook; `shared`: run and list; `serving`: run and webhook), then each command's struct
+/// with the sections it takes (`uses [common: yes, shared: yes, serving: no]`), its own
+/// entries and, after them, fields that are not flags (positionals). An entry:
 ///
 /// ```text
 /// /// help text (argh's --help)
@@ -178,19 +191,33 @@ macro_rules! default {
 /// `ty` fragment: argh's derive reads the type's words to tell options from switches.
 ///
 /// Makes `pub mod flag` (one `Flag` per entry, and `flag::ALL`) and each argh struct with
-/// `given()`.
+/// `given()`. A struct's fields are its sections' entries in section order, then its own.
 macro_rules! flags {
     (
+        common $common:tt
         shared $shared:tt
+        serving $serving:tt
         $(
             $(#[$meta:meta])*
-            pub struct $name:ident ($group:ident) $own:tt $extra:tt
+            pub struct $name:ident ($group:ident)
+                uses [common: $c:ident, shared: $s:ident, serving: $v:ident]
+                $own:tt $extra:tt
         )*
     ) => {
-        flags!(@consts Shared $shared $($group $own)*);
+        flags!(@consts Common $common Shared $shared Serving $serving $($group $own)*);
         $(
-            flags!(@struct [$(#[$meta])*] $name $extra $shared $own);
+            flags!(@pick [$(#[$meta])*] $name $extra [] $c $common $s $shared $v $serving yes $own);
         )*
+    };
+    // The sections a struct takes (`yes`), gathered in order.
+    (@pick $meta:tt $name:ident $extra:tt [$($acc:tt)*]) => {
+        flags!(@struct $meta $name $extra [$($acc)*]);
+    };
+    (@pick $meta:tt $name:ident $extra:tt [$($acc:tt)*] yes $section:tt $($rest:tt)*) => {
+        flags!(@pick $meta $name $extra [$($acc)* $section] $($rest)*);
+    };
+    (@pick $meta:tt $name:ident $extra:tt [$($acc:tt)*] no $section:tt $($rest:tt)*) => {
+        flags!(@pick $meta $name $extra [$($acc)*] $($rest)*);
     };
     (@consts $(
         $group:ident {
@@ -217,30 +244,20 @@ macro_rules! flags {
             pub const ALL: &[&Flag] = &[$($(&$field,)*)*];
         }
     };
-    (@struct [$($meta:tt)*] $name:ident { $($extra:tt)* } {
+    (@struct [$($meta:tt)*] $name:ident { $($extra:tt)* } [$({
         $(
             $(#[doc = $doc:literal])+
             $field:ident: $ty:ident $(<$inner:ident>)? [$($argh:tt)*] $(= $default:literal)? $(, needs $needs:ident)?;
         )*
-    } {
-        $(
-            $(#[doc = $odoc:literal])+
-            $ofield:ident: $oty:ident $(<$oinner:ident>)? [$($oargh:tt)*] $(= $odefault:literal)? $(, needs $oneeds:ident)?;
-        )*
-    }) => {
+    })*]) => {
         #[derive(argh::FromArgs, Clone, Debug, Default, PartialEq)]
         $($meta)*
         pub struct $name {
-            $(
+            $($(
                 $(#[doc = $doc])+
                 #[argh($($argh)*)]
                 pub $field: $ty $(<$inner>)?,
-            )*
-            $(
-                $(#[doc = $odoc])+
-                #[argh($($oargh)*)]
-                pub $ofield: $oty $(<$oinner>)?,
-            )*
+            )*)*
             $($extra)*
         }
 
@@ -249,8 +266,7 @@ macro_rules! flags {
             pub fn given(&self) -> $crate::cli::table::Given {
                 use $crate::cli::table::Field;
                 vec![
-                    $((&flag::$field, self.$field.raw()),)*
-                    $((&flag::$ofield, self.$ofield.raw()),)*
+                    $($((&flag::$field, self.$field.raw()),)*)*
                 ]
             }
         }

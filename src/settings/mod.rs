@@ -8,9 +8,11 @@
 
 mod lookup;
 pub mod sidecar;
+pub mod webhook;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub use self::lookup::parse_size;
 use self::lookup::{Lookup, Val, usage};
@@ -100,6 +102,12 @@ impl Settings {
                 // The flat layout's folders come from an annotation the source reads.
                 source.selection.folder_annotation = folder_annotation(look)?;
                 Mode::Run(Box::new(run(&r.agent, look)?))
+            }
+            // (`webhook` has settings of its own: see `webhook.rs`.)
+            Command::Webhook(_) => {
+                return Err(Error::Usage(
+                    "cmpoll webhook: read with settings::webhook".into(),
+                ));
             }
             // (`sidecar` reads `run`'s settings: see `sidecar.rs`.)
             Command::Sidecar(_) => {
@@ -244,7 +252,43 @@ fn resources(look: &Lookup) -> Result<Resources, Error> {
 
 fn selection(look: &Lookup) -> Result<Selection, Error> {
     let resources = resources(look)?;
-    let labels = match look.opt(&flag::selector) {
+    let labels = labels(look, resources)?;
+    let fields = match look.opt(&flag::field_selector) {
+        Some(v) => FieldSelector::parse(&v.value).map_err(|e| usage(&v.from, e))?,
+        None => FieldSelector::default(),
+    };
+    let (mut namespaces, from) = look.list(&flag::namespace);
+    for ns in &namespaces {
+        let errs = names::dns1123_label(ns);
+        if !errs.is_empty() {
+            return Err(usage(
+                &from,
+                format!("'{ns}' is not a namespace name: {}", errs.join("; ")),
+            ));
+        }
+    }
+    namespaces.sort();
+    namespaces.dedup();
+    Ok(Selection {
+        resources,
+        labels,
+        fields,
+        namespaces,
+        keys: keys(look)?,
+        folder_annotation: None,
+        names: Vec::new(),
+    })
+}
+
+/// `--keys`.
+fn keys(look: &Lookup) -> Result<KeyFilter, Error> {
+    let (globs, from) = look.list(&flag::keys);
+    KeyFilter::new(&globs).map_err(|e| usage(&from, e))
+}
+
+/// `--selector`: never empty.
+fn labels(look: &Lookup, resources: Resources) -> Result<LabelSelector, Error> {
+    Ok(match look.opt(&flag::selector) {
         Some(v) if v.value.trim().is_empty() => {
             return Err(usage(
                 &v.from,
@@ -263,33 +307,6 @@ fn selection(look: &Lookup) -> Result<Selection, Error> {
             let v = required(look, &flag::selector)?;
             LabelSelector::parse(&v.value).map_err(|e| usage(&v.from, e))?
         }
-    };
-    let fields = match look.opt(&flag::field_selector) {
-        Some(v) => FieldSelector::parse(&v.value).map_err(|e| usage(&v.from, e))?,
-        None => FieldSelector::default(),
-    };
-    let (mut namespaces, from) = look.list(&flag::namespace);
-    for ns in &namespaces {
-        let errs = names::dns1123_label(ns);
-        if !errs.is_empty() {
-            return Err(usage(
-                &from,
-                format!("'{ns}' is not a namespace name: {}", errs.join("; ")),
-            ));
-        }
-    }
-    namespaces.sort();
-    namespaces.dedup();
-    let (globs, from) = look.list(&flag::keys);
-    let keys = KeyFilter::new(&globs).map_err(|e| usage(&from, e))?;
-    Ok(Selection {
-        resources,
-        labels,
-        fields,
-        namespaces,
-        keys,
-        folder_annotation: None,
-        names: Vec::new(),
     })
 }
 
@@ -403,7 +420,7 @@ fn validate(
     kinds: Resources,
 ) -> Result<Option<validate::Options>, Error> {
     let command = look.opt(&flag::validate);
-    let timeout = look.duration(&flag::validate_timeout)?;
+    let timeout = validate_timeout(look, RUN_VALIDATE_TIMEOUT)?;
     let jobs: usize = number(
         look,
         &flag::validate_jobs,
@@ -427,6 +444,17 @@ fn validate(
             .unwrap_or_default(),
         kinds,
     }))
+}
+
+/// `--validate-timeout`'s default for `cmpoll run`.
+const RUN_VALIDATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `--validate-timeout`, else `default` (the command's: see the flag's help).
+fn validate_timeout(look: &Lookup, default: Duration) -> Result<Duration, Error> {
+    match look.opt(&flag::validate_timeout) {
+        Some(v) => lookup::parse_duration(&v),
+        None => Ok(default),
+    }
 }
 
 fn jitter(look: &Lookup) -> Result<f64, Error> {

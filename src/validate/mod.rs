@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use self::remembered::{Good, Remembered};
-pub use self::run::Verdict;
+pub use self::run::{Stage, Verdict, timed_out};
 use crate::poll::event::{Change, Event};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};

@@ -25,6 +25,14 @@ pub enum Verdict {
     Error(String),
 }
 
+/// How a reason says the validator ran out of time.
+const KILLED: &str = "validator killed after --validate-timeout";
+
+/// Whether a `Fail` reason is the timeout's (the webhook fails open on it).
+pub fn timed_out(reason: &str) -> bool {
+    reason.lines().last().is_some_and(|l| l.contains(KILLED))
+}
+
 /// The staging folder: `DIR/.cmpoll/stage`, else a private folder under `$TMPDIR`.
 pub struct Stage {
     dir: PathBuf,
@@ -126,7 +134,7 @@ fn run(o: &Options, id: &str, hash: &Hash, dir: &Path, file: &Path) -> Verdict {
         }
         Some(exit) => Verdict::Fail(with(format!("validator {exit}"))),
         None => Verdict::Fail(with(format!(
-            "validator killed after --validate-timeout {}",
+            "{KILLED} {}",
             humantime::format_duration(o.timeout)
         ))),
     }
@@ -200,6 +208,13 @@ b.yaml here" && ! read x"#;
         let Verdict::Fail(why) = long else { panic!() };
         assert!(why.len() <= MAX_REASON, "{}", why.len());
         assert!(why.ends_with("(validator exited with status 2)"), "{why}");
+        assert!(!timed_out(&why));
+        let mut quick = opts("echo started; sleep 5");
+        quick.timeout = std::time::Duration::from_millis(200);
+        let Verdict::Fail(why) = stage.validate(&quick, "ns/m", &h, &files()) else {
+            panic!()
+        };
+        assert!(timed_out(&why), "{why}");
         assert_eq!(
             fs::read_dir(&stage.dir).unwrap().count(),
             0,

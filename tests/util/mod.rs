@@ -374,6 +374,15 @@ impl Daemon {
         Daemon::attach(cmd, child)
     }
 
+    /// Starts `cmpoll webhook` (configured by `cmd`'s arguments and environment).
+    pub fn webhook(cmd: Cmpoll, args: &[&str]) -> Daemon {
+        let mut all = vec!["webhook"];
+        all.extend_from_slice(args);
+        let cmd = cmd.args(&all);
+        let child = cmd.spawn();
+        Daemon::attach(cmd, child)
+    }
+
     /// Starts `wrapper… cmpoll run args…` (for example in a mount namespace).
     pub fn start_wrapped(cmd: Cmpoll, wrapper: &[&str], args: &[&str]) -> Daemon {
         let mut all = vec!["run"];

@@ -24,51 +24,10 @@ impl ManifestSource {
 impl Source for ManifestSource {
     fn list(&mut self, _prev: &dyn Previous, out: &mut dyn Collect) -> Result<(), Error> {
         let cms = files::load_dir(&self.dir).map_err(Error::Manifests)?;
-        let kinds = self.selection.resources;
         for cm in cms {
-            let kind = match cm.secret {
-                Some(_) => Resource::Secrets,
-                None => Resource::ConfigMaps,
-            };
-            if !kinds.has(kind) {
-                continue;
+            if let Some(item) = item(cm, &self.selection) {
+                out.item(item)?;
             }
-            let secrets = kind == Resource::Secrets;
-            let labels: Vec<(String, String)> = cm.labels.into_iter().collect();
-            if !self.selection.admits(&cm.namespace, &cm.name, &labels) {
-                continue;
-            }
-            let keys_seen = cm.data.len() + cm.binary_data.len();
-            let keys = &self.selection.keys;
-            // A Secret's files are bytes, as the apiserver would return them (base64).
-            let text = cm.data.into_iter().map(|(key, v)| {
-                let content = if secrets {
-                    Content::Binary(v.into_bytes())
-                } else {
-                    Content::Text(v)
-                };
-                (key, content)
-            });
-            let binary = (cm.binary_data.into_iter()).map(|(key, v)| (key, Content::Binary(v)));
-            let files = text
-                .chain(binary)
-                .filter(|(key, _)| keys.matches(key))
-                .map(|(key, content)| ModuleFile { key, content })
-                .collect();
-            out.item(Item {
-                kind,
-                qualified: kinds.qualified(),
-                namespace: cm.namespace,
-                name: cm.name,
-                uid: cm.uid,
-                resource_version: cm.resource_version,
-                labels,
-                files,
-                keys_seen,
-                problems: Vec::new(),
-                folder: (self.selection.folder_annotation.as_ref())
-                    .and_then(|a| cm.annotations.get(a).cloned()),
-            })?;
         }
         Ok(())
     }
@@ -76,4 +35,53 @@ impl Source for ManifestSource {
     fn describe(&self) -> String {
         format!("manifests in '{}'", self.dir.display())
     }
+}
+
+/// The item `selection` makes of a manifest's object, as a list from the apiserver would
+/// deliver it (`None`: a kind not listed, or not selected). Also what `cmpoll webhook`
+/// makes of the object under review.
+pub fn item(cm: files::ManifestConfigMap, selection: &Selection) -> Option<Item> {
+    let kind = match cm.secret {
+        Some(_) => Resource::Secrets,
+        None => Resource::ConfigMaps,
+    };
+    let kinds = selection.resources;
+    if !kinds.has(kind) {
+        return None;
+    }
+    let secrets = kind == Resource::Secrets;
+    let labels: Vec<(String, String)> = cm.labels.into_iter().collect();
+    if !selection.admits(&cm.namespace, &cm.name, &labels) {
+        return None;
+    }
+    let keys_seen = cm.data.len() + cm.binary_data.len();
+    let keys = &selection.keys;
+    // A Secret's files are bytes, as the apiserver would return them (base64).
+    let text = cm.data.into_iter().map(|(key, v)| {
+        let content = if secrets {
+            Content::Binary(v.into_bytes())
+        } else {
+            Content::Text(v)
+        };
+        (key, content)
+    });
+    let binary = (cm.binary_data.into_iter()).map(|(key, v)| (key, Content::Binary(v)));
+    let files = text
+        .chain(binary)
+        .filter(|(key, _)| keys.matches(key))
+        .map(|(key, content)| ModuleFile { key, content })
+        .collect();
+    Some(Item {
+        kind,
+        qualified: kinds.qualified(),
+        namespace: cm.namespace,
+        name: cm.name,
+        uid: cm.uid,
+        resource_version: cm.resource_version,
+        labels,
+        files,
+        keys_seen,
+        problems: Vec::new(),
+        folder: (selection.folder_annotation.as_ref()).and_then(|a| cm.annotations.get(a).cloned()),
+    })
 }
