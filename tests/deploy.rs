@@ -274,7 +274,7 @@ fn the_manifests_validate_against_the_kubernetes_schemas() {
 
 /// `kubectl kustomize` of a user's overlay: `base` (a folder of the repository) with
 /// `components`, written where a user would, outside the repository.
-fn overlay(base: &str, components: &[&str]) -> String {
+pub fn overlay(base: &str, components: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     // kustomize takes relative paths only.
     let up = "../".repeat(dir.path().components().count() - 1);

@@ -19,7 +19,8 @@
 //!   asked on its declared port and path until it answers 200 (a probe with a `host` is a
 //!   failure: the kubelet would probe the node, not the pod);
 //! - images run the real binaries: cmpoll's image the binary under test, Prometheus's
-//!   image Debian's `prometheus`. Alloy cannot be installed here: its args are checked
+//!   image Debian's `prometheus` (and its `/bin/promtool`, which the webhook component's
+//!   init container copies out with the image's `cp`: this machine's `cp`). Alloy cannot be installed here: its args are checked
 //!   against `alloy run`'s documented CLI (one path; a folder loads its `*.alloy` files,
 //!   not nested) and the folder cmpoll wrote is checked for references that resolve.
 //!
@@ -245,6 +246,37 @@ impl Kubelet<'_> {
             .as_array()
             .map(|a| a.iter().map(|v| self.map(s(v))).collect())
             .unwrap_or_default();
+        // Another program of the image (busybox's `cp` in Prometheus's, copying promtool
+        // out): the same program of this machine, the image's files as this machine has
+        // them.
+        let image_files = |p: &str| match (name, p) {
+            ("prometheus", "/bin/promtool") => tool("promtool").map(|t| t.display().to_string()),
+            ("prometheus", "/bin/prometheus") => {
+                tool("prometheus").map(|t| t.display().to_string())
+            }
+            _ => None,
+        };
+        if let Some(program) = argv.first().filter(|p| p.starts_with("/bin/")).cloned()
+            && image_files(&program).is_none()
+        {
+            let mut cmd = Command::new(&program);
+            cmd.args(
+                argv[1..]
+                    .iter()
+                    .map(|a| image_files(a).unwrap_or(a.clone())),
+            )
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin");
+            if running_as_root() {
+                if let Some(u) = self.uid {
+                    cmd.uid(u);
+                }
+                if let Some(g) = self.gid {
+                    cmd.gid(g);
+                }
+            }
+            return Some(cmd);
+        }
         if !argv.is_empty() {
             argv.remove(0); // the image's binary, run from its Debian or cargo path
         }
@@ -495,8 +527,12 @@ fn probes_pass(spec: &Value, pod: &Pod) {
                 c["name"],
                 get["host"]
             );
+            let scheme = match get["scheme"].as_str() {
+                Some("HTTPS") => "https",
+                _ => "http",
+            };
             let url = format!(
-                "http://127.0.0.1:{}{}",
+                "{scheme}://127.0.0.1:{}{}",
                 port(c, &get["port"]),
                 s(&get["path"])
             );
@@ -1066,4 +1102,92 @@ fn lokis_rules_sidecar_runs_on_cmpolls_image() {
         || pod.log(),
     );
     drop(pod);
+}
+
+/// The webhook component's Deployment, run as a kubelet would: the init container copies
+/// promtool out of Prometheus's image, `cmpoll webhook` serves HTTPS with the pair
+/// cert-manager would have put in its Secret, both probes answer over HTTPS, and a review
+/// the real apiserver sent (a content UPDATE to a broken rule, tests/fixtures/admission)
+/// is denied with promtool's message; the same review with the rule fixed is allowed.
+#[test]
+fn the_webhook_deployment_runs_and_denies_a_broken_rule_with_promtool() {
+    if !pod_tools() || skip_unless(tool("promtool").is_some(), "promtool (Debian prometheus)") {
+        return;
+    }
+    let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
+    let objects = yaml_docs(crate::deploy::overlay("k8s/prometheus", &["k8s/webhook"]).as_bytes());
+    let deployment = (objects.iter())
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "cmpoll-webhook")
+        .unwrap();
+    let spec = &deployment["spec"]["template"]["spec"];
+    let server = cluster_for(&objects);
+    let dir = tempfile::tempdir().unwrap();
+    // The Secret cert-manager fills (`cmpoll-webhook-tls`), as its volume shows it.
+    let tls = dir.path().join("volumes/tls");
+    std::fs::create_dir_all(&tls).unwrap();
+    let pki = test_apiserver::Pki::new("webhook-ca");
+    std::fs::write(tls.join("tls.crt"), &pki.server.cert_pem).unwrap();
+    std::fs::write(tls.join("tls.key"), &pki.server.key_pem).unwrap();
+    let pod = start_pod(&server, &objects, deployment, dir.path());
+    probes_pass(spec, &pod);
+    let webhook = (spec["containers"].as_array().unwrap().iter())
+        .find(|c| c["name"] == "webhook")
+        .unwrap();
+    let url = format!(
+        "https://127.0.0.1:{}/validate",
+        port(webhook, &"https".into())
+    );
+    let golden = root().join("tests/fixtures/admission/update-configmap-content.json");
+    let review = |body: &Path| -> Value {
+        let out = Command::new("curl")
+            .args([
+                "-sk",
+                "--max-time",
+                "10",
+                "-H",
+                "Content-Type: application/json",
+            ])
+            .arg("--data-binary")
+            .arg(format!("@{}", body.display()))
+            .arg(&url)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {out:?}\n{}", pod.log()))
+    };
+    let answer = review(&golden);
+    assert_eq!(
+        answer["response"]["allowed"],
+        false,
+        "{answer}\n{}",
+        pod.log()
+    );
+    let message = s(&answer["response"]["status"]["message"]);
+    assert!(
+        message.contains("unclosed left parenthesis") && message.contains("payments.rules.yaml"),
+        "promtool's own words: {message}"
+    );
+    // The rule fixed: the same review, allowed.
+    let mut fixed: Value = serde_json::from_slice(&std::fs::read(&golden).unwrap()).unwrap();
+    let rule =
+        s(&fixed["request"]["object"]["data"]["payments.rules.yaml"]).replace("[5m]\n", "[5m]))\n");
+    fixed["request"]["object"]["data"]["payments.rules.yaml"] = rule.into();
+    // As a CREATE: an UPDATE back to the old content would be allowed unvalidated.
+    fixed["request"]["operation"] = "CREATE".into();
+    fixed["request"]["oldObject"] = Value::Null;
+    let file = dir.path().join("fixed.json");
+    std::fs::write(&file, fixed.to_string()).unwrap();
+    let answer = review(&file);
+    assert_eq!(
+        answer["response"]["allowed"],
+        true,
+        "{answer}\n{}",
+        pod.log()
+    );
+    assert!(
+        pod.log()
+            .contains("CREATE of configmaps golden-0/rules: allowed ("),
+        "validated by promtool, not skipped:\n{}",
+        pod.log()
+    );
 }
