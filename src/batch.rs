@@ -662,6 +662,7 @@ mod tests {
             jobs: 1,
             meta_dir: None,
             ext: String::new(),
+            template: None,
             kinds: Default::default(),
         })
         .unwrap();

@@ -1054,3 +1054,87 @@ fn unique_filenames_with_both_kinds_and_folders() {
         .failure(2);
     assert!(r.error_line().contains("--layout flat"), "{}", r.described);
 }
+
+/// `--module-template` (issue 28): each module's concat file is the template around it,
+/// `--offer-arguments` gives a module the offered arguments it declares; a new template
+/// (or new arguments) rewrites every module at the next start, though no module changed.
+#[test]
+fn a_module_template_wraps_each_module_and_a_new_one_rewrites_them() {
+    let (s, c) = cluster(&[("team-a", "web", "x")]);
+    s.put(labelled("team-b", "web").data("k", "argument \"receiver\" { }\ny = 1\n"));
+    let out = c.out();
+    let t = c.write(
+        "module.tmpl",
+        "declare \"{{ident}}\" {\n{{content}}}\n{{ident}} \"m\" {\n  {{arguments}}\n}\n",
+    );
+    let a = c.write("offered", "receiver = root.out\nunused = 1\n");
+    let args = |t: &std::path::Path| {
+        vec![
+            "run".to_string(),
+            "--once".into(),
+            "--out-dir".into(),
+            out.display().to_string(),
+            "--layout".into(),
+            "concat".into(),
+            "--ext".into(),
+            ".alloy".into(),
+            "--module-template".into(),
+            t.display().to_string(),
+            "--offer-arguments".into(),
+            a.display().to_string(),
+        ]
+    };
+    c.with_args(&args(&t)).run().success();
+    assert_eq!(
+        tree(&out),
+        map(&[
+            (
+                "team-a.web.alloy",
+                "declare \"team_a_S_web\" {\nx\n}\nteam_a_S_web \"m\" {\n  \n}\n"
+            ),
+            (
+                "team-b.web.alloy",
+                "declare \"team_b_S_web\" {\nargument \"receiver\" { }\ny = 1\n}\nteam_b_S_web \"m\" {\n  receiver = root.out\n}\n"
+            ),
+        ])
+    );
+    let before = fs::metadata(out.join("team-a.web.alloy")).unwrap().ino();
+    // The same template again: nothing rewritten.
+    c.with_args(&args(&t)).run().success();
+    assert_eq!(
+        fs::metadata(out.join("team-a.web.alloy")).unwrap().ino(),
+        before
+    );
+    // Another template: every module rewritten, though none changed in the cluster.
+    let t2 = c.write("module2.tmpl", "// {{module}}\n{{content}}{{arguments}}\n");
+    c.with_args(&args(&t2)).run().success();
+    assert_eq!(
+        fs::read_to_string(out.join("team-a.web.alloy")).unwrap(),
+        "// team-a/web\nx\n\n"
+    );
+    // A template's mistake is a start-up error naming the flag.
+    let bad = c.write("bad.tmpl", "{{content}} {{namespaces}}");
+    let run = c.with_args(&args(&bad)).run().failure(2);
+    assert!(
+        run.stderr.contains("--module-template") && run.stderr.contains("{{namespaces}}"),
+        "{}",
+        run.described
+    );
+    let run = c
+        .with_args(&[
+            "run",
+            "--once",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--offer-arguments",
+            a.to_str().unwrap(),
+        ])
+        .run()
+        .failure(2);
+    assert!(
+        run.stderr
+            .contains("--offer-arguments: only used with --module-template"),
+        "{}",
+        run.described
+    );
+}

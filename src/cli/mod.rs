@@ -160,6 +160,10 @@ flags! {
         layout: Option<String> [option, arg_name = "LAYOUT"] = "files", needs OutDir;
         /// file name extension for --layout concat
         ext: Option<String> [option, arg_name = "EXT"], needs Concat;
+        /// write each module through this template ({{module}}, {{namespace}}, {{name}}, {{ident}}, {{hash}}, {{content}}, {{arguments}}): an Alloy declare block per module, for example
+        module_template: Option<String> [option, arg_name = "FILE"], needs Concat;
+        /// NAME = VALUE lines offered to every module: {{arguments}} passes a module those it declares (argument "NAME" blocks)
+        offer_arguments: Option<String> [option, arg_name = "FILE"], needs ModuleTemplate;
         /// write each module's files into the folder its annotation ANNOTATION names: relative to --out-dir, or an absolute path inside it
         folder_annotation: Option<String> [option, arg_name = "ANNOTATION"], needs Flat;
         /// name each file namespace_<NS>.<configmap|secret>_<NAME>.<KEY> (k8s-sidecar's UNIQUE_FILENAMES)

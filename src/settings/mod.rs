@@ -144,12 +144,14 @@ fn check_needs(command: &Command, look: &Lookup) -> Result<(), Error> {
     let reload_url = given(&flag::reload_url)?;
     let on_change = given(&flag::on_change)?;
     let validate = given(&flag::validate)?;
+    let template = given(&flag::module_template)?;
     look.check_needs(|needs| match needs {
         Needs::Nothing => true,
         Needs::Server => server,
         Needs::OutDir => out_dir,
         Needs::Concat => concat,
         Needs::Flat => flat,
+        Needs::ModuleTemplate => concat && template,
         Needs::Agent => agent,
         Needs::ReloadUrl => reload_url,
         Needs::ReloadUrlOrOnChange => reload_url || on_change,
@@ -442,6 +444,7 @@ fn validate(
             .filter(|o| o.layout == outdir::Layout::Concat)
             .map(|o| o.ext.clone())
             .unwrap_or_default(),
+        template: out_dir.and_then(|o| o.template.clone()),
         kinds,
     }))
 }
@@ -492,6 +495,7 @@ fn out_dir(look: &Lookup, kinds: Resources) -> Result<Option<outdir::Options>, E
     let old_version_ttl = look.duration_or_zero(&flag::old_version_ttl)?;
     let dir = path(look.opt(&flag::out_dir))?;
     let folder_annotation = folder_annotation(look)?;
+    let template = template(look)?;
     Ok(dir.map(|dir| outdir::Options {
         dir,
         layout,
@@ -500,7 +504,19 @@ fn out_dir(look: &Lookup, kinds: Resources) -> Result<Option<outdir::Options>, E
         old_version_ttl,
         kinds,
         folder_annotation,
+        template,
     }))
+}
+
+/// `--module-template` and `--offer-arguments`, read and checked at start.
+fn template(look: &Lookup) -> Result<Option<std::sync::Arc<outdir::template::Template>>, Error> {
+    let arguments = path(look.opt(&flag::offer_arguments))?;
+    let Some(file) = path(look.opt(&flag::module_template))? else {
+        return Ok(None);
+    };
+    outdir::template::Template::read(&file, arguments.as_deref())
+        .map(|t| Some(std::sync::Arc::new(t)))
+        .map_err(Error::Config)
 }
 
 fn agent(

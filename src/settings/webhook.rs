@@ -73,6 +73,7 @@ pub(super) fn read(look: &Lookup) -> Result<WebhookSettings, Error> {
                 jobs: 1,
                 meta_dir: None,
                 ext: String::new(),
+                template: None,
                 kinds: resources,
             },
         },

@@ -44,6 +44,9 @@ pub struct Options {
     pub meta_dir: Option<PathBuf>,
     /// `--ext` (concat), for `CMPOLL_MODULE_FILE`'s name.
     pub ext: String,
+    /// `--module-template` (concat): `CMPOLL_MODULE_FILE` is the module as it will be
+    /// written.
+    pub template: Option<std::sync::Arc<crate::sink::outdir::template::Template>>,
     /// What is listed: a remembered module's kind follows from its id.
     pub kinds: Resources,
 }

@@ -82,7 +82,11 @@ impl Stage {
         let name = format!("{}.{n:x}", outdir::stem(id, room));
         let dir = self.dir.join(&name);
         let file = self.dir.join(format!("{name}{ext}"));
-        let verdict = stage(&dir, &file, files)
+        let joined = match &o.template {
+            Some(t) => t.render(id, files),
+            None => outdir::concat_bytes(files),
+        };
+        let verdict = stage(&dir, &file, files, &joined)
             .map_err(|e| Verdict::Error(format!("cannot stage its files: {e}")))
             .map(|()| run(o, id, hash, &dir, &file));
         let _ = fs::remove_dir_all(&dir);
@@ -91,13 +95,13 @@ impl Stage {
     }
 }
 
-fn stage(dir: &Path, file: &Path, files: &[ModuleFile]) -> std::io::Result<()> {
+fn stage(dir: &Path, file: &Path, files: &[ModuleFile], joined: &[u8]) -> std::io::Result<()> {
     crate::sink::atomic::create_dir(dir, 0o700)?;
     for f in files {
         // Keys were checked (a single path component) when the module was made.
         fs::write(dir.join(&f.key), f.content.bytes())?;
     }
-    fs::write(file, outdir::concat_bytes(files))
+    fs::write(file, joined)
 }
 
 fn run(o: &Options, id: &str, hash: &Hash, dir: &Path, file: &Path) -> Verdict {
@@ -152,6 +156,7 @@ mod tests {
             jobs: 1,
             meta_dir: None,
             ext: ".yaml".into(),
+            template: None,
             kinds: Default::default(),
         }
     }

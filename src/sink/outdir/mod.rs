@@ -28,6 +28,7 @@ mod flat;
 mod record;
 mod recover;
 mod shelf;
+pub mod template;
 mod write;
 
 use std::collections::BTreeSet;
@@ -88,6 +89,8 @@ pub struct Options {
     pub kinds: Resources,
     /// `--folder-annotation` (flat), for messages.
     pub folder_annotation: Option<String>,
+    /// `--module-template` and `--offer-arguments` (concat).
+    pub template: Option<std::sync::Arc<template::Template>>,
 }
 
 /// The mode of written files, per kind (`--file-mode`, else 0644 and 0600 for a Secret's).
@@ -224,6 +227,25 @@ fn not_ours(path: &Path) -> io::Error {
             path.display()
         ),
     )
+}
+
+impl OutDir {
+    /// The hash the record keeps for a module of `hash` (with a template: mixed with it).
+    fn recorded(&self, hash: &crate::poll::hash::Hash) -> crate::poll::hash::Hash {
+        match &self.opts.template {
+            Some(t) => t.recorded(hash),
+            None => *hash,
+        }
+    }
+
+    /// The bytes `concat` writes for module `id`: its files joined, or through the
+    /// template.
+    fn concat_content(&self, id: &str, files: &[ModuleFile]) -> Vec<u8> {
+        match &self.opts.template {
+            Some(t) => t.render(id, files),
+            None => concat_bytes(files),
+        }
+    }
 }
 
 /// The bytes `concat` writes for a module: the files in key order, each ending in `\n`.
@@ -641,7 +663,7 @@ impl OutDir {
         let Some(w) = self.record.modules.get(id) else {
             return false;
         };
-        if w.hash != Some(entry.hash) || w.mode != self.mode_of(id) {
+        if w.hash != Some(self.recorded(&entry.hash)) || w.mode != self.mode_of(id) {
             return false;
         }
         let (folder, name) = folder_of(id);

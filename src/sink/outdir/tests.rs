@@ -44,6 +44,7 @@ impl Fixture {
             kinds: Resources::default(),
             folder_annotation: None,
             old_version_ttl: Duration::ZERO,
+            template: None,
         }
     }
 

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::record::{Pending, TMP_PREFIX, Written};
 use super::{
-    DIR_MODE, Found, Layout, NAME_MAX, OutDir, VERSION_STEM, concat_bytes, digest, found, not_ours,
-    part, stem,
+    DIR_MODE, Found, Layout, NAME_MAX, OutDir, VERSION_STEM, digest, found, not_ours, part, stem,
 };
 use crate::poll::snapshot::{Entry, folder_of};
 use crate::sink::atomic::{self, create_dir};
@@ -68,7 +67,7 @@ impl OutDir {
         let (folder, name) = folder_of(id);
         let tmp = self.tmp_name(seq);
         let mut written = Written {
-            hash: Some(entry.hash),
+            hash: Some(self.recorded(&entry.hash)),
             mode: self.mode_of(id),
             ..Written::default()
         };
@@ -104,7 +103,7 @@ impl OutDir {
                 if found(&self.dir().join(&tmp))? != Found::Nothing {
                     return Err(not_ours(&self.dir().join(&tmp)));
                 }
-                written.digest = Some(digest(&concat_bytes(files)));
+                written.digest = Some(digest(&self.concat_content(id, files)));
                 written.file = Some(file.into());
                 tmp
             }
@@ -199,7 +198,7 @@ impl OutDir {
     fn stage_concat(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Staged> {
         let name = p.written.file.clone().unwrap_or_default();
         self.check_ours(&p.module, &self.dir().join(part(&name)?))?;
-        let content = concat_bytes(files);
+        let content = self.concat_content(&p.module, files);
         if Some(digest(&content)) != p.written.digest {
             return Err(io::Error::other("its contents changed while being written"));
         }
