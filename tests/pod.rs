@@ -130,6 +130,22 @@ struct Kubelet<'a> {
 }
 
 impl Kubelet<'_> {
+    /// The real Alloy `tests/alloy/build.sh` built, for Alloy's image: copied beside the
+    /// binary under test, where `runAsUser` can run it.
+    fn alloy(&self) -> PathBuf {
+        let built = root().join("tests/alloy/bin/alloy");
+        assert!(
+            built.exists(),
+            "tests/alloy/build.sh has not built {}",
+            built.display()
+        );
+        let copy = self.dir.join("bin/alloy");
+        if !copy.exists() {
+            std::fs::copy(&built, &copy).unwrap();
+        }
+        copy
+    }
+
     /// Replaces every mount path by its folder, where it stands as a whole path or a
     /// path's leading part (`/prometheus` in `/prometheus/wal`, not in
     /// `/etc/prometheus`); longest first, in one pass.
@@ -180,6 +196,11 @@ impl Kubelet<'_> {
                     .unwrap_or_else(|| panic!("ConfigMap volume {name}: not in the variant"));
                 for (k, text) in cm["data"].as_object().into_iter().flatten() {
                     std::fs::write(dir.join(k), s(text)).unwrap();
+                    if let Some(mode) = v["configMap"]["defaultMode"].as_u64() {
+                        use std::os::unix::fs::PermissionsExt as _;
+                        let perms = std::fs::Permissions::from_mode(mode as u32);
+                        std::fs::set_permissions(dir.join(k), perms).unwrap();
+                    }
                 }
             }
             for src in v["projected"]["sources"].as_array().into_iter().flatten() {
@@ -240,6 +261,7 @@ impl Kubelet<'_> {
         let binary: PathBuf = match name {
             "cmpoll" => self.cmpoll.clone(),
             "prometheus" => tool("prometheus").expect("prometheus (Debian package)"),
+            "alloy" => self.alloy(),
             _ => return None,
         };
         let mut argv: Vec<String> = c["command"]
@@ -254,6 +276,7 @@ impl Kubelet<'_> {
             ("prometheus", "/bin/prometheus") => {
                 tool("prometheus").map(|t| t.display().to_string())
             }
+            ("alloy", "/bin/alloy") => Some(self.alloy().display().to_string()),
             _ => None,
         };
         if let Some(program) = argv.first().filter(|p| p.starts_with("/bin/")).cloned()
@@ -432,6 +455,7 @@ fn start_pod(server: &TestApiserver, objects: &[Value], deployment: &Value, dir:
     // Each container sees its own mounts (Loki's and its sidecar's `/tmp` are two
     // volumes); mounted files are mapped with the paths every container agrees on.
     let mut own: BTreeMap<String, BTreeMap<String, PathBuf>> = BTreeMap::new();
+    let mut subpaths: Vec<(String, String, PathBuf)> = Vec::new();
     let mut disputed = std::collections::BTreeSet::new();
     for c in &containers {
         let mine = own.entry(s(&c["name"]).to_string()).or_default();
@@ -439,6 +463,12 @@ fn start_pod(server: &TestApiserver, objects: &[Value], deployment: &Value, dir:
             let vol = k.volumes.get(s(&m["name"])).cloned();
             let vol = vol.unwrap_or_else(|| panic!("mount of a volume not declared: {m}"));
             let path = s(&m["mountPath"]).to_string();
+            // One file of a volume mounted into a folder another mount of the container
+            // makes (a subPath): a copy there, as this container would see it.
+            if let Some(sub) = m["subPath"].as_str() {
+                subpaths.push((s(&c["name"]).to_string(), path, vol.join(sub)));
+                continue;
+            }
             mine.insert(path.clone(), vol.clone());
             if k.mounts
                 .insert(path.clone(), vol.clone())
@@ -450,6 +480,13 @@ fn start_pod(server: &TestApiserver, objects: &[Value], deployment: &Value, dir:
     }
     for path in &disputed {
         k.mounts.remove(path);
+    }
+    for (container, path, file) in &subpaths {
+        let (parent, folder) = (own[container].iter())
+            .filter(|(p, _)| path.starts_with(&format!("{p}/")))
+            .max_by_key(|(p, _)| p.len())
+            .unwrap_or_else(|| panic!("{container}: subPath mount {path} is in no mounted folder"));
+        std::fs::copy(file, folder.join(&path[parent.len() + 1..])).unwrap();
     }
     // Mounted configuration files name mount paths too (prometheus.yml's rule_files).
     for dir in k.volumes.values() {
@@ -709,134 +746,117 @@ fn the_prometheus_deployments_run_and_serve_the_modules_rules() {
     run_prometheus_variant("prometheus-secrets", false);
 }
 
-/// `alloy run`'s documented flags (grafana/alloy docs/sources/reference/cli/run.md).
-const ALLOY_RUN_FLAGS: &[&str] = &[
-    "--server.http.enable-pprof",
-    "--server.http.memory-addr",
-    "--server.http.listen-addr",
-    "--server.http.ui-path-prefix",
-    "--storage.path",
-    "--disable-reporting",
-    "--cluster.enabled",
-    "--config.format",
-    "--config.bypass-conversion-errors",
-    "--config.extra-args",
-    "--stability.level",
-    "--feature.community-components.enabled",
-];
+/// Alloy's API: (component, health), of the root or of module `module`.
+fn alloy_components(port: u16, module: Option<&str>) -> Vec<(String, String)> {
+    let path = match module {
+        None => "/api/v0/web/components".to_string(),
+        Some(m) => format!("/api/v0/web/modules/{m}/components"),
+    };
+    let Some((200, body)) = curl(&format!("http://127.0.0.1:{port}{path}")) else {
+        return Vec::new();
+    };
+    let list: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let mut out: Vec<(String, String)> = (list.as_array().into_iter().flatten())
+        .map(|c| {
+            (
+                s(&c["localID"]).to_string(),
+                s(&c["health"]["state"]).to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
 
+/// k8s/alloy run as a kubelet would, with the real Alloy (tests/alloy): an init container
+/// copies `alloy` out of Alloy's image, cmpoll's init run writes every module through the
+/// template (validated by `alloy validate` beside the mounted root configuration), Alloy
+/// starts on the folder with the root mounted into it, every probe answers, Alloy runs the
+/// example module as a component of its own; an update reaches Alloy through cmpoll's
+/// `/-/reload`, and a broken module is rejected while the others keep running. No token
+/// reaches Alloy.
 #[test]
-fn the_alloy_deployment_runs_cmpoll_and_hands_alloy_one_consistent_folder() {
-    if !pod_tools() {
+fn the_alloy_deployment_runs_real_alloy_with_one_module_per_configmap() {
+    if !pod_tools()
+        || skip_unless(
+            root().join("tests/alloy/bin/alloy").exists(),
+            "tests/alloy/build.sh's alloy",
+        )
+    {
         return;
     }
+    let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
     let objects = render("alloy");
     let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
     let spec = &deployment["spec"]["template"]["spec"];
-    let alloy = spec["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let alloy = (spec["containers"].as_array().unwrap().iter())
         .find(|c| s(&c["image"]).contains("grafana/alloy"))
         .expect("an Alloy container");
-    // `alloy run [FLAG…] PATH`: exactly one path, known flags.
-    let args: Vec<&str> = alloy["args"].as_array().unwrap().iter().map(s).collect();
-    assert_eq!(args.first(), Some(&"run"), "{args:?}");
-    let paths: Vec<&&str> = args[1..].iter().filter(|a| !a.starts_with("--")).collect();
-    assert_eq!(paths.len(), 1, "alloy run takes exactly one path: {args:?}");
-    for a in args[1..].iter().filter(|a| a.starts_with("--")) {
-        let flag = a.split('=').next().unwrap();
-        assert!(
-            ALLOY_RUN_FLAGS.contains(&flag),
-            "alloy run has no flag {flag}"
-        );
-    }
-    let listen = args
-        .iter()
-        .find_map(|a| a.strip_prefix("--server.http.listen-addr="))
-        .unwrap_or("127.0.0.1:12345");
-    // Probes come from the kubelet, to the pod's address: not loopback only.
-    assert!(
-        !listen.starts_with("127.") && !listen.starts_with("localhost"),
-        "Alloy listens on {listen}: the kubelet's probes cannot reach it"
-    );
-    for kind in ["livenessProbe", "readinessProbe"] {
-        let get = &alloy[kind]["httpGet"];
-        assert!(
-            get["host"].is_null(),
-            "alloy {kind} sets host {}",
-            get["host"]
-        );
-        assert_eq!(
-            u64::from(port(alloy, &get["port"])),
-            listen.rsplit(':').next().unwrap().parse::<u64>().unwrap()
-        );
-    }
-    // cmpoll runs for real and fills the folder Alloy is given. Alloy's binary is not
-    // here: a stand-in answers on its port so that cmpoll's reload calls (and so its
-    // readiness) can be checked; Alloy's own probes are checked above, not asked.
-    let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
-    let reloads =
-        crate::util::http::reload_server_on(listen.rsplit(':').next().unwrap().parse().unwrap());
     let server = cluster_for(&objects);
     let dir = tempfile::tempdir().unwrap();
     let pod = start_pod(&server, &objects, deployment, dir.path());
     probes_pass(spec, &pod);
-    let mount = alloy["volumeMounts"]
-        .as_array()
-        .unwrap()
+    let port = port(alloy, &"http".into());
+    let module = "monitoring_S_payments_scrape.module";
+    let want: Vec<(String, String)> = [module, "prometheus.remote_write.default"]
         .iter()
-        .find(|m| m["mountPath"] == *paths[0])
-        .unwrap_or_else(|| panic!("Alloy's path {} is not a mount", paths[0]));
-    let folder = pod.volumes[s(&mount["name"])].clone();
-    let files: BTreeMap<String, String> = std::fs::read_dir(&folder)
-        .unwrap()
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".alloy"))
-        .map(|e| {
-            (
-                e.file_name().to_string_lossy().to_string(),
-                std::fs::read_to_string(e.path()).unwrap(),
-            )
-        })
+        .map(|c| (c.to_string(), "healthy".to_string()))
         .collect();
-    assert!(
-        files.contains_key("cmpoll.alloy-base.alloy")
-            && files.contains_key("monitoring.payments-scrape.alloy"),
-        "{:?}\n{}",
-        files.keys(),
-        pod.log()
+    eventually_explained(
+        "Alloy runs the root's remote write and the example module",
+        SOON,
+        || alloy_components(port, None) == want,
+        || format!("{:?}\n{}", alloy_components(port, None), pod.log()),
     );
-    // Every `KIND.LABEL.export` reference names a block some file defines, and no label is
-    // defined twice (Alloy loads the folder as one configuration).
-    let all: String = files.values().cloned().collect();
-    let mut defined = Vec::new();
-    for line in all.lines() {
-        let t = line.trim();
-        if let Some((kind, rest)) = t.split_once(" \"")
-            && let Some((label, _)) = rest.split_once("\" {")
-        {
-            defined.push(format!("{kind}.{label}"));
-        }
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    for d in &defined {
-        assert!(seen.insert(d), "{d} is defined twice across the folder");
-    }
-    for word in all.split(|c: char| !(c.is_alphanumeric() || c == '.' || c == '_')) {
-        let parts: Vec<&str> = word.split('.').collect();
-        if parts.len() >= 4 && matches!(parts[0], "prometheus" | "discovery" | "loki") {
-            let block = parts[..parts.len() - 1].join(".");
-            assert!(
-                defined.contains(&block),
-                "{word} refers to {block}, defined nowhere: {defined:?}"
-            );
-        }
-    }
-    let calls = reloads.lock().unwrap().clone();
+    assert_eq!(
+        alloy_components(port, Some(module)),
+        [(
+            "prometheus.scrape.payments".to_string(),
+            "healthy".to_string()
+        )]
+    );
+    // An update: the module gains a scrape with a label another team could use too.
+    let example = (examples().into_iter())
+        .find(|o| o["metadata"]["name"] == "payments-scrape")
+        .unwrap();
+    let text = format!(
+        "{}\nprometheus.scrape \"default\" {{\n  targets    = []\n  forward_to = [argument.receiver.value]\n}}\n",
+        s(&example["data"]["scrape.alloy"])
+    );
+    server.put(to_object(&example, false).data("scrape.alloy", &text));
+    // A broken module from another team: rejected by Alloy's validate, alone.
+    server.put(
+        ConfigMap::new("team-x", "broken")
+            .label("cmpoll.io/module", "true")
+            .data("x.alloy", "prometheus.scrape \"x\" {\n"),
+    );
+    eventually_explained(
+        "the update reaches Alloy through /-/reload",
+        Duration::from_secs(60),
+        || {
+            alloy_components(port, Some(module))
+                == [
+                    (
+                        "prometheus.scrape.default".to_string(),
+                        "healthy".to_string(),
+                    ),
+                    (
+                        "prometheus.scrape.payments".to_string(),
+                        "healthy".to_string(),
+                    ),
+                ]
+        },
+        || pod.log(),
+    );
+    assert_eq!(
+        alloy_components(port, None),
+        want,
+        "the broken module never reached Alloy"
+    );
     assert!(
-        calls.iter().any(|c| c.0.starts_with("POST /-/reload ")),
-        "{calls:?}"
+        pod.log().contains("team-x/broken") && pod.log().contains("rejected"),
+        "{}",
+        pod.log()
     );
     // A module the agent may not load has no Kubernetes API to reach: no token for Alloy.
     assert!(

@@ -7,6 +7,7 @@
 mod util;
 
 mod agents;
+mod alloy_modules;
 mod child;
 mod credentials;
 mod deploy;

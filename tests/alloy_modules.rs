@@ -1,0 +1,410 @@
+//! Alloy modules as the proposal for `module.kubernetes.configmaps` meant them (issue 28),
+//! proved with a real Grafana Alloy (`tests/alloy`: Alloy v1.19.2's own command line and
+//! runtime, built from the Go module proxy with the components it can build). cmpoll
+//! writes each labelled ConfigMap through `k8s/alloy/module.tmpl` (a `declare` block per
+//! module, instantiated once) with `k8s/alloy/offered-arguments`, validates it with
+//! `k8s/alloy/check-module.sh` (`alloy validate` beside the root configuration), and calls
+//! Alloy's `/-/reload`. Alloy's HTTP API says what runs; a Prometheus with its remote-write
+//! receiver says what the modules' scrapes delivered through the offered `receiver`.
+//!
+//! The seed's semantics, each shown here: one module per ConfigMap, named after its
+//! namespace and name (`two_teams_modules_with_the_same_labels_run_side_by_side`);
+//! arguments offered to all, unused ones no error, exports ignored (the same test); a
+//! broken module rejected alone (`a_broken_module_is_rejected_alone_and_the_others_keep_running`);
+//! healthy while listing works: cmpoll's `/readyz` (tests/ops.rs,
+//! `endpoints_across_start_up_failures_reloads_and_recovery`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use test_apiserver::TestApiserver;
+
+use crate::util::tools::{free_port, tool};
+use crate::util::{
+    Cmpoll, Daemon, KillOnDrop, SOON, eventually_explained, labelled, root, skip_unless,
+};
+
+/// The Alloy that `tests/alloy/build.sh` built, or `None` (a loud skip; a failure in CI).
+fn alloy_bin() -> Option<PathBuf> {
+    let bin = root().join("tests/alloy/bin/alloy");
+    let ready = bin.exists() && tool("prometheus").is_some() && tool("curl").is_some();
+    if skip_unless(ready, "tests/alloy/build.sh's alloy, prometheus and curl") {
+        return None;
+    }
+    Some(bin)
+}
+
+/// A module an app team writes: `prometheus.scrape "default"` (the same label in every
+/// module) of Alloy's own `/metrics` on `port`, as job `job`, forwarded to the offered
+/// `receiver`; `extra` goes inside.
+fn scrape_module(job: &str, port: u16, extra: &str) -> String {
+    format!(
+        r#"argument "receiver" {{
+  comment = "where the platform wants samples"
+}}
+
+prometheus.scrape "default" {{
+  targets         = [{{"__address__" = "127.0.0.1:{port}"}}]
+  job_name        = "{job}"
+  scrape_interval = "1s"
+  scrape_timeout  = "1s"
+  forward_to      = [argument.receiver.value]
+}}
+{extra}"#
+    )
+}
+
+/// The platform's root configuration: the shipped one, writing to `prometheus_port`.
+fn root_config(dir: &Path, prometheus_port: u16) -> PathBuf {
+    let shipped = std::fs::read_to_string(root().join("k8s/alloy/root.alloy")).unwrap();
+    let text = shipped.replace(
+        "https://prometheus.example.com/api/v1/write",
+        &format!("http://127.0.0.1:{prometheus_port}/api/v1/write"),
+    );
+    assert_ne!(text, shipped, "the shipped root has the example URL");
+    let path = dir.join("root.alloy");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A Prometheus that receives remote writes.
+fn receiver(dir: &Path, port: u16) -> KillOnDrop {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("prometheus.yml"), "global: {}\n").unwrap();
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let child = Command::new(tool("prometheus").unwrap())
+        .arg(format!("--config.file={}/prometheus.yml", dir.display()))
+        .arg(format!("--storage.tsdb.path={}/data", dir.display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--web.enable-remote-write-receiver")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    KillOnDrop(child)
+}
+
+/// The jobs Prometheus has `up` samples of.
+fn jobs(port: u16) -> Vec<String> {
+    let Some((200, body)) =
+        crate::util::tools::curl(&format!("http://127.0.0.1:{port}/api/v1/query?query=up"))
+    else {
+        return Vec::new();
+    };
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let mut jobs: Vec<String> = (v["data"]["result"].as_array().into_iter().flatten())
+        .filter_map(|r| r["metric"]["job"].as_str().map(str::to_string))
+        .collect();
+    jobs.sort();
+    jobs
+}
+
+/// Alloy's API: (component, health) of the root's components, or of `module`'s.
+fn components(port: u16, module: Option<&str>) -> Vec<(String, String)> {
+    let path = match module {
+        None => "/api/v0/web/components".to_string(),
+        Some(m) => format!("/api/v0/web/modules/{m}/components"),
+    };
+    let Some((200, body)) = crate::util::tools::curl(&format!("http://127.0.0.1:{port}{path}"))
+    else {
+        return Vec::new();
+    };
+    let list: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let mut out: Vec<(String, String)> = (list.as_array().into_iter().flatten())
+        .map(|c| {
+            (
+                c["localID"].as_str().unwrap_or("").to_string(),
+                c["health"]["state"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn healthy(ids: &[&str]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = ids
+        .iter()
+        .map(|i| (i.to_string(), "healthy".to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Everything one scenario runs: the cluster, cmpoll, Alloy, the receiver.
+struct Stack {
+    server: TestApiserver,
+    cmpoll: Option<Daemon>,
+    _alloy: KillOnDrop,
+    _prometheus: KillOnDrop,
+    alloy_port: u16,
+    prometheus_port: u16,
+    out: PathBuf,
+    logs: PathBuf,
+}
+
+impl Stack {
+    fn log(&self) -> String {
+        let mut s = String::new();
+        for f in ["alloy.log", "prometheus/prometheus.log"] {
+            s += &format!(
+                "--- {f}\n{}\n",
+                std::fs::read_to_string(self.logs.join(f)).unwrap_or_default()
+            );
+        }
+        if let Some(d) = &self.cmpoll {
+            s += &format!("--- cmpoll\n{}\n", d.stderr());
+        }
+        s
+    }
+
+    fn eventually(&self, what: &str, within: Duration, f: impl FnMut() -> bool) {
+        eventually_explained(what, within, f, || self.log());
+    }
+}
+
+/// The cluster holds `modules`; cmpoll's first run (as the init container) writes the
+/// folder, Alloy starts on it, then cmpoll polls and reloads Alloy.
+fn stack(alloy: &Path, alloy_port: u16, modules: &[(&str, &str, &str)]) -> Stack {
+    let server = TestApiserver::start();
+    for (ns, name, text) in modules {
+        server.put(labelled(ns, name).data("module.alloy", text));
+    }
+    let c = Cmpoll::against(&server);
+    let out = c.out();
+    let logs = c.path("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let prometheus_port = free_port();
+    let prometheus = receiver(&logs.join("prometheus"), prometheus_port);
+    std::fs::create_dir_all(&out).unwrap();
+    // The root configuration sits in Alloy's folder, as k8s/alloy mounts it: not cmpoll's.
+    let root_file = root_config(&out, prometheus_port);
+    let k8s = root().join("k8s/alloy");
+    let c = c
+        .env("ALLOY", alloy.to_str().unwrap())
+        .env("ALLOY_ROOT", root_file.to_str().unwrap());
+    let args = |once: bool| {
+        let mut a: Vec<String> = [
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--layout",
+            "concat",
+            "--ext",
+            ".alloy",
+            "--keys",
+            "*.alloy",
+            "--module-template",
+            k8s.join("module.tmpl").to_str().unwrap(),
+            "--offer-arguments",
+            k8s.join("offered-arguments").to_str().unwrap(),
+            "--validate",
+            k8s.join("check-module.sh").to_str().unwrap(),
+            "--stdout-events",
+        ]
+        .map(str::to_string)
+        .to_vec();
+        if once {
+            a.insert(0, "--once".into());
+        } else {
+            a.extend([
+                "--interval".into(),
+                "200ms".into(),
+                "--reload-url".into(),
+                format!("http://127.0.0.1:{alloy_port}/-/reload"),
+            ]);
+        }
+        a
+    };
+    let mut init = vec!["run".to_string()];
+    init.extend(args(true));
+    let first = c.with_args(&init).run();
+    assert!(first.code == Some(0), "the init run: {}", first.described);
+    let log = std::fs::File::create(logs.join("alloy.log")).unwrap();
+    let alloy_child = Command::new(alloy)
+        .arg("run")
+        .arg(format!("--server.http.listen-addr=127.0.0.1:{alloy_port}"))
+        .arg(format!(
+            "--storage.path={}",
+            logs.join("alloy-data").display()
+        ))
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let daemon_args: Vec<String> = args(false);
+    let daemon_args: Vec<&str> = daemon_args.iter().map(String::as_str).collect();
+    let mut s = Stack {
+        server,
+        cmpoll: None,
+        _alloy: KillOnDrop(alloy_child),
+        _prometheus: prometheus,
+        alloy_port,
+        prometheus_port,
+        out: out.clone(),
+        logs,
+    };
+    s.eventually("Alloy is ready", SOON, || {
+        crate::util::tools::curl(&format!("http://127.0.0.1:{alloy_port}/-/ready"))
+            .is_some_and(|(code, _)| code == 200)
+    });
+    let d = Daemon::start(c, &daemon_args);
+    d.batch(SOON);
+    s.cmpoll = Some(d);
+    s
+}
+
+/// Two teams write the same component labels (`prometheus.exporter.self "default"`,
+/// `prometheus.scrape "default"`): each module is its own declare block, so both load and
+/// both deliver through the offered `receiver`. The platform offers `receiver` and
+/// `clustered`: team-a declares both (`clustered` optional), team-b only `receiver`,
+/// team-c (exports only) none — an offered argument a module does not use is no error,
+/// and its exports are ignored. One instance per ConfigMap, named after it.
+#[test]
+fn two_teams_modules_with_the_same_labels_run_side_by_side() {
+    let Some(alloy) = alloy_bin() else { return };
+    let port = free_port();
+    let a = scrape_module(
+        "team-a",
+        port,
+        "argument \"clustered\" {\n  optional = true\n  default  = false\n}\n",
+    );
+    let b = scrape_module("team-b", port, "");
+    let c = "export \"answer\" {\n  value = 42\n}\n";
+    let s = stack(
+        &alloy,
+        port,
+        &[
+            ("team-a", "web", &a),
+            ("team-b", "web", &b),
+            ("team-c", "only-exports", c),
+        ],
+    );
+    let want = healthy(&[
+        "prometheus.remote_write.default",
+        "team_a_S_web.module",
+        "team_b_S_web.module",
+        "team_c_S_only_exports.module",
+    ]);
+    s.eventually("every module is a component of its own", SOON, || {
+        components(s.alloy_port, None) == want
+    });
+    for m in ["team_a_S_web.module", "team_b_S_web.module"] {
+        assert_eq!(
+            components(s.alloy_port, Some(m)),
+            healthy(&["prometheus.scrape.default"]),
+            "{m}: the same labels, in its own scope"
+        );
+    }
+    s.eventually(
+        "both teams' samples reach the root's remote write",
+        Duration::from_secs(60),
+        || jobs(s.prometheus_port) == ["team-a", "team-b"],
+    );
+    // What was written: one file per ConfigMap, its arguments only the declared ones.
+    let written = std::fs::read_to_string(s.out.join("team-b.web.alloy")).unwrap();
+    assert!(
+        written.contains("declare \"team_b_S_web\" {")
+            && written.contains(
+                "team_b_S_web \"module\" {\n  receiver = prometheus.remote_write.default.receiver\n}"
+            ),
+        "{written}"
+    );
+    let written = std::fs::read_to_string(s.out.join("team-a.web.alloy")).unwrap();
+    assert!(written.contains("  clustered = false\n"), "{written}");
+    let written = std::fs::read_to_string(s.out.join("team-c.only-exports.alloy")).unwrap();
+    assert!(!written.contains("receiver ="), "{written}");
+}
+
+/// A module with a syntax error, and one that requires an argument the platform does not
+/// offer, are rejected by Alloy's own validate (its message in the `rejected` event) and
+/// never reach Alloy's folder; the others keep running and scraping. An update and a
+/// removal reach Alloy through `/-/reload`. A restart of Alloy loads the folder as it is.
+#[test]
+fn a_broken_module_is_rejected_alone_and_the_others_keep_running() {
+    let Some(alloy) = alloy_bin() else { return };
+    let port = free_port();
+    let good = scrape_module("team-a", port, "");
+    let s = stack(
+        &alloy,
+        port,
+        &[
+            ("team-a", "web", &good),
+            ("team-b", "web", &scrape_module("team-b", port, "")),
+        ],
+    );
+    let d = s.cmpoll.as_ref().unwrap();
+    s.eventually("team-a and team-b run", SOON, || {
+        components(s.alloy_port, None).len() == 3
+    });
+    // A syntax error.
+    s.server.put(
+        labelled("team-c", "broken")
+            .data("module.alloy", "prometheus.scrape \"x\" {\n  targets = [\n"),
+    );
+    let b = d.batch(SOON);
+    let rejected = b.iter().find(|e| e["type"] == "rejected").unwrap();
+    assert_eq!(rejected["module"], "team-c/broken");
+    let reason = rejected["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("module.alloy:") && reason.contains("expected"),
+        "Alloy's words: {reason}"
+    );
+    // A required argument nobody offers.
+    s.server.put(labelled("team-d", "needs-tenant").data(
+        "module.alloy",
+        &format!(
+            "argument \"tenant\" {{ }}\n{}",
+            scrape_module("team-d", port, "")
+        ),
+    ));
+    let b = d.batch(SOON);
+    let rejected = b.iter().find(|e| e["type"] == "rejected").unwrap();
+    assert_eq!(rejected["module"], "team-d/needs-tenant");
+    let reason = rejected["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("missing required attribute \"tenant\""),
+        "{reason}"
+    );
+    assert!(!s.out.join("team-c.broken.alloy").exists());
+    assert!(!s.out.join("team-d.needs-tenant.alloy").exists());
+    // An update: team-b moves to another job; a removal: team-a goes.
+    s.server
+        .put(labelled("team-b", "web").data("module.alloy", &scrape_module("team-b-v2", port, "")));
+    s.server.delete("team-a", "web");
+    s.eventually("the update and the removal reach Alloy", SOON, || {
+        components(s.alloy_port, None)
+            == healthy(&["prometheus.remote_write.default", "team_b_S_web.module"])
+    });
+    s.eventually(
+        "team-b-v2's samples arrive, the broken modules never blocked anything",
+        Duration::from_secs(60),
+        || jobs(s.prometheus_port).contains(&"team-b-v2".to_string()),
+    );
+    // A restart of Alloy on the folder as cmpoll left it: it loads.
+    let port = free_port();
+    let mut again = KillOnDrop(
+        Command::new(&alloy)
+            .arg("run")
+            .arg(format!("--server.http.listen-addr=127.0.0.1:{port}"))
+            .arg(format!(
+                "--storage.path={}",
+                s.logs.join("alloy-data-2").display()
+            ))
+            .arg(&s.out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    s.eventually("a fresh Alloy loads the folder", SOON, || {
+        crate::util::tools::curl(&format!("http://127.0.0.1:{port}/-/ready"))
+            .is_some_and(|(code, _)| code == 200)
+    });
+    let _ = again.0.kill();
+}
