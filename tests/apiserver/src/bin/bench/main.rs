@@ -15,6 +15,7 @@
 //! full lists and `--metadata-first`, and RSS after 10 and after 100 polls. Timing lives
 //! here, never in the test suite.
 
+mod apifleet;
 #[path = "../common/mod.rs"]
 mod common;
 mod crossover;
@@ -46,6 +47,12 @@ struct Args {
     dashboards: usize,
     /// The k8s-sidecar part's quiet spell, in seconds.
     quiet: u64,
+    /// The apiserver-fleet part: instances per contender, ConfigMaps, phase length (s),
+    /// contenders (names containing one of these; all when empty).
+    fleet_sizes: Vec<usize>,
+    fleet_objects: Vec<usize>,
+    phase: u64,
+    contenders: Vec<String>,
 }
 
 fn parse_count(s: &str) -> usize {
@@ -69,6 +76,10 @@ fn args() -> Args {
         outdir_sizes: vec![10_000, 100_000],
         dashboards: 300,
         quiet: 60,
+        fleet_sizes: vec![10, 100, 300],
+        fleet_objects: vec![100, 1000],
+        phase: 30,
+        contenders: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -84,9 +95,13 @@ fn args() -> Args {
             "--outdir-sizes" => a.outdir_sizes = v.split(',').map(parse_count).collect(),
             "--dashboards" => a.dashboards = v.parse().expect("--dashboards N"),
             "--quiet" => a.quiet = v.parse().expect("--quiet SECONDS"),
+            "--fleet-sizes" => a.fleet_sizes = v.split(',').map(parse_count).collect(),
+            "--fleet-objects" => a.fleet_objects = v.split(',').map(parse_count).collect(),
+            "--phase" => a.phase = v.parse().expect("--phase SECONDS"),
+            "--contenders" => a.contenders = v.split(',').map(str::to_string).collect(),
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,latency] [--outdir-sizes 10k,100k] [--baseline PATH] [--dashboards 300] [--quiet 60]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer']"
                 );
                 std::process::exit(2);
             }
@@ -590,6 +605,19 @@ fn main() {
                 dashboards: a.dashboards,
                 quiet: Duration::from_secs(a.quiet),
                 changes: 10,
+            },
+        );
+        println!();
+    }
+    // Long (minutes per contender): only when asked for by name.
+    if a.only.iter().any(|o| o == "apiserver-fleet") {
+        apifleet::run(
+            &cmpoll,
+            &apifleet::Plan {
+                instances: a.fleet_sizes.clone(),
+                objects: a.fleet_objects.clone(),
+                phase: Duration::from_secs(a.phase),
+                contenders: a.contenders.clone(),
             },
         );
         println!();

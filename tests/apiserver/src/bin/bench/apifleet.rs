@@ -1,0 +1,625 @@
+//! What an agent fleet costs the apiserver (issue 31): N instances of one contender
+//! against the real kube-apiserver (tests/kube) holding M labelled ConfigMaps of 2 KiB,
+//! measured on the apiserver's side, phase by phase:
+//!
+//! - **sync**: the fleet starts and every instance has the ConfigMaps;
+//! - **churn**: one ConfigMap changes every second;
+//! - **idle**: nothing changes;
+//! - **restart**: the apiserver is killed and started again on the same etcd; every
+//!   instance finds it again (relists, rewatches, polls).
+//!
+//! For each phase: the apiserver's CPU (its `/proc`, which `process_cpu_seconds_total`
+//! agrees with), its resident memory at the end, the bytes it sent
+//! (`apiserver_response_sizes_sum`: lists and gets; a watch's events are not in it), its
+//! LISTs and GETs (`apiserver_request_total`) and the fleet's watches open at the end
+//! (`apiserver_longrunning_requests{verb="WATCH"}` less the apiserver's own), and, after
+//! the phase, the time until every instance has seen one more change (a `marker`
+//! ConfigMap). Each contender gets a freshly restarted apiserver, so that memory and
+//! counters are its own. Every instance authenticates as the same service account (a
+//! DaemonSet's pods share one), with `list`, `watch` and `get` on ConfigMaps: API Priority
+//! and Fairness treats the fleet as the workload it is.
+//!
+//! Contenders: cmpoll (`--list-mode auto` and `full`; the default 30 s interval and 5 s),
+//! a client-go SharedInformer (tests/kube/informer), and k8s-sidecar 2.10.1 in its
+//! default watch mode and with `METHOD=SLEEP` where `K8S_SIDECAR=DIR` names its source and
+//! virtualenv (kept outside the repository; without it, a line says it is skipped).
+//! The per-instance figures are measured; the 5,000-instance column multiplies them, and
+//! says so.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use test_apiserver::real::{RealApiserver, User, built, metric_sum};
+
+use super::mib;
+
+pub struct Plan {
+    pub instances: Vec<usize>,
+    pub objects: Vec<usize>,
+    pub phase: Duration,
+    /// Only contenders whose name contains one of these (all when empty).
+    pub contenders: Vec<String>,
+}
+
+const NAMESPACES: usize = 10;
+const BYTES: usize = 2048;
+/// k8s-sidecar instances at most (Python, ~80 MiB each).
+const MAX_SIDECARS: usize = 30;
+
+#[derive(Clone)]
+enum Who {
+    /// No agents: what the churn, the harness and the apiserver itself cost (subtracted
+    /// from every contender's per-agent figures).
+    Nobody,
+    Cmpoll {
+        bin: PathBuf,
+        mode: &'static str,
+        interval: &'static str,
+    },
+    Informer(PathBuf),
+    Sidecar {
+        dir: PathBuf,
+        method: &'static str,
+    },
+}
+
+impl Who {
+    fn name(&self) -> String {
+        match self {
+            Who::Nobody => "no agents (floor)".into(),
+            Who::Cmpoll { mode, interval, .. } => format!("cmpoll {mode} {interval}"),
+            Who::Informer(_) => "client-go informer".into(),
+            Who::Sidecar { method, .. } => format!("k8s-sidecar {method}"),
+        }
+    }
+}
+
+/// One instance: its process, and when it saw the marker change.
+struct Instance {
+    child: Child,
+    seen: Arc<Mutex<Vec<Instant>>>,
+    synced: Arc<Mutex<bool>>,
+    folder: Option<PathBuf>,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the apiserver reports at one moment.
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    cpu: f64,
+    rss_kib: u64,
+    bytes: f64,
+    lists: f64,
+    gets: f64,
+    watches_open: f64,
+}
+
+fn sample(api: &RealApiserver) -> Sample {
+    let text = api.metrics();
+    let (cpu, rss_kib) = super::proc_usage(api.apiserver_pid());
+    let verb = |v: &str| metric_sum(&text, "apiserver_request_total", &[("verb", v)]);
+    Sample {
+        cpu,
+        rss_kib,
+        bytes: metric_sum(&text, "apiserver_response_sizes_sum", &[]),
+        lists: verb("LIST"),
+        gets: verb("GET"),
+        watches_open: metric_sum(
+            &text,
+            "apiserver_longrunning_requests",
+            &[("verb", "WATCH")],
+        ),
+    }
+}
+
+/// A phase's cost: `b` minus `a` over `secs`.
+struct Cost {
+    millicores: f64,
+    rss_kib: u64,
+    bytes_per_s: f64,
+    lists_per_s: f64,
+    gets_per_s: f64,
+    watches_open: f64,
+    /// Until every instance saw the change after the phase (None: not all did).
+    seen_after: Option<f64>,
+}
+
+fn cost(a: Sample, b: Sample, secs: f64) -> Cost {
+    Cost {
+        millicores: (b.cpu - a.cpu) / secs * 1000.0,
+        rss_kib: b.rss_kib,
+        bytes_per_s: (b.bytes - a.bytes) / secs,
+        lists_per_s: (b.lists - a.lists) / secs,
+        gets_per_s: (b.gets - a.gets) / secs,
+        watches_open: b.watches_open,
+        seen_after: None,
+    }
+}
+
+fn object(i: usize, round: usize) -> serde_json::Value {
+    let ns = format!("fleet-{}", i % NAMESPACES);
+    let name = if i == usize::MAX {
+        "marker".to_string()
+    } else {
+        format!("module-{i}")
+    };
+    let ns = if i == usize::MAX {
+        "fleet-0".into()
+    } else {
+        ns
+    };
+    let body = format!("{round:08}{}", "x".repeat(BYTES - 8));
+    // Keys differ between objects: k8s-sidecar writes every key into one folder.
+    let key = if i == usize::MAX {
+        "marker.txt".to_string()
+    } else {
+        format!("module-{i}.txt")
+    };
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": {"cmpoll.io/module": "true"}},
+        "data": {key: body},
+    })
+}
+
+fn apply(api: &RealApiserver, items: Vec<serde_json::Value>) {
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    api.ok_in(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=bench",
+            "-f",
+            "-",
+        ],
+        Some(&list.to_string()),
+    );
+}
+
+/// The fleet's service account and a kubeconfig with its token.
+fn account(api: &RealApiserver) -> PathBuf {
+    let mut items = vec![serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "fleet-agents"}})];
+    items.push(
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "agent", "namespace": "fleet-agents"}}),
+    );
+    items.push(serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole", "metadata": {"name": "fleet-agent"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch", "get"]}]}));
+    items.push(serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding", "metadata": {"name": "fleet-agent"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "fleet-agent"},
+        "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": "fleet-agents"}]}));
+    for n in 0..NAMESPACES {
+        items.insert(
+            0,
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": format!("fleet-{n}")}}),
+        );
+    }
+    apply(api, items);
+    let token = api.token("fleet-agents", "agent", "24h");
+    api.write_kubeconfig("fleet-agent.kubeconfig", &User::Token(token))
+}
+
+fn launch(who: &Who, kubeconfig: &Path, dir: &Path, i: usize) -> Instance {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let synced = Arc::new(Mutex::new(false));
+    let mut folder = None;
+    let mut cmd = match who {
+        Who::Cmpoll {
+            bin,
+            mode,
+            interval,
+        } => {
+            let mut c = Command::new(bin);
+            c.args([
+                "run",
+                "--stdout-events",
+                "--list-mode",
+                mode,
+                "--interval",
+                interval,
+            ]);
+            c
+        }
+        Who::Informer(bin) => Command::new(bin),
+        Who::Nobody => unreachable!("no instances"),
+        Who::Sidecar { dir: sc, method } => {
+            let f = dir.join(format!("sidecar-{i}"));
+            std::fs::create_dir_all(&f).expect("mkdir");
+            let mut c = Command::new(sc.join("venv/bin/python"));
+            c.arg("-u")
+                .arg("sidecar.py")
+                .current_dir(sc.join("src"))
+                .env("LABEL", "cmpoll.io/module")
+                .env("LABEL_VALUE", "true")
+                .env("FOLDER", &f)
+                .env("RESOURCE", "configmap")
+                .env("NAMESPACE", "ALL")
+                .env("METHOD", method)
+                .env("SLEEP_TIME", "30")
+                .env("HEALTH_PORT", "0")
+                .env("LOG_LEVEL", "WARNING");
+            folder = Some(f);
+            c
+        }
+    };
+    cmd.env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn a contender");
+    let stdout = child.stdout.take().expect("stdout");
+    let (s, y) = (seen.clone(), synced.clone());
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line == "synced" || line.starts_with("{\"type\":\"synced\"") {
+                *y.lock().expect("lock") = true;
+            }
+            if line.contains("fleet-0/marker")
+                && (line.contains("updated") || line.contains("added"))
+            {
+                s.lock().expect("lock").push(Instant::now());
+            }
+        }
+    });
+    Instance {
+        child,
+        seen,
+        synced,
+        folder,
+    }
+}
+
+/// k8s-sidecar writes files, it prints nothing: its marker is the file's content.
+fn sidecar_saw(inst: &Instance, round: usize) -> bool {
+    inst.folder.as_ref().is_some_and(|f| {
+        std::fs::read(f.join("marker.txt"))
+            .is_ok_and(|b| b.starts_with(format!("{round:08}").as_bytes()))
+    })
+}
+
+/// Changes the marker to `round`; seconds until every instance saw it (at most `limit`).
+fn marker_delay(
+    api: &RealApiserver,
+    fleet: &[Instance],
+    round: usize,
+    limit: Duration,
+) -> Option<f64> {
+    let at = Instant::now();
+    apply(api, vec![object(usize::MAX, round)]);
+    let mut last: Vec<Option<Instant>> = vec![None; fleet.len()];
+    while at.elapsed() < limit {
+        for (i, inst) in fleet.iter().enumerate() {
+            if last[i].is_some() {
+                continue;
+            }
+            let seen = if inst.folder.is_some() {
+                sidecar_saw(inst, round).then(Instant::now)
+            } else {
+                inst.seen
+                    .lock()
+                    .expect("lock")
+                    .iter()
+                    .copied()
+                    .find(|t| *t >= at)
+            };
+            last[i] = seen;
+        }
+        if last.iter().all(Option::is_some) {
+            return last
+                .iter()
+                .flatten()
+                .map(|t| t.duration_since(at).as_secs_f64())
+                .reduce(f64::max);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+struct Row {
+    who: String,
+    /// The apiserver's own open watches before the fleet started (and after a restart).
+    own_watches: f64,
+    instances: usize,
+    objects: usize,
+    phases: Vec<(&'static str, Cost)>,
+    sync_secs: f64,
+}
+
+fn run_one(api: &RealApiserver, kc: &Path, who: &Who, n: usize, m: usize, plan: &Plan) -> Row {
+    // A fresh apiserver process: its memory and counters are this contender's.
+    api.stop_apiserver();
+    api.start_apiserver();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let limit = match who {
+        Who::Nobody => Duration::ZERO,
+        Who::Cmpoll {
+            interval: "30s", ..
+        } => Duration::from_secs(45),
+        _ => Duration::from_secs(40),
+    };
+    let s0 = sample(api);
+    let own_watches = s0.watches_open;
+    let t0 = Instant::now();
+    let fleet: Vec<Instance> = (0..n).map(|i| launch(who, kc, dir.path(), i)).collect();
+    // Synced: every instance has the ConfigMaps (k8s-sidecar: the marker's file).
+    while t0.elapsed() < Duration::from_secs(120) {
+        let all = fleet.iter().all(|f| {
+            if f.folder.is_some() {
+                f.folder
+                    .as_ref()
+                    .is_some_and(|d| d.join("marker.txt").exists())
+            } else {
+                *f.synced.lock().expect("lock")
+            }
+        });
+        if all {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sync_secs = t0.elapsed().as_secs_f64();
+    let mut phases = Vec::new();
+    let mut s1 = sample(api);
+    phases.push(("sync", cost(s0, s1, sync_secs.max(0.001))));
+    // Churn: one ConfigMap a second.
+    let start = Instant::now();
+    let mut k = 0;
+    while start.elapsed() < plan.phase {
+        apply(api, vec![object(k % m, 1 + k / m)]);
+        k += 1;
+        let next = Duration::from_secs(k as u64);
+        if let Some(wait) = next.checked_sub(start.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+    let s2 = sample(api);
+    let mut c = cost(s1, s2, start.elapsed().as_secs_f64());
+    c.seen_after = marker_delay(api, &fleet, 1, limit);
+    phases.push(("churn", c));
+    // Idle.
+    s1 = sample(api);
+    let start = Instant::now();
+    std::thread::sleep(plan.phase);
+    let s2 = sample(api);
+    let mut c = cost(s1, s2, start.elapsed().as_secs_f64());
+    c.seen_after = marker_delay(api, &fleet, 2, limit);
+    phases.push(("idle", c));
+    // Restart: killed, started on the same etcd; the new process's counters from zero.
+    api.stop_apiserver();
+    api.start_apiserver();
+    let start = Instant::now();
+    let s1 = Sample::default();
+    std::thread::sleep(plan.phase);
+    let s2 = sample(api);
+    let mut c = cost(s1, s2, start.elapsed().as_secs_f64());
+    c.seen_after = marker_delay(api, &fleet, 3, limit);
+    phases.push(("restart", c));
+    drop(fleet);
+    Row {
+        who: who.name(),
+        own_watches,
+        instances: n,
+        objects: m,
+        phases,
+        sync_secs,
+    }
+}
+
+fn print(rows: &[Row]) {
+    println!(
+        "{:<20} {:>4} {:>5} {:<8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>9} {:>22}",
+        "contender",
+        "N",
+        "M",
+        "phase",
+        "apiCPU",
+        "apiRSS",
+        "sent/s",
+        "LIST/s",
+        "GET/s",
+        "watch",
+        "all saw",
+        "per agent over floor"
+    );
+    let floor = |r: &Row, phase: &str| {
+        rows.iter()
+            .find(|f| f.who == Who::Nobody.name() && f.objects == r.objects)
+            .and_then(|f| f.phases.iter().find(|(p, _)| *p == phase))
+            .map(|(_, c)| (c.millicores, c.bytes_per_s, c.rss_kib))
+            .unwrap_or((0.0, 0.0, 0))
+    };
+    for r in rows {
+        for (phase, c) in &r.phases {
+            let seen = match (*phase, c.seen_after) {
+                ("sync", _) => format!("{:.2}s", r.sync_secs),
+                (_, Some(s)) => format!("{s:.2}s"),
+                (_, None) => "-".into(),
+            };
+            let (fc, fb, fr) = floor(r, phase);
+            let n = r.instances.max(1) as f64;
+            let per = if r.instances == 0 {
+                String::new()
+            } else if *phase == "sync" {
+                // CPU-seconds per agent to get every instance its first copy.
+                format!("{:.3} CPU-s", c.millicores * r.sync_secs / 1000.0 / n)
+            } else {
+                format!(
+                    "{:.2}m {}/s {}",
+                    (c.millicores - fc) / n,
+                    super::mb(((c.bytes_per_s - fb).max(0.0) / n) as u64),
+                    if c.rss_kib > fr {
+                        format!("+{}", mib((c.rss_kib - fr) / r.instances as u64))
+                    } else {
+                        "+0".into()
+                    }
+                )
+            };
+            println!(
+                "{:<20} {:>4} {:>5} {:<8} {:>8.0}m {:>9} {:>9} {:>7.2} {:>6.2} {:>6.0} {:>9} {:>22}",
+                r.who,
+                r.instances,
+                r.objects,
+                phase,
+                c.millicores,
+                mib(c.rss_kib),
+                super::mb(c.bytes_per_s as u64),
+                c.lists_per_s,
+                c.gets_per_s,
+                (c.watches_open - r.own_watches).max(0.0),
+                seen,
+                per,
+            );
+        }
+    }
+    println!();
+    println!(
+        "extrapolated to a 5,000-node DaemonSet: the floor plus 5,000 × the measured per-agent figures of the largest N (memory not extrapolated)"
+    );
+    println!(
+        "{:<20} {:>5} {:<8} {:>12} {:>12} {:>10} {:>10}",
+        "contender", "M", "phase", "apiCPU", "sent/s", "LIST/s", "watches"
+    );
+    let mut largest: Vec<&Row> = Vec::new();
+    for r in rows.iter().filter(|r| r.instances > 0) {
+        match largest
+            .iter_mut()
+            .find(|l| l.who == r.who && l.objects == r.objects)
+        {
+            Some(l) if l.instances < r.instances => *l = r,
+            Some(_) => {}
+            None => largest.push(r),
+        }
+    }
+    for r in largest {
+        let f = 5000.0 / r.instances as f64;
+        for (phase, c) in &r.phases {
+            if *phase == "sync" {
+                continue;
+            }
+            let (fc, fb, _) = floor(r, phase);
+            println!(
+                "{:<20} {:>5} {:<8} {:>9.2} cores {:>12} {:>10.1} {:>10.0}",
+                r.who,
+                r.objects,
+                phase,
+                (fc + (c.millicores - fc) * f) / 1000.0,
+                super::mb((fb + (c.bytes_per_s - fb) * f).max(0.0) as u64),
+                c.lists_per_s * f,
+                (c.watches_open - r.own_watches).max(0.0) * f,
+            );
+        }
+    }
+}
+
+pub fn run(cmpoll: &Path, plan: &Plan) {
+    println!(
+        "== what an agent fleet costs the real kube-apiserver: {:?} instances × {:?} ConfigMaps of {BYTES} B, phases of {}s ==",
+        plan.instances,
+        plan.objects,
+        plan.phase.as_secs()
+    );
+    if !built() {
+        println!("skipped: the real apiserver is not built (tests/kube/build.sh)");
+        return;
+    }
+    let informer = test_apiserver::real::bin_dir().join("informer");
+    let mut who = vec![
+        Who::Nobody,
+        Who::Cmpoll {
+            bin: cmpoll.into(),
+            mode: "auto",
+            interval: "30s",
+        },
+        Who::Cmpoll {
+            bin: cmpoll.into(),
+            mode: "full",
+            interval: "30s",
+        },
+        Who::Cmpoll {
+            bin: cmpoll.into(),
+            mode: "auto",
+            interval: "5s",
+        },
+        Who::Cmpoll {
+            bin: cmpoll.into(),
+            mode: "full",
+            interval: "5s",
+        },
+    ];
+    if informer.exists() {
+        who.push(Who::Informer(informer));
+    } else {
+        println!(
+            "skipped: the client-go informer (tests/kube/build.sh builds tests/kube/bin/informer)"
+        );
+    }
+    match std::env::var_os("K8S_SIDECAR").map(PathBuf::from) {
+        Some(dir) if dir.join("venv/bin/python").exists() => {
+            who.push(Who::Sidecar {
+                dir: dir.clone(),
+                method: "WATCH",
+            });
+            who.push(Who::Sidecar {
+                dir,
+                method: "SLEEP",
+            });
+        }
+        _ => println!(
+            "skipped: k8s-sidecar (set K8S_SIDECAR to a folder with its source in src/ and a virtualenv in venv/, kept outside the repository)"
+        ),
+    }
+    who.retain(|w| {
+        matches!(w, Who::Nobody)
+            || plan.contenders.is_empty()
+            || plan
+                .contenders
+                .iter()
+                .any(|c| w.name().contains(c.as_str()))
+    });
+    let api = RealApiserver::start();
+    let kc = account(&api);
+    let mut rows = Vec::new();
+    let mut loaded = 0;
+    for &m in &plan.objects {
+        if m > loaded {
+            for chunk in (loaded..m).collect::<Vec<_>>().chunks(200) {
+                apply(&api, chunk.iter().map(|&i| object(i, 0)).collect());
+            }
+            loaded = m;
+        }
+        // The marker, in every phase's last change (round 0 now).
+        apply(&api, vec![object(usize::MAX, 0)]);
+        for w in &who {
+            let sizes: Vec<usize> = match w {
+                Who::Nobody => vec![0],
+                _ => plan.instances.clone(),
+            };
+            for n in sizes {
+                let n = if matches!(w, Who::Sidecar { .. }) {
+                    n.min(MAX_SIDECARS)
+                } else {
+                    n
+                };
+                eprintln!("  {} × {n}, {m} ConfigMaps…", w.name());
+                rows.push(run_one(&api, &kc, w, n, m, plan));
+            }
+        }
+    }
+    print(&rows);
+}
