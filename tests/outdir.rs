@@ -814,8 +814,9 @@ fn a_kill_at_either_grouped_sync_is_recovered_exactly() {
 /// Issue 29: state.json is held smaller in memory and written without indentation; what
 /// a released cmpoll (11f9bac) wrote is still read. The fixtures are the output folders
 /// that binary wrote for k8s/examples in each layout (`cmpoll run --once --manifests
-/// k8s/examples --out-dir tests/fixtures/outdir-11f9bac/LAYOUT --layout LAYOUT`); today's
-/// binary takes them over without rewriting a module, and keeps their hashes.
+/// k8s/examples --out-dir tests/fixtures/outdir-11f9bac/LAYOUT --layout LAYOUT`), and the
+/// examples as they were then (`manifests/`); today's binary takes them over without
+/// rewriting a module, and keeps their hashes.
 #[test]
 fn a_folder_written_by_the_released_binary_is_taken_over_unchanged() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -845,7 +846,9 @@ fn a_folder_written_by_the_released_binary_is_taken_over_unchanged() {
             "run",
             "--once",
             "--manifests",
-            root.join("k8s/examples").to_str().unwrap(),
+            root.join("tests/fixtures/outdir-11f9bac/manifests")
+                .to_str()
+                .unwrap(),
             "--out-dir",
             out.to_str().unwrap(),
             "--layout",

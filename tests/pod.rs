@@ -482,11 +482,23 @@ fn start_pod(server: &TestApiserver, objects: &[Value], deployment: &Value, dir:
         k.mounts.remove(path);
     }
     for (container, path, file) in &subpaths {
-        let (parent, folder) = (own[container].iter())
+        let parent = (own[container].iter())
             .filter(|(p, _)| path.starts_with(&format!("{p}/")))
-            .max_by_key(|(p, _)| p.len())
-            .unwrap_or_else(|| panic!("{container}: subPath mount {path} is in no mounted folder"));
-        std::fs::copy(file, folder.join(&path[parent.len() + 1..])).unwrap();
+            .max_by_key(|(p, _)| p.len());
+        match parent {
+            Some((parent, folder)) => {
+                std::fs::copy(file, folder.join(&path[parent.len() + 1..])).unwrap();
+            }
+            // A file into the image's own folders (Grafana's grafana.ini): the path
+            // names its volume's folder, as any mount's does.
+            None => {
+                let vol = file.parent().unwrap().to_path_buf();
+                own.get_mut(container)
+                    .unwrap()
+                    .insert(path.clone(), vol.clone());
+                k.mounts.entry(path.clone()).or_insert(vol);
+            }
+        }
     }
     // Mounted configuration files name mount paths too (prometheus.yml's rule_files).
     for dir in k.volumes.values() {
