@@ -239,9 +239,14 @@ fn launch(who: &Who, kubeconfig: &Path, dir: &Path, i: usize) -> Instance {
         Who::Sidecar { dir: sc, method } => {
             let f = dir.join(format!("sidecar-{i}"));
             std::fs::create_dir_all(&f).expect("mkdir");
-            let mut c = Command::new(sc.join("venv/bin/python"));
-            c.arg("-u")
-                .arg("sidecar.py")
+            // k8s-sidecar opens the service account's namespace file even off-cluster:
+            // a private mount namespace gives it one (as the sidecar part does; root).
+            let mut c = Command::new("unshare");
+            c.args(["-m", "--propagation", "private", "sh", "-c"])
+                .arg(
+                    "mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && echo -n fleet-agents > /run/secrets/kubernetes.io/serviceaccount/namespace && exec \"$0\" -u sidecar.py",
+                )
+                .arg(sc.join("venv/bin/python"))
                 .current_dir(sc.join("src"))
                 .env("LABEL", "cmpoll.io/module")
                 .env("LABEL_VALUE", "true")
