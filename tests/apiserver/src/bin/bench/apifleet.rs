@@ -157,7 +157,18 @@ fn object(i: usize, round: usize) -> serde_json::Value {
     } else {
         ns
     };
-    let body = format!("{round:08}{}", "x".repeat(BYTES - 8));
+    // Bytes that do not compress away (the apiserver gzips what cmpoll accepts gzipped):
+    // a deterministic pseudo-random text per object and round.
+    let mut x = (i as u64 ^ 0x9e37_79b9_7f4a_7c15).wrapping_mul(round as u64 + 1) | 1;
+    let noise: String = (0..BYTES - 8)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[(x % 36) as usize])
+        })
+        .collect();
+    let body = format!("{round:08}{noise}");
     // Keys differ between objects: k8s-sidecar writes every key into one folder.
     let key = if i == usize::MAX {
         "marker.txt".to_string()
