@@ -102,16 +102,18 @@ pub fn run(opts: Options) -> Result<(), Error> {
                     continue;
                 }
                 active.fetch_add(1, Ordering::Relaxed);
-                let (hook, config, active) = (hook.clone(), config.clone(), active.clone());
+                let (hook, config, slot) = (hook.clone(), config.clone(), active.clone());
                 let spawned = std::thread::Builder::new()
                     .name("webhook".into())
                     .spawn(move || {
                         if let Err(e) = connection(stream, config, &hook) {
                             log::debug!("connection from {peer}: {e}");
                         }
-                        active.fetch_sub(1, Ordering::Relaxed);
+                        slot.fetch_sub(1, Ordering::Relaxed);
                     });
                 if let Err(e) = spawned {
+                    // The connection was dropped with the closure: it holds no slot.
+                    active.fetch_sub(1, Ordering::Relaxed);
                     log::warn!("cannot serve {peer}: {e}");
                 }
             }
