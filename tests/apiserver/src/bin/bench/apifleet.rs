@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use test_apiserver::real::{RealApiserver, User, built, metric_sum};
 
 use super::mib;
+use super::sidecar::apply;
 
 pub struct Plan {
     pub instances: Vec<usize>,
@@ -180,21 +181,6 @@ fn object(i: usize, round: usize) -> serde_json::Value {
         "metadata": {"name": name, "namespace": ns, "labels": {"cmpoll.io/module": "true"}},
         "data": {key: body},
     })
-}
-
-fn apply(api: &RealApiserver, items: Vec<serde_json::Value>) {
-    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
-    api.ok_in(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=bench",
-            "-f",
-            "-",
-        ],
-        Some(&list.to_string()),
-    );
 }
 
 /// The fleet's service account and a kubeconfig with its token.

@@ -134,7 +134,7 @@ fn configmap(ns: &str, name: &str, key: &str, text: &str) -> serde_json::Value {
 }
 
 /// Server-side apply, as one List: no last-applied annotation to double each object.
-fn apply(api: &RealApiserver, items: Vec<serde_json::Value>) {
+pub(super) fn apply(api: &RealApiserver, items: Vec<serde_json::Value>) {
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
     api.ok_in(
         &[
