@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::fetch::Fetcher;
+use crate::ledger::Ledger;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::poll::PollStats;
@@ -33,10 +34,12 @@ pub struct Delivery {
     pub sinks: Vec<Box<dyn Sink>>,
     /// Batches so far (the first one always reaches the sinks).
     batches: u64,
-    /// Modules held back (`rejected`), by the hash held back.
-    rejected: HashMap<String, Hash>,
+    /// Modules held back (`rejected`): the hash held back, and why.
+    rejected: HashMap<String, (Hash, String)>,
     /// `--report-events`.
     reporter: Option<Reporter>,
+    /// `/status`.
+    ledger: Option<Arc<Mutex<Ledger>>>,
     health: Arc<Mutex<Health>>,
     metrics: Arc<Mutex<Metrics>>,
 }
@@ -55,6 +58,7 @@ impl Delivery {
             batches: 0,
             rejected: HashMap::new(),
             reporter: None,
+            ledger: None,
             health,
             metrics,
         }
@@ -63,6 +67,16 @@ impl Delivery {
     /// Reports rejections, acceptances and write failures as Kubernetes Events.
     pub fn reporting(mut self, reporter: Option<Reporter>) -> Delivery {
         self.reporter = reporter;
+        self
+    }
+
+    /// Records what the sinks hold, and why, in `ledger` (`/status`).
+    pub fn recording(mut self, ledger: Option<Arc<Mutex<Ledger>>>) -> Delivery {
+        if let Some(l) = &ledger {
+            let names = self.sinks.iter().map(|s| s.name().to_string()).collect();
+            l.lock().unwrap_or_else(|p| p.into_inner()).sinks(names);
+        }
+        self.ledger = ledger;
         self
     }
 
@@ -97,7 +111,7 @@ impl Delivery {
         // The first batch has every module as added (the output folder reconciles with
         // it), whatever the store was seeded with (a rejected module's last good version).
         let empty = Snapshot::default();
-        let (synced, kept, unwritten) = {
+        let (synced, kept, unwritten, write_failed) = {
             let (current, spool) = (&store.snapshot, &store.spool);
             let base = if first { &empty } else { current };
             let mut going = self.screen(base, current, spool, &next, first, unfetched);
@@ -110,7 +124,7 @@ impl Delivery {
                 );
                 // A module gone from the cluster is no longer held back.
                 self.rejected.retain(|id, _| next.modules.contains_key(id));
-                (None, going.held_back, Vec::new())
+                (None, going.held_back, Vec::new(), Vec::new())
             } else {
                 self.deliver(&mut going, current, spool, &next, number, first)?;
                 let synced = self.settle(current, &next, &mut going, number, stats, took, first);
@@ -119,13 +133,38 @@ impl Delivery {
                     .chain(&going.held_back)
                     .cloned()
                     .collect();
-                (Some(synced), kept, going.unwritten)
+                (Some(synced), kept, going.unwritten, going.write_failed)
             }
         };
+        self.record(&store.snapshot, &next, write_failed);
         store
             .commit(next, &kept, first)
             .map_err(|e| e.to_string())?;
         Ok((synced, unwritten))
+    }
+
+    /// `/status`: the poll's modules (the cluster's content), what is held back and why,
+    /// what a sink could not write and why (`current` has what a failed removal removed).
+    fn record(&self, current: &Snapshot, next: &Snapshot, write_failed: Vec<(String, String)>) {
+        let Some(ledger) = &self.ledger else {
+            return;
+        };
+        let rejected = (self.rejected.iter())
+            .map(|(id, (_, why))| (id.clone(), why.clone()))
+            .collect();
+        let mut unwritten = std::collections::BTreeMap::new();
+        for (id, why) in write_failed {
+            let at = (next.modules.get(&id))
+                .or_else(|| current.modules.get(&id))
+                .map(|e| (e.hash, e.resource_version));
+            // Two sinks that failed: the first one's error.
+            unwritten.entry(id).or_insert((at, why));
+        }
+        (ledger.lock().unwrap_or_else(|p| p.into_inner())).modules(
+            next.modules.clone(),
+            rejected,
+            unwritten,
+        );
     }
 
     /// `--fetch-url-keys`: the `.url` keys of each module added or updated since what the
@@ -237,10 +276,18 @@ impl Delivery {
             spool,
             first,
         };
-        for sink in &mut self.sinks {
+        for (index, sink) in self.sinks.iter_mut().enumerate() {
             let modules = sinks_hold(&[&going.unwritten, &going.held_back], current, next);
             batch.synced = counts(&batch.events, modules, number);
             let outcome = sink.apply(&batch).map_err(|f| f.0)?;
+            if let Some(l) = &self.ledger {
+                (l.lock().unwrap_or_else(|p| p.into_inner())).delivered(
+                    index,
+                    number,
+                    batch.events.len(),
+                    outcome.failed.len(),
+                );
+            }
             // Not written: later sinks do not hear of it, and the snapshot keeps what was
             // there before, so the next poll tries again.
             batch
@@ -404,7 +451,7 @@ fn announce_last_good<'a>(going: &mut Going<'a>, current: &'a Snapshot, id: &str
 /// A sink held `id` back: its event becomes `rejected` (announced and logged once per
 /// content), or goes if this content was already announced.
 fn hold_back(
-    rejected: &mut HashMap<String, Hash>,
+    rejected: &mut HashMap<String, (Hash, String)>,
     events: &mut Vec<Event>,
     id: &str,
     reason: String,
@@ -413,12 +460,12 @@ fn hold_back(
         return;
     };
     let hash = events[i].entry.hash;
-    if rejected.get(id) == Some(&hash) {
+    if rejected.get(id).map(|(h, _)| h) == Some(&hash) {
         events.remove(i);
         return;
     }
     log::warn!("module {id} rejected: {reason}");
-    rejected.insert(id.to_string(), hash);
+    rejected.insert(id.to_string(), (hash, reason.clone()));
     events[i].reject(reason);
 }
 
@@ -469,6 +516,10 @@ mod tests {
     }
 
     impl Sink for Recorder {
+        fn name(&self) -> &'static str {
+            "recorder"
+        }
+
         fn apply(&mut self, b: &Batch) -> Result<Outcome, Fatal> {
             let seen: Vec<String> = b
                 .events

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::backoff::{self, Backoff, Rng};
 use crate::batch::Delivery;
 use crate::error::Error;
+use crate::ledger::Ledger;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::ops::process;
@@ -44,6 +45,8 @@ pub struct Ops {
     pub health: Arc<Mutex<Health>>,
     pub metrics: Arc<Mutex<Metrics>>,
     pub notifier: Notifier,
+    /// `/status`, where `--listen` serves it.
+    pub ledger: Option<Arc<Mutex<Ledger>>>,
 }
 
 /// What the main loop waits for.
@@ -249,6 +252,7 @@ impl Daemon {
         let polled = match done.result {
             Ok(p) => p,
             Err(e) => {
+                self.ledger(|l| l.polled(done.number, done.took, Err(e.to_string())));
                 self.polled_err(&e, done.took);
                 if self.opts.once {
                     return Next::Stop(Err(Error::Runtime(e.to_string())));
@@ -273,6 +277,7 @@ impl Daemon {
             }
         };
         self.last_poll = done.number;
+        self.ledger(|l| l.polled(done.number, done.took, Ok(())));
         self.polled_ok(&store, &stats, synced, done.took);
         self.metrics().write_failures(unwritten.len());
         if self.opts.once {
@@ -306,6 +311,12 @@ impl Daemon {
             return Next::Stop(Err(Error::Runtime(problems.join("; "))));
         }
         Next::Poll(store, self.backoff.after_success())
+    }
+
+    fn ledger(&self, f: impl FnOnce(&mut Ledger)) {
+        if let Some(l) = &self.ops.ledger {
+            f(&mut l.lock().unwrap_or_else(|p| p.into_inner()));
+        }
     }
 
     fn health(&self) -> MutexGuard<'_, Health> {

@@ -27,6 +27,7 @@ pub mod fetch;
 pub mod http;
 pub mod idmap;
 pub mod kube;
+pub mod ledger;
 pub mod list;
 pub mod names;
 pub mod ops;
@@ -37,6 +38,7 @@ pub mod selector;
 pub mod settings;
 pub mod sink;
 pub mod source;
+pub mod status;
 pub mod validate;
 pub mod webhook;
 pub mod words;
@@ -66,6 +68,10 @@ pub fn run(
         ops::logging::init(w.log_format, journal, w.log_level);
         warn_unknown(names);
         return webhook::run(w.webhook);
+    }
+    if let Command::Status(args) = &command {
+        let s = settings::status::settings(args, env)?;
+        return status::run(s, env);
     }
     let settings = Settings::from_args(&command, env)?;
     ops::logging::init(settings.log_format, journal, settings.log_level);
@@ -104,7 +110,27 @@ pub fn run(
                 true => Some(reporter(&settings.source, &metrics, env)?),
                 false => None,
             };
-            daemon(poller, &run, timeout, metrics, in_flight, env, reporter)
+            let resources = settings.source.selection.resources;
+            let ledger = run.listen.map(|_| {
+                let kind = match resources.iter().all(|r| r == source::Resource::Secrets) {
+                    true => "Secret",
+                    false => "ConfigMap",
+                };
+                ledger::Ledger::new(
+                    poller.describe(),
+                    settings.source.selection.labels.as_str().to_string(),
+                    run.daemon.interval,
+                    kind,
+                    ops::health::ReloadOutcomes::default(),
+                )
+            });
+            let parts = Parts {
+                metrics,
+                in_flight,
+                reporter,
+                ledger,
+            };
+            daemon(poller, &run, timeout, parts, env)
         }
     }
 }
@@ -144,18 +170,36 @@ fn reporter(
     .map_err(Error::Config)
 }
 
+/// What `cmpoll run` is made with besides its settings.
+struct Parts {
+    metrics: Metrics,
+    in_flight: InFlight,
+    reporter: Option<report::Reporter>,
+    /// `/status`, with `--listen`.
+    ledger: Option<ledger::Ledger>,
+}
+
 /// `cmpoll run`: the endpoints, the sinks in SPEC's order, and the loop.
 fn daemon(
     poller: Poller,
     run: &RunSettings,
     timeout: std::time::Duration,
-    metrics: Metrics,
-    in_flight: InFlight,
+    parts: Parts,
     env: &dyn Fn(&str) -> Option<String>,
-    reporter: Option<report::Reporter>,
 ) -> Result<(), Error> {
+    let Parts {
+        metrics,
+        in_flight,
+        reporter,
+        ledger,
+    } = parts;
     let interval = run.daemon.interval;
     let mut health = Health::new(interval, backoff::cap(interval), timeout, in_flight);
+    // The ledger reads the same reload outcomes as readiness.
+    let ledger = ledger.map(|mut l| {
+        l.reloads = health.reloads.clone();
+        Arc::new(Mutex::new(l))
+    });
     health.live_after_first_batch = run.health.live_after_first_batch;
     let handles = sink::Handles {
         reloads: sink::ReloadReport {
@@ -168,9 +212,20 @@ fn daemon(
     let health = Arc::new(Mutex::new(health));
     let metrics = Arc::new(Mutex::new(metrics));
     if let Some(addr) = run.listen {
+        let status = ledger.clone().map(|l| {
+            let health = health.clone();
+            Arc::new(move || {
+                let report = {
+                    let l = l.lock().unwrap_or_else(|p| p.into_inner());
+                    l.report(&health.lock().unwrap_or_else(|p| p.into_inner()))
+                };
+                serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+            }) as Arc<dyn Fn() -> String + Send + Sync>
+        });
         let endpoints = ops::server::Endpoints {
             health: health.clone(),
             metrics: metrics.clone(),
+            status,
         };
         listen(addr, endpoints, &run.health)?;
     }
@@ -193,6 +248,7 @@ fn daemon(
         health,
         metrics,
         notifier: ops::systemd::Notifier::from_env(env),
+        ledger: ledger.clone(),
     };
     let mut store = Store::new(spool);
     if run.daemon.once {
@@ -213,7 +269,8 @@ fn daemon(
     };
     let delivery = batch::Delivery::new(gate, sinks, ops.health.clone(), ops.metrics.clone())
         .fetching(fetcher)
-        .reporting(reporter);
+        .reporting(reporter)
+        .recording(ledger);
     daemon::Daemon::new(run.daemon.clone(), delivery, ops).run(poller, store)
 }
 

@@ -11,7 +11,7 @@ use test_apiserver::{Fault, Match, TestApiserver};
 use crate::util::http::{get, listening, until, until_body};
 use crate::util::{Cmpoll, Daemon, SOON, cluster, module};
 
-fn reload_target(ok: std::sync::Arc<std::sync::atomic::AtomicBool>) -> String {
+pub fn reload_target(ok: std::sync::Arc<std::sync::atomic::AtomicBool>) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/-/reload", l.local_addr().unwrap());
     std::thread::spawn(move || {

@@ -27,6 +27,7 @@ mod secrets;
 mod sidecar;
 mod sidecar_oracle;
 mod soak;
+mod status;
 mod urls;
 mod validate;
 mod volume;

@@ -38,7 +38,7 @@ for m, p in files.items():
         t = resolve(m, u)
         if t is not None and t != m and not (len(t) < len(m) and m[:len(t)] == t):
             edges.add((m, t))
-LAYERS = [('lib', 'main'), ('cli', 'settings'), ('daemon', 'list', 'webhook'), ('batch',), ('fetch', 'validate', 'report'), ('sink',), ('poll',),
+LAYERS = [('lib', 'main'), ('cli', 'settings'), ('daemon', 'list', 'webhook', 'status'), ('batch',), ('fetch', 'validate', 'report', 'ledger'), ('sink',), ('poll',),
           ('source',), ('kube',), ('http',), ('ops', 'backoff', 'secret', 'selector', 'names', 'words', 'idmap', 'error')]
 def layer(m):
     top = m[0] if m else 'lib'

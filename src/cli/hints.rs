@@ -19,6 +19,11 @@ struct Entry {
 /// argh's `--help` with, after each table flag's description, its default and variable:
 /// `--interval  time between polls (default: 30s) [CMPOLL_INTERVAL]`, wrapped as argh wraps.
 pub fn help_with_variables(help: &str) -> String {
+    // `status` is not in the table: its --out-dir and --json are not the daemon's, and
+    // take no variable (its help names the one it reads).
+    if help.starts_with("Usage: cmpoll status") {
+        return help.to_string();
+    }
     let mut out = String::new();
     let mut open: Option<Entry> = None;
     for line in help.lines() {

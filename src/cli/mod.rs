@@ -35,6 +35,7 @@ pub enum Command {
     List(Box<ListArgs>),
     Webhook(Box<WebhookArgs>),
     Sidecar(SidecarArgs),
+    Status(StatusArgs),
 }
 
 impl Command {
@@ -45,6 +46,7 @@ impl Command {
             Command::List(_) => "list",
             Command::Webhook(_) => "webhook",
             Command::Sidecar(_) => "sidecar",
+            Command::Status(_) => "status",
         }
     }
 
@@ -56,6 +58,7 @@ impl Command {
             Command::List(l) => l.given(),
             Command::Webhook(w) => w.given(),
             Command::Sidecar(_) => RunArgs::none().given(),
+            Command::Status(_) => Vec::new(),
         }
     }
 }
@@ -70,6 +73,26 @@ impl Command {
 #[derive(FromArgs, Debug, PartialEq)]
 #[argh(subcommand, name = "sidecar")]
 pub struct SidecarArgs {}
+
+/// What a running cmpoll holds, and why: its last poll, each sink's last delivery and
+/// reload, every module (delivered, rejected and why, or not written and why). Asks the
+/// daemon's --listen address (GET /status), or reads an output folder's own record.
+/// Exit 0 when all is well, 1 when something is wrong, 2 on a usage error. Takes
+/// CMPOLL_SERVER_URL, not the daemon's CMPOLL_OUT_DIR or CMPOLL_JSON (it runs where they
+/// are set for the daemon).
+#[derive(FromArgs, Debug, PartialEq)]
+#[argh(subcommand, name = "status")]
+pub struct StatusArgs {
+    /// the daemon to ask (default: http:// and the address of CMPOLL_LISTEN, else of HEALTH_PORT, else http://127.0.0.1:8080)
+    #[argh(option, arg_name = "URL")]
+    pub server_url: Option<String>,
+    /// read what the output folder DIR records instead of asking a daemon (no poll or reload is known then)
+    #[argh(option, arg_name = "DIR")]
+    pub out_dir: Option<String>,
+    /// print the JSON answer instead of a table
+    #[argh(switch)]
+    pub json: bool,
+}
 
 impl RunArgs {
     /// `run` with no flag given.

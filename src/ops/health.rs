@@ -80,7 +80,10 @@ impl InFlight {
 
 /// The last outcome of each reload path, shared with the paths that report them.
 #[derive(Clone, Debug, Default)]
-pub struct ReloadOutcomes(Arc<Mutex<BTreeMap<String, Result<(), String>>>>);
+pub struct ReloadOutcomes(Arc<Mutex<BTreeMap<String, Outcome>>>);
+
+/// A reload's result, and when it ended.
+type Outcome = (Result<(), String>, SystemTime);
 
 impl ReloadOutcomes {
     /// `path`'s last reload (for example `signal`, or a reload URL as logged).
@@ -88,13 +91,21 @@ impl ReloadOutcomes {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(path.to_string(), outcome);
+            .insert(path.to_string(), (outcome, SystemTime::now()));
+    }
+
+    /// Every path's last reload, and when it ended.
+    pub fn all(&self) -> Vec<(String, Result<(), String>, SystemTime)> {
+        let all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        (all.iter())
+            .map(|(path, (r, at))| (path.clone(), r.clone(), *at))
+            .collect()
     }
 
     /// The first path whose last reload failed, with why.
     fn failing(&self) -> Option<String> {
         let all = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        all.iter().find_map(|(path, r)| {
+        all.iter().find_map(|(path, (r, _))| {
             r.as_ref().err().map(|e| {
                 if all.len() > 1 {
                     format!("{path}: {e}")

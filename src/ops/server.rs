@@ -1,4 +1,5 @@
-//! `--listen ADDR`: `/healthz`, `/readyz` and `/metrics` over a small HTTP/1.1 server.
+//! `--listen ADDR`: `/healthz`, `/readyz`, `/metrics` and (`cmpoll run`) `/status` over a
+//! small HTTP/1.1 server.
 //!
 //! Three fixed GETs need no framework, but the server must stay answerable whatever its
 //! clients do: a kubelet that gets no answer from `/healthz` restarts a healthy pod. So it is
@@ -31,6 +32,8 @@ const MAX_HEAD: usize = 8 * 1024;
 pub struct Endpoints {
     pub health: Arc<Mutex<Health>>,
     pub metrics: Arc<Mutex<Metrics>>,
+    /// `/status`'s JSON, where the command has one (`cmpoll run`).
+    pub status: Option<Arc<dyn Fn() -> String + Send + Sync>>,
 }
 
 /// Binds and serves in the background; a bind error is a start-up error.
@@ -229,7 +232,9 @@ fn answer_for(head: &[u8], e: &Endpoints) -> Option<Vec<u8>> {
         return Some(text("400 Bad Request", "bad request\n"));
     }
     let path = target.split('?').next().unwrap_or("");
-    if !matches!(path, "/healthz" | "/readyz" | "/metrics") {
+    let known = matches!(path, "/healthz" | "/readyz" | "/metrics")
+        || (path == "/status" && e.status.is_some());
+    if !known {
         return Some(text("404 Not Found", "not found\n"));
     }
     if method != "GET" {
@@ -251,6 +256,10 @@ fn answer_for(head: &[u8], e: &Endpoints) -> Option<Vec<u8>> {
                 &body,
             )
         }
+        "/status" => match &e.status {
+            Some(render) => response("200 OK", "application/json", &render()),
+            None => text("404 Not Found", "not found\n"),
+        },
         "/healthz" => check(&|h| h.liveness(Instant::now(), SystemTime::now()), "ok\n"),
         _ => check(&|h| h.readiness(Instant::now()), "ready\n"),
     })
@@ -271,6 +280,7 @@ mod tests {
         let endpoints = Endpoints {
             health: health.clone(),
             metrics: Arc::new(Mutex::new(Metrics::new())),
+            status: None,
         };
         (
             start("127.0.0.1:0".parse().unwrap(), endpoints).unwrap(),
@@ -308,6 +318,8 @@ mod tests {
             "{m}"
         );
         assert!(raw(addr, b"GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+        // Only a command with a ledger serves /status.
+        assert!(raw(addr, b"GET /status HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
         assert!(raw(addr, b"POST /healthz HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
     }
 

@@ -50,6 +50,13 @@ impl Rv {
     }
 }
 
+impl Rv {
+    /// The number, for a resourceVersion the apiserver gave (a canonical decimal).
+    pub fn number(self) -> Option<u64> {
+        (self.0 & TEXT == 0).then_some(self.0)
+    }
+}
+
 impl PartialEq<str> for Rv {
     fn eq(&self, other: &str) -> bool {
         *self == Rv::new(other)

@@ -8,6 +8,7 @@
 
 mod lookup;
 pub mod sidecar;
+pub mod status;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -103,11 +104,14 @@ impl Settings {
                 source.selection.folder_annotation = folder_annotation(look)?;
                 Mode::Run(Box::new(run(&r.agent, look)?))
             }
-            // (`webhook` has settings of its own: see `webhook.rs`.)
-            Command::Webhook(_) => {
-                return Err(Error::Usage(
-                    "cmpoll webhook: read with settings::webhook".into(),
-                ));
+            // (`webhook` and `status` have settings of their own: see `webhook.rs`,
+            // `status.rs`.)
+            Command::Webhook(_) | Command::Status(_) => {
+                return Err(Error::Usage(format!(
+                    "cmpoll {}: read with settings::{}",
+                    command.name(),
+                    command.name()
+                )));
             }
             // (`sidecar` reads `run`'s settings: see `sidecar.rs`.)
             Command::Sidecar(_) => {
@@ -322,7 +326,7 @@ fn client_options(look: &Lookup) -> Result<client::Options, Error> {
 }
 
 /// `:8080` (all interfaces), `127.0.0.1:8080`, `[::]:8080`.
-fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     let t = s.trim();
     let full = if t.starts_with(':') {
         format!("0.0.0.0{t}")

@@ -117,6 +117,8 @@ pub enum Control {
 }
 
 pub trait Sink {
+    /// What `cmpoll status` calls it: `out-dir`, `agent`, `on-change`, `reload-url`, `stdout`.
+    fn name(&self) -> &'static str;
     /// Applies a batch, in SPEC's sink order.
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal>;
     /// Housekeeping: after every poll, on SIGCHLD, and at `deadline`. `view` is the current

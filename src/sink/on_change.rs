@@ -67,6 +67,10 @@ impl OnChange {
 }
 
 impl Sink for OnChange {
+    fn name(&self) -> &'static str {
+        "on-change"
+    }
+
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
         if !batch.has_changes() {
             return Ok(Outcome::default());

@@ -332,6 +332,10 @@ fn caller(
 }
 
 impl Sink for ReloadUrl {
+    fn name(&self) -> &'static str {
+        "reload-url"
+    }
+
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
         let wanted = if batch.first {
             !self.skip_first

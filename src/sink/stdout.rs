@@ -16,6 +16,10 @@ impl<W: Write> StdoutSink<W> {
 }
 
 impl<W: Write> Sink for StdoutSink<W> {
+    fn name(&self) -> &'static str {
+        "stdout"
+    }
+
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
         batch
             .write_lines(&mut self.out, false)

@@ -97,6 +97,15 @@ pub struct Gate {
     held: Option<Remembered>,
 }
 
+/// What `DIR/.cmpoll/rejected.json` holds (`cmpoll status --out-dir`): each module
+/// `--validate` rejected, with the hash refused and why.
+pub fn rejections(meta_dir: &std::path::Path) -> Result<Vec<(String, Hash, String)>, String> {
+    let (_, entries) = Remembered::open(meta_dir)?;
+    Ok((entries.into_iter())
+        .map(|(id, (hash, reason, _))| (id, hash, reason))
+        .collect())
+}
+
 impl Gate {
     /// Prepares the staging folder and reads the record of rejections; errors are start-up
     /// errors naming the folder or file.

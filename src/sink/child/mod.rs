@@ -323,6 +323,10 @@ fn replay(feed: &Feed, view: &View) -> io::Result<u64> {
 }
 
 impl Sink for Supervisor {
+    fn name(&self) -> &'static str {
+        "agent"
+    }
+
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
         // The agent starts after the first batch (see `tick`); until then nothing to tell.
         self.ready = true;

@@ -45,6 +45,7 @@ use super::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_
 use super::{Batch, Fatal, Outcome, Sink};
 use crate::ops::health::{Writing, thousands};
 use crate::poll::event::{Change, Event};
+use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, folder_of};
 use crate::source::{ModuleFile, Resource, Resources};
 
@@ -60,6 +61,47 @@ const DIR_MODE: u32 = 0o755;
 /// `DIR/.cmpoll`.
 pub fn meta_dir(dir: &Path) -> PathBuf {
     dir.join(META)
+}
+
+/// Each module and its hash written; the modules of an interrupted batch.
+pub type Recorded = (Vec<(String, Option<Hash>)>, Vec<String>);
+
+/// What an output folder's own record says, for `cmpoll status --out-dir` (read only:
+/// no lock, nothing written): each module with the hash written (`None`: left between two
+/// versions by a failed write), and the modules of a batch a crash interrupted.
+pub fn recorded(dir: &Path) -> Result<Recorded, String> {
+    let meta = meta_dir(dir);
+    let state_path = meta.join(STATE);
+    let file = File::open(&state_path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => format!(
+            "'{}' has no '{META}/{STATE}': not an output folder cmpoll has written",
+            dir.display()
+        ),
+        _ => format!("cannot read '{}': {e}", state_path.display()),
+    })?;
+    let record = Record::read(file)
+        .map_err(|e| format!("record '{}' is not valid: {e}", state_path.display()))?;
+    let mut pending: Vec<String> = (record.pending.iter()).map(|p| p.module.clone()).collect();
+    match fs::read(meta.join(JOURNAL)) {
+        Ok(bytes) => {
+            let journal = record::parse_journal(&bytes)
+                .map_err(|e| format!("'{}': {e}", meta.join(JOURNAL).display()))?;
+            pending.extend(journal.into_iter().map(|p| p.module));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(format!(
+                "cannot read '{}': {e}",
+                meta.join(JOURNAL).display()
+            ));
+        }
+    }
+    pending.sort();
+    pending.dedup();
+    let modules = (record.modules.iter())
+        .map(|(id, w)| (id.to_string(), w.hash))
+        .collect();
+    Ok((modules, pending))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -871,6 +913,10 @@ impl OutDir {
 }
 
 impl Sink for OutDir {
+    fn name(&self) -> &'static str {
+        "out-dir"
+    }
+
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
         let (writes, removals): (Vec<&Event>, Vec<String>) = if self.reconciled {
             let writes = batch

@@ -1,0 +1,179 @@
+//! `cmpoll status`: asks a running daemon what it holds and why (`GET /status` on its
+//! `--listen` address), or reads an output folder's own record when none runs, and prints
+//! a table (or, `--json`, the answer). Exit 0 when every module is delivered and the last
+//! poll and reload succeeded, 1 when anything is wrong or the daemon cannot be asked.
+//!
+//! From a folder, a rejection shows the validator's exit status only: the record does not
+//! say whether a module is a ConfigMap or a Secret, and a Secret's output never goes out.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::http::tls::{self, Trust};
+use crate::ledger::{ModuleRow, Report, SinkRow, State};
+
+/// Where `cmpoll status` reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A daemon's `--listen` base URL.
+    Server(String),
+    /// An output folder.
+    Folder(std::path::PathBuf),
+}
+
+/// What `cmpoll status` runs with (`settings::status` makes it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub target: Target,
+    pub json: bool,
+}
+
+/// How long the daemon may take to answer.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest answer read (a daemon with 100,000 modules answers some 25 MB).
+const MAX_ANSWER: u64 = 512 * 1024 * 1024;
+
+pub fn run(s: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+    let (report, raw) = match &s.target {
+        Target::Server(url) => ask(url, env)?,
+        Target::Folder(dir) => {
+            let r = from_folder(dir)?;
+            let raw = serde_json::to_string_pretty(&r).unwrap_or_default() + "\n";
+            (r, raw)
+        }
+    };
+    if s.json {
+        print!("{raw}");
+    } else {
+        print!("{}", report.table());
+    }
+    let problems = report.problems();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    if !s.json {
+        eprintln!();
+        for p in &problems {
+            eprintln!("cmpoll status: {p}");
+        }
+    }
+    Err(Error::Exit(1))
+}
+
+/// `GET URL/status`: the report and the answer as it came.
+fn ask(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<(Report, String), Error> {
+    let status_url = format!("{url}/status");
+    let shown = crate::http::url::redact(&status_url);
+    let trust = match url.starts_with("https://") {
+        true => Trust::Platform,
+        false => Trust::Insecure,
+    };
+    let tls = tls::client_config(&trust, None, env).map_err(Error::Config)?;
+    let agent = crate::http::agent(crate::http::AgentOptions {
+        tls,
+        server_name: None,
+        timeout: TIMEOUT,
+        disable_compression: false,
+        proxy: None,
+    });
+    let mut answer = agent.get(&status_url).call().map_err(|e| {
+        Error::Runtime(format!(
+            "cannot ask {shown}: {e} (is cmpoll run serving --listen there? give --server-url, or --out-dir to read a folder)"
+        ))
+    })?;
+    let code = answer.status();
+    let body = answer
+        .body_mut()
+        .with_config()
+        .limit(MAX_ANSWER)
+        .read_to_string()
+        .map_err(|e| Error::Runtime(format!("{shown}: {e}")))?;
+    if code == 404 {
+        return Err(Error::Runtime(format!(
+            "{shown}: 404: this server has no /status (cmpoll webhook, a cmpoll older than {}, or not cmpoll)",
+            env!("CARGO_PKG_VERSION")
+        )));
+    }
+    if code != 200 {
+        let first = body.lines().next().unwrap_or("");
+        return Err(Error::Runtime(format!("{shown}: {code}: {first}")));
+    }
+    let report: Report = serde_json::from_str(&body)
+        .map_err(|e| Error::Runtime(format!("{shown}: not a cmpoll status answer: {e}")))?;
+    Ok((report, body))
+}
+
+/// What an output folder records: every module it holds (delivered), what `--validate`
+/// rejected (`rejected.json`), and what a failed or interrupted write left behind.
+fn from_folder(dir: &Path) -> Result<Report, Error> {
+    let (written, pending) = crate::sink::outdir::recorded(dir).map_err(Error::Config)?;
+    let meta = crate::sink::outdir::meta_dir(dir);
+    let rejections = crate::validate::rejections(&meta).map_err(Error::Config)?;
+    let row = |module: &str, hash: String| ModuleRow {
+        module: module.to_string(),
+        kind: match module.split_once('/') {
+            Some(("secret", rest)) if rest.contains('/') => "Secret".into(),
+            Some(("configmap", rest)) if rest.contains('/') => "ConfigMap".into(),
+            _ => String::new(),
+        },
+        hash,
+        resource_version: None,
+        state: State::Delivered,
+        reason: None,
+        error: None,
+    };
+    let mut modules: Vec<ModuleRow> = Vec::new();
+    for (id, hash) in &written {
+        let mut r = row(id, hash.map(|h| h.to_string()).unwrap_or_default());
+        if hash.is_none() {
+            r.state = State::Unwritten;
+            r.error = Some("a write failed half-way; the next poll rewrites it".into());
+        }
+        modules.push(r);
+    }
+    for id in &pending {
+        let at = match modules.iter().position(|m| &m.module == id) {
+            Some(i) => i,
+            None => {
+                modules.push(row(id, String::new()));
+                modules.len() - 1
+            }
+        };
+        modules[at].state = State::Unwritten;
+        modules[at].error =
+            Some("a batch was interrupted while writing it; cmpoll completes it at start".into());
+    }
+    for (id, hash, reason) in rejections {
+        let at = match modules.iter().position(|m| m.module == id) {
+            Some(i) => i,
+            None => {
+                modules.push(row(&id, String::new()));
+                modules.len() - 1
+            }
+        };
+        let m = &mut modules[at];
+        m.hash = hash.to_string();
+        m.state = State::Rejected;
+        m.reason = Some(crate::report::secret_note(&reason));
+    }
+    modules.sort_by(|a, b| a.module.cmp(&b.module));
+    let mut report = Report {
+        version: env!("CARGO_PKG_VERSION").into(),
+        source: format!("the record of output folder {}", dir.display()),
+        selector: "(not recorded)".into(),
+        interval: None,
+        ready: true,
+        not_ready: None,
+        last_poll: None,
+        last_success: None,
+        sinks: vec![SinkRow {
+            sink: "out-dir".into(),
+            last_delivery: None,
+            reloads: Vec::new(),
+        }],
+        modules,
+    };
+    report.ready = report.problems().is_empty();
+    Ok(report)
+}
