@@ -10,6 +10,7 @@ mod agents;
 mod alloy_modules;
 mod child;
 mod credentials;
+mod dashboard;
 mod deploy;
 mod faults;
 mod kubectl_parity;
