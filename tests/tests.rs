@@ -12,6 +12,7 @@ mod child;
 mod credentials;
 mod dashboard;
 mod deploy;
+mod docs;
 mod faults;
 mod kubectl_parity;
 mod list;
