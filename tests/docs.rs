@@ -15,7 +15,10 @@ fn read(p: &str) -> String {
 
 /// `--flag` names in a command's `--help`, with the variable it shows.
 fn help_flags(command: &str) -> Vec<(String, Option<String>)> {
-    let out = Command::new(bin()).args([command, "--help"]).output().unwrap();
+    let out = Command::new(bin())
+        .args([command, "--help"])
+        .output()
+        .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     let options = text.split("Options:\n").nth(1).unwrap();
     let mut flags: Vec<(String, Option<String>)> = Vec::new();
@@ -26,10 +29,10 @@ fn help_flags(command: &str) -> Vec<(String, Option<String>)> {
                 flags.push((format!("--{name}"), None));
             }
         }
-        if let (Some(last), Some(var)) = (flags.last_mut(), line.trim_end().strip_suffix(']')) {
-            if let Some((_, v)) = var.rsplit_once('[') {
-                last.1 = Some(v.to_string());
-            }
+        if let (Some(last), Some(var)) = (flags.last_mut(), line.trim_end().strip_suffix(']'))
+            && let Some((_, v)) = var.rsplit_once('[')
+        {
+            last.1 = Some(v.to_string());
         }
     }
     assert!(flags.len() >= 3, "{command}: {text}");
@@ -66,7 +69,11 @@ fn every_flag_of_help_is_in_the_reference() {
         .arg(bin())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         String::from_utf8(out.stdout).unwrap() == flags_md,
         "docs/flags.md is not what `python3 tools/flags-doc.py target/debug/cmpoll` prints: run it"
@@ -86,26 +93,41 @@ fn every_exported_metric_is_documented() {
         .filter(|m| !operations.contains(&format!("| `{m}")))
         .collect();
     assert!(families.len() >= 16, "{families:?}");
-    assert!(missing.is_empty(), "not in docs/operations.md's metrics table: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "not in docs/operations.md's metrics table: {missing:?}"
+    );
 }
 
 /// Relative links of the README, docs/, HACKING.md and SECURITY.md lead to files that are
 /// there; nothing points at the team's shared SPEC, which a clone does not have.
 #[test]
 fn the_docs_link_to_what_is_in_the_repository() {
-    let mut pages = vec![root().join("README.md"), root().join("HACKING.md"), root().join("SECURITY.md")];
+    let mut pages = vec![
+        root().join("README.md"),
+        root().join("HACKING.md"),
+        root().join("SECURITY.md"),
+    ];
     for e in std::fs::read_dir(root().join("docs")).unwrap() {
         pages.push(e.unwrap().path());
     }
     let mut broken = Vec::new();
     for page in &pages {
         let text = std::fs::read_to_string(page).unwrap();
-        assert!(!text.contains("shared/SPEC"), "{} points at ../shared/SPEC.md", page.display());
+        assert!(
+            !text.contains("shared/SPEC"),
+            "{} points at ../shared/SPEC.md",
+            page.display()
+        );
         let dir = page.parent().unwrap();
         for (i, _) in text.match_indices("](") {
             let target = text[i + 2..].split(')').next().unwrap();
             let path = target.split('#').next().unwrap();
-            if path.is_empty() || path.contains("://") || path.starts_with("mailto:") || path.contains(' ') {
+            if path.is_empty()
+                || path.contains("://")
+                || path.starts_with("mailto:")
+                || path.contains(' ')
+            {
                 continue;
             }
             if !Path::new(&dir.join(path)).exists() {
@@ -115,5 +137,8 @@ fn the_docs_link_to_what_is_in_the_repository() {
     }
     assert!(broken.is_empty(), "links to nothing: {broken:#?}");
     let readme = read("README.md");
-    assert!(readme.lines().count() < 400, "the README is the front door: keep it short");
+    assert!(
+        readme.lines().count() < 400,
+        "the README is the front door: keep it short"
+    );
 }

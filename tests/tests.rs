@@ -11,6 +11,7 @@ mod alloy_modules;
 mod child;
 mod credentials;
 mod dashboard;
+mod deb;
 mod deploy;
 mod docs;
 mod faults;
