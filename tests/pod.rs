@@ -735,7 +735,40 @@ fn run_prometheus_variant(variant: &str, expect_examples: bool) {
         },
     );
     assert!(pod.volumes.contains_key("rules"));
+    status_in_the_pod(spec, &pod);
     drop(pod);
+}
+
+/// `kubectl exec deploy/cmpoll -c cmpoll -- cmpoll status`: the image's binary with the
+/// cmpoll container's environment (its `CMPOLL_LISTEN` says where to ask) answers with
+/// every module delivered and the reload URL's last call ok.
+fn status_in_the_pod(spec: &Value, pod: &Pod) {
+    let container = (spec["containers"].as_array().unwrap().iter())
+        .find(|c| c["name"] == "cmpoll")
+        .unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.arg("status").env_clear();
+    for e in container["env"].as_array().into_iter().flatten() {
+        if let Some(v) = e["value"].as_str() {
+            cmd.env(s(&e["name"]), v);
+        }
+    }
+    let out = cmd.output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "cmpoll status in the pod: {out:?}\n{table}\n{}",
+        pod.log()
+    );
+    assert!(table.contains("ready: yes"), "{table}");
+    let module = (table.lines())
+        .find(|l| (l.split_whitespace().next()).is_some_and(|m| m.ends_with("/cmpoll-alerts")))
+        .unwrap_or_else(|| panic!("no cmpoll-alerts module:\n{table}"));
+    assert!(module.contains(" delivered "), "{table}");
+    let reload = (table.lines())
+        .find(|l| l.starts_with("reload-url "))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(reload.ends_with(" ok"), "{table}");
 }
 
 fn pod_tools() -> bool {

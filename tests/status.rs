@@ -171,3 +171,46 @@ fn status_errors_name_what_is_wrong() {
         run.stderr
     );
 }
+
+/// A cmpoll listing both kinds restarts with a rejection on record (its `rejected.json`
+/// holds kind-qualified ids: it was a start-up error), and `cmpoll status --out-dir` reads
+/// that record.
+#[test]
+fn both_kinds_restart_with_a_rejection_on_record() {
+    let c = Cmpoll::new();
+    c.write(
+        "m/cms.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: good, namespace: a, labels: {cmpoll.io/module: 'true'}}\ndata: {k: fine}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad, namespace: a, labels: {cmpoll.io/module: 'true'}}\ndata: {k: reject-me}\n",
+    );
+    let m = c.path("m");
+    let out = c.path("out");
+    let args = [
+        "run",
+        "--once",
+        "--resource",
+        "configmaps,secrets",
+        "--manifests",
+        m.to_str().unwrap(),
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--validate",
+        "! grep -rq reject-me .",
+    ];
+    c.with_args(&args).run().success();
+    c.with_args(&args).run().success();
+    let run = c
+        .with_args(&["status", "--out-dir", out.to_str().unwrap()])
+        .run()
+        .failure(1);
+    let bad = (run.stdout.lines())
+        .find(|l| l.starts_with("configmap/a/bad "))
+        .unwrap_or_else(|| panic!("{}", run.stdout));
+    assert!(bad.contains(" rejected "), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("configmap/a/good ") && l.contains(" delivered ")),
+        "{}",
+        run.stdout
+    );
+}

@@ -79,7 +79,14 @@ impl Remembered {
         let mut out = BTreeMap::new();
         for (id, e) in record.modules {
             let at = |what: String| fail(format!("{}: {what}", names::go_quote(&id)));
-            let (ns, name) = id.split_once('/').ok_or_else(|| at("not ns/name".into()))?;
+            // `ns/name`, or `kind/ns/name` when one cmpoll lists both kinds.
+            let bare = match id.split_once('/') {
+                Some(("configmap" | "secret", rest)) if rest.contains('/') => rest,
+                _ => id.as_str(),
+            };
+            let (ns, name) = bare
+                .split_once('/')
+                .ok_or_else(|| at("not ns/name".into()))?;
             if !names::dns1123_label(ns).is_empty() || !names::dns1123_subdomain(name).is_empty() {
                 return Err(at("not a module name".into()));
             }
@@ -204,8 +211,25 @@ mod tests {
             fs::metadata(dir.path().join(FILE)).unwrap().mode() & 0o777,
             0o600
         );
+        // Issue 30: a kind-qualified id (`--resource configmaps,secrets`) reads back; a
+        // restart of such a cmpoll with a rejection in the record was a start-up error.
+        held.save(
+            [
+                ("secret/ns/m", &h, "exit 1", None),
+                ("configmap/ns/m", &h, "x", None),
+            ]
+            .into_iter(),
+        )
+        .unwrap();
+        let (_, back) = Remembered::open(dir.path()).unwrap();
+        assert_eq!(
+            back.keys().collect::<Vec<_>>(),
+            ["configmap/ns/m", "secret/ns/m"]
+        );
         for bad in [
             r#"{"version":1,"modules":{"../x/m":{"hash":"sha256:00","reason":""}}}"#,
+            r#"{"version":1,"modules":{"pod/ns/m":{"hash":"sha256:0303030303030303030303030303030303030303030303030303030303030303","reason":""}}}"#,
+            r#"{"version":1,"modules":{"secret/ns/m/x":{"hash":"sha256:0303030303030303030303030303030303030303030303030303030303030303","reason":""}}}"#,
             r#"{"version":1,"modules":{"ns/m":{"hash":"nope","reason":""}}}"#,
             r#"{"version":1,"modules":{"ns/m":{"hash":"sha256:0303030303030303030303030303030303030303030303030303030303030303","reason":"","good":{"uid":"","resourceVersion":"","data":{"../x":""}}}}}"#,
             r#"{"version":1,"modules":{"ns/m":{"hash":"sha256:0303030303030303030303030303030303030303030303030303030303030303","reason":"","good":{"uid":"","resourceVersion":"","data":{"k":""},"binaryData":{"k":""}}}}}"#,
