@@ -20,7 +20,9 @@
 //! and Fairness treats the fleet as the workload it is.
 //!
 //! Contenders: cmpoll (`--list-mode auto` and `full`; the default 30 s interval and 5 s),
-//! a client-go SharedInformer (tests/kube/informer), and k8s-sidecar 2.10.1 in its
+//! a client-go SharedInformer (tests/kube/informer), a candidate for cmpoll's polls
+//! (tests/kube/shortwatch: a 1 s watch from the last resourceVersion every 30 s, measured
+//! before anything of it is built into cmpoll), and k8s-sidecar 2.10.1 in its
 //! default watch mode and with `METHOD=SLEEP` where `K8S_SIDECAR=DIR` names its source and
 //! virtualenv (kept outside the repository; without it, a line says it is skipped).
 //! The per-instance figures are measured; the 5,000-instance column multiplies them, and
@@ -61,6 +63,9 @@ enum Who {
         interval: &'static str,
     },
     Informer(PathBuf),
+    /// A candidate for cmpoll's polls (tests/kube/shortwatch): a watch from the last
+    /// resourceVersion with a short timeoutSeconds per interval.
+    ShortWatch(PathBuf),
     Sidecar {
         dir: PathBuf,
         method: &'static str,
@@ -73,6 +78,7 @@ impl Who {
             Who::Nobody => "no agents (floor)".into(),
             Who::Cmpoll { mode, interval, .. } => format!("cmpoll {mode} {interval}"),
             Who::Informer(_) => "client-go informer".into(),
+            Who::ShortWatch(_) => "short watch 30s (candidate)".into(),
             Who::Sidecar { method, .. } => format!("k8s-sidecar {method}"),
         }
     }
@@ -232,6 +238,11 @@ fn launch(who: &Who, kubeconfig: &Path, dir: &Path, i: usize) -> Instance {
             c
         }
         Who::Informer(bin) => Command::new(bin),
+        Who::ShortWatch(bin) => {
+            let mut c = Command::new(bin);
+            c.args(["--interval", "30s", "--watch-timeout", "1"]);
+            c
+        }
         Who::Nobody => unreachable!("no instances"),
         Who::Sidecar { dir: sc, method } => {
             let f = dir.join(format!("sidecar-{i}"));
@@ -564,6 +575,14 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
             interval: "5s",
         },
     ];
+    let shortwatch = test_apiserver::real::bin_dir().join("shortwatch");
+    if shortwatch.exists() {
+        who.push(Who::ShortWatch(shortwatch));
+    } else {
+        println!(
+            "skipped: the short-watch candidate (tests/kube/build.sh builds tests/kube/bin/shortwatch)"
+        );
+    }
     if informer.exists() {
         who.push(Who::Informer(informer));
     } else {
