@@ -5,6 +5,7 @@
 //! version, so the next poll tries again). A rejection is announced once per content, not
 //! once per poll. Never called for a failed poll.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -232,7 +233,7 @@ impl Delivery {
         };
         for (id, reason) in unfetched {
             going.held_back.push(id.clone());
-            hold_back(&mut self.rejected, &mut going.events, &id, reason);
+            hold_back(spool, &mut self.rejected, &mut going.events, &id, reason);
             announce_last_good(&mut going, current, &id, first);
         }
         let Some(gate) = &mut self.gate else {
@@ -252,7 +253,7 @@ impl Delivery {
         }
         for (id, reason) in screened.rejected {
             going.held_back.push(id.clone());
-            hold_back(&mut self.rejected, &mut going.events, &id, reason);
+            hold_back(spool, &mut self.rejected, &mut going.events, &id, reason);
             announce_last_good(&mut going, current, &id, first);
         }
         going
@@ -299,7 +300,7 @@ impl Delivery {
             going.write_failed.extend(outcome.failed);
             for (id, reason) in outcome.rejected {
                 going.held_back.push(id.clone());
-                hold_back(&mut self.rejected, &mut batch.events, &id, reason);
+                hold_back(spool, &mut self.rejected, &mut batch.events, &id, reason);
             }
             if batch.events.is_empty() && !first {
                 break;
@@ -372,7 +373,7 @@ impl Delivery {
             };
             let (namespace, name) = split_id(id);
             let note = match (meta.kind, reason) {
-                (Resource::Secrets, Reason::Rejected) => report::secret_note(note),
+                (Resource::Secrets, Reason::Rejected) => crate::secret::redact_reason(note),
                 _ => note.to_string(),
             };
             reporter.report(Occurrence {
@@ -451,6 +452,7 @@ fn announce_last_good<'a>(going: &mut Going<'a>, current: &'a Snapshot, id: &str
 /// A sink held `id` back: its event becomes `rejected` (announced and logged once per
 /// content), or goes if this content was already announced.
 fn hold_back(
+    spool: &Spool,
     rejected: &mut HashMap<String, (Hash, String)>,
     events: &mut Vec<Event>,
     id: &str,
@@ -464,7 +466,12 @@ fn hold_back(
         events.remove(i);
         return;
     }
-    log::warn!("module {id} rejected: {reason}");
+    // A Secret's validator output may quote it: the log shows its exit status only.
+    let shown = match spool.meta(events[i].entry.loc) {
+        Ok(m) if m.kind.shows_contents() => Cow::Borrowed(reason.as_str()),
+        _ => Cow::Owned(crate::secret::redact_reason(&reason)),
+    };
+    log::warn!("module {id} rejected: {shown}");
     rejected.insert(id.to_string(), (hash, reason.clone()));
     events[i].reject(reason);
 }

@@ -5,7 +5,7 @@
 //! made from an output folder's own record).
 //!
 //! It guarantees that a Secret's validator output never appears: a Secret's rejection is
-//! recorded with `report::secret_note` already applied. It holds per module only what the
+//! recorded with `secret::redact_reason` already applied. It holds per module only what the
 //! snapshot holds (56 bytes and the id), replaced at each poll.
 
 use std::collections::BTreeMap;
@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 use crate::ops::health::{Health, ReloadOutcomes};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Modules, Rv};
-use crate::report;
 
 /// What `/status` reads, shared by the loop, the batch and the server.
 #[derive(Debug)]
@@ -122,7 +121,7 @@ impl Ledger {
         self.rejected = (rejected.into_iter())
             .map(|(id, why)| {
                 let why = match self.kind_of(&id) {
-                    "Secret" => report::secret_note(&why),
+                    "Secret" => crate::secret::redact_reason(&why),
                     _ => why,
                 };
                 (id, why)

@@ -12,7 +12,7 @@
 //! not seen for `FINISH` is forgotten, so a later repeat starts a new one); a failure is
 //! logged at warning and counted, and retried at the next slot at most `TRIES` times. A
 //! Secret's `Rejected` note never carries validator output: the caller gives only the
-//! exit status (`secret_note`).
+//! exit status (`secret::redact_reason`).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -89,31 +89,6 @@ pub struct Occurrence {
     /// Cut to `MAX_NOTE` bytes on a character boundary here.
     pub note: String,
     pub at: SystemTime,
-}
-
-/// `Rejected`'s note for a Secret: the validator's exit status (the last line of a
-/// validator's reason, `(validator exited with status 1)`), never its output, which may
-/// quote the Secret. A reason that is not a validator's (a name clash names keys and
-/// modules only) is kept.
-pub fn secret_note(reason: &str) -> String {
-    let last = reason.lines().last().unwrap_or("");
-    if let Some(status) = last
-        .strip_prefix("(validator ")
-        .and_then(|s| s.strip_suffix(')'))
-    {
-        return format!("validator {status}");
-    }
-    if let Some(rest) = reason.strip_prefix("validator cannot run: ") {
-        let status = rest.split(": ").next().unwrap_or(rest);
-        return format!("validator cannot run: {status}");
-    }
-    if reason.starts_with("validator ") && !reason.contains('\n') {
-        return reason.to_string();
-    }
-    if reason.contains("validator") || reason.contains('\n') {
-        return "rejected by --validate (a Secret's validator output is not shown)".into();
-    }
-    reason.to_string()
 }
 
 /// The apiserver calls the recorder makes (a seam for tests).
@@ -770,7 +745,7 @@ mod tests {
                 "rejected by --validate (a Secret's validator output is not shown)",
             ),
         ] {
-            assert_eq!(secret_note(reason), want, "{reason}");
+            assert_eq!(crate::secret::redact_reason(reason), want, "{reason}");
         }
     }
 }

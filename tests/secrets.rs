@@ -360,3 +360,39 @@ fn a_failed_list_of_either_kind_changes_nothing() {
     );
     assert!(r.stdout.is_empty(), "{}", r.described);
 }
+
+/// A validator that prints a Secret's value (as `promtool` quotes a bad line) rejects it;
+/// the `rejected` event on stdout and the warning in the log say the exit status only.
+#[test]
+fn a_rejected_secrets_validator_output_is_not_shown() {
+    let (s, c) = cluster();
+    s.put(secret("apps", "db").data("password", PASSWORD));
+    let d = Daemon::start(
+        c,
+        &[
+            "--resource",
+            "secrets",
+            "--interval",
+            "50ms",
+            "--validate",
+            "cat password; echo; exit 1",
+            "--stdout-events",
+        ],
+    );
+    let batch = d.batch(SOON);
+    let rejected = batch
+        .iter()
+        .find(|e| e["type"] == "rejected")
+        .unwrap_or_else(|| panic!("{batch:?}"));
+    assert_eq!(
+        rejected["reason"], "validator exited with status 1",
+        "{rejected}"
+    );
+    let stderr = d.stderr();
+    d.stop();
+    assert!(
+        stderr.contains("module apps/db rejected: validator exited with status 1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(PASSWORD), "{stderr}");
+}

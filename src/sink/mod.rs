@@ -65,7 +65,13 @@ impl Batch<'_> {
                 Change::Rejected => {
                     let meta = self.spool.meta(e.entry.loc)?;
                     let reason = e.reason.as_deref().unwrap_or("");
-                    event::rejected(e.id, (hash, &meta), reason)
+                    // A Secret's validator output may quote it: stdout ends up in logs.
+                    if secrets || meta.kind.shows_contents() {
+                        event::rejected(e.id, (hash, &meta), reason)
+                    } else {
+                        let reason = crate::secret::redact_reason(reason);
+                        event::rejected(e.id, (hash, &meta), &reason)
+                    }
                 }
                 Change::Added | Change::Updated => {
                     let event = Some(e.change.as_str());

@@ -162,7 +162,7 @@ pub fn decide(module: &Module, verdict: Verdict) -> Decision {
         )),
         Verdict::Fail(why) => {
             let why = match module.kind {
-                Resource::Secrets => crate::report::secret_note(&why),
+                Resource::Secrets => crate::secret::redact_reason(&why),
                 Resource::ConfigMaps => why,
             };
             Decision::Deny(cut(&why, MAX_MESSAGE).into_owned())
