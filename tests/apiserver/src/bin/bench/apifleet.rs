@@ -45,6 +45,8 @@ pub struct Plan {
     pub phase: Duration,
     /// Only contenders whose name contains one of these (all when empty).
     pub contenders: Vec<String>,
+    /// `--baseline`: an earlier cmpoll, run as `cmpoll auto 30s (before)` beside this one.
+    pub baseline: Option<PathBuf>,
 }
 
 const NAMESPACES: usize = 10;
@@ -61,6 +63,8 @@ enum Who {
         bin: PathBuf,
         mode: &'static str,
         interval: &'static str,
+        /// `before`: the `--baseline` binary (a change's before/after in one run).
+        label: &'static str,
     },
     Informer(PathBuf),
     /// A candidate for cmpoll's polls (tests/kube/shortwatch): a watch from the last
@@ -76,7 +80,15 @@ impl Who {
     fn name(&self) -> String {
         match self {
             Who::Nobody => "no agents (floor)".into(),
-            Who::Cmpoll { mode, interval, .. } => format!("cmpoll {mode} {interval}"),
+            Who::Cmpoll {
+                mode,
+                interval,
+                label,
+                ..
+            } => match *label {
+                "" => format!("cmpoll {mode} {interval}"),
+                l => format!("cmpoll {mode} {interval} ({l})"),
+            },
             Who::Informer(_) => "client-go informer".into(),
             Who::ShortWatch(_) => "short watch 30s (candidate)".into(),
             Who::Sidecar { method, .. } => format!("k8s-sidecar {method}"),
@@ -225,6 +237,7 @@ fn launch(who: &Who, kubeconfig: &Path, dir: &Path, i: usize) -> Instance {
             bin,
             mode,
             interval,
+            ..
         } => {
             let mut c = Command::new(bin);
             c.args([
@@ -558,23 +571,38 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
             bin: cmpoll.into(),
             mode: "auto",
             interval: "30s",
+            label: "",
         },
         Who::Cmpoll {
             bin: cmpoll.into(),
             mode: "full",
             interval: "30s",
+            label: "",
         },
         Who::Cmpoll {
             bin: cmpoll.into(),
             mode: "auto",
             interval: "5s",
+            label: "",
         },
         Who::Cmpoll {
             bin: cmpoll.into(),
             mode: "full",
             interval: "5s",
+            label: "",
         },
     ];
+    if let Some(before) = &plan.baseline {
+        who.insert(
+            1,
+            Who::Cmpoll {
+                bin: before.clone(),
+                mode: "auto",
+                interval: "30s",
+                label: "before",
+            },
+        );
+    }
     let shortwatch = test_apiserver::real::bin_dir().join("shortwatch");
     if shortwatch.exists() {
         who.push(Who::ShortWatch(shortwatch));

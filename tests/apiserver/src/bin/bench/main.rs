@@ -618,6 +618,7 @@ fn main() {
                 objects: a.fleet_objects.clone(),
                 phase: Duration::from_secs(a.phase),
                 contenders: a.contenders.clone(),
+                baseline: a.baseline.clone(),
             },
         );
         println!();
