@@ -147,7 +147,9 @@ pub fn unknown_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String
         let Some(rest) = name.strip_prefix("CMPOLL_") else {
             continue;
         };
-        if flag::ALL.iter().any(|f| f.var() == name) {
+        // `cmpoll status` reads CMPOLL_SERVER_URL (not a flag of the table): set beside the
+        // daemon so that `kubectl exec … cmpoll status` finds it, it is no typo.
+        if flag::ALL.iter().any(|f| f.var() == name) || name == "CMPOLL_SERVER_URL" {
             continue;
         }
         let as_flag = rest.to_ascii_lowercase().replace('_', "-");
@@ -176,7 +178,15 @@ mod tests {
             with_suggestion("Unrecognized argument: --intervl\n"),
             "Unrecognized argument: --intervl (did you mean --interval?)"
         );
-        let warned = unknown_variables(["CMPOLL_INTERVL", "CMPOLL_INTERVAL", "PATH"].into_iter());
+        let warned = unknown_variables(
+            [
+                "CMPOLL_INTERVL",
+                "CMPOLL_INTERVAL",
+                "PATH",
+                "CMPOLL_SERVER_URL",
+            ]
+            .into_iter(),
+        );
         assert_eq!(
             warned,
             [
