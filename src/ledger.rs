@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::ops::health::{Health, ReloadOutcomes};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Modules, Rv};
+use crate::source::Resources;
 
 /// What `/status` reads, shared by the loop, the batch and the server.
 #[derive(Debug)]
@@ -23,8 +24,8 @@ pub struct Ledger {
     source: String,
     selector: String,
     interval: Duration,
-    /// The kind of every module whose id does not start with its kind.
-    kind: &'static str,
+    /// What is listed: the kind of a module whose id does not name one.
+    resources: Resources,
     last_poll: Option<PollRecord>,
     last_success: Option<SystemTime>,
     sinks: Vec<SinkRecord>,
@@ -54,19 +55,18 @@ struct SinkRecord {
 }
 
 impl Ledger {
-    /// `kind` is `ConfigMap` or `Secret`: the kind of modules whose id has none.
     pub fn new(
         source: String,
         selector: String,
         interval: Duration,
-        kind: &'static str,
+        resources: Resources,
         reloads: ReloadOutcomes,
     ) -> Ledger {
         Ledger {
             source,
             selector,
             interval,
-            kind,
+            resources,
             last_poll: None,
             last_success: None,
             sinks: Vec::new(),
@@ -132,11 +132,7 @@ impl Ledger {
 
     /// `ConfigMap` or `Secret`: from the id when one cmpoll lists both kinds.
     fn kind_of(&self, id: &str) -> &'static str {
-        match id.split_once('/') {
-            Some(("configmap", rest)) if rest.contains('/') => "ConfigMap",
-            Some(("secret", rest)) if rest.contains('/') => "Secret",
-            _ => self.kind,
-        }
+        self.resources.kind_of(id).kind()
     }
 
     /// The report, with readiness from `health`.
@@ -504,6 +500,7 @@ mod tests {
     use crate::ops::health::InFlight;
     use crate::poll::snapshot::Entry;
     use crate::poll::spool::Loc;
+    use crate::source::Resource;
 
     fn ledger() -> (Ledger, Health) {
         let health = Health::new(
@@ -516,7 +513,7 @@ mod tests {
             "apiserver https://k:6443".into(),
             "cmpoll.io/module=true".into(),
             Duration::from_secs(30),
-            "ConfigMap",
+            Resources::one(Resource::ConfigMaps),
             health.reloads.clone(),
         );
         (l, health)

@@ -112,15 +112,11 @@ pub fn run(
             };
             let resources = settings.source.selection.resources;
             let ledger = run.listen.map(|_| {
-                let kind = match resources.iter().all(|r| r == source::Resource::Secrets) {
-                    true => "Secret",
-                    false => "ConfigMap",
-                };
                 ledger::Ledger::new(
                     poller.describe(),
                     settings.source.selection.labels.as_str().to_string(),
                     run.daemon.interval,
-                    kind,
+                    resources,
                     ops::health::ReloadOutcomes::default(),
                 )
             });

@@ -112,11 +112,10 @@ fn from_folder(dir: &Path) -> Result<Report, Error> {
     let rejections = crate::validate::rejections(&meta).map_err(Error::Config)?;
     let row = |module: &str, hash: String| ModuleRow {
         module: module.to_string(),
-        kind: match module.split_once('/') {
-            Some(("secret", rest)) if rest.contains('/') => "Secret".into(),
-            Some(("configmap", rest)) if rest.contains('/') => "ConfigMap".into(),
-            _ => String::new(),
-        },
+        // A folder's record does not say what a `NS/NAME` module is.
+        kind: crate::source::Resource::named_in(module)
+            .map(|r| r.kind().to_string())
+            .unwrap_or_default(),
         hash,
         resource_version: None,
         state: State::Delivered,

@@ -59,6 +59,15 @@ impl Resource {
             .into_iter()
             .find(|r| r.singular() == word)
     }
+
+    /// The kind a kind-qualified module id (`KIND/NAMESPACE/NAME`) starts with.
+    pub fn named_in(id: &str) -> Option<Resource> {
+        let word = id
+            .split('/')
+            .next()
+            .filter(|_| id.matches('/').count() == 2);
+        word.and_then(Resource::from_singular)
+    }
 }
 
 /// What one cmpoll lists (`--resource`): one kind, or both (`configmaps,secrets`: one
@@ -144,11 +153,7 @@ impl Resources {
 
     /// The kind of the module with `id` (see `id`).
     pub fn kind_of(self, id: &str) -> Resource {
-        let named = id
-            .split('/')
-            .next()
-            .filter(|_| id.matches('/').count() == 2);
-        match named.and_then(Resource::from_singular) {
+        match Resource::named_in(id) {
             Some(r) => r,
             None if self.configmaps => Resource::ConfigMaps,
             None => Resource::Secrets,

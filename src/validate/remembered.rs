@@ -80,9 +80,9 @@ impl Remembered {
         for (id, e) in record.modules {
             let at = |what: String| fail(format!("{}: {what}", names::go_quote(&id)));
             // `ns/name`, or `kind/ns/name` when one cmpoll lists both kinds.
-            let bare = match id.split_once('/') {
-                Some(("configmap" | "secret", rest)) if rest.contains('/') => rest,
-                _ => id.as_str(),
+            let bare = match crate::source::Resource::named_in(&id) {
+                Some(_) => id.split_once('/').map_or(id.as_str(), |(_, rest)| rest),
+                None => id.as_str(),
             };
             let (ns, name) = bare
                 .split_once('/')
