@@ -117,6 +117,8 @@ impl Transport {
 /// it is dropped.
 pub struct Body {
     reader: ureq::BodyReader<'static>,
+    /// The answer's `Content-Type`, lowercase, without parameters.
+    media_type: String,
     counters: ApiCounters,
     failure: Failure,
     _mark: InFlightMark,
@@ -131,6 +133,11 @@ impl Read for Body {
 }
 
 impl Body {
+    /// The answer's media type (`application/json`, `application/vnd.kubernetes.protobuf`).
+    pub fn media_type(&self) -> &str {
+        &self.media_type
+    }
+
     /// What turns this body's read errors into typed errors.
     pub fn failure(&self) -> Failure {
         self.failure.clone()
@@ -422,6 +429,14 @@ impl Client {
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map(Duration::from_secs);
             let reason_phrase = resp.status().canonical_reason().unwrap_or("").to_string();
+            let media_type = resp
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split(';').next())
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
             let body = resp.into_body();
             if !(200..300).contains(&code) {
                 let mut text = Vec::new();
@@ -436,6 +451,7 @@ impl Client {
             let limit = self.options.max_response_bytes;
             return Ok(Body {
                 reader: body.into_with_config().limit(limit).reader(),
+                media_type,
                 counters: self.handles.counters.clone(),
                 failure: Failure {
                     action: action.to_string(),

@@ -12,6 +12,7 @@
 pub mod api;
 pub mod item;
 pub mod manifests;
+pub mod proto;
 pub mod reader;
 pub mod selection;
 

@@ -40,7 +40,7 @@ fn list_and_run_in_every_list_mode_from_the_watch_cache() {
         let before = storage_lists(k);
         let seen = requests(k, mark, &user, &ns).len();
         let d = Daemon::start(
-            cmpoll(),
+            cmpoll().env("RUST_LOG", "debug"),
             &[
                 "--namespace",
                 &ns,
@@ -89,6 +89,19 @@ fn list_and_run_in_every_list_mode_from_the_watch_cache() {
             "{mode}\n{}",
             d.stderr()
         );
+        // Metadata lists came in protobuf, as asked (client-go's metadata client's Accept),
+        // never in JSON; full lists in JSON.
+        let log = d.stderr();
+        let said = |what: &str| log.lines().filter(|l| l.ends_with(what)).count();
+        let (proto, json) = (
+            said("PartialObjectMetadataList in protobuf"),
+            said("PartialObjectMetadataList in JSON"),
+        );
+        match mode {
+            "full" => assert_eq!(proto, 0, "{log}"),
+            _ => assert!(proto >= 3 && json == 0, "{mode}: {proto} {json}\n{log}"),
+        }
+        assert!(said("ConfigMapList in JSON") >= 1, "{mode}\n{log}");
         d.stop();
         k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
         k.put_configmap(&ns, "b", &[LABEL], &[("k", "2")]);
