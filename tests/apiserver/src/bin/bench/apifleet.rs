@@ -203,6 +203,22 @@ fn object(i: usize, round: usize) -> serde_json::Value {
 
 /// The fleet's service account and a kubeconfig with its token.
 fn account(api: &RealApiserver) -> PathBuf {
+    let token = account_token(api);
+    api.write_kubeconfig("fleet-agent.kubeconfig", &User::Token(token))
+}
+
+/// ConfigMaps `from..to` (round 0) and the marker.
+pub(super) fn load(api: &RealApiserver, from: usize, to: usize) {
+    if to > from {
+        for chunk in (from..to).collect::<Vec<_>>().chunks(200) {
+            apply(api, chunk.iter().map(|&i| object(i, 0)).collect());
+        }
+    }
+    apply(api, vec![object(usize::MAX, 0)]);
+}
+
+/// The fleet's namespaces, service account and role; a token of that account.
+pub(super) fn account_token(api: &RealApiserver) -> String {
     let mut items = vec![serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "fleet-agents"}})];
     items.push(
@@ -224,8 +240,7 @@ fn account(api: &RealApiserver) -> PathBuf {
         );
     }
     apply(api, items);
-    let token = api.token("fleet-agents", "agent", "24h");
-    api.write_kubeconfig("fleet-agent.kubeconfig", &User::Token(token))
+    api.token("fleet-agents", "agent", "24h")
 }
 
 fn launch(who: &Who, kubeconfig: &Path, dir: &Path, i: usize) -> Instance {
@@ -646,14 +661,9 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
     let mut rows = Vec::new();
     let mut loaded = 0;
     for &m in &plan.objects {
-        if m > loaded {
-            for chunk in (loaded..m).collect::<Vec<_>>().chunks(200) {
-                apply(&api, chunk.iter().map(|&i| object(i, 0)).collect());
-            }
-            loaded = m;
-        }
-        // The marker, in every phase's last change (round 0 now).
-        apply(&api, vec![object(usize::MAX, 0)]);
+        // And the marker, in every phase's last change (round 0 now).
+        load(&api, loaded, m);
+        loaded = loaded.max(m);
         for w in &who {
             let sizes: Vec<usize> = match w {
                 Who::Nobody => vec![0],

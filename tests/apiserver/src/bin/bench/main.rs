@@ -16,6 +16,7 @@
 //! here, never in the test suite.
 
 mod apifleet;
+mod apirequests;
 #[path = "../common/mod.rs"]
 mod common;
 mod crossover;
@@ -53,6 +54,8 @@ struct Args {
     fleet_objects: Vec<usize>,
     phase: u64,
     contenders: Vec<String>,
+    /// The apiserver-requests part: requests per shape.
+    requests: usize,
 }
 
 fn parse_count(s: &str) -> usize {
@@ -80,6 +83,7 @@ fn args() -> Args {
         fleet_objects: vec![100, 1000],
         phase: 30,
         contenders: Vec::new(),
+        requests: 300,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -99,9 +103,10 @@ fn args() -> Args {
             "--fleet-objects" => a.fleet_objects = v.split(',').map(parse_count).collect(),
             "--phase" => a.phase = v.parse().expect("--phase SECONDS"),
             "--contenders" => a.contenders = v.split(',').map(str::to_string).collect(),
+            "--requests" => a.requests = v.parse().expect("--requests N"),
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer']"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300]"
                 );
                 std::process::exit(2);
             }
@@ -607,6 +612,15 @@ fn main() {
                 changes: 10,
             },
         );
+        println!();
+    }
+    // Minutes: only when asked for by name.
+    if a.only.iter().any(|o| o == "apiserver-requests") {
+        apirequests::run(&apirequests::Plan {
+            objects: a.fleet_objects.clone(),
+            requests: a.requests,
+            runs: a.runs,
+        });
         println!();
     }
     // Long (minutes per contender): only when asked for by name.
