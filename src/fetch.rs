@@ -66,6 +66,7 @@ impl Fetcher {
             timeout: opts.timeout,
             disable_compression: false,
             proxy: None,
+            keep_idle: crate::http::SHORT_IDLE,
         });
         Ok(Fetcher { agent, opts })
     }

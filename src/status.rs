@@ -76,6 +76,7 @@ fn ask(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<(Report, Strin
         timeout: TIMEOUT,
         disable_compression: false,
         proxy: None,
+        keep_idle: crate::http::SHORT_IDLE,
     });
     let mut answer = agent.get(&status_url).call().map_err(|e| {
         Error::Runtime(format!(

@@ -23,7 +23,22 @@ pub struct AgentOptions {
     /// No `Accept-Encoding: gzip`.
     pub disable_compression: bool,
     pub proxy: Option<ureq::Proxy>,
+    /// How long an idle connection is kept for the next request (`SHORT_IDLE` but for the
+    /// apiserver).
+    pub keep_idle: Duration,
 }
+
+/// ureq's own default: reload URLs, `.url` keys and `cmpoll status` are asked seldom.
+pub const SHORT_IDLE: Duration = Duration::from_secs(15);
+
+/// The apiserver's connection is kept between polls up to a minute (the default 30 s
+/// interval reuses it): a new TCP connection and TLS handshake cost the real apiserver
+/// about 2 ms of CPU, as much as the metadata list itself (`bench --only
+/// apiserver-requests`). Under the apiserver's own 90 s idle limit
+/// (k8s.io/apiserver/pkg/server/secure_serving.go) and the idle timeouts of the usual load
+/// balancers in front of it; one closed meanwhile is noticed before it is used (ureq probes
+/// a pooled connection) and a new one made.
+pub const APISERVER_IDLE: Duration = Duration::from_secs(60);
 
 pub fn agent(o: AgentOptions) -> ureq::Agent {
     let connector =
@@ -40,7 +55,8 @@ pub fn agent(o: AgentOptions) -> ureq::Agent {
         .max_redirects(0)
         .user_agent(format!("cmpoll/{}", env!("CARGO_PKG_VERSION")))
         .timeout_global(Some(o.timeout))
-        .max_idle_connections_per_host(2);
+        .max_idle_connections_per_host(2)
+        .max_idle_age(o.keep_idle);
     if o.disable_compression {
         builder = builder.accept_encoding(ureq::config::AutoHeaderValue::None);
     }

@@ -7,4 +7,4 @@ pub mod agent;
 pub mod tls;
 pub mod url;
 
-pub use agent::{AgentOptions, agent};
+pub use agent::{APISERVER_IDLE, AgentOptions, SHORT_IDLE, agent};

@@ -109,6 +109,7 @@ impl Transport {
             timeout,
             disable_compression: self.disable_compression,
             proxy: self.proxy.clone(),
+            keep_idle: crate::http::APISERVER_IDLE,
         }))
     }
 }

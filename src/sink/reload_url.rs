@@ -189,6 +189,7 @@ fn http_agent(o: &Options, env: &dyn Fn(&str) -> Option<String>) -> Result<ureq:
         timeout: o.timeout,
         disable_compression: true,
         proxy: None,
+        keep_idle: crate::http::SHORT_IDLE,
     }))
 }
 
