@@ -51,7 +51,7 @@ fn steady_state_costs_one_metadata_list_and_a_get_per_change() {
             && r.accept
                 .as_deref()
                 .unwrap()
-                .starts_with("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")),
+                .starts_with("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")),
         "{reqs:?}"
     );
 
