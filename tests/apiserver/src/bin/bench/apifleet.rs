@@ -45,8 +45,9 @@ pub struct Plan {
     pub phase: Duration,
     /// Only contenders whose name contains one of these (all when empty).
     pub contenders: Vec<String>,
-    /// `--baseline`: an earlier cmpoll, run as `cmpoll auto 30s (before)` beside this one.
-    pub baseline: Option<PathBuf>,
+    /// Earlier cmpoll builds, each run as `cmpoll auto 30s (LABEL)` beside this one:
+    /// `--baseline PATH` (`before`) and `--also LABEL=PATH`.
+    pub builds: Vec<(String, PathBuf)>,
 }
 
 const NAMESPACES: usize = 10;
@@ -63,8 +64,8 @@ enum Who {
         bin: PathBuf,
         mode: &'static str,
         interval: &'static str,
-        /// `before`: the `--baseline` binary (a change's before/after in one run).
-        label: &'static str,
+        /// An earlier build's label (a change's before/after in one run); `""`: this one.
+        label: String,
     },
     Informer(PathBuf),
     /// A candidate for cmpoll's polls (tests/kube/shortwatch): a watch from the last
@@ -85,7 +86,7 @@ impl Who {
                 interval,
                 label,
                 ..
-            } => match *label {
+            } => match label.as_str() {
                 "" => format!("cmpoll {mode} {interval}"),
                 l => format!("cmpoll {mode} {interval} ({l})"),
             },
@@ -464,7 +465,7 @@ fn run_one(api: &RealApiserver, kc: &Path, who: &Who, n: usize, m: usize, plan: 
 
 fn print(rows: &[Row]) {
     println!(
-        "{:<20} {:>4} {:>5} {:<8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>9} {:>22}",
+        "{:<20} {:>4} {:>5} {:<8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>7} {:>6} {:>9} {:>22}",
         "contender",
         "N",
         "M",
@@ -474,6 +475,7 @@ fn print(rows: &[Row]) {
         "sent/s",
         "LIST/s",
         "GET/s",
+        "ms/req",
         "watch",
         "all saw",
         "per agent over floor"
@@ -484,6 +486,13 @@ fn print(rows: &[Row]) {
             .and_then(|f| f.phases.iter().find(|(p, _)| *p == phase))
             .map(|(_, c)| (c.millicores, c.bytes_per_s, c.rss_kib))
             .unwrap_or((0.0, 0.0, 0))
+    };
+    let floor_requests = |r: &Row, phase: &str| {
+        rows.iter()
+            .find(|f| f.who == Who::Nobody.name() && f.objects == r.objects)
+            .and_then(|f| f.phases.iter().find(|(p, _)| *p == phase))
+            .map(|(_, c)| c.lists_per_s + c.gets_per_s)
+            .unwrap_or(0.0)
     };
     for r in rows {
         for (phase, c) in &r.phases {
@@ -511,8 +520,17 @@ fn print(rows: &[Row]) {
                     }
                 )
             };
+            // The apiserver's CPU over the floor per LIST or GET the fleet made: what a poll
+            // costs, whatever number of polls fell into the phase (a 30 s phase sees about
+            // half of a 30 s fleet's polls).
+            let requests = c.lists_per_s + c.gets_per_s - floor_requests(r, phase);
+            let per_request = if r.instances == 0 || *phase == "sync" || requests < 0.1 {
+                "-".to_string()
+            } else {
+                format!("{:.2}", (c.millicores - fc) / requests)
+            };
             println!(
-                "{:<20} {:>4} {:>5} {:<8} {:>8.0}m {:>9} {:>9} {:>7.2} {:>6.2} {:>6.0} {:>9} {:>22}",
+                "{:<20} {:>4} {:>5} {:<8} {:>8.0}m {:>9} {:>9} {:>7.2} {:>6.2} {:>7} {:>6.0} {:>9} {:>22}",
                 r.who,
                 r.instances,
                 r.objects,
@@ -522,6 +540,7 @@ fn print(rows: &[Row]) {
                 super::mb(c.bytes_per_s as u64),
                 c.lists_per_s,
                 c.gets_per_s,
+                per_request,
                 (c.watches_open - r.own_watches).max(0.0),
                 seen,
                 per,
@@ -586,35 +605,35 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
             bin: cmpoll.into(),
             mode: "auto",
             interval: "30s",
-            label: "",
+            label: String::new(),
         },
         Who::Cmpoll {
             bin: cmpoll.into(),
             mode: "full",
             interval: "30s",
-            label: "",
+            label: String::new(),
         },
         Who::Cmpoll {
             bin: cmpoll.into(),
             mode: "auto",
             interval: "5s",
-            label: "",
+            label: String::new(),
         },
         Who::Cmpoll {
             bin: cmpoll.into(),
             mode: "full",
             interval: "5s",
-            label: "",
+            label: String::new(),
         },
     ];
-    if let Some(before) = &plan.baseline {
+    for (i, (label, bin)) in plan.builds.iter().enumerate() {
         who.insert(
-            1,
+            1 + i,
             Who::Cmpoll {
-                bin: before.clone(),
+                bin: bin.clone(),
                 mode: "auto",
                 interval: "30s",
-                label: "before",
+                label: label.clone(),
             },
         );
     }

@@ -54,6 +54,8 @@ struct Args {
     fleet_objects: Vec<usize>,
     phase: u64,
     contenders: Vec<String>,
+    /// The apiserver-fleet part: more cmpoll builds (`--also LABEL=PATH`).
+    also: Vec<(String, std::path::PathBuf)>,
     /// The apiserver-requests part: requests per shape.
     requests: usize,
 }
@@ -84,6 +86,7 @@ fn args() -> Args {
         phase: 30,
         contenders: Vec::new(),
         requests: 300,
+        also: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -104,9 +107,13 @@ fn args() -> Args {
             "--phase" => a.phase = v.parse().expect("--phase SECONDS"),
             "--contenders" => a.contenders = v.split(',').map(str::to_string).collect(),
             "--requests" => a.requests = v.parse().expect("--requests N"),
+            "--also" => {
+                let (label, path) = v.split_once('=').expect("--also LABEL=PATH");
+                a.also.push((label.to_string(), path.into()));
+            }
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH]"
                 );
                 std::process::exit(2);
             }
@@ -632,7 +639,12 @@ fn main() {
                 objects: a.fleet_objects.clone(),
                 phase: Duration::from_secs(a.phase),
                 contenders: a.contenders.clone(),
-                baseline: a.baseline.clone(),
+                builds: a
+                    .baseline
+                    .iter()
+                    .map(|b| ("before".to_string(), b.clone()))
+                    .chain(a.also.iter().cloned())
+                    .collect(),
             },
         );
         println!();
