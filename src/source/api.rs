@@ -9,7 +9,8 @@
 //! `limit`/`continue` and no resourceVersion, as client-go's pager does, bounded to
 //! 10 × `--timeout` and `MAX_PAGES`; a 410 on a later page lists the scope once more,
 //! unpaged. `--list-mode auto` (the default) and `metadata` list metadata only
-//! (`PartialObjectMetadataList`, same routing) after a scope's first full list, and GET
+//! (`PartialObjectMetadataList`, same routing; asked in protobuf first, read by
+//! `proto.rs`, else JSON) after a scope's first full list, and GET
 //! from the cache only the objects whose resourceVersion changed, unless more changed than
 //! GETs are worth: then that request is made again for full objects. A 403 on such a GET
 //! (a role with `list` but not `get`) fails the poll under `metadata`; under `auto` the

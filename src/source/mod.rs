@@ -1,5 +1,5 @@
-//! Where ConfigMaps come from: an apiserver (`api.rs`, reading lists with `reader.rs`) or a
-//! manifests folder (`manifests/`).
+//! Where ConfigMaps come from: an apiserver (`api.rs`, reading lists with `reader.rs`, and
+//! metadata lists in protobuf with `proto.rs`) or a manifests folder (`manifests/`).
 //!
 //! A source is told what the last poll had (`Previous`, read-only) and puts what it lists
 //! into a `Collect` (the poll), in one direction: a selected ConfigMap at the version the
