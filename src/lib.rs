@@ -307,4 +307,16 @@ pub(crate) mod testutil {
         );
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
+
+    /// Hands out a body `.1` bytes at a time, so every boundary falls somewhere odd.
+    pub struct Dribble<'a>(pub &'a [u8], pub usize);
+
+    impl std::io::Read for Dribble<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
 }

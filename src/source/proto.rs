@@ -192,10 +192,10 @@ impl<R: Read> MetaListReader<R> {
 
     /// The envelope's fields up to `raw` (then `in_raw`) or its end.
     fn envelope_until_raw(&mut self) -> Result<(), ReadError> {
-        while let Some(key) = self.stream_varint(true)? {
+        while let Some(key) = self.stream_key()? {
             let (n, wire) = (key >> 3, key & 7);
             if (n, wire) == (2, 2) {
-                self.raw_left = self.stream_varint(false)?.unwrap_or(0);
+                self.raw_left = self.stream_varint()?;
                 self.in_raw = true;
                 return Ok(());
             }
@@ -332,12 +332,15 @@ impl<R: Read> MetaListReader<R> {
         Ok(v)
     }
 
-    /// A varint from the stream; `None` at a clean end when `eof_ok`.
-    fn stream_varint(&mut self, eof_ok: bool) -> Result<Option<u64>, ReadError> {
-        match self.varint_counted(&mut 0)? {
-            None if !eof_ok => Err(bad("the body cut short")),
-            v => Ok(v),
-        }
+    /// A varint from the stream; `None` at a clean end (before a field's key).
+    fn stream_key(&mut self) -> Result<Option<u64>, ReadError> {
+        self.varint_counted(&mut 0)
+    }
+
+    /// A varint from the stream that must be there (a length, a value).
+    fn stream_varint(&mut self) -> Result<u64, ReadError> {
+        self.varint_counted(&mut 0)?
+            .ok_or_else(|| bad("the body cut short"))
     }
 
     /// A varint, its length added to `n`; `None` when the body ends before its first byte.
@@ -365,12 +368,12 @@ impl<R: Read> MetaListReader<R> {
     fn stream_value(&mut self, wire: u64) -> Result<Option<Vec<u8>>, ReadError> {
         let len = match wire {
             0 => {
-                self.stream_varint(false)?;
+                self.stream_varint()?;
                 return Ok(None);
             }
             1 => 8,
             5 => 4,
-            2 => self.stream_varint(false)?.unwrap_or(0),
+            2 => self.stream_varint()?,
             t => return Err(bad(format!("wire type {t} in the envelope"))),
         };
         let mut b = Vec::new();

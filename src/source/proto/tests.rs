@@ -7,7 +7,7 @@ use std::io::Read;
 
 use super::*;
 use crate::source::reader::ListReader;
-use crate::testutil::fixture;
+use crate::testutil::{Dribble, fixture};
 
 const FOLDER: &str = "k8s-sidecar-target-directory";
 
@@ -36,18 +36,6 @@ fn json(body: &[u8]) -> (ListMeta, Vec<Meta>) {
     (list.finish().unwrap(), items)
 }
 
-/// Hands out `n` bytes per read.
-struct Trickle<'a>(&'a [u8], usize);
-
-impl Read for Trickle<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.1.min(buf.len()).min(self.0.len());
-        buf[..n].copy_from_slice(&self.0[..n]);
-        self.0 = &self.0[n..];
-        Ok(n)
-    }
-}
-
 #[test]
 fn reads_what_the_real_apiserver_sent_as_its_json_says() {
     for name in [
@@ -62,7 +50,7 @@ fn reads_what_the_real_apiserver_sent_as_its_json_says() {
         // The same at every read size.
         for n in [1, 2, 3, 7, 64] {
             assert_eq!(
-                proto(Trickle(&pb, n)).unwrap(),
+                proto(Dribble(&pb, n)).unwrap(),
                 (list.clone(), items.clone())
             );
         }

@@ -2,7 +2,7 @@
 //! boundaries anywhere, bounded buffering, and metadata read without the contents.
 
 use super::*;
-use crate::testutil::fixture;
+use crate::testutil::{Dribble, fixture};
 
 /// Reads a whole list, every item in full.
 fn read_with(body: impl Read, keys: &KeyFilter) -> Result<(ListMeta, Vec<Item>), String> {
@@ -217,18 +217,6 @@ fn single_objects() {
     )
     .unwrap();
     assert_eq!(kind, "Status");
-}
-
-/// Hands out the body a few bytes at a time, so every boundary falls somewhere odd.
-struct Dribble<'a>(&'a [u8], usize);
-
-impl Read for Dribble<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.1.min(buf.len()).min(self.0.len());
-        buf[..n].copy_from_slice(&self.0[..n]);
-        self.0 = &self.0[n..];
-        Ok(n)
-    }
 }
 
 #[test]
