@@ -2,8 +2,8 @@
 //! variable, the nearest real flag for a typo, and a warning for a `CMPOLL_*` variable that
 //! names no flag. All of it reads `flag::ALL`; none of it spells a flag.
 
-use super::flag;
-use super::table::Flag;
+use super::entry::Flag;
+use super::table::flag;
 
 /// The table entry named `name` (`out-dir`), of any command.
 fn entry(name: &str) -> Option<&'static Flag> {
@@ -86,7 +86,7 @@ fn write_entry(out: &mut String, e: &Entry) {
 pub fn listed_flags(command: &str) -> Vec<String> {
     use argh::FromArgs;
     let mut names = Vec::new();
-    if let Err(early) = super::TopLevel::from_args(&["cmpoll"], &[command, "--help"]) {
+    if let Err(early) = super::table::TopLevel::from_args(&["cmpoll"], &[command, "--help"]) {
         for line in early.output.lines() {
             if let Some(rest) = line.strip_prefix("  --") {
                 let name = rest.split([' ', ',']).next().unwrap_or("");

@@ -1,276 +1,338 @@
-//! The shape of the flag table: what one entry says (name, kind, command, default, the sink it
-//! belongs to) and the macros that make, from each entry, both the argh field (and so
-//! `--help`) and the `flag::NAME` constant that settings reads it by.
+//! The command line as typed, and the one table of flags: each entry below is a flag's
+//! name (its field), kind (its type), command (its group), default, `--help` text and the
+//! sink it belongs to (`needs`). argh parses and prints help from it; settings reads values
+//! by `flag::NAME`, applies `CMPOLL_*` variables and defaults, and derives "only used with"
+//! from `needs`; the unknown-variable warning and typo suggestions read `flag::ALL`.
 //!
-//! An entry is written once, in `cli/mod.rs`; nothing else spells a flag's name, variable or
-//! default. `Given` is what the command line gave each of a command's flags, in table order.
+//! Adding a flag is one entry here and the code that reads it (HACKING.md has an example).
+//! Values stay raw strings here; `settings` validates them.
 
-/// The commands a flag belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Group {
-    /// `run`, `list` and `webhook`: the selection, logging.
-    Common,
-    /// `run` and `list`: the source.
-    Shared,
-    /// `run` and `webhook`: `--validate` and `--listen`.
-    Serving,
-    Run,
-    List,
-    Webhook,
+use argh::FromArgs;
+
+use super::entry::Given;
+
+/// Poll labelled Kubernetes ConfigMaps (or Secrets) and hand them to an agent: atomic files, a
+/// supervised child, a reload URL, or JSON events. Every flag can also be set as
+/// CMPOLL_<FLAG> (for example CMPOLL_OUT_DIR); the flag wins.
+#[derive(FromArgs, Debug, PartialEq)]
+pub struct TopLevel {
+    /// print the version and exit
+    #[argh(switch)]
+    pub version: bool,
+    #[argh(subcommand)]
+    pub command: Option<Command>,
 }
 
-/// The commands that take flags (`sidecar` takes none).
-pub const COMMANDS: [&str; 3] = ["run", "list", "webhook"];
+#[derive(FromArgs, Debug, PartialEq)]
+#[argh(subcommand)]
+pub enum Command {
+    Run(Box<RunArgs>),
+    List(Box<ListArgs>),
+    Webhook(Box<WebhookArgs>),
+    Sidecar(SidecarArgs),
+    Status(StatusArgs),
+}
 
-impl Group {
-    /// Whether a flag of this group is a flag of `command` (`run`, `list`, `webhook`).
-    pub fn of(self, command: &str) -> bool {
+impl Command {
+    /// The command's name, as typed.
+    pub fn name(&self) -> &'static str {
         match self {
-            Group::Common => matches!(command, "run" | "list" | "webhook"),
-            Group::Shared => matches!(command, "run" | "list"),
-            Group::Serving => matches!(command, "run" | "webhook"),
-            Group::Run => command == "run",
-            Group::List => command == "list",
-            Group::Webhook => command == "webhook",
+            Command::Run(_) => "run",
+            Command::List(_) => "list",
+            Command::Webhook(_) => "webhook",
+            Command::Sidecar(_) => "sidecar",
+            Command::Status(_) => "status",
         }
     }
-}
 
-/// What a flag means nothing without: given alone, it is a usage error ("only used with").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Needs {
-    Nothing,
-    Server,
-    OutDir,
-    Concat,
-    Flat,
-    ModuleTemplate,
-    Agent,
-    ReloadUrl,
-    ReloadUrlOrOnChange,
-    Validate,
-}
-
-impl Needs {
-    /// The end of "--flag: only used with …".
-    pub fn what(self) -> &'static str {
+    /// Every flag of the command with what the command line gave it (`sidecar` takes
+    /// none: it is `run` with what k8s-sidecar's variables say).
+    pub fn given(&self) -> Given {
         match self {
-            Needs::Nothing => "anything",
-            Needs::Server => "--server",
-            Needs::OutDir => "--out-dir",
-            Needs::Concat => "--layout concat",
-            Needs::Flat => "--layout flat",
-            Needs::ModuleTemplate => "--module-template",
-            Needs::Agent => "an agent command (cmpoll run [options] -- AGENT ARGS...)",
-            Needs::ReloadUrl => "--reload-url",
-            Needs::ReloadUrlOrOnChange => "--reload-url or --on-change",
-            Needs::Validate => "--validate",
+            Command::Run(r) => r.given(),
+            Command::List(l) => l.given(),
+            Command::Webhook(w) => w.given(),
+            Command::Sidecar(_) => RunArgs::none().given(),
+            Command::Status(_) => Vec::new(),
         }
     }
 }
 
-/// How a flag takes its value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// `--flag VALUE`, once.
-    Value,
-    /// `--flag VALUE`, repeatable; a variable holds a comma-separated list.
-    List,
-    /// `--flag`; a variable holds true or false.
-    Switch,
+/// A drop-in for kiwigrid/k8s-sidecar where charts embed it (Grafana's dashboard and
+/// datasource sidecars, Loki's rules sidecar): takes no flags; reads k8s-sidecar's
+/// variables (LABEL, LABEL_VALUE, FOLDER, FOLDER_ANNOTATION, RESOURCE, RESOURCE_NAME,
+/// NAMESPACE, METHOD, SLEEP_TIME, REQ_URL and the other REQ_* variables, SCRIPT,
+/// UNIQUE_FILENAMES, DEFAULT_FILE_MODE, HEALTH_PORT, HEALTH_HOST, LOG_LEVEL, LOG_FORMAT,
+/// SKIP_TLS_VERIFY, KUBECONFIG) and runs `cmpoll run` with what they mean; a CMPOLL_*
+/// variable that is also set wins.
+#[derive(FromArgs, Debug, PartialEq)]
+#[argh(subcommand, name = "sidecar")]
+pub struct SidecarArgs {}
+
+/// What a running cmpoll holds, and why: its last poll, each sink's last delivery and
+/// reload, every module (delivered, rejected and why, or not written and why). Asks the
+/// daemon's --listen address (GET /status), or reads an output folder's own record.
+/// Exit 0 when all is well, 1 when something is wrong, 2 on a usage error. Takes
+/// CMPOLL_SERVER_URL, not the daemon's CMPOLL_OUT_DIR or CMPOLL_JSON (it runs where they
+/// are set for the daemon).
+#[derive(FromArgs, Debug, PartialEq)]
+#[argh(subcommand, name = "status")]
+pub struct StatusArgs {
+    /// the daemon to ask (default: http:// and the address of CMPOLL_LISTEN, else of HEALTH_PORT, else http://127.0.0.1:8080)
+    #[argh(option, arg_name = "URL")]
+    pub server_url: Option<String>,
+    /// read what the output folder DIR records instead of asking a daemon (no poll or reload is known then)
+    #[argh(option, arg_name = "DIR")]
+    pub out_dir: Option<String>,
+    /// print the JSON answer instead of a table
+    #[argh(switch)]
+    pub json: bool,
 }
 
-/// One entry of the table.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Flag {
-    /// The argh field: `out_dir` for `--out-dir`.
-    pub field: &'static str,
-    pub kind: Kind,
-    pub group: Group,
-    pub needs: Needs,
-    /// The value used when neither the flag nor its variable is given, parsed as they would
-    /// be (and shown in `--help`); `None` where the default is not a value (see the help).
-    pub default: Option<&'static str>,
-}
-
-impl Flag {
-    /// `out-dir`.
-    pub fn name(&self) -> String {
-        self.field.replace('_', "-")
-    }
-
-    /// `--out-dir`.
-    pub fn long(&self) -> String {
-        format!("--{}", self.name())
-    }
-
-    /// `CMPOLL_OUT_DIR`.
-    pub fn var(&self) -> String {
-        format!("CMPOLL_{}", self.field.to_ascii_uppercase())
+impl RunArgs {
+    /// `run` with no flag given.
+    pub fn none() -> RunArgs {
+        RunArgs::from_args(&["run"], &[]).expect("run takes no required flag")
     }
 }
 
-/// What the command line gave one flag.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Raw {
-    Value(Option<String>),
-    List(Vec<String>),
-    Switch(bool),
+flags! {
+    common {
+        /// label selector
+        selector: Option<String> [option, arg_name = "SELECTOR"] = "cmpoll.io/module=true";
+        /// glob of data/binaryData keys that become files, repeatable
+        keys: Vec<String> [option, arg_name = "GLOB"] = "*";
+        /// what to list: configmaps, secrets, or both (configmaps,secrets: module names then start with configmap/ or secret/)
+        resource: Option<String> [option, arg_name = "RESOURCE"] = "configmaps";
+        /// log format: text or json
+        log_format: Option<String> [option, arg_name = "FORMAT"] = "text";
+        /// log level: error, warn, info, debug or trace (default: info; RUST_LOG also works)
+        log_level: Option<String> [option, arg_name = "LEVEL"];
+    }
+    shared {
+        /// read ConfigMap (or Secret) manifests (YAML/JSON, recursively) from DIR instead of an apiserver
+        manifests: Option<String> [option, arg_name = "DIR"];
+        /// apiserver URL (with --token-file and --ca-file; for systemd units)
+        server: Option<String> [option, arg_name = "URL"];
+        /// bearer token file for --server (re-read when it changes)
+        token_file: Option<String> [option, arg_name = "FILE"], needs Server;
+        /// CA bundle for --server (default: the platform's)
+        ca_file: Option<String> [option, arg_name = "FILE"], needs Server;
+        /// kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)
+        kubeconfig: Option<String> [option, arg_name = "FILE"];
+        /// kubeconfig context (default: current-context)
+        context: Option<String> [option, arg_name = "NAME"];
+        /// where in-cluster credentials are
+        service_account_dir: Option<String> [option, arg_name = "DIR"]
+            = "/var/run/secrets/kubernetes.io/serviceaccount";
+        /// field selector (metadata.name, metadata.namespace)
+        field_selector: Option<String> [option, arg_name = "SELECTOR"];
+        /// namespace to list, repeatable (default: all namespaces)
+        namespace: Vec<String> [option, arg_name = "NS"];
+        /// per-request timeout
+        timeout: Option<String> [option, arg_name = "DURATION"] = "10s";
+        /// list in pages of N with limit/continue (0: one unpaged list from the watch cache)
+        page_size: Option<String> [option, arg_name = "N"] = "0";
+        /// largest answer to read, e.g. 64MiB
+        max_response_bytes: Option<String> [option, arg_name = "BYTES"] = "64MiB";
+        /// auto, full or metadata: after a first full list, list metadata only and GET what changed; auto falls back to full lists where get is forbidden
+        list_mode: Option<String> [option, arg_name = "MODE"] = "auto";
+        /// the same as --list-mode metadata
+        metadata_first: bool [switch];
+        /// list the kubeconfig context's namespace (in a pod: the pod's own namespace)
+        namespace_from_context: bool [switch];
+        /// allow sending credentials to an http:// server
+        allow_insecure_http: bool [switch];
+    }
+    serving {
+        /// run /bin/sh -c CMD on each new module version, staged; a non-zero exit keeps the last good version from the agent (cmpoll webhook: denies the object)
+        validate: Option<String> [option, arg_name = "CMD"];
+        /// how long --validate may run per module (default: 30s; cmpoll webhook: 8s, under the apiserver's 10s webhook timeout)
+        validate_timeout: Option<String> [option, arg_name = "DURATION"], needs Validate;
+        /// serve /healthz, /readyz and /metrics on ADDR, e.g. :8080 or [::]:8080 (cmpoll webhook: over HTTPS, with /validate)
+        listen: Option<String> [option, arg_name = "ADDR"];
+    }
+
+    /// Poll once, print the modules with their hashes, and exit (1 if the list fails).
+    #[argh(subcommand, name = "list")]
+    pub struct ListArgs (List) uses [common: yes, shared: yes, serving: no] {
+        /// print a JSON array of modules with their files instead of a table
+        json: bool [switch];
+    } {}
+
+    /// The daemon: poll on an interval and tell the agent what changed. Usage: cmpoll run
+    /// [options] [-- AGENT_COMMAND ARGS...]
+    #[argh(subcommand, name = "run")]
+    pub struct RunArgs (Run) uses [common: yes, shared: yes, serving: yes] {
+        /// time between polls
+        interval: Option<String> [option, arg_name = "DURATION"] = "30s";
+        /// spread each wait by up to this fraction of the interval
+        jitter: Option<String> [option, arg_name = "FRACTION"] = "0.1";
+        /// poll once, apply the sinks, exit (init containers, CI)
+        once: bool [switch];
+        /// print events as JSON lines on stdout (the default when no other sink is given)
+        stdout_events: bool [switch];
+        /// write modules to DIR (atomically; created if missing)
+        out_dir: Option<String> [option, arg_name = "DIR"];
+        /// output layout: files (DIR/NS/NAME/KEY), concat (DIR/NS.NAME{EXT}) or flat (DIR/KEY)
+        layout: Option<String> [option, arg_name = "LAYOUT"] = "files", needs OutDir;
+        /// file name extension for --layout concat
+        ext: Option<String> [option, arg_name = "EXT"], needs Concat;
+        /// write each module through this template ({{module}}, {{namespace}}, {{name}}, {{ident}}, {{hash}}, {{content}}, {{arguments}}): an Alloy declare block per module, for example
+        module_template: Option<String> [option, arg_name = "FILE"], needs Concat;
+        /// NAME = VALUE lines offered to every module: {{arguments}} passes a module those it declares (argument "NAME" blocks)
+        offer_arguments: Option<String> [option, arg_name = "FILE"], needs ModuleTemplate;
+        /// write each module's files into the folder its annotation ANNOTATION names: relative to --out-dir, or an absolute path inside it
+        folder_annotation: Option<String> [option, arg_name = "ANNOTATION"], needs Flat;
+        /// name each file namespace_<NS>.<configmap|secret>_<NAME>.<KEY> (k8s-sidecar's UNIQUE_FILENAMES)
+        unique_filenames: bool [switch], needs Flat;
+        /// fetch keys ending in .url whose value is an http(s) URL, when their object is added or updated: the file is named without .url and holds the body
+        fetch_url_keys: bool [switch];
+        /// mode of written files, octal (default: 0644; 0600 for a Secret's)
+        file_mode: Option<String> [option, arg_name = "MODE"], needs OutDir;
+        /// how long a replaced module version stays readable in --out-dir
+        old_version_ttl: Option<String> [option, arg_name = "DURATION"] = "30s", needs OutDir;
+        /// what the agent gets on stdin: events or null
+        child_stdin: Option<String> [option, arg_name = "MODE"] = "null", needs Agent;
+        /// signal the agent after each batch with changes, e.g. HUP
+        reload_signal: Option<String> [option, arg_name = "SIGNAL"], needs Agent;
+        /// restart the agent: always, on-failure or never
+        restart: Option<String> [option, arg_name = "POLICY"] = "always", needs Agent;
+        /// how long the agent gets to stop before SIGKILL
+        shutdown_grace: Option<String> [option, arg_name = "DURATION"] = "10s", needs Agent;
+        /// run /bin/sh -c CMD after each batch with changes, once the folder is written
+        on_change: Option<String> [option, arg_name = "CMD"];
+        /// call this URL after each batch with changes, repeatable
+        reload_url: Vec<String> [option, arg_name = "URL"];
+        /// extra header for --reload-url calls, 'Name: value' or 'Name: @FILE' (read at each call), repeatable
+        reload_header: Vec<String> [option, arg_name = "HEADER"], needs ReloadUrl;
+        /// per call of --reload-url or run of --on-change, and with --once how long delivery may take
+        reload_timeout: Option<String> [option, arg_name = "DURATION"] = "30s",
+            needs ReloadUrlOrOnChange;
+        /// do not call --reload-url after the first batch (the agent reads the folder when it starts)
+        reload_skip_first: bool [switch], needs ReloadUrl;
+        /// HTTP method for --reload-url
+        reload_method: Option<String> [option, arg_name = "METHOD"] = "POST", needs ReloadUrl;
+        /// CA bundle for an https --reload-url (default: the platform's)
+        reload_ca_file: Option<String> [option, arg_name = "FILE"], needs ReloadUrl;
+        /// validations run at once
+        validate_jobs: Option<String> [option, arg_name = "N"] = "1", needs Validate;
+        /// record Kubernetes Events on the ConfigMap or Secret when its module is rejected, accepted again, or cannot be written (needs create and patch on events.k8s.io events)
+        report_events: bool [switch];
+    } {
+        /// the agent to supervise, after --
+        #[argh(positional, arg_name = "AGENT")]
+        pub agent: Vec<String>,
+    }
+
+    /// A validating admission webhook: runs --validate on each ConfigMap (or Secret) being
+    /// created or updated, staged as cmpoll run stages a module, and denies it with the
+    /// validator's output. Fails open when the validator cannot run or times out.
+    #[argh(subcommand, name = "webhook")]
+    pub struct WebhookArgs (Webhook) uses [common: yes, shared: no, serving: yes] {
+        /// the serving certificate (PEM, with its chain), re-read when it changes
+        tls_cert_file: Option<String> [option, arg_name = "FILE"];
+        /// the serving certificate's private key (PEM), re-read when it changes
+        tls_key_file: Option<String> [option, arg_name = "FILE"];
+    } {}
 }
 
-impl Raw {
-    /// Whether the command line gave the flag at all.
-    pub fn given(&self) -> bool {
-        match self {
-            Raw::Value(v) => v.is_some(),
-            Raw::List(v) => !v.is_empty(),
-            Raw::Switch(b) => *b,
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::entry::{COMMANDS, Kind, Raw};
+    use crate::cli::hints;
+
+    fn parse(args: &[&str]) -> Result<TopLevel, String> {
+        TopLevel::from_args(&["cmpoll"], args).map_err(|e| e.output)
+    }
+
+    fn given<'a>(g: &'a Given, name: &str) -> &'a Raw {
+        &g.iter().find(|(f, _)| f.name() == name).unwrap().1
+    }
+
+    #[test]
+    fn subcommands_share_the_source_flags() {
+        let t = parse(&[
+            "list",
+            "--namespace",
+            "a",
+            "--namespace",
+            "b",
+            "--json",
+            "--keys",
+            "*.alloy",
+        ])
+        .unwrap();
+        let c = t.command.unwrap();
+        let g = c.given();
+        assert_eq!(given(&g, "json"), &Raw::Switch(true));
+        assert_eq!(
+            given(&g, "namespace"),
+            &Raw::List(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(given(&g, "keys"), &Raw::List(vec!["*.alloy".into()]));
+        assert_eq!(given(&g, "selector"), &Raw::Value(None));
+        let t = parse(&[
+            "run",
+            "--interval",
+            "5s",
+            "--server",
+            "https://x",
+            "--",
+            "agent",
+            "-c",
+            "x",
+        ])
+        .unwrap();
+        let Some(Command::Run(r)) = t.command else {
+            panic!()
+        };
+        let g = r.given();
+        assert_eq!(given(&g, "interval"), &Raw::Value(Some("5s".into())));
+        assert_eq!(given(&g, "server"), &Raw::Value(Some("https://x".into())));
+        assert_eq!(r.agent, ["agent", "-c", "x"]);
+    }
+
+    #[test]
+    fn version_and_unknown_flags() {
+        assert!(parse(&["--version"]).unwrap().version);
+        assert!(parse(&["list", "--nope"]).unwrap_err().contains("--nope"));
+        assert!(
+            parse(&["list", "--json", "--interval", "1s"]).is_err(),
+            "run-only flag"
+        );
+    }
+
+    /// The table and argh agree: each command's `--help` lists exactly its table entries,
+    /// in order, and `given()` returns them in the same order.
+    #[test]
+    fn the_table_is_what_argh_parses() {
+        for command in COMMANDS {
+            let parsed = parse(&[command]);
+            let listed = hints::listed_flags(command);
+            let table: Vec<String> = flag::ALL
+                .iter()
+                .filter(|f| f.group.of(command))
+                .map(|f| f.name())
+                .collect();
+            assert_eq!(listed, table, "{command}");
+            let given: Vec<String> = parsed
+                .unwrap()
+                .command
+                .unwrap()
+                .given()
+                .iter()
+                .map(|(f, _)| f.name())
+                .collect();
+            assert_eq!(given, table, "{command}");
+        }
+        for f in flag::ALL {
+            assert!(
+                f.kind != Kind::Switch || f.default.is_none(),
+                "{}: a switch's default is off",
+                f.name()
+            );
         }
     }
-}
-
-/// An argh field type, and so a `Kind`.
-pub trait Field {
-    const KIND: Kind;
-    fn raw(&self) -> Raw;
-}
-
-impl Field for Option<String> {
-    const KIND: Kind = Kind::Value;
-    fn raw(&self) -> Raw {
-        Raw::Value(self.clone())
-    }
-}
-
-impl Field for Vec<String> {
-    const KIND: Kind = Kind::List;
-    fn raw(&self) -> Raw {
-        Raw::List(self.clone())
-    }
-}
-
-impl Field for bool {
-    const KIND: Kind = Kind::Switch;
-    fn raw(&self) -> Raw {
-        Raw::Switch(*self)
-    }
-}
-
-/// A command's flags, in table order, with what the command line gave each.
-pub type Given = Vec<(&'static Flag, Raw)>;
-
-/// `needs!()` → `Needs::Nothing`; `needs!(OutDir)` → `Needs::OutDir`.
-macro_rules! needs {
-    () => {
-        $crate::cli::table::Needs::Nothing
-    };
-    ($n:ident) => {
-        $crate::cli::table::Needs::$n
-    };
-}
-
-/// `default!()` → `None`; `default!("30s")` → `Some("30s")`.
-macro_rules! default {
-    () => {
-        None
-    };
-    ($d:literal) => {
-        Some($d)
-    };
-}
-
-/// The table: sections of entries that several commands share (`common`: run, list and
-/// webhook; `shared`: run and list; `serving`: run and webhook), then each command's struct
-/// with the sections it takes (`uses [common: yes, shared: yes, serving: no]`), its own
-/// entries and, after them, fields that are not flags (positionals). An entry:
-///
-/// ```text
-/// /// help text (argh's --help)
-/// field: Type [argh attributes] = "default", needs Sink;
-/// ```
-///
-/// Types are spelled as plain tokens (`Option<String>`, `Vec<String>`, `bool`), not as a
-/// `ty` fragment: argh's derive reads the type's words to tell options from switches.
-///
-/// Makes `pub mod flag` (one `Flag` per entry, and `flag::ALL`) and each argh struct with
-/// `given()`. A struct's fields are its sections' entries in section order, then its own.
-macro_rules! flags {
-    (
-        common $common:tt
-        shared $shared:tt
-        serving $serving:tt
-        $(
-            $(#[$meta:meta])*
-            pub struct $name:ident ($group:ident)
-                uses [common: $c:ident, shared: $s:ident, serving: $v:ident]
-                $own:tt $extra:tt
-        )*
-    ) => {
-        flags!(@consts Common $common Shared $shared Serving $serving $($group $own)*);
-        $(
-            flags!(@pick [$(#[$meta])*] $name $extra [] $c $common $s $shared $v $serving yes $own);
-        )*
-    };
-    // The sections a struct takes (`yes`), gathered in order.
-    (@pick $meta:tt $name:ident $extra:tt [$($acc:tt)*]) => {
-        flags!(@struct $meta $name $extra [$($acc)*]);
-    };
-    (@pick $meta:tt $name:ident $extra:tt [$($acc:tt)*] yes $section:tt $($rest:tt)*) => {
-        flags!(@pick $meta $name $extra [$($acc)* $section] $($rest)*);
-    };
-    (@pick $meta:tt $name:ident $extra:tt [$($acc:tt)*] no $section:tt $($rest:tt)*) => {
-        flags!(@pick $meta $name $extra [$($acc)*] $($rest)*);
-    };
-    (@consts $(
-        $group:ident {
-            $(
-                $(#[doc = $doc:literal])+
-                $field:ident: $ty:ident $(<$inner:ident>)? [$($argh:tt)*] $(= $default:literal)? $(, needs $needs:ident)?;
-            )*
-        }
-    )*) => {
-        /// Every flag of every command, one `Flag` each, named as its argh field.
-        #[allow(non_upper_case_globals)]
-        pub mod flag {
-            use super::table::{Field, Flag, Group};
-            $($(
-                pub const $field: Flag = Flag {
-                    field: stringify!($field),
-                    kind: <$ty $(<$inner>)? as Field>::KIND,
-                    group: Group::$group,
-                    needs: needs!($($needs)?),
-                    default: default!($($default)?),
-                };
-            )*)*
-            /// The whole table, in order.
-            pub const ALL: &[&Flag] = &[$($(&$field,)*)*];
-        }
-    };
-    (@struct [$($meta:tt)*] $name:ident { $($extra:tt)* } [$({
-        $(
-            $(#[doc = $doc:literal])+
-            $field:ident: $ty:ident $(<$inner:ident>)? [$($argh:tt)*] $(= $default:literal)? $(, needs $needs:ident)?;
-        )*
-    })*]) => {
-        #[derive(argh::FromArgs, Clone, Debug, Default, PartialEq)]
-        $($meta)*
-        pub struct $name {
-            $($(
-                $(#[doc = $doc])+
-                #[argh($($argh)*)]
-                pub $field: $ty $(<$inner>)?,
-            )*)*
-            $($extra)*
-        }
-
-        impl $name {
-            /// Every flag of this command with what the command line gave it.
-            pub fn given(&self) -> $crate::cli::table::Given {
-                use $crate::cli::table::Field;
-                vec![
-                    $($((&flag::$field, self.$field.raw()),)*)*
-                ]
-            }
-        }
-    };
 }

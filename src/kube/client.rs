@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 
-use super::Error;
 use super::auth::{Auth, Credential, Stamp};
 use super::config::{Config, PlainHttp};
+use super::error::Error;
 use super::error::{api_error, classify};
 use super::proxy;
 use crate::http::tls::{self, Identity, Trust};

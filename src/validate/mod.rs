@@ -16,40 +16,16 @@ mod remembered;
 mod run;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use self::remembered::{Good, Remembered};
-pub use self::run::{Stage, Verdict, timed_out};
+pub use self::run::{KEEP, Options, Stage, Verdict, timed_out};
 use crate::poll::event::{Change, Event};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};
 use crate::poll::spool::{Object, Spool};
 use crate::poll::store::Store;
-use crate::source::Resources;
-
-/// The output kept of a validator (stdout and stderr together).
-pub const KEEP: usize = 4096;
-
-#[derive(Clone, Debug)]
-pub struct Options {
-    pub command: String,
-    pub timeout: Duration,
-    /// Validations run at once.
-    pub jobs: usize,
-    /// `DIR/.cmpoll` with `--out-dir` (staging and the record of rejections), else `None`:
-    /// a private folder under `$TMPDIR`, and rejections kept in memory only.
-    pub meta_dir: Option<PathBuf>,
-    /// `--ext` (concat), for `CMPOLL_MODULE_FILE`'s name.
-    pub ext: String,
-    /// `--module-template` (concat): `CMPOLL_MODULE_FILE` is the module as it will be
-    /// written.
-    pub template: Option<std::sync::Arc<crate::sink::outdir::template::Template>>,
-    /// What is listed: a remembered module's kind follows from its id.
-    pub kinds: Resources,
-}
 
 /// A remembered rejection: the content refused, why, and the last good version.
 #[derive(Clone, Debug)]

@@ -7,13 +7,34 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use super::{KEEP, Options};
 use crate::ops::process;
 use crate::poll::event::{self, MAX_REASON};
 use crate::poll::hash::Hash;
 use crate::sink::outdir;
-use crate::source::ModuleFile;
+use crate::source::{ModuleFile, Resources};
+
+/// The output kept of a validator (stdout and stderr together).
+pub const KEEP: usize = 4096;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub command: String,
+    pub timeout: Duration,
+    /// Validations run at once.
+    pub jobs: usize,
+    /// `DIR/.cmpoll` with `--out-dir` (staging and the record of rejections), else `None`:
+    /// a private folder under `$TMPDIR`, and rejections kept in memory only.
+    pub meta_dir: Option<PathBuf>,
+    /// `--ext` (concat), for `CMPOLL_MODULE_FILE`'s name.
+    pub ext: String,
+    /// `--module-template` (concat): `CMPOLL_MODULE_FILE` is the module as it will be
+    /// written.
+    pub template: Option<std::sync::Arc<crate::sink::outdir::template::Template>>,
+    /// What is listed: a remembered module's kind follows from its id.
+    pub kinds: Resources,
+}
 
 /// What the validator said.
 #[derive(Clone, Debug, PartialEq, Eq)]
