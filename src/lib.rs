@@ -85,7 +85,7 @@ pub fn run(
         in_flight: in_flight.clone(),
         counters: metrics.api(),
     };
-    let source = source::open(&settings.source, handles, env).map_err(Error::Config)?;
+    let source = source::origin::open(&settings.source, handles, env).map_err(Error::Config)?;
     let mut poller = Poller::new(source);
     if let Mode::Run(run) = &settings.command {
         let mut naming = run.naming.clone();
@@ -141,11 +141,11 @@ fn warn_unknown(names: &[String]) {
 /// `--report-events`: a client of its own (same credentials as the source's) on a thread
 /// of its own, so that recording never holds up a poll.
 fn reporter(
-    source: &source::Options,
+    source: &source::origin::Options,
     metrics: &Metrics,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<report::Reporter, Error> {
-    let source::Origin::Api(flags) = &source.origin else {
+    let source::origin::Origin::Api(flags) = &source.origin else {
         return Err(Error::Config(
             "--report-events: needs an apiserver (not used with --manifests)".into(),
         ));

@@ -30,12 +30,7 @@ pub struct Module {
 impl Module {
     /// `namespace/name`, or `kind/namespace/name` (see `Resources::id`).
     pub fn id(&self) -> String {
-        let kinds = if self.qualified {
-            Resources::both()
-        } else {
-            Resources::one(self.kind)
-        };
-        kinds.id(self.kind, &self.namespace, &self.name)
+        Resources::listed_with(self.kind, self.qualified).id(self.kind, &self.namespace, &self.name)
     }
 
     pub fn bytes(&self) -> u64 {

@@ -1,5 +1,5 @@
 //! What we decided: the command line plus `CMPOLL_*` variables plus defaults, validated,
-//! assembled into each layer's own options (`source::Options`, `daemon::Options`, every
+//! assembled into each layer's own options (`source::origin::Options`, `daemon::Options`, every
 //! sink's `Options`). Settings own no option type of their own.
 //!
 //! Every usage error is born here, as one line naming the flag (or the variable it came
@@ -35,7 +35,7 @@ use crate::validate;
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub command: Mode,
-    pub source: source::Options,
+    pub source: source::origin::Options,
     pub log_format: LogFormat,
     /// `--log-level`; `None`: `RUST_LOG`, else info.
     pub log_level: Option<log::LevelFilter>,
@@ -119,7 +119,7 @@ impl Settings {
                 Mode::Run(Box::new(run(&[], look)?))
             }
         };
-        if let (Command::Run(_), source::Origin::Manifests(_)) = (command, &source.origin)
+        if let (Command::Run(_), source::origin::Origin::Manifests(_)) = (command, &source.origin)
             && let Some(from) = look.switch(&flag::report_events)?
         {
             return Err(usage(
@@ -194,7 +194,7 @@ fn number<T: std::str::FromStr>(
         .ok_or_else(|| usage(&v.from, format!("'{}' is not {what}", v.value)))
 }
 
-fn source_options(look: &Lookup) -> Result<source::Options, Error> {
+fn source_options(look: &Lookup) -> Result<source::origin::Options, Error> {
     let page_size: u32 = number(look, &flag::page_size, |_| true, "a page size (0 or more)")?;
     let metadata_first = look.on(&flag::metadata_first)?;
     let list_mode = match (metadata_first, look.opt(&flag::list_mode)) {
@@ -207,7 +207,7 @@ fn source_options(look: &Lookup) -> Result<source::Options, Error> {
         (true, None) => source::ListMode::Metadata,
         (false, _) => look.choice(&flag::list_mode)?,
     };
-    Ok(source::Options {
+    Ok(source::origin::Options {
         origin: origin(look)?,
         selection: selection(look)?,
         page_size,
@@ -217,7 +217,7 @@ fn source_options(look: &Lookup) -> Result<source::Options, Error> {
     })
 }
 
-fn origin(look: &Lookup) -> Result<source::Origin, Error> {
+fn origin(look: &Lookup) -> Result<source::origin::Origin, Error> {
     let server = look.opt(&flag::server).map(|v| v.value);
     let kubeconfig = path(look.opt(&flag::kubeconfig))?;
     let flags = Flags {
@@ -245,9 +245,9 @@ fn origin(look: &Lookup) -> Result<source::Origin, Error> {
         if !std::path::Path::new(&dir.value).is_dir() {
             return Err(usage(&dir.from, format!("'{}' is not a folder", dir.value)));
         }
-        return Ok(source::Origin::Manifests(dir.value.into()));
+        return Ok(source::origin::Origin::Manifests(dir.value.into()));
     }
-    Ok(source::Origin::Api(flags))
+    Ok(source::origin::Origin::Api(flags))
 }
 
 /// `--resource`: one kind, or both.

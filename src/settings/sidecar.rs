@@ -85,7 +85,7 @@ pub fn settings(env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, Error>
 /// What no flag expresses, onto the settings `run` made.
 fn apply(s: &mut Settings, m: Mapping, env: &dyn Fn(&str) -> Option<String>) {
     s.source.selection.names = m.names;
-    if let crate::source::Origin::Api(flags) = &mut s.source.origin {
+    if let crate::source::origin::Origin::Api(flags) = &mut s.source.origin {
         flags.insecure_skip_tls_verify = m.api_insecure;
     }
     s.notes = m.notes;

@@ -53,11 +53,6 @@ pub struct Item {
 impl Item {
     /// `namespace/name`, or `kind/namespace/name` (see `Resources::id`).
     pub fn id(&self) -> String {
-        let kinds = if self.qualified {
-            Resources::both()
-        } else {
-            Resources::one(self.kind)
-        };
-        kinds.id(self.kind, &self.namespace, &self.name)
+        Resources::listed_with(self.kind, self.qualified).id(self.kind, &self.namespace, &self.name)
     }
 }

@@ -1,5 +1,7 @@
 //! Where ConfigMaps come from: an apiserver (`api.rs`, reading lists with `reader.rs`, and
-//! metadata lists in protobuf with `proto.rs`) or a manifests folder (`manifests/`).
+//! metadata lists in protobuf with `proto.rs`) or a manifests folder (`manifests/`);
+//! `origin.rs` chooses and opens one. This file is what every source speaks: `Source`,
+//! `Collect`, `Previous`, `Error`.
 //!
 //! A source is told what the last poll had (`Previous`, read-only) and puts what it lists
 //! into a `Collect` (the poll), in one direction: a selected ConfigMap at the version the
@@ -12,6 +14,7 @@
 pub mod api;
 pub mod item;
 pub mod manifests;
+pub mod origin;
 pub mod proto;
 pub mod reader;
 pub mod selection;
@@ -114,69 +117,4 @@ impl crate::words::Words for ListMode {
         ("full", ListMode::Full),
         ("metadata", ListMode::Metadata),
     ];
-}
-
-/// The options a source is opened with.
-#[derive(Clone, Debug)]
-pub struct Options {
-    pub origin: Origin,
-    pub selection: Selection,
-    pub page_size: u32,
-    pub list_mode: ListMode,
-    pub namespace_from_context: bool,
-    pub client: kube::client::Options,
-}
-
-/// Where ConfigMaps come from.
-#[derive(Clone, Debug)]
-pub enum Origin {
-    Manifests(std::path::PathBuf),
-    Api(kube::config::Flags),
-}
-
-/// Opens the source `opts` describe: reads credentials, builds the client. Problems are
-/// configuration errors, reported before any poll.
-pub fn open(
-    opts: &Options,
-    handles: kube::client::Handles,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Box<dyn Source>, String> {
-    let mut selection = opts.selection.clone();
-    match &opts.origin {
-        Origin::Manifests(dir) => {
-            if opts.namespace_from_context {
-                return Err(
-                    "--namespace-from-context: not used with --manifests (use --namespace)".into(),
-                );
-            }
-            if opts.list_mode == ListMode::Metadata {
-                log::info!("--list-mode metadata: not used with --manifests");
-            }
-            Ok(Box::new(manifests::ManifestSource::new(
-                dir.clone(),
-                selection,
-            )))
-        }
-        Origin::Api(flags) => {
-            let config = kube::Config::resolve(flags, env)?;
-            if opts.namespace_from_context && selection.namespaces.is_empty() {
-                let ns = config.namespace.clone().ok_or_else(|| {
-                    format!(
-                        "--namespace-from-context: {} has no namespace",
-                        config.origin
-                    )
-                })?;
-                log::info!("listing namespace \"{ns}\" (from {})", config.origin);
-                selection.namespaces = vec![ns];
-            }
-            let client = kube::Client::new(&config, opts.client.clone(), handles, env)?;
-            log::debug!("apiserver {} ({})", config.server, config.origin);
-            Ok(Box::new(api::ApiSource::new(
-                client,
-                selection,
-                opts.page_size,
-                opts.list_mode,
-            )))
-        }
-    }
 }

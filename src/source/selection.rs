@@ -142,6 +142,14 @@ impl Resources {
         self.configmaps && self.secrets
     }
 
+    /// The kinds an object of `kind` was listed with: its own, or (`qualified`) both.
+    pub fn listed_with(kind: Resource, qualified: bool) -> Resources {
+        match qualified {
+            true => Resources::both(),
+            false => Resources::one(kind),
+        }
+    }
+
     /// A module's id: `NAMESPACE/NAME`, or `KIND/NAMESPACE/NAME` with both kinds.
     pub fn id(self, kind: Resource, namespace: &str, name: &str) -> String {
         if self.qualified() {
