@@ -52,10 +52,11 @@ use ops::metrics::Metrics;
 use poll::Poller;
 use poll::spool::Spool;
 use poll::store::Store;
-use settings::{Mode, RunSettings, Settings};
+use settings::RunSettings;
 
 /// Runs a parsed command; `env` is the process environment and `names` its variable
-/// names (parameters, for tests).
+/// names (parameters, for tests). Each command reads its own settings from its own
+/// arguments: a command wired to another's settings does not compile.
 pub fn run(
     command: Command,
     env: &dyn Fn(&str) -> Option<String>,
@@ -63,18 +64,40 @@ pub fn run(
 ) -> Result<(), Error> {
     // Before anything can fail: even a usage error reaches the journal with its priority.
     let journal = ops::logging::detect_journal(env);
-    if let Command::Webhook(_) = &command {
-        let w = settings::webhook::settings(&command, env)?;
-        ops::logging::init(w.log_format, journal, w.log_level);
-        warn_unknown(names);
-        return webhook::run(w.webhook);
+    match command {
+        Command::Run(args) => run_daemon(settings::run(&args, env)?, journal, names, env),
+        Command::Sidecar(_) => run_daemon(settings::sidecar(env)?, journal, names, env),
+        Command::List(args) => {
+            let s = settings::list(&args, env)?;
+            ops::logging::init(s.logging, journal);
+            warn_unknown(names);
+            let metrics = Metrics::new();
+            let handles = kube::client::Handles {
+                in_flight: InFlight::default(),
+                counters: metrics.api(),
+            };
+            let source = source::origin::open(&s.source, handles, env).map_err(Error::Config)?;
+            list::run(Poller::new(source), s.json)
+        }
+        Command::Webhook(args) => {
+            let w = settings::webhook(&args, env)?;
+            ops::logging::init(w.logging, journal);
+            warn_unknown(names);
+            webhook::run(w.webhook)
+        }
+        Command::Status(args) => status::run(settings::status(&args, env)?, env),
     }
-    if let Command::Status(args) = &command {
-        let s = settings::status::settings(args, env)?;
-        return status::run(s, env);
-    }
-    let settings = Settings::from_args(&command, env)?;
-    ops::logging::init(settings.log_format, journal, settings.log_level);
+}
+
+/// `cmpoll run` and `cmpoll sidecar`: the source, the parts the loop reports to, then the
+/// loop.
+fn run_daemon(
+    settings: RunSettings,
+    journal: bool,
+    names: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), Error> {
+    ops::logging::init(settings.logging, journal);
     warn_unknown(names);
     for (level, note) in &settings.notes {
         log::log!(*level, "{note}");
@@ -86,49 +109,41 @@ pub fn run(
         counters: metrics.api(),
     };
     let source = source::origin::open(&settings.source, handles, env).map_err(Error::Config)?;
-    let mut poller = Poller::new(source);
-    if let Mode::Run(run) = &settings.command {
-        let mut naming = run.naming.clone();
-        if let Some(root) = &naming.folder_root {
-            let absolute = std::path::absolute(root)
-                .map_err(|e| Error::Config(format!("--out-dir '{}': {e}", root.display())))?;
-            naming.folder_root = Some(absolute);
-        }
-        poller = poller.naming(naming);
+    let mut naming = settings.naming.clone();
+    if let Some(root) = &naming.folder_root {
+        let absolute = std::path::absolute(root)
+            .map_err(|e| Error::Config(format!("--out-dir '{}': {e}", root.display())))?;
+        naming.folder_root = Some(absolute);
     }
-    match &settings.command {
-        Mode::List { json } => list::run(poller, *json),
-        Mode::Run(run) => {
-            let timeout = settings.source.client.timeout;
-            let mut run = run.as_ref().clone();
-            run.daemon.summary = format!(
-                ": {}; delivering to {}",
-                settings.source.selection.describe(),
-                run.sinks.describe()
-            );
-            let reporter = match run.report_events {
-                true => Some(reporter(&settings.source, &metrics, env)?),
-                false => None,
-            };
-            let resources = settings.source.selection.resources;
-            let ledger = run.listen.map(|_| {
-                ledger::Ledger::new(
-                    poller.describe(),
-                    settings.source.selection.labels.as_str().to_string(),
-                    run.daemon.interval,
-                    resources,
-                    ops::health::ReloadOutcomes::default(),
-                )
-            });
-            let parts = Parts {
-                metrics,
-                in_flight,
-                reporter,
-                ledger,
-            };
-            daemon(poller, &run, timeout, parts, env)
-        }
-    }
+    let poller = Poller::new(source).naming(naming);
+    let timeout = settings.source.client.timeout;
+    let mut run = settings;
+    run.daemon.summary = format!(
+        ": {}; delivering to {}",
+        run.source.selection.describe(),
+        run.sinks.describe()
+    );
+    let reporter = match run.report_events {
+        true => Some(reporter(&run.source, &metrics, env)?),
+        false => None,
+    };
+    let resources = run.source.selection.resources;
+    let ledger = run.listen.map(|_| {
+        ledger::Ledger::new(
+            poller.describe(),
+            run.source.selection.labels.as_str().to_string(),
+            run.daemon.interval,
+            resources,
+            ops::health::ReloadOutcomes::default(),
+        )
+    });
+    let parts = Parts {
+        metrics,
+        in_flight,
+        reporter,
+        ledger,
+    };
+    daemon(poller, &run, timeout, parts, env)
 }
 
 /// A `CMPOLL_*` variable that names no flag: a typo must not pass silently.

@@ -3,7 +3,7 @@
 //! names no flag. All of it reads `flag::ALL`; none of it spells a flag.
 
 use super::entry::Flag;
-use super::table::flag;
+use super::table::{StatusArgs, flag};
 
 /// The table entry named `name` (`out-dir`), of any command.
 fn entry(name: &str) -> Option<&'static Flag> {
@@ -149,7 +149,7 @@ pub fn unknown_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String
         };
         // `cmpoll status` reads CMPOLL_SERVER_URL (not a flag of the table): set beside the
         // daemon so that `kubectl exec … cmpoll status` finds it, it is no typo.
-        if flag::ALL.iter().any(|f| f.var() == name) || name == "CMPOLL_SERVER_URL" {
+        if flag::ALL.iter().any(|f| f.var() == name) || name == StatusArgs::SERVER_URL_VAR {
             continue;
         }
         let as_flag = rest.to_ascii_lowercase().replace('_', "-");

@@ -89,6 +89,12 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
+impl StatusArgs {
+    /// The one variable `cmpoll status` reads: it runs where the daemon's variables are
+    /// set, so it does not read `CMPOLL_OUT_DIR` or `CMPOLL_JSON` as its flags.
+    pub const SERVER_URL_VAR: &str = "CMPOLL_SERVER_URL";
+}
+
 impl RunArgs {
     /// `run` with no flag given.
     pub fn none() -> RunArgs {

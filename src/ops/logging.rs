@@ -22,6 +22,14 @@ impl crate::words::Words for LogFormat {
         &[("text", LogFormat::Text), ("json", LogFormat::Json)];
 }
 
+/// How a command logs (`--log-format`, `--log-level`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub format: LogFormat,
+    /// `None`: `RUST_LOG`, else info.
+    pub level: Option<log::LevelFilter>,
+}
+
 static JSON: AtomicBool = AtomicBool::new(false);
 static JOURNAL: AtomicBool = AtomicBool::new(false);
 
@@ -85,7 +93,8 @@ fn json_line(level: &str, target: &str, message: &str) -> String {
 
 /// `journal`: stderr is the journal's stream (`stderr_is_journal`); `level`: `--log-level`,
 /// which wins over `RUST_LOG`'s default level.
-pub fn init(format: LogFormat, journal: bool, level: Option<log::LevelFilter>) {
+pub fn init(opts: Options, journal: bool) {
+    let Options { format, level } = opts;
     let mut b = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
     if let Some(level) = level {
         b.filter_level(level);

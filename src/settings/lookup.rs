@@ -1,14 +1,48 @@
 //! Looking a flag up by its table entry: on the command line, then as its `CMPOLL_*`
-//! variable, then its default, and parsing the value (durations, switches, choices, lists).
-//! Every error names where the value came from (`--flag`, `CMPOLL_FLAG`). The "only used
-//! with" rule is here too, once, from each entry's `needs`.
+//! variable, then its default, and parsing the value (durations, sizes, paths, numbers,
+//! addresses, switches, choices, lists). Every error names where the value came from
+//! (`--flag`, `CMPOLL_FLAG`, a k8s-sidecar variable). The "only used with" rule is here
+//! too, once, from each entry's `needs`.
 
 use std::cell::RefCell;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Command, Flag, Given, Needs, Raw};
-use crate::error::Error;
+use crate::cli::{Flag, Given, Needs, Raw, flag};
 use crate::words::Words;
+
+/// What is wrong with what a command was given. `main` prints it once and exits 2.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// A value (of a flag, a variable, the agent command) and what is wrong with it: `from`
+    /// names where it came from as the user wrote it (`--interval`, `CMPOLL_INTERVAL`,
+    /// `LABEL`, `the default of --layout`).
+    Value { from: String, problem: String },
+    /// A file a flag names cannot be used (`--module-template`): the message names both.
+    File(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Value { from, problem } => write!(f, "{from}: {problem}"),
+            Error::File(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<Error> for crate::error::Error {
+    fn from(e: Error) -> crate::error::Error {
+        match e {
+            Error::Value { .. } => crate::error::Error::Usage(e.to_string()),
+            Error::File(m) => crate::error::Error::Config(m),
+        }
+    }
+}
 
 /// A value and where it came from (`--flag`, `CMPOLL_FLAG`, or the flag's default), for
 /// messages.
@@ -31,8 +65,12 @@ pub struct Lookup<'a> {
 /// See `Lookup::origin`.
 pub type Origin<'a> = dyn Fn(&str) -> Option<String> + 'a;
 
-pub fn usage(from: &str, msg: impl std::fmt::Display) -> Error {
-    Error::Usage(format!("{from}: {msg}"))
+/// `from`'s value is wrong: `msg` says how.
+pub fn usage(from: &str, msg: impl fmt::Display) -> Error {
+    Error::Value {
+        from: from.to_string(),
+        problem: msg.to_string(),
+    }
 }
 
 /// Asked for the default of a flag that has none in the table: a mistake in cmpoll, which
@@ -47,10 +85,11 @@ fn no_default(flag: &Flag) -> Error {
 static NOT_GIVEN: Raw = Raw::Value(None);
 
 impl<'a> Lookup<'a> {
-    pub fn new(command: &Command, env: &'a dyn Fn(&str) -> Option<String>) -> Lookup<'a> {
+    /// Looks up the flags a command was `given` (`RunArgs::given()`…).
+    pub fn new(given: Given, env: &'a dyn Fn(&str) -> Option<String>) -> Lookup<'a> {
         Lookup {
             env,
-            given: command.given(),
+            given,
             read: RefCell::new(Vec::new()),
             origin: None,
         }
@@ -293,4 +332,81 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(mult)
         .filter(|b| *b > 0)
         .ok_or_else(|| format!("'{s}' is out of range"))
+}
+
+/// A flag given without the sink, source or flag it belongs to is a mistake, not a no-op
+/// (`agent`: an agent command was given).
+pub fn check_needs(look: &Lookup, agent: bool) -> Result<(), Error> {
+    let given = |f| look.given(f).map(|g| g.is_some());
+    let server = given(&flag::server)?;
+    let out_dir = given(&flag::out_dir)?;
+    let layout = |l: &str| out_dir && look.opt(&flag::layout).is_some_and(|v| v.value.trim() == l);
+    let (concat, flat) = (layout("concat"), layout("flat"));
+    let reload_url = given(&flag::reload_url)?;
+    let on_change = given(&flag::on_change)?;
+    let validate = given(&flag::validate)?;
+    let template = given(&flag::module_template)?;
+    look.check_needs(|needs| match needs {
+        Needs::Nothing => true,
+        Needs::Server => server,
+        Needs::OutDir => out_dir,
+        Needs::Concat => concat,
+        Needs::Flat => flat,
+        Needs::ModuleTemplate => concat && template,
+        Needs::Agent => agent,
+        Needs::ReloadUrl => reload_url,
+        Needs::ReloadUrlOrOnChange => reload_url || on_change,
+        Needs::Validate => validate,
+    })
+}
+
+/// A path flag; an empty value (`CMPOLL_OUT_DIR=` from an empty template) is an error
+/// naming where it came from, not a path.
+pub fn path(v: Option<Val>) -> Result<Option<PathBuf>, Error> {
+    match v {
+        Some(v) if v.value.is_empty() => Err(usage(&v.from, "empty: give a path, or unset it")),
+        v => Ok(v.map(|v| PathBuf::from(v.value))),
+    }
+}
+
+/// The flag's value, else its default (every caller's flag has one in the table).
+pub fn required(look: &Lookup, f: &'static Flag) -> Result<Val, Error> {
+    look.value(f)
+        .ok_or_else(|| usage(&f.long(), "has no default (a bug in cmpoll's flag table)"))
+}
+
+/// A number flag: its value or default, parsed and checked by `ok`.
+pub fn number<T: std::str::FromStr>(
+    look: &Lookup,
+    f: &'static Flag,
+    ok: impl Fn(&T) -> bool,
+    what: &str,
+) -> Result<T, Error> {
+    let v = required(look, f)?;
+    v.value
+        .trim()
+        .parse::<T>()
+        .ok()
+        .filter(ok)
+        .ok_or_else(|| usage(&v.from, format!("'{}' is not {what}", v.value)))
+}
+
+/// `:8080` (all interfaces), `127.0.0.1:8080`, `[::]:8080`.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let t = s.trim();
+    let full = if t.starts_with(':') {
+        format!("0.0.0.0{t}")
+    } else {
+        t.to_string()
+    };
+    full.parse()
+        .map_err(|_| format!("'{s}' is not an address (e.g. :8080, 127.0.0.1:8080, [::]:8080)"))
+}
+
+/// `--validate-timeout`, else `default` (the command's: see the flag's help).
+pub fn validate_timeout(look: &Lookup, default: Duration) -> Result<Duration, Error> {
+    match look.opt(&flag::validate_timeout) {
+        Some(v) => parse_duration(&v),
+        None => Ok(default),
+    }
 }

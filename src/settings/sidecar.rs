@@ -1,27 +1,30 @@
 //! `cmpoll sidecar`: kiwigrid/k8s-sidecar's variables made into `cmpoll run`'s settings.
 //!
 //! The charts that embed k8s-sidecar (Grafana's, Loki's) set only its environment, never a
-//! command, so this reads nothing else. Each variable becomes the `CMPOLL_*` value it means,
-//! put beneath the real environment: a `CMPOLL_*` variable that is set wins, and a message
+//! command, so this reads nothing else. Each variable becomes the value of the flag it
+//! means (named by its table entry, so its `CMPOLL_*` name is spelled in one place), put
+//! beneath the real environment: a `CMPOLL_*` variable that is set wins, and a message
 //! about a value names the k8s-sidecar variable it came from. What no flag expresses (a
 //! reload body, basic auth from files, objects read by name, the health server's ways) is
 //! applied to the settings afterwards. Variables k8s-sidecar reads that mean nothing here
-//! are accepted, noted at debug level (`LOG_TZ` and `LOG_CONFIG` at warning).
+//! are accepted, noted at debug level (`LOG_TZ` and `LOG_CONFIG` at warning). The mapping
+//! reads in SPEC's sections: what is listed, where it goes, when, who hears of it, and
+//! operations.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::lookup::{Lookup, usage};
-use super::{Mode, Named, Settings};
-use crate::cli::{Command, RunArgs};
-use crate::error::Error;
+use super::lookup::{Error, Lookup, usage};
+use super::run::{RunSettings, read};
+use crate::cli::{Flag, RunArgs, flag};
 use crate::fetch::OriginAuth;
 use crate::http::url;
 use crate::kube::incluster::SERVICE_ACCOUNT_DIR;
 use crate::secret::{Secret, SecretSource};
-use crate::source::Resource;
+use crate::source::origin::Origin;
+use crate::source::{Named, Resource};
 
 /// k8s-sidecar reads these and cmpoll has nothing for them to do.
 const WITHOUT_EFFECT: &[&str] = &[
@@ -38,11 +41,11 @@ const WITHOUT_EFFECT: &[&str] = &[
     "DISABLE_X509_STRICT_VERIFICATION",
 ];
 
-/// The `CMPOLL_*` values k8s-sidecar's variables mean, each with the variable it came
-/// from, and what no flag expresses.
+/// The flag values k8s-sidecar's variables mean (by each flag's `CMPOLL_*` name), each
+/// with the variable it came from, and what no flag expresses.
 #[derive(Debug, Default)]
 struct Mapping {
-    vars: BTreeMap<&'static str, (String, &'static str)>,
+    vars: BTreeMap<String, (String, &'static str)>,
     names: Vec<Named>,
     /// `REQ_PAYLOAD`, for a POST.
     body: Option<Vec<u8>>,
@@ -58,13 +61,29 @@ struct Mapping {
 }
 
 impl Mapping {
-    fn put(&mut self, var: &'static str, value: impl Into<String>, from: &'static str) {
-        self.vars.insert(var, (value.into(), from));
+    /// `flag` takes `value`, which k8s-sidecar's variable `from` gave.
+    fn put(&mut self, flag: &'static Flag, value: impl Into<String>, from: &'static str) {
+        self.vars.insert(flag.var(), (value.into(), from));
+    }
+}
+
+/// k8s-sidecar's variables as the mapping reads them: unset and blank are the same.
+struct Vars<'a>(&'a dyn Fn(&str) -> Option<String>);
+
+impl Vars<'_> {
+    fn get(&self, k: &str) -> Option<String> {
+        (self.0)(k).filter(|v| !v.trim().is_empty())
+    }
+
+    /// `true`, in any case.
+    fn yes(&self, k: &str) -> bool {
+        self.get(k)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
     }
 }
 
 /// `cmpoll sidecar`'s settings from the environment.
-pub fn settings(env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, Error> {
+pub fn sidecar(env: &dyn Fn(&str) -> Option<String>) -> Result<RunSettings, Error> {
     let mut m = mapping(env)?;
     let vars = std::mem::take(&mut m.vars);
     let layered = |k: &str| env(k).or_else(|| vars.get(k).map(|(value, _)| value.clone()));
@@ -75,23 +94,20 @@ pub fn settings(env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, Error>
             .flatten()
             .map(|(_, from)| from.to_string())
     };
-    let command = Command::Run(Box::new(RunArgs::none()));
-    let look = Lookup::new(&command, &layered).naming(&origin);
-    let mut s = Settings::read(&command, &look)?;
+    let args = RunArgs::none();
+    let look = Lookup::new(args.given(), &layered).naming(&origin);
+    let mut s = read(&args, &look)?;
     apply(&mut s, m, env);
     Ok(s)
 }
 
 /// What no flag expresses, onto the settings `run` made.
-fn apply(s: &mut Settings, m: Mapping, env: &dyn Fn(&str) -> Option<String>) {
-    s.source.selection.names = m.names;
-    if let crate::source::origin::Origin::Api(flags) = &mut s.source.origin {
+fn apply(run: &mut RunSettings, m: Mapping, env: &dyn Fn(&str) -> Option<String>) {
+    run.source.selection.names = m.names;
+    if let Origin::Api(flags) = &mut run.source.origin {
         flags.insecure_skip_tls_verify = m.api_insecure;
     }
-    s.notes = m.notes;
-    let Mode::Run(run) = &mut s.command else {
-        return;
-    };
+    run.notes = m.notes;
     run.health.live_after_first_batch = true;
     run.health.busy_is_warning = true;
     run.health.fallback = m.listen_fallback;
@@ -120,32 +136,30 @@ fn apply(s: &mut Settings, m: Mapping, env: &dyn Fn(&str) -> Option<String>) {
 
 /// Reads k8s-sidecar's variables; a missing or malformed one is a usage error naming it.
 fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
-    let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
-    let yes = |k: &str| var(k).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    let vars = Vars(env);
     let mut m = Mapping::default();
+    listed(&vars, &mut m)?;
+    destination(&vars, &mut m)?;
+    timing(&vars, &mut m)?;
+    listeners(&vars, &mut m)?;
+    operations(&vars, &mut m)?;
+    Ok(m)
+}
 
-    // What is listed.
-    let label = var("LABEL").ok_or_else(|| {
+/// What is listed: `LABEL`, `LABEL_VALUE`, `RESOURCE`, `NAMESPACE`, `RESOURCE_NAME`.
+fn listed(vars: &Vars, m: &mut Mapping) -> Result<(), Error> {
+    let label = vars.get("LABEL").ok_or_else(|| {
         usage(
             "LABEL",
             "not set: the label a ConfigMap or Secret must carry (k8s-sidecar's LABEL)",
         )
     })?;
-    let selector = match var("LABEL_VALUE") {
+    let selector = match vars.get("LABEL_VALUE") {
         Some(v) => format!("{}={}", label.trim(), v.trim()),
         None => label.trim().to_string(),
     };
-    m.put("CMPOLL_SELECTOR", selector, "LABEL and LABEL_VALUE");
-    let folder = var("FOLDER").ok_or_else(|| {
-        usage(
-            "FOLDER",
-            "not set: the folder the files are written to (k8s-sidecar's FOLDER)",
-        )
-    })?;
-    m.put("CMPOLL_OUT_DIR", folder, "FOLDER");
-    m.put("CMPOLL_LAYOUT", "flat", "FOLDER");
-
-    let resource = var("RESOURCE").unwrap_or_else(|| "configmap".into());
+    m.put(&flag::selector, selector, "LABEL and LABEL_VALUE");
+    let resource = vars.get("RESOURCE").unwrap_or_else(|| "configmap".into());
     let resource = match resource.trim() {
         "configmap" => "configmaps",
         "secret" => "secrets",
@@ -157,16 +171,16 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
             ));
         }
     };
-    m.put("CMPOLL_RESOURCE", resource, "RESOURCE");
-    let all = match var("NAMESPACE") {
+    m.put(&flag::resource, resource, "RESOURCE");
+    let all = match vars.get("NAMESPACE") {
         Some(ns) if ns.trim() == "ALL" => true,
         Some(ns) => {
-            m.put("CMPOLL_NAMESPACE", ns, "NAMESPACE");
+            m.put(&flag::namespace, ns, "NAMESPACE");
             false
         }
         None => {
-            let dir =
-                env("CMPOLL_SERVICE_ACCOUNT_DIR").unwrap_or_else(|| SERVICE_ACCOUNT_DIR.into());
+            let dir = (vars.0)(&flag::service_account_dir.var())
+                .unwrap_or_else(|| SERVICE_ACCOUNT_DIR.into());
             let file = Path::new(&dir).join("namespace");
             let ns = std::fs::read_to_string(&file).map_err(|e| {
                 usage(
@@ -178,14 +192,14 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
                 )
             })?;
             m.put(
-                "CMPOLL_NAMESPACE",
+                &flag::namespace,
                 ns.trim(),
                 "the service account's namespace file",
             );
             false
         }
     };
-    if let Some(names) = var("RESOURCE_NAME") {
+    if let Some(names) = vars.get("RESOURCE_NAME") {
         if all {
             m.notes.push((
                 log::Level::Warn,
@@ -195,16 +209,28 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
             m.names = parse_names(&names)?;
         }
     }
+    Ok(())
+}
 
-    // Where it goes.
-    let annotation =
-        var("FOLDER_ANNOTATION").unwrap_or_else(|| "k8s-sidecar-target-directory".into());
-    m.put("CMPOLL_FOLDER_ANNOTATION", annotation, "FOLDER_ANNOTATION");
-    if yes("UNIQUE_FILENAMES") {
-        m.put("CMPOLL_UNIQUE_FILENAMES", "true", "UNIQUE_FILENAMES");
+/// Where it goes: `FOLDER`, `FOLDER_ANNOTATION`, `UNIQUE_FILENAMES`, `DEFAULT_FILE_MODE`.
+fn destination(vars: &Vars, m: &mut Mapping) -> Result<(), Error> {
+    let folder = vars.get("FOLDER").ok_or_else(|| {
+        usage(
+            "FOLDER",
+            "not set: the folder the files are written to (k8s-sidecar's FOLDER)",
+        )
+    })?;
+    m.put(&flag::out_dir, folder, "FOLDER");
+    m.put(&flag::layout, "flat", "FOLDER");
+    let annotation = vars
+        .get("FOLDER_ANNOTATION")
+        .unwrap_or_else(|| "k8s-sidecar-target-directory".into());
+    m.put(&flag::folder_annotation, annotation, "FOLDER_ANNOTATION");
+    if vars.yes("UNIQUE_FILENAMES") {
+        m.put(&flag::unique_filenames, "true", "UNIQUE_FILENAMES");
     }
-    m.put("CMPOLL_FETCH_URL_KEYS", "true", "FOLDER");
-    let mode = match var("DEFAULT_FILE_MODE") {
+    m.put(&flag::fetch_url_keys, "true", "FOLDER");
+    let mode = match vars.get("DEFAULT_FILE_MODE") {
         // k8s-sidecar leaves files as the process creates them: 0644, Secrets too.
         None => "0644".to_string(),
         Some(v) => {
@@ -220,20 +246,23 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
             }
         }
     };
-    m.put("CMPOLL_FILE_MODE", mode, "DEFAULT_FILE_MODE");
+    m.put(&flag::file_mode, mode, "DEFAULT_FILE_MODE");
+    Ok(())
+}
 
-    // When.
-    match var("METHOD").as_deref().map(str::trim) {
+/// When: `METHOD` (`WATCH`: a poll every 5 s; `SLEEP`: every `SLEEP_TIME`; `LIST`: once).
+fn timing(vars: &Vars, m: &mut Mapping) -> Result<(), Error> {
+    match vars.get("METHOD").as_deref().map(str::trim) {
         Some("LIST") => {
             m.list = true;
-            m.put("CMPOLL_ONCE", "true", "METHOD");
+            m.put(&flag::once, "true", "METHOD");
         }
         Some("SLEEP") => {
-            let secs = var("SLEEP_TIME").unwrap_or_else(|| "60".into());
+            let secs = vars.get("SLEEP_TIME").unwrap_or_else(|| "60".into());
             let ms = seconds(&secs).ok_or_else(|| {
                 usage("SLEEP_TIME", format!("'{secs}' is not a number of seconds"))
             })?;
-            m.put("CMPOLL_INTERVAL", format!("{ms}ms"), "SLEEP_TIME");
+            m.put(&flag::interval, format!("{ms}ms"), "SLEEP_TIME");
         }
         other => {
             if let Some(other) = other.filter(|o| *o != "WATCH") {
@@ -244,12 +273,15 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
                     ),
                 ));
             }
-            m.put("CMPOLL_INTERVAL", "5s", "METHOD");
+            m.put(&flag::interval, "5s", "METHOD");
         }
     }
+    Ok(())
+}
 
-    // Who hears of it.
-    let req_timeout = var("REQ_TIMEOUT").unwrap_or_else(|| "10".into());
+/// Who hears of it: `REQ_URL` and the other `REQ_*` variables, `SCRIPT`.
+fn listeners(vars: &Vars, m: &mut Mapping) -> Result<(), Error> {
+    let req_timeout = vars.get("REQ_TIMEOUT").unwrap_or_else(|| "10".into());
     let ms = seconds(&req_timeout).ok_or_else(|| {
         usage(
             "REQ_TIMEOUT",
@@ -257,19 +289,19 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
         )
     })?;
     m.req_timeout = Duration::from_millis(ms);
-    if let Some(u) = var("REQ_URL") {
-        m.put("CMPOLL_RELOAD_URL", u, "REQ_URL");
+    if let Some(u) = vars.get("REQ_URL") {
+        m.put(&flag::reload_url, u, "REQ_URL");
         m.put(
-            "CMPOLL_RELOAD_METHOD",
-            var("REQ_METHOD").unwrap_or_else(|| "GET".into()),
+            &flag::reload_method,
+            vars.get("REQ_METHOD").unwrap_or_else(|| "GET".into()),
             "REQ_METHOD",
         );
         // METHOD=LIST calls REQ_URL whatever REQ_SKIP_INIT says (as k8s-sidecar).
-        if yes("REQ_SKIP_INIT") && !m.list {
-            m.put("CMPOLL_RELOAD_SKIP_FIRST", "true", "REQ_SKIP_INIT");
+        if vars.yes("REQ_SKIP_INIT") && !m.list {
+            m.put(&flag::reload_skip_first, "true", "REQ_SKIP_INIT");
         }
-        m.put("CMPOLL_RELOAD_TIMEOUT", format!("{ms}ms"), "REQ_TIMEOUT");
-        if let Some(p) = var("REQ_PAYLOAD") {
+        m.put(&flag::reload_timeout, format!("{ms}ms"), "REQ_TIMEOUT");
+        if let Some(p) = vars.get("REQ_PAYLOAD") {
             // As k8s-sidecar posts it: the JSON it is, else the text as a JSON string.
             let body = match serde_json::from_str::<serde_json::Value>(&p) {
                 Ok(v) => v,
@@ -279,7 +311,7 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
         }
     }
     let credential = |name: &'static str| -> Option<SecretSource> {
-        match (var(&format!("{name}_FILE")), var(name)) {
+        match (vars.get(&format!("{name}_FILE")), vars.get(name)) {
             (Some(file), _) => Some(SecretSource::File(PathBuf::from(file))),
             (None, Some(v)) => Some(SecretSource::Text(Secret::new(v))),
             (None, None) => None,
@@ -288,7 +320,7 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
     if let (Some(user), Some(password)) = (credential("REQ_USERNAME"), credential("REQ_PASSWORD")) {
         m.basic = Some((user, password));
     }
-    if yes("REQ_SKIP_TLS_VERIFY") {
+    if vars.yes("REQ_SKIP_TLS_VERIFY") {
         m.req_insecure = true;
         m.notes.push((
             log::Level::Warn,
@@ -296,35 +328,39 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
                 .into(),
         ));
     }
-    if let Some(script) = var("SCRIPT") {
-        m.put("CMPOLL_ON_CHANGE", script_command(&script), "SCRIPT");
-        if var("REQ_URL").is_none() {
-            m.put("CMPOLL_RELOAD_TIMEOUT", format!("{ms}ms"), "REQ_TIMEOUT");
+    if let Some(script) = vars.get("SCRIPT") {
+        m.put(&flag::on_change, script_command(&script), "SCRIPT");
+        if vars.get("REQ_URL").is_none() {
+            m.put(&flag::reload_timeout, format!("{ms}ms"), "REQ_TIMEOUT");
         }
     }
+    Ok(())
+}
 
-    // Operations.
-    let port = var("HEALTH_PORT").unwrap_or_else(|| "8080".into());
+/// Operations: `HEALTH_PORT`, `HEALTH_HOST`, `LOG_LEVEL`, `LOG_FORMAT`, `SKIP_TLS_VERIFY`,
+/// and the variables that mean nothing here.
+fn operations(vars: &Vars, m: &mut Mapping) -> Result<(), Error> {
+    let port = vars.get("HEALTH_PORT").unwrap_or_else(|| "8080".into());
     let port: u16 = (port.trim().parse())
         .map_err(|_| usage("HEALTH_PORT", format!("'{port}' is not a port")))?;
-    match var("HEALTH_HOST") {
+    match vars.get("HEALTH_HOST") {
         Some(host) => {
             let host = host.trim().trim_start_matches('[').trim_end_matches(']');
             let ip: std::net::IpAddr = (host.parse())
                 .map_err(|_| usage("HEALTH_HOST", format!("'{host}' is not an IP address")))?;
             m.put(
-                "CMPOLL_LISTEN",
+                &flag::listen,
                 SocketAddr::new(ip, port).to_string(),
                 "HEALTH_HOST",
             );
         }
         None => {
             // Dual-stack where the pod has IPv6, else IPv4 (k8s-sidecar 2.10).
-            m.put("CMPOLL_LISTEN", format!("[::]:{port}"), "HEALTH_PORT");
+            m.put(&flag::listen, format!("[::]:{port}"), "HEALTH_PORT");
             m.listen_fallback = Some(SocketAddr::from(([0, 0, 0, 0], port)));
         }
     }
-    let level = var("LOG_LEVEL").unwrap_or_else(|| "INFO".into());
+    let level = vars.get("LOG_LEVEL").unwrap_or_else(|| "INFO".into());
     let level = match level.trim().to_ascii_uppercase().as_str() {
         "DEBUG" => "debug",
         "INFO" => "info",
@@ -337,8 +373,8 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
             ));
         }
     };
-    m.put("CMPOLL_LOG_LEVEL", level, "LOG_LEVEL");
-    let format = var("LOG_FORMAT").unwrap_or_else(|| "JSON".into());
+    m.put(&flag::log_level, level, "LOG_LEVEL");
+    let format = vars.get("LOG_FORMAT").unwrap_or_else(|| "JSON".into());
     let format = match format.trim().to_ascii_uppercase().as_str() {
         "JSON" => "json",
         "LOGFMT" => "text",
@@ -349,8 +385,8 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
             ));
         }
     };
-    m.put("CMPOLL_LOG_FORMAT", format, "LOG_FORMAT");
-    if yes("SKIP_TLS_VERIFY") {
+    m.put(&flag::log_format, format, "LOG_FORMAT");
+    if vars.yes("SKIP_TLS_VERIFY") {
         m.api_insecure = true;
         m.notes.push((
             log::Level::Warn,
@@ -358,7 +394,7 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
         ));
     }
     for v in WITHOUT_EFFECT {
-        if let Some(value) = var(v) {
+        if let Some(value) = vars.get(v) {
             m.notes.push((
                 log::Level::Debug,
                 format!("{v}={value}: k8s-sidecar's; nothing for cmpoll to do with it"),
@@ -366,14 +402,14 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
         }
     }
     for v in ["LOG_TZ", "LOG_CONFIG"] {
-        if var(v).is_some() {
+        if vars.get(v).is_some() {
             m.notes.push((
                 log::Level::Warn,
                 format!("{v} is not used: cmpoll logs UTC timestamps, as LOG_FORMAT says"),
             ));
         }
     }
-    Ok(m)
+    Ok(())
 }
 
 /// A number of seconds (`5`, `0.5`) in milliseconds; `None` if it is not one, or not more
@@ -451,7 +487,7 @@ mod tests {
     use crate::sink::outdir::{FileModes, Layout};
     use std::collections::HashMap;
 
-    fn sidecar(vars: &[(&str, &str)]) -> Result<Settings, Error> {
+    fn sidecar_of(vars: &[(&str, &str)]) -> Result<RunSettings, Error> {
         let sa = tempfile::tempdir().unwrap();
         std::fs::write(sa.path().join("namespace"), "monitoring\n").unwrap();
         let mut env: HashMap<String, String> = vars
@@ -460,14 +496,11 @@ mod tests {
             .collect();
         env.entry("CMPOLL_SERVICE_ACCOUNT_DIR".into())
             .or_insert_with(|| sa.path().display().to_string());
-        settings(&|k| env.get(k).cloned())
+        sidecar(&|k| env.get(k).cloned())
     }
 
-    fn run(s: &Settings) -> &crate::settings::RunSettings {
-        match &s.command {
-            Mode::Run(r) => r,
-            _ => panic!("sidecar runs"),
-        }
+    fn run(s: &RunSettings) -> &RunSettings {
+        s
     }
 
     const CHART: &[(&str, &str)] = &[
@@ -487,7 +520,7 @@ mod tests {
 
     #[test]
     fn the_grafana_charts_variables() {
-        let s = sidecar(CHART).unwrap();
+        let s = sidecar_of(CHART).unwrap();
         let sel = &s.source.selection;
         assert_eq!(sel.labels.as_str(), "grafana_dashboard");
         assert!(sel.resources.qualified(), "both kinds");
@@ -521,7 +554,7 @@ mod tests {
         assert_eq!(r.listen, Some("[::]:8080".parse().unwrap()));
         assert!(r.health.live_after_first_batch && r.health.busy_is_warning);
         assert_eq!(r.health.fallback, Some("0.0.0.0:8080".parse().unwrap()));
-        assert_eq!(s.log_format, crate::ops::logging::LogFormat::Json);
+        assert_eq!(s.logging.format, crate::ops::logging::LogFormat::Json);
     }
 
     #[test]
@@ -529,7 +562,7 @@ mod tests {
         let with = |extra: &[(&str, &str)]| {
             let mut v = vec![("LABEL", "l"), ("FOLDER", "/f")];
             v.extend_from_slice(extra);
-            sidecar(&v).unwrap()
+            sidecar_of(&v).unwrap()
         };
         let s = with(&[("LABEL_VALUE", "1"), ("NAMESPACE", "ALL")]);
         assert_eq!(s.source.selection.labels.as_str(), "l=1");
@@ -599,8 +632,8 @@ mod tests {
         assert_eq!(run(&s).listen, Some("127.0.0.1:18080".parse().unwrap()));
         assert_eq!(run(&s).health.fallback, None);
         let s = with(&[("LOG_LEVEL", "critical"), ("LOG_FORMAT", "LOGFMT")]);
-        assert_eq!(s.log_level, Some(log::LevelFilter::Error));
-        assert_eq!(s.log_format, crate::ops::logging::LogFormat::Text);
+        assert_eq!(s.logging.level, Some(log::LevelFilter::Error));
+        assert_eq!(s.logging.format, crate::ops::logging::LogFormat::Text);
         let s = with(&[("RESOURCE_NAME", "a,configmap/b,other/secret/c")]);
         assert_eq!(s.source.selection.names.len(), 3);
         assert_eq!(
@@ -613,12 +646,12 @@ mod tests {
         // A CMPOLL_* variable wins over the mapping.
         let s = with(&[("CMPOLL_INTERVAL", "1m"), ("CMPOLL_LOG_FORMAT", "text")]);
         assert_eq!(run(&s).daemon.interval, Duration::from_secs(60));
-        assert_eq!(s.log_format, crate::ops::logging::LogFormat::Text);
+        assert_eq!(s.logging.format, crate::ops::logging::LogFormat::Text);
     }
 
     #[test]
     fn usage_errors_name_the_variable() {
-        let err = |vars: &[(&str, &str)]| match sidecar(vars) {
+        let err = |vars: &[(&str, &str)]| match sidecar_of(vars) {
             Err(e) => e.to_string(),
             Ok(_) => panic!("{vars:?} should fail"),
         };
@@ -681,7 +714,7 @@ mod tests {
             ("CMPOLL_SERVICE_ACCOUNT_DIR", "/nonexistent"),
         ]
         .into();
-        let e = settings(&|k| env.get(k).map(|v| v.to_string()))
+        let e = sidecar(&|k| env.get(k).map(|v| v.to_string()))
             .err()
             .unwrap()
             .to_string();

@@ -6,16 +6,15 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use super::parse_listen;
-use crate::cli::StatusArgs;
-use crate::error::Error;
+use super::lookup::{Error, parse_listen, usage};
+use crate::cli::{StatusArgs, flag};
 use crate::status::{Options as StatusSettings, Target};
 
-pub fn settings(
+/// `cmpoll status`'s settings.
+pub fn status(
     args: &StatusArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<StatusSettings, Error> {
-    let usage = |from: &str, msg: String| Error::Usage(format!("{from}: {msg}"));
     fn given(v: &Option<String>) -> Option<&str> {
         v.as_deref().map(str::trim).filter(|v| !v.is_empty())
     }
@@ -23,14 +22,13 @@ pub fn settings(
         (Some(_), Some(_)) => {
             return Err(usage(
                 "--out-dir",
-                "not used with --server-url: give one (a daemon to ask, or a folder to read)"
-                    .into(),
+                "not used with --server-url: give one (a daemon to ask, or a folder to read)",
             ));
         }
         (None, Some(dir)) => Target::Folder(PathBuf::from(dir)),
         (Some(url), None) => Target::Server(server_url("--server-url", url)?),
-        (None, None) => match env("CMPOLL_SERVER_URL").filter(|v| !v.trim().is_empty()) {
-            Some(url) => Target::Server(server_url("CMPOLL_SERVER_URL", url.trim())?),
+        (None, None) => match env(StatusArgs::SERVER_URL_VAR).filter(|v| !v.trim().is_empty()) {
+            Some(url) => Target::Server(server_url(StatusArgs::SERVER_URL_VAR, url.trim())?),
             None => Target::Server(from_listen(env)?),
         },
     };
@@ -42,9 +40,12 @@ pub fn settings(
 
 fn server_url(from: &str, url: &str) -> Result<String, Error> {
     if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(Error::Usage(format!(
-            "{from}: '{url}' is not an http:// or https:// URL (for example http://127.0.0.1:8080)"
-        )));
+        return Err(usage(
+            from,
+            format!(
+                "'{url}' is not an http:// or https:// URL (for example http://127.0.0.1:8080)"
+            ),
+        ));
     }
     Ok(url.trim_end_matches('/').to_string())
 }
@@ -53,11 +54,12 @@ fn server_url(from: &str, url: &str) -> Result<String, Error> {
 /// `HEALTH_PORT` (`cmpoll sidecar`), else port 8080.
 fn from_listen(env: &dyn Fn(&str) -> Option<String>) -> Result<String, Error> {
     let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
-    let addr = if let Some(listen) = var("CMPOLL_LISTEN") {
-        parse_listen(&listen).map_err(|e| Error::Usage(format!("CMPOLL_LISTEN: {e}")))?
+    let listen_var = flag::listen.var();
+    let addr = if let Some(listen) = var(&listen_var) {
+        parse_listen(&listen).map_err(|e| usage(&listen_var, e))?
     } else if let Some(port) = var("HEALTH_PORT") {
         let port: u16 = (port.trim().parse())
-            .map_err(|_| Error::Usage(format!("HEALTH_PORT: '{port}' is not a port number")))?;
+            .map_err(|_| usage("HEALTH_PORT", format!("'{port}' is not a port number")))?;
         SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)
     } else {
         SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080)
@@ -180,12 +182,12 @@ mod tests {
             ),
         ];
         for (url, dir, vars, want) in cases {
-            let got = settings(&args(*url, *dir), &env(vars));
+            let got = status(&args(*url, *dir), &env(vars));
             match (got, want) {
                 (Ok(s), Ok(t)) => assert_eq!(&s.target, t, "{url:?} {dir:?} {vars:?}"),
                 (Err(e), Err(w)) => {
                     assert!(e.to_string().starts_with(w), "{e}");
-                    assert_eq!(e.exit_code(), 2);
+                    assert_eq!(crate::error::Error::from(e.clone()).exit_code(), 2);
                 }
                 (got, want) => panic!("{url:?} {dir:?} {vars:?}: {got:?}, want {want:?}"),
             }

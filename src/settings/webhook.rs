@@ -6,11 +6,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::lookup::{Lookup, usage};
-use super::{keys, labels, parse_listen, resources, validate_timeout};
-use crate::cli::{Command, flag};
-use crate::error::Error;
-use crate::ops::logging::LogFormat;
+use super::lookup::{Error, Lookup, parse_listen, usage, validate_timeout};
+use super::source::{keys, labels, logging, resources};
+use crate::cli::{WebhookArgs, flag};
+use crate::ops::logging;
 use crate::selector::FieldSelector;
 use crate::source::Selection;
 use crate::{validate, webhook};
@@ -22,18 +21,18 @@ pub const VALIDATE_TIMEOUT: Duration = Duration::from_secs(8);
 #[derive(Debug)]
 pub struct WebhookSettings {
     pub webhook: webhook::Options,
-    pub log_format: LogFormat,
-    pub log_level: Option<log::LevelFilter>,
+    pub logging: logging::Options,
 }
 
-pub fn settings(
-    command: &Command,
+/// `cmpoll webhook`'s settings.
+pub fn webhook(
+    args: &WebhookArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<WebhookSettings, Error> {
-    read(&Lookup::new(command, env))
+    read(&Lookup::new(args.given(), env))
 }
 
-pub(super) fn read(look: &Lookup) -> Result<WebhookSettings, Error> {
+fn read(look: &Lookup) -> Result<WebhookSettings, Error> {
     let resources = resources(look)?;
     let selection = Selection {
         resources,
@@ -77,8 +76,7 @@ pub(super) fn read(look: &Lookup) -> Result<WebhookSettings, Error> {
                 kinds: resources,
             },
         },
-        log_format: look.choice(&flag::log_format)?,
-        log_level: look.maybe_choice(&flag::log_level)?,
+        logging: logging(look)?,
     })
 }
 
@@ -88,7 +86,7 @@ mod tests {
     use crate::cli::TopLevel;
     use argh::FromArgs;
 
-    fn webhook(args: &[&str], env: &[(&str, &str)]) -> Result<WebhookSettings, String> {
+    fn webhook_of(args: &[&str], env: &[(&str, &str)]) -> Result<WebhookSettings, String> {
         let mut all = vec!["webhook"];
         all.extend_from_slice(args);
         let top = TopLevel::from_args(&["cmpoll"], &all).map_err(|e| e.output)?;
@@ -97,7 +95,10 @@ mod tests {
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
         };
-        settings(&top.command.unwrap(), &env).map_err(|e| e.to_string())
+        let Some(crate::cli::Command::Webhook(args)) = top.command else {
+            panic!("webhook")
+        };
+        webhook(&args, &env).map_err(|e| e.to_string())
     }
 
     const NEEDED: [&str; 8] = [
@@ -113,11 +114,11 @@ mod tests {
 
     #[test]
     fn what_it_needs_and_its_defaults() {
-        let w = webhook(&NEEDED, &[]).unwrap();
+        let w = webhook_of(&NEEDED, &[]).unwrap();
         assert_eq!(w.webhook.validate.timeout, VALIDATE_TIMEOUT, "8s here");
         assert_eq!(w.webhook.listen.to_string(), "0.0.0.0:8443");
         assert_eq!(w.webhook.selection.labels.as_str(), "cmpoll.io/module=true");
-        let w = webhook(&NEEDED, &[("CMPOLL_VALIDATE_TIMEOUT", "3s")]).unwrap();
+        let w = webhook_of(&NEEDED, &[("CMPOLL_VALIDATE_TIMEOUT", "3s")]).unwrap();
         assert_eq!(w.webhook.validate.timeout, Duration::from_secs(3));
         for (i, flag) in [
             "--validate",
@@ -130,13 +131,13 @@ mod tests {
         {
             let mut args = NEEDED.to_vec();
             args.drain(i * 2..i * 2 + 2);
-            let e = webhook(&args, &[]).unwrap_err();
+            let e = webhook_of(&args, &[]).unwrap_err();
             assert!(e.starts_with(&format!("{flag}: is required")), "{e}");
         }
-        let e = webhook(&[&NEEDED[..], &["--selector", " "]].concat(), &[]).unwrap_err();
+        let e = webhook_of(&[&NEEDED[..], &["--selector", " "]].concat(), &[]).unwrap_err();
         assert!(e.starts_with("--selector: empty"), "{e}");
         // A flag of `run` is not one of the webhook's.
-        assert!(webhook(&[&NEEDED[..], &["--out-dir", "x"]].concat(), &[]).is_err());
+        assert!(webhook_of(&[&NEEDED[..], &["--out-dir", "x"]].concat(), &[]).is_err());
     }
 
     /// Every flag of the webhook's table entries is read, and no other.
@@ -144,9 +145,11 @@ mod tests {
     fn every_flag_of_the_webhook_is_read() {
         use crate::cli::flag;
         let top = TopLevel::from_args(&["cmpoll"], &[&["webhook"][..], &NEEDED].concat()).unwrap();
-        let command = top.command.unwrap();
+        let Some(crate::cli::Command::Webhook(args)) = top.command else {
+            panic!("webhook")
+        };
         let env = |_: &str| None;
-        let look = Lookup::new(&command, &env);
+        let look = Lookup::new(args.given(), &env);
         read(&look).unwrap();
         let mut read = look.read();
         read.sort();

@@ -1,10 +1,25 @@
 //! Unit tests of settings: defaults, the environment, and one usage error per flag.
 
 use super::*;
-use crate::cli::TopLevel;
+use crate::cli::{Command, TopLevel};
+use crate::settings::lookup::parse_size;
+use crate::settings::source::{list, read_list};
 use argh::FromArgs;
 use std::collections::HashMap;
 use std::time::Duration;
+
+/// `list`'s or `run`'s settings, with the source they share on top.
+#[derive(Debug)]
+struct Settings {
+    source: SourceOptions,
+    command: Mode,
+}
+
+#[derive(Debug)]
+enum Mode {
+    List,
+    Run(Box<RunSettings>),
+}
 
 /// `PATH` is `/usr/bin:/bin` unless given: agent commands are found at start-up.
 fn settings(args: &[&str], env: &[(&str, &str)]) -> Result<Settings, String> {
@@ -15,15 +30,32 @@ fn settings(args: &[&str], env: &[(&str, &str)]) -> Result<Settings, String> {
         .collect();
     env.entry("PATH".into())
         .or_insert_with(|| "/usr/bin:/bin".into());
-    Settings::from_args(&top.command.unwrap(), &|k| env.get(k).cloned()).map_err(|e| e.to_string())
+    let env = |k: &str| env.get(k).cloned();
+    match top.command.unwrap() {
+        Command::List(a) => {
+            let l = list(&a, &env).map_err(|e| e.to_string())?;
+            Ok(Settings {
+                source: l.source,
+                command: Mode::List,
+            })
+        }
+        Command::Run(a) => {
+            let r = run(&a, &env).map_err(|e| e.to_string())?;
+            Ok(Settings {
+                source: r.source.clone(),
+                command: Mode::Run(Box::new(r)),
+            })
+        }
+        _ => panic!("list or run"),
+    }
 }
 
-fn run(args: &[&str], env: &[(&str, &str)]) -> Result<RunSettings, String> {
+fn run_of(args: &[&str], env: &[(&str, &str)]) -> Result<RunSettings, String> {
     let mut all = vec!["run"];
     all.extend_from_slice(args);
     match settings(&all, env)?.command {
         Mode::Run(r) => Ok(*r),
-        Mode::List { .. } => unreachable!(),
+        Mode::List => unreachable!(),
     }
 }
 
@@ -35,11 +67,11 @@ fn defaults() {
     assert_eq!(s.source.client.timeout, Duration::from_secs(10));
     assert_eq!(s.source.client.max_response_bytes, 64 << 20);
     assert_eq!(s.source.page_size, 0);
-    let r = run(&[], &[]).unwrap();
+    let r = run_of(&[], &[]).unwrap();
     assert_eq!(r.daemon.interval, Duration::from_secs(30));
     assert_eq!(r.daemon.jitter, 0.1);
     assert!(r.sinks.stdout, "stdout when no other sink is given");
-    let r = run(
+    let r = run_of(
         &["--out-dir", "o", "--reload-url", "http://h/", "--", "true"],
         &[],
     )
@@ -308,7 +340,7 @@ fn usage_errors_name_the_flag_or_variable() {
 
 #[test]
 fn run_values() {
-    let r = run(
+    let r = run_of(
         &[
             "--out-dir",
             "o",
@@ -381,9 +413,19 @@ fn every_flag_of_the_table_is_read() {
     let env = |_: &str| None;
     for command in ["run", "list"] {
         let top = TopLevel::from_args(&["cmpoll"], &[command]).unwrap();
-        let command_args = top.command.unwrap();
-        let look = Lookup::new(&command_args, &env);
-        Settings::read(&command_args, &look).unwrap();
+        let look = match top.command.unwrap() {
+            Command::Run(a) => {
+                let look = Lookup::new(a.given(), &env);
+                read(&a, &look).unwrap();
+                look
+            }
+            Command::List(a) => {
+                let look = Lookup::new(a.given(), &env);
+                read_list(&look).unwrap();
+                look
+            }
+            _ => unreachable!(),
+        };
         let mut read = look.read();
         read.sort();
         read.dedup();
@@ -400,17 +442,17 @@ fn every_flag_of_the_table_is_read() {
 /// A value's source is named as the user wrote it, a switch's too; words print as typed.
 #[test]
 fn messages_name_the_variable_and_words_print_as_typed() {
-    let r = run(&["--", "true"], &[("CMPOLL_RESTART", "on-failure")]).unwrap();
+    let r = run_of(&["--", "true"], &[("CMPOLL_RESTART", "on-failure")]).unwrap();
     assert_eq!(
         crate::words::Words::word(r.sinks.agent.unwrap().restart),
         "on-failure"
     );
-    let e = run(&["--reload-skip-first"], &[]).unwrap_err();
+    let e = run_of(&["--reload-skip-first"], &[]).unwrap_err();
     assert_eq!(e, "--reload-skip-first: only used with --reload-url");
-    let e = run(&[], &[("CMPOLL_RELOAD_SKIP_FIRST", "true")]).unwrap_err();
+    let e = run_of(&[], &[("CMPOLL_RELOAD_SKIP_FIRST", "true")]).unwrap_err();
     assert_eq!(e, "CMPOLL_RELOAD_SKIP_FIRST: only used with --reload-url");
     // Off is not given.
-    run(&[], &[("CMPOLL_RELOAD_SKIP_FIRST", "false")]).unwrap();
+    run_of(&[], &[("CMPOLL_RELOAD_SKIP_FIRST", "false")]).unwrap();
 }
 
 /// `--report-events` records in the apiserver it lists from: with `--manifests` there is
@@ -419,15 +461,15 @@ fn messages_name_the_variable_and_words_print_as_typed() {
 fn report_events_needs_an_apiserver() {
     let dir = tempfile::tempdir().unwrap();
     let m = dir.path().to_str().unwrap();
-    let e = run(&["--manifests", m, "--report-events"], &[]).unwrap_err();
+    let e = run_of(&["--manifests", m, "--report-events"], &[]).unwrap_err();
     assert_eq!(
         e,
         "--report-events: needs an apiserver to record events in (not used with --manifests)"
     );
-    let e = run(&["--manifests", m], &[("CMPOLL_REPORT_EVENTS", "true")]).unwrap_err();
+    let e = run_of(&["--manifests", m], &[("CMPOLL_REPORT_EVENTS", "true")]).unwrap_err();
     assert!(e.starts_with("CMPOLL_REPORT_EVENTS"), "{e}");
     assert!(
-        run(&["--server", "https://k", "--report-events"], &[])
+        run_of(&["--server", "https://k", "--report-events"], &[])
             .unwrap()
             .report_events
     );
