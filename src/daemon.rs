@@ -13,7 +13,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::backoff::{self, Backoff, Rng};
-use crate::batch::Delivery;
+use crate::batch::event::Synced;
+use crate::batch::{Committed, Delivery};
+use crate::batch::{Control, View};
 use crate::error::Error;
 use crate::ledger::Ledger;
 use crate::ops::health::Health;
@@ -21,10 +23,8 @@ use crate::ops::metrics::Metrics;
 use crate::ops::process;
 use crate::ops::signals::{self, Signal};
 use crate::ops::systemd::Notifier;
-use crate::poll::event::Synced;
 use crate::poll::store::Store;
 use crate::poll::{self, PollStats, Polled, Poller};
-use crate::sink::{Control, View};
 
 /// How the loop runs.
 #[derive(Clone, Debug)]
@@ -269,11 +269,11 @@ impl Daemon {
         let stats = polled.stats;
         let committed =
             (self.delivery).commit(&mut store, polled.snapshot, done.number, &stats, done.took);
-        let (synced, unwritten) = match committed {
+        let Committed { synced, unwritten } = match committed {
             Ok(c) => c,
             Err(e) => {
                 self.shutdown(None);
-                return Next::Stop(Err(Error::Runtime(e)));
+                return Next::Stop(Err(Error::Runtime(e.to_string())));
             }
         };
         self.last_poll = done.number;

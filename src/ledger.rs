@@ -5,7 +5,7 @@
 //! made from an output folder's own record).
 //!
 //! It guarantees that a Secret's validator output never appears: a Secret's rejection is
-//! recorded with `secret::redact_reason` already applied. It holds per module only what the
+//! recorded with `reason::redacted` already applied. It holds per module only what the
 //! snapshot holds (56 bytes and the id), replaced at each poll.
 
 use std::collections::BTreeMap;
@@ -121,7 +121,7 @@ impl Ledger {
         self.rejected = (rejected.into_iter())
             .map(|(id, why)| {
                 let why = match self.kind_of(&id) {
-                    "Secret" => crate::secret::redact_reason(&why),
+                    "Secret" => crate::reason::redacted(&why),
                     _ => why,
                 };
                 (id, why)

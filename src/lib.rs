@@ -18,6 +18,7 @@
 //! metrics, signals, processes, logs). Module contents never sit in memory as a whole: the
 //! poll streams items into the spool and the snapshot keeps hashes and locations only.
 
+pub mod atomic;
 pub mod backoff;
 pub mod batch;
 pub mod cli;
@@ -32,6 +33,7 @@ pub mod list;
 pub mod names;
 pub mod ops;
 pub mod poll;
+pub mod reason;
 pub mod report;
 pub mod secret;
 pub mod selector;
@@ -39,6 +41,7 @@ pub mod settings;
 pub mod sink;
 pub mod source;
 pub mod status;
+pub mod template;
 pub mod validate;
 pub mod webhook;
 pub mod words;
@@ -213,7 +216,7 @@ fn daemon(
     });
     health.live_after_first_batch = run.health.live_after_first_batch;
     let handles = sink::Handles {
-        reloads: sink::ReloadReport {
+        reloads: sink::reloads::ReloadReport {
             outcomes: health.reloads.clone(),
             counter: metrics.reloads(),
         },

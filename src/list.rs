@@ -3,9 +3,9 @@
 
 use std::io::{self, Write};
 
+use crate::batch::lines;
 use crate::error::Error;
 use crate::poll::Poller;
-use crate::poll::event;
 use crate::poll::snapshot::Snapshot;
 use crate::poll::spool::Spool;
 
@@ -82,9 +82,9 @@ pub fn json(snapshot: &Snapshot, spool: &Spool, out: &mut dyn Write) -> io::Resu
         let meta = spool.meta(e.loc)?;
         let line = if meta.kind.shows_contents() {
             let files = spool.get(e.loc)?;
-            event::module(None, id, (&e.hash, &meta), Some(&files))
+            lines::module(None, id, (&e.hash, &meta), Some(&files))
         } else {
-            event::module(None, id, (&e.hash, &meta), None)
+            lines::module(None, id, (&e.hash, &meta), None)
         };
         out.write_all(&line)?;
     }

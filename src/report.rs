@@ -12,7 +12,7 @@
 //! not seen for `FINISH` is forgotten, so a later repeat starts a new one); a failure is
 //! logged at warning and counted, and retried at the next slot at most `TRIES` times. A
 //! Secret's `Rejected` note never carries validator output: the caller gives only the
-//! exit status (`secret::redact_reason`).
+//! exit status (`reason::redacted`).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::kube;
 use crate::kube::client::Method;
 use crate::ops::metrics::Results;
-use crate::poll::event::cut;
+use crate::reason::cut;
 use crate::source::selection::Resource;
 
 /// `reportingController` of every event.
@@ -745,7 +745,7 @@ mod tests {
                 "rejected by --validate (a Secret's validator output is not shown)",
             ),
         ] {
-            assert_eq!(crate::secret::redact_reason(reason), want, "{reason}");
+            assert_eq!(crate::reason::redacted(reason), want, "{reason}");
         }
     }
 }

@@ -1,7 +1,6 @@
 //! `Secret`: a credential that never prints. Debug and Display show `[REDACTED]`, so a
-//! token cannot reach a log line or an error message by accident. And `redact_reason`: a
-//! validator's reason as a Kubernetes Secret's module may show it (its exit status, never
-//! its output, which may quote the Secret).
+//! token cannot reach a log line or an error message by accident. (A rejection's reason as
+//! a Kubernetes Secret's module may show it is `reason::redacted`.)
 
 use std::fmt;
 
@@ -53,32 +52,6 @@ impl SecretSource {
                 .map_err(|e| format!("cannot read '{}': {e}", p.display())),
         }
     }
-}
-
-/// A rejection's reason as a Secret's may be shown (a `Rejected` Event's note, `/status`,
-/// a stdout event, a log line): the validator's exit status (the last line of a
-/// validator's reason, `(validator exited with status 1)`), never its output, which may
-/// quote the Secret. A reason that is not a validator's (a name clash names keys and
-/// modules only) is kept.
-pub fn redact_reason(reason: &str) -> String {
-    let last = reason.lines().last().unwrap_or("");
-    if let Some(status) = last
-        .strip_prefix("(validator ")
-        .and_then(|s| s.strip_suffix(')'))
-    {
-        return format!("validator {status}");
-    }
-    if let Some(rest) = reason.strip_prefix("validator cannot run: ") {
-        let status = rest.split(": ").next().unwrap_or(rest);
-        return format!("validator cannot run: {status}");
-    }
-    if reason.starts_with("validator ") && !reason.contains('\n') {
-        return reason.to_string();
-    }
-    if reason.contains("validator") || reason.contains('\n') {
-        return "rejected by --validate (a Secret's validator output is not shown)".into();
-    }
-    reason.to_string()
 }
 
 #[cfg(test)]

@@ -155,7 +155,7 @@ fn from_folder(dir: &Path) -> Result<Report, Error> {
         let m = &mut modules[at];
         m.hash = hash.to_string();
         m.state = State::Rejected;
-        m.reason = Some(crate::secret::redact_reason(&reason));
+        m.reason = Some(crate::reason::redacted(&reason));
     }
     modules.sort_by(|a, b| a.module.cmp(&b.module));
     let mut report = Report {

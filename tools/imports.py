@@ -108,9 +108,10 @@ for m, p in files.items():
                 edges.add((m, t))
 
 LAYERS = [('lib', 'main'), ('cli', 'settings'), ('daemon', 'list', 'webhook', 'status'),
-          ('batch',), ('fetch', 'validate', 'report', 'ledger'), ('sink',), ('poll',),
-          ('source',), ('kube',), ('http',),
-          ('ops', 'backoff', 'secret', 'selector', 'names', 'words', 'idmap', 'error')]
+          ('sink',), ('batch',), ('fetch', 'validate', 'report', 'ledger', 'template'),
+          ('poll',), ('source',), ('kube',), ('http',),
+          ('ops', 'atomic', 'backoff', 'reason', 'secret', 'selector', 'names', 'words',
+           'idmap', 'error')]
 
 
 def layer(m):

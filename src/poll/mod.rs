@@ -7,7 +7,6 @@
 //! keeps its previous snapshot: a failed poll changes nothing. The poll's statistics are
 //! counted at the end from what it collected.
 
-pub mod event;
 pub mod hash;
 pub mod module;
 pub mod snapshot;

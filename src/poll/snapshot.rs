@@ -1,6 +1,6 @@
 //! Snapshots: the module set of one complete poll, per module only what the diff and the
 //! sinks need (uid, resourceVersion, hash, where its files are in the spool), never the
-//! contents themselves. `event::diff` turns one snapshot into the next.
+//! contents themselves. `batch::diff` turns one snapshot into the next.
 //!
 //! A snapshot is a sorted vector (`Modules`), not a tree: a poll collects its entries into
 //! a vector anyway, and sorting that vector in place makes the snapshot without a second
@@ -115,6 +115,32 @@ pub fn folder_of(id: &str) -> (&str, &str) {
     id.rsplit_once('/').unwrap_or(("", id))
 }
 
+/// The longest name of one path element (Linux's `NAME_MAX`).
+pub const NAME_MAX: usize = 255;
+
+/// The most bytes of a stem that leaves room for `.` and a sequence number of up to 16 hex
+/// digits (a version folder of `--out-dir`, a staged validation), so a name never
+/// outgrows `NAME_MAX` however many versions follow.
+pub const STEM_MAX: usize = NAME_MAX - 17;
+
+/// A name for things cmpoll makes for module `id` in at most `room` bytes: `NS.NAME`
+/// where it fits, else its start cut and `~` with 16 hex digits of the SHA-256 of `id`
+/// (a `~` is in no valid name, so the two forms never meet). A namespace may have 63
+/// bytes and a name 253: `NS.NAME` alone can be longer than a path element may be.
+pub fn stem(id: &str, room: usize) -> String {
+    let dotted = id.replace('/', ".");
+    if dotted.len() <= room {
+        return dotted;
+    }
+    let digest = Sha256::digest(id.as_bytes());
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let mut end = room.saturating_sub(1 + hash.len()).min(dotted.len());
+    while !dotted.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}~{hash}", &dotted[..end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +165,17 @@ mod tests {
         }
         assert_eq!(Rv::new("42"), Rv(42), "the apiserver's numbers as they are");
         assert_eq!(std::mem::size_of::<Entry>(), 56);
+    }
+
+    #[test]
+    fn stems_fit_their_room_and_keep_long_names_apart() {
+        assert_eq!(stem("ns/m", STEM_MAX), "ns.m");
+        let a = format!("ns/{}x", "a".repeat(252));
+        let b = format!("ns/{}y", "a".repeat(252));
+        let (sa, sb) = (stem(&a, STEM_MAX), stem(&b, STEM_MAX));
+        assert!(sa.len() <= STEM_MAX && sb.len() <= STEM_MAX);
+        assert!(sa.starts_with("ns.aaaa") && sa.contains('~'), "{sa}");
+        assert_ne!(sa, sb);
+        assert!(stem(&a, 40).len() <= 40);
     }
 }

@@ -18,6 +18,7 @@ use crate::poll::module::Naming;
 use crate::sink::{self, child, outdir, reload_url};
 use crate::source::origin::{Options as SourceOptions, Origin};
 use crate::source::{Resource, Resources};
+use crate::template::Template;
 use crate::validate;
 
 /// `cmpoll run`: the loop, the endpoints, the validator, the sinks.
@@ -250,12 +251,12 @@ fn out_dir(look: &Lookup, kinds: Resources) -> Result<Option<outdir::Options>, E
 }
 
 /// `--module-template` and `--offer-arguments`, read and checked at start.
-fn template(look: &Lookup) -> Result<Option<std::sync::Arc<outdir::template::Template>>, Error> {
+fn template(look: &Lookup) -> Result<Option<std::sync::Arc<Template>>, Error> {
     let arguments = path(look.opt(&flag::offer_arguments))?;
     let Some(file) = path(look.opt(&flag::module_template))? else {
         return Ok(None);
     };
-    outdir::template::Template::read(&file, arguments.as_deref())
+    Template::read(&file, arguments.as_deref())
         .map(|t| Some(std::sync::Arc::new(t)))
         .map_err(Error::File)
 }

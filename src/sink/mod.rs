@@ -1,162 +1,25 @@
 //! Sinks: who hears about a batch. Every batch goes through them in SPEC's fixed order
 //! (output directory → child stdin → reload signal → `--on-change` → reload URL → stdout
-//! events), so
-//! whoever hears of a batch finds the directory already written.
+//! events), so whoever hears of a batch finds the directory already written.
 //!
-//! Each sink defines its own `Options`; `open` builds the sinks those options ask for, in
-//! that order. A batch carries events with spool locations, not contents: a sink reads a
-//! module's files when it needs them, one module at a time.
+//! Each sink implements `batch::Sink` and defines its own `Options`; this file gathers
+//! those options and `open` builds the sinks they ask for, in that order. The sinks import
+//! nothing from here (`reloads.rs` is the one handle three of them share). A batch carries
+//! events with spool locations, not contents: a sink reads a module's files when it needs
+//! them, one module at a time.
 
-pub mod atomic;
 pub mod child;
 pub mod on_change;
 pub mod outdir;
 pub mod reload_url;
+pub mod reloads;
 pub mod stdout;
 
 use std::io;
-use std::time::Instant;
 
-use crate::ops::health::ReloadOutcomes;
-use crate::ops::metrics::Reloads;
-use crate::ops::signals::Signal;
-use crate::poll::event::{self, Change, Event, Synced};
-use crate::poll::snapshot::Snapshot;
-use crate::poll::spool::{Shelf, Spool};
-use crate::source::ModuleFile;
-
-/// The events of one poll, closed by `synced`.
-pub struct Batch<'a> {
-    pub events: Vec<Event<'a>>,
-    pub synced: Synced,
-    pub spool: &'a Spool,
-    /// The first batch since cmpoll started (always sent, even without changes).
-    pub first: bool,
-}
-
-impl Batch<'_> {
-    /// A module's files (for `added` and `updated` events).
-    pub fn files(&self, e: &Event) -> io::Result<Vec<ModuleFile>> {
-        self.spool.get(e.entry.loc)
-    }
-
-    /// Whether anything was added, updated or removed (a batch of only `rejected` events
-    /// calls for no reload).
-    pub fn has_changes(&self) -> bool {
-        self.events.iter().any(Event::is_change)
-    }
-
-    /// The added, updated and removed events, without the rejected ones.
-    pub fn changes(&'_ self) -> impl Iterator<Item = &'_ Event<'_>> {
-        self.events.iter().filter(|e| e.is_change())
-    }
-
-    /// The batch as JSON lines (events then `synced`), each `\n`-terminated, one module's
-    /// contents at a time; without `secrets`, a Secret's events carry its hash only
-    /// (stdout ends up in logs; an agent's stdin does not).
-    pub fn write_lines(&self, out: &mut dyn io::Write, secrets: bool) -> io::Result<()> {
-        for e in &self.events {
-            let hash = &e.entry.hash;
-            let mut line = match e.change {
-                Change::Removed => {
-                    let meta = self.spool.meta(e.entry.loc)?;
-                    event::removed(e.id, hash, meta.kind)
-                }
-                Change::Rejected => {
-                    let meta = self.spool.meta(e.entry.loc)?;
-                    let reason = e.reason.as_deref().unwrap_or("");
-                    // A Secret's validator output may quote it: stdout ends up in logs.
-                    if secrets || meta.kind.shows_contents() {
-                        event::rejected(e.id, (hash, &meta), reason)
-                    } else {
-                        let reason = crate::secret::redact_reason(reason);
-                        event::rejected(e.id, (hash, &meta), &reason)
-                    }
-                }
-                Change::Added | Change::Updated => {
-                    let event = Some(e.change.as_str());
-                    let meta = self.spool.meta(e.entry.loc)?;
-                    if secrets || meta.kind.shows_contents() {
-                        let files = self.spool.get(e.entry.loc)?;
-                        event::module(event, e.id, (hash, &meta), Some(&files))
-                    } else {
-                        event::module(event, e.id, (hash, &meta), None)
-                    }
-                }
-            };
-            line.push(b'\n');
-            out.write_all(&line)?;
-        }
-        let mut line = event::synced(&self.synced);
-        line.push(b'\n');
-        out.write_all(&line)
-    }
-}
-
-/// A sink's failure that must stop the daemon (its reader is gone for good).
-#[derive(Debug)]
-pub struct Fatal(pub String);
-
-/// What a sink could not apply: modules it failed to write, and why (they are retried next
-/// poll and later sinks do not hear of them), and modules it refuses as they are (a `flat` name
-/// clash: module and reason; later sinks hear a `rejected` event instead).
-#[derive(Debug, Default)]
-pub struct Outcome {
-    pub failed: Vec<(String, String)>,
-    pub rejected: Vec<(String, String)>,
-}
-
-/// The current modules, for a sink that needs all of them (a restarted child).
-pub struct View<'a> {
-    pub snapshot: &'a Snapshot,
-    pub spool: &'a Spool,
-    /// The poll that produced the snapshot.
-    pub poll: u64,
-}
-
-/// What a sink asks of the daemon after a tick.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Control {
-    Continue,
-    /// Stop cmpoll with this exit code (the agent ended and is not to be restarted).
-    Exit(i32),
-}
-
-pub trait Sink {
-    /// What `cmpoll status` calls it: `out-dir`, `agent`, `on-change`, `reload-url`, `stdout`.
-    fn name(&self) -> &'static str;
-    /// Applies a batch, in SPEC's sink order.
-    fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal>;
-    /// Housekeeping: after every poll, on SIGCHLD, and at `deadline`. `view` is the current
-    /// state, or `None` while a poll is out (a sink that needs it waits for the next tick).
-    fn tick(&mut self, _view: Option<&View>) -> Result<Control, Fatal> {
-        Ok(Control::Continue)
-    }
-    /// When this sink next needs a tick, if ever.
-    fn deadline(&self) -> Option<Instant> {
-        None
-    }
-    /// cmpoll is stopping because of `signal` (or `None`: its own decision).
-    fn shutdown(&mut self, _signal: Option<Signal>) {}
-    /// `--once`: wait for what this sink delivers in the background; what was not.
-    fn finish(&mut self) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-/// Where a reload path reports each outcome: readiness and the reload counter.
-#[derive(Clone, Debug, Default)]
-pub struct ReloadReport {
-    pub outcomes: ReloadOutcomes,
-    pub counter: Reloads,
-}
-
-impl ReloadReport {
-    pub fn report(&self, path: &str, outcome: Result<(), String>) {
-        self.counter.record(outcome.is_ok());
-        self.outcomes.report(path, outcome);
-    }
-}
+use self::reloads::ReloadReport;
+use crate::batch::Sink;
+use crate::poll::spool::Shelf;
 
 /// Every sink's options: what `cmpoll run` delivers to.
 #[derive(Clone, Debug, Default)]

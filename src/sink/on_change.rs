@@ -12,9 +12,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::{Batch, Fatal, Outcome, ReloadReport, Sink};
+use crate::batch::event::Change;
+use crate::batch::{Batch, Fatal, Outcome, Sink};
 use crate::ops::process;
-use crate::poll::event::Change;
+use crate::sink::reloads::ReloadReport;
 
 #[derive(Clone, Debug)]
 pub struct Options {

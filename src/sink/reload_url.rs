@@ -17,10 +17,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Batch, Fatal, Outcome, ReloadReport, Sink};
 use crate::backoff::{Backoff, Rng};
+use crate::batch::{Batch, Fatal, Outcome, Sink};
 use crate::http::tls::{self, Trust};
 use crate::http::url;
+use crate::sink::reloads::ReloadReport;
 use base64::Engine as _;
 
 use crate::secret::{Secret, SecretSource};

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use super::{Batch, Fatal, Outcome, Sink};
+use crate::batch::{Batch, Fatal, Outcome, Sink, lines};
 
 pub struct StdoutSink<W: Write> {
     out: W,
@@ -21,8 +21,7 @@ impl<W: Write> Sink for StdoutSink<W> {
     }
 
     fn apply(&mut self, batch: &Batch) -> Result<Outcome, Fatal> {
-        batch
-            .write_lines(&mut self.out, false)
+        lines::write(batch, &mut self.out, false)
             .and_then(|()| self.out.flush())
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::BrokenPipe => {
@@ -37,8 +36,8 @@ impl<W: Write> Sink for StdoutSink<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::poll::event::Synced;
-    use crate::poll::event::{Change, Event};
+    use crate::batch::event::Synced;
+    use crate::batch::event::{Change, Event};
     use crate::poll::hash::Hash;
     use crate::poll::snapshot::Entry;
     use crate::poll::spool::{Object, Spool};
@@ -96,7 +95,7 @@ mod tests {
         assert!(text.ends_with('\n'));
         // An agent's stdin carries a Secret's contents.
         let mut lines = Vec::new();
-        batch.write_lines(&mut lines, true).unwrap();
+        crate::batch::lines::write(&batch, &mut lines, true).unwrap();
         assert_eq!(
             String::from_utf8(lines)
                 .unwrap()

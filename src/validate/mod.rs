@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use self::remembered::{Good, Remembered};
 pub use self::run::{KEEP, Options, Stage, Verdict, timed_out};
-use crate::poll::event::{Change, Event};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};
 use crate::poll::spool::{Object, Spool};
@@ -137,11 +136,11 @@ impl Gate {
         Ok(())
     }
 
-    /// Validates the added and updated modules of `events` (`current`: what the sinks hold,
-    /// `next`: the poll's snapshot).
+    /// Validates `wanted`, the modules a batch adds or updates, each with its new entry
+    /// (`current`: what the sinks hold, `next`: the poll's snapshot).
     pub fn screen(
         &mut self,
-        events: &[Event],
+        wanted: &[(&str, &Entry)],
         spool: &Spool,
         current: &Snapshot,
         next: &Snapshot,
@@ -152,29 +151,26 @@ impl Gate {
         self.failed.retain(|id, _| next.modules.contains_key(id));
         let mut changed = self.failed.len() != before;
         let mut todo = Vec::new();
-        for e in events {
-            if !matches!(e.change, Change::Added | Change::Updated) {
-                continue;
-            }
-            match self.failed.get(e.id) {
-                Some(f) if f.hash == e.entry.hash => {
-                    out.rejected.push((e.id.to_string(), f.reason.clone()));
+        for &(id, entry) in wanted {
+            match self.failed.get(id) {
+                Some(f) if f.hash == entry.hash => {
+                    out.rejected.push((id.to_string(), f.reason.clone()));
                 }
-                _ => todo.push(e),
+                _ => todo.push((id, entry)),
             }
         }
         let verdicts = self.run_all(&todo, spool);
-        for (e, verdict) in todo.into_iter().zip(verdicts) {
+        for ((id, entry), verdict) in todo.into_iter().zip(verdicts) {
             match verdict {
                 Verdict::Pass => {
                     out.runs.push("pass");
                     out.runnable.ran();
-                    changed |= self.failed.remove(e.id).is_some();
+                    changed |= self.failed.remove(id).is_some();
                 }
                 Verdict::Fail(reason) => {
                     out.runs.push("fail");
                     out.runnable.ran();
-                    let good = current.modules.get(e.id).and_then(|old| {
+                    let good = current.modules.get(id).and_then(|old| {
                         let (meta, files) = spool.read(old.loc).ok()?;
                         Some(Good {
                             uid: meta.uid,
@@ -183,22 +179,22 @@ impl Gate {
                         })
                     });
                     // The good version is the one the sinks hold now, or the one kept.
-                    let good = good.or_else(|| self.failed.get(e.id).and_then(|f| f.good.clone()));
+                    let good = good.or_else(|| self.failed.get(id).and_then(|f| f.good.clone()));
                     self.failed.insert(
-                        e.id.to_string(),
+                        id.to_string(),
                         Failed {
-                            hash: e.entry.hash,
+                            hash: entry.hash,
                             reason: reason.clone(),
                             good,
                         },
                     );
                     changed = true;
-                    out.rejected.push((e.id.to_string(), reason));
+                    out.rejected.push((id.to_string(), reason));
                 }
                 Verdict::Error(reason) => {
                     out.runs.push("error");
                     out.runnable = Runnable::Cannot(reason.clone());
-                    out.rejected.push((e.id.to_string(), reason));
+                    out.rejected.push((id.to_string(), reason));
                 }
             }
         }
@@ -215,15 +211,17 @@ impl Gate {
     }
 
     /// Runs the validator for each module, up to `--validate-jobs` at once.
-    fn run_all(&self, todo: &[&Event], spool: &Spool) -> Vec<Verdict> {
+    fn run_all(&self, todo: &[(&str, &Entry)], spool: &Spool) -> Vec<Verdict> {
         let results: Vec<Mutex<Option<Verdict>>> = todo.iter().map(|_| Mutex::new(None)).collect();
         let next = AtomicUsize::new(0);
         let work = || {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(e) = todo.get(i) else { return };
-                let verdict = match spool.get(e.entry.loc) {
-                    Ok(files) => self.stage.validate(&self.opts, e.id, &e.entry.hash, &files),
+                let Some(&(id, entry)) = todo.get(i) else {
+                    return;
+                };
+                let verdict = match spool.get(entry.loc) {
+                    Ok(files) => self.stage.validate(&self.opts, id, &entry.hash, &files),
                     Err(err) => Verdict::Error(format!("cannot read its files back: {err}")),
                 };
                 *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(verdict);

@@ -166,8 +166,8 @@ impl Remembered {
         }
         let bytes = serde_json::to_vec_pretty(&record).map_err(|e| e.to_string())?;
         let tmp = ".rejected.json.tmp";
-        crate::sink::atomic::remove_if_exists(&self.dir.join(tmp))
-            .and_then(|()| crate::sink::atomic::replace_file(&self.dir, FILE, tmp, &bytes, 0o600))
+        crate::atomic::remove_if_exists(&self.dir.join(tmp))
+            .and_then(|()| crate::atomic::replace_file(&self.dir, FILE, tmp, &bytes, 0o600))
             .map_err(|e| format!("cannot save '{}': {e}", self.dir.join(FILE).display()))
     }
 }

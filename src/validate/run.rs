@@ -10,10 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::ops::process;
-use crate::poll::event::{self, MAX_REASON};
 use crate::poll::hash::Hash;
-use crate::sink::outdir;
+use crate::poll::snapshot::{STEM_MAX, stem};
+use crate::reason::{MAX_REASON, cut};
 use crate::source::{ModuleFile, Resources};
+use crate::template;
 
 /// The output kept of a validator (stdout and stderr together).
 pub const KEEP: usize = 4096;
@@ -31,7 +32,7 @@ pub struct Options {
     pub ext: String,
     /// `--module-template` (concat): `CMPOLL_MODULE_FILE` is the module as it will be
     /// written.
-    pub template: Option<std::sync::Arc<crate::sink::outdir::template::Template>>,
+    pub template: Option<std::sync::Arc<crate::template::Template>>,
     /// What is listed: a remembered module's kind follows from its id.
     pub kinds: Resources,
 }
@@ -72,7 +73,7 @@ impl Stage {
                         format!("--validate: cannot clear '{}': {e}", dir.display())
                     })?;
                 }
-                crate::sink::atomic::create_dir(&dir, 0o700)
+                crate::atomic::create_dir(&dir, 0o700)
                     .map_err(|e| format!("--validate: cannot create '{}': {e}", dir.display()))?;
                 (dir, None)
             }
@@ -99,14 +100,11 @@ impl Stage {
         // Beside the folder: `NAME{EXT}` (`--ext`), else `NAME.concat`; both names fit
         // in a path element however long the module's name.
         let ext = if o.ext.is_empty() { ".concat" } else { &o.ext };
-        let room = outdir::VERSION_STEM.saturating_sub(ext.len()).max(32);
-        let name = format!("{}.{n:x}", outdir::stem(id, room));
+        let room = STEM_MAX.saturating_sub(ext.len()).max(32);
+        let name = format!("{}.{n:x}", stem(id, room));
         let dir = self.dir.join(&name);
         let file = self.dir.join(format!("{name}{ext}"));
-        let joined = match &o.template {
-            Some(t) => t.render(id, files),
-            None => outdir::concat_bytes(files),
-        };
+        let joined = template::concat(o.template.as_deref(), id, files);
         let verdict = stage(&dir, &file, files, &joined)
             .map_err(|e| Verdict::Error(format!("cannot stage its files: {e}")))
             .map(|()| run(o, id, hash, &dir, &file));
@@ -117,7 +115,7 @@ impl Stage {
 }
 
 fn stage(dir: &Path, file: &Path, files: &[ModuleFile], joined: &[u8]) -> std::io::Result<()> {
-    crate::sink::atomic::create_dir(dir, 0o700)?;
+    crate::atomic::create_dir(dir, 0o700)?;
     for f in files {
         // Keys were checked (a single path component) when the module was made.
         fs::write(dir.join(&f.key), f.content.bytes())?;
@@ -147,7 +145,7 @@ fn run(o: &Options, id: &str, hash: &Hash, dir: &Path, file: &Path) -> Verdict {
             what
         } else {
             let room = MAX_REASON.saturating_sub(what.len() + "\n()".len());
-            format!("{}\n({what})", event::cut(output, room))
+            format!("{}\n({what})", cut(output, room))
         }
     };
     match done.exit {
@@ -155,7 +153,7 @@ fn run(o: &Options, id: &str, hash: &Hash, dir: &Path, file: &Path) -> Verdict {
         Some(exit) if matches!(exit.code, Some(126 | 127)) => {
             let what = format!("validator cannot run: it {exit}: ");
             let room = MAX_REASON.saturating_sub(what.len());
-            Verdict::Error(format!("{what}{}", event::cut(output, room)))
+            Verdict::Error(format!("{what}{}", cut(output, room)))
         }
         Some(exit) => Verdict::Fail(with(format!("validator {exit}"))),
         None => Verdict::Fail(with(format!(

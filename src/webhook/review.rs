@@ -16,8 +16,8 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::poll::event::cut;
 use crate::poll::module::{Module, Naming, NotAModule};
+use crate::reason::cut;
 use crate::source::manifests;
 use crate::source::{Resource, Selection};
 use crate::validate::Verdict;
@@ -162,7 +162,7 @@ pub fn decide(module: &Module, verdict: Verdict) -> Decision {
         )),
         Verdict::Fail(why) => {
             let why = match module.kind {
-                Resource::Secrets => crate::secret::redact_reason(&why),
+                Resource::Secrets => crate::reason::redacted(&why),
                 Resource::ConfigMaps => why,
             };
             Decision::Deny(cut(&why, MAX_MESSAGE).into_owned())

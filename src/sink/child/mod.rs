@@ -27,11 +27,11 @@ use prometheus_client::metrics::counter::Counter;
 pub use self::agent::{Agent, Processes, Spawner};
 use self::feed::Feed;
 
-use super::{Batch, Control, Fatal, Outcome, ReloadReport, Sink, View};
 use crate::backoff::{Backoff, Rng};
+use crate::batch::{self, Batch, Control, Fatal, Outcome, Sink, Synced, View, lines};
 use crate::ops::process::{self, Exit};
 use crate::ops::signals::Signal;
-use crate::poll::event::{self, Synced};
+use crate::sink::reloads::ReloadReport;
 
 /// How far past its first full state an agent may fall behind on stdin before a restart.
 pub const FEED_SLACK: u64 = 8 << 20;
@@ -224,9 +224,7 @@ impl Supervisor {
     fn queue(&mut self, batch: &Batch) -> Option<String> {
         let feed = self.running.as_ref()?.feed.as_ref()?;
         let mut lines = Vec::new();
-        let queued = batch
-            .write_lines(&mut lines, true)
-            .and_then(|()| feed.push(&lines));
+        let queued = batch::lines::write(batch, &mut lines, true).and_then(|()| feed.push(&lines));
         // An agent that missed a batch, or is too far behind to catch up, would drift
         // from the cluster for good.
         match queued {
@@ -303,13 +301,13 @@ fn replay(feed: &Feed, view: &View) -> io::Result<u64> {
     let mut total = 0;
     for (id, entry) in view.snapshot.modules.iter() {
         let (meta, files) = view.spool.read(entry.loc)?;
-        let mut line = event::module(Some("added"), id, (&entry.hash, &meta), Some(&files));
+        let mut line = lines::module(Some("added"), id, (&entry.hash, &meta), Some(&files));
         line.push(b'\n');
         feed.push(&line)?;
         total += line.len() as u64;
     }
     let n = view.snapshot.len();
-    let mut line = event::synced(&Synced {
+    let mut line = lines::synced(&Synced {
         modules: n,
         added: n,
         updated: 0,

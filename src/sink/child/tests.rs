@@ -162,7 +162,11 @@ impl Setup {
     fn apply(&mut self, changes: bool) {
         let events = if changes {
             let (id, entry) = self.snapshot.modules.iter().next().unwrap();
-            vec![event::Event::new(event::Change::Updated, id, entry)]
+            vec![crate::batch::Event::new(
+                crate::batch::Change::Updated,
+                id,
+                entry,
+            )]
         } else {
             Vec::new()
         };

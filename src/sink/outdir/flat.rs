@@ -16,10 +16,10 @@ use std::io;
 use super::record::{self, Digest, Pending, Written};
 use super::write::Staged;
 use super::{Found, OutDir, digest, file_digest, found, not_ours, part};
+use crate::atomic::{self, fsync_dir, remove_if_exists};
+use crate::batch::Batch;
+use crate::batch::event::Event;
 use crate::names::go_quote;
-use crate::poll::event::Event;
-use crate::sink::Batch;
-use crate::sink::atomic::{self, fsync_dir, remove_if_exists};
 use crate::source::ModuleFile;
 
 impl OutDir {

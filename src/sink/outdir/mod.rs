@@ -28,7 +28,6 @@ mod flat;
 mod record;
 mod recover;
 mod shelf;
-pub mod template;
 mod write;
 
 use std::collections::BTreeSet;
@@ -41,13 +40,14 @@ use sha2::{Digest as _, Sha256};
 
 use self::record::{Digest, Interner, Pending, Record, Retired, Written, component};
 pub use self::shelf::{Proofs, shelf};
-use super::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_exists};
-use super::{Batch, Fatal, Outcome, Sink};
+use crate::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_exists};
+use crate::batch::event::{Change, Event};
+use crate::batch::{Batch, Fatal, Outcome, Sink};
 use crate::ops::health::{Writing, thousands};
-use crate::poll::event::{Change, Event};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, folder_of};
 use crate::source::{ModuleFile, Resource, Resources};
+use crate::template;
 
 /// cmpoll's own folder inside the output folder: the record, the lock, version folders,
 /// and the spool and agent feed files.
@@ -283,48 +283,8 @@ impl OutDir {
     /// The bytes `concat` writes for module `id`: its files joined, or through the
     /// template.
     fn concat_content(&self, id: &str, files: &[ModuleFile]) -> Vec<u8> {
-        match &self.opts.template {
-            Some(t) => t.render(id, files),
-            None => concat_bytes(files),
-        }
+        template::concat(self.opts.template.as_deref(), id, files)
     }
-}
-
-/// The bytes `concat` writes for a module: the files in key order, each ending in `\n`.
-pub fn concat_bytes(files: &[ModuleFile]) -> Vec<u8> {
-    let mut content = Vec::new();
-    for f in files {
-        let bytes = f.content.bytes();
-        content.extend_from_slice(bytes);
-        if !bytes.ends_with(b"\n") {
-            content.push(b'\n');
-        }
-    }
-    content
-}
-
-/// The longest name of one path element (Linux's `NAME_MAX`).
-const NAME_MAX: usize = 255;
-
-/// The most bytes of a version folder's stem: room is left for `.` and a sequence number
-/// of up to 16 hex digits, so a name never outgrows `NAME_MAX` as the folder ages.
-pub const VERSION_STEM: usize = NAME_MAX - 17;
-
-/// A name for things cmpoll makes for module `id` in at most `room` bytes: `NS.NAME`
-/// where it fits, else its start cut and `~` with 16 hex digits of the SHA-256 of `id`
-/// (a `~` is in no valid name, so the two forms never meet). A namespace may have 63
-/// bytes and a name 253: `NS.NAME` alone can be longer than a path element may be.
-pub fn stem(id: &str, room: usize) -> String {
-    let dotted = id.replace('/', ".");
-    if dotted.len() <= room {
-        return dotted;
-    }
-    let hash = &digest(id.as_bytes()).to_string()[..16];
-    let mut end = room.saturating_sub(1 + hash.len()).min(dotted.len());
-    while !dotted.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}~{hash}", &dotted[..end])
 }
 
 fn digest(bytes: &[u8]) -> Digest {
@@ -956,14 +916,17 @@ impl Sink for OutDir {
         };
         let failed = self.sync(batch, writes, removals)?;
         self.reconciled = true;
-        Ok(Outcome { failed, rejected })
+        Ok(Outcome {
+            unwritten: failed,
+            rejected,
+        })
     }
 
-    fn tick(&mut self, _view: Option<&super::View>) -> Result<super::Control, Fatal> {
+    fn tick(&mut self, _view: Option<&crate::batch::View>) -> Result<crate::batch::Control, Fatal> {
         if let Err(e) = self.expire(false) {
             log::warn!("--out-dir: cannot delete old versions: {e}");
         }
-        Ok(super::Control::Continue)
+        Ok(crate::batch::Control::Continue)
     }
 }
 

@@ -17,7 +17,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::idmap::IdMap;
 use crate::names;
 use crate::poll::hash::Hash;
-use crate::poll::snapshot::folder_of;
+use crate::poll::snapshot::{STEM_MAX, folder_of, stem};
 
 /// A SHA-256 of bytes cmpoll wrote: 32 bytes in memory, 64 hex digits in `state.json`.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
@@ -172,7 +172,7 @@ struct Rare {
 
 /// The version folder name `plan` gives `id` at `seq`.
 pub fn version_of(id: &str, seq: u64) -> String {
-    format!("{}.{seq:x}", super::stem(id, super::VERSION_STEM))
+    format!("{}.{seq:x}", stem(id, STEM_MAX))
 }
 
 impl Stored {
@@ -534,7 +534,7 @@ fn written(id: &str, w: &Written) -> Result<(), String> {
     if let Some(v) = &w.version {
         version_name(v)?;
         // As `plan` names it, or as cmpoll did before names were bounded.
-        let now = format!("{}.", super::stem(id, super::VERSION_STEM));
+        let now = format!("{}.", stem(id, STEM_MAX));
         if !v.starts_with(&now) && !v.starts_with(&format!("{}.", id.replace('/', "."))) {
             return Err(format!(
                 "version {} is not this module's",

@@ -7,8 +7,8 @@ use std::io;
 
 use super::record::Pending;
 use super::{Found, OutDir, file_digest, found, part};
+use crate::atomic::{fsync_dir, remove_dir_if_empty, remove_if_exists, sync_volume};
 use crate::poll::snapshot::folder_of;
-use crate::sink::atomic::{fsync_dir, remove_dir_if_empty, remove_if_exists, sync_volume};
 
 impl OutDir {
     /// Finishes or undoes the writes an interrupted run had recorded as pending, adopting

@@ -1,8 +1,8 @@
 //! Unit tests of the output folder sink.
 
 use super::*;
-use crate::poll::event::Event;
-use crate::poll::event::Synced;
+use crate::batch::event::Event;
+use crate::batch::event::Synced;
 use crate::poll::hash::Hash;
 use crate::poll::spool::{Object, Spool};
 use crate::source::Content;
@@ -81,7 +81,7 @@ impl Fixture {
     }
 
     fn apply(&self, out: &mut OutDir, events: Vec<Ev>) -> Vec<String> {
-        let failed = self.apply_all(out, events).failed;
+        let failed = self.apply_all(out, events).unwritten;
         failed.into_iter().map(|(id, _)| id).collect()
     }
 
@@ -103,7 +103,7 @@ impl Fixture {
             spool: &self.spool,
             first: true,
         };
-        let failed = out.apply(&batch).unwrap().failed;
+        let failed = out.apply(&batch).unwrap().unwritten;
         failed.into_iter().map(|(id, _)| id).collect()
     }
 
@@ -423,7 +423,7 @@ fn flat_layout_writes_keys_and_the_first_holder_keeps_a_key() {
     );
     let c = f.event(Change::Added, "other/c", &[("c.yaml", "3")]);
     let o = f.apply_all(&mut out, vec![c, a, b]);
-    assert!(o.failed.is_empty(), "{o:?}");
+    assert!(o.unwritten.is_empty(), "{o:?}");
     assert_eq!(
         rejected_ids(&o),
         ["ns/b"],
@@ -452,7 +452,7 @@ fn flat_layout_writes_keys_and_the_first_holder_keeps_a_key() {
         &[("shared.yaml", "b"), ("b.yaml", "2")],
     );
     let o = f.apply_all(&mut out, vec![a, b]);
-    assert!(o.failed.is_empty() && o.rejected.is_empty(), "{o:?}");
+    assert!(o.unwritten.is_empty() && o.rejected.is_empty(), "{o:?}");
     assert_eq!(fs::read_to_string(f.path("shared.yaml")).unwrap(), "b");
     assert_eq!(fs::read_to_string(f.path("a.yaml")).unwrap(), "1b");
     let state = f.record();
@@ -650,18 +650,6 @@ fn a_concat_name_too_long_for_a_file_says_so() {
             .contains("more than a file name may have (255)"),
         "{e}"
     );
-}
-
-#[test]
-fn stems_fit_their_room_and_keep_long_names_apart() {
-    assert_eq!(stem("ns/m", VERSION_STEM), "ns.m");
-    let a = format!("ns/{}x", "a".repeat(252));
-    let b = format!("ns/{}y", "a".repeat(252));
-    let (sa, sb) = (stem(&a, VERSION_STEM), stem(&b, VERSION_STEM));
-    assert!(sa.len() <= VERSION_STEM && sb.len() <= VERSION_STEM);
-    assert!(sa.starts_with("ns.aaaa") && sa.contains('~'), "{sa}");
-    assert_ne!(sa, sb);
-    assert!(stem(&a, 40).len() <= 40);
 }
 
 /// The spool's shelf reads only what cmpoll wrote: through its own symlink, regular

@@ -8,11 +8,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::record::{Pending, TMP_PREFIX, Written};
-use super::{
-    DIR_MODE, Found, Layout, NAME_MAX, OutDir, VERSION_STEM, digest, found, not_ours, part, stem,
-};
-use crate::poll::snapshot::{Entry, folder_of};
-use crate::sink::atomic::{self, create_dir};
+use super::{DIR_MODE, Found, Layout, OutDir, digest, found, not_ours, part};
+use crate::atomic::{self, create_dir};
+use crate::poll::snapshot::{Entry, NAME_MAX, STEM_MAX, folder_of, stem};
 use crate::source::ModuleFile;
 
 impl OutDir {
@@ -89,7 +87,7 @@ impl OutDir {
                         });
                     }
                 }
-                let version = format!("{}.{seq:x}", stem(id, VERSION_STEM));
+                let version = format!("{}.{seq:x}", stem(id, STEM_MAX));
                 if found(&self.versions().join(&version))? != Found::Nothing {
                     return Err(not_ours(&self.versions().join(&version)));
                 }

@@ -25,6 +25,28 @@ use crate::poll::hash::Hash;
 use crate::poll::snapshot::split_id;
 use crate::source::ModuleFile;
 
+/// The bytes `concat` writes for a module: the files in key order, each ending in `\n`.
+pub fn concat_bytes(files: &[ModuleFile]) -> Vec<u8> {
+    let mut content = Vec::new();
+    for f in files {
+        let bytes = f.content.bytes();
+        content.extend_from_slice(bytes);
+        if !bytes.ends_with(b"\n") {
+            content.push(b'\n');
+        }
+    }
+    content
+}
+
+/// The bytes `--layout concat` writes for module `id` (and `--validate` stages as
+/// `CMPOLL_MODULE_FILE`): its files joined, or through `template`.
+pub fn concat(template: Option<&Template>, id: &str, files: &[ModuleFile]) -> Vec<u8> {
+    match template {
+        Some(t) => t.render(id, files),
+        None => concat_bytes(files),
+    }
+}
+
 /// A template and the offered arguments, read and checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Template {
@@ -141,7 +163,7 @@ impl Template {
     /// The bytes written for module `id` with `files` (`{{hash}}`: theirs).
     pub fn render(&self, id: &str, files: &[ModuleFile]) -> Vec<u8> {
         let hash = Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes())));
-        let content = super::concat_bytes(files);
+        let content = concat_bytes(files);
         let (namespace, name) = split_id(id);
         let mut out = Vec::with_capacity(content.len() + 256);
         for p in &self.parts {

@@ -1,27 +1,29 @@
 //! One successful poll made into a batch and delivered: the events that turn what the
 //! sinks hold into the poll's snapshot (every module `added` in a run's first batch), the
-//! gate (`--validate`) holding back what it rejects, the sinks in SPEC's order, and the
-//! new snapshot made current except for what a sink did not take (which keeps its previous
-//! version, so the next poll tries again). A rejection is announced once per content, not
-//! once per poll. Never called for a failed poll.
+//! gate (`--validate`) rejecting what it refuses, the sinks in SPEC's order, and the new
+//! snapshot made current except for what was rejected or left unwritten (which keeps its
+//! previous version, so the next poll tries again). A rejection is announced once per
+//! content, not once per poll. Never called for a failed poll.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::event::{self, Change, Event, Synced};
+use super::sink::{Batch, Fatal, Sink};
 use crate::fetch::Fetcher;
 use crate::ledger::Ledger;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::poll::PollStats;
-use crate::poll::event::{self, Change, Event, Synced};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot, split_id};
 use crate::poll::spool::{Object, Spool};
 use crate::poll::store::Store;
 use crate::report::{self, Occurrence, Reason, Reporter};
-use crate::sink::{Batch, Sink};
 use crate::source::Resource;
 use crate::validate::{Gate, Runnable};
 
@@ -35,7 +37,7 @@ pub struct Delivery {
     pub sinks: Vec<Box<dyn Sink>>,
     /// Batches so far (the first one always reaches the sinks).
     batches: u64,
-    /// Modules held back (`rejected`): the hash held back, and why.
+    /// Modules rejected now: the hash rejected, and why.
     rejected: HashMap<String, (Hash, String)>,
     /// `--report-events`.
     reporter: Option<Reporter>,
@@ -87,15 +89,16 @@ impl Delivery {
         self
     }
 
-    /// Modules held back now (`cmpoll_rejected_modules`).
+    /// Modules rejected now (`cmpoll_rejected_modules`).
     pub fn rejected_modules(&self) -> usize {
         self.rejected.len()
     }
 
     /// Turns a successful poll into a batch, applies it to the sinks in order, and makes
-    /// the new snapshot current (except for modules a sink could not write, which it
-    /// returns). Three steps: `screen` (the events, through `--validate`), `deliver` (the
-    /// sinks in SPEC's order), `settle` (what is held back, the log line, the snapshot).
+    /// the new snapshot current (except for modules rejected or left unwritten, which keep
+    /// their previous version). Three steps: `screen` (the events, through `--validate`),
+    /// `deliver` (the sinks in SPEC's order), `settle` (what is no longer rejected, the log
+    /// line, the snapshot).
     pub fn commit(
         &mut self,
         store: &mut Store,
@@ -103,7 +106,7 @@ impl Delivery {
         number: u64,
         stats: &PollStats,
         took: Duration,
-    ) -> Result<(Option<Synced>, Vec<String>), String> {
+    ) -> Result<Committed, Error> {
         let first = self.batches == 0;
         self.batches += 1;
         let unfetched = self.fetch(store, &mut next, first);
@@ -112,41 +115,42 @@ impl Delivery {
         // The first batch has every module as added (the output folder reconciles with
         // it), whatever the store was seeded with (a rejected module's last good version).
         let empty = Snapshot::default();
-        let (synced, kept, unwritten, write_failed) = {
+        let (synced, kept, unwritten) = {
             let (current, spool) = (&store.snapshot, &store.spool);
             let base = if first { &empty } else { current };
             let mut going = self.screen(base, current, spool, &next, first, unfetched);
             // No change, or only rejections already announced: no sink hears of this
-            // poll, and what is held back keeps its previous version.
+            // poll, and what is rejected keeps its previous version.
             if going.events.is_empty() && !first {
                 log::debug!(
                     "poll {number}: no changes ({} modules, {took:?})",
                     next.len()
                 );
-                // A module gone from the cluster is no longer held back.
+                // A module gone from the cluster is no longer rejected.
                 self.rejected.retain(|id, _| next.modules.contains_key(id));
-                (None, going.held_back, Vec::new(), Vec::new())
+                (None, going.rejected, Vec::new())
             } else {
-                self.deliver(&mut going, current, spool, &next, number, first)?;
+                self.deliver(&mut going, current, spool, &next, number, first)
+                    .map_err(Error::Sink)?;
                 let synced = self.settle(current, &next, &mut going, number, stats, took, first);
                 self.report(&going, spool, &next);
-                let kept = (going.unwritten.iter())
-                    .chain(&going.held_back)
-                    .cloned()
+                let kept = (going.unwritten_ids().into_iter())
+                    .chain(going.rejected)
                     .collect();
-                (Some(synced), kept, going.unwritten, going.write_failed)
+                (Some(synced), kept, going.unwritten)
             }
         };
-        self.record(&store.snapshot, &next, write_failed);
-        store
-            .commit(next, &kept, first)
-            .map_err(|e| e.to_string())?;
-        Ok((synced, unwritten))
+        self.record(&store.snapshot, &next, &unwritten);
+        store.commit(next, &kept, first).map_err(Error::Store)?;
+        let mut unwritten: Vec<String> = unwritten.into_iter().map(|(id, _)| id).collect();
+        unwritten.sort();
+        unwritten.dedup();
+        Ok(Committed { synced, unwritten })
     }
 
-    /// `/status`: the poll's modules (the cluster's content), what is held back and why,
+    /// `/status`: the poll's modules (the cluster's content), what is rejected and why,
     /// what a sink could not write and why (`current` has what a failed removal removed).
-    fn record(&self, current: &Snapshot, next: &Snapshot, write_failed: Vec<(String, String)>) {
+    fn record(&self, current: &Snapshot, next: &Snapshot, unwritten_now: &[(String, String)]) {
         let Some(ledger) = &self.ledger else {
             return;
         };
@@ -154,12 +158,12 @@ impl Delivery {
             .map(|(id, (_, why))| (id.clone(), why.clone()))
             .collect();
         let mut unwritten = std::collections::BTreeMap::new();
-        for (id, why) in write_failed {
-            let at = (next.modules.get(&id))
-                .or_else(|| current.modules.get(&id))
+        for (id, why) in unwritten_now {
+            let at = (next.modules.get(id))
+                .or_else(|| current.modules.get(id))
                 .map(|e| (e.hash, e.resource_version));
             // Two sinks that failed: the first one's error.
-            unwritten.entry(id).or_insert((at, why));
+            unwritten.entry(id.clone()).or_insert((at, why.clone()));
         }
         (ledger.lock().unwrap_or_else(|p| p.into_inner())).modules(
             next.modules.clone(),
@@ -171,7 +175,7 @@ impl Delivery {
     /// `--fetch-url-keys`: the `.url` keys of each module added or updated since what the
     /// sinks hold (every module, in a run's first batch) are fetched, and the module's
     /// contents in `next` replaced by what they fetched (its hash stays: it covers the
-    /// URL). The modules whose fetch failed, and why: they are held back.
+    /// URL). The modules whose fetch failed, and why: they are rejected.
     fn fetch(&self, store: &mut Store, next: &mut Snapshot, first: bool) -> Vec<(String, String)> {
         let mut failed = Vec::new();
         let Some(fetcher) = &self.fetcher else {
@@ -217,7 +221,7 @@ impl Delivery {
     }
 
     /// The events that turn `base` (what the sinks hold) into `next`, screened: what could
-    /// not be fetched (`unfetched`) and what the gate rejects is held back.
+    /// not be fetched (`unfetched`) and what the gate refuses is rejected.
     fn screen<'a>(
         &mut self,
         base: &'a Snapshot,
@@ -232,14 +236,18 @@ impl Delivery {
             ..Going::default()
         };
         for (id, reason) in unfetched {
-            going.held_back.push(id.clone());
-            hold_back(spool, &mut self.rejected, &mut going.events, &id, reason);
+            going.rejected.push(id.clone());
+            reject(spool, &mut self.rejected, &mut going.events, &id, reason);
             announce_last_good(&mut going, current, &id, first);
         }
         let Some(gate) = &mut self.gate else {
             return going;
         };
-        let screened = gate.screen(&going.events, spool, current, next);
+        let wanted: Vec<(&str, &Entry)> = (going.events.iter())
+            .filter(|e| matches!(e.change, Change::Added | Change::Updated))
+            .map(|e| (e.id, e.entry))
+            .collect();
+        let screened = gate.screen(&wanted, spool, current, next);
         {
             let m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
             for r in &screened.runs {
@@ -252,8 +260,8 @@ impl Delivery {
             Runnable::Cannot(why) => self.health().validator = Some(why),
         }
         for (id, reason) in screened.rejected {
-            going.held_back.push(id.clone());
-            hold_back(spool, &mut self.rejected, &mut going.events, &id, reason);
+            going.rejected.push(id.clone());
+            reject(spool, &mut self.rejected, &mut going.events, &id, reason);
             announce_last_good(&mut going, current, &id, first);
         }
         going
@@ -270,7 +278,7 @@ impl Delivery {
         next: &Snapshot,
         number: u64,
         first: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Fatal> {
         let mut batch = Batch {
             events: std::mem::take(&mut going.events),
             synced: Synced::default(),
@@ -278,41 +286,36 @@ impl Delivery {
             first,
         };
         for (index, sink) in self.sinks.iter_mut().enumerate() {
-            let modules = sinks_hold(&[&going.unwritten, &going.held_back], current, next);
+            let modules = sinks_hold(&going.kept(), current, next);
             batch.synced = counts(&batch.events, modules, number);
-            let outcome = sink.apply(&batch).map_err(|f| f.0)?;
+            let outcome = sink.apply(&batch)?;
             if let Some(l) = &self.ledger {
                 (l.lock().unwrap_or_else(|p| p.into_inner())).delivered(
                     index,
                     number,
                     batch.events.len(),
-                    outcome.failed.len(),
+                    outcome.unwritten.len(),
                 );
             }
             // Not written: later sinks do not hear of it, and the snapshot keeps what was
             // there before, so the next poll tries again.
             batch
                 .events
-                .retain(|e| !outcome.failed.iter().any(|(f, _)| f == e.id));
-            going
-                .unwritten
-                .extend(outcome.failed.iter().map(|(id, _)| id.clone()));
-            going.write_failed.extend(outcome.failed);
+                .retain(|e| !outcome.unwritten.iter().any(|(u, _)| u == e.id));
+            going.unwritten.extend(outcome.unwritten);
             for (id, reason) in outcome.rejected {
-                going.held_back.push(id.clone());
-                hold_back(spool, &mut self.rejected, &mut batch.events, &id, reason);
+                going.rejected.push(id.clone());
+                reject(spool, &mut self.rejected, &mut batch.events, &id, reason);
             }
             if batch.events.is_empty() && !first {
                 break;
             }
         }
-        going.unwritten.sort();
-        going.unwritten.dedup();
         going.events = batch.events;
         Ok(())
     }
 
-    /// After the sinks: what is no longer held back, and the batch's log line.
+    /// After the sinks: what is no longer rejected, and the batch's log line.
     #[allow(clippy::too_many_arguments)]
     fn settle(
         &mut self,
@@ -325,10 +328,10 @@ impl Delivery {
         first: bool,
     ) -> Synced {
         let applied = &going.events;
-        let modules = sinks_hold(&[&going.unwritten, &going.held_back], current, next);
+        let modules = sinks_hold(&going.kept(), current, next);
         let synced = counts(applied, modules, number);
         // A module whose cluster content was published, or that is gone, is no longer
-        // held back (a last good version announced at start is not its cluster content).
+        // rejected (a last good version announced at start is not its cluster content).
         let published = |id: &String| {
             applied.iter().any(|e| {
                 e.id == id
@@ -373,7 +376,7 @@ impl Delivery {
             };
             let (namespace, name) = split_id(id);
             let note = match (meta.kind, reason) {
-                (Resource::Secrets, Reason::Rejected) => crate::secret::redact_reason(note),
+                (Resource::Secrets, Reason::Rejected) => crate::reason::redacted(note),
                 _ => note.to_string(),
             };
             reporter.report(Occurrence {
@@ -403,7 +406,7 @@ impl Delivery {
                 occur(id, entry, Reason::Accepted, &note);
             }
         }
-        for (id, why) in &going.write_failed {
+        for (id, why) in &going.unwritten {
             if let Some(entry) = next.modules.get(id) {
                 occur(id, entry, Reason::WriteFailed, why);
             }
@@ -427,17 +430,60 @@ impl Delivery {
 #[derive(Debug, Default)]
 struct Going<'a> {
     events: Vec<Event<'a>>,
-    /// A sink could not write them: retried next poll.
-    unwritten: Vec<String>,
+    /// A sink could not write them, and why: retried next poll (`--report-events`'
+    /// `WriteFailed`).
+    unwritten: Vec<(String, String)>,
     /// Rejected (by the gate, or a sink): announced once per content.
-    held_back: Vec<String>,
-    /// What a sink could not write, and why (`--report-events`' `WriteFailed`).
-    write_failed: Vec<(String, String)>,
-    /// Held back before, published now (`--report-events`' `Accepted`).
+    rejected: Vec<String>,
+    /// Rejected before, published now (`--report-events`' `Accepted`).
     accepted: Vec<String>,
 }
 
-/// A restart seeded the last good version of held-back `id`: that is what the sinks hold,
+impl Going<'_> {
+    /// The modules left unwritten, each once.
+    fn unwritten_ids(&self) -> BTreeSet<String> {
+        self.unwritten.iter().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// The modules that keep their previous version: unwritten or rejected, each once.
+    fn kept(&self) -> BTreeSet<String> {
+        let mut kept = self.unwritten_ids();
+        kept.extend(self.rejected.iter().cloned());
+        kept
+    }
+}
+
+/// What `commit` made of a poll.
+#[derive(Debug, Default)]
+pub struct Committed {
+    /// The counts that closed the batch; `None` when no sink heard of the poll (nothing
+    /// changed, or only rejections already announced).
+    pub synced: Option<Synced>,
+    /// The modules a sink could not write (they keep their previous version), in order.
+    pub unwritten: Vec<String>,
+}
+
+/// Why a batch could not be committed. The daemon decides what each means for the run.
+#[derive(Debug)]
+pub enum Error {
+    /// A sink's reader is gone for good (stdout closed, an agent that cannot be fed).
+    Sink(Fatal),
+    /// The store could not take the new snapshot (the spool could not be compacted).
+    Store(io::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Sink(Fatal(why)) => f.write_str(why),
+            Error::Store(e) => write!(f, "cannot keep the new snapshot: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A restart seeded the last good version of rejected `id`: that is what the sinks hold,
 /// so this run's first batch announces it, before the rejection.
 fn announce_last_good<'a>(going: &mut Going<'a>, current: &'a Snapshot, id: &str, first: bool) {
     if first
@@ -449,9 +495,9 @@ fn announce_last_good<'a>(going: &mut Going<'a>, current: &'a Snapshot, id: &str
     }
 }
 
-/// A sink held `id` back: its event becomes `rejected` (announced and logged once per
-/// content), or goes if this content was already announced.
-fn hold_back(
+/// The gate or a sink rejected `id`: its event becomes `rejected` (announced and logged
+/// once per content), or goes if this content was already announced.
+fn reject(
     spool: &Spool,
     rejected: &mut HashMap<String, (Hash, String)>,
     events: &mut Vec<Event>,
@@ -469,21 +515,21 @@ fn hold_back(
     // A Secret's validator output may quote it: the log shows its exit status only.
     let shown = match spool.meta(events[i].entry.loc) {
         Ok(m) if m.kind.shows_contents() => Cow::Borrowed(reason.as_str()),
-        _ => Cow::Owned(crate::secret::redact_reason(&reason)),
+        _ => Cow::Owned(crate::reason::redacted(&reason)),
     };
     log::warn!("module {id} rejected: {shown}");
     rejected.insert(id.to_string(), (hash, reason.clone()));
     events[i].reject(reason);
 }
 
-/// How many modules the sinks hold once `next` is applied but for `unwritten` (and held
-/// back): a module that could not be added stays absent, one that could not be removed
-/// stays.
-fn sinks_hold(unwritten: &[&Vec<String>], current: &Snapshot, next: &Snapshot) -> usize {
+/// How many modules the sinks hold once `next` is applied but for `kept` (unwritten or
+/// rejected): a module that could not be added stays absent, one that could not be
+/// removed stays.
+fn sinks_hold(kept: &BTreeSet<String>, current: &Snapshot, next: &Snapshot) -> usize {
     let (mut n, has) = (next.len(), |s: &Snapshot, id: &String| {
         s.modules.contains_key(id)
     });
-    for id in unwritten.iter().flat_map(|v| v.iter()) {
+    for id in kept {
         match (has(current, id), has(next, id)) {
             (false, true) => n -= 1,
             (true, false) => n += 1,
@@ -508,8 +554,8 @@ fn counts(events: &[event::Event], modules: usize, poll: u64) -> Synced {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::Outcome;
     use crate::ops::health::InFlight;
-    use crate::sink::{Fatal, Outcome};
 
     type Heard = Arc<Mutex<Vec<String>>>;
 
@@ -541,7 +587,7 @@ mod tests {
             ));
             let has = |id: &&&str| b.events.iter().any(|e| e.id == **id && e.is_change());
             Ok(Outcome {
-                failed: self
+                unwritten: self
                     .fail
                     .iter()
                     .filter(has)
@@ -593,7 +639,9 @@ mod tests {
     ) -> Vec<String> {
         let next = poll(store, modules);
         let stats = PollStats::default();
-        d.commit(store, next, n, &stats, Duration::ZERO).unwrap().1
+        d.commit(store, next, n, &stats, Duration::ZERO)
+            .unwrap()
+            .unwritten
     }
 
     fn take(heard: &Heard) -> Vec<String> {

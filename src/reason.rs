@@ -1,0 +1,75 @@
+//! Why a module is rejected, as people read it. A reason is at most `MAX_REASON` bytes,
+//! cut on a character boundary with a mark where text was left out (`cut`, which other
+//! bounded messages use too); a Kubernetes Secret's module shows only the validator's exit
+//! status, never its output, which may quote the Secret (`redacted`).
+
+use std::borrow::Cow;
+
+/// The most bytes of a `rejected` event's reason (SPEC: "at most 4 KiB in all").
+pub const MAX_REASON: usize = 4096;
+
+/// The cut that marks where text was left out.
+const ELLIPSIS: &str = "…";
+
+/// `text` in at most `max` bytes: as it is when it fits, else cut on a character boundary
+/// and ended with `…` (the mark counted in `max`).
+pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    let mark = if max >= ELLIPSIS.len() { ELLIPSIS } else { "" };
+    let mut end = max - mark.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}{mark}", &text[..end]))
+}
+
+/// A rejection's reason as a Secret's may be shown (a `Rejected` Event's note, `/status`,
+/// a stdout event, a log line): the validator's exit status (the last line of a
+/// validator's reason, `(validator exited with status 1)`), never its output, which may
+/// quote the Secret. A reason that is not a validator's (a name clash names keys and
+/// modules only) is kept.
+pub fn redacted(reason: &str) -> String {
+    let last = reason.lines().last().unwrap_or("");
+    if let Some(status) = last
+        .strip_prefix("(validator ")
+        .and_then(|s| s.strip_suffix(')'))
+    {
+        return format!("validator {status}");
+    }
+    if let Some(rest) = reason.strip_prefix("validator cannot run: ") {
+        let status = rest.split(": ").next().unwrap_or(rest);
+        return format!("validator cannot run: {status}");
+    }
+    if reason.starts_with("validator ") && !reason.contains('\n') {
+        return reason.to_string();
+    }
+    if reason.contains("validator") || reason.contains('\n') {
+        return "rejected by --validate (a Secret's validator output is not shown)".into();
+    }
+    reason.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_keeps_what_fits_and_cuts_on_a_character_boundary() {
+        for (text, max, want) in [
+            ("short", 10, "short"),
+            ("exactly", 7, "exactly"),
+            ("abcdefgh", 7, "abcd…"),
+            ("aééé", 6, "aé…"),
+            ("aéééé", 8, "aéé…"),
+            ("aéééé", 7, "aé…"),
+            ("éé", 2, "é"),
+            ("éé", 1, ""),
+        ] {
+            let got = cut(text, max);
+            assert_eq!(got, want, "{text:?} in {max}");
+            assert!(got.len() <= max);
+        }
+    }
+}
