@@ -8,7 +8,8 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
-use super::FEED_SLACK;
+/// How far past its first full state an agent may fall behind on stdin before a restart.
+pub const FEED_SLACK: u64 = 8 << 20;
 
 struct FeedState {
     appended: u64,

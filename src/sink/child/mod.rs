@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::metrics::counter::Counter;
 
 pub use self::agent::{Agent, Processes, Spawner};
+pub use self::feed::FEED_SLACK;
 use self::feed::Feed;
 
 use crate::backoff::{Backoff, Rng};
@@ -33,8 +34,6 @@ use crate::ops::process::{self, Exit};
 use crate::ops::signals::Signal;
 use crate::sink::reloads::ReloadReport;
 
-/// How far past its first full state an agent may fall behind on stdin before a restart.
-pub const FEED_SLACK: u64 = 8 << 20;
 const BACKOFF_START: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const STABLE_AFTER: Duration = Duration::from_secs(60);

@@ -13,9 +13,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 
+use super::folder::OutDir;
+use super::paths::{Found, digest, file_digest, found, not_ours, part};
 use super::record::{self, Digest, Pending, Written};
 use super::write::Staged;
-use super::{Found, OutDir, digest, file_digest, found, not_ours, part};
 use crate::atomic::{self, fsync_dir, remove_if_exists};
 use crate::batch::Batch;
 use crate::batch::event::Event;

@@ -5,8 +5,9 @@
 use std::collections::BTreeSet;
 use std::io;
 
+use super::folder::OutDir;
+use super::paths::{Found, file_digest, found, part};
 use super::record::Pending;
-use super::{Found, OutDir, file_digest, found, part};
 use crate::atomic::{fsync_dir, remove_dir_if_empty, remove_if_exists, sync_volume};
 use crate::poll::snapshot::folder_of;
 

@@ -24,7 +24,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
 
-use super::{Found, Layout, Options, VERSIONS, folder_in, found, meta_dir, part, versions_from};
+use super::options::{Layout, Options};
+use super::paths::{Found, VERSIONS, folder_in, found, meta_dir, part, versions_from};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::folder_of;
 use crate::poll::spool;

@@ -1,12 +1,17 @@
 //! Unit tests of the output folder sink.
 
 use super::*;
-use crate::batch::event::Event;
-use crate::batch::event::Synced;
+use crate::atomic;
+use crate::batch::{Batch, Change, Event, Outcome, Sink, Synced};
 use crate::poll::hash::Hash;
+use crate::poll::snapshot::Entry;
 use crate::poll::spool::{Object, Spool};
-use crate::source::Content;
+use crate::source::{Content, ModuleFile, Resources};
+use record::Record;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// An event with its own id and entry (a batch's events borrow them from snapshots).
 #[derive(Clone, Debug)]

@@ -7,8 +7,10 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::folder::OutDir;
+use super::options::Layout;
+use super::paths::{DIR_MODE, Found, digest, found, not_ours, part};
 use super::record::{Pending, TMP_PREFIX, Written};
-use super::{DIR_MODE, Found, Layout, OutDir, digest, found, not_ours, part};
 use crate::atomic::{self, create_dir};
 use crate::poll::snapshot::{Entry, NAME_MAX, STEM_MAX, folder_of, stem};
 use crate::source::ModuleFile;

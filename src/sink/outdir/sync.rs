@@ -1,0 +1,296 @@
+//! The write-ahead sync of a batch. Writes go in chunks of `OutDir::chunk` modules: each
+//! chunk's writes are decided and checked (`write.rs`), appended to the journal and synced
+//! (nothing is written that the journal does not name), staged, synced to the volume all at
+//! once, switched into place, and synced again before the record says they happened. The
+//! record is saved, and the journal dropped, once the batch is done. A module that cannot
+//! be written keeps its previous version and is retried next poll; a journal that cannot
+//! be written stops the batch there (the rest waits for the next poll); a record that
+//! cannot be saved is `Fatal`.
+
+use std::fs::{self, File};
+use std::io;
+use std::time::Instant;
+
+use super::folder::OutDir;
+use super::paths::{JOURNAL, STATE, meta_dir};
+use super::record::Pending;
+use super::write::Staged;
+use crate::atomic::{self, fsync_dir, remove_if_exists};
+use crate::batch::{Batch, Event, Fatal};
+use crate::ops::health::thousands;
+use crate::source::ModuleFile;
+
+/// How a batch's writes are going: what could not be written and why, the bytes of the
+/// modules that found no room on the volume, and how far it is.
+struct Progress {
+    unwritten: Vec<(String, String)>,
+    no_room: Vec<u64>,
+    total: usize,
+    done: usize,
+    told: Instant,
+}
+
+impl Progress {
+    fn new(total: usize) -> Progress {
+        Progress {
+            unwritten: Vec::new(),
+            no_room: Vec::new(),
+            total,
+            done: 0,
+            told: Instant::now(),
+        }
+    }
+
+    /// `id` was not written, for `why`: logged, kept for the outcome.
+    fn unwritten(&mut self, id: &str, why: &dyn std::fmt::Display) {
+        log::warn!(
+            "--out-dir: cannot write {id}: {why}; keeping the previous version, retrying next poll"
+        );
+        self.unwritten.push((id.to_string(), why.to_string()));
+    }
+}
+
+impl OutDir {
+    /// Applies the writes and removals (in this order); returns the modules left
+    /// unwritten, and why.
+    ///
+    /// Writes go in chunks of `chunk` modules, each decided and checked, then recorded as
+    /// pending (the journal synced), then made: contents are read from the spool again
+    /// when written, and only one chunk's plans are held at once, so a batch of 100k
+    /// modules (a first start) costs the memory of a few thousand. The removals come after
+    /// the first chunk is recorded, before any write.
+    pub(super) fn sync(
+        &mut self,
+        batch: &Batch,
+        writes: Vec<&Event>,
+        removals: Vec<String>,
+    ) -> Result<Vec<(String, String)>, Fatal> {
+        let mut progress = Progress::new(writes.len());
+        let mut removals = Some(removals);
+        let mut chunks: Vec<&[&Event]> = writes.chunks(self.chunk).collect();
+        if chunks.is_empty() {
+            chunks.push(&[]);
+        }
+        for (n, chunk) in chunks.iter().enumerate() {
+            let planned = self.plan_chunk(batch, chunk, &mut progress);
+            if let Err(e) = self.journal() {
+                let waiting = (removals.into_iter().flatten()).chain(
+                    chunks[n + 1..]
+                        .iter()
+                        .flat_map(|c| c.iter().map(|e| e.id.to_string())),
+                );
+                self.unjournaled(&e, waiting, &mut progress);
+                return Ok(progress.unwritten);
+            }
+            for id in removals.take().into_iter().flatten() {
+                if let Err(e) = self.remove(&id) {
+                    log::warn!("--out-dir: cannot remove {id}: {e}");
+                    progress
+                        .unwritten
+                        .push((id, format!("cannot remove it: {e}")));
+                }
+            }
+            self.write_chunk(batch, planned, &mut progress);
+        }
+        self.finish(progress)
+    }
+
+    /// Decides each write of a chunk into `record.pending`; what cannot be written is
+    /// left out (and counted), the rest returned in order.
+    fn plan_chunk<'a, 'e>(
+        &mut self,
+        batch: &Batch,
+        chunk: &[&'a Event<'e>],
+        progress: &mut Progress,
+    ) -> Vec<&'a Event<'e>> {
+        let mut planned = Vec::with_capacity(chunk.len());
+        self.record.pending.clear();
+        for &e in chunk {
+            let plan = self
+                .contents(batch, e)
+                .and_then(|files| self.plan(e.id, e.entry, &files));
+            match plan {
+                Ok(p) => {
+                    self.record.pending.push(p);
+                    planned.push(e);
+                }
+                Err(err) => progress.unwritten(e.id, &err),
+            }
+        }
+        planned
+    }
+
+    /// The journal could not be written: without it nothing may be written, so this
+    /// chunk and everything `waiting` (removals, later chunks) is left for the next poll;
+    /// what earlier chunks wrote is in the journal, and the record takes it now.
+    fn unjournaled(
+        &mut self,
+        e: &io::Error,
+        waiting: impl Iterator<Item = String>,
+        progress: &mut Progress,
+    ) {
+        log::warn!("--out-dir: cannot record the writes to come: {e}");
+        self.writing.clear();
+        let why = format!("cannot record the writes to come: {e}");
+        let pending = self.record.pending.drain(..).map(|p| p.module);
+        (progress.unwritten).extend(pending.chain(waiting).map(|id| (id, why.clone())));
+        if let Err(e) = self.save_all() {
+            log::warn!("--out-dir: cannot save the record: {e}");
+        }
+    }
+
+    /// Stages every planned write of the chunk, syncs them all at once, then switches
+    /// them into place and syncs again.
+    fn write_chunk(&mut self, batch: &Batch, planned: Vec<&Event>, progress: &mut Progress) {
+        let mut staged = Vec::with_capacity(planned.len());
+        for (i, e) in planned.into_iter().enumerate() {
+            let p = self.record.pending[i].clone();
+            match self
+                .contents(batch, e)
+                .and_then(|files| self.stage(&p, &files))
+            {
+                Ok(s) => staged.push((p, s)),
+                Err(err) => {
+                    if err.kind() == io::ErrorKind::StorageFull {
+                        let bytes = batch.spool.meta(e.entry.loc).map_or(0, |m| m.bytes);
+                        progress.no_room.push(bytes);
+                    }
+                    progress.unwritten(e.id, &err);
+                }
+            }
+            self.count(progress);
+        }
+        if let Err(err) = atomic::sync_volume(self.dir()) {
+            // Not durable: nothing staged may be switched in.
+            log::warn!("--out-dir: cannot sync the written files: {err}");
+            for (p, s) in staged.drain(..) {
+                self.discard(&p, &s);
+                let why = format!("cannot sync the written files: {err}");
+                progress.unwritten.push((p.module, why));
+            }
+        }
+        for (p, s) in staged {
+            let result = self.switch(&p, s).and_then(|w| self.install(&p.module, w));
+            if let Err(err) = result {
+                progress.unwritten(&p.module, &err);
+            }
+        }
+        // The switches (and removals) durable before the record says they happened.
+        if let Err(err) = atomic::sync_volume(self.dir()) {
+            log::warn!("--out-dir: cannot sync the switched modules: {err}");
+        }
+    }
+
+    /// One more module staged: readiness hears of it, and a long batch logs how far it is.
+    fn count(&mut self, progress: &mut Progress) {
+        progress.done += 1;
+        self.writing.set(progress.done, progress.total);
+        if progress.told.elapsed() >= self.progress_every {
+            log::info!(
+                "--out-dir: writing modules: {} of {}",
+                thousands(progress.done),
+                thousands(progress.total)
+            );
+            progress.told = Instant::now();
+        }
+    }
+
+    /// The batch is done: old versions expired, the want of space told, the record saved
+    /// and the journal dropped.
+    fn finish(&mut self, progress: Progress) -> Result<Vec<(String, String)>, Fatal> {
+        self.record.pending.clear();
+        self.writing.clear();
+        if let Err(e) = self.expire(true) {
+            log::warn!("--out-dir: cannot delete old versions: {e}");
+        }
+        if !progress.no_room.is_empty() {
+            let volume = crate::ops::volume::Volume::of(self.dir())
+                .map(|v| v.describe())
+                .unwrap_or_else(|| "its volume".into());
+            log::warn!(
+                "--out-dir '{}': {} module(s) not written for want of space: they need about {} and {volume}; retrying next poll",
+                self.dir().display(),
+                progress.no_room.len(),
+                crate::ops::volume::size(progress.no_room.iter().sum()),
+            );
+        }
+        self.save_all().map_err(|e| {
+            Fatal(format!(
+                "--out-dir: cannot save '{}': {e}",
+                meta_dir(self.dir()).join(STATE).display()
+            ))
+        })?;
+        Ok(progress.unwritten)
+    }
+
+    /// A module's contents, from the spool. If they cannot be read (a module the spool
+    /// left in this folder at a start, whose files someone removed since), its record no
+    /// longer vouches for what the folder holds: it loses its hash, so that neither the
+    /// next poll nor the next run takes the folder for proof (see `shelf`), and the
+    /// module is written again from the cluster's copy.
+    pub(super) fn contents(&mut self, batch: &Batch, e: &Event) -> io::Result<Vec<ModuleFile>> {
+        batch.files(e).inspect_err(|_| {
+            self.record.modules.update(e.id, |w| w.hash = None);
+        })
+    }
+
+    /// Removes a staged write that will not be switched in.
+    fn discard(&self, p: &Pending, staged: &Staged) {
+        match staged {
+            Staged::Link { .. } => {
+                if let Some(v) = &p.written.version {
+                    let _ = self.delete_version(v, &p.written.files);
+                }
+            }
+            Staged::Renames(renames) => self.unstage(renames),
+        }
+    }
+
+    /// Writes the record, streamed: at 100k modules it is tens of MB of JSON, which a
+    /// buffer would add to the peak RSS of every batch.
+    pub(super) fn save(&mut self) -> io::Result<()> {
+        let meta = meta_dir(self.dir());
+        remove_if_exists(&meta.join(".state.json.tmp"))?;
+        atomic::replace_file_with(&meta, STATE, ".state.json.tmp", 0o644, |w| {
+            serde_json::to_writer(w, &self.record).map_err(io::Error::other)
+        })
+    }
+
+    /// Appends the chunk's pending writes (`record.pending`) to the journal and syncs it:
+    /// the write-ahead of a chunk, one append however large the record has grown.
+    pub(super) fn journal(&mut self) -> io::Result<()> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let meta = meta_dir(self.dir());
+        let path = meta.join(JOURNAL);
+        let new = !path.exists();
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)?;
+        let mut w = io::BufWriter::with_capacity(64 * 1024, &file);
+        for p in &self.record.pending {
+            serde_json::to_writer(&mut w, p).map_err(io::Error::other)?;
+            w.write_all(b"\n")?;
+        }
+        w.flush()?;
+        drop(w);
+        file.sync_data()?;
+        if new {
+            fsync_dir(&meta)?;
+        }
+        Ok(())
+    }
+
+    /// Saves the record, then drops the journal it now contains.
+    pub(super) fn save_all(&mut self) -> io::Result<()> {
+        self.save()?;
+        let meta = meta_dir(self.dir());
+        match fs::remove_file(meta.join(JOURNAL)) {
+            Ok(()) => fsync_dir(&meta),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
