@@ -28,7 +28,7 @@ impl OutDir {
     fn holders(&self) -> HashMap<String, String> {
         let mut holders = HashMap::new();
         for (id, w) in self.record.modules.iter() {
-            for key in w.flat.keys() {
+            for key in w.placed.flat().keys() {
                 holders.insert(key.clone(), id.to_string());
             }
         }
@@ -46,7 +46,8 @@ impl OutDir {
     ) -> (Vec<&'a Event<'b>>, Vec<(String, String)>) {
         let mut holders = self.holders();
         holders.retain(|_, id| !removals.contains(id));
-        let holds = |id: &str| (self.record.modules.get(id)).is_some_and(|w| !w.flat.is_empty());
+        let holds =
+            |id: &str| (self.record.modules.get(id)).is_some_and(|w| !w.placed.flat().is_empty());
         let (mut first, mut then): (Vec<&Event>, Vec<&Event>) =
             writes.into_iter().partition(|e| holds(e.id));
         first.sort_by(|a, b| a.id.cmp(b.id));
@@ -152,7 +153,7 @@ impl OutDir {
             .record
             .modules
             .get(id)
-            .and_then(|w| w.flat.get(key).copied());
+            .and_then(|w| w.placed.flat().get(key).copied());
         match found(&path)? {
             Found::Nothing => Ok(()),
             Found::File if recorded.is_some() && file_digest(&path)? == recorded => Ok(()),
@@ -205,10 +206,19 @@ impl OutDir {
         renames: &[(String, String)],
     ) -> io::Result<Written> {
         let old = self.record.modules.get(&p.module);
-        let mut done = old.as_ref().map(|w| w.flat.clone()).unwrap_or_default();
+        let mut done = old
+            .as_ref()
+            .map(|w| w.placed.flat().clone())
+            .unwrap_or_default();
         let dir = self.opts.dir.clone();
         for (i, (tmp, key)) in renames.iter().enumerate() {
-            let want = p.written.flat.get(key).cloned().unwrap_or_default();
+            let want = p
+                .written
+                .placed
+                .flat()
+                .get(key)
+                .cloned()
+                .unwrap_or_default();
             let result = self
                 .flat_target_ok(&p.module, key)
                 .and_then(|()| atomic::place_file(&dir, key, tmp));
@@ -216,19 +226,14 @@ impl OutDir {
                 self.unstage(&renames[i..]);
                 if i > 0 {
                     // What another layout wrote for it stays recorded, to be cleared later.
-                    let mut mixed = old.clone().unwrap_or_default();
-                    mixed.hash = None;
-                    mixed.mode = p.written.mode;
-                    mixed.flat = done;
-                    self.record.modules.insert(&p.module, mixed);
+                    let half = Written::half_flat(old.as_ref(), p.written.mode, done);
+                    self.record.modules.insert(&p.module, half);
                 }
                 return Err(e);
             }
             done.insert(key.clone(), want);
             // Recorded as it goes, so `flat_target_ok` accepts this file on a retry.
-            (self.record.modules).update(&p.module, |w| {
-                w.flat.insert(key.clone(), want);
-            });
+            (self.record.modules).update(&p.module, |w| w.add_flat(key.clone(), want));
         }
         Ok(p.written.clone())
     }
@@ -236,8 +241,8 @@ impl OutDir {
     /// Removes the flat files `old` has and `new` (if any) does not, each only while it
     /// still has the bytes cmpoll wrote; unsynced, as `clear`.
     pub(super) fn clear_flat(&mut self, old: &Written, new: Option<&Written>) -> io::Result<()> {
-        for (key, want) in &old.flat {
-            if new.is_some_and(|n| n.flat.contains_key(key)) {
+        for (key, want) in old.placed.flat() {
+            if new.is_some_and(|n| n.placed.flat().contains_key(key)) {
                 continue;
             }
             let path = match self.flat_file(key) {
@@ -267,7 +272,7 @@ impl OutDir {
     /// has the new bytes; if all do, the new version is the module's, else the module is
     /// recorded as the mix it is (no hash), for the next write to finish.
     pub(super) fn recover_flat(&mut self, p: &Pending) -> io::Result<()> {
-        for i in 0..p.written.flat.len() {
+        for i in 0..p.written.placed.flat().len() {
             let t = self.dir().join(part(&flat_tmp(&p.tmp, i))?);
             if found(&t)? == Found::File {
                 remove_if_exists(&t)?;
@@ -280,9 +285,12 @@ impl OutDir {
             }
         }
         let old = self.record.modules.get(&p.module);
-        let mut mixed = old.as_ref().map(|w| w.flat.clone()).unwrap_or_default();
+        let mut mixed = old
+            .as_ref()
+            .map(|w| w.placed.flat().clone())
+            .unwrap_or_default();
         let mut all_new = true;
-        for (key, want) in &p.written.flat {
+        for (key, want) in p.written.placed.flat() {
             let path = match self.flat_file(key) {
                 Ok(path) => path,
                 Err(_) => {
@@ -298,14 +306,14 @@ impl OutDir {
         }
         if all_new {
             self.install(&p.module, p.written.clone())?;
-        } else if old.as_ref().map_or(!mixed.is_empty(), |w| w.flat != mixed) {
+        } else if old
+            .as_ref()
+            .map_or(!mixed.is_empty(), |w| *w.placed.flat() != mixed)
+        {
             // (A new module none of whose files was renamed in is simply not there.)
             // What another layout wrote for it stays recorded, to be cleared later.
-            let mut w = old.unwrap_or_default();
-            w.hash = None;
-            w.mode = p.written.mode;
-            w.flat = mixed;
-            self.record.modules.insert(&p.module, w);
+            let half = Written::half_flat(old.as_ref(), p.written.mode, mixed);
+            self.record.modules.insert(&p.module, half);
         }
         fsync_dir(self.dir())
     }

@@ -49,8 +49,8 @@ impl OutDir {
         let layout = self.opts.layout;
         Proofs::new(self.record.modules.iter().filter_map(|(id, w)| {
             let placed = match layout {
-                Layout::Files => w.version.is_some(),
-                Layout::Flat => !w.flat.is_empty(),
+                Layout::Files => w.placed.version().is_some(),
+                Layout::Flat => !w.placed.flat().is_empty(),
                 Layout::Concat => false,
             };
             Some((id, w.hash?)).filter(|_| placed)

@@ -123,51 +123,213 @@ fn no_keys(k: &Keys) -> bool {
     k.is_empty()
 }
 
-/// What cmpoll wrote for one module, as `state.json` and the journal have it (in memory,
-/// the record holds it as `Stored`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// What cmpoll wrote for one module: the hash written (`None`: a flat write that failed
+/// half-way left the module between two versions, and the next write finishes it), the
+/// files' mode, and where they lie. In memory the record holds it as `Stored`; in
+/// `state.json` and the journal, as `Wire`.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Written {
-    #[serde(with = "module_hash")]
     pub hash: Option<Hash>,
     pub mode: u32,
-    /// `files` layout: the version folder under `.cmpoll/versions`, and its files.
+    pub placed: Placed,
+}
+
+/// Where a module's files lie: one variant per layout.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Placed {
+    /// `files`: the version folder under `.cmpoll/versions` the module's symlink points
+    /// at, and its files.
+    Version { version: Box<str>, files: Keys },
+    /// `concat`: the file, relative to DIR, and the SHA-256 of its bytes, which proves
+    /// after a crash that a file found there is the one cmpoll renamed into place.
+    File {
+        file: Box<str>,
+        digest: Option<Digest>,
+    },
+    /// `flat`: each file `DIR/KEY` cmpoll wrote for the module, with the SHA-256 of its
+    /// bytes (a file is only ever replaced or removed while it still has them). `left`:
+    /// what another layout wrote for the module, recorded until it is cleared (a switch of
+    /// layout whose first flat write failed half-way).
+    Flat {
+        files: BTreeMap<String, Digest>,
+        left: Option<Box<Placed>>,
+    },
+}
+
+/// No flat file.
+static NO_FLAT: BTreeMap<String, Digest> = BTreeMap::new();
+
+impl Placed {
+    /// A flat module with no file yet.
+    pub fn no_flat() -> Placed {
+        Placed::Flat {
+            files: BTreeMap::new(),
+            left: None,
+        }
+    }
+
+    /// The version folder and its files (`files`, or what a flat write left of it).
+    pub fn version(&self) -> Option<(&str, &Keys)> {
+        match self {
+            Placed::Version { version, files } => Some((version, files)),
+            Placed::Flat { left: Some(l), .. } => l.version(),
+            _ => None,
+        }
+    }
+
+    /// The concatenated file and its digest (`concat`, or what a flat write left of it).
+    pub fn file(&self) -> Option<(&str, Option<&Digest>)> {
+        match self {
+            Placed::File { file, digest } => Some((file, digest.as_ref())),
+            Placed::Flat { left: Some(l), .. } => l.file(),
+            _ => None,
+        }
+    }
+
+    /// The flat files (none for another layout).
+    pub fn flat(&self) -> &BTreeMap<String, Digest> {
+        match self {
+            Placed::Flat { files, .. } => files,
+            _ => &NO_FLAT,
+        }
+    }
+
+    /// What another layout wrote, still recorded: a flat module's `left`, else itself.
+    fn other_layout(&self) -> Option<&Placed> {
+        match self {
+            Placed::Flat { left, .. } => left.as_deref(),
+            other => Some(other),
+        }
+    }
+
+    /// These flat files, keeping what another layout wrote (`self`'s, to be cleared).
+    pub fn with_flat(&self, files: BTreeMap<String, Digest>) -> Placed {
+        Placed::Flat {
+            files,
+            left: self.other_layout().cloned().map(Box::new),
+        }
+    }
+}
+
+impl Written {
+    /// A flat write that stopped half-way: the flat files it got to (`files`), what
+    /// another layout wrote for the module before (`old`'s, to be cleared later), and no
+    /// hash: the module is neither its old version nor its new one.
+    pub fn half_flat(old: Option<&Written>, mode: u32, files: BTreeMap<String, Digest>) -> Written {
+        let placed = match old {
+            Some(o) => o.placed.with_flat(files),
+            None => Placed::Flat { files, left: None },
+        };
+        Written {
+            hash: None,
+            mode,
+            placed,
+        }
+    }
+
+    /// Records one more flat file written (a module of another layout becomes flat, what
+    /// that layout wrote kept to be cleared).
+    pub fn add_flat(&mut self, key: String, digest: Digest) {
+        let mut files = self.placed.flat().clone();
+        files.insert(key, digest);
+        self.placed = self.placed.with_flat(files);
+    }
+}
+
+/// A `Written` as `state.json` and the journal have it: one field per thing a layout
+/// writes, absent where it has none (the format every cmpoll has written).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Wire {
+    #[serde(with = "module_hash")]
+    hash: Option<Hash>,
+    mode: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<Box<str>>,
+    version: Option<Box<str>>,
     #[serde(default, skip_serializing_if = "no_keys", with = "keys_list")]
-    pub files: Keys,
-    /// `concat` layout: the file, relative to DIR.
+    files: Keys,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<Box<str>>,
-    /// `concat` layout: SHA-256 of the file's bytes, which proves after a crash that a file
-    /// found at `file` is the one cmpoll renamed into place.
+    file: Option<Box<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<Digest>,
-    /// `flat` layout: each file `DIR/KEY` cmpoll wrote for the module, with the SHA-256 of
-    /// its bytes (a file is only ever replaced or removed while it still has them).
+    digest: Option<Digest>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub flat: BTreeMap<String, Digest>,
+    flat: BTreeMap<String, Digest>,
+}
+
+impl From<&Written> for Wire {
+    fn from(w: &Written) -> Wire {
+        let mut wire = Wire {
+            hash: w.hash,
+            mode: w.mode,
+            flat: w.placed.flat().clone(),
+            ..Wire::default()
+        };
+        if let Some((version, files)) = w.placed.version() {
+            wire.version = Some(version.into());
+            wire.files = files.clone();
+        }
+        if let Some((file, digest)) = w.placed.file() {
+            wire.file = Some(file.into());
+            wire.digest = digest.copied();
+        }
+        wire
+    }
+}
+
+impl From<Wire> for Written {
+    /// A version folder makes it `files`, a file `concat`; flat files beside either are a
+    /// flat write's, which left the other layout's record to be cleared.
+    fn from(w: Wire) -> Written {
+        let other = match (w.version, w.file) {
+            (Some(version), _) => Some(Placed::Version {
+                version,
+                files: w.files,
+            }),
+            (None, Some(file)) => Some(Placed::File {
+                file,
+                digest: w.digest,
+            }),
+            (None, None) => None,
+        };
+        let placed = match other {
+            Some(p) if w.flat.is_empty() => p,
+            left => Placed::Flat {
+                files: w.flat,
+                left: left.map(Box::new),
+            },
+        };
+        Written {
+            hash: w.hash,
+            mode: w.mode,
+            placed,
+        }
+    }
+}
+
+impl Serialize for Written {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        Wire::from(self).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Written {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Written, D::Error> {
+        Wire::deserialize(d).map(Written::from)
+    }
 }
 
 /// A `Written` as the record holds it in memory, one per module of the folder, so kept
-/// small (72 bytes): the version folder's name, which `plan` makes from the module id and
-/// a sequence number, is kept as that number; what only the concat and flat layouts (or
-/// an older cmpoll's names) have is boxed aside.
+/// small (72 bytes): a `files` module whose version folder has the name `plan` makes from
+/// the module id and a sequence number is kept as that number and its keys; anything
+/// else (the concat and flat layouts, an older cmpoll's names) is boxed aside.
 #[derive(Clone, Debug, PartialEq)]
 struct Stored {
     hash: Option<Hash>,
     mode: u32,
-    /// The version folder is `stem(id).SEQ` (SEQ in hex); 0: none, or named in `rare`.
+    /// The version folder is `stem(id).SEQ` (SEQ in hex); 0: where it lies is `rare`.
     seq: u64,
+    /// The version folder's files (with a `seq`).
     files: Keys,
-    rare: Option<Box<Rare>>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Rare {
-    version: Option<Box<str>>,
-    file: Option<Box<str>>,
-    digest: Option<Digest>,
-    flat: BTreeMap<String, Digest>,
+    rare: Option<Box<Placed>>,
 }
 
 /// The version folder name `plan` gives `id` at `seq`.
@@ -177,41 +339,40 @@ pub fn version_of(id: &str, seq: u64) -> String {
 
 impl Stored {
     fn new(id: &str, w: Written) -> Stored {
-        let seq = (w.version.as_deref())
-            .and_then(|v| v.rsplit_once('.'))
-            .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok())
-            .filter(|&seq| seq != 0 && w.version.as_deref() == Some(&*version_of(id, seq)))
-            .unwrap_or(0);
-        let version = if seq == 0 { w.version } else { None };
-        let rare = Rare {
-            version,
-            file: w.file,
-            digest: w.digest,
-            flat: w.flat,
+        let (seq, files, rare) = match w.placed {
+            Placed::Version { version, files } => {
+                let seq = (version.rsplit_once('.'))
+                    .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok())
+                    .filter(|&seq| seq != 0 && *version == *version_of(id, seq));
+                match seq {
+                    Some(seq) => (seq, files, None),
+                    None => (0, Keys::default(), Some(Placed::Version { version, files })),
+                }
+            }
+            other => (0, Keys::default(), Some(other)),
         };
         Stored {
             hash: w.hash,
             mode: w.mode,
             seq,
-            files: w.files,
-            rare: (rare != Rare::default()).then(|| Box::new(rare)),
+            files,
+            rare: rare.map(Box::new),
         }
     }
 
     fn written(&self, id: &str) -> Written {
-        let rare = self.rare.as_deref().cloned().unwrap_or_default();
-        let version = match self.seq {
-            0 => rare.version,
-            seq => Some(version_of(id, seq).into()),
+        let placed = match (self.seq, &self.rare) {
+            (0, Some(p)) => (**p).clone(),
+            (0, None) => Placed::no_flat(),
+            (seq, _) => Placed::Version {
+                version: version_of(id, seq).into(),
+                files: self.files.clone(),
+            },
         };
         Written {
             hash: self.hash,
             mode: self.mode,
-            version,
-            files: self.files.clone(),
-            file: rare.file,
-            digest: rare.digest,
-            flat: rare.flat,
+            placed,
         }
     }
 }
@@ -358,6 +519,9 @@ impl Record {
     pub fn intern(&mut self, interner: &mut Interner) {
         for s in self.modules.0.values_mut() {
             s.files = interner.intern(s.files.clone());
+            if let Some(Placed::Version { files, .. }) = s.rare.as_deref_mut() {
+                *files = interner.intern(files.clone());
+            }
         }
         for r in &mut self.retired {
             r.files = interner.intern(r.files.clone());
@@ -531,7 +695,7 @@ fn version_name(v: &str) -> Result<(), String> {
 }
 
 fn written(id: &str, w: &Written) -> Result<(), String> {
-    if let Some(v) = &w.version {
+    if let Some((v, files)) = w.placed.version() {
         version_name(v)?;
         // As `plan` names it, or as cmpoll did before names were bounded.
         let now = format!("{}.", stem(id, STEM_MAX));
@@ -541,12 +705,12 @@ fn written(id: &str, w: &Written) -> Result<(), String> {
                 names::go_quote(v)
             ));
         }
+        keys(files)?;
     }
-    keys(&w.files)?;
-    for key in w.flat.keys() {
+    for key in w.placed.flat().keys() {
         flat_path(key).map_err(|e| format!("file {}: {e}", names::go_quote(key)))?;
     }
-    if let Some(f) = &w.file {
+    if let Some((f, _)) = w.placed.file() {
         component(f)?;
         if f.starts_with(TMP_PREFIX) {
             return Err(format!("file {} is a temporary name", names::go_quote(f)));
@@ -594,7 +758,62 @@ mod tests {
             r#"{"version":1,"seq":3,"modules":{"ns/m":{"hash":"h","mode":420,"version":"ns.m.2","files":["a.conf"]},"ns/c":{"hash":"h","mode":420,"file":"ns.c.conf","digest":"0000000000000000000000000000000000000000000000000000000000000000"}},"namespaces":["ns"],"pending":[{"module":"ns/m","hash":"h","mode":420,"version":"ns.m.3","files":["a.conf"],"tmp":"ns/.cmpoll-tmp.3"}],"retired":[{"version":"ns.m.1","files":["a.conf"],"since":5}]}"#,
         )
         .unwrap();
-        assert_eq!(r.pending[0].written.version.as_deref(), Some("ns.m.3"));
+        assert_eq!(
+            r.pending[0].written.placed.version().map(|(v, _)| v),
+            Some("ns.m.3")
+        );
+    }
+
+    /// Each layout's record, and the mix a flat write that failed half-way leaves after a
+    /// switch of layout, reads into its variant and is written back byte for byte as the
+    /// format every cmpoll has written.
+    #[test]
+    fn every_layout_keeps_the_format_on_disk() {
+        let d0 = "00".repeat(32);
+        let d1 = "11".repeat(32);
+        let h = format!("sha256:{}", "ab".repeat(32));
+        for (json, layout) in [
+            (
+                format!(r#"{{"hash":"{h}","mode":420,"version":"ns.m.2","files":["a","b"]}}"#),
+                "files",
+            ),
+            (
+                format!(r#"{{"hash":"{h}","mode":420,"file":"ns.m.conf","digest":"{d0}"}}"#),
+                "concat",
+            ),
+            (
+                format!(r#"{{"hash":"{h}","mode":384,"flat":{{"a":"{d0}","x/b":"{d1}"}}}}"#),
+                "flat",
+            ),
+            (
+                format!(
+                    r#"{{"hash":"","mode":420,"version":"ns.m.2","files":["a"],"flat":{{"a":"{d0}"}}}}"#
+                ),
+                "half flat over files",
+            ),
+            (
+                format!(
+                    r#"{{"hash":"","mode":420,"file":"ns.m.conf","digest":"{d0}","flat":{{"a":"{d1}"}}}}"#
+                ),
+                "half flat over concat",
+            ),
+        ] {
+            let w: Written = serde_json::from_str(&json).unwrap();
+            let variant = match &w.placed {
+                Placed::Version { .. } => "files",
+                Placed::File { .. } => "concat",
+                Placed::Flat { left: None, .. } => "flat",
+                Placed::Flat { left: Some(l), .. } => match **l {
+                    Placed::Version { .. } => "half flat over files",
+                    _ => "half flat over concat",
+                },
+            };
+            assert_eq!(variant, layout, "{json}");
+            assert_eq!(serde_json::to_string(&w).unwrap(), json, "{layout}");
+            let mut m = Modules::default();
+            m.insert("ns/m", w.clone());
+            assert_eq!(m.get("ns/m"), Some(w), "{layout}: the compact form");
+        }
     }
 
     /// In memory a module's record is small, and it is given back exactly as it was
@@ -616,28 +835,35 @@ mod tests {
             ),
             ("ns/m", Some("ns.m.07".into()), false),
             ("ns/m", Some("ns.m.0".into()), false),
-            ("ns/m", None, true),
         ];
         for (id, version, number) in cases {
             let w = Written {
                 hash: Some(Hash([3; 32])),
                 mode: 0o640,
-                version: version.map(Into::into),
-                files: keys.clone(),
-                ..Written::default()
+                placed: Placed::Version {
+                    version: version.unwrap().into(),
+                    files: keys.clone(),
+                },
             };
             let stored = Stored::new(id, w.clone());
-            assert_eq!(stored.written(id), w, "{:?}", w.version);
-            assert_eq!(stored.rare.is_none(), number, "{:?}", w.version);
+            assert_eq!(stored.written(id), w, "{:?}", w.placed);
+            assert_eq!(stored.rare.is_none(), number, "{:?}", w.placed);
         }
         let concat = Written {
-            file: Some("ns.m.conf".into()),
-            digest: Some(Digest([1; 32])),
-            ..Written::default()
+            hash: None,
+            mode: 0,
+            placed: Placed::File {
+                file: "ns.m.conf".into(),
+                digest: Some(Digest([1; 32])),
+            },
         };
         let flat = Written {
-            flat: [("k".to_string(), Digest([2; 32]))].into(),
-            ..Written::default()
+            hash: None,
+            mode: 0,
+            placed: Placed::Flat {
+                files: [("k".to_string(), Digest([2; 32]))].into(),
+                left: None,
+            },
         };
         let mut m = Modules::default();
         for (id, w) in [("ns/c", &concat), ("ns/f", &flat)] {

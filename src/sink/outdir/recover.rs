@@ -23,10 +23,10 @@ impl OutDir {
             );
         }
         for p in pending {
-            match &p.written.version {
-                Some(v) => self.recover_version(&p, v)?,
-                None if p.written.file.is_some() => self.recover_file(&p)?,
-                None => self.recover_flat(&p)?,
+            match (p.written.placed.version(), p.written.placed.file()) {
+                (Some((v, _)), _) => self.recover_version(&p, v)?,
+                (None, Some(_)) => self.recover_file(&p)?,
+                (None, None) => self.recover_flat(&p)?,
             }
         }
         // A folder an interrupted run made but never put a file in (the deepest first:
@@ -34,12 +34,8 @@ impl OutDir {
         let mut used: BTreeSet<String> = BTreeSet::new();
         for (id, w) in self.record.modules.iter() {
             let folders = std::iter::once(folder_of(id).0)
-                .filter(|_| w.version.is_some())
-                .chain(
-                    w.flat
-                        .keys()
-                        .filter_map(|k| k.rsplit_once('/').map(|(f, _)| f)),
-                );
+                .filter(|_| w.placed.version().is_some())
+                .chain((w.placed.flat().keys()).filter_map(|k| k.rsplit_once('/').map(|(f, _)| f)));
             for folder in folders {
                 // The folder and every folder above it.
                 let mut at = folder;
@@ -101,7 +97,8 @@ impl OutDir {
             // The switch happened: the new version is the module now.
             self.install(&p.module, p.written.clone())?;
         } else {
-            self.delete_version(version, &p.written.files)?;
+            let files = p.written.placed.version().map(|(_, f)| f.clone());
+            self.delete_version(version, &files.unwrap_or_default())?;
         }
         Ok(())
     }
@@ -111,11 +108,11 @@ impl OutDir {
         if found(&tmp)? == Found::File {
             remove_if_exists(&tmp)?;
         }
-        let Some(file) = &p.written.file else {
+        let Some((file, digest)) = p.written.placed.file() else {
             return Ok(());
         };
         let path = self.dir().join(part(file)?);
-        let adopted = p.written.digest.is_some() && file_digest(&path)? == p.written.digest;
+        let adopted = digest.is_some() && file_digest(&path)?.as_ref() == digest;
         if adopted {
             // Renamed into place before the crash: byte for byte what cmpoll wrote.
             self.install(&p.module, p.written.clone())?;

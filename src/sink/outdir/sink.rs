@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use super::folder::OutDir;
 use super::options::Layout;
 use super::paths::{Found, found};
+use super::record::Placed;
 use crate::batch::{Batch, Change, Control, Event, Fatal, Outcome, Sink, View};
 use crate::poll::snapshot::{Entry, folder_of};
 
@@ -21,23 +22,23 @@ impl OutDir {
             return false;
         }
         let (folder, name) = folder_of(id);
-        match (self.opts.layout, &w.version, &w.file) {
-            (Layout::Files, Some(v), _) => {
+        match (self.opts.layout, &w.placed) {
+            (Layout::Files, Placed::Version { version, files }) => {
                 let Ok(Some(dir)) = self.folder_dir(folder) else {
                     return false;
                 };
-                let Ok(Some(vdir)) = self.version_dir(v) else {
+                let Ok(Some(vdir)) = self.version_dir(version) else {
                     return false;
                 };
-                found(&dir.join(name)).ok() == Some(Found::Link(Self::link_target(folder, v)))
-                    && w.files.iter().all(|f| vdir.join(&**f).exists())
+                let target = Self::link_target(folder, version);
+                found(&dir.join(name)).ok() == Some(Found::Link(target))
+                    && files.iter().all(|f| vdir.join(&**f).exists())
             }
-            (Layout::Concat, _, Some(f)) => {
-                self.concat_name(id).ok().as_deref() == Some(f)
-                    && found(&self.dir().join(&**f)).ok() == Some(Found::File)
+            (Layout::Concat, Placed::File { file, .. }) => {
+                self.concat_name(id).ok().as_deref() == Some(&**file)
+                    && found(&self.dir().join(&**file)).ok() == Some(Found::File)
             }
-            (Layout::Flat, None, None) if !w.flat.is_empty() => w
-                .flat
+            (Layout::Flat, Placed::Flat { files, left: None }) if !files.is_empty() => files
                 .keys()
                 .all(|k| found(&self.dir().join(k)).ok() == Some(Found::File)),
             _ => false,

@@ -238,8 +238,8 @@ impl OutDir {
     fn discard(&self, p: &Pending, staged: &Staged) {
         match staged {
             Staged::Link { .. } => {
-                if let Some(v) = &p.written.version {
-                    let _ = self.delete_version(v, &p.written.files);
+                if let Some((version, keys)) = p.written.placed.version() {
+                    let _ = self.delete_version(version, keys);
                 }
             }
             Staged::Renames(renames) => self.unstage(renames),

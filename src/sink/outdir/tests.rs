@@ -139,7 +139,14 @@ fn files_layout_switches_a_symlink_and_records_it() {
     let state = f.record();
     assert!(state.pending.is_empty());
     assert_eq!(
-        &*state.modules.get("ns/m").unwrap().files,
+        &**state
+            .modules
+            .get("ns/m")
+            .unwrap()
+            .placed
+            .version()
+            .unwrap()
+            .1,
         [Box::from("a.conf")]
     );
     let e = f.event(Change::Removed, "ns/m", &[]);
@@ -265,7 +272,7 @@ fn recovery_adopts_a_finished_switch_and_drops_an_unfinished_one() {
         out.switch(&done, staged).unwrap();
         let vdir = out
             .versions()
-            .join(&**half.written.version.as_ref().unwrap());
+            .join(half.written.placed.version().unwrap().0);
         fs::create_dir(&vdir).unwrap();
         fs::write(vdir.join("a"), "1").unwrap();
     }
@@ -466,7 +473,8 @@ fn flat_layout_writes_keys_and_the_first_holder_keeps_a_key() {
             .modules
             .get("ns/b")
             .unwrap()
-            .flat
+            .placed
+            .flat()
             .keys()
             .collect::<Vec<_>>(),
         ["b.yaml", "shared.yaml"]
@@ -540,7 +548,7 @@ fn flat_recovery_adopts_files_with_the_new_bytes_and_restart_keeps_the_holder() 
     assert_eq!(names, [".cmpoll", "a", "b"].map(String::from).into());
     let w = out.record.modules.get("ns/m").unwrap();
     assert_eq!(w.hash, None, "neither version");
-    assert_eq!(w.flat.len(), 2, "both files still cmpoll's");
+    assert_eq!(w.placed.flat().len(), 2, "both files still cmpoll's");
     // The reconcile batch finishes the write; another module wanting "a" waits.
     let rival = f.event(Change::Added, "aa/rival", &[("a", "rival")]);
     let events = [rival, new];
@@ -590,9 +598,11 @@ fn the_longest_valid_names_are_written_at_any_age_of_the_folder() {
         .modules
         .get(id.as_str())
         .unwrap()
-        .version
-        .clone()
-        .unwrap();
+        .placed
+        .version()
+        .unwrap()
+        .0
+        .to_string();
     assert!(v.len() <= 255 && v.contains('~'), "{v}");
     assert_ne!(
         v,
@@ -600,9 +610,11 @@ fn the_longest_valid_names_are_written_at_any_age_of_the_folder() {
             .modules
             .get(twin_id.as_str())
             .unwrap()
-            .version
-            .clone()
+            .placed
+            .version()
             .unwrap()
+            .0
+            .to_string()
     );
     // A restart reads the record back, and an update still switches.
     drop(out);

@@ -32,8 +32,8 @@ impl OutDir {
         new: Option<&Written>,
     ) -> io::Result<()> {
         let (folder, name) = folder_of(id);
-        if let Some(version) = &old.version
-            && new.is_none_or(|n| n.version.is_none())
+        if let Some((version, _)) = old.placed.version()
+            && new.is_none_or(|n| n.placed.version().is_none())
         {
             // No longer in the files layout: the module's symlink goes, if it is still
             // the one cmpoll made, and the module's folder if that emptied it.
@@ -56,8 +56,8 @@ impl OutDir {
                 Err(e) => log::warn!("--out-dir: {e}; not looking inside it"),
             }
         }
-        if let Some(file) = &old.file
-            && new.is_none_or(|n| n.file.as_ref() != Some(file))
+        if let Some((file, _)) = old.placed.file()
+            && new.is_none_or(|n| n.placed.file().map(|(f, _)| f) != Some(file))
         {
             let path = self.dir().join(part(file)?);
             if found(&path)? == Found::File {
@@ -65,12 +65,12 @@ impl OutDir {
             }
         }
         self.clear_flat(&old, new)?;
-        if let Some(version) = old.version
-            && new.is_none_or(|n| n.version.as_ref() != Some(&version))
+        if let Some((version, files)) = old.placed.version()
+            && new.is_none_or(|n| n.placed.version().map(|(v, _)| v) != Some(version))
         {
             self.record.retired.push(Retired {
-                version,
-                files: old.files,
+                version: version.into(),
+                files: files.clone(),
                 since: now_secs(),
             });
         }

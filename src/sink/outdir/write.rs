@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::folder::OutDir;
 use super::options::Layout;
 use super::paths::{DIR_MODE, Found, digest, found, not_ours, part};
-use super::record::{Pending, TMP_PREFIX, Written};
+use super::record::{Digest, Keys, Pending, Placed, TMP_PREFIX, Written};
 use crate::atomic::{self, create_dir};
 use crate::poll::snapshot::{Entry, NAME_MAX, STEM_MAX, folder_of, stem};
 use crate::source::ModuleFile;
@@ -46,11 +46,11 @@ impl OutDir {
         let ours = match found(path)? {
             Found::Nothing => true,
             Found::Link(t) => (w.as_ref())
-                .and_then(|w| w.version.as_deref())
-                .is_some_and(|v| t == Self::link_target(folder_of(id).0, v)),
+                .and_then(|w| w.placed.version())
+                .is_some_and(|(v, _)| t == Self::link_target(folder_of(id).0, v)),
             Found::File => (w.as_ref())
-                .and_then(|w| w.file.as_deref())
-                .is_some_and(|f| path.file_name().and_then(|n| n.to_str()) == Some(f)),
+                .and_then(|w| w.placed.file())
+                .is_some_and(|(f, _)| path.file_name().and_then(|n| n.to_str()) == Some(f)),
             Found::Dir | Found::Other => false,
         };
         if ours { Ok(()) } else { Err(not_ours(path)) }
@@ -66,14 +66,9 @@ impl OutDir {
         let seq = self.next_seq();
         let (folder, name) = folder_of(id);
         let tmp = self.tmp_name(seq);
-        let mut written = Written {
-            hash: Some(self.recorded(&entry.hash)),
-            mode: self.mode_of(id),
-            ..Written::default()
-        };
         let (mut new_namespace, mut new_kind) = (false, false);
         let mut folders = Vec::new();
-        let tmp = match self.opts.layout {
+        let (placed, tmp) = match self.opts.layout {
             Layout::Files => {
                 match self.folder_dir(folder)? {
                     Some(dir) => {
@@ -93,9 +88,12 @@ impl OutDir {
                 if found(&self.versions().join(&version))? != Found::Nothing {
                     return Err(not_ours(&self.versions().join(&version)));
                 }
-                written.version = Some(version.into());
-                written.files = self.keys.keys(files.iter().map(|f| f.key.as_str()));
-                format!("{folder}/{tmp}")
+                let files = self.keys.keys(files.iter().map(|f| f.key.as_str()));
+                let placed = Placed::Version {
+                    version: version.into(),
+                    files,
+                };
+                (placed, format!("{folder}/{tmp}"))
             }
             Layout::Concat => {
                 let file = self.concat_name(id)?;
@@ -103,14 +101,26 @@ impl OutDir {
                 if found(&self.dir().join(&tmp))? != Found::Nothing {
                     return Err(not_ours(&self.dir().join(&tmp)));
                 }
-                written.digest = Some(digest(&self.concat_content(id, files)));
-                written.file = Some(file.into());
-                tmp
+                let placed = Placed::File {
+                    file: file.into(),
+                    digest: Some(digest(&self.concat_content(id, files))),
+                };
+                (placed, tmp)
             }
             Layout::Flat => {
-                (written.flat, folders) = self.plan_flat(files, &tmp)?;
-                tmp
+                let flat;
+                (flat, folders) = self.plan_flat(files, &tmp)?;
+                let placed = Placed::Flat {
+                    files: flat,
+                    left: None,
+                };
+                (placed, tmp)
             }
+        };
+        let written = Written {
+            hash: Some(self.recorded(&entry.hash)),
+            mode: self.mode_of(id),
+            placed,
         };
         Ok(Pending {
             module: id.to_string(),
@@ -126,10 +136,13 @@ impl OutDir {
     /// namespace folder), or the temporary files to be renamed. Nothing a reader sees
     /// changes; the batch makes every staged write durable at once, then switches them.
     pub(super) fn stage(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Staged> {
-        match &p.written.version {
-            Some(version) => self.stage_version(p, version, files),
-            None if p.written.file.is_some() => self.stage_concat(p, files),
-            None => self.stage_flat(p, files),
+        match &p.written.placed {
+            Placed::Version {
+                version,
+                files: keys,
+            } => self.stage_version(p, (version, keys), files),
+            Placed::File { file, digest } => self.stage_concat(p, (file, digest.as_ref()), files),
+            Placed::Flat { .. } => self.stage_flat(p, files),
         }
     }
 
@@ -137,19 +150,21 @@ impl OutDir {
     pub(super) fn switch(&mut self, p: &Pending, staged: Staged) -> io::Result<Written> {
         match staged {
             Staged::Link { dir, tmp } => {
-                let version = p.written.version.as_deref().unwrap_or_default();
+                let Some((version, keys)) = p.written.placed.version() else {
+                    return Err(io::Error::other("a staged version folder without its name"));
+                };
                 let (folder, name) = folder_of(&p.module);
                 let target = Self::link_target(folder, version);
                 let placed = self
                     .check_ours(&p.module, &dir.join(part(name)?))
                     .and_then(|()| atomic::place_symlink(&dir, name, &tmp, &target));
                 if let Err(e) = placed {
-                    let _ = self.delete_version(version, &p.written.files);
+                    let _ = self.delete_version(version, keys);
                     return Err(e);
                 }
                 Ok(p.written.clone())
             }
-            Staged::Renames(renames) if p.written.file.is_some() => {
+            Staged::Renames(renames) if matches!(p.written.placed, Placed::File { .. }) => {
                 let placed = renames.iter().try_for_each(|(tmp, name)| {
                     self.check_ours(&p.module, &self.dir().join(part(name)?))?;
                     atomic::place_file(self.dir(), name, tmp)
@@ -176,7 +191,7 @@ impl OutDir {
     fn stage_version(
         &mut self,
         p: &Pending,
-        version: &str,
+        (version, keys): (&str, &Keys),
         files: &[ModuleFile],
     ) -> io::Result<Staged> {
         let (folder, name) = folder_of(&p.module);
@@ -188,18 +203,22 @@ impl OutDir {
             atomic::create_new(&vdir.join(part(&f.key)?), f.content.bytes(), p.written.mode)
         });
         if let Err(e) = written {
-            let _ = self.delete_version(version, &p.written.files);
+            let _ = self.delete_version(version, keys);
             return Err(e);
         }
         let tmp = p.tmp.rsplit('/').next().unwrap_or(&p.tmp).to_string();
         Ok(Staged::Link { dir, tmp })
     }
 
-    fn stage_concat(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Staged> {
-        let name = p.written.file.clone().unwrap_or_default();
-        self.check_ours(&p.module, &self.dir().join(part(&name)?))?;
+    fn stage_concat(
+        &mut self,
+        p: &Pending,
+        (name, want): (&str, Option<&Digest>),
+        files: &[ModuleFile],
+    ) -> io::Result<Staged> {
+        self.check_ours(&p.module, &self.dir().join(part(name)?))?;
         let content = self.concat_content(&p.module, files);
-        if Some(digest(&content)) != p.written.digest {
+        if Some(&digest(&content)) != want {
             return Err(io::Error::other("its contents changed while being written"));
         }
         let tmp = self.dir().join(part(&p.tmp)?);
