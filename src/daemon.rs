@@ -279,7 +279,7 @@ impl Daemon {
         self.last_poll = done.number;
         self.ledger(|l| l.polled(done.number, done.took, Ok(())));
         self.polled_ok(&store, &stats, synced, done.took);
-        self.metrics().write_failures(unwritten.len());
+        self.metrics().unwritten(unwritten.len());
         if self.opts.once {
             // Everything delivered, reload calls included, or exit 1 (SPEC).
             let mut problems: Vec<String> = (self.delivery.sinks.iter_mut())

@@ -216,7 +216,7 @@ fn daemon(
     });
     health.live_after_first_batch = run.health.live_after_first_batch;
     let handles = sink::Handles {
-        reloads: sink::reloads::ReloadReport {
+        reloads: sink::reloads::ReloadResults {
             outcomes: health.reloads.clone(),
             counter: metrics.reloads(),
         },
@@ -229,11 +229,11 @@ fn daemon(
         let status = ledger.clone().map(|l| {
             let health = health.clone();
             Arc::new(move || {
-                let report = {
+                let answer = {
                     let l = l.lock().unwrap_or_else(|p| p.into_inner());
-                    l.report(&health.lock().unwrap_or_else(|p| p.into_inner()))
+                    status::answer::answer(&l, &health.lock().unwrap_or_else(|p| p.into_inner()))
                 };
-                serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+                serde_json::to_string_pretty(&answer).unwrap_or_default() + "\n"
             }) as Arc<dyn Fn() -> String + Send + Sync>
         });
         let endpoints = ops::server::Endpoints {

@@ -56,7 +56,7 @@ pub struct Object {
 /// What happened to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reason {
-    /// Held back (`--validate`, a flat name clash, a failed `.url` fetch): Warning.
+    /// Rejected (`--validate`, a flat name clash, a failed `.url` fetch): Warning.
     Rejected,
     /// A previously rejected module went out again: Normal.
     Accepted,

@@ -181,7 +181,7 @@ fn a_rejected_version_never_reaches_the_agent_and_is_validated_once() {
         !fs::read_to_string(out.join(".cmpoll/rejected.json"))
             .unwrap()
             .contains("ns/m"),
-        "no longer held back"
+        "no longer rejected"
     );
 }
 

@@ -735,7 +735,7 @@ mod tests {
                 "stdout: rejected ns/c | 1 modules"
             ]
         );
-        // Gone from the cluster: no longer held back.
+        // Gone from the cluster: no longer rejected.
         commit(&mut d, &mut store, &[("ns/a", "1")], 4);
         assert_eq!(d.rejected_modules(), 0);
     }

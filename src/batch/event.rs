@@ -35,7 +35,7 @@ impl Change {
 }
 
 /// One change: for `Removed` the entry is the last one seen, otherwise the new one (for
-/// `Rejected`, the one held back). It borrows the module's id and entry from the snapshot
+/// `Rejected`, the one rejected). It borrows the module's id and entry from the snapshot
 /// they are in: a first batch has an event per module of the cluster, which would
 /// otherwise hold a second copy of the snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub struct Event<'a> {
     pub change: Change,
     pub id: &'a str,
     pub entry: &'a Entry,
-    /// Why a `Rejected` module was held back.
+    /// Why a `Rejected` module was rejected.
     pub reason: Option<Box<str>>,
 }
 

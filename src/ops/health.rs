@@ -5,7 +5,7 @@
 //! Ready (`/readyz`): a first batch went out, the last successful poll is younger than
 //! 3 × interval plus the backoff cap (min(10 × interval, 5 min)), and the last reload of
 //! every reload path (signal delivery, `--on-change` command, each reload URL), if any,
-//! succeeded, and the validator (`--validate`), if any, can run. Reload paths report into a shared `ReloadOutcomes` handle themselves.
+//! succeeded, and the validator (`--validate`), if any, can run. Reload paths set their outcome in a shared `ReloadOutcomes` handle themselves.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,7 +87,7 @@ type Outcome = (Result<(), String>, SystemTime);
 
 impl ReloadOutcomes {
     /// `path`'s last reload (for example `signal`, or a reload URL as logged).
-    pub fn report(&self, path: &str, outcome: Result<(), String>) {
+    pub fn set(&self, path: &str, outcome: Result<(), String>) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -274,16 +274,15 @@ mod tests {
         h.last_error = Some("500".into());
         let stale = h.readiness(t0 + Duration::from_secs(391)).unwrap_err();
         assert!(stale.contains("391s ago (more than 390s): 500"), "{stale}");
-        h.reloads
-            .report("url", Err("503 Service Unavailable".into()));
+        h.reloads.set("url", Err("503 Service Unavailable".into()));
         assert_eq!(
             h.readiness(t0).unwrap_err(),
             "the last reload failed: 503 Service Unavailable"
         );
-        h.reloads.report("url", Ok(()));
+        h.reloads.set("url", Ok(()));
         assert_eq!(h.readiness(t0), Ok(()));
         // Every path must have succeeded last.
-        h.reloads.report("signal", Err("ESRCH".into()));
+        h.reloads.set("signal", Err("ESRCH".into()));
         assert_eq!(
             h.readiness(t0).unwrap_err(),
             "the last reload failed: signal: ESRCH"

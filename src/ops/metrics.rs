@@ -75,7 +75,7 @@ pub struct Metrics {
     invalid_configmaps: Gauge,
     events: Family<Labels, Counter>,
     last_success: Gauge<f64, AtomicU64>,
-    write_failures: Gauge,
+    unwritten: Gauge,
     rejected_modules: Gauge,
     validations: Family<Labels, Counter>,
     api: ApiCounters,
@@ -149,16 +149,16 @@ impl Metrics {
             "Restarts of the supervised agent",
             child_restarts.clone(),
         );
-        let write_failures = Gauge::default();
+        let unwritten = Gauge::default();
         r.register(
             "module_write_failures",
-            "Modules the output directory could not write in the last batch",
-            write_failures.clone(),
+            "Modules left unwritten in the last batch: the output directory could not write them (they keep their last version)",
+            unwritten.clone(),
         );
         let rejected_modules = Gauge::default();
         r.register(
             "rejected_modules",
-            "Modules held back from the sinks (a failed --validate, a --layout flat name clash); the sinks keep their last good version",
+            "Modules rejected now (a failed --validate, a --layout flat name clash, a failed .url fetch); the sinks keep their last good version",
             rejected_modules.clone(),
         );
         let validations = Family::<Labels, Counter>::default();
@@ -191,7 +191,7 @@ impl Metrics {
             invalid_configmaps,
             events,
             last_success,
-            write_failures,
+            unwritten,
             rejected_modules,
             validations,
             api,
@@ -246,11 +246,11 @@ impl Metrics {
 
     /// Modules a sink could not write in the last poll (every poll retries them, so a poll
     /// without changes has none).
-    pub fn write_failures(&self, n: usize) {
-        self.write_failures.set(n as i64);
+    pub fn unwritten(&self, n: usize) {
+        self.unwritten.set(n as i64);
     }
 
-    /// Modules held back now.
+    /// Modules rejected now.
     pub fn rejected_modules(&self, n: usize) {
         self.rejected_modules.set(n as i64);
     }

@@ -37,7 +37,7 @@ impl Store {
     }
 
     /// Makes `next` current. `kept`: modules the sinks did not take (a write failed, or
-    /// held back): each keeps its previous version, or stays absent. `first`: this was a
+    /// rejected): each keeps its previous version, or stays absent. `first`: this was a
     /// run's first batch, which delivered every module.
     ///
     /// What to release and what to shelve follows from the two snapshots, not from the

@@ -17,7 +17,7 @@ pub mod stdout;
 
 use std::io;
 
-use self::reloads::ReloadReport;
+use self::reloads::ReloadResults;
 use crate::batch::Sink;
 use crate::poll::spool::Shelf;
 
@@ -70,7 +70,7 @@ impl Options {
 /// The shared handles sinks count and report into.
 #[derive(Clone, Debug, Default)]
 pub struct Handles {
-    pub reloads: ReloadReport,
+    pub reloads: ReloadResults,
     pub child_restarts: prometheus_client::metrics::counter::Counter,
     /// How far the output folder is into a batch (readiness says it).
     pub writing: crate::ops::health::Writing,
@@ -90,7 +90,7 @@ pub fn open(
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
     let mut shelf = None;
     if let Some(o) = &opts.out_dir {
-        let out = outdir::OutDir::open(o.clone())?.reporting(handles.writing.clone());
+        let out = outdir::OutDir::open(o.clone())?.with_progress(handles.writing.clone());
         // Where every module is read back in the first batch anyway, the first poll reads
         // them back too, keeping the cluster's copy of any the folder lost.
         let proofs = trust_record.then(|| out.proofs());

@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::batch::event::Change;
 use crate::batch::{Batch, Fatal, Outcome, Sink};
 use crate::ops::process;
-use crate::sink::reloads::ReloadReport;
+use crate::sink::reloads::ReloadResults;
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -28,16 +28,16 @@ pub struct Options {
 
 pub struct OnChange {
     o: Options,
-    report: ReloadReport,
+    results: ReloadResults,
     /// The last run's failure, for `--once`.
     last: Result<(), String>,
 }
 
 impl OnChange {
-    pub fn new(o: Options, report: ReloadReport) -> OnChange {
+    pub fn new(o: Options, results: ReloadResults) -> OnChange {
         OnChange {
             o,
-            report,
+            results,
             last: Ok(()),
         }
     }
@@ -87,7 +87,7 @@ impl Sink for OnChange {
             Ok(()) => log::info!("--on-change: ran (poll {})", batch.synced.poll),
             Err(e) => log::warn!("--on-change failed: {e} (poll {})", batch.synced.poll),
         }
-        self.report.report("--on-change", result.clone());
+        self.results.done("--on-change", result.clone());
         self.last = result;
         Ok(Outcome::default())
     }

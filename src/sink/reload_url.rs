@@ -21,7 +21,7 @@ use crate::backoff::{Backoff, Rng};
 use crate::batch::{Batch, Fatal, Outcome, Sink};
 use crate::http::tls::{self, Trust};
 use crate::http::url;
-use crate::sink::reloads::ReloadReport;
+use crate::sink::reloads::ReloadResults;
 use base64::Engine as _;
 
 use crate::secret::{Secret, SecretSource};
@@ -150,14 +150,14 @@ impl ReloadUrl {
     /// URL.
     pub fn new(
         o: &Options,
-        report: ReloadReport,
+        results: ReloadResults,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ReloadUrl, String> {
         // One client for every URL: the CA file is read once.
         let agent = http_agent(o, env)?;
         let mut callers = Vec::new();
         for u in &o.urls {
-            callers.push(caller_for(u, o, agent.clone(), report.clone())?);
+            callers.push(caller_for(u, o, agent.clone(), results.clone())?);
         }
         Ok(ReloadUrl {
             callers,
@@ -198,7 +198,7 @@ fn caller_for(
     target: &str,
     o: &Options,
     agent: ureq::Agent,
-    report: ReloadReport,
+    results: ReloadResults,
 ) -> Result<Caller, String> {
     let shown = url::redact(target);
     // Userinfo becomes basic auth here (ureq never sees it); an explicit Authorization
@@ -274,7 +274,7 @@ fn caller_for(
         .name("reload-url".into())
         .spawn(move || {
             let backoff = Backoff::new(FIRST_RETRY, MAX_RETRY, 0.0, Rng::new(0));
-            caller(&rx, &report, call, &w, backoff, &d)
+            caller(&rx, &results, call, &w, backoff, &d)
         })
         .map_err(|e| format!("--reload-url: cannot start its thread: {e}"))?;
     Ok(Caller { tx, delivery, what })
@@ -283,7 +283,7 @@ fn caller_for(
 /// The caller loop: one batch number at a time, the newest wins; retried until it works.
 fn caller(
     rx: &Receiver<u64>,
-    report: &ReloadReport,
+    results: &ReloadResults,
     call: impl Fn() -> Result<(), String>,
     what: &str,
     mut backoff: Backoff,
@@ -329,7 +329,7 @@ fn caller(
             }
         }
         delivery.outcome(batch, &result);
-        report.report(what, result);
+        results.done(what, result);
     }
 }
 
@@ -385,12 +385,12 @@ mod tests {
     fn failures_are_retried_and_a_newer_batch_replaces_the_retry() {
         let (tx, rx) = mpsc::channel();
         let metrics = crate::ops::metrics::Metrics::new();
-        let report = ReloadReport {
+        let results = ReloadResults {
             counter: metrics.reloads(),
-            ..ReloadReport::default()
+            ..ReloadResults::default()
         };
         let calls = Arc::new(AtomicU32::new(0));
-        let (r, c) = (report.clone(), calls.clone());
+        let (r, c) = (results.clone(), calls.clone());
         let t = thread::spawn(move || {
             caller(
                 &rx,
@@ -440,13 +440,13 @@ mod tests {
     #[test]
     fn a_failing_call_is_retried_until_it_succeeds() {
         let (tx, rx) = mpsc::channel();
-        let report = ReloadReport::default();
+        let results = ReloadResults::default();
         let calls = Arc::new(AtomicU32::new(0));
         let c = calls.clone();
         let t = thread::spawn(move || {
             caller(
                 &rx,
-                &report,
+                &results,
                 || {
                     // An agent that answers only on the twelfth call.
                     if c.fetch_add(1, Ordering::SeqCst) < 11 {

@@ -6,14 +6,15 @@ use crate::ops::metrics::Reloads;
 
 /// Where a reload path reports each outcome: readiness and the reload counter.
 #[derive(Clone, Debug, Default)]
-pub struct ReloadReport {
+pub struct ReloadResults {
     pub outcomes: ReloadOutcomes,
     pub counter: Reloads,
 }
 
-impl ReloadReport {
-    pub fn report(&self, path: &str, outcome: Result<(), String>) {
+impl ReloadResults {
+    /// Reload path `path` is done: readiness and the counter hear how.
+    pub fn done(&self, path: &str, outcome: Result<(), String>) {
         self.counter.record(outcome.is_ok());
-        self.outcomes.report(path, outcome);
+        self.outcomes.set(path, outcome);
     }
 }

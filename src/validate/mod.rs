@@ -37,7 +37,7 @@ struct Failed {
 /// What screening one batch decided.
 #[derive(Debug, Default)]
 pub struct Screened {
-    /// Modules held back, with why (announced, or not, by the daemon).
+    /// Modules rejected, with why (announced, or not, by the delivery).
     pub rejected: Vec<(String, String)>,
     /// Validator runs by result: `pass`, `fail`, `error`.
     pub runs: Vec<&'static str>,

@@ -95,8 +95,8 @@ func build() (dashboard.Dashboard, error) {
 		WithPanel(single("Since the last successful poll",
 			"Seconds since each instance's last complete poll (the PrometheusRule warns after 5 minutes).",
 			`max(time() - cmpoll_last_success_timestamp_seconds{`+sel+`})`, "s", 300)).
-		WithPanel(single("Modules held back",
-			"Modules --validate (or a flat-layout name clash) holds back: the agent keeps their last good version. `cmpoll status` says why.",
+		WithPanel(single("Modules rejected",
+			"Modules --validate (or a flat-layout name clash, or a failed .url fetch) rejects: the agent keeps their last good version. `cmpoll status` says why.",
 			`sum(cmpoll_rejected_modules{`+sel+`})`, "none", 1)).
 		WithPanel(single("Modules not written",
 			"Modules the output folder could not write in the last batch; the next poll tries again.",
@@ -122,9 +122,9 @@ func build() (dashboard.Dashboard, error) {
 			query(`sum by (type) (rate(cmpoll_events_total{`+sel+`}[$__rate_interval]))`, "{{type}}"))).
 		WithRow(dashboard.NewRowBuilder("Delivery")).
 		WithPanel(graph("Rejected modules and validations",
-			"Modules held back, and --validate runs by result (fail: the module was refused; error: the validator could not run).",
+			"Modules rejected, and --validate runs by result (fail: the module was refused; error: the validator could not run).",
 			"none",
-			query(`sum(cmpoll_rejected_modules{`+sel+`})`, "held back"),
+			query(`sum(cmpoll_rejected_modules{`+sel+`})`, "rejected"),
 			query(`sum by (result) (increase(cmpoll_validations_total{`+sel+`}[$__rate_interval]))`, "validations {{result}}"))).
 		WithPanel(graph("Reloads by result",
 			"Signal deliveries, --on-change commands and reload URL calls, by result.",

@@ -32,7 +32,7 @@ use crate::backoff::{Backoff, Rng};
 use crate::batch::{self, Batch, Control, Fatal, Outcome, Sink, Synced, View, lines};
 use crate::ops::process::{self, Exit};
 use crate::ops::signals::Signal;
-use crate::sink::reloads::ReloadReport;
+use crate::sink::reloads::ReloadResults;
 
 const BACKOFF_START: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -107,7 +107,7 @@ pub struct Supervisor {
     /// Agents started so far (restarts are the ones after the first).
     spawns: u64,
     restarts: Counter,
-    reloads: ReloadReport,
+    reloads: ReloadResults,
 }
 
 impl Supervisor {
@@ -115,7 +115,7 @@ impl Supervisor {
         opts: Options,
         spawner: Box<dyn Spawner>,
         restarts: Counter,
-        reloads: ReloadReport,
+        reloads: ReloadResults,
     ) -> Supervisor {
         Supervisor {
             opts,
@@ -245,7 +245,7 @@ impl Supervisor {
             Ok(()) => log::debug!("sent {sig} to the agent"),
             Err(e) => log::warn!("cannot send {sig} to the agent: {e}"),
         }
-        self.reloads.report("signal", result);
+        self.reloads.done("signal", result);
     }
 
     /// `tick` at `now`.

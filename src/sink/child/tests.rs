@@ -130,7 +130,7 @@ impl Setup {
             opts,
             Box::new(Fakes(world.clone())),
             restarts.clone(),
-            ReloadReport::default(),
+            ReloadResults::default(),
         );
         let mut s = Setup {
             world,

@@ -58,7 +58,7 @@ impl OutDir {
     }
 
     /// Reports how far each batch is into `writing` (readiness reads it).
-    pub fn reporting(mut self, writing: Writing) -> OutDir {
+    pub fn with_progress(mut self, writing: Writing) -> OutDir {
         self.writing = writing;
         self
     }

@@ -770,7 +770,7 @@ fn shelf_of(f: &Fixture, layout: Layout) -> Box<dyn crate::poll::spool::Shelf> {
 fn a_batch_reports_how_far_it_is_and_stops_when_done() {
     let mut f = Fixture::new();
     let writing = crate::ops::health::Writing::default();
-    let mut out = f.open(Layout::Files).reporting(writing.clone());
+    let mut out = f.open(Layout::Files).with_progress(writing.clone());
     out.progress_every = Duration::ZERO;
     out.chunk = 2;
     let events: Vec<Ev> = (0..5)

@@ -6,12 +6,15 @@
 //! From a folder, a rejection shows the validator's exit status only: the record does not
 //! say whether a module is a ConfigMap or a Secret, and a Secret's output never goes out.
 
+pub mod answer;
+mod table;
+
 use std::path::Path;
 use std::time::Duration;
 
+use self::answer::{Answer, ModuleRow, SinkRow, State};
 use crate::error::Error;
 use crate::http::tls::{self, Trust};
-use crate::ledger::{ModuleRow, Report, SinkRow, State};
 
 /// Where `cmpoll status` reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,7 +38,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ANSWER: u64 = 512 * 1024 * 1024;
 
 pub fn run(s: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
-    let (report, raw) = match &s.target {
+    let (answer, raw) = match &s.target {
         Target::Server(url) => ask(url, env)?,
         Target::Folder(dir) => {
             let r = from_folder(dir)?;
@@ -46,9 +49,9 @@ pub fn run(s: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error
     if s.json {
         print!("{raw}");
     } else {
-        print!("{}", report.table());
+        print!("{}", answer.table());
     }
-    let problems = report.problems();
+    let problems = answer.problems();
     if problems.is_empty() {
         return Ok(());
     }
@@ -62,7 +65,7 @@ pub fn run(s: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error
 }
 
 /// `GET URL/status`: the report and the answer as it came.
-fn ask(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<(Report, String), Error> {
+fn ask(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<(Answer, String), Error> {
     let status_url = format!("{url}/status");
     let shown = crate::http::url::redact(&status_url);
     let trust = match url.starts_with("https://") {
@@ -100,14 +103,14 @@ fn ask(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<(Report, Strin
         let first = body.lines().next().unwrap_or("");
         return Err(Error::Runtime(format!("{shown}: {code}: {first}")));
     }
-    let report: Report = serde_json::from_str(&body)
+    let answer: Answer = serde_json::from_str(&body)
         .map_err(|e| Error::Runtime(format!("{shown}: not a cmpoll status answer: {e}")))?;
-    Ok((report, body))
+    Ok((answer, body))
 }
 
 /// What an output folder records: every module it holds (delivered), what `--validate`
 /// rejected (`rejected.json`), and what a failed or interrupted write left behind.
-fn from_folder(dir: &Path) -> Result<Report, Error> {
+fn from_folder(dir: &Path) -> Result<Answer, Error> {
     let (written, pending) = crate::sink::outdir::recorded(dir).map_err(Error::Config)?;
     let meta = crate::sink::outdir::meta_dir(dir);
     let rejections = crate::validate::rejections(&meta).map_err(Error::Config)?;
@@ -158,7 +161,7 @@ fn from_folder(dir: &Path) -> Result<Report, Error> {
         m.reason = Some(crate::reason::redacted(&reason));
     }
     modules.sort_by(|a, b| a.module.cmp(&b.module));
-    let mut report = Report {
+    let mut answer = Answer {
         version: env!("CARGO_PKG_VERSION").into(),
         source: format!("the record of output folder {}", dir.display()),
         selector: "(not recorded)".into(),
@@ -174,6 +177,6 @@ fn from_folder(dir: &Path) -> Result<Report, Error> {
         }],
         modules,
     };
-    report.ready = report.problems().is_empty();
-    Ok(report)
+    answer.ready = answer.problems().is_empty();
+    Ok(answer)
 }
