@@ -3,20 +3,22 @@
 //! Data flow, one poll:
 //!
 //! ```text
-//! cli → settings → kube::Config → kube::Client (or source::manifests) → source (list,
-//!     all pages, all namespaces) → poll (module: filter keys, validate, hash) → snapshot
-//!     → event::diff → gate (--validate) → batch → sinks [outdir → child (stdin/signal) →
-//!     on_change → reload_url → stdout] → ops (health, metrics, sd_notify)
+//! cli → settings (one entry per command) → source::origin::open → kube::Client (or
+//!     source::manifests) → source (list, all pages, all namespaces) → poll (module:
+//!     filter keys, validate, hash) → snapshot → batch::Delivery [diff → screen (.url
+//!     fetches, --validate) → the sinks in order: outdir → child (stdin/signal) →
+//!     on_change → reload_url → stdout → settle] → ledger, ops (health, metrics, sd_notify)
 //! ```
 //!
-//! The tree follows it: `cli`/`settings` (what was asked), `kube/` and `http/` (reaching
-//! the apiserver), `source/` (what it lists), `poll/` (modules, snapshots, the spool),
-//! `validate/` (`--validate`: the gate between a batch and the sinks), `sink/` (who hears
-//! of a batch), `batch` (a poll made into a batch: screen, deliver, settle), `names`
-//! (apimachinery's rules for names and keys), `idmap` (a compact map by module id),
-//! `daemon`/`list` (the two commands), `ops/` (health,
-//! metrics, signals, processes, logs). Module contents never sit in memory as a whole: the
-//! poll streams items into the spool and the snapshot keeps hashes and locations only.
+//! The tree follows it, top layer first: `cli`/`settings` (what was asked), the commands
+//! (`daemon`, `list`, `webhook/`, `status/`), `sink/` (who hears of a batch), `batch/`
+//! (what a batch is and how it is delivered: the `Sink` trait lives here, with its
+//! caller), `validate/`, `fetch`, `report` (Events), `ledger` and `template`, `poll/`
+//! (modules, snapshots, the spool), `source/` (what it lists), `kube/` and `http/`
+//! (reaching the apiserver), and the building blocks (`ops/`, `atomic`, `reason`, `names`,
+//! `idmap`, …). No arrow runs back up, between layers or between the rooms of a folder
+//! (`tools/imports.py`). Module contents never sit in memory as a whole: the poll streams
+//! items into the spool and the snapshot keeps hashes and locations only.
 
 pub mod atomic;
 pub mod backoff;

@@ -6,29 +6,10 @@ use std::time::{Duration, Instant};
 use test_apiserver::TestApiserver;
 
 use crate::util::http::reload_server;
-use crate::util::{Cmpoll, KillOnDrop, SOON, cluster, eventually, lines, module, script};
-
-/// An agent that copies its stdin to `stdin.log`, logs HUP (with what the output folder
-/// holds at that moment) and TERM, and runs until told to stop (or cmpoll is gone, so a
-/// failed test leaves nothing behind). (dash gives a background
-/// job /dev/null as stdin, hence the copy to fd 3 first.)
-const AGENT: &str = r#"
-log="$LOGDIR/agent.log"
-echo "start $$" >> "$log"
-trap 'echo "hup $(cat "$OUT/ns/m/k" 2>/dev/null)" >> "$log"' HUP
-trap 'echo "term" >> "$log"; exit 0' TERM
-exec 3<&0
-cat <&3 >> "$LOGDIR/stdin.log" &
-while kill -0 $PPID 2>/dev/null; do sleep 0.02; done
-"#;
-
-fn agent_env(c: Cmpoll) -> Cmpoll {
-    let logdir = c.path("logs");
-    std::fs::create_dir_all(&logdir).unwrap();
-    let out = c.out();
-    c.env("LOGDIR", logdir.to_str().unwrap())
-        .env("OUT", out.to_str().unwrap())
-}
+use crate::util::{
+    Cmpoll, KillOnDrop, SOON, agent_env, cluster, deaf_agent, eventually, heard, lines, module,
+    recording_agent, script,
+};
 
 #[test]
 fn the_agent_gets_the_full_state_then_live_batches_and_a_signal_after_the_folder() {
@@ -36,7 +17,7 @@ fn the_agent_gets_the_full_state_then_live_batches_and_a_signal_after_the_folder
     s.put(module("ns", "m", "v1"));
     s.put(module("ns", "other", "x"));
     let c = agent_env(Cmpoll::against(&s));
-    let agent = script(&c, "agent.sh", AGENT);
+    let agent = recording_agent(&c);
     let (log, stdin) = (c.path("logs/agent.log"), c.path("logs/stdin.log"));
     let out = c.out();
     let mut d = c.daemon(&[
@@ -51,8 +32,8 @@ fn the_agent_gets_the_full_state_then_live_batches_and_a_signal_after_the_folder
         "--",
         agent.to_str().unwrap(),
     ]);
-    eventually("the full state on stdin", SOON, || lines(&stdin).len() >= 3);
-    let first = lines(&stdin);
+    eventually("the full state on stdin", SOON, || heard(&stdin).len() >= 3);
+    let first = heard(&stdin);
     assert!(
         first[0].starts_with(r#"{"type":"added","module":"ns/m""#),
         "{first:?}"
@@ -66,8 +47,8 @@ fn the_agent_gets_the_full_state_then_live_batches_and_a_signal_after_the_folder
     );
 
     s.put(module("ns", "m", "v2"));
-    eventually("the update on stdin", SOON, || lines(&stdin).len() >= 5);
-    let l = lines(&stdin);
+    eventually("the update on stdin", SOON, || heard(&stdin).len() >= 5);
+    let l = heard(&stdin);
     assert!(
         l[3].starts_with(r#"{"type":"updated","module":"ns/m""#),
         "{l:?}"
@@ -87,7 +68,7 @@ fn the_agent_gets_the_full_state_then_live_batches_and_a_signal_after_the_folder
     s.put(module("ns", "m", "v2").label("x", "y"));
     d.quiet_through(&s, 2, 1);
     assert_eq!(lines(&log).len(), 2);
-    assert_eq!(lines(&stdin).len(), 5);
+    assert_eq!(heard(&stdin).len(), 5);
     assert!(d.is_running());
     d.signal("TERM");
     assert_eq!(d.wait(SOON), Some(0));
@@ -103,7 +84,7 @@ fn a_killed_agent_is_restarted_with_backoff_and_gets_the_full_state_again() {
     let s = TestApiserver::start();
     s.put(module("ns", "m", "v1"));
     let c = agent_env(Cmpoll::against(&s));
-    let agent = script(&c, "agent.sh", AGENT);
+    let agent = recording_agent(&c);
     let (log, stdin) = (c.path("logs/agent.log"), c.path("logs/stdin.log"));
     let d = c.daemon(&[
         "--interval",
@@ -120,7 +101,7 @@ fn a_killed_agent_is_restarted_with_backoff_and_gets_the_full_state_again() {
     s.put(module("ns", "m", "v2"));
     d.batch(SOON);
     eventually("the update reached the first agent", SOON, || {
-        lines(&stdin).len() >= 4
+        heard(&stdin).len() >= 4
     });
     let killed = Instant::now();
     std::process::Command::new("kill")
@@ -138,8 +119,8 @@ fn a_killed_agent_is_restarted_with_backoff_and_gets_the_full_state_again() {
         killed.elapsed() >= Duration::from_millis(900),
         "restarted after the 1 s backoff"
     );
-    eventually("the full state again", SOON, || lines(&stdin).len() >= 6);
-    let l = lines(&stdin);
+    eventually("the full state again", SOON, || heard(&stdin).len() >= 6);
+    let l = heard(&stdin);
     assert!(
         l[4].starts_with(r#"{"type":"added","module":"ns/m""#),
         "{l:?}"
@@ -256,12 +237,8 @@ fn an_agent_that_never_reads_stdin_does_not_stall_polling() {
     // Big modules, so the pipe fills at once.
     let big = "x".repeat(200_000);
     s.put(module("ns", "m", &big));
-    let c = Cmpoll::against(&s);
-    let agent = script(
-        &c,
-        "deaf.sh",
-        "while kill -0 $PPID 2>/dev/null; do sleep 1; done\n",
-    );
+    let c = agent_env(Cmpoll::against(&s));
+    let agent = deaf_agent(&c);
     let d = c.daemon(&[
         "--interval",
         "20ms",
@@ -286,11 +263,7 @@ fn an_agent_too_far_behind_on_stdin_is_restarted_with_the_full_state() {
     let big = "y".repeat(900_000);
     s.put(module("ns", "m", "small"));
     let c = agent_env(Cmpoll::against(&s));
-    let agent = script(
-        &c,
-        "deaf.sh",
-        "echo \"start $$\" >> \"$LOGDIR/agent.log\"\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.05; done\n",
-    );
+    let agent = deaf_agent(&c);
     let log = c.path("logs/agent.log");
     let d = c.daemon(&[
         "--interval",

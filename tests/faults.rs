@@ -12,16 +12,9 @@ use std::time::{Duration, Instant};
 use test_apiserver::{Fault, Match, TestApiserver};
 
 use crate::util::http::{listening, reload_server, until};
-use crate::util::{Cmpoll, SOON, eventually, lines, module, script, tree_with_links};
-
-/// Copies stdin to `stdin.log`, logs each HUP, and ends with cmpoll (even a killed one).
-const AGENT: &str = r#"
-trap 'echo hup >> "$LOGDIR/hup.log"' HUP
-trap 'exit 0' TERM
-exec 3<&0
-cat <&3 >> "$LOGDIR/stdin.log" &
-while kill -0 $PPID 2>/dev/null; do sleep 0.05; done
-"#;
+use crate::util::{
+    Cmpoll, SOON, agent_env, eventually, heard, lines, module, recording_agent, tree_with_links,
+};
 
 struct Phase {
     name: &'static str,
@@ -130,10 +123,9 @@ fn run_case(phase: &Phase, fault: Fault) {
     // Stays, so that with --page-size 1 a later page always exists.
     s.put(module("a", "zzz", "3"));
     let c = Cmpoll::against(&s);
+    let c = agent_env(c);
     let logs = c.path("logs");
-    std::fs::create_dir_all(&logs).unwrap();
-    let c = c.env("LOGDIR", logs.to_str().unwrap());
-    let agent = script(&c, "agent.sh", AGENT);
+    let agent = recording_agent(&c);
     let out = c.out();
     let (url, calls) = reload_server(vec![]);
     let seen = || Seen {
@@ -141,7 +133,7 @@ fn run_case(phase: &Phase, fault: Fault) {
             .into_iter()
             .filter(|(k, _)| k.starts_with("a/"))
             .collect(),
-        stdin: lines(&logs.join("stdin.log")).len(),
+        stdin: heard(&logs.join("stdin.log")).len(),
         hups: lines(&logs.join("hup.log")).len(),
         reloads: calls.lock().unwrap().len(),
     };

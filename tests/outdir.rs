@@ -222,46 +222,87 @@ fn a_path_cmpoll_did_not_write_blocks_only_that_module_until_it_is_gone() {
     d.stop();
 }
 
+/// A restart reconciles the folder with the cluster, in every layout: modules removed
+/// while cmpoll was down go, changed ones are rewritten, new ones are added, and unchanged
+/// ones are left as they are (same inode and mtime), with nothing left over. Each
+/// module's one key is named after it, so the flat layout's files do not clash.
 #[test]
 fn a_restart_reconciles_and_leaves_unchanged_modules_untouched() {
-    let (s, c) = cluster(&[
-        ("ns", "keep", "same"),
-        ("ns", "change", "old"),
-        ("ns", "gone", "x"),
-    ]);
-    let out = c.out();
-    let args = [
-        "run",
-        "--once",
-        "--out-dir",
-        out.to_str().unwrap(),
-        "--old-version-ttl",
-        "0s",
+    struct Case {
+        layout: &'static str,
+        args: &'static [&'static str],
+        /// Where module ns/keep's content is.
+        keep: &'static str,
+        after: &'static [(&'static str, &'static str)],
+    }
+    let cases = [
+        Case {
+            layout: "files",
+            args: &["--old-version-ttl", "0s"],
+            keep: "ns/keep/keep.conf",
+            after: &[
+                ("ns/change/change.conf", "new"),
+                ("ns/keep/keep.conf", "same"),
+                ("other/new/new.conf", "n"),
+            ],
+        },
+        Case {
+            layout: "concat",
+            args: &["--ext", ".conf"],
+            keep: "ns.keep.conf",
+            after: &[
+                ("ns.change.conf", "new\n"),
+                ("ns.keep.conf", "same\n"),
+                ("other.new.conf", "n\n"),
+            ],
+        },
+        Case {
+            layout: "flat",
+            args: &[],
+            keep: "keep.conf",
+            after: &[
+                ("change.conf", "new"),
+                ("keep.conf", "same"),
+                ("new.conf", "n"),
+            ],
+        },
     ];
-    c.with_args(&args).run().success();
-    let before = fs::metadata(out.join("ns/keep/k")).unwrap();
-    std::thread::sleep(Duration::from_millis(20));
-    // While cmpoll is down: one module deleted, one changed, one added.
-    s.delete("ns", "gone");
-    s.put(labelled("ns", "change").data("k", "new"));
-    s.put(labelled("other", "new").data("k", "n"));
-    c.with_args(&args).run().success();
-    let after = fs::metadata(out.join("ns/keep/k")).unwrap();
-    assert_eq!(
-        (after.ino(), after.mtime_nsec()),
-        (before.ino(), before.mtime_nsec()),
-        "not rewritten"
-    );
-    assert_eq!(
-        tree(&out),
-        map(&[
-            ("ns/change/k", "new"),
-            ("ns/keep/k", "same"),
-            ("other/new/k", "n")
-        ])
-    );
-    let versions = fs::read_dir(out.join(".cmpoll/versions")).unwrap().count();
-    assert_eq!(versions, 3, "one version folder per module, no orphans");
+    for case in cases {
+        let s = TestApiserver::start();
+        let put = |ns: &str, name: &str, v: &str| {
+            s.put(labelled(ns, name).data(&format!("{name}.conf"), v));
+        };
+        put("ns", "keep", "same");
+        put("ns", "change", "old");
+        put("ns", "gone", "x");
+        let c = Cmpoll::against(&s);
+        let out = c.out();
+        let mut args = vec!["run", "--once", "--out-dir", out.to_str().unwrap()];
+        args.extend(["--layout", case.layout]);
+        args.extend(case.args);
+        c.with_args(&args).run().success();
+        assert!(tree(&out).contains_key(case.keep), "{}", case.layout);
+        let before = fs::metadata(out.join(case.keep)).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        // While cmpoll is down: one module deleted, one changed, one added.
+        s.delete("ns", "gone");
+        put("ns", "change", "new");
+        put("other", "new", "n");
+        c.with_args(&args).run().success();
+        let after = fs::metadata(out.join(case.keep)).unwrap();
+        assert_eq!(
+            (after.ino(), after.mtime_nsec()),
+            (before.ino(), before.mtime_nsec()),
+            "{}: not rewritten",
+            case.layout
+        );
+        assert_eq!(tree(&out), map(case.after), "{}", case.layout);
+        assert!(leftovers(&out).is_empty(), "{}", case.layout);
+        if case.layout == "files" {
+            let versions = fs::read_dir(out.join(".cmpoll/versions")).unwrap().count();
+            assert_eq!(versions, 3, "one version folder per module, no orphans");
+        }
+    }
 }
 
 /// Issue 29: a restart takes the folder's record as proof of what it holds instead of
@@ -466,50 +507,6 @@ fn two_daemons_cannot_share_a_folder() {
             .contains("another cmpoll is writing to this folder")
     );
     d.stop();
-}
-
-/// The concat layout on restart: modules removed meanwhile go, changed ones are
-/// rewritten, unchanged ones are left as they are (same inode and mtime).
-#[test]
-fn a_concat_restart_reconciles_and_leaves_unchanged_files_untouched() {
-    let (s, c) = cluster(&[
-        ("ns", "keep", "same"),
-        ("ns", "change", "old"),
-        ("ns", "gone", "x"),
-    ]);
-    let out = c.out();
-    let args = [
-        "run",
-        "--once",
-        "--out-dir",
-        out.to_str().unwrap(),
-        "--layout",
-        "concat",
-        "--ext",
-        ".conf",
-    ];
-    c.with_args(&args).run().success();
-    let before = fs::metadata(out.join("ns.keep.conf")).unwrap();
-    std::thread::sleep(Duration::from_millis(20));
-    s.delete("ns", "gone");
-    s.put(labelled("ns", "change").data("k", "new"));
-    s.put(labelled("other", "new").data("k", "n"));
-    c.with_args(&args).run().success();
-    let after = fs::metadata(out.join("ns.keep.conf")).unwrap();
-    assert_eq!(
-        (after.ino(), after.mtime_nsec()),
-        (before.ino(), before.mtime_nsec()),
-        "not rewritten"
-    );
-    assert_eq!(
-        tree(&out),
-        map(&[
-            ("ns.change.conf", "new\n"),
-            ("ns.keep.conf", "same\n"),
-            ("other.new.conf", "n\n")
-        ])
-    );
-    assert!(leftovers(&out).is_empty());
 }
 
 /// SIGTERM while a large batch is being written: the write in progress is finished (the

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use test_apiserver::{ConfigMap, Fault, Match, TestApiserver};
 
-use crate::util::{Cmpoll, eventually, lines, script, tree};
+use crate::util::{Cmpoll, agent_env, eventually, lines, recording_agent, tree};
 
 /// xorshift64*: reproducible from the printed seed.
 struct Rng(u64);
@@ -37,15 +37,6 @@ impl Rng {
 
 /// What the cluster should show as modules: `ns/name` → (key → content).
 type Modules = BTreeMap<String, BTreeMap<String, String>>;
-
-/// Logs each start, then copies stdin to `stdin.log`; ends with cmpoll.
-const AGENT: &str = r#"
-echo '{"type":"start"}' >> "$LOGDIR/stdin.log"
-trap 'exit 0' TERM
-exec 3<&0
-cat <&3 >> "$LOGDIR/stdin.log" &
-while kill -0 $PPID 2>/dev/null; do sleep 0.1; done
-"#;
 
 fn rss_and_fds(pid: u32) -> (u64, usize) {
     (
@@ -129,10 +120,9 @@ fn soak_under_churn_and_faults() {
         want.insert((ns, name), (true, format!("v0-{i}")));
     }
     let c = Cmpoll::against(&s);
+    let c = agent_env(c);
     let logs = c.path("logs");
-    std::fs::create_dir_all(&logs).unwrap();
-    let c = c.env("LOGDIR", logs.to_str().unwrap());
-    let agent = script(&c, "agent.sh", AGENT);
+    let agent = recording_agent(&c);
     let out = c.out();
     let mut args = vec![
         "--interval",

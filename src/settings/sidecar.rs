@@ -75,6 +75,12 @@ impl Vars<'_> {
         (self.0)(k).filter(|v| !v.trim().is_empty())
     }
 
+    /// A variable k8s-sidecar cannot run without: `what` it is, when it is not set.
+    fn required(&self, k: &str, what: &str) -> Result<String, Error> {
+        self.get(k)
+            .ok_or_else(|| usage(k, format!("not set: {what} (k8s-sidecar's {k})")))
+    }
+
     /// `true`, in any case.
     fn yes(&self, k: &str) -> bool {
         self.get(k)
@@ -138,8 +144,11 @@ fn apply(run: &mut RunSettings, m: Mapping, env: &dyn Fn(&str) -> Option<String>
 fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
     let vars = Vars(env);
     let mut m = Mapping::default();
-    listed(&vars, &mut m)?;
-    destination(&vars, &mut m)?;
+    // What k8s-sidecar cannot run without, in its order.
+    let label = vars.required("LABEL", "the label a ConfigMap or Secret must carry")?;
+    let folder = vars.required("FOLDER", "the folder the files are written to")?;
+    listed(&vars, &mut m, &label)?;
+    destination(&vars, &mut m, folder)?;
     timing(&vars, &mut m)?;
     listeners(&vars, &mut m)?;
     operations(&vars, &mut m)?;
@@ -147,13 +156,7 @@ fn mapping(env: &dyn Fn(&str) -> Option<String>) -> Result<Mapping, Error> {
 }
 
 /// What is listed: `LABEL`, `LABEL_VALUE`, `RESOURCE`, `NAMESPACE`, `RESOURCE_NAME`.
-fn listed(vars: &Vars, m: &mut Mapping) -> Result<(), Error> {
-    let label = vars.get("LABEL").ok_or_else(|| {
-        usage(
-            "LABEL",
-            "not set: the label a ConfigMap or Secret must carry (k8s-sidecar's LABEL)",
-        )
-    })?;
+fn listed(vars: &Vars, m: &mut Mapping, label: &str) -> Result<(), Error> {
     let selector = match vars.get("LABEL_VALUE") {
         Some(v) => format!("{}={}", label.trim(), v.trim()),
         None => label.trim().to_string(),
@@ -213,13 +216,7 @@ fn listed(vars: &Vars, m: &mut Mapping) -> Result<(), Error> {
 }
 
 /// Where it goes: `FOLDER`, `FOLDER_ANNOTATION`, `UNIQUE_FILENAMES`, `DEFAULT_FILE_MODE`.
-fn destination(vars: &Vars, m: &mut Mapping) -> Result<(), Error> {
-    let folder = vars.get("FOLDER").ok_or_else(|| {
-        usage(
-            "FOLDER",
-            "not set: the folder the files are written to (k8s-sidecar's FOLDER)",
-        )
-    })?;
+fn destination(vars: &Vars, m: &mut Mapping, folder: String) -> Result<(), Error> {
     m.put(&flag::out_dir, folder, "FOLDER");
     m.put(&flag::layout, "flat", "FOLDER");
     let annotation = vars

@@ -556,6 +556,57 @@ pub fn script(c: &Cmpoll, name: &str, body: &str) -> PathBuf {
     p
 }
 
+/// An agent that records what it hears, in `$LOGDIR` (see `agent_env`): `agent.log` has
+/// `start PID` at each start, `hup CONTENT` at each SIGHUP (what `$OUT/ns/m/k` held
+/// then) and `term` at SIGTERM; `hup.log` a line per SIGHUP; `stdin.log` a
+/// `{"type":"start"}` line at each start, then what came on its stdin (`heard` leaves the
+/// start lines out). It runs until told to stop or until cmpoll is gone, so a failed test
+/// leaves nothing behind. (dash gives a background job /dev/null as stdin, hence the copy
+/// to fd 3 first.)
+const RECORDING_AGENT: &str = r#"
+log="$LOGDIR/agent.log"
+echo "start $$" >> "$log"
+echo '{"type":"start"}' >> "$LOGDIR/stdin.log"
+trap 'echo hup >> "$LOGDIR/hup.log"; echo "hup $(cat "$OUT/ns/m/k" 2>/dev/null)" >> "$log"' HUP
+trap 'echo "term" >> "$log"; exit 0' TERM
+exec 3<&0
+cat <&3 >> "$LOGDIR/stdin.log" &
+while kill -0 $PPID 2>/dev/null; do sleep 0.02; done
+"#;
+
+/// An agent that never reads its stdin, logging each start (`start PID`) to `agent.log`.
+const DEAF_AGENT: &str = r#"
+echo "start $$" >> "$LOGDIR/agent.log"
+while kill -0 $PPID 2>/dev/null; do sleep 0.05; done
+"#;
+
+/// `c` with what the test agents need: `LOGDIR` (its `logs/`, made) and `OUT` (its output
+/// folder).
+pub fn agent_env(c: Cmpoll) -> Cmpoll {
+    let logdir = c.path("logs");
+    std::fs::create_dir_all(&logdir).unwrap();
+    let out = c.out();
+    c.env("LOGDIR", logdir.to_str().unwrap())
+        .env("OUT", out.to_str().unwrap())
+}
+
+/// The recording agent (`RECORDING_AGENT`) in `c`'s folder.
+pub fn recording_agent(c: &Cmpoll) -> PathBuf {
+    script(c, "agent.sh", RECORDING_AGENT)
+}
+
+/// The deaf agent (`DEAF_AGENT`) in `c`'s folder.
+pub fn deaf_agent(c: &Cmpoll) -> PathBuf {
+    script(c, "deaf.sh", DEAF_AGENT)
+}
+
+/// What the recording agent heard on its stdin: `stdin.log` without its start lines.
+pub fn heard(stdin_log: &Path) -> Vec<String> {
+    (lines(stdin_log).into_iter())
+        .filter(|l| l != r#"{"type":"start"}"#)
+        .collect()
+}
+
 /// Lines of a log file (empty if it does not exist yet).
 pub fn lines(p: &Path) -> Vec<String> {
     std::fs::read_to_string(p)
