@@ -298,13 +298,9 @@ fn listen(
     endpoints: ops::server::Endpoints,
     rules: &settings::HealthRules,
 ) -> Result<(), Error> {
-    let result = ops::server::start(addr, endpoints.clone()).or_else(|e| {
-        let no_ipv6 = e.contains("Address family not supported")
-            || e.contains("Cannot assign requested address");
-        match rules.fallback {
-            Some(fallback) if no_ipv6 => ops::server::start(fallback, endpoints),
-            _ => Err(e),
-        }
+    let result = ops::server::start(addr, endpoints.clone()).or_else(|e| match rules.fallback {
+        Some(fallback) if e.no_such_family() => ops::server::start(fallback, endpoints),
+        _ => Err(e),
     });
     match result {
         Ok(_) => Ok(()),
@@ -312,7 +308,7 @@ fn listen(
             log::warn!("{e}; going on without /healthz, /readyz and /metrics");
             Ok(())
         }
-        Err(e) => Err(Error::Config(e)),
+        Err(e) => Err(Error::Config(e.to_string())),
     }
 }
 

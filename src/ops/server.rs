@@ -37,22 +37,49 @@ pub struct Endpoints {
 }
 
 /// Binds and serves in the background; a bind error is a start-up error.
-pub fn start(addr: SocketAddr, endpoints: Endpoints) -> Result<SocketAddr, String> {
-    let listener =
-        TcpListener::bind(addr).map_err(|e| format!("--listen {addr}: cannot listen: {e}"))?;
-    let bound = listener
-        .local_addr()
-        .map_err(|e| format!("--listen {addr}: {e}"))?;
+pub fn start(addr: SocketAddr, endpoints: Endpoints) -> Result<SocketAddr, StartError> {
+    let fail = |what: &'static str| move |cause| StartError { addr, what, cause };
+    let listener = TcpListener::bind(addr).map_err(fail("cannot listen"))?;
+    let bound = listener.local_addr().map_err(fail("cannot listen"))?;
     listener
         .set_nonblocking(true)
-        .map_err(|e| format!("--listen {addr}: {e}"))?;
+        .map_err(fail("cannot listen"))?;
     thread::Builder::new()
         .name("http".into())
         .spawn(move || serve(&listener, &endpoints))
-        .map_err(|e| format!("--listen {addr}: cannot start the server: {e}"))?;
+        .map_err(fail("cannot start the server"))?;
     log::info!("serving /healthz, /readyz and /metrics on {bound}");
     Ok(bound)
 }
+
+/// Why the endpoints could not start, typed for the caller that decides on it (`cmpoll
+/// sidecar` falls back to IPv4 where the pod has no IPv6, and goes on without the
+/// endpoints when the port is taken).
+#[derive(Debug)]
+pub struct StartError {
+    pub addr: SocketAddr,
+    what: &'static str,
+    pub cause: std::io::Error,
+}
+
+impl StartError {
+    /// The address's family is not there (a pod without IPv6).
+    pub fn no_such_family(&self) -> bool {
+        use rustix::io::Errno;
+        matches!(
+            Errno::from_io_error(&self.cause),
+            Some(Errno::AFNOSUPPORT | Errno::ADDRNOTAVAIL)
+        )
+    }
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--listen {}: {}: {}", self.addr, self.what, self.cause)
+    }
+}
+
+impl std::error::Error for StartError {}
 
 /// One client connection: reading its head, then writing the answer.
 struct Conn {
@@ -268,6 +295,27 @@ fn answer_for(head: &[u8], e: &Endpoints) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pod without IPv6 is told apart from a port already in use, by errno.
+    #[test]
+    fn a_missing_address_family_is_told_apart_from_a_busy_port() {
+        let err = |errno| StartError {
+            addr: "[::]:8080".parse().unwrap(),
+            what: "cannot listen",
+            cause: std::io::Error::from_raw_os_error(errno),
+        };
+        let (afnosupport, addrnotavail, addrinuse) = (97, 99, 98);
+        assert!(err(afnosupport).no_such_family());
+        assert!(err(addrnotavail).no_such_family());
+        assert!(!err(addrinuse).no_such_family());
+        assert!(
+            err(addrinuse)
+                .to_string()
+                .starts_with("--listen [::]:8080: cannot listen: Address already in use"),
+            "{}",
+            err(addrinuse)
+        );
+    }
     use crate::ops::health::InFlight;
 
     fn serve() -> (SocketAddr, Arc<Mutex<Health>>) {
