@@ -28,7 +28,7 @@ use crate::poll::store::Store;
 
 /// A remembered rejection: the content refused, why, and the last good version.
 #[derive(Clone, Debug)]
-struct Failed {
+struct Rejection {
     hash: Hash,
     reason: String,
     good: Option<Good>,
@@ -68,8 +68,10 @@ impl Runnable {
 pub struct Gate {
     opts: Options,
     stage: run::Stage,
-    failed: HashMap<String, Failed>,
-    held: Option<Remembered>,
+    /// The modules rejected, remembered by content.
+    rejected: HashMap<String, Rejection>,
+    /// `rejected.json`, with `--out-dir`.
+    remembered: Option<Remembered>,
 }
 
 /// What `DIR/.cmpoll/rejected.json` holds (`cmpoll status --out-dir`): each module
@@ -86,22 +88,22 @@ impl Gate {
     /// errors naming the folder or file.
     pub fn open(opts: Options) -> Result<Gate, String> {
         let stage = run::Stage::new(opts.meta_dir.as_deref())?;
-        let (held, failed) = match &opts.meta_dir {
+        let (remembered, rejected) = match &opts.meta_dir {
             Some(dir) => {
-                let (held, entries) = Remembered::open(dir)?;
-                let failed = entries
+                let (file, entries) = Remembered::open(dir)?;
+                let rejected = entries
                     .into_iter()
-                    .map(|(id, (hash, reason, good))| (id, Failed { hash, reason, good }))
+                    .map(|(id, (hash, reason, good))| (id, Rejection { hash, reason, good }))
                     .collect();
-                (Some(held), failed)
+                (Some(file), rejected)
             }
             None => (None, HashMap::new()),
         };
         Ok(Gate {
             opts,
             stage,
-            failed,
-            held,
+            rejected,
+            remembered,
         })
     }
 
@@ -109,7 +111,7 @@ impl Gate {
     /// goes into the store, so the first batch keeps it instead of removing it (and a new
     /// agent gets it).
     pub fn seed(&self, store: &mut Store) -> std::io::Result<()> {
-        for (id, f) in &self.failed {
+        for (id, f) in &self.rejected {
             let Some(Good {
                 uid,
                 resource_version,
@@ -127,10 +129,10 @@ impl Gate {
             };
             store.snapshot.modules.insert(id, entry);
         }
-        if !self.failed.is_empty() {
+        if !self.rejected.is_empty() {
             log::info!(
                 "--validate: {} module(s) rejected before the restart stay at their last good version until they change",
-                self.failed.len()
+                self.rejected.len()
             );
         }
         Ok(())
@@ -146,13 +148,13 @@ impl Gate {
         next: &Snapshot,
     ) -> Screened {
         let mut out = Screened::default();
-        let before = self.failed.len();
+        let before = self.rejected.len();
         // Gone from the cluster: forgotten.
-        self.failed.retain(|id, _| next.modules.contains_key(id));
-        let mut changed = self.failed.len() != before;
+        self.rejected.retain(|id, _| next.modules.contains_key(id));
+        let mut changed = self.rejected.len() != before;
         let mut todo = Vec::new();
         for &(id, entry) in wanted {
-            match self.failed.get(id) {
+            match self.rejected.get(id) {
                 Some(f) if f.hash == entry.hash => {
                     out.rejected.push((id.to_string(), f.reason.clone()));
                 }
@@ -165,7 +167,7 @@ impl Gate {
                 Verdict::Pass => {
                     out.runs.push("pass");
                     out.runnable.ran();
-                    changed |= self.failed.remove(id).is_some();
+                    changed |= self.rejected.remove(id).is_some();
                 }
                 Verdict::Fail(reason) => {
                     out.runs.push("fail");
@@ -179,10 +181,10 @@ impl Gate {
                         })
                     });
                     // The good version is the one the sinks hold now, or the one kept.
-                    let good = good.or_else(|| self.failed.get(id).and_then(|f| f.good.clone()));
-                    self.failed.insert(
+                    let good = good.or_else(|| self.rejected.get(id).and_then(|f| f.good.clone()));
+                    self.rejected.insert(
                         id.to_string(),
-                        Failed {
+                        Rejection {
                             hash: entry.hash,
                             reason: reason.clone(),
                             good,
@@ -198,12 +200,12 @@ impl Gate {
                 }
             }
         }
-        if changed && let Some(held) = &self.held {
+        if changed && let Some(file) = &self.remembered {
             let entries = self
-                .failed
+                .rejected
                 .iter()
                 .map(|(id, f)| (id.as_str(), &f.hash, f.reason.as_str(), f.good.as_ref()));
-            if let Err(e) = held.save(entries) {
+            if let Err(e) = file.save(entries) {
                 log::warn!("--validate: {e}; rejections are remembered until cmpoll stops");
             }
         }
