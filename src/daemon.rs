@@ -273,13 +273,14 @@ impl Daemon {
             Ok(c) => c,
             Err(e) => {
                 self.shutdown(None);
-                return Next::Stop(Err(Error::Runtime(e.to_string())));
+                return Next::Stop(Err(Error::Runtime(e.0)));
             }
         };
         self.last_poll = done.number;
         self.ledger(|l| l.polled(done.number, done.took, Ok(())));
         self.polled_ok(&store, &stats, synced, done.took);
         self.metrics().unwritten(unwritten.len());
+        self.health().unwritten = unwritten.clone();
         if self.opts.once {
             // Everything delivered, reload calls included, or exit 1 (SPEC).
             let mut problems: Vec<String> = (self.delivery.sinks.iter_mut())
@@ -301,7 +302,9 @@ impl Daemon {
                     format!(
                         "{} module(s) could not be written: {} (see the warnings above)",
                         unwritten.len(),
-                        unwritten.join(", ")
+                        (unwritten.iter().map(|(id, _)| id.as_str()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 );
             }

@@ -108,6 +108,13 @@ fn run_daemon(
         log::log!(*level, "{note}");
     }
     let metrics = Metrics::new();
+    metrics.expect(&ops::metrics::Features {
+        polls: true,
+        reloads: settings.sinks.has_reloads(),
+        validate: settings.validate.is_some(),
+        report_events: settings.report_events,
+        webhook: false,
+    });
     let in_flight = InFlight::default();
     let handles = kube::client::Handles {
         in_flight: in_flight.clone(),
@@ -230,13 +237,15 @@ fn daemon(
     if let Some(addr) = run.listen {
         let status = ledger.clone().map(|l| {
             let health = health.clone();
-            Arc::new(move || {
+            Arc::new(move |query: &str| {
+                let query = status::answer::Query::parse(query)?;
                 let answer = {
                     let l = l.lock().unwrap_or_else(|p| p.into_inner());
-                    status::answer::answer(&l, &health.lock().unwrap_or_else(|p| p.into_inner()))
+                    let h = health.lock().unwrap_or_else(|p| p.into_inner());
+                    status::answer::answer(&l, &h, &query)
                 };
-                serde_json::to_string_pretty(&answer).unwrap_or_default() + "\n"
-            }) as Arc<dyn Fn() -> String + Send + Sync>
+                Ok(serde_json::to_string_pretty(&answer).unwrap_or_default() + "\n")
+            }) as ops::server::Status
         });
         let endpoints = ops::server::Endpoints {
             health: health.clone(),

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use test_apiserver::TestApiserver;
 
-use crate::util::{Cmpoll, Daemon, SOON, cluster, kinds, labelled, leftovers, map, tree};
+use crate::util::{
+    Cmpoll, Daemon, SOON, cluster, eventually, kinds, labelled, leftovers, map, tree,
+};
 
 #[test]
 fn files_layout_contents_and_modes() {
@@ -687,6 +689,89 @@ fn the_longest_valid_names_are_delivered_at_any_age_of_the_folder() {
         let v = v.unwrap().file_name();
         assert!(v.len() <= 255, "{v:?}");
     }
+}
+
+/// Issue 42.5: the output folder's record cannot be saved (`ENOSPC`, injected by strace
+/// into the first writes of `.state.json.tmp`: the saves at start and after the first batch, as a full volume would
+/// answer it). The daemon goes on: the batch is left unwritten and `/readyz` says why;
+/// the next poll writes it again, the save succeeds, and the folder, its record and
+/// readiness agree with the cluster. (It exited 1 with "cannot save" before.)
+#[test]
+fn a_record_that_cannot_be_saved_stops_nothing() {
+    let strace = std::process::Command::new("strace").arg("-V").output();
+    assert!(
+        strace.is_ok_and(|o| o.status.success()),
+        "strace is needed (apt install strace; .ci/run installs it)"
+    );
+    let (s, c) = cluster(&[("ns", "a", "1"), ("ns", "b", "2")]);
+    let out = c.out();
+    let tmp = out.join(".cmpoll/.state.json.tmp");
+    let listen = format!("127.0.0.1:{}", crate::util::tools::free_port());
+    let wrapper = [
+        "strace",
+        "-f",
+        "-qq",
+        "-o",
+        "/dev/null",
+        "-P",
+        tmp.to_str().unwrap(),
+        "-e",
+        "trace=write",
+        "-e",
+        "inject=write:error=ENOSPC:when=1..3",
+    ];
+    let mut d = Daemon::start_wrapped(
+        c,
+        &wrapper,
+        &[
+            "--interval",
+            "500ms",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--listen",
+            &listen,
+        ],
+    );
+    let readyz = || crate::util::tools::curl(&format!("http://{listen}/readyz"));
+    eventually(
+        "/readyz to say the batch is unwritten, and why",
+        SOON,
+        || {
+            readyz().is_some_and(|(code, body)| {
+                code == 503 && body.contains("unwritten") && body.contains("cannot save the record")
+            })
+        },
+    );
+    assert!(d.is_running(), "{}", d.stderr());
+    eventually("/readyz ready once a save succeeds", SOON, || {
+        readyz().is_some_and(|(code, _)| code == 200)
+    });
+    assert!(
+        d.stderr().contains("No space left on device"),
+        "{}",
+        d.stderr()
+    );
+    s.put(labelled("ns", "c").data("k", "3"));
+    eventually("the next module", SOON, || {
+        tree(&out).contains_key("ns/c/k")
+    });
+    assert_eq!(
+        tree(&out),
+        map(&[("ns/a/k", "1"), ("ns/b/k", "2"), ("ns/c/k", "3")])
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&fs::read(out.join(".cmpoll/state.json")).unwrap()).unwrap();
+    let recorded: Vec<&String> = record["modules"].as_object().unwrap().keys().collect();
+    assert_eq!(recorded, ["ns/a", "ns/b", "ns/c"]);
+    assert!(d.is_running());
+    // strace passes no signal on: cmpoll, its child, is stopped itself.
+    let pid = d.pid().to_string();
+    let stopped = std::process::Command::new("pkill")
+        .args(["-TERM", "-P", &pid])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    assert_eq!(d.wait(SOON), Some(0), "a clean stop");
 }
 
 /// Issue 29: a batch is staged, synced once, switched, synced once. `strace` kills cmpoll

@@ -747,7 +747,7 @@ fn status_in_the_pod(spec: &Value, pod: &Pod) {
         .find(|c| c["name"] == "cmpoll")
         .unwrap();
     let mut cmd = Command::new(BIN);
-    cmd.arg("status").env_clear();
+    cmd.args(["status", "--all"]).env_clear();
     for e in container["env"].as_array().into_iter().flatten() {
         if let Some(v) = e["value"].as_str() {
             cmd.env(s(&e["name"]), v);

@@ -54,8 +54,22 @@ fn status_from_a_daemon_and_from_its_folder_with_a_rejection_and_a_failing_reloa
     until_body(&addr, "/readyz", 503, "the last reload failed");
     let server = format!("http://{addr}");
 
-    // The table: every module with its state, the sink with its failing reload; exit 1.
+    // The table: the counts, the module that is not delivered, the sink with its failing
+    // reload; exit 1. Issue 42.4: the daemon is asked for no more than that.
     let run = status(&[], &["--server-url", &server]).failure(1);
+    assert!(
+        run.stdout
+            .contains("modules: 2 (1 delivered, 1 rejected, 0 not written)"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("a/good "), "{}", run.stdout);
+    // --all: every module with its state.
+    let all = status(&[], &["--server-url", &server, "--all"]).failure(1);
+    assert_eq!(
+        all.stdout.lines().filter(|l| l.starts_with("a/")).count(),
+        2
+    );
     let rows: Vec<&str> = run.stdout.lines().collect();
     let row = |id: &str| {
         *rows
@@ -69,12 +83,11 @@ fn status_from_a_daemon_and_from_its_folder_with_a_rejection_and_a_failing_reloa
         "{}",
         run.stdout
     );
-    assert!(row("a/good ").contains(" delivered "), "{}", run.stdout);
-    assert!(
-        row("a/good ").contains(&format!(" {good_rv}")),
-        "{}",
-        run.stdout
-    );
+    let good = (all.stdout.lines())
+        .find(|l| l.starts_with("a/good "))
+        .unwrap_or_else(|| panic!("{}", all.stdout));
+    assert!(good.contains(" delivered "), "{}", all.stdout);
+    assert!(good.contains(&format!(" {good_rv}")), "{}", all.stdout);
     assert!(row("reload-url ").contains("failed: 500"), "{}", run.stdout);
     assert!(
         run.stderr
@@ -84,8 +97,18 @@ fn status_from_a_daemon_and_from_its_folder_with_a_rejection_and_a_failing_reloa
     );
 
     // The JSON, found from the daemon's own CMPOLL_LISTEN (kubectl exec into its container).
-    let run = status(&[("CMPOLL_LISTEN", &addr)], &["--json"]).failure(1);
+    let run = status(&[("CMPOLL_LISTEN", &addr)], &["--json", "--all"]).failure(1);
     let report = run.json();
+    assert_eq!(report["counts"]["rejected"], 1, "{report:#}");
+    // --module: that module, whatever its state.
+    let one = status(
+        &[("CMPOLL_LISTEN", &addr)],
+        &["--json", "--module", "a/good"],
+    )
+    .failure(1);
+    let one = one.json();
+    assert_eq!(one["modules"].as_array().unwrap().len(), 1, "{one:#}");
+    assert_eq!(module_row(&one, "a/good")["state"], "delivered");
     assert_eq!(report["lastPoll"]["result"], "ok", "{report:#}");
     assert_eq!(report["ready"], false);
     assert_eq!(module_row(&report, "a/good")["state"], "delivered");
@@ -105,7 +128,7 @@ fn status_from_a_daemon_and_from_its_folder_with_a_rejection_and_a_failing_reloa
         "{}",
         run.stdout
     );
-    let folder = status(&[], &["--out-dir", &out_arg, "--json"])
+    let folder = status(&[], &["--out-dir", &out_arg, "--json", "--all"])
         .failure(1)
         .json();
     assert_eq!(module_row(&folder, "a/bad")["state"], "rejected");
@@ -131,9 +154,19 @@ fn status_from_a_daemon_and_from_its_folder_with_a_rejection_and_a_failing_reloa
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
     assert!(run.stdout.contains("ready: yes"), "{}", run.stdout);
-    assert!(!run.stdout.contains("rejected"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("modules: 2 (2 delivered, 0 rejected, 0 not written)"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("every module is delivered"),
+        "{}",
+        run.stdout
+    );
     d.stop();
-    let run = status(&[], &["--out-dir", &out_arg]).success();
+    let run = status(&[], &["--out-dir", &out_arg, "--all"]).success();
     assert_eq!(
         run.stdout.matches(" delivered ").count(),
         2,
@@ -199,7 +232,7 @@ fn both_kinds_restart_with_a_rejection_on_record() {
     c.with_args(&args).run().success();
     c.with_args(&args).run().success();
     let run = c
-        .with_args(&["status", "--out-dir", out.to_str().unwrap()])
+        .with_args(&["status", "--out-dir", out.to_str().unwrap(), "--all"])
         .run()
         .failure(1);
     let bad = (run.stdout.lines())

@@ -214,3 +214,151 @@ fn a_restart_on_a_tight_volume_reads_the_folder_back() {
     assert!(!d.stderr().contains("No space left"), "{}", d.stderr());
     d.stop();
 }
+
+/// Issue 42.1: a changed module that fits in the spool but not in the folder is left
+/// unwritten; the poll succeeds, so before this only the log and `cmpoll status` said so.
+/// `/readyz` now answers 503 naming the module, the volume's mount point, the room the
+/// write needed and what is free, and `/status?state=unwritten` lists it; once the module
+/// fits again it is written and `/readyz` is 200 by itself.
+#[test]
+fn a_module_the_folder_has_no_room_for_is_not_ready_until_it_is_written() {
+    if !mount_namespace_available() {
+        return;
+    }
+    let s = TestApiserver::start();
+    for i in 0..8 {
+        s.put(labelled("apps", &format!("m{i}")).data("k.conf", &content(i, 0)));
+    }
+    let c = Cmpoll::against(&s);
+    let vol = Volume::mount(&c, "4m");
+    let out = vol.at.join("out");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let d = vol.daemon(
+        c,
+        &[
+            "--interval",
+            "100ms",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--stdout-events",
+            "--listen",
+            &listen,
+        ],
+    );
+    assert_eq!(d.batch(SOON).len(), 9);
+    eventually("the spool's space back", SOON, || vol.free() > 2 * MIB);
+    let readyz = || curl(&format!("http://{listen}/readyz")).unwrap();
+    assert_eq!(readyz().0, 200);
+    // 1.5 MiB: the poll spools it (the volume has about 2.3 MiB free), the folder then has
+    // no room for its new version beside the old one.
+    let big = "y".repeat((3 * MIB / 2) as usize);
+    s.put(labelled("apps", "m0").data("k.conf", &big));
+    let mount = format!("the volume mounted at '{}'", vol.at.display());
+    eventually("/readyz to name the module and the volume", SOON, || {
+        let (code, body) = readyz();
+        code == 503 && body.contains("apps/m0 unwritten") && body.contains(&mount)
+    });
+    let (_, body) = readyz();
+    assert!(
+        body.contains("No space left on device")
+            && body.contains("it needs about 1.5 MiB")
+            && body.contains(" free"),
+        "{body}"
+    );
+    let (code, status) = curl(&format!("http://{listen}/status?state=unwritten")).unwrap();
+    assert_eq!(code, 200, "{status}");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["modules"].as_array().unwrap().len(), 1, "{status}");
+    assert_eq!(status["modules"][0]["module"], "apps/m0");
+    assert_eq!(status["counts"]["unwritten"], 1);
+    assert_eq!(status["counts"]["delivered"], 7);
+    let metrics = curl(&format!("http://{listen}/metrics")).unwrap().1;
+    assert!(
+        metrics.contains("cmpoll_module_write_failures 1"),
+        "{metrics}"
+    );
+    // Room again: written, ready again, by itself.
+    s.put(labelled("apps", "m0").data("k.conf", "small again"));
+    eventually("/readyz ready again", SOON, || readyz().0 == 200);
+    assert_eq!(
+        fs::read_to_string(vol.inside(&out.join("apps/m0/k.conf"))).unwrap(),
+        "small again"
+    );
+    assert!(d.stderr().contains("apps/m0"), "{}", d.stderr());
+    d.stop();
+}
+
+/// Issue 42.5: modules that grow until the volume is full never stop the daemon, in the
+/// concat layout with a validator staging every module on the same volume (the spool, its
+/// compaction, the journal, the record, the staging folder all meet a full volume on the
+/// way); `/healthz` answers throughout, and once room is back the folder converges to the
+/// cluster with nothing left over.
+#[test]
+fn a_full_volume_never_stops_the_daemon() {
+    if !mount_namespace_available() {
+        return;
+    }
+    let s = TestApiserver::start();
+    let module = |i: usize, kib: usize| {
+        labelled("apps", &format!("m{i}")).data("k.conf", &format!("{i}").repeat(kib * 1024))
+    };
+    for i in 0..8 {
+        s.put(module(i, 16));
+    }
+    let c = Cmpoll::against(&s);
+    let vol = Volume::mount(&c, "4m");
+    let out = vol.at.join("out");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut d = vol.daemon(
+        c,
+        &[
+            "--interval",
+            "50ms",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--layout",
+            "concat",
+            "--validate",
+            "true",
+            "--listen",
+            &listen,
+        ],
+    );
+    let healthz = || curl(&format!("http://{listen}/healthz")).map(|(code, _)| code);
+    eventually("the first batch", SOON, || healthz() == Some(200));
+    // 16 KiB to 1 MiB each: past 4 MiB in all from 512 KiB on.
+    for kib in [32, 64, 128, 256, 512, 1024, 1024, 512] {
+        for i in 0..8 {
+            s.put(module(i, kib));
+        }
+        for _ in 0..6 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(
+                d.is_running(),
+                "at {kib} KiB a module the daemon stopped:\n{}",
+                d.stderr()
+            );
+            assert_eq!(healthz(), Some(200), "at {kib} KiB\n{}", d.stderr());
+        }
+    }
+    assert!(
+        d.stderr().contains("No space left on device"),
+        "the volume was full at some point:\n{}",
+        d.stderr()
+    );
+    // Room again: the folder converges to the cluster.
+    for i in 0..8 {
+        s.put(module(i, 4));
+    }
+    let want: std::collections::BTreeMap<String, String> = (0..8)
+        .map(|i| (format!("apps.m{i}"), format!("{i}").repeat(4096) + "\n"))
+        .collect();
+    eventually("the folder to equal the cluster", SOON, || {
+        crate::util::tree(&vol.inside(&out)) == want
+    });
+    eventually("/readyz ready", SOON, || {
+        curl(&format!("http://{listen}/readyz")).is_some_and(|(code, _)| code == 200)
+    });
+    assert!(crate::util::leftovers(&vol.inside(&out)).is_empty());
+    d.stop();
+}

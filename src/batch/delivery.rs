@@ -7,8 +7,6 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
-use std::fmt;
-use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -106,7 +104,7 @@ impl Delivery {
         number: u64,
         stats: &PollStats,
         took: Duration,
-    ) -> Result<Committed, Error> {
+    ) -> Result<Committed, Fatal> {
         let first = self.batches == 0;
         self.batches += 1;
         let unfetched = self.fetch(store, &mut next, first);
@@ -130,8 +128,7 @@ impl Delivery {
                 self.rejected.retain(|id, _| next.modules.contains_key(id));
                 (None, going.rejected, Vec::new())
             } else {
-                self.deliver(&mut going, current, spool, &next, number, first)
-                    .map_err(Error::Sink)?;
+                self.deliver(&mut going, current, spool, &next, number, first)?;
                 let synced = self.settle(current, &next, &mut going, number, stats, took, first);
                 self.report(&going, spool, &next);
                 let kept = (going.unwritten_ids().into_iter())
@@ -141,10 +138,13 @@ impl Delivery {
             }
         };
         self.record(&store.snapshot, &next, &unwritten);
-        store.commit(next, &kept, first).map_err(Error::Store)?;
-        let mut unwritten: Vec<String> = unwritten.into_iter().map(|(id, _)| id).collect();
+        store.commit(next, &kept, first);
+        // Two sinks that failed: the first one's reason.
+        let mut seen = BTreeSet::new();
+        let mut unwritten: Vec<(String, String)> = (unwritten.into_iter())
+            .filter(|(id, _)| seen.insert(id.clone()))
+            .collect();
         unwritten.sort();
-        unwritten.dedup();
         Ok(Committed { synced, unwritten })
     }
 
@@ -459,29 +459,10 @@ pub struct Committed {
     /// The counts that closed the batch; `None` when no sink heard of the poll (nothing
     /// changed, or only rejections already announced).
     pub synced: Option<Synced>,
-    /// The modules a sink could not write (they keep their previous version), in order.
-    pub unwritten: Vec<String>,
+    /// The modules a sink could not write (they keep their previous version), in order,
+    /// each with why.
+    pub unwritten: Vec<(String, String)>,
 }
-
-/// Why a batch could not be committed. The daemon decides what each means for the run.
-#[derive(Debug)]
-pub enum Error {
-    /// A sink's reader is gone for good (stdout closed, an agent that cannot be fed).
-    Sink(Fatal),
-    /// The store could not take the new snapshot (the spool could not be compacted).
-    Store(io::Error),
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Sink(Fatal(why)) => f.write_str(why),
-            Error::Store(e) => write!(f, "cannot keep the new snapshot: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// A restart seeded the last good version of rejected `id`: that is what the sinks hold,
 /// so this run's first batch announces it, before the rejection.
@@ -639,9 +620,12 @@ mod tests {
     ) -> Vec<String> {
         let next = poll(store, modules);
         let stats = PollStats::default();
-        d.commit(store, next, n, &stats, Duration::ZERO)
+        (d.commit(store, next, n, &stats, Duration::ZERO)
             .unwrap()
-            .unwritten
+            .unwritten)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
     }
 
     fn take(heard: &Heard) -> Vec<String> {

@@ -70,8 +70,9 @@ impl Command {
 pub struct SidecarArgs {}
 
 /// What a running cmpoll holds, and why: its last poll, each sink's last delivery and
-/// reload, every module (delivered, rejected and why, or not written and why). Asks the
-/// daemon's --listen address (GET /status), or reads an output folder's own record.
+/// reload, how many modules are delivered, rejected and not written, and the ones that are
+/// not delivered with why (--all: every module). Asks the daemon's --listen address (GET
+/// /status), or reads an output folder's own record.
 /// Exit 0 when all is well, 1 when something is wrong, 2 on a usage error. Takes
 /// CMPOLL_SERVER_URL, not the daemon's CMPOLL_OUT_DIR or CMPOLL_JSON (it runs where they
 /// are set for the daemon).
@@ -87,6 +88,12 @@ pub struct StatusArgs {
     /// print the JSON answer instead of a table
     #[argh(switch)]
     pub json: bool,
+    /// list every module, delivered ones too (default: only those rejected or not written)
+    #[argh(switch)]
+    pub all: bool,
+    /// list this module (NS/NAME, or KIND/NS/NAME), whatever its state; repeatable
+    #[argh(option, arg_name = "MODULE")]
+    pub module: Vec<String>,
 }
 
 impl StatusArgs {

@@ -5,7 +5,10 @@
 //! Ready (`/readyz`): a first batch went out, the last successful poll is younger than
 //! 3 × interval plus the backoff cap (min(10 × interval, 5 min)), and the last reload of
 //! every reload path (signal delivery, `--on-change` command, each reload URL), if any,
-//! succeeded, and the validator (`--validate`), if any, can run. Reload paths set their outcome in a shared `ReloadOutcomes` handle themselves.
+//! succeeded, the validator (`--validate`), if any, can run, and the last batch left no
+//! module unwritten (the output folder's reason names the volume, and for want of space
+//! the room needed beside what is free). Reload paths set their outcome in a shared
+//! `ReloadOutcomes` handle themselves.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,6 +138,8 @@ pub struct Health {
     pub validator: Option<String>,
     /// The output folder writing a batch.
     pub writing: Writing,
+    /// What the last batch left unwritten, and why (empty: it wrote everything).
+    pub unwritten: Vec<(String, String)>,
     /// `/healthz` fails until the first batch is written (`cmpoll sidecar`).
     pub live_after_first_batch: bool,
 }
@@ -159,6 +164,7 @@ impl Health {
             modules: 0,
             validator: None,
             writing: Writing::default(),
+            unwritten: Vec::new(),
             live_after_first_batch: false,
         }
     }
@@ -218,6 +224,14 @@ impl Health {
         if let Some(e) = &self.validator {
             return Err(e.clone());
         }
+        if let Some((id, why)) = self.unwritten.first() {
+            let others = match self.unwritten.len() - 1 {
+                0 => String::new(),
+                1 => " (and 1 other module)".to_string(),
+                n => format!(" (and {} other modules)", thousands(n)),
+            };
+            return Err(format!("the last batch left {id} unwritten{others}: {why}"));
+        }
         Ok(())
     }
 }
@@ -233,6 +247,30 @@ mod tests {
             Duration::from_secs(10),
             InFlight::default(),
         )
+    }
+
+    /// Issue 42.1: a batch that left a module unwritten makes readiness fail, naming it
+    /// and why (the output folder's reason names the volume and the room); the next batch
+    /// that writes everything makes it ready again.
+    #[test]
+    fn a_module_left_unwritten_is_not_ready_until_it_is_written() {
+        let mut h = health();
+        h.first_batch = true;
+        h.last_success = Some(Instant::now());
+        assert_eq!(h.readiness(Instant::now()), Ok(()));
+        let why = "No space left on device (os error 28): it needs about 1.5 MiB and the volume mounted at '/out' has 900.0 KiB free";
+        h.unwritten = vec![
+            ("apps/m0".into(), why.into()),
+            ("apps/m1".into(), why.into()),
+        ];
+        assert_eq!(
+            h.readiness(Instant::now()),
+            Err(format!(
+                "the last batch left apps/m0 unwritten (and 1 other module): {why}"
+            ))
+        );
+        h.unwritten.clear();
+        assert_eq!(h.readiness(Instant::now()), Ok(()));
     }
 
     /// Issue 29.3: a long first batch says so in readiness.

@@ -67,6 +67,21 @@ impl Results {
     }
 }
 
+/// The features whose metric families `Metrics::expect` exports at 0 from the start.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Features {
+    /// The daemon's polls and batches (`cmpoll run`, `cmpoll sidecar`).
+    pub polls: bool,
+    /// A reload path: the agent's `--reload-signal`, `--on-change`, `--reload-url`.
+    pub reloads: bool,
+    /// `--validate`.
+    pub validate: bool,
+    /// `--report-events`.
+    pub report_events: bool,
+    /// `cmpoll webhook`.
+    pub webhook: bool,
+}
+
 pub struct Metrics {
     registry: Registry,
     polls: Family<Labels, Counter>,
@@ -202,6 +217,44 @@ impl Metrics {
         }
     }
 
+    /// Exports every label value known in advance at 0, so that a panel or an alert on
+    /// `increase(…{result="failure"}[5m])` reads 0 on a healthy daemon rather than no
+    /// data (Prometheus's guidance): the families of the features `on` switches on. An
+    /// apiserver's status codes come as they come.
+    pub fn expect(&self, on: &Features) {
+        if on.polls {
+            for result in ["success", "error"] {
+                let _ = self.polls.get_or_create(&label("result", result));
+            }
+            for t in ["added", "updated", "removed", "rejected"] {
+                let _ = self.events.get_or_create(&label("type", t));
+            }
+        }
+        if on.reloads {
+            for result in ["success", "failure"] {
+                let _ = self.reloads.0.get_or_create(&label("result", result));
+            }
+        }
+        if on.validate {
+            for result in ["pass", "fail", "error"] {
+                let _ = self.validations.get_or_create(&label("result", result));
+            }
+        }
+        if on.report_events {
+            for result in ["ok", "error"] {
+                let _ = self.event_reports.0.get_or_create(&label("result", result));
+            }
+        }
+        if on.webhook {
+            for result in ["allowed", "denied", "error"] {
+                let _ = self
+                    .webhook_reviews
+                    .0
+                    .get_or_create(&label("result", result));
+            }
+        }
+    }
+
     /// `--report-events`' handle.
     pub fn event_reports(&self) -> Results {
         self.event_reports.clone()
@@ -282,6 +335,37 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 42.2: the families of the features switched on are there from the start,
+    /// at 0, and only those.
+    #[test]
+    fn known_label_values_are_exported_at_zero_for_the_features_on() {
+        let m = Metrics::new();
+        let before = m.render();
+        assert!(!before.contains("cmpoll_reloads_total{"), "{before}");
+        m.expect(&Features {
+            polls: true,
+            reloads: true,
+            validate: true,
+            report_events: false,
+            webhook: false,
+        });
+        let text = m.render();
+        for line in [
+            "cmpoll_polls_total{result=\"error\"} 0",
+            "cmpoll_events_total{type=\"rejected\"} 0",
+            "cmpoll_reloads_total{result=\"failure\"} 0",
+            "cmpoll_validations_total{result=\"fail\"} 0",
+            "cmpoll_validations_total{result=\"error\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(!text.contains("cmpoll_event_reports_total{"), "off: {text}");
+        assert!(
+            !text.contains("cmpoll_webhook_reviews_total{"),
+            "off: {text}"
+        );
+    }
 
     #[test]
     fn renders_every_metric_with_help_and_type() {

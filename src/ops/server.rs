@@ -27,13 +27,17 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 const MAX_HEAD: usize = 8 * 1024;
 
+/// `/status`: the answer to a query string.
+pub type Status = Arc<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
+
 /// What the endpoints read.
 #[derive(Clone)]
 pub struct Endpoints {
     pub health: Arc<Mutex<Health>>,
     pub metrics: Arc<Mutex<Metrics>>,
-    /// `/status`'s JSON, where the command has one (`cmpoll run`).
-    pub status: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+    /// `/status`'s JSON for a query string, where the command has one (`cmpoll run`); an
+    /// error is a bad query, answered 400.
+    pub status: Option<Status>,
 }
 
 /// Binds and serves in the background; a bind error is a start-up error.
@@ -258,7 +262,7 @@ fn answer_for(head: &[u8], e: &Endpoints) -> Option<Vec<u8>> {
     if !version.starts_with("HTTP/1.") {
         return Some(text("400 Bad Request", "bad request\n"));
     }
-    let path = target.split('?').next().unwrap_or("");
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let known = matches!(path, "/healthz" | "/readyz" | "/metrics")
         || (path == "/status" && e.status.is_some());
     if !known {
@@ -283,8 +287,9 @@ fn answer_for(head: &[u8], e: &Endpoints) -> Option<Vec<u8>> {
                 &body,
             )
         }
-        "/status" => match &e.status {
-            Some(render) => response("200 OK", "application/json", &render()),
+        "/status" => match e.status.as_ref().map(|render| render(query)) {
+            Some(Ok(json)) => response("200 OK", "application/json", &json),
+            Some(Err(why)) => text("400 Bad Request", &format!("{why}\n")),
             None => text("404 Not Found", "not found\n"),
         },
         "/healthz" => check(&|h| h.liveness(Instant::now(), SystemTime::now()), "ok\n"),

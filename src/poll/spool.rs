@@ -465,7 +465,8 @@ impl Spool {
     }
 
     /// Rewrites the live records (`locs`, updated in place) into a fresh spool, as they
-    /// are (a shelved one stays shelved).
+    /// are (a shelved one stays shelved). All or nothing: if any record cannot be copied
+    /// (a full volume), every loc still points into this spool, which is left as it was.
     pub fn compact<'a>(&mut self, locs: impl Iterator<Item = &'a mut Loc>) -> io::Result<()> {
         let mut next = match &self.backing {
             Backing::Disk { .. } => Spool::new(self.dir.as_deref())?,
@@ -473,19 +474,28 @@ impl Spool {
         };
         next.shelf = self.shelf.take();
         next.look_on_shelf = self.look_on_shelf;
+        let mut locs: Vec<&mut Loc> = locs.collect();
         let copied = (|| {
-            for loc in locs {
-                let raw = self.raw(*loc)?;
-                *loc = next.append(|buf| buf.extend_from_slice(&raw))?;
+            let mut moved = Vec::with_capacity(locs.len());
+            for loc in &locs {
+                let raw = self.raw(**loc)?;
+                moved.push(next.append(|buf| buf.extend_from_slice(&raw))?);
             }
-            Ok(())
+            Ok::<_, io::Error>(moved)
         })();
-        if let Err(e) = copied {
-            self.shelf = next.shelf.take();
-            return Err(e);
+        match copied {
+            Ok(moved) => {
+                for (loc, at) in locs.iter_mut().zip(moved) {
+                    **loc = at;
+                }
+                *self = next;
+                Ok(())
+            }
+            Err(e) => {
+                self.shelf = next.shelf.take();
+                Err(e)
+            }
         }
-        *self = next;
-        Ok(())
     }
 }
 
@@ -727,6 +737,41 @@ mod tests {
             "{e}"
         );
         assert!(Spool::new(Some(Path::new("/proc"))).is_err());
+    }
+
+    /// Issue 42.5: a compaction that fails half-way (here a record it cannot read back;
+    /// on a full volume, a write of the new spool) changes nothing: every location still
+    /// reads what it did, so the daemon goes on with the spool as it was.
+    #[test]
+    fn a_compaction_that_fails_half_way_changes_no_location() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Spool::new(Some(dir.path())).unwrap();
+        let mut live = Vec::new();
+        for i in 0..6 {
+            let loc = s.put(&Object::configmap("u", "1"), &files(i)).unwrap();
+            if i % 2 == 0 {
+                live.push(loc);
+            } else {
+                s.release(loc);
+            }
+        }
+        let before = live.clone();
+        // The last location is past the end: copying it fails after the others.
+        let mut locs = live.clone();
+        locs.push(Loc {
+            off: s.len() + 10,
+            len: 5,
+        });
+        assert!(s.compact(locs.iter_mut()).is_err());
+        assert_eq!(&locs[..3], &before[..], "no location moved");
+        for (loc, i) in before.iter().zip([0, 2, 4]) {
+            assert_eq!(s.get(*loc).unwrap(), files(i), "still readable");
+        }
+        // And a compaction that can run still does.
+        s.compact(live.iter_mut()).unwrap();
+        for (loc, i) in live.iter().zip([0, 2, 4]) {
+            assert_eq!(s.get(*loc).unwrap(), files(i));
+        }
     }
 
     /// A shelf in memory: (id, key) → bytes, changeable by the test.

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use super::lookup::{Error, parse_listen, usage};
 use crate::cli::{StatusArgs, flag};
+use crate::status::answer::{Query, State};
 use crate::status::{Options as StatusSettings, Target};
 
 /// `cmpoll status`'s settings.
@@ -32,9 +33,24 @@ pub fn status(
             None => Target::Server(from_listen(env)?),
         },
     };
+    if args.all && !args.module.is_empty() {
+        return Err(usage(
+            "--module",
+            "not used with --all: give one (one module, or every module)",
+        ));
+    }
+    let query = Query {
+        states: match (args.all, args.module.is_empty()) {
+            (false, true) => vec![State::Rejected, State::Unwritten],
+            _ => Vec::new(),
+        },
+        modules: args.module.iter().map(|m| m.trim().to_string()).collect(),
+        summary: false,
+    };
     Ok(StatusSettings {
         target,
         json: args.json,
+        query,
     })
 }
 
@@ -82,6 +98,8 @@ mod tests {
             server_url: server_url.map(String::from),
             out_dir: out_dir.map(String::from),
             json: false,
+            all: false,
+            module: Vec::new(),
         }
     }
 

@@ -43,6 +43,14 @@ impl Options {
             || (self.agent.as_ref()).is_some_and(|a| a.stdin == child::ChildStdin::Events)
     }
 
+    /// Whether a sink reloads the agent: a reload signal to the supervised agent,
+    /// `--on-change`, `--reload-url`.
+    pub fn has_reloads(&self) -> bool {
+        (self.agent.as_ref()).is_some_and(|a| a.reload_signal.is_some())
+            || self.on_change.is_some()
+            || self.reload_url.is_some()
+    }
+
     /// For the start-up line: every sink, in order.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();

@@ -4,6 +4,11 @@
 //! (`delivered`, `rejected` with the reason, `unwritten` with the error). Made from a
 //! running daemon's ledger (`answer`) or from an output folder's own record (`mod.rs`);
 //! `problems` says what is wrong, one line each.
+//!
+//! A daemon of 100,000 modules answers some 25 MB in full, so the answer can be asked for
+//! less (`Query`, from `/status`'s query string): `?state=rejected,unwritten` (only the
+//! modules in those states), `?module=NS/NAME` (only those modules; repeatable, or a comma
+//! list), `?summary=true` (no module rows at all). `counts` always counts every module.
 
 use std::time::SystemTime;
 
@@ -14,10 +19,112 @@ use crate::ops::health::Health;
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::Rv;
 
-/// The answer of `/status`: what `ledger` holds, with readiness from `health`.
-pub fn answer(ledger: &Ledger, health: &Health) -> Answer {
+/// Which modules an answer lists (`/status`'s query string).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Query {
+    /// Only modules in these states (empty: every state).
+    pub states: Vec<State>,
+    /// Only these modules (empty: every module).
+    pub modules: Vec<String>,
+    /// No module rows: the counts only.
+    pub summary: bool,
+}
+
+impl Query {
+    /// `state=rejected,unwritten&module=ns%2Fname&summary=true`; an unknown parameter or
+    /// value is an error naming it.
+    pub fn parse(query: &str) -> Result<Query, String> {
+        let mut q = Query::default();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = percent_decoded(value)?;
+            match key {
+                "state" => {
+                    for s in value.split(',').filter(|s| !s.is_empty()) {
+                        q.states.push(State::from_word(s).ok_or_else(|| {
+                            format!("state '{s}' is not delivered, rejected or unwritten")
+                        })?);
+                    }
+                }
+                "module" => (q.modules)
+                    .extend((value.split(',').filter(|m| !m.is_empty())).map(str::to_string)),
+                "summary" => {
+                    q.summary = match value.as_str() {
+                        "" | "true" | "1" => true,
+                        "false" | "0" => false,
+                        other => return Err(format!("summary '{other}' is not true or false")),
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "'{other}' is not a parameter of /status (state, module, summary)"
+                    ));
+                }
+            }
+        }
+        Ok(q)
+    }
+
+    /// The query string that asks for this.
+    pub fn to_query(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.states.is_empty() {
+            let states: Vec<&str> = self.states.iter().map(|s| s.word()).collect();
+            parts.push(format!("state={}", states.join(",")));
+        }
+        for m in &self.modules {
+            parts.push(format!(
+                "module={}",
+                m.replace('%', "%25").replace('&', "%26")
+            ));
+        }
+        if self.summary {
+            parts.push("summary=true".into());
+        }
+        parts.join("&")
+    }
+
+    /// Whether a row of `module` in `state` is listed.
+    pub fn lists(&self, module: &str, state: State) -> bool {
+        !self.summary
+            && (self.states.is_empty() || self.states.contains(&state))
+            && (self.modules.is_empty() || self.modules.iter().any(|m| m == module))
+    }
+}
+
+/// `%2F` → `/`; `+` is a space, as in a form. An invalid escape is an error.
+fn percent_decoded(s: &str) -> Result<String, String> {
+    let mut out = Vec::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = s
+                    .get(i + 1..i + 3)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                out.push(hex.ok_or_else(|| format!("'{s}' has a broken %-escape"))?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("'{s}' is not UTF-8"))
+}
+
+/// The answer of `/status`: what `ledger` holds, with readiness from `health`, its module
+/// rows as `query` asks.
+pub fn answer(ledger: &Ledger, health: &Health, query: &Query) -> Answer {
     let readiness = health.readiness(std::time::Instant::now());
     let mut modules = Vec::new();
+    let mut counts = Counts::default();
     let row = |id: &str, hv: Option<(Hash, Rv)>| ModuleRow {
         module: id.to_string(),
         kind: ledger.kind_of(id).to_string(),
@@ -28,13 +135,23 @@ pub fn answer(ledger: &Ledger, health: &Health) -> Answer {
         error: None,
     };
     for (id, e) in ledger.modules.iter().flat_map(|m| m.iter()) {
+        let state = if ledger.rejected.contains_key(id) {
+            State::Rejected
+        } else if ledger.unwritten.contains_key(id) {
+            State::Unwritten
+        } else {
+            State::Delivered
+        };
+        counts.add(state);
+        if !query.lists(id, state) {
+            continue;
+        }
         let mut r = row(id, Some((e.hash, e.resource_version)));
-        if let Some(why) = ledger.rejected.get(id) {
-            r.state = State::Rejected;
-            r.reason = Some(why.clone());
-        } else if let Some((_, err)) = ledger.unwritten.get(id) {
-            r.state = State::Unwritten;
-            r.error = Some(err.clone());
+        r.state = state;
+        match state {
+            State::Rejected => r.reason = ledger.rejected.get(id).cloned(),
+            State::Unwritten => r.error = ledger.unwritten.get(id).map(|(_, e)| e.clone()),
+            State::Delivered => {}
         }
         modules.push(r);
     }
@@ -42,6 +159,10 @@ pub fn answer(ledger: &Ledger, health: &Health) -> Answer {
     // from the sink.
     for (id, (hv, err)) in &ledger.unwritten {
         if !ledger.modules.as_ref().is_some_and(|m| m.contains_key(id)) {
+            counts.add(State::Unwritten);
+            if !query.lists(id, State::Unwritten) {
+                continue;
+            }
             let mut r = row(id, *hv);
             r.state = State::Unwritten;
             r.error = Some(format!("removing: {err}"));
@@ -88,6 +209,7 @@ pub fn answer(ledger: &Ledger, health: &Health) -> Answer {
         }),
         last_success: ledger.last_success.map(rfc3339),
         sinks,
+        counts: Some(counts),
         modules,
     }
 }
@@ -122,7 +244,43 @@ pub struct Answer {
     pub last_poll: Option<LastPoll>,
     pub last_success: Option<String>,
     pub sinks: Vec<SinkRow>,
+    /// Every module by state, whatever the query lists (`None`: an older cmpoll's).
+    #[serde(default)]
+    pub counts: Option<Counts>,
+    /// The modules the query asked for (every module, unless it asked for less).
+    #[serde(default)]
     pub modules: Vec<ModuleRow>,
+}
+
+/// Modules by state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub delivered: usize,
+    pub rejected: usize,
+    pub unwritten: usize,
+}
+
+impl Counts {
+    fn add(&mut self, state: State) {
+        match state {
+            State::Delivered => self.delivered += 1,
+            State::Rejected => self.rejected += 1,
+            State::Unwritten => self.unwritten += 1,
+        }
+    }
+
+    /// Counted from the rows (an answer made without counts).
+    pub fn of(rows: &[ModuleRow]) -> Counts {
+        let mut c = Counts::default();
+        for r in rows {
+            c.add(r.state);
+        }
+        c
+    }
+
+    pub fn total(&self) -> usize {
+        self.delivered + self.rejected + self.unwritten
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -177,6 +335,22 @@ pub enum State {
     Unwritten,
 }
 
+impl State {
+    pub fn word(self) -> &'static str {
+        match self {
+            State::Delivered => "delivered",
+            State::Rejected => "rejected",
+            State::Unwritten => "unwritten",
+        }
+    }
+
+    fn from_word(w: &str) -> Option<State> {
+        [State::Delivered, State::Rejected, State::Unwritten]
+            .into_iter()
+            .find(|s| s.word() == w)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModuleRow {
@@ -194,6 +368,16 @@ pub struct ModuleRow {
 }
 
 impl Answer {
+    /// Only the rows `query` asks for, with the counts of every module (counted from the
+    /// rows where the answer had none: an older daemon's, or a folder's).
+    pub fn narrowed(mut self, query: &Query) -> Answer {
+        if self.counts.is_none() {
+            self.counts = Some(Counts::of(&self.modules));
+        }
+        self.modules.retain(|m| query.lists(&m.module, m.state));
+        self
+    }
+
     /// What is wrong, one line each; empty: healthy (exit 0).
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -231,6 +415,22 @@ impl Answer {
                     m.module,
                     first_line(m.error.as_deref().unwrap_or(""))
                 )),
+            }
+        }
+        // What the rows leave out (a summary, or other modules than those asked for).
+        if let Some(all) = self.counts {
+            let listed = Counts::of(&self.modules);
+            for (n, what) in [
+                (all.rejected - listed.rejected.min(all.rejected), "rejected"),
+                (
+                    all.unwritten - listed.unwritten.min(all.unwritten),
+                    "not written",
+                ),
+            ] {
+                if n > 0 {
+                    let others = if listed.total() > 0 { " other" } else { "" };
+                    out.push(format!("{n}{others} module(s) {what}"));
+                }
             }
         }
         out
@@ -282,7 +482,7 @@ mod tests {
     #[test]
     fn every_module_with_its_state_and_what_is_wrong() {
         let (mut l, mut health) = ledger();
-        let r = answer(&l, &health);
+        let r = answer(&l, &health, &Query::default());
         assert_eq!(
             r.problems()[..2],
             [
@@ -313,7 +513,7 @@ mod tests {
             "http://agent/-/reload",
             Err("503 Service Unavailable".into()),
         );
-        let r = answer(&l, &health);
+        let r = answer(&l, &health, &Query::default());
         let states: Vec<(&str, State, Option<&str>)> = (r.modules.iter())
             .map(|m| (m.module.as_str(), m.state, m.resource_version.as_deref()))
             .collect();
@@ -361,7 +561,7 @@ mod tests {
         m.push_unsorted("ns/b", entry(1, "3"));
         m.sort();
         l.modules(m, BTreeMap::new(), BTreeMap::new());
-        let kinds: Vec<String> = answer(&l, &health)
+        let kinds: Vec<String> = answer(&l, &health, &Query::default())
             .modules
             .into_iter()
             .map(|m| m.kind)
@@ -383,7 +583,7 @@ mod tests {
             ("configmap/ns/a".to_string(), output.to_string()),
         ]);
         l.modules(m, rejected, BTreeMap::new());
-        let r = answer(&l, &health);
+        let r = answer(&l, &health, &Query::default());
         assert_eq!(r.modules[0].reason.as_deref(), Some(output));
         assert_eq!(
             r.modules[1].reason.as_deref(),
@@ -394,5 +594,68 @@ mod tests {
                 .unwrap()
                 .contains("hunter2")
         );
+    }
+
+    /// A big daemon is asked for less: by state, by module, or counts only; the counts
+    /// always cover every module, and what the rows leave out is still a problem.
+    #[test]
+    fn the_answer_lists_what_the_query_asks_for() {
+        let (mut l, health) = ledger();
+        let mut m = Modules::default();
+        for (id, n) in [("ns/a", 1), ("ns/b", 2), ("ns/c", 3), ("ns/d", 4)] {
+            m.push_unsorted(id, entry(n, "1"));
+        }
+        m.sort();
+        let rejected = BTreeMap::from([("ns/b".to_string(), "bad".to_string())]);
+        let unwritten = BTreeMap::from([("ns/c".to_string(), (None, "ENOSPC".to_string()))]);
+        l.modules(m, rejected, unwritten);
+        let ids = |q: &str| {
+            let a = answer(&l, &health, &Query::parse(q).unwrap());
+            let ids: Vec<String> = a.modules.iter().map(|m| m.module.clone()).collect();
+            (ids, a.counts.unwrap())
+        };
+        let all = Counts {
+            delivered: 2,
+            rejected: 1,
+            unwritten: 1,
+        };
+        assert_eq!(
+            ids(""),
+            (
+                vec!["ns/a".into(), "ns/b".into(), "ns/c".into(), "ns/d".into()],
+                all
+            )
+        );
+        assert_eq!(
+            ids("state=rejected,unwritten"),
+            (vec!["ns/b".into(), "ns/c".into()], all)
+        );
+        assert_eq!(ids("module=ns%2Fd"), (vec!["ns/d".into()], all));
+        assert_eq!(
+            ids("module=ns/a,ns/c&state=unwritten"),
+            (vec!["ns/c".into()], all)
+        );
+        assert_eq!(ids("summary=true"), (vec![], all));
+        let summary = answer(&l, &health, &Query::parse("summary").unwrap());
+        let problems = summary.problems();
+        assert!(
+            problems.contains(&"1 module(s) rejected".to_string()),
+            "{problems:?}"
+        );
+        assert!(
+            problems.contains(&"1 module(s) not written".to_string()),
+            "{problems:?}"
+        );
+        for bad in ["state=gone", "modul=x", "summary=maybe", "module=%zz"] {
+            assert!(Query::parse(bad).is_err(), "{bad}");
+        }
+        // An older daemon's full answer, narrowed here, counts from its rows.
+        let mut old = answer(&l, &health, &Query::default());
+        old.counts = None;
+        let q = Query::parse("state=rejected").unwrap();
+        let narrowed = old.narrowed(&q);
+        assert_eq!(narrowed.counts, Some(all));
+        assert_eq!(narrowed.modules.len(), 1);
+        assert_eq!(Query::parse(&q.to_query()).unwrap(), q);
     }
 }

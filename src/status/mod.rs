@@ -12,7 +12,7 @@ mod table;
 use std::path::Path;
 use std::time::Duration;
 
-use self::answer::{Answer, ModuleRow, SinkRow, State};
+use self::answer::{Answer, ModuleRow, Query, SinkRow, State};
 use crate::error::Error;
 use crate::http::tls::{self, Trust};
 
@@ -30,6 +30,8 @@ pub enum Target {
 pub struct Options {
     pub target: Target,
     pub json: bool,
+    /// Which modules to list (by default those rejected or not written).
+    pub query: Query,
 }
 
 /// How long the daemon may take to answer.
@@ -39,9 +41,9 @@ const MAX_ANSWER: u64 = 512 * 1024 * 1024;
 
 pub fn run(s: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
     let (answer, raw) = match &s.target {
-        Target::Server(url) => ask(url, env)?,
+        Target::Server(url) => ask(url, &s.query, env)?,
         Target::Folder(dir) => {
-            let r = from_folder(dir)?;
+            let r = from_folder(dir, &s.query)?;
             let raw = serde_json::to_string_pretty(&r).unwrap_or_default() + "\n";
             (r, raw)
         }
@@ -65,9 +67,16 @@ pub fn run(s: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error
 }
 
 /// `GET URL/status`: the report and the answer as it came.
-fn ask(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<(Answer, String), Error> {
-    let status_url = format!("{url}/status");
-    let shown = crate::http::url::redact(&status_url);
+fn ask(
+    url: &str,
+    query: &Query,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Answer, String), Error> {
+    let shown = crate::http::url::redact(&format!("{url}/status"));
+    let status_url = match query.to_query() {
+        q if q.is_empty() => format!("{url}/status"),
+        q => format!("{url}/status?{q}"),
+    };
     let trust = match url.starts_with("https://") {
         true => Trust::Platform,
         false => Trust::Insecure,
@@ -105,12 +114,13 @@ fn ask(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<(Answer, Strin
     }
     let answer: Answer = serde_json::from_str(&body)
         .map_err(|e| Error::Runtime(format!("{shown}: not a cmpoll status answer: {e}")))?;
-    Ok((answer, body))
+    // An older daemon reads no query: it answers every module, narrowed here.
+    Ok((answer.narrowed(query), body))
 }
 
 /// What an output folder records: every module it holds (delivered), what `--validate`
 /// rejected (`rejected.json`), and what a failed or interrupted write left behind.
-fn from_folder(dir: &Path) -> Result<Answer, Error> {
+fn from_folder(dir: &Path, query: &Query) -> Result<Answer, Error> {
     let (written, pending) = crate::sink::outdir::recorded(dir).map_err(Error::Config)?;
     let meta = crate::sink::outdir::meta_dir(dir);
     let rejections = crate::validate::rejections(&meta).map_err(Error::Config)?;
@@ -175,8 +185,9 @@ fn from_folder(dir: &Path) -> Result<Answer, Error> {
             last_delivery: None,
             reloads: Vec::new(),
         }],
+        counts: None,
         modules,
     };
     answer.ready = answer.problems().is_empty();
-    Ok(answer)
+    Ok(answer.narrowed(query))
 }

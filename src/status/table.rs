@@ -1,7 +1,8 @@
 //! `cmpoll status`'s table: the answer as kubectl prints objects, left-aligned columns
 //! three spaces apart, one line per sink and per module.
 
-use super::answer::{Answer, State, first_line};
+use super::answer::{Answer, Counts, State, first_line};
+use crate::ops::health::thousands;
 
 impl Answer {
     /// The kubectl-like table `cmpoll status` prints.
@@ -37,6 +38,14 @@ impl Answer {
                 None => "no".to_string(),
                 Some(why) => format!("no ({why})"),
             }
+        );
+        let counts = self.counts.unwrap_or_else(|| Counts::of(&self.modules));
+        out += &format!(
+            "modules: {} ({} delivered, {} rejected, {} not written)\n",
+            thousands(counts.total()),
+            thousands(counts.delivered),
+            thousands(counts.rejected),
+            thousands(counts.unwritten)
         );
         if !self.sinks.is_empty() {
             out += "\n";
@@ -106,7 +115,11 @@ impl Answer {
             ]);
         }
         if self.modules.is_empty() {
-            out += "no modules\n";
+            out += match counts.total() {
+                0 => "no modules\n",
+                _ if counts.rejected + counts.unwritten == 0 => "every module is delivered\n",
+                _ => "no module listed\n",
+            };
         } else {
             out += &columns(&rows);
         }

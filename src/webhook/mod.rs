@@ -70,6 +70,10 @@ pub fn run(opts: Options) -> Result<(), Error> {
         .map_err(|e| Error::Config(format!("--listen {}: {e}", opts.listen)))?;
     let stage = Stage::new(None).map_err(Error::Config)?;
     let metrics = Metrics::new();
+    metrics.expect(&crate::ops::metrics::Features {
+        webhook: true,
+        ..Default::default()
+    });
     let reviews = metrics.webhook_reviews();
     let hook = Arc::new(Webhook {
         selection: opts.selection,

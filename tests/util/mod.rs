@@ -494,6 +494,11 @@ impl Daemon {
         }
     }
 
+    /// The process started (a wrapper's, where there is one).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }

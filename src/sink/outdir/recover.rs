@@ -64,7 +64,14 @@ impl OutDir {
         self.expire(true)?;
         // What recovery removed or adopted, durable before the record says so.
         sync_volume(self.dir())?;
-        self.save_all()
+        // A record that cannot be saved now (a full volume) is no reason not to start:
+        // the journal still holds what was recovered, and the first batch saves it.
+        if let Err(e) = self.save_all() {
+            log::warn!(
+                "--out-dir: cannot save the record after recovering: {e}; the first batch saves it"
+            );
+        }
+        Ok(())
     }
 
     fn recover_version(&mut self, p: &Pending, version: &str) -> io::Result<()> {

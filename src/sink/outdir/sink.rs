@@ -88,7 +88,7 @@ impl Sink for OutDir {
         } else {
             (writes, Vec::new())
         };
-        let unwritten = self.sync(batch, writes, removals)?;
+        let unwritten = self.sync(batch, writes, removals);
         self.reconciled = true;
         Ok(Outcome {
             unwritten,

@@ -5,7 +5,9 @@
 //! record is saved, and the journal dropped, once the batch is done. A module that cannot
 //! be written keeps its previous version and is retried next poll; a journal that cannot
 //! be written stops the batch there (the rest waits for the next poll); a record that
-//! cannot be saved is `Fatal`.
+//! cannot be saved (a full volume) leaves every module of the batch unwritten: what was
+//! switched in is on disk and in the journal, which a restart finishes from, and the next
+//! poll writes them again and saves the record. Nothing here stops the daemon.
 
 use std::fs::{self, File};
 use std::io;
@@ -16,15 +18,20 @@ use super::paths::{JOURNAL, STATE, meta_dir};
 use super::record::Pending;
 use super::write::Staged;
 use crate::atomic::{self, fsync_dir, remove_if_exists};
-use crate::batch::{Batch, Event, Fatal};
+use crate::batch::{Batch, Event};
 use crate::ops::health::thousands;
+use crate::ops::volume::{Volume, size};
 use crate::source::ModuleFile;
 
-/// How a batch's writes are going: what could not be written and why, the bytes of the
-/// modules that found no room on the volume, and how far it is.
+/// How a batch's writes are going: what could not be written and why, what was (written
+/// or removed), the bytes of the modules that found no room on the volume, and how far it
+/// is.
 struct Progress {
     unwritten: Vec<(String, String)>,
+    done_ids: Vec<String>,
     no_room: Vec<u64>,
+    /// The folder's volume, asked once a write failed (`None`: not yet asked).
+    volume: Option<Option<Volume>>,
     total: usize,
     done: usize,
     told: Instant,
@@ -34,7 +41,9 @@ impl Progress {
     fn new(total: usize) -> Progress {
         Progress {
             unwritten: Vec::new(),
+            done_ids: Vec::new(),
             no_room: Vec::new(),
+            volume: None,
             total,
             done: 0,
             told: Instant::now(),
@@ -64,7 +73,7 @@ impl OutDir {
         batch: &Batch,
         writes: Vec<&Event>,
         removals: Vec<String>,
-    ) -> Result<Vec<(String, String)>, Fatal> {
+    ) -> Vec<(String, String)> {
         let mut progress = Progress::new(writes.len());
         let mut removals = Some(removals);
         let mut chunks: Vec<&[&Event]> = writes.chunks(self.chunk).collect();
@@ -80,14 +89,16 @@ impl OutDir {
                         .flat_map(|c| c.iter().map(|e| e.id.to_string())),
                 );
                 self.unjournaled(&e, waiting, &mut progress);
-                return Ok(progress.unwritten);
+                return progress.unwritten;
             }
             for id in removals.take().into_iter().flatten() {
-                if let Err(e) = self.remove(&id) {
-                    log::warn!("--out-dir: cannot remove {id}: {e}");
-                    progress
-                        .unwritten
-                        .push((id, format!("cannot remove it: {e}")));
+                match self.remove(&id) {
+                    Ok(()) => progress.done_ids.push(id),
+                    Err(e) => {
+                        log::warn!("--out-dir: cannot remove {id}: {e}");
+                        let why = format!("cannot remove it: {e}");
+                        progress.unwritten.push((id, why));
+                    }
                 }
             }
             self.write_chunk(batch, planned, &mut progress);
@@ -151,11 +162,12 @@ impl OutDir {
             {
                 Ok(s) => staged.push((p, s)),
                 Err(err) => {
+                    let bytes = batch.spool.meta(e.entry.loc).map_or(0, |m| m.bytes);
                     if err.kind() == io::ErrorKind::StorageFull {
-                        let bytes = batch.spool.meta(e.entry.loc).map_or(0, |m| m.bytes);
                         progress.no_room.push(bytes);
                     }
-                    progress.unwritten(e.id, &err);
+                    let why = self.why_unwritten(&err, bytes, &mut progress.volume);
+                    progress.unwritten(e.id, &why);
                 }
             }
             self.count(progress);
@@ -171,13 +183,45 @@ impl OutDir {
         }
         for (p, s) in staged {
             let result = self.switch(&p, s).and_then(|w| self.install(&p.module, w));
-            if let Err(err) = result {
-                progress.unwritten(&p.module, &err);
+            match result {
+                Ok(()) => progress.done_ids.push(p.module),
+                Err(err) => {
+                    let why = self.why_unwritten(&err, 0, &mut progress.volume);
+                    progress.unwritten(&p.module, &why);
+                }
             }
         }
         // The switches (and removals) durable before the record says they happened.
         if let Err(err) = atomic::sync_volume(self.dir()) {
             log::warn!("--out-dir: cannot sync the switched modules: {err}");
+        }
+    }
+
+    /// Why a write failed, as readiness, `/status` and the log say it: the error and the
+    /// volume's mount point, and for want of space, the room the module needs beside
+    /// what is free (`bytes`: its files' size, or 0 where that is not known).
+    fn why_unwritten(
+        &self,
+        err: &io::Error,
+        bytes: u64,
+        volume: &mut Option<Option<Volume>>,
+    ) -> String {
+        let volume = volume.get_or_insert_with(|| Volume::of(self.dir()));
+        let Some(v) = volume else {
+            return err.to_string();
+        };
+        let at = match &v.mount {
+            Some(m) => format!("the volume mounted at '{}'", m.display()),
+            None => "its volume".to_string(),
+        };
+        match err.kind() {
+            io::ErrorKind::StorageFull if bytes > 0 => format!(
+                "{err}: it needs about {} and {at} has {} free",
+                size(bytes),
+                size(v.free)
+            ),
+            io::ErrorKind::StorageFull => format!("{err}: {at} has {} free", size(v.free)),
+            _ => format!("{err} (on {at})"),
         }
     }
 
@@ -196,8 +240,9 @@ impl OutDir {
     }
 
     /// The batch is done: old versions expired, the want of space told, the record saved
-    /// and the journal dropped.
-    fn finish(&mut self, progress: Progress) -> Result<Vec<(String, String)>, Fatal> {
+    /// and the journal dropped. A record that cannot be saved leaves the batch's modules
+    /// unwritten (see the top of this file).
+    fn finish(&mut self, mut progress: Progress) -> Vec<(String, String)> {
         self.record.pending.clear();
         self.writing.clear();
         if let Err(e) = self.expire(true) {
@@ -214,13 +259,14 @@ impl OutDir {
                 crate::ops::volume::size(progress.no_room.iter().sum()),
             );
         }
-        self.save_all().map_err(|e| {
-            Fatal(format!(
-                "--out-dir: cannot save '{}': {e}",
-                meta_dir(self.dir()).join(STATE).display()
-            ))
-        })?;
-        Ok(progress.unwritten)
+        if let Err(e) = self.save_all() {
+            let path = meta_dir(self.dir()).join(STATE);
+            let why = format!("cannot save the record '{}': {e}", path.display());
+            log::warn!("--out-dir: {why}; writing the batch again next poll");
+            let done = std::mem::take(&mut progress.done_ids);
+            (progress.unwritten).extend(done.into_iter().map(|id| (id, why.clone())));
+        }
+        progress.unwritten
     }
 
     /// A module's contents, from the spool. If they cannot be read (a module the spool
