@@ -160,14 +160,6 @@ pub enum Placed {
 static NO_FLAT: BTreeMap<String, Digest> = BTreeMap::new();
 
 impl Placed {
-    /// A flat module with no file yet.
-    pub fn no_flat() -> Placed {
-        Placed::Flat {
-            files: BTreeMap::new(),
-            left: None,
-        }
-    }
-
     /// The version folder and its files (`files`, or what a flat write left of it).
     pub fn version(&self) -> Option<(&str, &Keys)> {
         match self {
@@ -318,18 +310,26 @@ impl<'de> Deserialize<'de> for Written {
 }
 
 /// A `Written` as the record holds it in memory, one per module of the folder, so kept
-/// small (72 bytes): a `files` module whose version folder has the name `plan` makes from
-/// the module id and a sequence number is kept as that number and its keys; anything
-/// else (the concat and flat layouts, an older cmpoll's names) is boxed aside.
+/// small (80 bytes): what `plan` names from the module id is kept without the name — a
+/// `files` module's version folder as its sequence number (and its keys), a `concat`
+/// module's file as the index of its suffix (the folder's `--ext`, in `Modules::suffixes`)
+/// beside its digest; anything else (the flat layout, an older cmpoll's names) is boxed
+/// aside.
 #[derive(Clone, Debug, PartialEq)]
 struct Stored {
     hash: Option<Hash>,
     mode: u32,
-    /// The version folder is `stem(id).SEQ` (SEQ in hex); 0: where it lies is `rare`.
-    seq: u64,
-    /// The version folder's files (with a `seq`).
-    files: Keys,
-    rare: Option<Box<Placed>>,
+    place: Place,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Place {
+    /// `files`: the version folder `stem(id).SEQ` (SEQ in hex, never 0) and its files.
+    Version { seq: u64, files: Keys },
+    /// `concat`: the file `NS.NAME` (the id, `/` made `.`) and `Modules::suffixes[suffix]`.
+    File { suffix: u16, digest: Option<Digest> },
+    /// Anything else, as it is.
+    Other(Box<Placed>),
 }
 
 /// The version folder name `plan` gives `id` at `seq`.
@@ -337,37 +337,69 @@ pub fn version_of(id: &str, seq: u64) -> String {
     format!("{}.{seq:x}", stem(id, STEM_MAX))
 }
 
+/// `ns/name` → `ns.name`: the start of a concat file's name.
+fn dotted(id: &str) -> String {
+    id.replace('/', ".")
+}
+
 impl Stored {
-    fn new(id: &str, w: Written) -> Stored {
-        let (seq, files, rare) = match w.placed {
+    fn new(id: &str, w: Written, suffixes: &mut Vec<Box<str>>) -> Stored {
+        let place = match w.placed {
             Placed::Version { version, files } => {
                 let seq = (version.rsplit_once('.'))
                     .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok())
                     .filter(|&seq| seq != 0 && *version == *version_of(id, seq));
                 match seq {
-                    Some(seq) => (seq, files, None),
-                    None => (0, Keys::default(), Some(Placed::Version { version, files })),
+                    Some(seq) => Place::Version { seq, files },
+                    None => Place::Other(Box::new(Placed::Version { version, files })),
                 }
             }
-            other => (0, Keys::default(), Some(other)),
+            Placed::File { file, digest } => {
+                let suffix =
+                    (file.strip_prefix(&*dotted(id))).and_then(|s| Self::suffix(s, suffixes));
+                match suffix {
+                    Some(suffix) => Place::File { suffix, digest },
+                    None => Place::Other(Box::new(Placed::File { file, digest })),
+                }
+            }
+            other => Place::Other(Box::new(other)),
         };
         Stored {
             hash: w.hash,
             mode: w.mode,
-            seq,
-            files,
-            rare: rare.map(Box::new),
+            place,
         }
     }
 
-    fn written(&self, id: &str) -> Written {
-        let placed = match (self.seq, &self.rare) {
-            (0, Some(p)) => (**p).clone(),
-            (0, None) => Placed::no_flat(),
-            (seq, _) => Placed::Version {
-                version: version_of(id, seq).into(),
-                files: self.files.clone(),
+    /// The index of `suffix` in `suffixes`, added if new (`None`: the table is full, which
+    /// a folder with one `--ext` never comes near).
+    fn suffix(suffix: &str, suffixes: &mut Vec<Box<str>>) -> Option<u16> {
+        let at = match suffixes.iter().position(|s| **s == *suffix) {
+            Some(at) => at,
+            None => {
+                suffixes.push(suffix.into());
+                suffixes.len() - 1
+            }
+        };
+        u16::try_from(at).ok()
+    }
+
+    fn written(&self, id: &str, suffixes: &[Box<str>]) -> Written {
+        let placed = match &self.place {
+            Place::Version { seq, files } => Placed::Version {
+                version: version_of(id, *seq).into(),
+                files: files.clone(),
             },
+            Place::File { suffix, digest } => Placed::File {
+                file: format!(
+                    "{}{}",
+                    dotted(id),
+                    suffixes.get(usize::from(*suffix)).map_or("", |s| &**s)
+                )
+                .into(),
+                digest: *digest,
+            },
+            Place::Other(p) => (**p).clone(),
         };
         Written {
             hash: self.hash,
@@ -379,26 +411,31 @@ impl Stored {
 
 /// The record's modules by id: each given and taken as a `Written`, held as a `Stored`.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Modules(IdMap<Stored>);
+pub struct Modules {
+    by_id: IdMap<Stored>,
+    /// The suffixes of concat files' names (one in a folder with one `--ext`).
+    suffixes: Vec<Box<str>>,
+}
 
 impl Modules {
     pub fn get(&self, id: &str) -> Option<Written> {
-        self.0.get(id).map(|s| s.written(id))
+        (self.by_id.get(id)).map(|s| s.written(id, &self.suffixes))
     }
 
     #[cfg(test)]
     pub fn contains_key(&self, id: &str) -> bool {
-        self.0.contains_key(id)
+        self.by_id.contains_key(id)
     }
 
     /// Inserts or replaces; what was replaced.
     pub fn insert(&mut self, id: &str, w: Written) -> Option<Written> {
-        let old = self.0.insert(id, Stored::new(id, w));
-        old.map(|s| s.written(id))
+        let stored = Stored::new(id, w, &mut self.suffixes);
+        let old = self.by_id.insert(id, stored);
+        old.map(|s| s.written(id, &self.suffixes))
     }
 
     pub fn remove(&mut self, id: &str) -> Option<Written> {
-        self.0.remove(id).map(|s| s.written(id))
+        (self.by_id.remove(id)).map(|s| s.written(id, &self.suffixes))
     }
 
     /// Changes the record of `id`, if there is one.
@@ -410,12 +447,12 @@ impl Modules {
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.0.keys()
+        self.by_id.keys()
     }
 
     /// In id order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, Written)> {
-        self.0.iter().map(|(id, s)| (id, s.written(id)))
+        (self.by_id.iter()).map(|(id, s)| (id, s.written(id, &self.suffixes)))
     }
 }
 
@@ -517,10 +554,15 @@ impl Record {
 
     /// Shares the key lists of modules with the same keys (after loading).
     pub fn intern(&mut self, interner: &mut Interner) {
-        for s in self.modules.0.values_mut() {
-            s.files = interner.intern(s.files.clone());
-            if let Some(Placed::Version { files, .. }) = s.rare.as_deref_mut() {
-                *files = interner.intern(files.clone());
+        for s in self.modules.by_id.values_mut() {
+            match &mut s.place {
+                Place::Version { files, .. } => *files = interner.intern(files.clone()),
+                Place::Other(p) => {
+                    if let Placed::Version { files, .. } = &mut **p {
+                        *files = interner.intern(files.clone());
+                    }
+                }
+                Place::File { .. } => {}
             }
         }
         for r in &mut self.retired {
@@ -820,7 +862,8 @@ mod tests {
     /// taken, whatever its layout or the age of its version folder's name.
     #[test]
     fn the_compact_form_gives_back_what_it_took() {
-        assert!(std::mem::size_of::<Stored>() <= 72);
+        assert!(std::mem::size_of::<Stored>() <= 80);
+        let mut suffixes = Vec::new();
         let keys: Keys = vec![Box::from("a.conf")].into();
         let long = format!("ns/{}", "n".repeat(253));
         let cases = [
@@ -845,15 +888,41 @@ mod tests {
                     files: keys.clone(),
                 },
             };
-            let stored = Stored::new(id, w.clone());
-            assert_eq!(stored.written(id), w, "{:?}", w.placed);
-            assert_eq!(stored.rare.is_none(), number, "{:?}", w.placed);
+            let stored = Stored::new(id, w.clone(), &mut suffixes);
+            assert_eq!(stored.written(id, &suffixes), w, "{:?}", w.placed);
+            let compact = matches!(stored.place, Place::Version { .. });
+            assert_eq!(compact, number, "{:?}", w.placed);
         }
+        // A concat file named from its id is kept as its suffix's index and its digest,
+        // any other name as it is.
+        for (id, file, compact) in [
+            ("ns/c", "ns.c.conf", true),
+            ("configmap/ns/c", "configmap.ns.c.alloy", true),
+            ("ns/x", "ns.x", true),
+            ("ns/c", "other.conf", false),
+        ] {
+            let w = Written {
+                hash: Some(Hash([4; 32])),
+                mode: 0o644,
+                placed: Placed::File {
+                    file: file.into(),
+                    digest: Some(Digest([1; 32])),
+                },
+            };
+            let stored = Stored::new(id, w.clone(), &mut suffixes);
+            assert_eq!(stored.written(id, &suffixes), w, "{file}");
+            assert_eq!(
+                matches!(stored.place, Place::File { .. }),
+                compact,
+                "{file}"
+            );
+        }
+        assert_eq!(suffixes.len(), 3, "{suffixes:?}: one per --ext");
         let concat = Written {
             hash: None,
             mode: 0,
             placed: Placed::File {
-                file: "ns.m.conf".into(),
+                file: "ns.c.conf".into(),
                 digest: Some(Digest([1; 32])),
             },
         };

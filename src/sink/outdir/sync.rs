@@ -9,6 +9,7 @@
 //! switched in is on disk and in the journal, which a restart finishes from, and the next
 //! poll writes them again and saves the record. Nothing here stops the daemon.
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io;
 use std::time::Instant;
@@ -23,12 +24,10 @@ use crate::ops::health::thousands;
 use crate::ops::volume::{Volume, size};
 use crate::source::ModuleFile;
 
-/// How a batch's writes are going: what could not be written and why, what was (written
-/// or removed), the bytes of the modules that found no room on the volume, and how far it
-/// is.
+/// How a batch's writes are going: what could not be written and why, the bytes of the
+/// modules that found no room on the volume, and how far it is.
 struct Progress {
     unwritten: Vec<(String, String)>,
-    done_ids: Vec<String>,
     no_room: Vec<u64>,
     /// The folder's volume, asked once a write failed (`None`: not yet asked).
     volume: Option<Option<Volume>>,
@@ -41,7 +40,6 @@ impl Progress {
     fn new(total: usize) -> Progress {
         Progress {
             unwritten: Vec::new(),
-            done_ids: Vec::new(),
             no_room: Vec::new(),
             volume: None,
             total,
@@ -75,7 +73,6 @@ impl OutDir {
         removals: Vec<String>,
     ) -> Vec<(String, String)> {
         let mut progress = Progress::new(writes.len());
-        let mut removals = Some(removals);
         let mut chunks: Vec<&[&Event]> = writes.chunks(self.chunk).collect();
         if chunks.is_empty() {
             chunks.push(&[]);
@@ -83,27 +80,28 @@ impl OutDir {
         for (n, chunk) in chunks.iter().enumerate() {
             let planned = self.plan_chunk(batch, chunk, &mut progress);
             if let Err(e) = self.journal() {
-                let waiting = (removals.into_iter().flatten()).chain(
-                    chunks[n + 1..]
-                        .iter()
-                        .flat_map(|c| c.iter().map(|e| e.id.to_string())),
-                );
+                let later = chunks[n + 1..].iter().flat_map(|c| c.iter().map(|e| e.id));
+                let waiting = (n == 0).then_some(&removals).into_iter().flatten();
+                let waiting = waiting.map(String::as_str).chain(later);
                 self.unjournaled(&e, waiting, &mut progress);
                 return progress.unwritten;
             }
-            for id in removals.take().into_iter().flatten() {
-                match self.remove(&id) {
-                    Ok(()) => progress.done_ids.push(id),
-                    Err(e) => {
+            if n == 0 {
+                for id in &removals {
+                    if let Err(e) = self.remove(id) {
                         log::warn!("--out-dir: cannot remove {id}: {e}");
                         let why = format!("cannot remove it: {e}");
-                        progress.unwritten.push((id, why));
+                        progress.unwritten.push((id.clone(), why));
                     }
                 }
             }
             self.write_chunk(batch, planned, &mut progress);
         }
-        self.finish(progress)
+        let made = writes
+            .iter()
+            .map(|e| e.id)
+            .chain(removals.iter().map(String::as_str));
+        self.finish(progress, made)
     }
 
     /// Decides each write of a chunk into `record.pending`; what cannot be written is
@@ -134,16 +132,17 @@ impl OutDir {
     /// The journal could not be written: without it nothing may be written, so this
     /// chunk and everything `waiting` (removals, later chunks) is left for the next poll;
     /// what earlier chunks wrote is in the journal, and the record takes it now.
-    fn unjournaled(
+    fn unjournaled<'a>(
         &mut self,
         e: &io::Error,
-        waiting: impl Iterator<Item = String>,
+        waiting: impl Iterator<Item = &'a str>,
         progress: &mut Progress,
     ) {
         log::warn!("--out-dir: cannot record the writes to come: {e}");
         self.writing.clear();
         let why = format!("cannot record the writes to come: {e}");
         let pending = self.record.pending.drain(..).map(|p| p.module);
+        let waiting = waiting.map(str::to_string);
         (progress.unwritten).extend(pending.chain(waiting).map(|id| (id, why.clone())));
         if let Err(e) = self.save_all() {
             log::warn!("--out-dir: cannot save the record: {e}");
@@ -184,7 +183,7 @@ impl OutDir {
         for (p, s) in staged {
             let result = self.switch(&p, s).and_then(|w| self.install(&p.module, w));
             match result {
-                Ok(()) => progress.done_ids.push(p.module),
+                Ok(()) => {}
                 Err(err) => {
                     let why = self.why_unwritten(&err, 0, &mut progress.volume);
                     progress.unwritten(&p.module, &why);
@@ -241,8 +240,13 @@ impl OutDir {
 
     /// The batch is done: old versions expired, the want of space told, the record saved
     /// and the journal dropped. A record that cannot be saved leaves the batch's modules
-    /// unwritten (see the top of this file).
-    fn finish(&mut self, mut progress: Progress) -> Vec<(String, String)> {
+    /// (`made`: every write and removal it set out to make) unwritten (see the top of
+    /// this file).
+    fn finish<'a>(
+        &mut self,
+        mut progress: Progress,
+        made: impl Iterator<Item = &'a str>,
+    ) -> Vec<(String, String)> {
         self.record.pending.clear();
         self.writing.clear();
         if let Err(e) = self.expire(true) {
@@ -263,8 +267,11 @@ impl OutDir {
             let path = meta_dir(self.dir()).join(STATE);
             let why = format!("cannot save the record '{}': {e}", path.display());
             log::warn!("--out-dir: {why}; writing the batch again next poll");
-            let done = std::mem::take(&mut progress.done_ids);
-            (progress.unwritten).extend(done.into_iter().map(|id| (id, why.clone())));
+            let failed: HashSet<String> = (progress.unwritten.iter())
+                .map(|(id, _)| id.clone())
+                .collect();
+            let done: Vec<&str> = made.filter(|id| !failed.contains(*id)).collect();
+            (progress.unwritten).extend(done.into_iter().map(|id| (id.to_string(), why.clone())));
         }
         progress.unwritten
     }

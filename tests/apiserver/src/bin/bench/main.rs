@@ -42,6 +42,10 @@ struct Args {
     fleet: usize,
     /// Module counts for the output-folder part.
     outdir_sizes: Vec<usize>,
+    /// Bytes of each of an output-folder module's two keys.
+    outdir_bytes: usize,
+    /// The output folder's `--layout`.
+    outdir_layout: String,
     /// Another cmpoll binary (an older build), measured beside this one: before vs after.
     baseline: Option<std::path::PathBuf>,
     /// Dashboards for the k8s-sidecar part.
@@ -79,6 +83,8 @@ fn args() -> Args {
         fleet: 100,
         baseline: None,
         outdir_sizes: vec![10_000, 100_000],
+        outdir_bytes: 512,
+        outdir_layout: "files".into(),
         dashboards: 300,
         quiet: 60,
         fleet_sizes: vec![10, 100, 300],
@@ -100,6 +106,8 @@ fn args() -> Args {
             "--fleet" => a.fleet = v.parse().expect("--fleet N"),
             "--baseline" => a.baseline = Some(v.into()),
             "--outdir-sizes" => a.outdir_sizes = v.split(',').map(parse_count).collect(),
+            "--outdir-bytes" => a.outdir_bytes = v.parse().expect("--outdir-bytes N"),
+            "--outdir-layout" => a.outdir_layout = v.to_string(),
             "--dashboards" => a.dashboards = v.parse().expect("--dashboards N"),
             "--quiet" => a.quiet = v.parse().expect("--quiet SECONDS"),
             "--fleet-sizes" => a.fleet_sizes = v.split(',').map(parse_count).collect(),
@@ -113,7 +121,7 @@ fn args() -> Args {
             }
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH]"
                 );
                 std::process::exit(2);
             }
@@ -607,7 +615,15 @@ fn main() {
         println!();
     }
     if part("outdir") {
-        outdir::run(&cmpoll, a.baseline.as_deref(), &a.outdir_sizes);
+        outdir::run(
+            &cmpoll,
+            a.baseline.as_deref(),
+            &a.outdir_sizes,
+            outdir::Shape {
+                key_bytes: a.outdir_bytes,
+                layout: &a.outdir_layout,
+            },
+        );
         println!();
     }
     if part("sidecar") {

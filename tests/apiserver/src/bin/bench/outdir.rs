@@ -23,10 +23,20 @@ struct Figures {
     daemon_peak_kib: u64,
 }
 
-/// N modules of two 512-byte keys in 20 namespaces.
-fn load(server: &TestApiserver, n: usize, round: usize) {
+/// The modules measured, and how they are written.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape<'a> {
+    /// Bytes of each of a module's two keys (about).
+    pub key_bytes: usize,
+    /// `--layout`.
+    pub layout: &'a str,
+}
+
+/// N modules of two keys of `key_bytes` (about: 512 by default) in 20 namespaces.
+fn load(server: &TestApiserver, n: usize, round: usize, key_bytes: usize) {
     for i in 0..n {
-        let body = |k: usize| format!("{}{round}-{i}-{k}\n", "x".repeat(500));
+        let fill = "x".repeat(key_bytes.saturating_sub(12));
+        let body = |k: usize| format!("{fill}{round}-{i}-{k}\n");
         server.put(
             ConfigMap::new(&format!("ns-{:02}", i % 20), &format!("module-{i:06}"))
                 .label("cmpoll.io/module", "true")
@@ -36,8 +46,9 @@ fn load(server: &TestApiserver, n: usize, round: usize) {
     }
 }
 
-fn once(cmpoll: &Path, kubeconfig: &Path, out: &Path) -> Command {
+fn once(cmpoll: &Path, kubeconfig: &Path, out: &Path, layout: &str) -> Command {
     let mut c = Command::new(cmpoll);
+    c.env("CMPOLL_LAYOUT", layout);
     c.args(["run", "--once", "--max-response-bytes", "1Gi", "--out-dir"])
         .arg(out)
         .args(["--old-version-ttl", "0s"])
@@ -48,10 +59,11 @@ fn once(cmpoll: &Path, kubeconfig: &Path, out: &Path) -> Command {
 
 /// Sync calls (fsync, fdatasync, syncfs, sync_file_range) of a first start, from
 /// `strace -c`; `None` without strace.
-fn count_syncs(cmpoll: &Path, kubeconfig: &Path, out: &Path) -> Option<u64> {
+fn count_syncs(cmpoll: &Path, kubeconfig: &Path, out: &Path, layout: &str) -> Option<u64> {
     let report = out.with_extension("strace");
     let mut c = Command::new("strace");
-    c.args(["-f", "-c", "-o"])
+    c.env("CMPOLL_LAYOUT", layout)
+        .args(["-f", "-c", "-o"])
         .arg(&report)
         .args(["-e", "trace=fsync,fdatasync,syncfs,sync_file_range"])
         .arg(cmpoll)
@@ -139,12 +151,12 @@ impl Drop for FreshFs {
 /// hundreds of thousands of inodes just before a first start makes ext4's inode
 /// allocator skip the recently deleted ones one by one (`recently_deleted` in a profile),
 /// which would time the filesystem, not cmpoll.
-fn measure(cmpoll: &Path, n: usize, keep: &mut Vec<tempfile::TempDir>) -> Figures {
+fn measure(cmpoll: &Path, n: usize, shape: Shape, keep: &mut Vec<tempfile::TempDir>) -> Figures {
     let server = TestApiserver::start_with(Options {
         plain_http: true,
         ..Options::default()
     });
-    load(&server, n, 0);
+    load(&server, n, 0, shape.key_bytes);
     let kc_dir = tempfile::tempdir().unwrap();
     let kc = server.write_kubeconfig(&kc_dir.path().join("kubeconfig"), &Kubeconfig::token());
     let mut f = Figures::default();
@@ -156,33 +168,40 @@ fn measure(cmpoll: &Path, n: usize, keep: &mut Vec<tempfile::TempDir>) -> Figure
     )
     .unwrap();
     let out = disk.path().join("out");
-    f.disk_first = run_measured(&mut once(cmpoll, &kc, &out)).wall;
-    f.restart_same = run_measured(&mut once(cmpoll, &kc, &out)).wall;
+    f.disk_first = run_measured(&mut once(cmpoll, &kc, &out, shape.layout)).wall;
+    f.restart_same = run_measured(&mut once(cmpoll, &kc, &out, shape.layout)).wall;
     let changed = ConfigMap::new("ns-07", "module-000007")
         .label("cmpoll.io/module", "true")
         .data("a.conf", "changed\n")
         .data("b.conf", "changed too\n");
     server.put(changed);
-    f.restart_one = run_measured(&mut once(cmpoll, &kc, &out)).wall;
+    f.restart_one = run_measured(&mut once(cmpoll, &kc, &out, shape.layout)).wall;
     let shm = Path::new("/dev/shm");
     let tmpfs = if shm.is_dir() {
         tempfile::tempdir_in(shm).unwrap()
     } else {
         tempfile::tempdir().unwrap()
     };
-    f.tmpfs_first = run_measured(&mut once(cmpoll, &kc, &tmpfs.path().join("out"))).wall;
+    f.tmpfs_first = run_measured(&mut once(
+        cmpoll,
+        &kc,
+        &tmpfs.path().join("out"),
+        shape.layout,
+    ))
+    .wall;
     drop(tmpfs);
     drop(disk);
     drop(fresh);
     if n <= 10_000 {
         let counted = tempfile::tempdir_in(disk_dir()).unwrap();
-        f.syncs = count_syncs(cmpoll, &kc, &counted.path().join("out"));
+        f.syncs = count_syncs(cmpoll, &kc, &counted.path().join("out"), shape.layout);
         keep.push(counted);
     }
     // The daemon into an empty folder: its first batch, then five more polls.
     let daemon_dir = tempfile::tempdir_in(disk_dir()).unwrap();
     let lists = super::lists_so_far(&server);
     let mut child = Command::new(cmpoll)
+        .env("CMPOLL_LAYOUT", shape.layout)
         .args(["run", "--interval", "500ms", "--jitter", "0"])
         .args(["--max-response-bytes", "1Gi", "--out-dir"])
         .arg(daemon_dir.path().join("out"))
@@ -202,10 +221,12 @@ fn measure(cmpoll: &Path, n: usize, keep: &mut Vec<tempfile::TempDir>) -> Figure
 }
 
 /// Runs the part: every size, this build and the baseline.
-pub fn run(cmpoll: &Path, baseline: Option<&Path>, sizes: &[usize]) {
+pub fn run(cmpoll: &Path, baseline: Option<&Path>, sizes: &[usize], shape: Shape) {
     let fresh = FreshFs::new(1).is_some();
     println!(
-        "output folder: `run --once --out-dir` of N two-key modules (2 x 512 B), wall seconds; disk = {}",
+        "output folder: `run --once --out-dir --layout {}` of N two-key modules (2 x {} B), wall seconds; disk = {}",
+        shape.layout,
+        shape.key_bytes,
         if fresh {
             format!(
                 "a fresh ext4 on a loop device per binary and size, its image in {}",
@@ -226,10 +247,10 @@ pub fn run(cmpoll: &Path, baseline: Option<&Path>, sizes: &[usize]) {
     let mut keep = Vec::new();
     for &n in sizes {
         println!("  {n} modules:");
-        let now = measure(cmpoll, n, &mut keep);
+        let now = measure(cmpoll, n, shape, &mut keep);
         print_row("this", &now);
         if let Some(before) = baseline {
-            let then = measure(before, n, &mut keep);
+            let then = measure(before, n, shape, &mut keep);
             print_row("baseline", &then);
             println!(
                 "  {:<10} {:>9.1}x {:>9.1}x {:>11.1}x {:>11.1}x {:>10} {:>13.2}x",
