@@ -28,6 +28,7 @@ pub mod daemon;
 pub mod error;
 pub mod fetch;
 pub mod http;
+pub mod https;
 pub mod idmap;
 pub mod kube;
 pub mod ledger;

@@ -136,7 +136,10 @@ fn manifests() -> tempfile::TempDir {
     // The components, as a user's overlay adds them.
     std::fs::write(
         dir.path().join("components.yaml"),
-        overlay("k8s/prometheus", &["k8s/events", "k8s/webhook"]),
+        overlay(
+            "k8s/prometheus",
+            &["k8s/events", "k8s/webhook", "k8s/webhook-client-cert"],
+        ),
     )
     .unwrap();
     for e in std::fs::read_dir(root().join("k8s/examples")).unwrap() {

@@ -1176,11 +1176,33 @@ fn lokis_rules_sidecar_runs_on_cmpolls_image() {
 /// is denied with promtool's message; the same review with the rule fixed is allowed.
 #[test]
 fn the_webhook_deployment_runs_and_denies_a_broken_rule_with_promtool() {
+    webhook_pod(false);
+}
+
+/// Issue 42.6: with the k8s/webhook-client-cert component the same Deployment runs (its
+/// probes, which present no certificate, pass), a review from a client presenting the
+/// apiserver's certificate is denied with promtool's words, and one from a client with
+/// no certificate is refused (403).
+#[test]
+fn the_webhook_deployment_with_the_client_cert_component_reviews_only_the_apiserver() {
+    webhook_pod(true);
+}
+
+fn webhook_pod(client_cert: bool) {
     if !pod_tools() || skip_unless(tool("promtool").is_some(), "promtool (Debian prometheus)") {
         return;
     }
     let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
-    let objects = yaml_docs(crate::deploy::overlay("k8s/prometheus", &["k8s/webhook"]).as_bytes());
+    let components: &[&str] = match client_cert {
+        false => &["k8s/webhook"],
+        true => &["k8s/webhook", "k8s/webhook-client-cert"],
+    };
+    let mut objects = yaml_docs(crate::deploy::overlay("k8s/prometheus", components).as_bytes());
+    // The CA of the apiserver's webhook client certificate, as its operator puts it there.
+    let clients = test_apiserver::Pki::new("apiserver-webhook-clients");
+    objects.push(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cmpoll-webhook-client-ca", "namespace": "cmpoll"},
+        "data": {"ca.crt": clients.ca_pem()}}));
     let deployment = (objects.iter())
         .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "cmpoll-webhook")
         .unwrap();
@@ -1203,6 +1225,31 @@ fn the_webhook_deployment_runs_and_denies_a_broken_rule_with_promtool() {
         port(webhook, &"https".into())
     );
     let golden = root().join("tests/fixtures/admission/update-configmap-content.json");
+    let apiserver = clients.client_cert("kube-apiserver");
+    let (cert, key) = (dir.path().join("client.crt"), dir.path().join("client.key"));
+    std::fs::write(&cert, &apiserver.cert_pem).unwrap();
+    std::fs::write(&key, &apiserver.key_pem).unwrap();
+    if client_cert {
+        let anyone = Command::new("curl")
+            .args([
+                "-sk",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--data-binary",
+            ])
+            .arg(format!("@{}", golden.display()))
+            .arg(&url)
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&anyone.stdout),
+            "403",
+            "{}",
+            pod.log()
+        );
+    }
     let review = |body: &Path| -> Value {
         let out = Command::new("curl")
             .args([
@@ -1212,6 +1259,10 @@ fn the_webhook_deployment_runs_and_denies_a_broken_rule_with_promtool() {
                 "-H",
                 "Content-Type: application/json",
             ])
+            .arg("--cert")
+            .arg(&cert)
+            .arg("--key")
+            .arg(&key)
             .arg("--data-binary")
             .arg(format!("@{}", body.display()))
             .arg(&url)

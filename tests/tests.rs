@@ -34,3 +34,4 @@ mod status;
 mod urls;
 mod validate;
 mod volume;
+mod webhook;

@@ -109,7 +109,7 @@ for m, p in files.items():
 
 LAYERS = [('lib', 'main'), ('cli', 'settings'), ('daemon', 'list', 'webhook', 'status'),
           ('sink',), ('batch',), ('fetch', 'validate', 'report', 'ledger', 'template'),
-          ('poll',), ('source',), ('kube',), ('http',),
+          ('poll',), ('source',), ('https',), ('kube',), ('http',),
           ('ops', 'atomic', 'backoff', 'reason', 'secret', 'selector', 'names', 'words',
            'idmap', 'error')]
 

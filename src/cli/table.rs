@@ -247,6 +247,8 @@ flags! {
         tls_cert_file: Option<String> [option, arg_name = "FILE"];
         /// the serving certificate's private key (PEM), re-read when it changes
         tls_key_file: Option<String> [option, arg_name = "FILE"];
+        /// accept only clients presenting a certificate this CA (PEM) signed: the apiserver's client certificate for webhooks, which its AdmissionConfiguration names
+        client_ca_file: Option<String> [option, arg_name = "FILE"];
     } {}
 }
 

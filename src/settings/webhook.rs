@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::lookup::{Error, Lookup, parse_listen, usage, validate_timeout};
+use super::lookup::{Error, Lookup, parse_listen, path, usage, validate_timeout};
 use super::source::{keys, labels, logging, resources};
 use crate::cli::{WebhookArgs, flag};
 use crate::ops::logging;
@@ -65,6 +65,7 @@ fn read(look: &Lookup) -> Result<WebhookSettings, Error> {
             listen,
             cert: PathBuf::from(cert.value),
             key: PathBuf::from(key.value),
+            client_ca: path(look.opt(&flag::client_ca_file))?,
             selection,
             validate: validate::Options {
                 command: command.value,

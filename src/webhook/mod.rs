@@ -2,39 +2,37 @@
 //! (or Secret) being created or updated, so that `kubectl apply` of a module the agent
 //! would refuse is denied on the author's terminal with the validator's own words.
 //!
-//! HTTPS from rustls (`tls.rs`: the certificate re-read when it changes), HTTP/1.1 parsed by
-//! httparse (`http.rs`), one thread per connection up to `MAX_CONNECTIONS` (the apiserver
-//! keeps a few alive and sends a review per request; more are closed at once), synchronous
-//! like the rest of cmpoll. Each review (`review.rs`) is staged and validated as `cmpoll
+//! HTTPS from `crate::https` (the certificate re-read when it changes; with
+//! `--client-ca-file`, only the apiserver's client certificate is reviewed; probes need
+//! none): one thread holds
+//! every connection within short deadlines and a worker pool validates, so a client that
+//! opens connections and stalls them cannot keep the apiserver's reviews waiting. Each review (`review.rs`) is staged and validated as `cmpoll
 //! run` does it. It fails open (allowed, with a warning) when the validator cannot run or
 //! times out: the daemon's own `--validate` still guards the agent. `/healthz`, `/readyz`
 //! (503 while the validator cannot run) and `/metrics` on the same port, over HTTPS.
 
-mod http;
 pub mod review;
-pub mod tls;
 
-use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use self::http::{Answer, Conn, Failed};
 use self::review::Decision;
 use crate::error::Error;
+use crate::https::http::{Answer, Request};
+use crate::https::server::{Handler, Limits, Peer, Reply, Server, Wake};
+use crate::https::tls;
 use crate::ops::metrics::{Metrics, Results};
 use crate::source::Selection;
 use crate::validate::{self, Stage, Verdict};
 
-/// Connections served at once; more are closed as they come.
-pub const MAX_CONNECTIONS: usize = 64;
-/// A write of an answer at most.
-const WRITE_DEADLINE: Duration = Duration::from_secs(10);
+/// A review's body at most: an AdmissionReview of a 1 MiB ConfigMap and its old version,
+/// as JSON.
+pub const MAX_BODY: usize = 16 << 20;
 
 /// What the webhook runs with (from `settings::webhook`).
 #[derive(Debug)]
@@ -42,13 +40,33 @@ pub struct Options {
     pub listen: SocketAddr,
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// `--client-ca-file`: only clients with a certificate this CA signed (the apiserver's).
+    pub client_ca: Option<PathBuf>,
     /// `--selector`, `--keys`, `--resource`.
     pub selection: Selection,
     pub validate: validate::Options,
 }
 
+/// How the webhook holds its clients: the apiserver opens a few keep-alive connections and
+/// sends each review at once; whatever else connects is held to short deadlines and gives
+/// way (see `https::server`).
+fn limits() -> Limits {
+    Limits {
+        max_connections: 1024,
+        request_deadline: Duration::from_secs(5),
+        idle: Duration::from_secs(90),
+        write_deadline: Duration::from_secs(10),
+        max_body: MAX_BODY,
+        workers: 8,
+        queue: 128,
+        busy: Answer::text(503, "too many reviews at once; try again\n"),
+    }
+}
+
 /// What every connection shares.
 struct Webhook {
+    /// `--client-ca-file` was given: `/validate` needs a client certificate it signed.
+    needs_client_cert: bool,
     selection: Selection,
     validate: validate::Options,
     stage: Stage,
@@ -62,7 +80,9 @@ struct Webhook {
 pub fn run(opts: Options) -> Result<(), Error> {
     let certs =
         Arc::new(tls::Reloading::new(opts.cert.clone(), opts.key.clone()).map_err(Error::Config)?);
-    let config = certs.config().map_err(Error::Config)?;
+    let config = certs
+        .config(opts.client_ca.as_deref())
+        .map_err(Error::Config)?;
     let listener = TcpListener::bind(opts.listen)
         .map_err(|e| Error::Config(format!("--listen {}: cannot listen: {e}", opts.listen)))?;
     let bound = listener
@@ -76,6 +96,7 @@ pub fn run(opts: Options) -> Result<(), Error> {
     });
     let reviews = metrics.webhook_reviews();
     let hook = Arc::new(Webhook {
+        needs_client_cert: opts.client_ca.is_some(),
         selection: opts.selection,
         validate: opts.validate,
         stage,
@@ -84,8 +105,12 @@ pub fn run(opts: Options) -> Result<(), Error> {
         cannot_run: Mutex::new(None),
     });
     log::info!(
-        "cmpoll webhook {}: serving /validate, /healthz, /readyz and /metrics over HTTPS on {bound}; {} with --validate (timeout {})",
+        "cmpoll webhook {}: serving /validate, /healthz, /readyz and /metrics over HTTPS on {bound}{}; {} with --validate (timeout {})",
         env!("CARGO_PKG_VERSION"),
+        match &opts.client_ca {
+            Some(ca) => format!(" to clients with a certificate from '{}'", ca.display()),
+            None => String::new(),
+        },
         hook.selection.describe(),
         humantime::format_duration(hook.validate.timeout)
     );
@@ -94,87 +119,28 @@ pub fn run(opts: Options) -> Result<(), Error> {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
     }
-    listener
-        .set_nonblocking(true)
+    let (server, _handle) = Server::new(listener, config, hook, limits())
         .map_err(|e| Error::Runtime(format!("--listen {bound}: {e}")))?;
-    let active = Arc::new(AtomicUsize::new(0));
-    while !stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                    log::warn!("{MAX_CONNECTIONS} connections open: closing the one from {peer}");
-                    continue;
-                }
-                active.fetch_add(1, Ordering::Relaxed);
-                let (hook, config, slot) = (hook.clone(), config.clone(), active.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("webhook".into())
-                    .spawn(move || {
-                        if let Err(e) = connection(stream, config, &hook) {
-                            log::debug!("connection from {peer}: {e}");
-                        }
-                        slot.fetch_sub(1, Ordering::Relaxed);
-                    });
-                if let Err(e) = spawned {
-                    // The connection was dropped with the closure: it holds no slot.
-                    active.fetch_sub(1, Ordering::Relaxed);
-                    log::warn!("cannot serve {peer}: {e}");
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => log::warn!("--listen {bound}: {e}"),
-        }
-    }
-    log::info!(
-        "stopping: {} connection(s) open",
-        active.load(Ordering::Relaxed)
-    );
+    server.run(&stop);
+    log::info!("stopping");
     Ok(())
 }
 
-/// One TLS connection, request after request.
-fn connection(stream: TcpStream, config: Arc<ServerConfig>, hook: &Webhook) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_write_timeout(Some(WRITE_DEADLINE))?;
-    let tls = ServerConnection::new(config).map_err(io::Error::other)?;
-    let mut s = Tls(StreamOwned::new(tls, stream));
-    let mut conn = Conn::default();
-    loop {
-        let req = match conn.read(&mut s) {
-            Ok(r) => r,
-            Err(Failed::Gone) => return Ok(()),
-            Err(Failed::Answer(a)) => return http::write(&mut s, &a, true),
-        };
-        let answer = hook.answer(&req.method, &req.path, &req.body);
-        http::write(&mut s, &answer, req.close)?;
-        if req.close {
-            return Ok(());
+impl Handler for Webhook {
+    fn handle(&self, req: &Request, peer: &Peer, _wake: Wake) -> Reply {
+        // The TLS layer checked any certificate presented; a review needs one (probes and
+        // scrapes need none).
+        if self.needs_client_cert && req.path == "/validate" && peer.cert.is_none() {
+            log::warn!(
+                "/validate from {} without a client certificate: refused",
+                peer.addr
+            );
+            return Reply::Answer(Answer::text(
+                403,
+                "a client certificate signed by --client-ca-file is needed\n",
+            ));
         }
-    }
-}
-
-struct Tls(StreamOwned<ServerConnection, TcpStream>);
-
-impl io::Read for Tls {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.read(buf)
-    }
-}
-
-impl io::Write for Tls {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.write(buf)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
-    }
-}
-
-impl http::Stream for Tls {
-    fn set_read_timeout(&mut self, t: Duration) -> io::Result<()> {
-        self.0.sock.set_read_timeout(Some(t))
+        Reply::Answer(self.answer(&req.method, &req.path, &req.body))
     }
 }
 
@@ -191,6 +157,7 @@ impl Webhook {
             ("GET", "/metrics") => Answer {
                 status: 200,
                 content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                headers: Vec::new(),
                 body: (self.metrics.lock().unwrap_or_else(|p| p.into_inner()))
                     .render()
                     .into_bytes(),
@@ -240,10 +207,9 @@ impl Webhook {
             Decision::FailOpen(why) => log::warn!("{what}: {why}"),
         }
         self.reviews.record(decision.result());
-        Answer {
-            status: 200,
-            content_type: "application/json",
-            body: review::encode(&req.uid, &decision).to_string().into_bytes(),
-        }
+        Answer::json(
+            200,
+            review::encode(&req.uid, &decision).to_string().into_bytes(),
+        )
     }
 }

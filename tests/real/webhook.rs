@@ -354,3 +354,69 @@ fn record_admission_goldens() {
         .unwrap();
     }
 }
+
+/// Issue 42.6: with `--client-ca-file`, the webhook takes only the apiserver's client
+/// certificate (its AdmissionConfiguration gives every webhook one, signed by the
+/// cluster's CA): `kubectl apply` of a broken rule is denied with promtool's words as
+/// before, while a client without that certificate is refused in the handshake. Trusting
+/// another CA, the apiserver's call fails and the apply is admitted (fail open), so the
+/// certificate is what let it in.
+#[test]
+fn the_apiserver_gets_in_with_its_client_certificate_and_no_one_else() {
+    let Some((_one, k)) = promtool_and_cluster() else {
+        return;
+    };
+    let ns = k.namespace("webhook-mtls");
+    let c = Cmpoll::new();
+    let pki = Pki::new("webhook-ca");
+    let (cert, key) = serving(&c, &pki);
+    let cluster_ca = c.write("cluster-ca.crt", &k.ca_pem());
+    let other_ca = c.write("other-ca.crt", &Pki::new("someone-else").ca_pem());
+    for (client_ca, denied) in [(&cluster_ca, true), (&other_ca, false)] {
+        let (d, url) = start(
+            Cmpoll::new(),
+            &[
+                "--tls-cert-file",
+                cert.to_str().unwrap(),
+                "--tls-key-file",
+                key.to_str().unwrap(),
+                "--client-ca-file",
+                client_ca.to_str().unwrap(),
+                "--keys",
+                "*.rules.yaml",
+                "--validate",
+                "promtool check rules \"$CMPOLL_MODULE_DIR\"/*",
+            ],
+        );
+        let hook = Registered::new(k, &ns, &url, &pki.ca_pem(), &["configmaps"]);
+        let name = format!("rules-{denied}");
+        let (ok, out) = apply(k, &ns, &name, BAD_RULE);
+        if denied {
+            assert!(!ok, "denied: {out}\n{}", d.stderr());
+            assert!(
+                out.contains("unclosed left parenthesis") || out.contains("parse error"),
+                "{out}"
+            );
+            // Anyone else (curl trusts the serving CA, presents no certificate) is refused a
+            // review, and probes (which present none) still answer.
+            let ca = c.write("serving-ca.crt", &pki.ca_pem());
+            let anyone = |path: &str, data: &[&str]| {
+                let out = std::process::Command::new("curl")
+                    .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+                    .arg(&ca)
+                    .args(data)
+                    .arg(url.replace("/validate", path))
+                    .output()
+                    .unwrap();
+                String::from_utf8(out.stdout).unwrap()
+            };
+            assert_eq!(anyone("/validate", &["--data-binary", "{}"]), "403");
+            assert_eq!(anyone("/healthz", &[]), "200");
+        } else {
+            assert!(ok, "the apiserver's call failed, fail open: {out}");
+            assert!(!d.stderr().contains("allowed ("), "{}", d.stderr());
+        }
+        drop(hook);
+        d.stop();
+    }
+}

@@ -27,6 +27,10 @@ pub const TOKEN: &str = "cmpoll-static-token-0123456789";
 pub const TOKEN_USER: &str = "cmpoll-token-user";
 
 /// The folder of the built binaries: `CMPOLL_KUBE_BIN`, else `tests/kube/bin`.
+/// The user of the client certificate the apiserver presents to admission webhooks
+/// (signed by the cluster's CA).
+pub const WEBHOOK_CLIENT: &str = "kube-apiserver-webhook-client";
+
 pub fn bin_dir() -> PathBuf {
     match std::env::var_os("CMPOLL_KUBE_BIN") {
         Some(d) => PathBuf::from(d),
@@ -164,6 +168,28 @@ impl RealApiserver {
             "tokens.csv",
             &format!("{TOKEN},{TOKEN_USER},uid-token-user\n"),
         );
+        // The client certificate the apiserver presents to every admission webhook
+        // (`cmpoll webhook --client-ca-file` with this cluster's CA accepts it).
+        let webhook_client = pki.client_cert(WEBHOOK_CLIENT);
+        let b64 = |s: &str| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(s)
+        };
+        write(
+            "webhook-clients.kubeconfig",
+            &format!(
+                "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+                b64(&webhook_client.cert_pem),
+                b64(&webhook_client.key_pem)
+            ),
+        );
+        write(
+            "admission.yaml",
+            &format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: ValidatingAdmissionWebhook\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: {}\n",
+                d.join("webhook-clients.kubeconfig").display()
+            ),
+        );
         write(
             "audit-policy.yaml",
             "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: None\n  users: [\"system:apiserver\", \"system:kube-controller-manager\"]\n- level: Metadata\n",
@@ -213,6 +239,7 @@ impl RealApiserver {
             format!("--service-account-signing-key-file={}", path("sa.key")),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--disable-admission-plugins=ServiceAccount".into(),
+            format!("--admission-control-config-file={}", path("admission.yaml")),
             format!("--etcd-servers={etcd_url}"),
             format!("--cert-dir={}", path("certs")),
             format!("--audit-policy-file={}", path("audit-policy.yaml")),

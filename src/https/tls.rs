@@ -1,8 +1,14 @@
-//! The webhook's serving certificate: a rustls `ServerConfig` whose certificate resolver
-//! re-reads `--tls-cert-file` and `--tls-key-file` when either changes (cert-manager and
-//! kubelet's Secret volumes swap them in place), checked at most once a second from the
-//! handshakes themselves. A pair that does not load (half-written, mismatched) keeps the
-//! previous one, with a warning; at start-up it is a configuration error naming the flag.
+//! The serving certificate of an HTTPS server (`cmpoll webhook`, `cmpoll serve`): a rustls
+//! `ServerConfig` whose certificate resolver re-reads `--tls-cert-file` and
+//! `--tls-key-file` when either changes (cert-manager and kubelet's Secret volumes swap them
+//! in place), checked at most once a second from the handshakes themselves. A pair that
+//! does not load (half-written, mismatched) keeps the previous one, with a warning; at
+//! start-up it is a configuration error naming the flag.
+//!
+//! With `--client-ca-file`, a client that presents a certificate must present one that CA
+//! signed (the apiserver's client certificate for webhooks, which its AdmissionConfiguration
+//! names), or the handshake fails; a client may present none (kubelet's probes do not), and
+//! the server then decides per request (`Peer::cert`). The CA bundle is read at start.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -102,13 +108,41 @@ impl Reloading {
         s.current.clone()
     }
 
-    /// A server config that asks this resolver at every handshake.
-    pub fn config(self: &Arc<Self>) -> Result<Arc<ServerConfig>, String> {
-        let mut config = ServerConfig::builder_with_provider(crate::http::tls::provider())
+    /// A server config that asks this resolver at every handshake and, with `client_ca`
+    /// (the `--client-ca-file` bundle), accepts only clients with a certificate it signed.
+    pub fn config(self: &Arc<Self>, client_ca: Option<&Path>) -> Result<Arc<ServerConfig>, String> {
+        let provider = crate::http::tls::provider();
+        let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone());
+            .map_err(|e| e.to_string())?;
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(file) => {
+                let fail = |e: &dyn std::fmt::Display| {
+                    format!("--client-ca-file '{}': {e}", file.display())
+                };
+                let mut roots = rustls::RootCertStore::empty();
+                let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(file)
+                    .map_err(|e| fail(&e))?
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| fail(&e))?;
+                let (added, ignored) = roots.add_parsable_certificates(certs);
+                if added == 0 || ignored > 0 {
+                    return Err(fail(&format!(
+                        "{added} usable certificate(s), {ignored} unusable"
+                    )));
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| fail(&e))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder.with_cert_resolver(self.clone());
         // The apiserver's client speaks HTTP/1.1 when the server offers nothing else.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))

@@ -1,0 +1,242 @@
+//! `cmpoll webhook` under clients that are not the apiserver (issue 42.6): a flood of
+//! connections that stall in the TLS handshake or half-way through a request never holds
+//! up a review, and with `--client-ca-file` only a client presenting a certificate that CA
+//! signed gets in. The reviews are sent as the apiserver sends them, by curl over HTTPS.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use test_apiserver::Pki;
+
+use crate::util::tools::free_port;
+use crate::util::{Cmpoll, Daemon, SOON, eventually};
+
+/// `cmpoll webhook` on 127.0.0.1 with a serving certificate from `pki` (validator: `true`,
+/// so a review of a selected object is allowed), and `extra` flags; its address.
+fn start(c: &Cmpoll, pki: &Pki, extra: &[&str]) -> (Daemon, String) {
+    let cert = c.write("tls/tls.crt", &pki.server.cert_pem);
+    let key = c.write("tls/tls.key", &pki.server.key_pem);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut args = vec![
+        "--listen",
+        &addr,
+        "--tls-cert-file",
+        cert.to_str().unwrap(),
+        "--tls-key-file",
+        key.to_str().unwrap(),
+        "--validate",
+        "true",
+    ];
+    args.extend_from_slice(extra);
+    let d = Daemon::webhook(
+        Cmpoll::new().env("HOME", c.path("").to_str().unwrap()),
+        &args,
+    );
+    eventually("the webhook serving", SOON, || {
+        d.stderr().contains("over HTTPS on")
+    });
+    (d, addr)
+}
+
+/// An AdmissionReview of a selected ConfigMap, as the apiserver sends it.
+fn review(c: &Cmpoll) -> PathBuf {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "m", "namespace": "ns", "labels": {"cmpoll.io/module": "true"}},
+        "data": {"k": "v"}});
+    let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "namespace": "ns", "name": "m", "operation": "CREATE", "object": cm}});
+    c.write("review.json", &body.to_string())
+}
+
+/// POSTs the review with curl (`cert`: a client certificate and key): whether it was
+/// allowed, and how long it took.
+fn post(addr: &str, ca: &Path, review: &Path, cert: Option<(&Path, &Path)>) -> (bool, Duration) {
+    let started = Instant::now();
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "--max-time", "15", "--cacert"])
+        .arg(ca)
+        .args(["-H", "Content-Type: application/json", "--data-binary"])
+        .arg(format!("@{}", review.display()));
+    if let Some((cert, key)) = cert {
+        cmd.arg("--cert").arg(cert).arg("--key").arg(key);
+    }
+    let out = cmd
+        .arg(format!("https://{addr}/validate"))
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    (answer["response"]["allowed"] == true, took)
+}
+
+/// A connection that says it starts a TLS handshake and then says nothing more.
+fn stalled_handshake(addr: &str) -> Option<TcpStream> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    // A TLS record header announcing a 512-byte ClientHello, and three bytes of it.
+    s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01])
+        .ok()?;
+    Some(s)
+}
+
+/// A connection that completes the handshake (trusting `ca`) and sends half a request.
+fn stalled_request(
+    addr: &str,
+    ca: &str,
+) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.ok()?).ok()?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("127.0.0.1").ok()?;
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
+    let sock = TcpStream::connect(addr).ok()?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    tls.write_all(
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n\r\n{\"apiVersion\"",
+    )
+    .ok()?;
+    Some(tls)
+}
+
+/// While 1,500 connections stall in the handshake and 200 half-way through a request, and
+/// more keep coming, every review is answered within a second. (f14e848 held 64
+/// connections, one thread each: with them all stalled, a review waited ~9 s.)
+#[test]
+fn a_flood_of_stalled_clients_never_holds_up_a_review() {
+    let c = Cmpoll::new();
+    let pki = Pki::with_server_names("cmpoll-webhook-test", &["127.0.0.1"]);
+    let ca = c.write("ca.crt", &pki.ca_pem());
+    let (d, addr) = start(&c, &pki, &[]);
+    let review = review(&c);
+    let (allowed, _) = post(&addr, &ca, &review, None);
+    assert!(allowed, "{}", d.stderr());
+    let mut held = Vec::new();
+    let mut requests = Vec::new();
+    for i in 0..1700 {
+        if i % 9 == 0 && requests.len() < 200 {
+            if let Some(s) = stalled_request(&addr, &pki.ca_pem()) {
+                requests.push(s);
+            }
+        } else if let Some(s) = stalled_handshake(&addr) {
+            held.push(s);
+        }
+    }
+    assert!(held.len() > 1400, "{} connections held", held.len());
+    // More keep coming while the reviews are sent.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let (stop, addr) = (stop.clone(), addr.clone());
+        std::thread::spawn(move || {
+            let mut more = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(s) = stalled_handshake(&addr) {
+                    more.push(s);
+                }
+                if more.len() > 2000 {
+                    more.drain(..1000);
+                }
+            }
+            more.len()
+        })
+    };
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let (allowed, took) = post(&addr, &ca, &review, None);
+        assert!(
+            allowed,
+            "a review was not answered ({took:?})\n{}",
+            d.stderr()
+        );
+        slowest = slowest.max(took);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(flood.join().unwrap() > 0);
+    assert!(
+        slowest < Duration::from_secs(1),
+        "the slowest review took {slowest:?}"
+    );
+    drop(held);
+    drop(requests);
+    d.stop();
+}
+
+/// With `--client-ca-file`, a client with a certificate another CA signed does not get
+/// past the handshake, one without a certificate is refused a review (403; probes still
+/// answer it), and one with a certificate the CA signed (as the apiserver's
+/// AdmissionConfiguration gives it) is reviewed.
+#[test]
+fn only_a_client_with_a_certificate_from_the_client_ca_is_reviewed() {
+    let c = Cmpoll::new();
+    let pki = Pki::with_server_names("cmpoll-webhook-test", &["127.0.0.1"]);
+    let clients = Pki::new("apiserver-webhook-clients");
+    let strangers = Pki::new("someone-else");
+    let ca = c.write("ca.crt", &pki.ca_pem());
+    let client_ca = c.write("client-ca.crt", &clients.ca_pem());
+    let (d, addr) = start(&c, &pki, &["--client-ca-file", client_ca.to_str().unwrap()]);
+    assert!(
+        d.stderr().contains("to clients with a certificate from"),
+        "{}",
+        d.stderr()
+    );
+    let review = review(&c);
+    let apiserver = clients.client_cert("kube-apiserver");
+    let (cert, key) = (
+        c.write("apiserver.crt", &apiserver.cert_pem),
+        c.write("apiserver.key", &apiserver.key_pem),
+    );
+    let stranger = strangers.client_cert("kube-apiserver");
+    let (scert, skey) = (
+        c.write("stranger.crt", &stranger.cert_pem),
+        c.write("stranger.key", &stranger.key_pem),
+    );
+    assert!(!post(&addr, &ca, &review, None).0, "no certificate");
+    assert!(
+        !post(&addr, &ca, &review, Some((&scert, &skey))).0,
+        "another CA's"
+    );
+    assert!(
+        post(&addr, &ca, &review, Some((&cert, &key))).0,
+        "the client CA's\n{}",
+        d.stderr()
+    );
+    // A bad bundle is a start-up error naming the flag.
+    let bad = c.write("bad.crt", "not a certificate");
+    let run = Cmpoll::new()
+        .with_args(&[
+            "webhook",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert-file",
+            c.path("tls/tls.crt").to_str().unwrap(),
+            "--tls-key-file",
+            c.path("tls/tls.key").to_str().unwrap(),
+            "--validate",
+            "true",
+            "--client-ca-file",
+            bad.to_str().unwrap(),
+        ])
+        .run()
+        .failure(2);
+    assert!(
+        run.error_line().starts_with("--client-ca-file"),
+        "{}",
+        run.described
+    );
+    d.stop();
+}
