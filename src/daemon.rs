@@ -70,6 +70,8 @@ struct Job {
 
 /// The loop wakes at least this often, so health sees it alive.
 const HEARTBEAT: Duration = Duration::from_secs(60);
+/// Between two polls of a `cmpoll serve` hub that holds them: the hub does the waiting.
+const AFTER_WAITING: Duration = Duration::from_millis(100);
 /// How long a stop waits for `--report-events` to send what it still holds.
 const REPORTS_AT_STOP: Duration = Duration::from_secs(5);
 
@@ -313,7 +315,10 @@ impl Daemon {
             }
             return Next::Stop(Err(Error::Runtime(problems.join("; "))));
         }
-        Next::Poll(store, self.backoff.after_success())
+        let wait = self.backoff.after_success();
+        // A hub holds the next poll until it has something newer (or the wait runs out):
+        // it waits there, not here.
+        Next::Poll(store, if stats.hub_waits { AFTER_WAITING } else { wait })
     }
 
     fn ledger(&self, f: impl FnOnce(&mut Ledger)) {

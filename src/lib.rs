@@ -40,6 +40,7 @@ pub mod reason;
 pub mod report;
 pub mod secret;
 pub mod selector;
+pub mod serve;
 pub mod settings;
 pub mod sink;
 pub mod source;
@@ -91,6 +92,12 @@ pub fn run(
             warn_unknown(names);
             webhook::run(w.webhook)
         }
+        Command::Serve(args) => {
+            let s = settings::serve(&args, env)?;
+            ops::logging::init(s.logging, journal);
+            warn_unknown(names);
+            serve::run(s.serve, env)
+        }
         Command::Status(args) => status::run(settings::status(&args, env)?, env),
     }
 }
@@ -115,6 +122,7 @@ fn run_daemon(
         validate: settings.validate.is_some(),
         report_events: settings.report_events,
         webhook: false,
+        serve: false,
     });
     let in_flight = InFlight::default();
     let handles = kube::client::Handles {
@@ -129,7 +137,9 @@ fn run_daemon(
         naming.folder_root = Some(absolute);
     }
     let poller = Poller::new(source).naming(naming);
-    let timeout = settings.source.client.timeout;
+    // A hub may hold a poll for its wait before the request's own timeout runs.
+    let timeout =
+        (settings.source.client.timeout).saturating_add(settings.source.wait.unwrap_or_default());
     let mut run = settings;
     run.daemon.summary = format!(
         ": {}; delivering to {}",

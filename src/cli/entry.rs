@@ -5,33 +5,50 @@
 //! An entry is written once, in `cli/table.rs`; nothing else spells a flag's name, variable or
 //! default. `Given` is what the command line gave each of a command's flags, in table order.
 
-/// The commands a flag belongs to.
+/// The commands a flag belongs to: a section of the table shared by several, or one's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Group {
-    /// `run`, `list` and `webhook`: the selection, logging.
+    /// Every command that takes flags: the label selector, the kinds, logging.
     Common,
-    /// `run` and `list`: the source.
-    Shared,
-    /// `run` and `webhook`: `--validate` and `--listen`.
-    Serving,
+    /// `run`, `list`, `webhook`: what becomes a module's files (`--keys`).
+    Modules,
+    /// `run`, `list`: a manifests folder instead of an apiserver.
+    Manifests,
+    /// `run`, `list`, `serve`: the apiserver, its credentials, how it is listed.
+    Apiserver,
+    /// `run`, `webhook`: `--validate`.
+    Validating,
+    /// `run`, `webhook`, `serve`: `--listen`.
+    Listening,
+    /// `run`, `serve`: `--interval`, `--jitter`.
+    Polling,
+    /// `webhook`, `serve`: the serving certificate.
+    Tls,
     Run,
     List,
     Webhook,
+    Serve,
 }
 
 /// The commands that take flags (`sidecar` takes none).
-pub const COMMANDS: [&str; 3] = ["run", "list", "webhook"];
+pub const COMMANDS: [&str; 4] = ["run", "list", "webhook", "serve"];
 
 impl Group {
-    /// Whether a flag of this group is a flag of `command` (`run`, `list`, `webhook`).
+    /// Whether a flag of this group is a flag of `command` (one of `COMMANDS`).
     pub fn of(self, command: &str) -> bool {
         match self {
-            Group::Common => matches!(command, "run" | "list" | "webhook"),
-            Group::Shared => matches!(command, "run" | "list"),
-            Group::Serving => matches!(command, "run" | "webhook"),
+            Group::Common => matches!(command, "run" | "list" | "webhook" | "serve"),
+            Group::Modules => matches!(command, "run" | "list" | "webhook"),
+            Group::Manifests => matches!(command, "run" | "list"),
+            Group::Apiserver => matches!(command, "run" | "list" | "serve"),
+            Group::Validating => matches!(command, "run" | "webhook"),
+            Group::Listening => matches!(command, "run" | "webhook" | "serve"),
+            Group::Polling => matches!(command, "run" | "serve"),
+            Group::Tls => matches!(command, "webhook" | "serve"),
             Group::Run => command == "run",
             Group::List => command == "list",
             Group::Webhook => command == "webhook",
+            Group::Serve => command == "serve",
         }
     }
 }
@@ -179,10 +196,28 @@ macro_rules! default {
     };
 }
 
-/// The table: sections of entries that several commands share (`common`: run, list and
-/// webhook; `shared`: run and list; `serving`: run and webhook), then each command's struct
-/// with the sections it takes (`uses [common: yes, shared: yes, serving: no]`), its own
-/// entries and, after them, fields that are not flags (positionals). An entry:
+/// Whether two names are the same, at compile time (the table checks that each struct's
+/// `uses` list names the sections in their order).
+pub const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The table: `sections` of entries that several commands share, each with the `Group`
+/// that says which commands take it (`common (Common) { … }`), then each command's struct
+/// with the sections it takes, named in their order (`uses [common: yes, modules: no,
+/// …]`, checked at compile time), its own entries and, after them, fields that are not
+/// flags (positionals). An entry:
 ///
 /// ```text
 /// /// help text (argh's --help)
@@ -196,32 +231,41 @@ macro_rules! default {
 /// `given()`. A struct's fields are its sections' entries in section order, then its own.
 macro_rules! flags {
     (
-        common $common:tt
-        shared $shared:tt
-        serving $serving:tt
+        sections $sections:tt
         $(
             $(#[$meta:meta])*
-            pub struct $name:ident ($group:ident)
-                uses [common: $c:ident, shared: $s:ident, serving: $v:ident]
-                $own:tt $extra:tt
+            pub struct $name:ident ($group:ident) uses $uses:tt $own:tt $extra:tt
         )*
     ) => {
-        flags!(@consts Common $common Shared $shared Serving $serving $($group $own)*);
+        flags!(@consts $sections $($group $own)*);
         $(
-            flags!(@pick [$(#[$meta])*] $name $extra [] $c $common $s $shared $v $serving yes $own);
+            flags!(@pick [$(#[$meta])*] $name $extra $own [] $uses $sections);
         )*
     };
-    // The sections a struct takes (`yes`), gathered in order.
-    (@pick $meta:tt $name:ident $extra:tt [$($acc:tt)*]) => {
-        flags!(@struct $meta $name $extra [$($acc)*]);
+    // The sections a struct takes (`yes`), gathered in order; its own entries last.
+    (@pick $meta:tt $name:ident $extra:tt $own:tt [$($acc:tt)*] [] {}) => {
+        flags!(@struct $meta $name $extra [$($acc)* $own]);
     };
-    (@pick $meta:tt $name:ident $extra:tt [$($acc:tt)*] yes $section:tt $($rest:tt)*) => {
-        flags!(@pick $meta $name $extra [$($acc)* $section] $($rest)*);
+    (@pick $meta:tt $name:ident $extra:tt $own:tt [$($acc:tt)*]
+        [$label:ident : $use:ident $(, $l:ident : $u:ident)*]
+        { $section:ident ($g:ident) $body:tt $($rest:tt)* }
+    ) => {
+        const _: () = assert!(
+            $crate::cli::entry::same(stringify!($label), stringify!($section)),
+            concat!(stringify!($name), ": `uses` names sections in their order: ", stringify!($label), " is not ", stringify!($section))
+        );
+        flags!(@take $use $meta $name $extra $own [$($acc)*] $body [$($l : $u),*] { $($rest)* });
     };
-    (@pick $meta:tt $name:ident $extra:tt [$($acc:tt)*] no $section:tt $($rest:tt)*) => {
-        flags!(@pick $meta $name $extra [$($acc)*] $($rest)*);
+    (@take yes $meta:tt $name:ident $extra:tt $own:tt [$($acc:tt)*] $body:tt $uses:tt $sections:tt) => {
+        flags!(@pick $meta $name $extra $own [$($acc)* $body] $uses $sections);
     };
-    (@consts $(
+    (@take no $meta:tt $name:ident $extra:tt $own:tt [$($acc:tt)*] $body:tt $uses:tt $sections:tt) => {
+        flags!(@pick $meta $name $extra $own [$($acc)*] $uses $sections);
+    };
+    (@consts { $($section:ident ($sgroup:ident) $sbody:tt)* } $($group:ident $own:tt)*) => {
+        flags!(@entries $($sgroup $sbody)* $($group $own)*);
+    };
+    (@entries $(
         $group:ident {
             $(
                 $(#[doc = $doc:literal])+

@@ -200,11 +200,11 @@ mod tests {
     #[test]
     fn help_shows_each_variable_and_default() {
         let help = help_with_variables(
-            "Options:\n  --interval        time between polls\n  --service-account-dir\n                    where in-cluster credentials are\n  --help            x\n",
+            "Options:\n  --timeout         per-request timeout\n  --service-account-dir\n                    where in-cluster credentials are\n  --help            x\n",
         );
         assert_eq!(
             help,
-            "Options:\n  --interval        time between polls (default: 30s) [CMPOLL_INTERVAL]\n  --service-account-dir\n                    where in-cluster credentials are (default:\n                    /var/run/secrets/kubernetes.io/serviceaccount)\n                    [CMPOLL_SERVICE_ACCOUNT_DIR]\n  --help            x\n"
+            "Options:\n  --timeout         per-request timeout (default: 10s) [CMPOLL_TIMEOUT]\n  --service-account-dir\n                    where in-cluster credentials are (default:\n                    /var/run/secrets/kubernetes.io/serviceaccount)\n                    [CMPOLL_SERVICE_ACCOUNT_DIR]\n  --help            x\n"
         );
         for command in crate::cli::COMMANDS {
             use argh::FromArgs;

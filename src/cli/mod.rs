@@ -15,5 +15,5 @@ mod table;
 pub use self::entry::{COMMANDS, Flag, Given, Group, Kind, Needs, Raw};
 pub use self::hints::{help_with_variables, unknown_variables, with_suggestion};
 pub use self::table::{
-    Command, ListArgs, RunArgs, SidecarArgs, StatusArgs, TopLevel, WebhookArgs, flag,
+    Command, ListArgs, RunArgs, ServeArgs, SidecarArgs, StatusArgs, TopLevel, WebhookArgs, flag,
 };

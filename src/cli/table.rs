@@ -29,6 +29,7 @@ pub enum Command {
     Run(Box<RunArgs>),
     List(Box<ListArgs>),
     Webhook(Box<WebhookArgs>),
+    Serve(Box<ServeArgs>),
     Sidecar(SidecarArgs),
     Status(StatusArgs),
 }
@@ -40,6 +41,7 @@ impl Command {
             Command::Run(_) => "run",
             Command::List(_) => "list",
             Command::Webhook(_) => "webhook",
+            Command::Serve(_) => "serve",
             Command::Sidecar(_) => "sidecar",
             Command::Status(_) => "status",
         }
@@ -52,6 +54,7 @@ impl Command {
             Command::Run(r) => r.given(),
             Command::List(l) => l.given(),
             Command::Webhook(w) => w.given(),
+            Command::Serve(s) => s.given(),
             Command::Sidecar(_) => RunArgs::none().given(),
             Command::Status(_) => Vec::new(),
         }
@@ -110,11 +113,10 @@ impl RunArgs {
 }
 
 flags! {
-    common {
+    sections {
+    common (Common) {
         /// label selector
         selector: Option<String> [option, arg_name = "SELECTOR"] = "cmpoll.io/module=true";
-        /// glob of data/binaryData keys that become files, repeatable
-        keys: Vec<String> [option, arg_name = "GLOB"] = "*";
         /// what to list: configmaps, secrets, or both (configmaps,secrets: module names then start with configmap/ or secret/)
         resource: Option<String> [option, arg_name = "RESOURCE"] = "configmaps";
         /// log format: text or json
@@ -122,9 +124,15 @@ flags! {
         /// log level: error, warn, info, debug or trace (default: info; RUST_LOG also works)
         log_level: Option<String> [option, arg_name = "LEVEL"];
     }
-    shared {
+    modules (Modules) {
+        /// glob of data/binaryData keys that become files, repeatable
+        keys: Vec<String> [option, arg_name = "GLOB"] = "*";
+    }
+    manifests (Manifests) {
         /// read ConfigMap (or Secret) manifests (YAML/JSON, recursively) from DIR instead of an apiserver
         manifests: Option<String> [option, arg_name = "DIR"];
+    }
+    apiserver (Apiserver) {
         /// apiserver URL (with --token-file and --ca-file; for systemd units)
         server: Option<String> [option, arg_name = "URL"];
         /// bearer token file for --server (re-read when it changes)
@@ -157,18 +165,34 @@ flags! {
         /// allow sending credentials to an http:// server
         allow_insecure_http: bool [switch];
     }
-    serving {
+    validating (Validating) {
         /// run /bin/sh -c CMD on each new module version, staged; a non-zero exit keeps the last good version from the agent (cmpoll webhook: denies the object)
         validate: Option<String> [option, arg_name = "CMD"];
         /// how long --validate may run per module (default: 30s; cmpoll webhook: 8s, under the apiserver's 10s webhook timeout)
         validate_timeout: Option<String> [option, arg_name = "DURATION"], needs Validate;
-        /// serve /healthz, /readyz and /metrics on ADDR, e.g. :8080 or [::]:8080 (cmpoll webhook: over HTTPS, with /validate)
+    }
+    listening (Listening) {
+        /// serve /healthz, /readyz and /metrics on ADDR, e.g. :8080 or [::]:8080 (cmpoll webhook and cmpoll serve: over HTTPS, with what they serve)
         listen: Option<String> [option, arg_name = "ADDR"];
+    }
+    polling (Polling) {
+        /// time between polls (default: 30s; cmpoll serve: 1s)
+        interval: Option<String> [option, arg_name = "DURATION"];
+        /// spread each wait by up to this fraction of the interval
+        jitter: Option<String> [option, arg_name = "FRACTION"] = "0.1";
+    }
+    tls (Tls) {
+        /// the serving certificate (PEM, with its chain), re-read when it changes
+        tls_cert_file: Option<String> [option, arg_name = "FILE"];
+        /// the serving certificate's private key (PEM), re-read when it changes
+        tls_key_file: Option<String> [option, arg_name = "FILE"];
+    }
     }
 
     /// Poll once, print the modules with their hashes, and exit (1 if the list fails).
     #[argh(subcommand, name = "list")]
-    pub struct ListArgs (List) uses [common: yes, shared: yes, serving: no] {
+    pub struct ListArgs (List) uses [common: yes, modules: yes, manifests: yes, apiserver: yes,
+        validating: no, listening: no, polling: no, tls: no] {
         /// print a JSON array of modules with their files instead of a table
         json: bool [switch];
     } {}
@@ -176,11 +200,8 @@ flags! {
     /// The daemon: poll on an interval and tell the agent what changed. Usage: cmpoll run
     /// [options] [-- AGENT_COMMAND ARGS...]
     #[argh(subcommand, name = "run")]
-    pub struct RunArgs (Run) uses [common: yes, shared: yes, serving: yes] {
-        /// time between polls
-        interval: Option<String> [option, arg_name = "DURATION"] = "30s";
-        /// spread each wait by up to this fraction of the interval
-        jitter: Option<String> [option, arg_name = "FRACTION"] = "0.1";
+    pub struct RunArgs (Run) uses [common: yes, modules: yes, manifests: yes, apiserver: yes,
+        validating: yes, listening: yes, polling: yes, tls: no] {
         /// poll once, apply the sinks, exit (init containers, CI)
         once: bool [switch];
         /// print events as JSON lines on stdout (the default when no other sink is given)
@@ -242,14 +263,20 @@ flags! {
     /// created or updated, staged as cmpoll run stages a module, and denies it with the
     /// validator's output. Fails open when the validator cannot run or times out.
     #[argh(subcommand, name = "webhook")]
-    pub struct WebhookArgs (Webhook) uses [common: yes, shared: no, serving: yes] {
-        /// the serving certificate (PEM, with its chain), re-read when it changes
-        tls_cert_file: Option<String> [option, arg_name = "FILE"];
-        /// the serving certificate's private key (PEM), re-read when it changes
-        tls_key_file: Option<String> [option, arg_name = "FILE"];
+    pub struct WebhookArgs (Webhook) uses [common: yes, modules: yes, manifests: no, apiserver: no,
+        validating: yes, listening: yes, polling: no, tls: yes] {
         /// accept only clients presenting a certificate this CA (PEM) signed: the apiserver's client certificate for webhooks, which its AdmissionConfiguration names
         client_ca_file: Option<String> [option, arg_name = "FILE"];
     } {}
+
+    /// One poll for a fleet: poll the apiserver as cmpoll run does and serve the last complete
+    /// poll over HTTPS as the apiserver's read API for what it selected (GET and list of
+    /// configmaps or secrets, authenticated by TokenReview and authorized by
+    /// SubjectAccessReview), so that many agents list the hub instead of the apiserver. A
+    /// cmpoll run pointed at it learns of a change as soon as the hub polls it.
+    #[argh(subcommand, name = "serve")]
+    pub struct ServeArgs (Serve) uses [common: yes, modules: no, manifests: no, apiserver: yes,
+        validating: no, listening: yes, polling: yes, tls: yes] {} {}
 }
 
 #[cfg(test)]

@@ -142,6 +142,34 @@ pub fn split_userinfo(url: &str) -> (String, Option<Secret>) {
     )
 }
 
+/// A query string's value: `%2F` → `/`; `+` is a space, as in a form (Go's
+/// `url.ParseQuery`). An invalid escape is an error.
+pub fn form_decoded(s: &str) -> Result<String, String> {
+    let mut out = Vec::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = s
+                    .get(i + 1..i + 3)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                out.push(hex.ok_or_else(|| format!("'{s}' has a broken %-escape"))?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("'{s}' is not UTF-8"))
+}
+
 fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let hex = |c: u8| char::from(c).to_digit(16);

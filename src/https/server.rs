@@ -11,15 +11,18 @@
 //! `Handle::notify` (a long poll), and writing the answer (`write_deadline`). When
 //! `max_connections` are open, a new connection takes the place of the oldest one that is
 //! still reading or idle, so stalled clients cannot keep a well-behaved one out; if every
-//! connection is busy being answered, the new one is closed at once. A request that finds
-//! every worker busy and `queue` requests waiting is answered `busy` at once rather than
-//! queued behind them.
+//! connection is busy being answered, the new one is closed at once. A new request that
+//! finds every worker busy and `queue` new requests waiting is answered `busy` at once
+//! rather than queued behind them; a parked request asked again is always queued (a
+//! thousand followers woken at once are all answered). A parked request keeps its first
+//! deadline however often it is asked again.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -105,6 +108,8 @@ pub struct Handle(Arc<Shared>);
 
 struct Shared {
     stop: AtomicBool,
+    /// New requests (`Wake::First`) given to the workers and not yet taken.
+    queued: AtomicUsize,
     /// Bumped by `notify`.
     generation: AtomicU64,
     results: Mutex<Vec<Done>>,
@@ -138,6 +143,8 @@ struct Job {
     req: Request,
     peer: Peer,
     wake: Wake,
+    /// Its deadline when it was parked before.
+    parked_until: Option<Instant>,
 }
 
 /// A worker's answer, with the request back (a parked one is asked again).
@@ -145,6 +152,8 @@ struct Done {
     conn: u64,
     req: Request,
     reply: Reply,
+    parked_until: Option<Instant>,
+    wake: Wake,
 }
 
 /// The server: a listener, its TLS config, the handler.
@@ -154,7 +163,7 @@ pub struct Server {
     limits: Limits,
     shared: Arc<Shared>,
     wake: UnixStream,
-    jobs: SyncSender<Job>,
+    jobs: Sender<Job>,
     conns: Vec<Conn>,
     next_id: u64,
     generation: u64,
@@ -175,11 +184,12 @@ impl Server {
         wake_tx.set_nonblocking(true)?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
+            queued: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
             results: Mutex::new(Vec::new()),
             wake: wake_tx,
         });
-        let (jobs, rx) = mpsc::sync_channel::<Job>(limits.queue);
+        let (jobs, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         for n in 0..limits.workers.max(1) {
             let (rx, handler, shared) = (rx.clone(), handler.clone(), shared.clone());
@@ -287,7 +297,15 @@ impl Server {
             };
             match d.reply {
                 Reply::Answer(a) => c.answer(&a, d.req.close, &self.limits),
-                Reply::Wait(until) => c.state = State::Parked { req: d.req, until },
+                Reply::Wait(_) if d.wake == Wake::Expired => {
+                    // Its time is up: a handler that would wait on is answered for.
+                    let late = Answer::text(503, "no answer within the request's wait\n");
+                    c.answer(&late, d.req.close, &self.limits);
+                }
+                Reply::Wait(until) => {
+                    let until = d.parked_until.map_or(until, |first| first.min(until));
+                    c.state = State::Parked { req: d.req, until };
+                }
             }
         }
         // Pipelined requests behind the answers just given.
@@ -312,8 +330,8 @@ impl Server {
 
     fn unpark(&mut self, i: usize, wake: Wake) {
         let state = std::mem::replace(&mut self.conns[i].state, State::Working);
-        if let State::Parked { req, .. } = state {
-            self.dispatch(i, req, wake);
+        if let State::Parked { req, until } = state {
+            self.dispatch(i, req, wake, Some(until));
         }
     }
 
@@ -364,13 +382,14 @@ impl Server {
             Parsed::Bad(a) => c.answer(&a, true, &self.limits),
             Parsed::Complete(req, n) => {
                 c.inbuf.drain(..n);
-                self.dispatch(i, req, Wake::First);
+                self.dispatch(i, req, Wake::First, None);
             }
         }
     }
 
-    /// Hands a request to the workers, or answers `busy` at once when they are all taken.
-    fn dispatch(&mut self, i: usize, req: Request, wake: Wake) {
+    /// Hands a request to the workers, or answers a new one `busy` at once when they are
+    /// all taken and `queue` new requests wait.
+    fn dispatch(&mut self, i: usize, req: Request, wake: Wake, parked_until: Option<Instant>) {
         let c = &mut self.conns[i];
         let peer = Peer {
             addr: c.peer,
@@ -379,18 +398,30 @@ impl Server {
                 .map(|c| c.clone().into_owned()),
         };
         let close = req.close;
+        let first = wake == Wake::First;
+        if first && self.shared.queued.load(Ordering::SeqCst) >= self.limits.queue {
+            c.answer(&self.limits.busy, close, &self.limits);
+            return;
+        }
         let job = Job {
             conn: c.id,
             req,
             peer,
             wake,
+            parked_until,
         };
-        match self.jobs.try_send(job) {
+        if first {
+            self.shared.queued.fetch_add(1, Ordering::SeqCst);
+        }
+        match self.jobs.send(job) {
             Ok(()) => {
                 c.state = State::Working;
                 c.deadline = None;
             }
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+            Err(_) => {
+                if first {
+                    self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                }
                 c.answer(&self.limits.busy, close, &self.limits);
             }
         }
@@ -493,6 +524,9 @@ fn work(rx: &Mutex<Receiver<Job>>, handler: &dyn Handler, shared: &Shared) {
     loop {
         let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
         let Ok(job) = job else { return };
+        if job.wake == Wake::First {
+            shared.queued.fetch_sub(1, Ordering::SeqCst);
+        }
         let reply = handler.handle(&job.req, &job.peer, job.wake);
         shared
             .results
@@ -502,6 +536,8 @@ fn work(rx: &Mutex<Receiver<Job>>, handler: &dyn Handler, shared: &Shared) {
                 conn: job.conn,
                 req: job.req,
                 reply,
+                parked_until: job.parked_until,
+                wake: job.wake,
             });
         shared.poke();
     }

@@ -120,6 +120,8 @@ pub struct Body {
     reader: ureq::BodyReader<'static>,
     /// The answer's `Content-Type`, lowercase, without parameters.
     media_type: String,
+    /// The answer came from a `cmpoll serve` hub (it said so: `HUB_HEADER`).
+    hub: bool,
     counters: ApiCounters,
     failure: Failure,
     _mark: InFlightMark,
@@ -137,6 +139,11 @@ impl Body {
     /// The answer's media type (`application/json`, `application/vnd.kubernetes.protobuf`).
     pub fn media_type(&self) -> &str {
         &self.media_type
+    }
+
+    /// Whether a `cmpoll serve` hub answered (see `HUB_HEADER`).
+    pub fn hub(&self) -> bool {
+        self.hub
     }
 
     /// What turns this body's read errors into typed errors.
@@ -375,6 +382,20 @@ impl Client {
         self.request(Method::Get, path, accept, action)
     }
 
+    /// GETs a list from a `cmpoll serve` hub, asking it to hold the request until it has a
+    /// list newer than the `resourceVersion` in `path` or `wait` has passed (`WAIT_HEADER`):
+    /// the list, or `Waited::NotModified` (the hub's 304: nothing newer). The request may
+    /// take `wait` plus `--timeout`.
+    pub fn get_waiting(
+        &mut self,
+        path: &str,
+        accept: &str,
+        action: &str,
+        wait: Duration,
+    ) -> Result<Waited, Error> {
+        self.exchange(Method::Get, path, accept, action, Some(wait))
+    }
+
     /// Sends `method` (with its body) to `path`; a 2xx answer's body, or the typed error.
     /// The same credential, retry after a 401, caps and counters as `get`.
     pub fn request(
@@ -384,7 +405,29 @@ impl Client {
         accept: &str,
         action: &str,
     ) -> Result<Body, Error> {
+        match self.exchange(method, path, accept, action, None)? {
+            Waited::Body(body) => Ok(*body),
+            Waited::NotModified => Err(Error::Decode {
+                action: action.to_string(),
+                cause: "304 Not Modified to a request that did not ask to wait".into(),
+            }),
+        }
+    }
+
+    fn exchange(
+        &mut self,
+        method: Method,
+        path: &str,
+        accept: &str,
+        action: &str,
+        wait: Option<Duration>,
+    ) -> Result<Waited, Error> {
         let url = format!("{}{path}", self.server);
+        let timeout = match wait {
+            Some(w) => self.options.timeout.saturating_add(w),
+            None => self.options.timeout,
+        };
+        let wait_secs = wait.map(|w| w.as_secs().max(1).to_string());
         let mut retried = false;
         let mark = InFlightMark::start(&self.handles.in_flight);
         self.prepare(action)?;
@@ -397,7 +440,15 @@ impl Client {
             for (k, v) in &self.impersonate {
                 headers.push((k, v));
             }
+            if let Some(w) = &wait_secs {
+                headers.push((WAIT_HEADER, w));
+            }
             let sent = match &method {
+                Method::Get if wait.is_some() => with(self.agent.get(&url), &headers)
+                    .config()
+                    .timeout_global(Some(timeout))
+                    .build()
+                    .call(),
                 Method::Get => with(self.agent.get(&url), &headers).call(),
                 Method::Post { content_type, body } => with(self.agent.post(&url), &headers)
                     .header("Content-Type", *content_type)
@@ -410,7 +461,13 @@ impl Client {
                 Ok(r) => r,
                 Err(e) => {
                     self.handles.counters.request("error");
-                    return Err(self.transport_error(e, action));
+                    return Err(classify(
+                        e,
+                        action,
+                        &self.server,
+                        timeout,
+                        self.options.max_response_bytes,
+                    ));
                 }
             };
             let code = resp.status().as_u16();
@@ -438,7 +495,11 @@ impl Client {
                 .unwrap_or("")
                 .trim()
                 .to_ascii_lowercase();
+            let hub = resp.headers().contains_key(HUB_HEADER);
             let body = resp.into_body();
+            if code == 304 && wait.is_some() && hub {
+                return Ok(Waited::NotModified);
+            }
             if !(200..300).contains(&code) {
                 let mut text = Vec::new();
                 let _ = body
@@ -450,28 +511,33 @@ impl Client {
                 return Err(api_error(action, code, &reason_phrase, &text, retry_after));
             }
             let limit = self.options.max_response_bytes;
-            return Ok(Body {
+            return Ok(Waited::Body(Box::new(Body {
                 reader: body.into_with_config().limit(limit).reader(),
                 media_type,
+                hub,
                 counters: self.handles.counters.clone(),
                 failure: Failure {
                     action: action.to_string(),
                     server: self.server.clone(),
-                    timeout: self.options.timeout,
+                    timeout,
                     limit,
                 },
                 _mark: mark,
-            });
+            })));
         }
     }
-
-    fn transport_error(&self, e: ureq::Error, action: &str) -> Error {
-        classify(
-            e,
-            action,
-            &self.server,
-            self.options.timeout,
-            self.options.max_response_bytes,
-        )
-    }
 }
+
+/// What a list request that may wait gets.
+pub enum Waited {
+    Body(Box<Body>),
+    /// The hub had nothing newer within the wait.
+    NotModified,
+}
+
+/// Sent by a `cmpoll serve` hub with every answer: it understands `WAIT_HEADER`.
+pub const HUB_HEADER: &str = "x-cmpoll-hub";
+
+/// Asks a hub to hold a list with `resourceVersion=R&resourceVersionMatch=NotOlderThan`
+/// until it has a newer one than R, at most this many seconds (then 304 Not Modified).
+pub const WAIT_HEADER: &str = "x-cmpoll-wait";

@@ -67,6 +67,52 @@ impl Results {
     }
 }
 
+/// `cmpoll serve`'s authentication and authorization decisions, by check
+/// (`authentication`, `authorization`), result (`allowed`, `denied`, `error`) and cache
+/// (`hit`, `miss`; `none`: no credential to review).
+#[derive(Clone, Debug, Default)]
+pub struct Decisions(Family<Labels, Counter>);
+
+impl Decisions {
+    pub fn record(&self, check: &str, result: &str, cache: &str) {
+        self.0.get_or_create(&decision(check, result, cache)).inc();
+    }
+
+    /// The count so far.
+    pub fn get(&self, check: &str, result: &str, cache: &str) -> u64 {
+        self.0.get_or_create(&decision(check, result, cache)).get()
+    }
+}
+
+fn decision(check: &str, result: &str, cache: &str) -> Labels {
+    vec![
+        ("check".to_string(), check.to_string()),
+        ("result".to_string(), result.to_string()),
+        ("cache".to_string(), cache.to_string()),
+    ]
+}
+
+/// `cmpoll serve`'s answers by status code, and its followers' waits by how they ended.
+#[derive(Clone, Debug, Default)]
+pub struct Served {
+    requests: Family<Labels, Counter>,
+    waits: Family<Labels, Counter>,
+}
+
+impl Served {
+    /// One answer with `code`.
+    pub fn answered(&self, code: u16) {
+        self.requests
+            .get_or_create(&label("code", &code.to_string()))
+            .inc();
+    }
+
+    /// One wait that ended: `newer` (something changed) or `not_modified`.
+    pub fn waited(&self, result: &str) {
+        self.waits.get_or_create(&label("result", result)).inc();
+    }
+}
+
 /// The features whose metric families `Metrics::expect` exports at 0 from the start.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Features {
@@ -80,6 +126,8 @@ pub struct Features {
     pub report_events: bool,
     /// `cmpoll webhook`.
     pub webhook: bool,
+    /// `cmpoll serve`.
+    pub serve: bool,
 }
 
 pub struct Metrics {
@@ -98,6 +146,8 @@ pub struct Metrics {
     child_restarts: Counter,
     event_reports: Results,
     webhook_reviews: Results,
+    decisions: Decisions,
+    served: Served,
 }
 
 impl Default for Metrics {
@@ -194,6 +244,23 @@ impl Metrics {
             "AdmissionReviews answered by cmpoll webhook, by result (allowed, denied, error)",
             webhook_reviews.0.clone(),
         );
+        let decisions = Decisions::default();
+        r.register(
+            "serve_decisions",
+            "cmpoll serve's authentication (TokenReview) and authorization (SubjectAccessReview) decisions, by check, result (allowed, denied, error) and cache (hit, miss)",
+            decisions.0.clone(),
+        );
+        let served = Served::default();
+        r.register(
+            "serve_requests",
+            "Requests answered by cmpoll serve, by HTTP status code",
+            served.requests.clone(),
+        );
+        r.register(
+            "serve_waits",
+            "Follower lists cmpoll serve held until it had a newer poll, by how they ended (newer, not_modified)",
+            served.waits.clone(),
+        );
         let info = Family::<Labels, Gauge>::default();
         r.register("build_info", "cmpoll's version", info.clone());
         info.get_or_create(&label("version", env!("CARGO_PKG_VERSION")))
@@ -214,6 +281,8 @@ impl Metrics {
             child_restarts,
             event_reports,
             webhook_reviews,
+            decisions,
+            served,
         }
     }
 
@@ -245,6 +314,21 @@ impl Metrics {
                 let _ = self.event_reports.0.get_or_create(&label("result", result));
             }
         }
+        if on.serve {
+            for check in ["authentication", "authorization"] {
+                for result in ["allowed", "denied", "error"] {
+                    for cache in ["hit", "miss"] {
+                        let _ = self
+                            .decisions
+                            .0
+                            .get_or_create(&decision(check, result, cache));
+                    }
+                }
+            }
+            for result in ["newer", "not_modified"] {
+                let _ = self.served.waits.get_or_create(&label("result", result));
+            }
+        }
         if on.webhook {
             for result in ["allowed", "denied", "error"] {
                 let _ = self
@@ -258,6 +342,15 @@ impl Metrics {
     /// `--report-events`' handle.
     pub fn event_reports(&self) -> Results {
         self.event_reports.clone()
+    }
+
+    /// `cmpoll serve`'s handles.
+    pub fn decisions(&self) -> Decisions {
+        self.decisions.clone()
+    }
+
+    pub fn served(&self) -> Served {
+        self.served.clone()
     }
 
     /// `cmpoll webhook`'s handle.
@@ -349,6 +442,7 @@ mod tests {
             validate: true,
             report_events: false,
             webhook: false,
+            serve: false,
         });
         let text = m.render();
         for line in [

@@ -30,6 +30,9 @@ pub struct PollStats {
     /// would not allow).
     pub invalid: usize,
     pub without_keys: usize,
+    /// A `cmpoll serve` hub holds each poll until it has something newer: the next poll
+    /// may start at once.
+    pub hub_waits: bool,
 }
 
 /// What a poll produced.
@@ -108,6 +111,7 @@ impl Poller {
             modules: entries.len(),
             invalid: others.iter().filter(|(_, n)| n.invalid).count(),
             without_keys: others.iter().filter(|(_, n)| !n.invalid).count(),
+            hub_waits: self.source.hub_waits(),
         };
         // What is remembered follows the cluster: ConfigMaps that are gone are forgotten.
         self.noted = others.into_iter().collect();

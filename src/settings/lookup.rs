@@ -235,6 +235,20 @@ impl<'a> Lookup<'a> {
         Ok(d)
     }
 
+    /// A duration more than zero; `default` when not given (a flag whose default is not the
+    /// same for every command).
+    pub fn duration_or(&self, flag: &'static Flag, default: Duration) -> Result<Duration, Error> {
+        if self.value(flag).is_none() {
+            return Ok(default);
+        }
+        self.duration(flag)
+    }
+
+    /// Whether `flag` is one of this command's (given or not).
+    pub fn takes(&self, flag: &'static Flag) -> bool {
+        self.given.iter().any(|(f, _)| *f == flag)
+    }
+
     /// A duration flag that may be zero (`--old-version-ttl 0s`); its default when not given.
     pub fn duration_or_zero(&self, flag: &'static Flag) -> Result<Duration, Error> {
         let v = self.value(flag).ok_or_else(|| no_default(flag))?;

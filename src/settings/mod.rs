@@ -11,6 +11,7 @@
 
 mod lookup;
 mod run;
+mod serve;
 mod sidecar;
 mod source;
 mod status;
@@ -18,6 +19,7 @@ mod webhook;
 
 pub use self::lookup::{Error, parse_size};
 pub use self::run::{HealthRules, RunSettings, run};
+pub use self::serve::{SERVE_INTERVAL, ServeSettings, serve};
 pub use self::sidecar::sidecar;
 pub use self::source::{ListSettings, list};
 pub use self::status::status;

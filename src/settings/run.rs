@@ -138,6 +138,14 @@ fn assemble(
         }),
         false => None,
     };
+    let interval = look.duration_or(&flag::interval, RUN_INTERVAL)?;
+    let mut source = source;
+    // A `cmpoll serve` hub may hold each poll until it has something newer, up to the
+    // interval this cmpoll would have waited anyway (an unpaged list only: a page has no
+    // resourceVersion to compare).
+    if once.is_none() && source.page_size == 0 {
+        source.wait = Some(interval);
+    }
     Ok(RunSettings {
         source,
         logging: logging(look)?,
@@ -146,7 +154,7 @@ fn assemble(
         fetch,
         health: HealthRules::default(),
         daemon: daemon::Options {
-            interval: look.duration(&flag::interval)?,
+            interval,
             jitter: jitter(look)?,
             once: once.is_some(),
             once_tolerates_reloads: false,
@@ -199,10 +207,13 @@ fn validate(
     }))
 }
 
+/// `--interval`'s default for `cmpoll run`.
+pub const RUN_INTERVAL: Duration = Duration::from_secs(30);
+
 /// `--validate-timeout`'s default for `cmpoll run`.
 const RUN_VALIDATE_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn jitter(look: &Lookup) -> Result<f64, Error> {
+pub(super) fn jitter(look: &Lookup) -> Result<f64, Error> {
     let v = required(look, &flag::jitter)?;
     let j: f64 = (v.value.trim().parse())
         .map_err(|_| usage(&v.from, format!("'{}' is not a fraction", v.value)))?;

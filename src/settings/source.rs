@@ -66,6 +66,8 @@ pub fn source(look: &Lookup) -> Result<Options, Error> {
         list_mode,
         namespace_from_context: look.on(&flag::namespace_from_context)?,
         client: client_options(look)?,
+        raw: false,
+        wait: None,
     })
 }
 
@@ -81,7 +83,9 @@ fn origin(look: &Lookup) -> Result<Origin, Error> {
         kubeconfig,
         insecure_skip_tls_verify: false,
     };
-    if let Some(dir) = look.opt(&flag::manifests) {
+    if look.takes(&flag::manifests)
+        && let Some(dir) = look.opt(&flag::manifests)
+    {
         for (f, given) in [
             (&flag::server, flags.server.is_some()),
             (&flag::kubeconfig, flags.kubeconfig.is_some()),
@@ -138,8 +142,11 @@ fn selection(look: &Lookup) -> Result<Selection, Error> {
     })
 }
 
-/// `--keys`.
+/// `--keys` (every key for a command without it: `cmpoll serve` serves objects whole).
 pub fn keys(look: &Lookup) -> Result<KeyFilter, Error> {
+    if !look.takes(&flag::keys) {
+        return Ok(KeyFilter::all());
+    }
     let (globs, from) = look.list(&flag::keys);
     KeyFilter::new(&globs).map_err(|e| usage(&from, e))
 }

@@ -23,12 +23,12 @@
 //! selection: the answer is checked, not trusted.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::proto::{self, MetaListReader};
 use super::reader::{ListMeta, ListReader, Meta, ReadError, read_object};
 use super::{Collect, Error, Item, ListMode, Previous, Resource, Selection, Source};
-use crate::kube::client::Failure;
+use crate::kube::client::{Failure, Waited};
 use crate::kube::{self, Client};
 
 const ACCEPT_JSON: &str = "application/json";
@@ -52,6 +52,23 @@ pub struct ApiSource {
     full_only: HashSet<String>,
     /// Items already warned about, so a daemon does not repeat itself every poll.
     warned: HashSet<String>,
+    /// Keep each object's JSON as served (`Item::raw`): `cmpoll serve`.
+    raw: bool,
+    /// How long a hub may hold a poll's first list until it has a newer one (`None`:
+    /// never asked).
+    wait: Option<Duration>,
+    /// The last answer came from a `cmpoll serve` hub.
+    hub: bool,
+    /// No list request of this poll was made yet.
+    first_of_poll: bool,
+    /// Each scope's last list from a hub: its resourceVersion and the ids it selected (a
+    /// 304 Not Modified keeps them all).
+    held: HashMap<String, (String, Vec<String>)>,
+    /// The ids the last list request selected (from a hub only).
+    last_ids: Vec<String>,
+    /// Scopes where a GET found an object gone or older than its list said: their next
+    /// list does not wait (the poll kept the last version, and a hub's 304 would keep it).
+    unsettled: HashSet<String>,
 }
 
 /// One scope: a namespace, or all of them, of one resource.
@@ -87,6 +104,8 @@ struct Request<'a> {
     scope: Scope<'a>,
     params: &'a [(&'a str, String)],
     metadata: bool,
+    /// Ask a hub to hold it this long at most until it has a newer list.
+    wait: Option<Duration>,
 }
 
 impl<'a> Request<'a> {
@@ -95,6 +114,7 @@ impl<'a> Request<'a> {
             scope,
             params,
             metadata,
+            wait: None,
         }
     }
 }
@@ -105,6 +125,8 @@ struct Listed {
     meta: ListMeta,
     selected: usize,
     fetch: Vec<Meta>,
+    /// Every selected id, when a hub answered.
+    ids: Vec<String>,
 }
 
 impl ApiSource {
@@ -118,7 +140,27 @@ impl ApiSource {
             listed: HashSet::new(),
             full_only: HashSet::new(),
             warned: HashSet::new(),
+            raw: false,
+            wait: None,
+            hub: false,
+            first_of_poll: true,
+            held: HashMap::new(),
+            last_ids: Vec::new(),
+            unsettled: HashSet::new(),
         }
+    }
+
+    /// Keeps each object's JSON as the apiserver served it (`Item::raw`).
+    pub fn keeping_raw(mut self, raw: bool) -> ApiSource {
+        self.raw = raw;
+        self
+    }
+
+    /// Where a `cmpoll serve` hub answers, asks it to hold each poll's first list up to
+    /// `wait` until it has a newer one (see `kube::client::WAIT_HEADER`).
+    pub fn waiting(mut self, wait: Option<Duration>) -> ApiSource {
+        self.wait = wait;
+        self
     }
 
     fn list_scope(
@@ -137,8 +179,12 @@ impl ApiSource {
         } else {
             self.list_cached(scope, metadata, prev, out)?
         };
+        let rv = meta.resource_version.clone();
         self.advance(scope, meta.resource_version)?;
         self.listed.insert(scope.key());
+        if let Some(rv) = rv {
+            out.listed(scope.1, scope.0, &rv);
+        }
         Ok(())
     }
 
@@ -159,7 +205,26 @@ impl ApiSource {
                 ],
                 None => vec![("resourceVersion", "0".to_string())],
             };
-            match self.fetched_list(Request::new(scope, &params, metadata), prev, out) {
+            // A hub holds the poll's first list until it has a newer one.
+            let settled = !self.unsettled.remove(&scope.key());
+            let wait =
+                (self.wait).filter(|_| self.hub && self.first_of_poll && rv.is_some() && settled);
+            let req = Request {
+                wait,
+                ..Request::new(scope, &params, metadata)
+            };
+            let listed = self.fetched_list(req, prev, out);
+            if listed.is_ok() && self.hub {
+                let ids = std::mem::take(&mut self.last_ids);
+                if let Ok(ListMeta {
+                    resource_version: Some(v),
+                    ..
+                }) = &listed
+                {
+                    self.held.insert(scope.key(), (v.clone(), ids));
+                }
+            }
+            match listed {
                 Err(Error::Api(e)) if rv.is_some() && e.is_too_large_resource_version() => {
                     log::info!(
                         "{e}; this apiserver's cache is behind, listing with resourceVersion=0 instead"
@@ -253,6 +318,7 @@ impl ApiSource {
             out.rewind(mark)?;
             let full = Request {
                 metadata: false,
+                wait: None,
                 ..req
             };
             Ok(me.list(full, prev, out)?.meta)
@@ -279,6 +345,7 @@ impl ApiSource {
                         meta.id()
                     );
                     out.unchanged(&self.id(resource, &meta));
+                    self.unsettled.insert(scope.key());
                 }
                 Err(Error::Api(e)) if e.code() == Some(403) && self.mode == ListMode::Auto => {
                     log::warn!(
@@ -306,6 +373,7 @@ impl ApiSource {
             scope,
             params,
             metadata,
+            wait,
         } = req;
         let url = self.url(scope, params);
         let accept = if metadata {
@@ -313,7 +381,15 @@ impl ApiSource {
         } else {
             ACCEPT_JSON
         };
-        let mut body = self.client.get(&url, accept, &scope.action())?;
+        self.first_of_poll = false;
+        let mut body = match wait {
+            Some(w) => match self.client.get_waiting(&url, accept, &scope.action(), w)? {
+                Waited::Body(body) => *body,
+                Waited::NotModified => return self.not_modified(scope, params, out),
+            },
+            None => self.client.get(&url, accept, &scope.action())?,
+        };
+        self.hub = body.hub();
         let fail = body.failure();
         let read = |e: ReadError| read_error(&fail, "not a valid list", e);
         let annotation = self.selection.folder_annotation.clone();
@@ -322,6 +398,7 @@ impl ApiSource {
             meta: ListMeta::default(),
             selected: 0,
             fetch: Vec::new(),
+            ids: Vec::new(),
         };
         if metadata && body.media_type() == proto::MEDIA_TYPE {
             let mut list = MetaListReader::new(&mut body).map_err(read)?;
@@ -335,8 +412,13 @@ impl ApiSource {
             while let Some(raw) = list.next_item().map_err(read)? {
                 let meta = raw.meta(annotation).map_err(read)?;
                 if let Some(meta) = self.take(scope, meta, prev, out, &mut listed) {
-                    let item = raw.item(meta, &self.selection.keys, scope.1);
-                    out.item(self.qualify(item.map_err(read)?))?;
+                    let mut item = raw
+                        .item(meta, &self.selection.keys, scope.1)
+                        .map_err(read)?;
+                    if self.raw {
+                        item.raw = Some(raw.raw());
+                    }
+                    out.item(self.qualify(item))?;
                 }
             }
             listed.meta = list.finish().map_err(read)?;
@@ -357,7 +439,53 @@ impl ApiSource {
                 ))
                 .into());
         }
+        if self.hub {
+            self.last_ids = std::mem::take(&mut listed.ids);
+        }
         Ok(listed)
+    }
+
+    /// A hub's 304 to a held list: nothing newer than the list this scope had, whose
+    /// objects all stay as they were.
+    fn not_modified(
+        &mut self,
+        scope: Scope,
+        params: &[(&str, String)],
+        out: &mut dyn Collect,
+    ) -> Result<Listed, Error> {
+        let asked = (params.iter())
+            .find(|(k, _)| *k == "resourceVersion")
+            .map(|(_, v)| v.as_str());
+        let Some((rv, ids)) = self
+            .held
+            .get(&scope.key())
+            .filter(|(rv, _)| Some(rv.as_str()) == asked)
+        else {
+            return Err(Error::Api(kube::Error::Decode {
+                action: scope.action(),
+                cause: "the hub answered 304 Not Modified about a list this cmpoll does not hold"
+                    .into(),
+            }));
+        };
+        for id in ids {
+            out.unchanged(id);
+        }
+        self.last_ids = ids.clone();
+        log::debug!(
+            "{}: not modified since resourceVersion {rv}",
+            scope.action()
+        );
+        Ok(Listed {
+            meta: ListMeta {
+                kind: format!("{}List", scope.1.kind()),
+                resource_version: Some(rv.clone()),
+                continue_token: None,
+                remaining_item_count: None,
+            },
+            selected: ids.len(),
+            fetch: Vec::new(),
+            ids: Vec::new(),
+        })
     }
 
     /// One listed item's metadata: not selected, unchanged, or queued for a GET (a
@@ -376,6 +504,9 @@ impl ApiSource {
         }
         listed.selected += 1;
         let id = self.id(scope.1, &meta);
+        if self.hub {
+            listed.ids.push(id.clone());
+        }
         if prev.has(&id, &meta.resource_version) {
             out.unchanged(&id);
         } else if meta.partial {
@@ -490,8 +621,14 @@ impl ApiSource {
                 .get(&url, ACCEPT_JSON, &action)
                 .and_then(|body| {
                     let fail = body.failure();
-                    read_object(body, &self.selection.keys, resource, annotation.as_deref())
-                        .map_err(|e| read_error(&fail, "not a valid object", e))
+                    read_object(
+                        body,
+                        &self.selection.keys,
+                        resource,
+                        annotation.as_deref(),
+                        self.raw,
+                    )
+                    .map_err(|e| read_error(&fail, "not a valid object", e))
                 });
             match got {
                 Ok((kind, got, item))
@@ -536,7 +673,7 @@ impl ApiSource {
                 .and_then(|body| {
                     let fail = body.failure();
                     let annotation = self.selection.folder_annotation.as_deref();
-                    read_object(body, &self.selection.keys, resource, annotation)
+                    read_object(body, &self.selection.keys, resource, annotation, self.raw)
                         .map_err(|e| read_error(&fail, "not a valid object", e))
                 });
             match got {
@@ -548,6 +685,19 @@ impl ApiSource {
                             action,
                             cause: format!("asked for {}, got {}", m.id(), got.id()),
                         }));
+                    }
+                    // Older than the list said (another apiserver, or hub, behind this one:
+                    // the GET from storage above is the newest, a hub's is its own): kept as
+                    // the last poll had it, never taken back in time.
+                    if let (Ok(have), Ok(want)) = (
+                        got.resource_version.parse::<u64>(),
+                        m.resource_version.parse::<u64>(),
+                    ) && have < want
+                    {
+                        log::debug!(
+                            "{action}: resourceVersion {have} is older than the list's {want}; kept until it catches up"
+                        );
+                        return Ok(None);
                     }
                     let admitted = self
                         .selection
@@ -593,6 +743,7 @@ fn read_error(fail: &Failure, what: &str, e: ReadError) -> kube::Error {
 impl Source for ApiSource {
     fn list(&mut self, prev: &dyn Previous, out: &mut dyn Collect) -> Result<(), Error> {
         self.client.refresh_credentials();
+        self.first_of_poll = true;
         let scopes: Vec<Option<String>> = if self.selection.namespaces.is_empty() {
             vec![None]
         } else {
@@ -619,6 +770,10 @@ impl Source for ApiSource {
 
     fn describe(&self) -> String {
         format!("apiserver {}", self.client.server())
+    }
+
+    fn hub_waits(&self) -> bool {
+        self.hub && self.wait.is_some() && self.page_size == 0
     }
 }
 

@@ -48,6 +48,32 @@ pub struct Item {
     pub problems: Vec<String>,
     /// The value of the `--folder-annotation` annotation, when asked for and set.
     pub folder: Option<String>,
+    /// The object as the apiserver served it, when the source was asked to keep it
+    /// (`cmpoll serve` serves it again).
+    pub raw: Option<RawObject>,
+}
+
+/// An object's JSON as the apiserver serves it in a list: every field as it came, without
+/// `kind` and `apiVersion` (a GET's answer has them, a list's items do not). A Secret's
+/// values are in it, so it never prints them: `Debug` gives its size only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RawObject {
+    pub json: Box<[u8]>,
+    /// Where its `metadata` value is in `json`.
+    pub metadata: std::ops::Range<usize>,
+}
+
+impl std::fmt::Debug for RawObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawObject([REDACTED], {} bytes)", self.json.len())
+    }
+}
+
+impl RawObject {
+    /// Its `metadata` value.
+    pub fn metadata(&self) -> &[u8] {
+        &self.json[self.metadata.clone()]
+    }
 }
 
 impl Item {

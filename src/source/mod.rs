@@ -21,7 +21,7 @@ pub mod selection;
 
 use std::fmt;
 
-pub use item::{Content, Item, ModuleFile};
+pub use item::{Content, Item, ModuleFile, RawObject};
 pub use selection::{KeyFilter, Named, Resource, Resources, Selection};
 
 use crate::kube;
@@ -89,6 +89,9 @@ pub trait Collect {
     fn unchanged(&mut self, id: &str);
     /// Forget everything delivered since `mark`: that part of the list starts over.
     fn rewind(&mut self, mark: Mark) -> Result<(), Error>;
+    /// A scope was listed completely: its kind, namespace (`None`: all of them) and the
+    /// list's resourceVersion (`cmpoll serve` serves each scope at its own).
+    fn listed(&mut self, _kind: Resource, _namespace: Option<&str>, _resource_version: &str) {}
 }
 
 /// A source of ConfigMaps.
@@ -97,6 +100,11 @@ pub trait Source: Send {
     fn list(&mut self, prev: &dyn Previous, out: &mut dyn Collect) -> Result<(), Error>;
     /// What the source is, for logs.
     fn describe(&self) -> String;
+    /// A `cmpoll serve` hub answers, and holds each poll until it has something newer
+    /// (or the wait runs out): the next poll may start at once.
+    fn hub_waits(&self) -> bool {
+        false
+    }
 }
 
 /// How the apiserver is listed (`--list-mode`).

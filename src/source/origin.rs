@@ -17,6 +17,11 @@ pub struct Options {
     pub list_mode: ListMode,
     pub namespace_from_context: bool,
     pub client: kube::client::Options,
+    /// Keep each object's JSON as served (`cmpoll serve`).
+    pub raw: bool,
+    /// How long a `cmpoll serve` hub may hold a poll until it has something newer
+    /// (`cmpoll run`: its interval; `None`: never asked).
+    pub wait: Option<std::time::Duration>,
 }
 
 /// Where ConfigMaps come from.
@@ -60,12 +65,11 @@ pub fn open(
             }
             let client = kube::Client::new(&config, opts.client.clone(), handles, env)?;
             log::debug!("apiserver {} ({})", config.server, config.origin);
-            Ok(Box::new(ApiSource::new(
-                client,
-                selection,
-                opts.page_size,
-                opts.list_mode,
-            )))
+            Ok(Box::new(
+                ApiSource::new(client, selection, opts.page_size, opts.list_mode)
+                    .keeping_raw(opts.raw)
+                    .waiting(opts.wait),
+            ))
         }
     }
 }

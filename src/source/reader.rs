@@ -24,7 +24,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use super::item::{Content, Item, ModuleFile};
+use super::item::{Content, Item, ModuleFile, RawObject};
 use super::selection::{KeyFilter, Resource};
 
 /// Why a body could not be read: the transport (classified by the client: the size cap, a
@@ -112,6 +112,9 @@ struct Fields {
     metadata: Option<Range<usize>>,
     data: Option<Range<usize>>,
     binary_data: Option<Range<usize>>,
+    /// The `kind` and `apiVersion` members, from a name's quote to just after the `,`
+    /// that follows: what a GET's answer has and a list's item does not.
+    type_meta: Vec<Range<usize>>,
 }
 
 /// One element of `items`, not yet parsed.
@@ -165,6 +168,33 @@ impl RawItem<'_> {
             partial: kind.as_deref() == Some("PartialObjectMetadata"),
             folder,
         })
+    }
+
+    /// The item as a list serves it (`RawObject`): its bytes without `kind` and
+    /// `apiVersion`.
+    pub fn raw(&self) -> RawObject {
+        let mut json = Vec::with_capacity(self.bytes.len());
+        let mut at = 0;
+        for cut in &self.fields.type_meta {
+            json.extend_from_slice(&self.bytes[at..cut.start]);
+            at = cut.end;
+        }
+        json.extend_from_slice(&self.bytes[at..]);
+        let before = |i: usize| {
+            let cut: usize = (self.fields.type_meta.iter())
+                .filter(|c| c.end <= i)
+                .map(|c| c.len())
+                .sum();
+            i - cut
+        };
+        let metadata = match &self.fields.metadata {
+            Some(m) => before(m.start)..before(m.end),
+            None => 0..0,
+        };
+        RawObject {
+            json: json.into_boxed_slice(),
+            metadata,
+        }
     }
 
     /// The whole item, with `meta` (from `meta()`) and the contents of the selected keys: a
@@ -379,12 +409,14 @@ impl<R: Read> ListReader<R> {
     }
 }
 
-/// One object (a single GET): its `kind`, metadata and the item with its selected keys.
+/// One object (a single GET): its `kind`, metadata and the item with its selected keys
+/// (and, with `raw`, the object as a list would serve it).
 pub fn read_object(
     reader: impl Read,
     keys: &KeyFilter,
     resource: Resource,
     annotation: Option<&str>,
+    raw: bool,
 ) -> Result<(String, Meta, Item), ReadError> {
     #[derive(Deserialize)]
     struct Kind {
@@ -403,13 +435,16 @@ pub fn read_object(
     if s.peek()?.is_some() {
         return Err(bad("trailing characters after the object"));
     }
-    let raw = RawItem {
+    let object = RawItem {
         bytes: &s.buf[range],
         fields,
         index: 0,
     };
-    let meta = raw.meta(annotation)?;
-    let item = raw.item(meta.clone(), keys, resource)?;
+    let meta = object.meta(annotation)?;
+    let mut item = object.item(meta.clone(), keys, resource)?;
+    if raw {
+        item.raw = Some(object.raw());
+    }
     Ok((kind.kind.unwrap_or_default(), meta, item))
 }
 
@@ -556,6 +591,8 @@ impl<R: Read> Scanner<R> {
             self.expect(b':', "expected ':' in an item")?;
             let value = self.value()?;
             let rel = value.start - start..value.end - start;
+            let type_meta = matches!(&self.buf[name.clone()], b"\"kind\"" | b"\"apiVersion\"");
+            let member = name.start - start;
             let slot = match &self.buf[name.clone()] {
                 b"\"kind\"" => Some(&mut fields.kind),
                 b"\"metadata\"" => Some(&mut fields.metadata),
@@ -580,7 +617,12 @@ impl<R: Read> Scanner<R> {
                 *slot = Some(rel);
             }
             match self.peek()? {
-                Some(b',') => self.pos += 1,
+                Some(b',') => {
+                    self.pos += 1;
+                    if type_meta {
+                        fields.type_meta.push(member..self.pos - start);
+                    }
+                }
                 Some(b'}') => {
                     self.pos += 1;
                     return Ok((start..self.pos, fields));

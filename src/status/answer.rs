@@ -37,7 +37,7 @@ impl Query {
         let mut q = Query::default();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = percent_decoded(value)?;
+            let value = crate::http::url::form_decoded(value)?;
             match key {
                 "state" => {
                     for s in value.split(',').filter(|s| !s.is_empty()) {
@@ -90,33 +90,6 @@ impl Query {
             && (self.states.is_empty() || self.states.contains(&state))
             && (self.modules.is_empty() || self.modules.iter().any(|m| m == module))
     }
-}
-
-/// `%2F` → `/`; `+` is a space, as in a form. An invalid escape is an error.
-fn percent_decoded(s: &str) -> Result<String, String> {
-    let mut out = Vec::with_capacity(s.len());
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = s
-                    .get(i + 1..i + 3)
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                out.push(hex.ok_or_else(|| format!("'{s}' has a broken %-escape"))?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("'{s}' is not UTF-8"))
 }
 
 /// The answer of `/status`: what `ledger` holds, with readiness from `health`, its module

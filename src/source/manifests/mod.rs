@@ -83,5 +83,6 @@ pub fn item(cm: files::ManifestConfigMap, selection: &Selection) -> Option<Item>
         keys_seen,
         problems: Vec::new(),
         folder: (selection.folder_annotation.as_ref()).and_then(|a| cm.annotations.get(a).cloned()),
+        raw: None,
     })
 }

@@ -204,8 +204,14 @@ fn metadata_is_read_without_the_contents() {
 #[test]
 fn single_objects() {
     let obj = fixture("upstream/core.v1.ConfigMap.json");
-    let (kind, meta, item) =
-        read_object(&obj[..], &KeyFilter::all(), Resource::ConfigMaps, None).unwrap();
+    let (kind, meta, item) = read_object(
+        &obj[..],
+        &KeyFilter::all(),
+        Resource::ConfigMaps,
+        None,
+        false,
+    )
+    .unwrap();
     assert_eq!(kind, "ConfigMap");
     assert!(!meta.partial);
     assert_eq!(item.name, meta.name);
@@ -214,6 +220,7 @@ fn single_objects() {
         &KeyFilter::all(),
         Resource::ConfigMaps,
         None,
+        false,
     )
     .unwrap();
     assert_eq!(kind, "Status");
@@ -345,4 +352,53 @@ fn a_secrets_data_is_base64_and_no_error_quotes_a_value() {
     };
     assert!(!why.contains("12345678"), "{why}");
     assert_eq!(list.finish().unwrap().kind, "SecretList");
+}
+
+/// A GET's object and the same object in a list give the same raw form: the list's item,
+/// byte for byte, `kind` and `apiVersion` taken out (with the escapes and spaces as sent).
+#[test]
+fn raw_objects_are_list_items() {
+    let item =
+        br#"{"metadata":{"name":"a","namespace":"n","resourceVersion":"7"},"data":{"k":"v \"}{"}}"#;
+    let got = br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"n","resourceVersion":"7"},"data":{"k":"v \"}{"}}"#;
+    let (_, _, from_get) = read_object(
+        &got[..],
+        &KeyFilter::all(),
+        Resource::ConfigMaps,
+        None,
+        true,
+    )
+    .unwrap();
+    let raw = from_get.raw.unwrap();
+    assert_eq!(
+        std::str::from_utf8(&raw.json).unwrap(),
+        std::str::from_utf8(item).unwrap()
+    );
+    assert_eq!(
+        raw.metadata(),
+        br#"{"name":"a","namespace":"n","resourceVersion":"7"}"#
+    );
+    let list = [
+        &br#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":["#[..],
+        item,
+        b"]}",
+    ]
+    .concat();
+    let mut l = ListReader::new(&list[..]).unwrap();
+    let raw_item = l.next_item().unwrap().unwrap();
+    let from_list = raw_item.raw();
+    assert_eq!(from_list, raw);
+    assert!(
+        !format!("{from_list:?}").contains("v \\\""),
+        "Debug never shows values"
+    );
+    let (_, _, plain) = read_object(
+        &got[..],
+        &KeyFilter::all(),
+        Resource::ConfigMaps,
+        None,
+        false,
+    )
+    .unwrap();
+    assert!(plain.raw.is_none());
 }

@@ -1,0 +1,407 @@
+//! Who asks, and whether they may: every request's bearer token is authenticated with a
+//! TokenReview and what it asks is authorized with a SubjectAccessReview (the
+//! `Reviewer`: `reviews.rs` asks the apiserver), as the apiserver's webhook authenticator
+//! and authorizer do, with their caches: a token's review is kept 2 minutes (10 seconds
+//! when it was refused, never past the token's own `exp`), a decision 5 minutes when
+//! allowed and 30 seconds when not (the apiserver's `--authentication-token-webhook-
+//! cache-ttl`, `--authorization-webhook-cache-authorized-ttl` and `…-unauthorized-ttl`
+//! defaults). Both caches are bounded; a token is kept by its SHA-256, never as itself. A
+//! review that cannot be made is a 503 (the follower keeps what it has and retries), and
+//! is not cached. No token reaches a log line or an error.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
+use super::status::Refusal;
+use crate::ops::metrics::Decisions;
+use crate::secret::Secret;
+use crate::source::Resource;
+
+/// How long a review is kept.
+pub const TOKEN_TTL: Duration = Duration::from_secs(120);
+pub const TOKEN_REFUSED_TTL: Duration = Duration::from_secs(10);
+pub const ALLOWED_TTL: Duration = Duration::from_secs(300);
+pub const DENIED_TTL: Duration = Duration::from_secs(30);
+/// Entries each cache holds at most.
+pub const MAX_ENTRIES: usize = 16_384;
+
+/// An authenticated user, as the TokenReview said.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct User {
+    pub name: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// What a request does, as an authorizer sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Attributes {
+    Resource {
+        verb: &'static str,
+        kind: Resource,
+        namespace: Option<String>,
+        name: Option<String>,
+    },
+    Path {
+        verb: &'static str,
+        path: String,
+    },
+}
+
+/// An authorizer's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Allowed,
+    /// Not allowed, with the authorizer's reason (often empty).
+    Denied(String),
+}
+
+/// Makes the reviews (the apiserver, or a test's stand-in).
+pub trait Reviewer: Send + Sync {
+    /// The user a token is, or `None` when it is not authenticated.
+    fn token(&self, token: &Secret) -> Result<Option<User>, String>;
+    /// Whether `user` may do `what`.
+    fn access(&self, user: &User, what: &Attributes) -> Result<Decision, String>;
+}
+
+/// A bounded map whose entries expire.
+struct Cache<K, V> {
+    map: HashMap<K, (V, Instant)>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
+    fn new() -> Self {
+        Cache {
+            map: HashMap::new(),
+        }
+    }
+
+    fn get(&self, k: &K, now: Instant) -> Option<V> {
+        self.map
+            .get(k)
+            .filter(|(_, until)| *until > now)
+            .map(|(v, _)| v.clone())
+    }
+
+    fn put(&mut self, k: K, v: V, until: Instant, now: Instant) {
+        if self.map.len() >= MAX_ENTRIES && !self.map.contains_key(&k) {
+            self.map.retain(|_, (_, u)| *u > now);
+            if self.map.len() >= MAX_ENTRIES {
+                // Still full of live entries: the one closest to expiring goes.
+                let first = (self.map.iter())
+                    .min_by_key(|(_, (_, u))| *u)
+                    .map(|(k, _)| k.clone());
+                if let Some(first) = first {
+                    self.map.remove(&first);
+                }
+            }
+        }
+        self.map.insert(k, (v, until));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// Authentication and authorization with their caches.
+pub struct Auth {
+    reviewer: Box<dyn Reviewer>,
+    tokens: Mutex<Cache<[u8; 32], Option<User>>>,
+    access: Mutex<Cache<(User, Attributes), Decision>>,
+    decisions: Decisions,
+}
+
+impl Auth {
+    pub fn new(reviewer: Box<dyn Reviewer>, decisions: Decisions) -> Auth {
+        Auth {
+            reviewer,
+            tokens: Mutex::new(Cache::new()),
+            access: Mutex::new(Cache::new()),
+            decisions,
+        }
+    }
+
+    /// The user behind an `Authorization` header; 401 without a bearer token or when the
+    /// token is not authenticated.
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<User, Refusal> {
+        let token = authorization
+            .and_then(|h| {
+                let (scheme, rest) = h.trim().split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+            })
+            .filter(|t| !t.is_empty())
+            .map(Secret::new);
+        let Some(token) = token else {
+            self.decisions.record("authentication", "denied", "none");
+            return Err(Refusal::unauthorized());
+        };
+        let key: [u8; 32] = Sha256::digest(token.expose().as_bytes()).into();
+        let now = Instant::now();
+        let cached = self.lock_tokens().get(&key, now);
+        let (user, cache) = match cached {
+            Some(user) => (user, "hit"),
+            None => {
+                let user = match self.reviewer.token(&token) {
+                    Ok(u) => u,
+                    Err(e) => {
+                        self.decisions.record("authentication", "error", "miss");
+                        log::warn!("cannot review a bearer token: {e}");
+                        return Err(Refusal::unavailable(
+                            format!("cannot authenticate the request: the TokenReview failed: {e}"),
+                            1,
+                        ));
+                    }
+                };
+                let ttl = if user.is_some() {
+                    TOKEN_TTL
+                } else {
+                    TOKEN_REFUSED_TTL
+                };
+                let until = match expires(&token) {
+                    Some(exp) => (now + ttl).min(exp),
+                    None => now + ttl,
+                };
+                self.lock_tokens().put(key, user.clone(), until, now);
+                (user, "miss")
+            }
+        };
+        match user {
+            Some(u) => {
+                self.decisions.record("authentication", "allowed", cache);
+                Ok(u)
+            }
+            None => {
+                self.decisions.record("authentication", "denied", cache);
+                Err(Refusal::unauthorized())
+            }
+        }
+    }
+
+    /// Whether `user` may do `what`: `Ok`, or the 403 the apiserver would send.
+    pub fn authorize(&self, user: &User, what: &Attributes) -> Result<(), Refusal> {
+        let key = (user.clone(), what.clone());
+        let now = Instant::now();
+        let cached = self.lock_access().get(&key, now);
+        let (decision, cache) = match cached {
+            Some(d) => (d, "hit"),
+            None => {
+                let d = match self.reviewer.access(user, what) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        self.decisions.record("authorization", "error", "miss");
+                        log::warn!("cannot review the access of {}: {e}", user.name);
+                        return Err(Refusal::unavailable(
+                            format!(
+                                "cannot authorize the request: the SubjectAccessReview failed: {e}"
+                            ),
+                            1,
+                        ));
+                    }
+                };
+                let ttl = match d {
+                    Decision::Allowed => ALLOWED_TTL,
+                    Decision::Denied(_) => DENIED_TTL,
+                };
+                self.lock_access().put(key, d.clone(), now + ttl, now);
+                (d, "miss")
+            }
+        };
+        match decision {
+            Decision::Allowed => {
+                self.decisions.record("authorization", "allowed", cache);
+                Ok(())
+            }
+            Decision::Denied(why) => {
+                self.decisions.record("authorization", "denied", cache);
+                Err(match what {
+                    Attributes::Resource {
+                        verb,
+                        kind,
+                        namespace,
+                        name,
+                    } => Refusal::forbidden(
+                        &user.name,
+                        verb,
+                        *kind,
+                        namespace.as_deref(),
+                        name.as_deref(),
+                        &why,
+                    ),
+                    Attributes::Path { verb, path } => {
+                        Refusal::forbidden_path(&user.name, verb, path, &why)
+                    }
+                })
+            }
+        }
+    }
+
+    fn lock_tokens(&self) -> std::sync::MutexGuard<'_, Cache<[u8; 32], Option<User>>> {
+        self.tokens.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_access(&self) -> std::sync::MutexGuard<'_, Cache<(User, Attributes), Decision>> {
+        self.access.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// When a JWT says it expires (its `exp`, unverified: only to keep its review no longer).
+fn expires(token: &Secret) -> Option<Instant> {
+    let payload = token.expose().split('.').nth(1)?;
+    let bytes = (base64::engine::general_purpose::URL_SAFE_NO_PAD)
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        exp: Option<u64>,
+    }
+    let exp = serde_json::from_slice::<Claims>(&bytes).ok()?.exp?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    Some(Instant::now() + Duration::from_secs(exp.saturating_sub(now)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Knows token "good" as alice, who may list configmaps in "team-a" only.
+    #[derive(Default)]
+    struct Fake {
+        tokens: AtomicUsize,
+        access: AtomicUsize,
+        fail: std::sync::atomic::AtomicBool,
+    }
+
+    impl Reviewer for Arc<Fake> {
+        fn token(&self, token: &Secret) -> Result<Option<User>, String> {
+            self.tokens.fetch_add(1, Ordering::SeqCst);
+            if self.fail.load(Ordering::SeqCst) {
+                return Err("connection refused".into());
+            }
+            Ok((token.expose() == "good").then(|| User {
+                name: "alice".into(),
+                uid: "u1".into(),
+                groups: vec!["system:authenticated".into()],
+                extra: BTreeMap::new(),
+            }))
+        }
+
+        fn access(&self, _user: &User, what: &Attributes) -> Result<Decision, String> {
+            self.access.fetch_add(1, Ordering::SeqCst);
+            Ok(match what {
+                Attributes::Resource {
+                    verb: "list",
+                    kind: Resource::ConfigMaps,
+                    namespace: Some(ns),
+                    ..
+                } if ns == "team-a" => Decision::Allowed,
+                _ => Decision::Denied(String::new()),
+            })
+        }
+    }
+
+    fn list(kind: Resource, ns: Option<&str>) -> Attributes {
+        Attributes::Resource {
+            verb: "list",
+            kind,
+            namespace: ns.map(str::to_string),
+            name: None,
+        }
+    }
+
+    #[test]
+    fn decisions_are_reviewed_once_and_cached() {
+        let fake = Arc::new(Fake::default());
+        let decisions = Decisions::default();
+        let auth = Auth::new(Box::new(fake.clone()), decisions.clone());
+        assert_eq!(auth.authenticate(None).unwrap_err().code, 401);
+        assert_eq!(auth.authenticate(Some("Basic eDp5")).unwrap_err().code, 401);
+        assert_eq!(auth.authenticate(Some("Bearer bad")).unwrap_err().code, 401);
+        assert_eq!(auth.authenticate(Some("Bearer bad")).unwrap_err().code, 401);
+        assert_eq!(
+            fake.tokens.load(Ordering::SeqCst),
+            1,
+            "a refusal is cached too"
+        );
+        let alice = auth.authenticate(Some("Bearer good")).unwrap();
+        let again = auth.authenticate(Some("bearer  good ")).unwrap();
+        assert_eq!(alice, again);
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 2);
+        auth.authorize(&alice, &list(Resource::ConfigMaps, Some("team-a")))
+            .unwrap();
+        auth.authorize(&alice, &list(Resource::ConfigMaps, Some("team-a")))
+            .unwrap();
+        assert_eq!(fake.access.load(Ordering::SeqCst), 1);
+        let e = auth
+            .authorize(&alice, &list(Resource::Secrets, Some("team-a")))
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "secrets is forbidden: User \"alice\" cannot list resource \"secrets\" in API group \"\" in the namespace \"team-a\""
+        );
+        let e = auth
+            .authorize(&alice, &list(Resource::ConfigMaps, None))
+            .unwrap_err();
+        assert_eq!(e.code, 403);
+        assert_eq!(decisions.get("authorization", "allowed", "hit"), 1);
+        assert_eq!(decisions.get("authentication", "denied", "hit"), 1);
+        // A review that cannot be made is a 503, and not kept.
+        fake.fail.store(true, Ordering::SeqCst);
+        assert_eq!(
+            auth.authenticate(Some("Bearer other")).unwrap_err().code,
+            503
+        );
+        assert_eq!(
+            auth.authenticate(Some("Bearer other")).unwrap_err().code,
+            503
+        );
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn caches_are_bounded() {
+        let mut c: Cache<u32, u32> = Cache::new();
+        let now = Instant::now();
+        for i in 0..(MAX_ENTRIES as u32 + 100) {
+            c.put(i, i, now + Duration::from_secs(60 + u64::from(i)), now);
+        }
+        assert_eq!(c.len(), MAX_ENTRIES);
+        assert_eq!(c.get(&0, now), None, "the nearest to expiring went first");
+        assert_eq!(
+            c.get(&(MAX_ENTRIES as u32 + 99), now),
+            Some(MAX_ENTRIES as u32 + 99)
+        );
+        assert_eq!(c.get(&200, now + Duration::from_secs(400)), None, "expired");
+    }
+
+    #[test]
+    fn a_jwt_is_not_trusted_past_its_exp() {
+        let claims = |exp: u64| {
+            let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+            Secret::new(format!(
+                "{}.{}.sig",
+                b("{}"),
+                b(&format!("{{\"exp\":{exp}}}"))
+            ))
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let soon = expires(&claims(now + 5)).unwrap();
+        assert!(soon <= Instant::now() + Duration::from_secs(6));
+        assert!(expires(&claims(now - 5)).unwrap() <= Instant::now());
+        assert_eq!(expires(&Secret::new("opaque")), None);
+    }
+}

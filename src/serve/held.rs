@@ -1,0 +1,291 @@
+//! What a hub holds: its last complete poll, kept as the apiserver served it, in the
+//! apiserver's order, with the resourceVersion of each scope it lists.
+//!
+//! A poll is gathered by `Gather` (the source's `Collect`: every object with its JSON,
+//! objects whose resourceVersion the last poll had are taken over from it unread) and
+//! becomes a new `Held` only when it is complete; a failed poll leaves the last one as it
+//! was. Each scope (a kind, in one namespace or all of them) has two versions: `listed`,
+//! the resourceVersion of its last list, and `changed`, that of the last list that found
+//! it different (an object added, removed or at a new version) — a list's resourceVersion
+//! moves with every write to the kind anywhere in the cluster, what the scope holds does
+//! not, and followers wait for the second.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::source::{self, Collect, Item, Mark, Previous, RawObject, Resource, Resources};
+
+/// One object, as served.
+#[derive(Debug)]
+pub struct Object {
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: String,
+    pub labels: Vec<(String, String)>,
+    pub raw: RawObject,
+}
+
+impl Object {
+    /// Its key in the apiserver's order: `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The value of label `k`.
+    pub fn label(&self, k: &str) -> Option<&str> {
+        (self.labels.iter())
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A scope the hub lists, and its versions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scope {
+    pub kind: Resource,
+    /// `None`: all namespaces.
+    pub namespace: Option<String>,
+    /// The resourceVersion of its last list.
+    pub listed: u64,
+    /// The resourceVersion of the last list that found it changed.
+    pub changed: u64,
+}
+
+impl Scope {
+    /// Whether it holds objects of `namespace` (`None`: whether it is all of them).
+    fn covers(&self, namespace: Option<&str>) -> bool {
+        match (&self.namespace, namespace) {
+            (None, _) => true,
+            (Some(own), Some(ns)) => own == ns,
+            (Some(_), None) => false,
+        }
+    }
+}
+
+/// A request's versions over the scopes it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Versions {
+    /// The oldest of their lists: what the answer is at least as new as.
+    pub listed: u64,
+    /// The newest change among them.
+    pub changed: u64,
+}
+
+/// A complete poll.
+#[derive(Debug)]
+pub struct Held {
+    kinds: Resources,
+    /// Each kind's objects by `namespace/name` (the apiserver's order).
+    objects: [BTreeMap<String, Arc<Object>>; 2],
+    pub scopes: Vec<Scope>,
+    /// The poll it came from.
+    pub poll: u64,
+    /// When that poll ended.
+    pub at: Instant,
+}
+
+fn slot(kind: Resource) -> usize {
+    match kind {
+        Resource::ConfigMaps => 0,
+        Resource::Secrets => 1,
+    }
+}
+
+impl Held {
+    /// Nothing yet (no poll): what the first poll's `Previous` is.
+    pub fn empty(kinds: Resources) -> Held {
+        Held {
+            kinds,
+            objects: [BTreeMap::new(), BTreeMap::new()],
+            scopes: Vec::new(),
+            poll: 0,
+            at: Instant::now(),
+        }
+    }
+
+    /// Whether it lists `kind` at all.
+    pub fn serves(&self, kind: Resource) -> bool {
+        self.kinds.has(kind)
+    }
+
+    /// The objects of `kind` in `namespace` (`None`: all), in the apiserver's order.
+    pub fn objects(
+        &self,
+        kind: Resource,
+        namespace: Option<&str>,
+    ) -> impl Iterator<Item = &Arc<Object>> {
+        let all = &self.objects[slot(kind)];
+        let range = match namespace {
+            // `/` sorts after every byte a namespace may hold but `-`, `.` and
+            // alphanumerics, so `ns/` up to `ns0` is exactly namespace `ns`.
+            Some(ns) => all.range(format!("{ns}/")..format!("{ns}0")),
+            None => all.range::<String, _>(..),
+        };
+        range.map(|(_, o)| o)
+    }
+
+    /// One object.
+    pub fn get(&self, kind: Resource, namespace: &str, name: &str) -> Option<&Arc<Object>> {
+        self.objects[slot(kind)].get(&format!("{namespace}/{name}"))
+    }
+
+    /// Objects held, of every kind.
+    pub fn len(&self) -> usize {
+        self.objects.iter().map(BTreeMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The versions of what a request for `kind` in `namespace` (`None`: all) reads:
+    /// every scope of that kind that holds some of it. `None` before any list of it.
+    pub fn versions(&self, kind: Resource, namespace: Option<&str>) -> Option<Versions> {
+        let scopes = self.scopes.iter().filter(|s| s.kind == kind);
+        let touched: Vec<&Scope> = match namespace {
+            Some(ns) => scopes.filter(|s| s.covers(Some(ns))).collect(),
+            None => scopes.collect(),
+        };
+        // A namespace no scope lists holds nothing, as of every list of the kind.
+        let touched = if touched.is_empty() {
+            self.scopes.iter().filter(|s| s.kind == kind).collect()
+        } else {
+            touched
+        };
+        Some(Versions {
+            listed: touched.iter().map(|s| s.listed).min()?,
+            changed: touched.iter().map(|s| s.changed).max()?,
+        })
+    }
+
+    /// The object a module id names (`NS/NAME`, or `KIND/NS/NAME` with both kinds).
+    fn by_id(&self, id: &str) -> Option<&Arc<Object>> {
+        let (kind, key) = match Resource::named_in(id).filter(|_| self.kinds.qualified()) {
+            Some(kind) => (kind, id.split_once('/').map_or(id, |(_, k)| k)),
+            None => (self.kinds.kind_of(id), id),
+        };
+        self.objects[slot(kind)].get(key)
+    }
+}
+
+impl Previous for Held {
+    fn has(&self, id: &str, resource_version: &str) -> bool {
+        self.by_id(id)
+            .is_some_and(|o| o.resource_version == resource_version)
+    }
+}
+
+/// A poll being gathered, against the last complete one.
+pub struct Gather<'a> {
+    prev: &'a Held,
+    got: Vec<(Resource, Arc<Object>)>,
+    listed: Vec<(Resource, Option<String>, String)>,
+}
+
+impl<'a> Gather<'a> {
+    pub fn new(prev: &'a Held) -> Gather<'a> {
+        Gather {
+            prev,
+            got: Vec::new(),
+            listed: Vec::new(),
+        }
+    }
+
+    /// The complete poll, numbered `poll`; an error if a resourceVersion is not a
+    /// number (the hub compares them, as followers do).
+    pub fn finish(self, poll: u64) -> Result<Held, String> {
+        let prev = self.prev;
+        let mut objects = [BTreeMap::new(), BTreeMap::new()];
+        for (kind, o) in self.got {
+            // A later delivery of one object (a list made again) wins.
+            objects[slot(kind)].insert(o.key(), o);
+        }
+        let mut held = Held {
+            kinds: prev.kinds,
+            objects,
+            scopes: Vec::new(),
+            poll,
+            at: Instant::now(),
+        };
+        for (kind, namespace, rv) in self.listed {
+            let listed: u64 = rv.parse().map_err(|_| {
+                format!(
+                    "the list of {} has resourceVersion '{rv}', not a number: cmpoll serve compares them",
+                    kind.plural()
+                )
+            })?;
+            let before = (prev.scopes.iter()).find(|s| s.kind == kind && s.namespace == namespace);
+            let same = |s: &Scope| {
+                let ns = s.namespace.as_deref();
+                let now = held
+                    .objects(kind, ns)
+                    .map(|o| (o.key(), &o.resource_version));
+                let then = prev
+                    .objects(kind, ns)
+                    .map(|o| (o.key(), &o.resource_version));
+                now.eq(then)
+            };
+            let changed = match before {
+                Some(s) if same(s) => s.changed,
+                _ => listed,
+            };
+            held.scopes.push(Scope {
+                kind,
+                namespace,
+                listed,
+                changed,
+            });
+        }
+        Ok(held)
+    }
+}
+
+impl Collect for Gather<'_> {
+    fn mark(&self) -> Mark {
+        Mark {
+            modules: self.got.len(),
+            others: 0,
+            spool: 0,
+        }
+    }
+
+    fn item(&mut self, item: Item) -> Result<(), source::Error> {
+        let Some(raw) = item.raw else {
+            return Err(source::Error::Api(crate::kube::Error::Decode {
+                action: format!("list {}", item.kind.plural()),
+                cause: format!("{} came without its JSON", item.id()),
+            }));
+        };
+        self.got.push((
+            item.kind,
+            Arc::new(Object {
+                namespace: item.namespace,
+                name: item.name,
+                resource_version: item.resource_version,
+                labels: item.labels,
+                raw,
+            }),
+        ));
+        Ok(())
+    }
+
+    fn unchanged(&mut self, id: &str) {
+        if let Some(o) = self.prev.by_id(id) {
+            self.got.push((self.prev.kinds.kind_of(id), o.clone()));
+        }
+    }
+
+    fn rewind(&mut self, mark: Mark) -> Result<(), source::Error> {
+        self.got.truncate(mark.modules);
+        Ok(())
+    }
+
+    fn listed(&mut self, kind: Resource, namespace: Option<&str>, resource_version: &str) {
+        self.listed.push((
+            kind,
+            namespace.map(str::to_string),
+            resource_version.to_string(),
+        ));
+    }
+}

@@ -1,0 +1,454 @@
+//! The hub's answers to each request (the HTTPS server's `Handler`): probes and metrics,
+//! discovery, and the read API over the last complete poll (`Held`), in the apiserver's
+//! order: the request is read (400, 406), its bearer token authenticated (401), what it
+//! asks authorized (403), the hub's readiness checked (503: no complete poll, or one older
+//! than the readiness bound), then the answer: the list or object, 404, 405 for a watch,
+//! 410 for a continue token whose list changed since.
+//!
+//! A list that asks `resourceVersion=R&resourceVersionMatch=NotOlderThan` of a hub whose
+//! last list of that scope is older than R (two hubs behind one Service, this one behind)
+//! waits for the next poll up to 3 seconds, as the watch cache waits, then gets the watch
+//! cache's 504; a follower therefore never takes an older answer than it holds. A
+//! follower's `x-cmpoll-wait: S` on such a list makes the hub hold it until what the
+//! scope holds changes after R (then the list, at once) or S seconds pass (then `304 Not
+//! Modified`, no body): a change reaches every waiting follower as soon as the hub's poll
+//! sees it. Every answer says `x-cmpoll-hub`, so a follower knows it may ask to wait.
+//! Whole lists are rendered once per poll and request shape, and gzipped once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::auth::{Attributes, Auth, User};
+use super::discovery;
+use super::held::{Held, Object, Versions};
+use super::render::{self, More};
+use super::request::{self, Ask, Form, Route, Target};
+use super::status::Refusal;
+use crate::https::http::{Answer, Request};
+use crate::https::server::{Handler, Peer, Reply, Wake};
+use crate::kube::client::HUB_HEADER;
+use crate::ops::health::Health;
+use crate::ops::metrics::{Metrics, Served};
+use crate::source::Resources;
+
+/// How long a list newer than this hub's poll waits for the next one (the watch cache's
+/// own wait for a resourceVersion it has not seen).
+pub const BEHIND_WAIT: Duration = Duration::from_secs(3);
+/// Bodies from this size are gzipped for a client that accepts it.
+const GZIP_FROM: usize = 16 * 1024;
+/// Whole-list renders kept per poll at most.
+const MAX_RENDERS: usize = 64;
+
+/// What every request shares.
+pub struct Hub {
+    kinds: Resources,
+    held: RwLock<Option<Arc<Held>>>,
+    pub health: Arc<Mutex<Health>>,
+    pub metrics: Arc<Mutex<Metrics>>,
+    auth: Auth,
+    served: Served,
+    renders: Mutex<Renders>,
+    /// A request waits because this hub is behind it: the next poll wakes the waiters.
+    behind: AtomicBool,
+}
+
+/// A whole list as rendered once for a poll.
+struct Rendered {
+    plain: Vec<u8>,
+    gzip: Option<Vec<u8>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Shape {
+    target: (crate::source::Resource, Option<String>),
+    labels: String,
+    fields: String,
+    form: Form,
+    rv: u64,
+}
+
+#[derive(Default)]
+struct Renders {
+    poll: u64,
+    bodies: HashMap<Shape, Arc<Rendered>>,
+}
+
+impl Hub {
+    pub fn new(
+        kinds: Resources,
+        health: Arc<Mutex<Health>>,
+        metrics: Arc<Mutex<Metrics>>,
+        auth: Auth,
+        served: Served,
+    ) -> Hub {
+        Hub {
+            kinds,
+            held: RwLock::new(None),
+            health,
+            metrics,
+            auth,
+            served,
+            renders: Mutex::new(Renders::default()),
+            behind: AtomicBool::new(false),
+        }
+    }
+
+    /// The last complete poll (`None` before the first).
+    pub fn current(&self) -> Option<Arc<Held>> {
+        self.held.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Serves `held` from now on; `true` when waiting requests should be asked again
+    /// (what a scope holds changed, or one waits for this hub to catch up).
+    pub fn publish(&self, held: Held) -> bool {
+        let mut slot = self.held.write().unwrap_or_else(|p| p.into_inner());
+        let changed = match slot.as_deref() {
+            None => true,
+            Some(before) => {
+                let changes =
+                    |h: &Held| -> Vec<u64> { h.scopes.iter().map(|s| s.changed).collect() };
+                changes(before) != changes(&held)
+            }
+        };
+        *slot = Some(Arc::new(held));
+        drop(slot);
+        changed | self.behind.swap(false, Ordering::SeqCst)
+    }
+
+    fn reply(&self, req: &Request, peer: &Peer, wake: Wake) -> Result<Reply, Refusal> {
+        match request::route(&req.path) {
+            Route::Ops(path) => self.ops(req, path).map(Reply::Answer),
+            Route::Discovery(d) => {
+                let user = self.auth.authenticate(req.header("authorization"))?;
+                self.auth.authorize(
+                    &user,
+                    &Attributes::Path {
+                        verb: "get",
+                        path: req.path.clone(),
+                    },
+                )?;
+                let addr = req.header("host").unwrap_or_default().to_string();
+                let addr = if addr.is_empty() {
+                    peer.addr.to_string()
+                } else {
+                    addr
+                };
+                Ok(Reply::Answer(Answer::json(
+                    200,
+                    discovery::body(d, self.kinds, &addr),
+                )))
+            }
+            Route::Unknown => {
+                self.auth.authenticate(req.header("authorization"))?;
+                Err(Refusal::no_such_path())
+            }
+            Route::Read(target) => self.read(req, target, wake),
+        }
+    }
+
+    /// `/healthz`, `/livez`, `/readyz` (open, as the apiserver's), `/metrics` and
+    /// `/status` (for who may `get` them).
+    fn ops(&self, req: &Request, path: &'static str) -> Result<Answer, Refusal> {
+        let health = || self.health.lock().unwrap_or_else(|p| p.into_inner());
+        match path {
+            "/healthz" | "/livez" => {
+                Ok(match health().liveness(Instant::now(), SystemTime::now()) {
+                    Ok(()) => Answer::text(200, "ok\n"),
+                    Err(why) => Answer::text(503, format!("{why}\n")),
+                })
+            }
+            "/readyz" => Ok(match health().readiness(Instant::now()) {
+                Ok(()) => Answer::text(200, "ready\n"),
+                Err(why) => Answer::text(503, format!("{why}\n")),
+            }),
+            _ => {
+                let user = self.auth.authenticate(req.header("authorization"))?;
+                self.auth.authorize(
+                    &user,
+                    &Attributes::Path {
+                        verb: "get",
+                        path: path.to_string(),
+                    },
+                )?;
+                Ok(match path {
+                    "/metrics" => Answer {
+                        status: 200,
+                        content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        headers: Vec::new(),
+                        body: (self.metrics.lock().unwrap_or_else(|p| p.into_inner()))
+                            .render()
+                            .into_bytes(),
+                    },
+                    _ => Answer::json(200, self.status()),
+                })
+            }
+        }
+    }
+
+    /// `/status`: the last poll and each scope's versions.
+    fn status(&self) -> Vec<u8> {
+        let h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let ready = h.readiness(Instant::now());
+        let last_error = h.last_error.clone();
+        drop(h);
+        let held = self.current();
+        let scopes: Vec<serde_json::Value> = (held.iter())
+            .flat_map(|h| h.scopes.iter())
+            .map(|s| {
+                serde_json::json!({
+                    "resource": s.kind.plural(),
+                    "namespace": s.namespace,
+                    "listed": s.listed.to_string(),
+                    "changed": s.changed.to_string(),
+                })
+            })
+            .collect();
+        let json = serde_json::json!({
+            "ready": ready.is_ok(),
+            "notReady": ready.err(),
+            "poll": held.as_ref().map(|h| h.poll),
+            "pollAgeSeconds": held.as_ref().map(|h| h.at.elapsed().as_secs()),
+            "objects": held.as_ref().map_or(0, |h| h.len()),
+            "scopes": scopes,
+            "lastError": last_error,
+        });
+        serde_json::to_vec_pretty(&json).unwrap_or_default()
+    }
+
+    /// The last complete poll, if the hub is ready to serve it.
+    fn ready_held(&self) -> Result<Arc<Held>, Refusal> {
+        let ready =
+            (self.health.lock().unwrap_or_else(|p| p.into_inner())).readiness(Instant::now());
+        match (ready, self.current()) {
+            (Ok(()), Some(held)) => Ok(held),
+            (Err(why), _) => Err(Refusal::unavailable(
+                format!("cmpoll serve is not ready: {why}"),
+                1,
+            )),
+            (Ok(()), None) => Err(Refusal::unavailable(
+                "cmpoll serve is not ready: no complete poll yet",
+                1,
+            )),
+        }
+    }
+
+    /// The read API.
+    fn read(&self, req: &Request, target: Target, wake: Wake) -> Result<Reply, Refusal> {
+        let header = |name: &str| req.header(name).map(str::to_string);
+        let ask = request::ask(target, &req.query, &header)?;
+        let user = self.auth.authenticate(req.header("authorization"))?;
+        let kind = ask.target.kind;
+        if req.method != "GET" {
+            let verb = match req.method.as_str() {
+                "POST" => "create",
+                "PUT" => "update",
+                "PATCH" => "patch",
+                "DELETE" if ask.target.name.is_none() => "deletecollection",
+                "DELETE" => "delete",
+                _ => "request",
+            };
+            return Err(Refusal::method_not_supported(kind, verb));
+        }
+        self.authorize(&user, &ask)?;
+        if ask.watch {
+            return Err(Refusal::method_not_supported(kind, "watch"));
+        }
+        let held = self.ready_held()?;
+        if !held.serves(kind) {
+            return Err(Refusal::no_such_path());
+        }
+        let ns = ask.target.namespace.as_deref();
+        let v = held.versions(kind, ns).ok_or_else(|| {
+            Refusal::unavailable(
+                format!("cmpoll serve has not listed {} yet", kind.plural()),
+                1,
+            )
+        })?;
+        if let Some(r) = ask.not_older_than()
+            && v.listed < r
+        {
+            if wake == Wake::Expired {
+                return Err(Refusal::too_large_resource_version(r, v.listed));
+            }
+            self.behind.store(true, Ordering::SeqCst);
+            return Ok(Reply::Wait(Instant::now() + BEHIND_WAIT));
+        }
+        if let Some(name) = &ask.target.name {
+            let ns = ns.unwrap_or_default();
+            return match held.get(kind, ns, name).filter(|o| selected(&ask, o)) {
+                Some(o) => Ok(Reply::Answer(
+                    self.body(&ask, render::object(kind, ask.form, o)),
+                )),
+                None => Err(Refusal::not_found(kind, name)),
+            };
+        }
+        if let (Some(wait), Some(r)) = (ask.wait, ask.not_older_than())
+            && ask.continue_token.is_none()
+        {
+            if v.changed <= r {
+                if wake == Wake::Expired {
+                    self.served.waited("not_modified");
+                    return Ok(Reply::Answer(Answer {
+                        status: 304,
+                        content_type: "application/json",
+                        headers: Vec::new(),
+                        body: Vec::new(),
+                    }));
+                }
+                return Ok(Reply::Wait(Instant::now() + wait));
+            }
+            if wake != Wake::First {
+                self.served.waited("newer");
+            }
+        }
+        self.list(&held, &ask, v).map(Reply::Answer)
+    }
+
+    /// Authorizes exactly what `ask` does.
+    fn authorize(&self, user: &User, ask: &Ask) -> Result<(), Refusal> {
+        self.auth.authorize(
+            user,
+            &Attributes::Resource {
+                verb: ask.verb(),
+                kind: ask.target.kind,
+                namespace: ask.target.namespace.clone(),
+                name: ask.target.name.clone(),
+            },
+        )
+    }
+
+    /// A list: a whole one rendered once per poll, or a page.
+    fn list(&self, held: &Held, ask: &Ask, v: Versions) -> Result<Answer, Refusal> {
+        let kind = ask.target.kind;
+        let ns = ask.target.namespace.as_deref();
+        if ask.limit.is_none() && ask.continue_token.is_none() {
+            let shape = Shape {
+                target: (kind, ask.target.namespace.clone()),
+                labels: ask.labels.as_str().to_string(),
+                fields: ask.fields.as_str().to_string(),
+                form: ask.form,
+                rv: v.listed,
+            };
+            let rendered = self.rendered(held, shape, || {
+                let items: Vec<&Arc<Object>> = held
+                    .objects(kind, ns)
+                    .filter(|o| selected(ask, o))
+                    .collect();
+                render::list(kind, ask.form, v.listed, &items, &More::default())
+            });
+            return Ok(self.answer(ask, &rendered));
+        }
+        // A page: from the start, or after a continue token's key, of the list at its rv.
+        let (rv, after) = match &ask.continue_token {
+            Some(t) => {
+                let (rv, key) = render::read_continue(t)
+                    .map_err(|e| Refusal::bad_request(format!("invalid continue token: {e}")))?;
+                if v.changed > rv {
+                    return Err(Refusal::expired(EXPIRED_CONTINUE));
+                }
+                let key = match ns {
+                    Some(ns) => format!("{ns}/{key}"),
+                    None => key,
+                };
+                (rv, Some(key))
+            }
+            None => (v.listed, None),
+        };
+        let rest: Vec<&Arc<Object>> = (held.objects(kind, ns))
+            .filter(|o| after.as_ref().is_none_or(|a| o.key() > *a))
+            .filter(|o| selected(ask, o))
+            .collect();
+        let limit = ask.limit.unwrap_or(usize::MAX);
+        let page = &rest[..rest.len().min(limit)];
+        let more = match (rest.len() > page.len(), page.last()) {
+            (true, Some(last)) => More {
+                continue_token: Some(render::continue_token(
+                    rv,
+                    &match ns {
+                        Some(_) => last.name.clone(),
+                        None => last.key(),
+                    },
+                )),
+                remaining: (ask.labels.as_str().is_empty() && ask.fields.is_empty())
+                    .then_some(rest.len() - page.len()),
+            },
+            _ => More::default(),
+        };
+        let plain = render::list(kind, ask.form, rv, page, &more);
+        Ok(self.body(ask, plain))
+    }
+
+    /// A whole list's render for this poll, made once.
+    fn rendered(&self, held: &Held, shape: Shape, make: impl FnOnce() -> Vec<u8>) -> Arc<Rendered> {
+        {
+            let mut r = self.renders.lock().unwrap_or_else(|p| p.into_inner());
+            if r.poll != held.poll {
+                r.poll = held.poll;
+                r.bodies.clear();
+            }
+            if let Some(b) = r.bodies.get(&shape) {
+                return b.clone();
+            }
+        }
+        let plain = make();
+        let gzip = (plain.len() >= GZIP_FROM).then(|| render::gzip(&plain));
+        let rendered = Arc::new(Rendered { plain, gzip });
+        let mut r = self.renders.lock().unwrap_or_else(|p| p.into_inner());
+        if r.poll == held.poll {
+            if r.bodies.len() >= MAX_RENDERS {
+                r.bodies.clear();
+            }
+            r.bodies.insert(shape, rendered.clone());
+        }
+        rendered
+    }
+
+    fn answer(&self, ask: &Ask, r: &Rendered) -> Answer {
+        match (&r.gzip, ask.gzip) {
+            (Some(gz), true) => Answer::json(200, gz.clone()).with("Content-Encoding", "gzip"),
+            _ => Answer::json(200, r.plain.clone()),
+        }
+    }
+
+    /// A body made for this request alone, gzipped if large and accepted.
+    fn body(&self, ask: &Ask, plain: Vec<u8>) -> Answer {
+        if ask.gzip && plain.len() >= GZIP_FROM {
+            return Answer::json(200, render::gzip(&plain)).with("Content-Encoding", "gzip");
+        }
+        Answer::json(200, plain)
+    }
+}
+
+/// The apiserver's words for a continue token whose list is gone.
+const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+/// Whether `o` is what `ask`'s selectors select.
+fn selected(ask: &Ask, o: &Object) -> bool {
+    ask.labels.matches(|k| o.label(k)) && ask.fields.matches(&o.namespace, &o.name)
+}
+
+impl Handler for Hub {
+    fn handle(&self, req: &Request, peer: &Peer, wake: Wake) -> Reply {
+        let reply = match self.reply(req, peer, wake) {
+            Ok(r) => r,
+            Err(refusal) => {
+                if refusal.code == 503 || refusal.code >= 500 {
+                    log::debug!("{} {}: {}", req.method, req.path, refusal.message);
+                }
+                Reply::Answer(refusal.answer())
+            }
+        };
+        match reply {
+            Reply::Answer(a) => {
+                self.served.answered(a.status);
+                Reply::Answer(
+                    a.with(HUB_HEADER, env!("CARGO_PKG_VERSION"))
+                        .with("Cache-Control", "no-cache, private"),
+                )
+            }
+            wait => wait,
+        }
+    }
+}

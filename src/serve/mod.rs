@@ -1,0 +1,251 @@
+//! `cmpoll serve`: one poll for a fleet. A hub polls the apiserver as `cmpoll run` does
+//! (the same source, selection, credentials and list modes: metadata lists in protobuf
+//! after a first full list, GETs of what changed) and serves its last complete poll over
+//! HTTPS as the apiserver's own read API for what it selected, so that a thousand agents
+//! list the hub instead of the apiserver. See docs/serve.md for the contract.
+//!
+//! The parts: `held.rs` (what a hub holds: objects as served, by scope, with their
+//! versions), `request.rs` (what a request asks), `auth.rs` with `reviews.rs` (TokenReview
+//! and SubjectAccessReview, cached), `render.rs` and `status.rs` (answers and refusals in
+//! the apiserver's words), `discovery.rs`, and `hub.rs`, which answers each request. This
+//! file runs the poll loop beside the HTTPS server (`crate::https`): a failed poll changes
+//! nothing; a complete one is published whole and wakes the followers waiting for it.
+
+pub mod auth;
+pub mod discovery;
+pub mod held;
+pub mod hub;
+pub mod render;
+pub mod request;
+pub mod reviews;
+pub mod status;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+use self::held::{Gather, Held};
+use self::hub::Hub;
+use crate::backoff::{self, Backoff, Rng};
+use crate::error::Error;
+use crate::https::server::{Handle, Limits, Server};
+use crate::https::tls;
+use crate::kube;
+use crate::ops::health::{Health, InFlight};
+use crate::ops::metrics::{Features, Metrics};
+use crate::source::origin::{self, Origin};
+use crate::source::{Resources, Source};
+
+/// What `cmpoll serve` runs with (from `settings::serve`).
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub source: origin::Options,
+    pub interval: Duration,
+    pub jitter: f64,
+    pub listen: SocketAddr,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Threads answering requests: each may wait on a review by the apiserver.
+const WORKERS: usize = 8;
+
+/// How the hub holds its clients: a fleet of followers, each with a keep-alive connection
+/// and, between changes, one request waiting.
+fn limits() -> Limits {
+    Limits {
+        max_connections: 16_384,
+        request_deadline: Duration::from_secs(10),
+        idle: Duration::from_secs(120),
+        write_deadline: Duration::from_secs(60),
+        max_body: 64 * 1024,
+        workers: WORKERS,
+        queue: 2048,
+        busy: status::Refusal::too_many_requests()
+            .answer()
+            .with(kube::client::HUB_HEADER, env!("CARGO_PKG_VERSION")),
+    }
+}
+
+/// Serves until SIGTERM or SIGINT.
+pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+    let metrics = Metrics::new();
+    metrics.expect(&Features {
+        polls: false,
+        serve: true,
+        ..Features::default()
+    });
+    let in_flight = InFlight::default();
+    let mut source_opts = opts.source.clone();
+    source_opts.raw = true;
+    source_opts.wait = None;
+    let handles = kube::client::Handles {
+        in_flight: in_flight.clone(),
+        counters: metrics.api(),
+    };
+    let source = origin::open(&source_opts, handles, env).map_err(Error::Config)?;
+    let Origin::Api(flags) = &opts.source.origin else {
+        return Err(Error::Config(
+            "cmpoll serve: needs an apiserver (not --manifests)".into(),
+        ));
+    };
+    let config = kube::Config::resolve(flags, env).map_err(Error::Config)?;
+    let mut clients = Vec::new();
+    for _ in 0..WORKERS {
+        let handles = kube::client::Handles {
+            // Not the poll's: a slow review must not look like a hung poll to /healthz.
+            in_flight: InFlight::default(),
+            counters: metrics.api(),
+        };
+        clients.push(
+            kube::Client::new(&config, opts.source.client.clone(), handles, env)
+                .map_err(Error::Config)?,
+        );
+    }
+    let auth = auth::Auth::new(
+        Box::new(reviews::ApiReviewer::new(clients)),
+        metrics.decisions(),
+    );
+    let served = metrics.served();
+    let health = Health::new(
+        opts.interval,
+        backoff::cap(opts.interval),
+        opts.source.client.timeout,
+        in_flight,
+    );
+    let kinds = opts.source.selection.resources;
+    let hub = Arc::new(Hub::new(
+        kinds,
+        Arc::new(Mutex::new(health)),
+        Arc::new(Mutex::new(metrics)),
+        auth,
+        served,
+    ));
+    let certs =
+        Arc::new(tls::Reloading::new(opts.cert.clone(), opts.key.clone()).map_err(Error::Config)?);
+    let tls_config = certs.config(None).map_err(Error::Config)?;
+    let listener = TcpListener::bind(opts.listen)
+        .map_err(|e| Error::Config(format!("--listen {}: cannot listen: {e}", opts.listen)))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Error::Config(format!("--listen {}: {e}", opts.listen)))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [SIGTERM, SIGINT] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
+    }
+    let (server, handle) = Server::new(listener, tls_config, hub.clone(), limits())
+        .map_err(|e| Error::Runtime(format!("--listen {bound}: {e}")))?;
+    log::info!(
+        "cmpoll serve {}: polling {} every {} (jitter {}): {}; serving it over HTTPS on {bound} (/api/v1, /healthz, /readyz, /metrics, /status)",
+        env!("CARGO_PKG_VERSION"),
+        source.describe(),
+        humantime::format_duration(opts.interval),
+        opts.jitter,
+        opts.source.selection.describe(),
+    );
+    let poller = Poller {
+        source,
+        hub: hub.clone(),
+        handle: handle.clone(),
+        kinds,
+        interval: opts.interval,
+        jitter: opts.jitter,
+    };
+    let poll_stop = stop.clone();
+    std::thread::Builder::new()
+        .name("poll".into())
+        .spawn(move || poller.run(&poll_stop))
+        .map_err(|e| Error::Runtime(format!("cannot start the poll thread: {e}")))?;
+    server.run(&stop);
+    log::info!("stopping");
+    Ok(())
+}
+
+/// The poll loop.
+struct Poller {
+    source: Box<dyn Source>,
+    hub: Arc<Hub>,
+    handle: Handle,
+    kinds: Resources,
+    interval: Duration,
+    jitter: f64,
+}
+
+impl Poller {
+    fn run(mut self, stop: &AtomicBool) {
+        let mut backoff = Backoff::polls(self.interval, self.jitter, Rng::from_time());
+        let mut number = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            number += 1;
+            let wait = self.poll(number, &mut backoff);
+            let until = backoff::after(Instant::now(), wait);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                self.health().loop_at = Instant::now();
+                let left = until.saturating_duration_since(Instant::now());
+                std::thread::sleep(left.min(Duration::from_millis(200)));
+            }
+        }
+        self.handle.stop();
+    }
+
+    /// One poll: published whole when complete; the wait before the next.
+    fn poll(&mut self, number: u64, backoff: &mut Backoff) -> Duration {
+        let started = Instant::now();
+        self.health().loop_at = started;
+        let prev = (self.hub.current()).unwrap_or_else(|| Arc::new(Held::empty(self.kinds)));
+        let mut gather = Gather::new(&prev);
+        let listed = self.source.list(prev.as_ref(), &mut gather);
+        let retry_after = listed.as_ref().err().and_then(|e| e.retry_after());
+        let result = listed
+            .map_err(|e| e.to_string())
+            .and_then(|()| gather.finish(number));
+        let took = started.elapsed();
+        let metrics = self.hub.metrics.clone();
+        match result {
+            Ok(held) => {
+                let objects = held.len();
+                metrics
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .poll_succeeded(took, objects, 0);
+                {
+                    let mut h = self.health();
+                    if !h.first_batch {
+                        log::info!("poll {number}: serving {objects} objects");
+                    }
+                    h.first_batch = true;
+                    h.last_success = Some(Instant::now());
+                    h.last_error = None;
+                    h.modules = objects;
+                }
+                if self.hub.publish(held) {
+                    log::debug!("poll {number}: {objects} objects, changed: waking the followers");
+                    self.handle.notify();
+                }
+                backoff.after_success()
+            }
+            Err(e) => {
+                metrics
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .poll_failed(took);
+                self.health().last_error = Some(e.clone());
+                let wait = backoff.after_failure(retry_after);
+                log::warn!(
+                    "poll {number} failed: {e}; serving the last complete poll; next attempt in {}",
+                    humantime::format_duration(Duration::from_millis(wait.as_millis() as u64))
+                );
+                wait
+            }
+        }
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.hub.health.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
