@@ -251,10 +251,11 @@ impl Hub {
             };
             return Err(Refusal::method_not_supported(kind, verb));
         }
-        self.authorize(&user, &ask)?;
+        // Refused for whoever asks, allowed to watch or not: the hub has nothing to watch.
         if ask.watch {
             return Err(Refusal::method_not_supported(kind, "watch"));
         }
+        self.authorize(&user, &ask)?;
         let held = self.ready_held()?;
         if !held.serves(kind) {
             return Err(Refusal::no_such_path());

@@ -11,6 +11,7 @@ mod events;
 mod flow;
 mod lists;
 mod manifests;
+mod serve;
 mod webhook;
 
 use std::sync::{Mutex, MutexGuard};

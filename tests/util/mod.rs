@@ -383,6 +383,15 @@ impl Daemon {
         Daemon::attach(cmd, child)
     }
 
+    /// Starts `cmpoll serve` (configured by `cmd`'s arguments and environment).
+    pub fn serve(cmd: Cmpoll, args: &[&str]) -> Daemon {
+        let mut all = vec!["serve"];
+        all.extend_from_slice(args);
+        let cmd = cmd.args(&all);
+        let child = cmd.spawn();
+        Daemon::attach(cmd, child)
+    }
+
     /// Starts `wrapper… cmpoll run args…` (for example in a mount namespace).
     pub fn start_wrapped(cmd: Cmpoll, wrapper: &[&str], args: &[&str]) -> Daemon {
         let mut all = vec!["run"];

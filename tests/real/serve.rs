@@ -1,0 +1,899 @@
+//! `cmpoll serve` against the real apiserver (issue 39): a hub with the shipped role
+//! (`k8s/serve/clusterrole.yaml`) polls the real kube-apiserver and serves its last poll;
+//! the real apiserver is the oracle of every answer (the differential test), and real
+//! clients read the hub with nothing but a kubeconfig naming it: kubectl, the Python
+//! `kubernetes` client, cmpoll. Then the Never clauses: a follower learns of a change
+//! without waiting out its interval, never takes an answer older than what it holds (two
+//! hubs), keeps what it holds when its hub cannot serve, and a hub keeps serving through
+//! a flood of bad clients.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use test_apiserver::Pki;
+use test_apiserver::real::RealApiserver;
+
+use super::*;
+use crate::util::tools::{free_port, python};
+use crate::util::{Cmpoll, Daemon, SOON, eventually, eventually_explained, root};
+
+/// A hub as the shipped ClusterRole allows it, and what reaches it.
+struct Hub {
+    d: Daemon,
+    port: u16,
+    ca: PathBuf,
+    ca_pem: String,
+}
+
+impl Hub {
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+}
+
+/// The shipped hub role, bound to a service account `name` of `ns`; its token.
+fn hub_account(k: &RealApiserver, ns: &str, name: &str) -> String {
+    let text = std::fs::read_to_string(root().join("k8s/serve/clusterrole.yaml")).unwrap();
+    let mut role: Value = serde_saphyr::from_str(&text).unwrap();
+    let role_name = format!("cmpoll-hub-{ns}-{name}");
+    role["metadata"] = json!({"name": role_name});
+    k.apply(&role.to_string());
+    k.apply(
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": role_name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]})
+        .to_string(),
+    );
+    k.token(ns, name, "2h")
+}
+
+/// `cmpoll serve` as `token`, on a free port, with a certificate for 127.0.0.1 from a
+/// fresh CA; ready (its first poll complete).
+fn start_hub(k: &RealApiserver, token: &str, args: &[&str]) -> Hub {
+    let c = Cmpoll::new().env("RUST_LOG", "info");
+    let pki = Pki::with_server_names("cmpoll-hub-test", &["127.0.0.1"]);
+    let ca = c.write("hub-ca.crt", &pki.ca_pem());
+    let cert = c.write("tls/tls.crt", &pki.server.cert_pem);
+    let key = c.write("tls/tls.key", &pki.server.key_pem);
+    let token_file = c.write("hub-token", token);
+    let apiserver_ca = c.write("apiserver-ca.crt", &k.ca_pem());
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut all = vec![
+        "--server",
+        &k.url,
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--ca-file",
+        apiserver_ca.to_str().unwrap(),
+        "--listen",
+        &listen,
+        "--tls-cert-file",
+        cert.to_str().unwrap(),
+        "--tls-key-file",
+        key.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    let d = Daemon::serve(c, &all);
+    let hub = Hub {
+        d,
+        port,
+        ca,
+        ca_pem: pki.ca_pem(),
+    };
+    eventually_explained(
+        "the hub ready",
+        SOON,
+        || get(&hub.url(), &hub.ca, "", "/readyz", &[]).0 == 200,
+        || hub.d.stderr(),
+    );
+    hub
+}
+
+/// A kubeconfig that names the hub, with `token`: all a client needs.
+fn hub_kubeconfig(c: &Cmpoll, hub: &Hub, token: &str, name: &str) -> PathBuf {
+    use base64::Engine as _;
+    c.write(
+        name,
+        &format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: hub\n  context: {{cluster: hub, user: u}}\ncurrent-context: hub\n",
+            hub.url(),
+            base64::engine::general_purpose::STANDARD.encode(&hub.ca_pem)
+        ),
+    )
+}
+
+/// `GET base+path` with curl (trusting `ca`, as `token` when not empty): (status, headers
+/// lowercased, body).
+fn get(base: &str, ca: &Path, token: &str, path: &str, headers: &[&str]) -> (u16, String, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (head, body) = (dir.path().join("h"), dir.path().join("b"));
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-s",
+        "--compressed",
+        "-A",
+        "cmpoll-test",
+        "--max-time",
+        "20",
+        "--cacert",
+    ])
+    .arg(ca)
+    .arg("-D")
+    .arg(&head)
+    .arg("-o")
+    .arg(&body)
+    .args(["-w", "%{http_code}"]);
+    if !token.is_empty() {
+        cmd.args(["-H", &format!("Authorization: Bearer {token}")]);
+    }
+    for h in headers {
+        cmd.args(["-H", h]);
+    }
+    let out = cmd.arg(format!("{base}{path}")).output().unwrap();
+    let code = String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0);
+    (
+        code,
+        std::fs::read_to_string(&head)
+            .unwrap_or_default()
+            .to_ascii_lowercase(),
+        std::fs::read(&body).unwrap_or_default(),
+    )
+}
+
+/// A service account of `ns` with a ClusterRole of `rules` (cluster-wide) or a Role
+/// (`namespaced`); its token.
+fn follower(k: &RealApiserver, ns: &str, name: &str, rules: Value, cluster_wide: bool) -> String {
+    if !cluster_wide {
+        return account(k, ns, name, Some(rules));
+    }
+    let role = format!("{ns}-{name}");
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": role}, "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": role},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}]})
+        .to_string(),
+    );
+    k.token(ns, name, "2h")
+}
+
+/// A token allowed to get the hub's `/metrics` and `/status`, as Prometheus's would be.
+fn scraper(k: &RealApiserver, ns: &str) -> String {
+    follower(
+        k,
+        ns,
+        "scraper",
+        json!([{"nonResourceURLs": ["/metrics", "/status"], "verbs": ["get"]}]),
+        true,
+    )
+}
+
+fn cm_rules() -> Value {
+    json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "get"]}])
+}
+
+/// A list's body with what differs between two servers by design taken out: the list's
+/// own resourceVersion and continue token (each server's poll), nothing of the items.
+fn comparable(body: &[u8]) -> Value {
+    let mut v: Value = serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(body)));
+    if v["kind"] != "Status" {
+        if let Some(m) = v["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+            if m.contains_key("continue") {
+                m.insert("continue".into(), json!("<token>"));
+            }
+        }
+    }
+    v
+}
+
+/// Issue 39.1: what the hub answers is what the real apiserver answers for the same
+/// request and token — lists whole and in pages, objects, metadata lists, label and field
+/// selectors, and the refusals (400, 401, 403 in the apiserver's words, 404): the bodies
+/// compared as JSON, the items byte for byte as the apiserver served them (only the
+/// list's own resourceVersion and continue token differ: each is its server's). A token
+/// not allowed to list Secrets gets the apiserver's 403, and a follower allowed one
+/// namespace sees no object of another.
+#[test]
+fn the_hub_answers_as_the_real_apiserver_does() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-diff");
+    let other = k.namespace("hub-other");
+    for (n, name, labels) in [
+        (&ns, "alpha", json!({LABEL.0: LABEL.1, "team": "a"})),
+        (&ns, "beta", json!({LABEL.0: LABEL.1, "team": "b"})),
+        (
+            &ns,
+            "gamma",
+            json!({LABEL.0: LABEL.1, "team": "a", "tier": "1"}),
+        ),
+        (&ns, "unlabelled", json!({"team": "a"})),
+        (&other, "delta", json!({LABEL.0: LABEL.1})),
+    ] {
+        k.apply(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": n, "labels": labels},
+                "data": {"k.yaml": format!("<{name}> & \"quoted\" é\n"), "other": "x"}})
+            .to_string(),
+        );
+    }
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "creds", "namespace": ns, "labels": {LABEL.0: LABEL.1}},
+            "stringData": {"password": "hunter2"}})
+        .to_string(),
+    );
+    let hub_token = hub_account(k, &ns, "hub");
+    // Secrets too: the hub's role here lists them (the shipped one plus secrets).
+    k.apply(
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": format!("cmpoll-hub-{ns}-hub-secrets")},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "get"]}]})
+        .to_string(),
+    );
+    k.apply(
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": format!("cmpoll-hub-{ns}-hub-secrets")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("cmpoll-hub-{ns}-hub-secrets")},
+            "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": ns}]})
+        .to_string(),
+    );
+    let everything = follower(
+        k,
+        &ns,
+        "everything",
+        json!([{"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["list", "get"]}]),
+        true,
+    );
+    let one_ns = follower(k, &ns, "one-ns", cm_rules(), false);
+    // Namespaces whose objects the hub selects: the two of this test (the cluster is
+    // shared); the unlabelled ConfigMap is outside its selection.
+    let hub = start_hub(
+        k,
+        &hub_token,
+        &[
+            "--resource",
+            "configmaps,secrets",
+            "--namespace",
+            &ns,
+            "--namespace",
+            &other,
+        ],
+    );
+    let sel = "labelSelector=cmpoll.io%2Fmodule%3Dtrue";
+    let meta =
+        "Accept: application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    let cases: Vec<(&str, String, Vec<&str>)> = vec![
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/configmaps?{sel}"),
+            vec![],
+        ),
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/configmaps?{sel},team%3Da"),
+            vec![],
+        ),
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/configmaps?{sel},team+in+(a,b),!tier"),
+            vec![],
+        ),
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/configmaps?{sel}&fieldSelector=metadata.name%3Dbeta"),
+            vec![],
+        ),
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/configmaps?{sel}&limit=2"),
+            vec![],
+        ),
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/configmaps?{sel}"),
+            vec![meta],
+        ),
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/configmaps?labelSelector=nothing%3Dhere"),
+            vec![meta],
+        ),
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/configmaps/alpha"),
+            vec![],
+        ),
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/configmaps/nope"),
+            vec![],
+        ),
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/secrets?{sel}"),
+            vec![],
+        ),
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/configmaps?labelSelector=a+b"),
+            vec![],
+        ),
+        (
+            "everything",
+            format!("/api/v1/namespaces/{ns}/configmaps?fieldSelector=data.x%3D1"),
+            vec![],
+        ),
+        (
+            "one-ns",
+            format!("/api/v1/namespaces/{ns}/configmaps?{sel}"),
+            vec![],
+        ),
+        (
+            "one-ns",
+            format!("/api/v1/namespaces/{ns}/secrets?{sel}"),
+            vec![],
+        ),
+        (
+            "one-ns",
+            format!("/api/v1/namespaces/{other}/configmaps?{sel}"),
+            vec![],
+        ),
+        ("one-ns", format!("/api/v1/configmaps?{sel}"), vec![]),
+        (
+            "one-ns",
+            format!("/api/v1/namespaces/{ns}/secrets/creds"),
+            vec![],
+        ),
+        (
+            "nobody",
+            format!("/api/v1/namespaces/{ns}/configmaps?{sel}"),
+            vec![],
+        ),
+    ];
+    let files = Cmpoll::new();
+    let apiserver_ca = files.write("ca.crt", &k.ca_pem());
+    for (who, path, headers) in &cases {
+        let token = match *who {
+            "everything" => everything.as_str(),
+            "one-ns" => one_ns.as_str(),
+            "nobody" => "not-a-token",
+            _ => "",
+        };
+        let (want_code, _, want) = get(&k.url, &apiserver_ca, token, path, headers);
+        let (code, head, got) = get(&hub.url(), &hub.ca, token, path, headers);
+        let what = format!("{who} {path} {headers:?}");
+        assert_eq!(
+            code,
+            want_code,
+            "{what}: hub {} apiserver {}",
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want)
+        );
+        assert!(head.contains("x-cmpoll-hub:"), "{what}: {head}");
+        assert_eq!(comparable(&got), comparable(&want), "{what}");
+        // The items as the apiserver served them: byte for byte.
+        let items = |b: &[u8]| -> Vec<String> {
+            let v: Value = serde_json::from_slice(b).unwrap();
+            (v["items"].as_array().into_iter().flatten())
+                .map(|i| i.to_string())
+                .collect()
+        };
+        if want_code == 200 && path.contains("labelSelector") && !path.contains("limit") {
+            let raw = String::from_utf8_lossy(&got);
+            for item in items(&want) {
+                let name =
+                    serde_json::from_str::<Value>(&item).unwrap()["metadata"]["name"].clone();
+                assert!(
+                    raw.contains(&format!("\"name\":{name}")),
+                    "{what}: {name} in {raw}"
+                );
+            }
+        }
+        if code == 200 && path.ends_with("/alpha") {
+            assert_eq!(got, want, "{what}: the object byte for byte");
+        }
+    }
+    // No token: 401, as an apiserver without anonymous access answers (SPEC; this one
+    // lets system:anonymous in and refuses it with a 403).
+    let (code, _, body) = get(
+        &hub.url(),
+        &hub.ca,
+        "",
+        &format!("/api/v1/namespaces/{ns}/configmaps"),
+        &[],
+    );
+    assert_eq!(code, 401);
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"Unauthorized\",\"reason\":\"Unauthorized\",\"code\":401}\n"
+    );
+    // A page and the page after it: the same items as the apiserver's two pages.
+    let page = |base: &str, ca: &Path, cont: Option<&str>| {
+        let mut p = format!("/api/v1/namespaces/{ns}/configmaps?{sel}&limit=2");
+        if let Some(c) = cont {
+            p += &format!("&continue={c}");
+        }
+        let (code, _, body) = get(base, ca, &everything, &p, &[]);
+        assert_eq!(code, 200);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        let names: Vec<String> = (v["items"].as_array().unwrap().iter())
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        (
+            names,
+            v["metadata"]["continue"].as_str().map(str::to_string),
+        )
+    };
+    let (first, token) = page(&k.url, &apiserver_ca, None);
+    let (second, _) = page(&k.url, &apiserver_ca, token.as_deref());
+    let (hub_first, hub_token_next) = page(&hub.url(), &hub.ca, None);
+    let (hub_second, end) = page(&hub.url(), &hub.ca, hub_token_next.as_deref());
+    assert_eq!((hub_first, hub_second), (first, second));
+    assert_eq!(end, None);
+    // 403 in the apiserver's words, for Secrets, for a token allowed ConfigMaps only.
+    let (code, _, body) = get(
+        &hub.url(),
+        &hub.ca,
+        &one_ns,
+        &format!("/api/v1/namespaces/{ns}/secrets"),
+        &[],
+    );
+    assert_eq!(code, 403);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["message"],
+        format!(
+            "secrets is forbidden: User \"system:serviceaccount:{ns}:one-ns\" cannot list resource \"secrets\" in API group \"\" in the namespace \"{ns}\""
+        )
+    );
+    // watch is refused plainly; the hub's log holds no token and no Secret value.
+    let (code, _, body) = get(
+        &hub.url(),
+        &hub.ca,
+        &everything,
+        &format!("/api/v1/namespaces/{ns}/configmaps?watch=true"),
+        &[],
+    );
+    assert_eq!(code, 405, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["reason"],
+        "MethodNotAllowed"
+    );
+    let log = hub.d.stderr();
+    for secret in [
+        everything.as_str(),
+        one_ns.as_str(),
+        &hub_token,
+        "hunter2",
+        "aHVudGVyMg",
+    ] {
+        assert!(!log.contains(secret), "a secret in the hub's log:\n{log}");
+    }
+    // /metrics only for who may get it; decisions were cached: far fewer reviews than
+    // requests.
+    let (code, _, _) = get(&hub.url(), &hub.ca, &everything, "/metrics", &[]);
+    assert_eq!(code, 403);
+    let (_, _, metrics) = get(&hub.url(), &hub.ca, &scraper(k, &ns), "/metrics", &[]);
+    let metrics = String::from_utf8_lossy(&metrics);
+    let hits = metric_sum(
+        &metrics,
+        "cmpoll_serve_decisions_total",
+        &[("check", "authentication"), ("cache", "hit")],
+    );
+    assert!(hits >= 10.0, "token reviews cached: {metrics}");
+}
+
+fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    test_apiserver::real::metric_sum(text, name, labels)
+}
+
+/// Issue 39.1: kubectl, the Python `kubernetes` client and cmpoll read the hub with a
+/// plain kubeconfig naming it (server URL, CA, token) and find what they would find at
+/// the apiserver.
+#[test]
+fn kubectl_python_and_cmpoll_read_the_hub_with_a_plain_kubeconfig() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-clients");
+    for name in ["alpha", "beta"] {
+        k.apply(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": ns, "labels": {LABEL.0: LABEL.1}},
+                "data": {"k.yaml": format!("{name}: 1\n")}})
+            .to_string(),
+        );
+    }
+    let hub = start_hub(k, &hub_account(k, &ns, "hub"), &["--namespace", &ns]);
+    let token = follower(k, &ns, "reader", cm_rules(), false);
+    let c = Cmpoll::new();
+    let kubeconfig = hub_kubeconfig(&c, &hub, &token, "hub.kubeconfig");
+    // kubectl: discovery (`cm`), the list, one object, and a refusal.
+    let kubectl = |args: &[&str]| {
+        let out = Command::new(test_apiserver::real::bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, out) = kubectl(&[
+        "get",
+        "cm",
+        "-n",
+        &ns,
+        "-l",
+        "cmpoll.io/module=true",
+        "-o",
+        "name",
+    ]);
+    assert!(ok, "{out}\n{}", hub.d.stderr());
+    assert_eq!(out, "configmap/alpha\nconfigmap/beta\n");
+    let (ok, out) = kubectl(&[
+        "get",
+        "configmap",
+        "beta",
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.data.k\\.yaml}",
+    ]);
+    assert!(ok, "{out}");
+    assert_eq!(out, "beta: 1\n");
+    let (ok, out) = kubectl(&["get", "cm", "-A"]);
+    assert!(!ok);
+    assert!(
+        out.contains(&format!("Error from server (Forbidden): configmaps is forbidden: User \"system:serviceaccount:{ns}:reader\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope")),
+        "{out}"
+    );
+    // The Python client, as an application would use it.
+    let script = format!(
+        "import kubernetes, sys\nkubernetes.config.load_kube_config(config_file=sys.argv[1])\napi = kubernetes.client.CoreV1Api()\nl = api.list_namespaced_config_map('{ns}', label_selector='cmpoll.io/module=true')\nprint(' '.join(sorted(i.metadata.name + '=' + i.data['k.yaml'].strip() for i in l.items)))\ntry:\n    api.list_namespaced_secret('{ns}')\nexcept kubernetes.client.exceptions.ApiException as e:\n    print(e.status, e.reason)\n"
+    );
+    let out = Command::new(python())
+        .args(["-c", &script])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "alpha=alpha: 1 beta=beta: 1\n403 Forbidden\n"
+    );
+    // cmpoll, off-cluster, with the kubeconfig alone: the same modules as from the apiserver.
+    let from_hub = Cmpoll::new()
+        .env("KUBECONFIG", kubeconfig.to_str().unwrap())
+        .with_args(&["list", "--namespace", &ns])
+        .run()
+        .success();
+    let direct = cmpoll_as(k, "direct", &User::Token(token.clone()))
+        .with_args(&["list", "--namespace", &ns])
+        .run()
+        .success();
+    assert_eq!(from_hub.stdout, direct.stdout);
+    assert!(from_hub.stdout.contains("alpha") && from_hub.stdout.contains("beta"));
+}
+
+/// Issue 39.2: a follower (`cmpoll run` against the hub) with a 5-minute interval sees a
+/// change within seconds of its write: its list waits at the hub until the hub's poll
+/// finds the change. Without waiting, nothing would arrive for five minutes.
+#[test]
+fn a_change_reaches_a_waiting_follower_as_soon_as_the_hub_polls_it() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-wait");
+    let put = |v: &str| {
+        k.apply(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "m", "namespace": ns, "labels": {LABEL.0: LABEL.1}},
+                "data": {"k.yaml": v}})
+            .to_string(),
+        )
+    };
+    put("one");
+    let hub = start_hub(
+        k,
+        &hub_account(k, &ns, "hub"),
+        &["--namespace", &ns, "--interval", "1s"],
+    );
+    let token = follower(k, &ns, "reader", cm_rules(), false);
+    let c = Cmpoll::new();
+    let kubeconfig = hub_kubeconfig(&c, &hub, &token, "hub.kubeconfig");
+    let d = Daemon::start(
+        c.env("KUBECONFIG", kubeconfig.to_str().unwrap()),
+        &["--namespace", &ns, "--interval", "5m"],
+    );
+    let first = d.batch(SOON);
+    assert_eq!(first[0]["type"], "added", "{first:?}");
+    let mut delays = Vec::new();
+    for round in ["two", "three", "four"] {
+        // The follower's next list is waiting at the hub before the write.
+        std::thread::sleep(Duration::from_millis(300));
+        let at = Instant::now();
+        put(round);
+        let batch = d.batch(Duration::from_secs(20));
+        delays.push(at.elapsed());
+        assert_eq!(batch[0]["type"], "updated", "{batch:?}");
+        assert_eq!(batch[0]["files"]["k.yaml"], round);
+    }
+    // Seen within the hub's interval and a request, not the follower's five minutes.
+    for d in &delays {
+        assert!(*d < Duration::from_secs(20), "{delays:?}");
+    }
+    // The waits ended with a newer list; an idle follower waits rather than polls.
+    let (_, _, metrics) = get(&hub.url(), &hub.ca, &scraper(k, &ns), "/metrics", &[]);
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metric_sum(&metrics, "cmpoll_serve_waits_total", &[("result", "newer")]) >= 3.0,
+        "{metrics}"
+    );
+    d.stop();
+}
+
+/// A TCP forwarder whose backend the test switches; a switch cuts every connection, as a
+/// Service does when the endpoint behind a connection goes away.
+struct Switch {
+    port: u16,
+    backend: Arc<AtomicUsize>,
+    cut: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Switch {
+    fn new(backends: Vec<u16>) -> Switch {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let backend = Arc::new(AtomicUsize::new(0));
+        let cut: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (b, c) = (backend.clone(), cut.clone());
+        std::thread::spawn(move || {
+            for client in l.incoming().map_while(Result::ok) {
+                let to = backends[b.load(Ordering::SeqCst)];
+                let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
+                    continue;
+                };
+                c.lock().unwrap().push(client.try_clone().unwrap());
+                c.lock().unwrap().push(server.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Switch { port, backend, cut }
+    }
+
+    fn to(&self, i: usize) {
+        self.backend.store(i, Ordering::SeqCst);
+        for s in self.cut.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Issue 39.4: two hubs behind one address, one of them behind (it polled once, long
+/// ago). A follower that holds the newer hub's answer and finds itself talking to the
+/// older one never takes the older answer: no module goes back; the hub behind answers
+/// the apiserver's 504 "Too large resource version" (after waiting for a poll of its
+/// own), the follower says so and keeps what it holds, and takes the newer state again
+/// once it reaches the newer hub.
+#[test]
+fn a_follower_never_takes_an_answer_older_than_what_it_holds() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-two");
+    let put = |v: &str| {
+        k.apply(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "m", "namespace": ns, "labels": {LABEL.0: LABEL.1}},
+                "data": {"k.yaml": v}})
+            .to_string(),
+        )
+    };
+    put("old");
+    let hub_token = hub_account(k, &ns, "hub");
+    // Behind: one poll at start, none after for an hour.
+    let behind = start_hub(k, &hub_token, &["--namespace", &ns, "--interval", "1h"]);
+    put("new");
+    let ahead = start_hub(k, &hub_token, &["--namespace", &ns, "--interval", "1s"]);
+    // One CA for both hubs: the follower trusts either.
+    assert_ne!(behind.ca_pem, ahead.ca_pem);
+    let c = Cmpoll::new();
+    let both = c.write("hubs-ca.crt", &(behind.ca_pem.clone() + &ahead.ca_pem));
+    let token = follower(k, &ns, "reader", cm_rules(), false);
+    let token_file = c.write("token", &token);
+    let switch = Switch::new(vec![ahead.port, behind.port]);
+    let d = Daemon::start(
+        c,
+        &[
+            "--server",
+            &format!("https://127.0.0.1:{}", switch.port),
+            "--ca-file",
+            both.to_str().unwrap(),
+            "--token-file",
+            token_file.to_str().unwrap(),
+            "--namespace",
+            &ns,
+            "--interval",
+            "2s",
+        ],
+    );
+    let first = d.batch(SOON);
+    assert_eq!(first[0]["files"]["k.yaml"], "new", "{first:?}");
+    // To the hub behind: its answer would take "m" back to "old".
+    switch.to(1);
+    eventually_explained(
+        "the follower refusing the older hub's answers",
+        Duration::from_secs(40),
+        || {
+            let log = d.stderr();
+            log.contains("Too large resource version") || log.contains("older than")
+        },
+        || d.stderr(),
+    );
+    // Three more polls' worth: still nothing emitted (no update back to "old").
+    let quiet = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < quiet {
+        if let Ok(e) = d_event(&d, Duration::from_millis(200)) {
+            panic!("the follower took an older answer: {e}\n{}", d.stderr());
+        }
+    }
+    // Back to the hub ahead: a change there arrives.
+    switch.to(0);
+    put("newer");
+    let batch = d.batch(Duration::from_secs(40));
+    assert_eq!(batch[0]["files"]["k.yaml"], "newer", "{batch:?}");
+    drop(behind);
+    drop(ahead);
+}
+
+/// The next event within `within`, if any (no panic).
+fn d_event(d: &Daemon, within: Duration) -> Result<Value, ()> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.event(within))).map_err(|_| ())
+}
+
+/// Issue 39.4: a hub that loses its access to the apiserver keeps serving its last poll
+/// until the readiness bound, then answers 503 in the apiserver's words; its follower
+/// keeps every file it wrote, says why in `cmpoll status` at once and in `/readyz` after
+/// its own bound, and takes the state again when the hub can poll.
+#[test]
+fn a_hub_that_cannot_poll_answers_503_and_its_followers_keep_what_they_hold() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-503");
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "m", "namespace": ns, "labels": {LABEL.0: LABEL.1}},
+            "data": {"k.yaml": "kept"}})
+        .to_string(),
+    );
+    let hub_token = hub_account(k, &ns, "hub");
+    let hub = start_hub(k, &hub_token, &["--namespace", &ns, "--interval", "1s"]);
+    let token = follower(k, &ns, "reader", cm_rules(), false);
+    let c = Cmpoll::new();
+    let kubeconfig = hub_kubeconfig(&c, &hub, &token, "hub.kubeconfig");
+    let out = c.out();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let d = Daemon::start(
+        c.env("KUBECONFIG", kubeconfig.to_str().unwrap()),
+        &[
+            "--namespace",
+            &ns,
+            "--interval",
+            "1s",
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--listen",
+            &listen,
+        ],
+    );
+    let file = out.join(&ns).join("m/k.yaml");
+    eventually("the module written", SOON, || file.exists());
+    // The hub's access goes: its polls fail from now on.
+    let binding = format!("cmpoll-hub-{ns}-hub");
+    k.ok(&["delete", "clusterrolebinding", &binding]);
+    let (code, _, body) = (0..60)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(500));
+            get(
+                &hub.url(),
+                &hub.ca,
+                &token,
+                &format!("/api/v1/namespaces/{ns}/configmaps"),
+                &[],
+            )
+        })
+        .find(|(code, _, _)| *code == 503)
+        .unwrap_or_else(|| panic!("the hub never said 503\n{}", hub.d.stderr()));
+    let status: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(code, 503);
+    assert_eq!(status["reason"], "ServiceUnavailable");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cmpoll serve is not ready: the last successful poll was"),
+        "{status}"
+    );
+    // The follower keeps its file and says why.
+    let why = eventually_status(&Cmpoll::new(), &listen);
+    assert!(why.contains("503") || why.contains("not ready"), "{why}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept");
+    eventually_explained(
+        "the follower's /readyz saying why",
+        Duration::from_secs(60),
+        || {
+            let (code, body) = crate::util::http::get(&listen, "/readyz");
+            code == 503 && body.contains("cmpoll serve is not ready")
+        },
+        || d.stderr(),
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept");
+    // Access back: the hub polls, the follower is ready again.
+    hub_account(k, &ns, "hub");
+    eventually_explained(
+        "the follower ready again",
+        Duration::from_secs(60),
+        || crate::util::http::get(&listen, "/readyz").0 == 200,
+        || d.stderr(),
+    );
+    d.stop();
+}
+
+/// `cmpoll status --json` of the daemon at `listen`, once its last poll failed.
+fn eventually_status(c: &Cmpoll, listen: &str) -> String {
+    let mut last = String::new();
+    for _ in 0..80 {
+        let r = c
+            .with_args(&[
+                "status",
+                "--server-url",
+                &format!("http://{listen}"),
+                "--json",
+            ])
+            .run();
+        last = r.stdout.clone();
+        if let Ok(v) = serde_json::from_str::<Value>(&r.stdout)
+            && v["lastPoll"]["error"].is_string()
+        {
+            return v["lastPoll"]["error"].as_str().unwrap().to_string();
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("no failed poll in cmpoll status: {last}")
+}
