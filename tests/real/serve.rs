@@ -644,13 +644,24 @@ fn a_change_reaches_a_waiting_follower_as_soon_as_the_hub_polls_it() {
     for d in &delays {
         assert!(*d < Duration::from_secs(20), "{delays:?}");
     }
-    // The waits ended with a newer list; an idle follower waits rather than polls.
-    let (_, _, metrics) = get(&hub.url(), &hub.ca, &scraper(k, &ns), "/metrics", &[]);
-    let metrics = String::from_utf8_lossy(&metrics);
+    // The waits ended with a newer list; an idle follower waits rather than polls: over
+    // five idle seconds the hub answers it nothing (its list is held).
+    let scraper = scraper(k, &ns);
+    let answered = || {
+        let (_, _, metrics) = get(&hub.url(), &hub.ca, &scraper, "/metrics", &[]);
+        let metrics = String::from_utf8_lossy(&metrics).to_string();
+        let lists = metric_sum(&metrics, "cmpoll_serve_requests_total", &[("code", "200")]);
+        (lists, metrics)
+    };
+    let (before, metrics) = answered();
     assert!(
         metric_sum(&metrics, "cmpoll_serve_waits_total", &[("result", "newer")]) >= 3.0,
         "{metrics}"
     );
+    std::thread::sleep(Duration::from_secs(5));
+    let (after, _) = answered();
+    // The two /metrics requests themselves are answered 200.
+    assert!(after - before <= 2.0, "{before} → {after} answers while idle");
     d.stop();
 }
 
