@@ -3,8 +3,6 @@
 //! up a review, and with `--client-ca-file` only a client presenting a certificate that CA
 //! signed gets in. The reviews are sent as the apiserver sends them, by curl over HTTPS.
 
-use std::io::Write;
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -14,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use test_apiserver::Pki;
 
+use crate::util::flood::{stalled_handshake, stalled_request};
 use crate::util::tools::free_port;
 use crate::util::{Cmpoll, Daemon, SOON, eventually};
 
@@ -77,42 +76,6 @@ fn post(addr: &str, ca: &Path, review: &Path, cert: Option<(&Path, &Path)>) -> (
     (answer["response"]["allowed"] == true, took)
 }
 
-/// A connection that says it starts a TLS handshake and then says nothing more.
-fn stalled_handshake(addr: &str) -> Option<TcpStream> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    // A TLS record header announcing a 512-byte ClientHello, and three bytes of it.
-    s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01])
-        .ok()?;
-    Some(s)
-}
-
-/// A connection that completes the handshake (trusting `ca`) and sends half a request.
-fn stalled_request(
-    addr: &str,
-    ca: &str,
-) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
-    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots.add(c.ok()?).ok()?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .ok()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let name = ServerName::try_from("127.0.0.1").ok()?;
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
-    let sock = TcpStream::connect(addr).ok()?;
-    let mut tls = rustls::StreamOwned::new(conn, sock);
-    tls.write_all(
-        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n\r\n{\"apiVersion\"",
-    )
-    .ok()?;
-    Some(tls)
-}
-
 /// While 1,500 connections stall in the handshake and 200 half-way through a request, and
 /// more keep coming, every review is answered within a second. (f14e848 held 64
 /// connections, one thread each: with them all stalled, a review waited ~9 s.)
@@ -129,7 +92,7 @@ fn a_flood_of_stalled_clients_never_holds_up_a_review() {
     let mut requests = Vec::new();
     for i in 0..1700 {
         if i % 9 == 0 && requests.len() < 200 {
-            if let Some(s) = stalled_request(&addr, &pki.ca_pem()) {
+            if let Some(s) = stalled_request(&addr, &pki.ca_pem(), "POST /validate") {
                 requests.push(s);
             }
         } else if let Some(s) = stalled_handshake(&addr) {

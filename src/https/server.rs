@@ -178,7 +178,17 @@ impl Server {
         limits: Limits,
     ) -> io::Result<(Server, Handle)> {
         listener.set_nonblocking(true)?;
-        raise_open_files();
+        let mut limits = limits;
+        // Never more connections than files may be opened: at the limit, accept would
+        // fail and leave the listener ready, refusing every newcomer, good or not.
+        let files = raise_open_files();
+        let room = usize::try_from(files.saturating_sub(FILES_KEPT)).unwrap_or(usize::MAX);
+        if room < limits.max_connections {
+            log::info!(
+                "https: at most {room} connections at once (the open-file limit is {files})"
+            );
+            limits.max_connections = room.max(1);
+        }
         let (wake, wake_tx) = UnixStream::pair()?;
         wake.set_nonblocking(true)?;
         wake_tx.set_nonblocking(true)?;
@@ -679,13 +689,19 @@ impl Conn {
     }
 }
 
+/// Open files kept for what is not a connection: the listener, the wake pipe, the
+/// apiserver's connections, files read, the workers'.
+const FILES_KEPT: u64 = 64;
+
 /// Lifts the soft limit on open files to the hard one, as Go's runtime does: a server
-/// holding a fleet needs more than the usual 1,024.
-fn raise_open_files() {
+/// holding a fleet needs more than the usual 1,024. The soft limit now (unlimited: the
+/// largest number).
+fn raise_open_files() -> u64 {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current < limit.maximum {
         limit.current = limit.maximum;
         let _ = setrlimit(Resource::Nofile, limit);
     }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }

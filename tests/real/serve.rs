@@ -57,6 +57,11 @@ fn hub_account(k: &RealApiserver, ns: &str, name: &str) -> String {
 /// `cmpoll serve` as `token`, on a free port, with a certificate for 127.0.0.1 from a
 /// fresh CA; ready (its first poll complete).
 fn start_hub(k: &RealApiserver, token: &str, args: &[&str]) -> Hub {
+    start_hub_in(k, token, args, &[])
+}
+
+/// `start_hub`, run by `wrapper` (`prlimit …`).
+fn start_hub_in(k: &RealApiserver, token: &str, args: &[&str], wrapper: &[&str]) -> Hub {
     let c = Cmpoll::new().env("RUST_LOG", "info");
     let pki = Pki::with_server_names("cmpoll-hub-test", &["127.0.0.1"]);
     let ca = c.write("hub-ca.crt", &pki.ca_pem());
@@ -81,7 +86,10 @@ fn start_hub(k: &RealApiserver, token: &str, args: &[&str]) -> Hub {
         key.to_str().unwrap(),
     ];
     all.extend_from_slice(args);
-    let d = Daemon::serve(c, &all);
+    let d = match wrapper {
+        [] => Daemon::serve(c, &all),
+        w => Daemon::wrapped(c, w, &[&["serve"][..], &all].concat()),
+    };
     let hub = Hub {
         d,
         port,
@@ -661,7 +669,10 @@ fn a_change_reaches_a_waiting_follower_as_soon_as_the_hub_polls_it() {
     std::thread::sleep(Duration::from_secs(5));
     let (after, _) = answered();
     // The two /metrics requests themselves are answered 200.
-    assert!(after - before <= 2.0, "{before} → {after} answers while idle");
+    assert!(
+        after - before <= 2.0,
+        "{before} → {after} answers while idle"
+    );
     d.stop();
 }
 
@@ -907,4 +918,133 @@ fn eventually_status(c: &Cmpoll, listen: &str) -> String {
         std::thread::sleep(Duration::from_millis(250));
     }
     panic!("no failed poll in cmpoll status: {last}")
+}
+
+/// One request over a fresh TLS connection, as raw bytes (what curl will not send): the
+/// status line's code.
+fn raw_request(port: u16, ca: &str, request: &[u8]) -> Option<u16> {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.ok()?).ok()?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .ok()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let conn =
+        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("127.0.0.1").ok()?)
+            .ok()?;
+    let sock = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    sock.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let _ = tls.write_all(request);
+    let mut head = [0u8; 12];
+    tls.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+/// Issue 39.4: bad input never stops the hub serving the others. With 1,024 files it may
+/// open (less than the flood), while 1,500 connections stall in the TLS handshake, 200
+/// more stall half-way through a request and others keep coming, a follower's lists are
+/// answered (the stalled make room: the hub never holds more connections than it can
+/// open files); a malformed request gets 400, an oversized head 431, a body too large
+/// 413, each with the connection closed, and the hub goes on.
+#[test]
+fn a_flood_of_bad_clients_never_stops_the_hub() {
+    use crate::util::flood::{stalled_handshake, stalled_request};
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-flood");
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "m", "namespace": ns, "labels": {LABEL.0: LABEL.1}},
+            "data": {"k.yaml": "v"}})
+        .to_string(),
+    );
+    let hub = start_hub_in(
+        k,
+        &hub_account(k, &ns, "hub"),
+        &["--namespace", &ns],
+        &["prlimit", "--nofile=1024:1024", "--"],
+    );
+    let token = follower(k, &ns, "reader", cm_rules(), false);
+    let list = format!("/api/v1/namespaces/{ns}/configmaps");
+    assert_eq!(get(&hub.url(), &hub.ca, &token, &list, &[]).0, 200);
+    for (request, code) in [
+        (b"NOT HTTP AT ALL\r\n\r\n".to_vec(), 400),
+        (
+            format!(
+                "GET {list} HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+                "a".repeat(40_000)
+            )
+            .into_bytes(),
+            431,
+        ),
+        (
+            format!("POST {list} HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+                .into_bytes(),
+            413,
+        ),
+    ] {
+        assert_eq!(
+            raw_request(hub.port, &hub.ca_pem, &request),
+            Some(code),
+            "{}",
+            String::from_utf8_lossy(&request[..40])
+        );
+    }
+    let addr = format!("127.0.0.1:{}", hub.port);
+    let mut held = Vec::new();
+    let mut requests = Vec::new();
+    for i in 0..1700 {
+        if i % 9 == 0 && requests.len() < 200 {
+            if let Some(s) = stalled_request(&addr, &hub.ca_pem, &format!("GET {list}")) {
+                requests.push(s);
+            }
+        } else if let Some(s) = stalled_handshake(&addr) {
+            held.push(s);
+        }
+    }
+    assert!(held.len() > 1400, "{} connections held", held.len());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let (stop, addr) = (stop.clone(), addr.clone());
+        std::thread::spawn(move || {
+            let mut more = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(s) = stalled_handshake(&addr) {
+                    more.push(s);
+                }
+                if more.len() > 2000 {
+                    more.drain(..1000);
+                }
+            }
+            more.len()
+        })
+    };
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let at = Instant::now();
+        let (code, _, body) = get(&hub.url(), &hub.ca, &token, &list, &[]);
+        assert_eq!(
+            code,
+            200,
+            "{}\n{}",
+            String::from_utf8_lossy(&body),
+            hub.d.stderr()
+        );
+        slowest = slowest.max(at.elapsed());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(flood.join().unwrap() > 0);
+    eprintln!("slowest list under the flood: {slowest:?}");
+    drop(held);
+    drop(requests);
+    assert_eq!(get(&hub.url(), &hub.ca, &token, &list, &[]).0, 200);
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use test_apiserver::{ConfigMap, Kubeconfig, TestApiserver};
 
+pub mod flood;
 pub mod http;
 pub mod proxy;
 pub mod tools;
@@ -396,6 +397,11 @@ impl Daemon {
     pub fn start_wrapped(cmd: Cmpoll, wrapper: &[&str], args: &[&str]) -> Daemon {
         let mut all = vec!["run"];
         all.extend_from_slice(args);
+        Daemon::wrapped(cmd, wrapper, &all)
+    }
+
+    /// Starts `wrapper… cmpoll args…` (`args` name the command).
+    pub fn wrapped(cmd: Cmpoll, wrapper: &[&str], all: &[&str]) -> Daemon {
         let child = cmd
             .wrapped(wrapper, &all)
             .stdin(Stdio::null())

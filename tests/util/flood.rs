@@ -1,0 +1,45 @@
+//! Clients that do not behave: a connection that stalls in the TLS handshake, one that
+//! sends half a request and waits. What a server that holds real clients within a bound
+//! must outlast (`tests/webhook.rs`, `tests/real/serve.rs`).
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::Arc;
+
+/// A connection that says it starts a TLS handshake and then says nothing more.
+pub fn stalled_handshake(addr: &str) -> Option<TcpStream> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    // A TLS record header announcing a 512-byte ClientHello, and three bytes of it.
+    s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01])
+        .ok()?;
+    Some(s)
+}
+
+/// A connection that completes the handshake (trusting `ca`) and sends half a request.
+pub fn stalled_request(
+    addr: &str,
+    ca: &str,
+    line: &str,
+) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.ok()?).ok()?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("127.0.0.1").ok()?;
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
+    let sock = TcpStream::connect(addr).ok()?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    tls.write_all(
+        format!("{line} HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n\r\n{{\"apiVersion\"")
+            .as_bytes(),
+    )
+    .ok()?;
+    Some(tls)
+}
