@@ -121,6 +121,18 @@ fn hub_kubeconfig(c: &Cmpoll, hub: &Hub, token: &str, name: &str) -> PathBuf {
 /// `GET base+path` with curl (trusting `ca`, as `token` when not empty): (status, headers
 /// lowercased, body).
 fn get(base: &str, ca: &Path, token: &str, path: &str, headers: &[&str]) -> (u16, String, Vec<u8>) {
+    get_within(base, ca, token, path, headers, 20)
+}
+
+/// `get`, giving up after `secs` (status 0).
+fn get_within(
+    base: &str,
+    ca: &Path,
+    token: &str,
+    path: &str,
+    headers: &[&str],
+    secs: u32,
+) -> (u16, String, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
     let (head, body) = (dir.path().join("h"), dir.path().join("b"));
     let mut cmd = Command::new("curl");
@@ -130,7 +142,7 @@ fn get(base: &str, ca: &Path, token: &str, path: &str, headers: &[&str]) -> (u16
         "-A",
         "cmpoll-test",
         "--max-time",
-        "20",
+        &secs.to_string(),
         "--cacert",
     ])
     .arg(ca)
@@ -920,6 +932,43 @@ fn eventually_status(c: &Cmpoll, listen: &str) -> String {
     panic!("no failed poll in cmpoll status: {last}")
 }
 
+/// A TLS connection that asks `/healthz` once, reads the answer and stays open, idle.
+fn idle_keepalive(
+    port: u16,
+    ca: &str,
+) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.ok()?).ok()?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .ok()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let conn =
+        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("127.0.0.1").ok()?)
+            .ok()?;
+    let sock = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(3).any(|w| w == b"ok\n") {
+        let n = tls.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    Some(tls)
+}
+
 /// One request over a fresh TLS connection, as raw bytes (what curl will not send): the
 /// status line's code.
 fn raw_request(port: u16, ca: &str, request: &[u8]) -> Option<u16> {
@@ -998,6 +1047,12 @@ fn a_flood_of_bad_clients_never_stops_the_hub() {
             String::from_utf8_lossy(&request[..40])
         );
     }
+    // More idle keep-alive connections (each asked one probe, then silent for the
+    // 2 minutes a keep-alive may idle) than the hub may open files.
+    let idle: Vec<_> = (0..1100)
+        .filter_map(|_| idle_keepalive(hub.port, &hub.ca_pem))
+        .collect();
+    assert!(idle.len() > 1000, "{} idle connections", idle.len());
     let addr = format!("127.0.0.1:{}", hub.port);
     let mut held = Vec::new();
     let mut requests = Vec::new();
@@ -1030,7 +1085,9 @@ fn a_flood_of_bad_clients_never_stops_the_hub() {
     let mut slowest = Duration::ZERO;
     for _ in 0..10 {
         let at = Instant::now();
-        let (code, _, body) = get(&hub.url(), &hub.ca, &token, &list, &[]);
+        // Well within the 10 s a stalled connection is given: not answered only after the
+        // stalled ones are cut.
+        let (code, _, body) = get_within(&hub.url(), &hub.ca, &token, &list, &[], 5);
         assert_eq!(
             code,
             200,
