@@ -43,13 +43,13 @@ def cell(s):
 print('# Flags and variables\n')
 print('Every flag of every command, as `cmpoll COMMAND --help` prints it (this page is made from')
 print('that output by `python3 tools/flags-doc.py target/debug/cmpoll > docs/flags.md`). Every flag')
-print('of `run`, `list` and `webhook` can also be set as its variable; the flag wins. Repeatable')
+print('of `run`, `list`, `webhook` and `serve` can also be set as its variable; the flag wins. Repeatable')
 print('flags take comma-separated lists in a variable (`CMPOLL_NAMESPACE=a,b`); switches take')
 print('`true` or `false`. `cmpoll sidecar` takes no flags: it reads k8s-sidecar\'s variables')
 print('([migration.md](migration.md)). What the flags do together is in')
 print('[configuration.md](configuration.md), [delivery.md](delivery.md) and')
 print('[operations.md](operations.md).\n')
-for command in ['run', 'list', 'webhook', 'status']:
+for command in ['run', 'list', 'webhook', 'serve', 'status']:
     about, rows = entries(command)
     print(f'## `cmpoll {command}`\n')
     print(about + '\n')

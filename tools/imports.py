@@ -107,7 +107,7 @@ for m, p in files.items():
             if t is not None and t != m and not (t and t[-1] == 'tests'):
                 edges.add((m, t))
 
-LAYERS = [('lib', 'main'), ('cli', 'settings'), ('daemon', 'list', 'webhook', 'status'),
+LAYERS = [('lib', 'main'), ('cli', 'settings'), ('daemon', 'list', 'webhook', 'serve', 'status'),
           ('sink',), ('batch',), ('fetch', 'validate', 'report', 'ledger', 'template'),
           ('poll',), ('source',), ('https',), ('kube',), ('http',),
           ('ops', 'atomic', 'backoff', 'reason', 'secret', 'selector', 'names', 'words',

@@ -208,12 +208,12 @@ fn cm_rules() -> Value {
 fn comparable(body: &[u8]) -> Value {
     let mut v: Value = serde_json::from_slice(body)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(body)));
-    if v["kind"] != "Status" {
-        if let Some(m) = v["metadata"].as_object_mut() {
-            m.remove("resourceVersion");
-            if m.contains_key("continue") {
-                m.insert("continue".into(), json!("<token>"));
-            }
+    if v["kind"] != "Status"
+        && let Some(m) = v["metadata"].as_object_mut()
+    {
+        m.remove("resourceVersion");
+        if m.contains_key("continue") {
+            m.insert("continue".into(), json!("<token>"));
         }
     }
     v

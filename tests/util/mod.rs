@@ -403,7 +403,7 @@ impl Daemon {
     /// Starts `wrapper… cmpoll args…` (`args` name the command).
     pub fn wrapped(cmd: Cmpoll, wrapper: &[&str], all: &[&str]) -> Daemon {
         let child = cmd
-            .wrapped(wrapper, &all)
+            .wrapped(wrapper, all)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
