@@ -116,6 +116,20 @@ impl Backoff {
     }
 
     /// Starts over, without a wait (the agent ran long enough to count as stable).
+    /// After a failure, the first of a run anywhere within `spread` (at least `floor`,
+    /// never beyond the cap; "full jitter"), then as `after_failure`: for many clients that
+    /// all lost one server at the same instant.
+    pub fn after_failure_spread(&mut self, floor: Option<Duration>, spread: Duration) -> Duration {
+        if self.failures > 0 {
+            return self.after_failure(floor);
+        }
+        self.failures = 1;
+        let spread = spread.min(self.max);
+        let wait = Duration::try_from_secs_f64(spread.as_secs_f64() * self.rng.unit())
+            .unwrap_or(spread);
+        wait.max(floor.unwrap_or_default().min(self.max))
+    }
+
     pub fn reset(&mut self) {
         self.failures = 0;
     }
@@ -213,5 +227,26 @@ mod tests {
         assert!(distinct.len() > 150, "not lock-step");
         let mut r = Rng::new(7);
         assert!((0..1000).map(|_| r.unit()).all(|u| (0.0..1.0).contains(&u)));
+    }
+
+    /// Followers that lost their hub together spread their first try over the span (not
+    /// all at its start), never below Retry-After; later tries back off as usual.
+    #[test]
+    fn a_first_failure_is_spread_then_backs_off() {
+        let span = Duration::from_secs(10);
+        let mut firsts = Vec::new();
+        for seed in 0..200 {
+            let mut b = Backoff::polls(Duration::from_secs(30), 0.1, Rng::new(seed));
+            let first = b.after_failure_spread(None, span);
+            assert!(first <= span, "{first:?}");
+            firsts.push(first);
+            let second = b.after_failure_spread(None, span);
+            assert!(second >= Duration::from_secs(60), "doubled: {second:?}");
+        }
+        let early = firsts.iter().filter(|d| **d < Duration::from_secs(5)).count();
+        assert!((60..140).contains(&early), "{early} of 200 in the first half");
+        let mut b = Backoff::polls(Duration::from_secs(30), 0.1, Rng::new(1));
+        let floored = b.after_failure_spread(Some(Duration::from_secs(9)), span);
+        assert!(floored >= Duration::from_secs(9), "{floored:?}");
     }
 }

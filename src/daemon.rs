@@ -61,6 +61,8 @@ struct Done {
     number: u64,
     result: Result<Polled, poll::Error>,
     took: Duration,
+    /// The source talks to a `cmpoll serve` hub.
+    hub: bool,
 }
 
 struct Job {
@@ -70,6 +72,9 @@ struct Job {
 
 /// The loop wakes at least this often, so health sees it alive.
 const HEARTBEAT: Duration = Duration::from_secs(60);
+/// How far a hub's followers spread their first try after losing it (a hub restarting,
+/// a rollout): their lists then reach the other hub, or this one again, over this span.
+const HUB_SPREAD: Duration = Duration::from_secs(10);
 /// Between two polls of a `cmpoll serve` hub that holds them: the hub does the waiting.
 const AFTER_WAITING: Duration = Duration::from_millis(100);
 /// How long a stop waits for `--report-events` to send what it still holds.
@@ -88,6 +93,7 @@ fn spawn_poller(mut poller: Poller, tx: Sender<Msg>) -> Result<Sender<Job>, Erro
                     number: job.number,
                     result,
                     took: started.elapsed(),
+                    hub: poller.hub_waits(),
                 };
                 if tx.send(Msg::Polled(Box::new(done))).is_err() {
                     return;
@@ -259,7 +265,12 @@ impl Daemon {
                 if self.opts.once {
                     return Next::Stop(Err(Error::Runtime(e.to_string())));
                 }
-                let wait = self.backoff.after_failure(e.retry_after());
+                // A hub that restarts cuts every follower's waiting list at once: each
+                // tries again at a moment of its own within the first wait, not together.
+                let wait = match done.hub {
+                    true => self.backoff.after_failure_spread(e.retry_after(), HUB_SPREAD),
+                    false => self.backoff.after_failure(e.retry_after()),
+                };
                 log::warn!(
                     "poll {} failed: {e}; next attempt in {}",
                     done.number,

@@ -76,6 +76,11 @@ impl Poller {
         self.source.describe()
     }
 
+    /// A `cmpoll serve` hub answers (see `Source::hub_waits`).
+    pub fn hub_waits(&self) -> bool {
+        self.source.hub_waits()
+    }
+
     /// Polls once; on success the new snapshot, whose new contents are in `spool`.
     pub fn poll(&mut self, prev: &Snapshot, spool: &mut Spool) -> Result<Polled, Error> {
         let start = spool.len();

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use test_apiserver::real::{RealApiserver, User, built, metric_sum};
 
 use super::mib;
+use super::hubs::Hubs;
 use super::sidecar::apply;
 
 pub struct Plan {
@@ -75,6 +76,13 @@ enum Who {
         dir: PathBuf,
         method: &'static str,
     },
+    /// `hubs` × `cmpoll serve` polling every `interval`, and the fleet of cmpolls
+    /// following them (`hubs.rs`).
+    Hub {
+        bin: PathBuf,
+        hubs: usize,
+        interval: &'static str,
+    },
 }
 
 impl Who {
@@ -93,6 +101,9 @@ impl Who {
             Who::Informer(_) => "client-go informer".into(),
             Who::ShortWatch(_) => "short watch 30s (candidate)".into(),
             Who::Sidecar { method, .. } => format!("k8s-sidecar {method}"),
+            Who::Hub {
+                hubs, interval, ..
+            } => format!("followers, {hubs} hub {interval}"),
         }
     }
 }
@@ -121,6 +132,12 @@ struct Sample {
     lists: f64,
     gets: f64,
     watches_open: f64,
+    /// API Priority and Fairness: seats its work estimates asked for, requests it rejected.
+    seats: f64,
+    rejected: f64,
+    /// The hubs' own CPU seconds and resident KiB (hub contenders).
+    hub_cpu: f64,
+    hub_rss_kib: u64,
 }
 
 fn sample(api: &RealApiserver) -> Sample {
@@ -138,7 +155,20 @@ fn sample(api: &RealApiserver) -> Sample {
             "apiserver_longrunning_requests",
             &[("verb", "WATCH")],
         ),
+        seats: metric_sum(&text, "apiserver_flowcontrol_work_estimated_seats_sum", &[]),
+        rejected: metric_sum(&text, "apiserver_flowcontrol_rejected_requests_total", &[]),
+        hub_cpu: 0.0,
+        hub_rss_kib: 0,
     }
+}
+
+/// `sample`, with the hubs' usage when there are hubs.
+fn sample_with(api: &RealApiserver, hubs: Option<&Hubs>) -> Sample {
+    let mut s = sample(api);
+    if let Some(h) = hubs {
+        (s.hub_cpu, s.hub_rss_kib) = h.usage();
+    }
+    s
 }
 
 /// A phase's cost: `b` minus `a` over `secs`.
@@ -149,8 +179,12 @@ struct Cost {
     lists_per_s: f64,
     gets_per_s: f64,
     watches_open: f64,
-    /// Until every instance saw the change after the phase (None: not all did).
-    seen_after: Option<f64>,
+    seats_per_s: f64,
+    rejected_per_s: f64,
+    hub_millicores: f64,
+    hub_rss_kib: u64,
+    /// How long each instance took to see the change after the phase (None: not all did).
+    seen_after: Option<Vec<f64>>,
 }
 
 fn cost(a: Sample, b: Sample, secs: f64) -> Cost {
@@ -161,6 +195,10 @@ fn cost(a: Sample, b: Sample, secs: f64) -> Cost {
         lists_per_s: (b.lists - a.lists) / secs,
         gets_per_s: (b.gets - a.gets) / secs,
         watches_open: b.watches_open,
+        seats_per_s: (b.seats - a.seats) / secs,
+        rejected_per_s: (b.rejected - a.rejected) / secs,
+        hub_millicores: (b.hub_cpu - a.hub_cpu) / secs * 1000.0,
+        hub_rss_kib: b.hub_rss_kib,
         seen_after: None,
     }
 }
@@ -202,10 +240,53 @@ fn object(i: usize, round: usize) -> serde_json::Value {
     })
 }
 
-/// The fleet's service account and a kubeconfig with its token.
-fn account(api: &RealApiserver) -> PathBuf {
-    let token = account_token(api);
-    api.write_kubeconfig("fleet-agent.kubeconfig", &User::Token(token))
+/// `n` pods of the fleet's service account (never scheduled: there is no node) and a
+/// token bound to each, as each pod of a DaemonSet has its own: the apiserver, and a hub,
+/// review each on its own (its user's `extra` names the pod).
+fn pod_tokens(api: &RealApiserver, n: usize) -> Vec<String> {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
+        apply(
+            api,
+            chunk
+                .iter()
+                .map(|i| {
+                    serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": format!("agent-{i}"), "namespace": "fleet-agents"},
+                        "spec": {"serviceAccountName": "agent", "automountServiceAccountToken": false,
+                            "containers": [{"name": "agent", "image": "agent"}]}})
+                })
+                .collect(),
+        );
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let tokens = Mutex::new(vec![String::new(); n]);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        return;
+                    }
+                    let t = api.ok(&[
+                        "create",
+                        "token",
+                        "agent",
+                        "-n",
+                        "fleet-agents",
+                        "--duration",
+                        "24h",
+                        "--bound-object-kind",
+                        "Pod",
+                        "--bound-object-name",
+                        &format!("agent-{i}"),
+                    ]);
+                    tokens.lock().expect("lock")[i] = t.trim().to_string();
+                }
+            });
+        }
+    });
+    tokens.into_inner().expect("tokens")
 }
 
 /// ConfigMaps `from..to` (round 0) and the marker.
@@ -272,6 +353,11 @@ fn launch(who: &Who, kubeconfig: &Path, dir: &Path, i: usize) -> Instance {
             c.args(["--interval", "30s", "--watch-timeout", "1"]);
             c
         }
+        Who::Hub { bin, .. } => {
+            let mut c = Command::new(bin);
+            c.args(["run", "--stdout-events", "--interval", "30s"]);
+            c
+        }
         Who::Nobody => unreachable!("no instances"),
         Who::Sidecar { dir: sc, method } => {
             let f = dir.join(format!("sidecar-{i}"));
@@ -334,13 +420,14 @@ fn sidecar_saw(inst: &Instance, round: usize) -> bool {
     })
 }
 
-/// Changes the marker to `round`; seconds until every instance saw it (at most `limit`).
+/// Changes the marker to `round`; the seconds each instance took to see it (None: not
+/// every one did within `limit`).
 fn marker_delay(
     api: &RealApiserver,
     fleet: &[Instance],
     round: usize,
     limit: Duration,
-) -> Option<f64> {
+) -> Option<Vec<f64>> {
     let at = Instant::now();
     apply(api, vec![object(usize::MAX, round)]);
     let mut last: Vec<Option<Instant>> = vec![None; fleet.len()];
@@ -362,11 +449,11 @@ fn marker_delay(
             last[i] = seen;
         }
         if last.iter().all(Option::is_some) {
-            return last
-                .iter()
-                .flatten()
+            let mut all: Vec<f64> = (last.iter().flatten())
                 .map(|t| t.duration_since(at).as_secs_f64())
-                .reduce(f64::max);
+                .collect();
+            all.sort_by(f64::total_cmp);
+            return Some(all);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -383,7 +470,15 @@ struct Row {
     sync_secs: f64,
 }
 
-fn run_one(api: &RealApiserver, kc: &Path, who: &Who, n: usize, m: usize, plan: &Plan) -> Row {
+fn run_one(
+    api: &RealApiserver,
+    kcs: &[PathBuf],
+    tokens: &[String],
+    who: &Who,
+    n: usize,
+    m: usize,
+    plan: &Plan,
+) -> Row {
     // A fresh apiserver process: its memory and counters are this contender's.
     api.stop_apiserver();
     api.start_apiserver();
@@ -398,9 +493,23 @@ fn run_one(api: &RealApiserver, kc: &Path, who: &Who, n: usize, m: usize, plan: 
     let s0 = sample(api);
     let own_watches = s0.watches_open;
     let t0 = Instant::now();
-    let fleet: Vec<Instance> = (0..n).map(|i| launch(who, kc, dir.path(), i)).collect();
+    let mut hubs = match who {
+        Who::Hub {
+            bin,
+            hubs,
+            interval,
+        } => Some(Hubs::start(api, bin, *hubs, interval, dir.path())),
+        _ => None,
+    };
+    // Each instance its own pod's token, as a DaemonSet's pods have.
+    let kcs: Vec<PathBuf> = match &hubs {
+        Some(h) => (0..n).map(|i| h.kubeconfig(&tokens[i], i)).collect(),
+        None => kcs[..n].to_vec(),
+    };
+    let s0 = sample_with(api, hubs.as_ref());
+    let fleet: Vec<Instance> = (0..n).map(|i| launch(who, &kcs[i], dir.path(), i)).collect();
     // Synced: every instance has the ConfigMaps (k8s-sidecar: the marker's file).
-    while t0.elapsed() < Duration::from_secs(120) {
+    while t0.elapsed() < Duration::from_secs(300) {
         let all = fleet.iter().all(|f| {
             if f.folder.is_some() {
                 f.folder
@@ -417,7 +526,7 @@ fn run_one(api: &RealApiserver, kc: &Path, who: &Who, n: usize, m: usize, plan: 
     }
     let sync_secs = t0.elapsed().as_secs_f64();
     let mut phases = Vec::new();
-    let mut s1 = sample(api);
+    let mut s1 = sample_with(api, hubs.as_ref());
     phases.push(("sync", cost(s0, s1, sync_secs.max(0.001))));
     // Churn: one ConfigMap a second.
     let start = Instant::now();
@@ -430,29 +539,56 @@ fn run_one(api: &RealApiserver, kc: &Path, who: &Who, n: usize, m: usize, plan: 
             std::thread::sleep(wait);
         }
     }
-    let s2 = sample(api);
+    let s2 = sample_with(api, hubs.as_ref());
     let mut c = cost(s1, s2, start.elapsed().as_secs_f64());
     c.seen_after = marker_delay(api, &fleet, 1, limit);
     phases.push(("churn", c));
     // Idle.
-    s1 = sample(api);
+    s1 = sample_with(api, hubs.as_ref());
     let start = Instant::now();
     std::thread::sleep(plan.phase);
-    let s2 = sample(api);
+    let s2 = sample_with(api, hubs.as_ref());
     let mut c = cost(s1, s2, start.elapsed().as_secs_f64());
     c.seen_after = marker_delay(api, &fleet, 2, limit);
     phases.push(("idle", c));
     // Restart: killed, started on the same etcd; the new process's counters from zero.
+    let hub_before = sample_with(api, hubs.as_ref());
     api.stop_apiserver();
     api.start_apiserver();
     let start = Instant::now();
-    let s1 = Sample::default();
+    let s1 = Sample {
+        hub_cpu: hub_before.hub_cpu,
+        hub_rss_kib: hub_before.hub_rss_kib,
+        ..Sample::default()
+    };
     std::thread::sleep(plan.phase);
-    let s2 = sample(api);
+    let s2 = sample_with(api, hubs.as_ref());
     let mut c = cost(s1, s2, start.elapsed().as_secs_f64());
     c.seen_after = marker_delay(api, &fleet, 3, limit);
     phases.push(("restart", c));
+    // Hub restart: every hub stopped and started again, one after the other (a rollout).
+    if let Some(h) = hubs.as_mut() {
+        let s1 = sample(api);
+        let (cpu_before, _) = h.usage();
+        let start = Instant::now();
+        h.restart();
+        std::thread::sleep(plan.phase.saturating_sub(start.elapsed()));
+        // The restarted processes' CPU from zero, plus what the old ones used until then.
+        let mut s2 = sample_with(api, Some(h));
+        s2.hub_cpu += cpu_before;
+        let mut c = cost(Sample { hub_cpu: cpu_before, ..s1 }, s2, start.elapsed().as_secs_f64());
+        c.seen_after = marker_delay(api, &fleet, 4, limit);
+        phases.push(("hub rst", c));
+    }
+    if let Some(h) = &hubs {
+        eprintln!(
+            "  {}: the largest hub process peaked at {} resident",
+            who.name(),
+            mib(h.peak_kib())
+        );
+    }
     drop(fleet);
+    drop(hubs);
     Row {
         who: who.name(),
         own_watches,
@@ -465,7 +601,7 @@ fn run_one(api: &RealApiserver, kc: &Path, who: &Who, n: usize, m: usize, plan: 
 
 fn print(rows: &[Row]) {
     println!(
-        "{:<20} {:>4} {:>5} {:<8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>7} {:>6} {:>9} {:>22}",
+        "{:<24} {:>4} {:>5} {:<8} {:>8} {:>9} {:>9} {:>7} {:>6} {:>7} {:>7} {:>6} {:>20} {:>17} {:>22}",
         "contender",
         "N",
         "M",
@@ -476,11 +612,16 @@ fn print(rows: &[Row]) {
         "LIST/s",
         "GET/s",
         "ms/req",
+        "seats/s",
         "watch",
-        "all saw",
+        "saw: med/p99/max",
+        "hub CPU, RSS",
         "per agent over floor"
     );
+    // A hub restart's floor is an idle phase's.
+    let floor_phase = |p: &str| if p == "hub rst" { "idle" } else { p }.to_string();
     let floor = |r: &Row, phase: &str| {
+        let phase = floor_phase(phase);
         rows.iter()
             .find(|f| f.who == Who::Nobody.name() && f.objects == r.objects)
             .and_then(|f| f.phases.iter().find(|(p, _)| *p == phase))
@@ -488,6 +629,7 @@ fn print(rows: &[Row]) {
             .unwrap_or((0.0, 0.0, 0))
     };
     let floor_requests = |r: &Row, phase: &str| {
+        let phase = floor_phase(phase);
         rows.iter()
             .find(|f| f.who == Who::Nobody.name() && f.objects == r.objects)
             .and_then(|f| f.phases.iter().find(|(p, _)| *p == phase))
@@ -496,10 +638,22 @@ fn print(rows: &[Row]) {
     };
     for r in rows {
         for (phase, c) in &r.phases {
-            let seen = match (*phase, c.seen_after) {
+            let seen = match (*phase, &c.seen_after) {
                 ("sync", _) => format!("{:.2}s", r.sync_secs),
-                (_, Some(s)) => format!("{s:.2}s"),
-                (_, None) => "-".into(),
+                (_, Some(s)) if !s.is_empty() => {
+                    let at = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
+                    format!("{:.2}/{:.2}/{:.2}s", at(0.5), at(0.99), at(1.0))
+                }
+                _ => "-".into(),
+            };
+            let hub = if c.hub_rss_kib == 0 {
+                String::new()
+            } else {
+                format!(
+                    "{:.0}m {} ",
+                    c.hub_millicores,
+                    mib(c.hub_rss_kib)
+                )
             };
             let (fc, fb, fr) = floor(r, phase);
             let n = r.instances.max(1) as f64;
@@ -530,7 +684,7 @@ fn print(rows: &[Row]) {
                 format!("{:.2}", (c.millicores - fc) / requests)
             };
             println!(
-                "{:<20} {:>4} {:>5} {:<8} {:>8.0}m {:>9} {:>9} {:>7.2} {:>6.2} {:>7} {:>6.0} {:>9} {:>22}",
+                "{:<24} {:>4} {:>5} {:<8} {:>7.0}m {:>9} {:>9} {:>7.2} {:>6.2} {:>7} {:>7} {:>6.0} {:>20} {:>17} {:>22}",
                 r.who,
                 r.instances,
                 r.objects,
@@ -541,8 +695,13 @@ fn print(rows: &[Row]) {
                 c.lists_per_s,
                 c.gets_per_s,
                 per_request,
+                match c.rejected_per_s > 0.0 {
+                    true => format!("{:.1} rej {:.1}", c.seats_per_s, c.rejected_per_s),
+                    false => format!("{:.1}", c.seats_per_s),
+                },
                 (c.watches_open - r.own_watches).max(0.0),
                 seen,
+                hub,
                 per,
             );
         }
@@ -552,8 +711,8 @@ fn print(rows: &[Row]) {
         "extrapolated to a 5,000-node DaemonSet: the floor plus 5,000 × the measured per-agent figures of the largest N (memory not extrapolated)"
     );
     println!(
-        "{:<20} {:>5} {:<8} {:>12} {:>12} {:>10} {:>10}",
-        "contender", "M", "phase", "apiCPU", "sent/s", "LIST/s", "watches"
+        "{:<24} {:>5} {:<8} {:>12} {:>12} {:>10} {:>10} {:>22}",
+        "contender", "M", "phase", "apiCPU", "sent/s", "LIST/s", "watches", "hubs (CPU, RSS)"
     );
     let mut largest: Vec<&Row> = Vec::new();
     for r in rows.iter().filter(|r| r.instances > 0) {
@@ -573,8 +732,16 @@ fn print(rows: &[Row]) {
                 continue;
             }
             let (fc, fb, _) = floor(r, phase);
+            let hubs = match c.hub_rss_kib {
+                0 => String::new(),
+                rss => format!(
+                    "{:.2} cores, {} at N",
+                    c.hub_millicores * f / 1000.0,
+                    mib(rss)
+                ),
+            };
             println!(
-                "{:<20} {:>5} {:<8} {:>9.2} cores {:>12} {:>10.1} {:>10.0}",
+                "{:<24} {:>5} {:<8} {:>9.2} cores {:>12} {:>10.1} {:>10.0} {:>22}",
                 r.who,
                 r.objects,
                 phase,
@@ -582,6 +749,7 @@ fn print(rows: &[Row]) {
                 super::mb((fb + (c.bytes_per_s - fb) * f).max(0.0) as u64),
                 c.lists_per_s * f,
                 (c.watches_open - r.own_watches).max(0.0) * f,
+                hubs,
             );
         }
     }
@@ -675,8 +843,27 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
                 .iter()
                 .any(|c| w.name().contains(c.as_str()))
     });
+    // The floor of the fleet's "done when" (issue 39): two cmpolls polling every second.
+    who.push(Who::Cmpoll {
+        bin: cmpoll.into(),
+        mode: "auto",
+        interval: "1s",
+        label: String::new(),
+    });
+    for (hubs, interval) in [(1, "1s"), (2, "1s"), (1, "10s")] {
+        who.push(Who::Hub {
+            bin: cmpoll.into(),
+            hubs,
+            interval,
+        });
+    }
     let api = RealApiserver::start();
-    let kc = account(&api);
+    account_token(&api);
+    let most = plan.instances.iter().copied().max().unwrap_or(0).max(2);
+    let tokens = pod_tokens(&api, most);
+    let kcs: Vec<PathBuf> = (tokens.iter().enumerate())
+        .map(|(i, t)| api.write_kubeconfig(&format!("agent-{i}.kubeconfig"), &User::Token(t.clone())))
+        .collect();
     let mut rows = Vec::new();
     let mut loaded = 0;
     for &m in &plan.objects {
@@ -686,6 +873,9 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
         for w in &who {
             let sizes: Vec<usize> = match w {
                 Who::Nobody => vec![0],
+                Who::Cmpoll {
+                    interval: "1s", ..
+                } => vec![2],
                 _ => plan.instances.clone(),
             };
             for n in sizes {
@@ -695,7 +885,7 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
                     n
                 };
                 eprintln!("  {} × {n}, {m} ConfigMaps…", w.name());
-                rows.push(run_one(&api, &kc, w, n, m, plan));
+                rows.push(run_one(&api, &kcs, &tokens, w, n, m, plan));
             }
         }
     }

@@ -16,6 +16,7 @@
 //! here, never in the test suite.
 
 mod apifleet;
+mod hubs;
 mod apirequests;
 #[path = "../common/mod.rs"]
 mod common;

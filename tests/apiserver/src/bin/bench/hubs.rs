@@ -1,0 +1,223 @@
+//! The fleet bench's hubs (issue 39): one or two `cmpoll serve` processes polling the real
+//! apiserver as the shipped role allows (their own service account), each serving on a
+//! port of its own, behind one address as a Service puts them: a TCP balancer that hands
+//! each new connection to the next hub that accepts it (kube-proxy balances connections,
+//! not requests). Followers reach the balancer with a kubeconfig naming it, the hubs' CA
+//! and the fleet's token. A restart is a SIGTERM and a new process on the same port.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use test_apiserver::Pki;
+use test_apiserver::real::RealApiserver;
+
+/// Hubs running, and the address in front of them.
+pub struct Hubs {
+    bin: PathBuf,
+    dir: PathBuf,
+    interval: String,
+    api_url: String,
+    ports: Vec<u16>,
+    procs: Vec<Child>,
+    /// Where followers connect.
+    pub port: u16,
+}
+
+/// The hubs' service account, with the shipped role (k8s/serve/clusterrole.yaml); its
+/// token.
+pub fn hub_token(api: &RealApiserver) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let role = std::fs::read_to_string(root.join("k8s/serve/clusterrole.yaml")).expect("role");
+    api.ok_in(&["apply", "-f", "-"], Some(&role));
+    super::sidecar::apply(
+        api,
+        vec![
+            serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "hub", "namespace": "fleet-agents"}}),
+            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding", "metadata": {"name": "cmpoll-hub"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cmpoll-hub"},
+                "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": "fleet-agents"}]}),
+        ],
+    );
+    api.token("fleet-agents", "hub", "24h")
+}
+
+impl Hubs {
+    /// `count` hubs polling every `interval`, ready, and the balancer before them.
+    pub fn start(api: &RealApiserver, bin: &Path, count: usize, interval: &str, dir: &Path) -> Hubs {
+        let pki = Pki::with_server_names("fleet-hub", &["127.0.0.1"]);
+        let w = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).expect("write");
+            p
+        };
+        w("hub-ca.crt", &pki.ca_pem());
+        w("hub.crt", &pki.server.cert_pem);
+        w("hub.key", &pki.server.key_pem);
+        w("apiserver-ca.crt", &api.ca_pem());
+        w("hub-token", &hub_token(api));
+        let ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
+        let mut hubs = Hubs {
+            bin: bin.into(),
+            dir: dir.into(),
+            interval: interval.into(),
+            api_url: api.url.clone(),
+            procs: Vec::new(),
+            port: balance(ports.clone()),
+            ports,
+        };
+        for i in 0..count {
+            let p = hubs.spawn(i);
+            hubs.procs.push(p);
+        }
+        hubs.wait_ready();
+        hubs
+    }
+
+    fn spawn(&self, i: usize) -> Child {
+        let d = &self.dir;
+        Command::new(&self.bin)
+            .args(["serve", "--server", &self.api_url, "--interval", &self.interval])
+            .arg("--token-file")
+            .arg(d.join("hub-token"))
+            .arg("--ca-file")
+            .arg(d.join("apiserver-ca.crt"))
+            .args(["--listen", &format!("127.0.0.1:{}", self.ports[i])])
+            .arg("--tls-cert-file")
+            .arg(d.join("hub.crt"))
+            .arg("--tls-key-file")
+            .arg(d.join("hub.key"))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn cmpoll serve")
+    }
+
+    fn wait_ready(&self) {
+        for port in &self.ports {
+            let start = Instant::now();
+            while !ready(*port, &self.dir.join("hub-ca.crt")) {
+                assert!(start.elapsed() < Duration::from_secs(60), "hub :{port} not ready");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// A kubeconfig for follower `i`: the balancer, the hubs' CA, `token`.
+    pub fn kubeconfig(&self, token: &str, i: usize) -> PathBuf {
+        use base64::Engine as _;
+        let ca = std::fs::read_to_string(self.dir.join("hub-ca.crt")).expect("ca");
+        let p = self.dir.join(format!("follower-{i}.kubeconfig"));
+        std::fs::write(
+            &p,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: hub\n  context: {{cluster: hub, user: u}}\ncurrent-context: hub\n",
+                self.port,
+                base64::engine::general_purpose::STANDARD.encode(ca)
+            ),
+        )
+        .expect("kubeconfig");
+        p
+    }
+
+    /// Every hub stopped (SIGTERM, as a rollout stops a pod) and started again, one after
+    /// the other; ready again.
+    pub fn restart(&mut self) {
+        for i in 0..self.procs.len() {
+            let pid = self.procs[i].id();
+            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            let _ = self.procs[i].wait();
+            self.procs[i] = self.spawn(i);
+        }
+        self.wait_ready();
+    }
+
+    /// The largest resident KiB any hub process has had (its VmHWM).
+    pub fn peak_kib(&self) -> u64 {
+        (self.procs.iter())
+            .filter_map(|p| std::fs::read_to_string(format!("/proc/{}/status", p.id())).ok())
+            .filter_map(|s| {
+                let line = s.lines().find(|l| l.starts_with("VmHWM:"))?.to_string();
+                line.split_whitespace().nth(1)?.parse().ok()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// CPU seconds and resident KiB of every hub now, summed.
+    pub fn usage(&self) -> (f64, u64) {
+        self.procs
+            .iter()
+            .map(|p| super::proc_usage(p.id()))
+            .fold((0.0, 0), |(c, r), (c2, r2)| (c + c2, r + r2))
+    }
+}
+
+impl Drop for Hubs {
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Whether the hub on `port` says it is ready.
+fn ready(port: u16, ca: &Path) -> bool {
+    Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2", "--cacert"])
+        .arg(ca)
+        .arg(format!("https://127.0.0.1:{port}/readyz"))
+        .output()
+        .is_ok_and(|o| o.stdout == b"200")
+}
+
+/// A TCP balancer on a free port: each connection to the next backend that accepts it.
+fn balance(backends: Vec<u16>) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let next = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for client in l.incoming().map_while(Result::ok) {
+            let start = next.fetch_add(1, Ordering::Relaxed);
+            let server = (0..backends.len())
+                .map(|k| backends[(start + k) % backends.len()])
+                .find_map(|p| TcpStream::connect(("127.0.0.1", p)).ok());
+            let Some(server) = server else { continue };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+                continue;
+            };
+            for (mut from, mut to) in [(client, s2), (server, c2)] {
+                let _ = std::thread::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+            }
+        }
+    });
+    port
+}
