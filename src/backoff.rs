@@ -125,8 +125,8 @@ impl Backoff {
         }
         self.failures = 1;
         let spread = spread.min(self.max);
-        let wait = Duration::try_from_secs_f64(spread.as_secs_f64() * self.rng.unit())
-            .unwrap_or(spread);
+        let wait =
+            Duration::try_from_secs_f64(spread.as_secs_f64() * self.rng.unit()).unwrap_or(spread);
         wait.max(floor.unwrap_or_default().min(self.max))
     }
 
@@ -243,8 +243,14 @@ mod tests {
             let second = b.after_failure_spread(None, span);
             assert!(second >= Duration::from_secs(60), "doubled: {second:?}");
         }
-        let early = firsts.iter().filter(|d| **d < Duration::from_secs(5)).count();
-        assert!((60..140).contains(&early), "{early} of 200 in the first half");
+        let early = firsts
+            .iter()
+            .filter(|d| **d < Duration::from_secs(5))
+            .count();
+        assert!(
+            (60..140).contains(&early),
+            "{early} of 200 in the first half"
+        );
         let mut b = Backoff::polls(Duration::from_secs(30), 0.1, Rng::new(1));
         let floored = b.after_failure_spread(Some(Duration::from_secs(9)), span);
         assert!(floored >= Duration::from_secs(9), "{floored:?}");

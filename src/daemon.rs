@@ -268,7 +268,9 @@ impl Daemon {
                 // A hub that restarts cuts every follower's waiting list at once: each
                 // tries again at a moment of its own within the first wait, not together.
                 let wait = match done.hub {
-                    true => self.backoff.after_failure_spread(e.retry_after(), HUB_SPREAD),
+                    true => self
+                        .backoff
+                        .after_failure_spread(e.retry_after(), HUB_SPREAD),
                     false => self.backoff.after_failure(e.retry_after()),
                 };
                 log::warn!(

@@ -10,8 +10,12 @@
 //!     on_change → reload_url → stdout → settle] → ledger, ops (health, metrics, sd_notify)
 //! ```
 //!
+//! `cmpoll serve` (a hub) polls with the same source, keeps each object's JSON as served
+//! (`serve::held`) and answers the read API over `https` (`serve::hub`), reviewing every
+//! request's token and access with the apiserver; its followers are `cmpoll run`.
+//!
 //! The tree follows it, top layer first: `cli`/`settings` (what was asked), the commands
-//! (`daemon`, `list`, `webhook/`, `status/`), `sink/` (who hears of a batch), `batch/`
+//! (`daemon`, `list`, `webhook/`, `serve/`, `status/`), `sink/` (who hears of a batch), `batch/`
 //! (what a batch is and how it is delivered: the `Sink` trait lives here, with its
 //! caller), `validate/`, `fetch`, `report` (Events), `ledger` and `template`, `poll/`
 //! (modules, snapshots, the spool), `source/` (what it lists), `kube/` and `http/`

@@ -107,9 +107,31 @@ impl Pod {
     }
 }
 
+/// The apiserver a pod talks to, as its kubelet sees it: the CA and port it mounts and
+/// sets, the token it projects for the pod's service account, and hosts the pod reaches
+/// through a Service (`https://NAME.NS.svc` → where that pod listens here).
+struct Api {
+    ca_pem: String,
+    port: u16,
+    token: String,
+    services: Vec<(String, String)>,
+}
+
+impl Api {
+    /// The test apiserver, with its one token.
+    fn test(server: &TestApiserver) -> Api {
+        Api {
+            ca_pem: server.ca_pem(),
+            port: server.addr().port(),
+            token: test_apiserver::TOKEN.to_string(),
+            services: Vec::new(),
+        }
+    }
+}
+
 /// What running a container needs from the pod around it.
 struct Kubelet<'a> {
-    server: &'a TestApiserver,
+    api: &'a Api,
     objects: &'a [Value],
     dir: &'a Path,
     namespace: String,
@@ -188,6 +210,16 @@ impl Kubelet<'_> {
         for v in &declared {
             let dir = self.dir.join("volumes").join(s(&v["name"]));
             std::fs::create_dir_all(&dir).unwrap();
+            if let Some(name) = v["secret"]["secretName"].as_str() {
+                let secret = self.object("Secret", name);
+                let keys = (secret["data"].as_object().into_iter().flatten())
+                    .chain(secret["stringData"].as_object().into_iter().flatten())
+                    .map(|(k, _)| k);
+                for k in keys {
+                    let r = serde_json::json!({"name": name, "key": k});
+                    std::fs::write(dir.join(k), self.secret_key(&r)).unwrap();
+                }
+            }
             if let Some(name) = v["configMap"]["name"].as_str() {
                 let cm = self
                     .objects
@@ -205,12 +237,18 @@ impl Kubelet<'_> {
             }
             for src in v["projected"]["sources"].as_array().into_iter().flatten() {
                 if let Some(path) = src["serviceAccountToken"]["path"].as_str() {
-                    std::fs::write(dir.join(path), test_apiserver::TOKEN).unwrap();
+                    std::fs::write(dir.join(path), &self.api.token).unwrap();
                 }
                 if src["configMap"]["name"] == "kube-root-ca.crt" {
                     for item in src["configMap"]["items"].as_array().into_iter().flatten() {
                         assert_eq!(item["key"], "ca.crt");
-                        std::fs::write(dir.join(s(&item["path"])), self.server.ca_pem()).unwrap();
+                        std::fs::write(dir.join(s(&item["path"])), &self.api.ca_pem).unwrap();
+                    }
+                } else if let Some(name) = src["configMap"]["name"].as_str() {
+                    let cm = self.object("ConfigMap", name);
+                    for item in src["configMap"]["items"].as_array().into_iter().flatten() {
+                        let text = s(&cm["data"][s(&item["key"])]);
+                        std::fs::write(dir.join(s(&item["path"])), text).unwrap();
                     }
                 }
                 for item in src["downwardAPI"]["items"].as_array().into_iter().flatten() {
@@ -223,6 +261,13 @@ impl Kubelet<'_> {
             }
             self.volumes.insert(s(&v["name"]).to_string(), dir);
         }
+    }
+
+    /// The object of `kind` called `name` among the pod's.
+    fn object(&self, kind: &str, name: &str) -> &Value {
+        (self.objects.iter())
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}: not among the pod's objects"))
     }
 
     /// A `secretKeyRef`'s value, from the Secret the rendered objects hold.
@@ -322,10 +367,8 @@ impl Kubelet<'_> {
         );
         let mut cmd = Command::new(binary);
         cmd.args(argv).env_clear().env("PATH", "/usr/bin:/bin");
-        cmd.env("KUBERNETES_SERVICE_HOST", "127.0.0.1").env(
-            "KUBERNETES_SERVICE_PORT",
-            self.server.addr().port().to_string(),
-        );
+        cmd.env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", self.api.port.to_string());
         for e in c["env"].as_array().into_iter().flatten() {
             let value = if e["valueFrom"]["fieldRef"].is_object() {
                 self.field(&e["valueFrom"]["fieldRef"])
@@ -334,6 +377,8 @@ impl Kubelet<'_> {
             } else {
                 self.map(s(&e["value"]))
             };
+            let value = (self.api.services.iter())
+                .fold(value, |v, (service, here)| v.replace(service, here));
             cmd.env(s(&e["name"]), value);
         }
         if name == "cmpoll" {
@@ -412,6 +457,11 @@ static PODS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Starts the pod of `deployment` (or StatefulSet); init containers must succeed first.
 fn start_pod(server: &TestApiserver, objects: &[Value], deployment: &Value, dir: &Path) -> Pod {
+    start_pod_on(&Api::test(server), objects, deployment, dir)
+}
+
+/// `start_pod`, its kubelet's apiserver `api`.
+fn start_pod_on(api: &Api, objects: &[Value], deployment: &Value, dir: &Path) -> Pod {
     let spec = &deployment["spec"]["template"]["spec"];
     let sc = &spec["securityContext"];
     let namespace = s(&deployment["metadata"]["namespace"]).to_string();
@@ -427,13 +477,13 @@ fn start_pod(server: &TestApiserver, objects: &[Value], deployment: &Value, dir:
     let automounted = automount.then(|| {
         let sa = dir.join("volumes/kube-api-access");
         std::fs::create_dir_all(&sa).unwrap();
-        std::fs::write(sa.join("token"), test_apiserver::TOKEN).unwrap();
-        std::fs::write(sa.join("ca.crt"), server.ca_pem()).unwrap();
+        std::fs::write(sa.join("token"), &api.token).unwrap();
+        std::fs::write(sa.join("ca.crt"), &api.ca_pem).unwrap();
         std::fs::write(sa.join("namespace"), &namespace).unwrap();
         sa
     });
     let mut k = Kubelet {
-        server,
+        api,
         objects,
         dir,
         namespace,
@@ -1306,4 +1356,170 @@ fn webhook_pod(client_cert: bool) {
         "validated by promtool, not skipped:\n{}",
         pod.log()
     );
+}
+
+/// Issue 39.5: k8s/serve and k8s/serve-alloy applied to the real apiserver (a server-side
+/// dry run, then applied) and run as a kubelet would: the hub's pod, with its own service
+/// account's projected token, polls the real apiserver and answers its probes over HTTPS;
+/// the Alloy DaemonSet's pod (the real Alloy) gets its modules from the hub through the
+/// Service's name, with its own token and the hubs' CA, and an update reaches Alloy
+/// through the hub. The follower never asks the apiserver anything (its audit log says).
+#[test]
+fn the_hub_and_the_alloy_daemonset_following_it_run_on_the_real_apiserver() {
+    use test_apiserver::real::{self, RealApiserver};
+    if !pod_tools()
+        || skip_unless(
+            root().join("tests/alloy/bin/alloy").exists(),
+            "tests/alloy/build.sh's alloy",
+        )
+        || skip_unless(
+            real::built(),
+            "the real kube-apiserver (tests/kube/build.sh)",
+        )
+    {
+        return;
+    }
+    let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
+    let k = RealApiserver::start();
+    let hub_objects = render("serve");
+    let alloy_objects = render("serve-alloy");
+    k.ok(&["create", "namespace", "cmpoll"]);
+    for objects in [&hub_objects, &alloy_objects] {
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        let dry = k.ok_in(
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "-o",
+                "json",
+                "-f",
+                "-",
+            ],
+            Some(&list.to_string()),
+        );
+        assert!(dry.contains("\"kind\""), "{dry}");
+        k.ok_in(
+            &["apply", "--server-side", "-f", "-"],
+            Some(&list.to_string()),
+        );
+    }
+    // What docs/serve.md has the platform make: the hubs' certificate (for the Service's
+    // name, and 127.0.0.1 where the pod listens here) and their CA where followers run.
+    let pki = test_apiserver::Pki::with_server_names(
+        "cmpoll-hub-ca",
+        &["cmpoll-hub.cmpoll.svc", "127.0.0.1"],
+    );
+    let made = vec![
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "cmpoll-hub-tls", "namespace": "cmpoll"},
+            "stringData": {"tls.crt": pki.server.cert_pem, "tls.key": pki.server.key_pem}}),
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cmpoll-hub-ca", "namespace": "cmpoll"},
+            "data": {"ca.crt": pki.ca_pem()}}),
+    ];
+    let example = (examples().into_iter())
+        .find(|o| o["metadata"]["name"] == "payments-scrape")
+        .unwrap();
+    k.ok(&["create", "namespace", s(&example["metadata"]["namespace"])]);
+    for o in made.iter().chain([&example]) {
+        k.apply(&o.to_string());
+    }
+    let objects: Vec<Value> = (hub_objects.iter().chain(&alloy_objects).chain(&made))
+        .cloned()
+        .collect();
+    let hub = (hub_objects.iter())
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let daemonset = (alloy_objects.iter())
+        .find(|o| o["kind"] == "DaemonSet")
+        .unwrap();
+    let hub_dir = tempfile::tempdir().unwrap();
+    let hub_api = Api {
+        ca_pem: k.ca_pem(),
+        port: k.port,
+        token: k.token("cmpoll", "cmpoll-hub", "1h"),
+        services: Vec::new(),
+    };
+    let hub_pod = start_pod_on(&hub_api, &objects, hub, hub_dir.path());
+    probes_pass(&hub["spec"]["template"]["spec"], &hub_pod);
+    let https = (hub["spec"]["template"]["spec"]["containers"][0]["ports"]
+        .as_array()
+        .unwrap())
+    .iter()
+    .find(|p| p["name"] == "https")
+    .unwrap()["containerPort"]
+        .as_u64()
+        .unwrap();
+    let mark = k.audit_mark();
+    let follower_api = Api {
+        ca_pem: k.ca_pem(),
+        port: k.port,
+        token: k.token("cmpoll", "cmpoll", "1h"),
+        services: vec![(
+            "https://cmpoll-hub.cmpoll.svc".to_string(),
+            format!("https://127.0.0.1:{https}"),
+        )],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pod = start_pod_on(&follower_api, &objects, daemonset, dir.path());
+    let spec = &daemonset["spec"]["template"]["spec"];
+    probes_pass(spec, &pod);
+    let alloy = (spec["containers"].as_array().unwrap().iter())
+        .find(|c| s(&c["image"]).contains("grafana/alloy"))
+        .unwrap();
+    let port = port(alloy, &"http".into());
+    let module = "monitoring_S_payments_scrape.module";
+    let both = |extra: bool| {
+        let mut want = vec![(
+            "prometheus.scrape.payments".to_string(),
+            "healthy".to_string(),
+        )];
+        if extra {
+            want.insert(
+                0,
+                (
+                    "prometheus.scrape.default".to_string(),
+                    "healthy".to_string(),
+                ),
+            );
+        }
+        want
+    };
+    eventually_explained(
+        "Alloy runs the example module it got through the hub",
+        SOON,
+        || alloy_components(port, Some(module)) == both(false),
+        || format!("{}\n{}", pod.log(), hub_pod.log()),
+    );
+    // An update: through the hub to Alloy, long before the follower's 60 s interval.
+    let text = format!(
+        "{}\nprometheus.scrape \"default\" {{\n  targets    = []\n  forward_to = [argument.receiver.value]\n}}\n",
+        s(&example["data"]["scrape.alloy"])
+    );
+    let mut updated = example.clone();
+    updated["data"]["scrape.alloy"] = text.into();
+    k.apply(&updated.to_string());
+    eventually_explained(
+        "the update reaches Alloy through the hub",
+        Duration::from_secs(30),
+        || alloy_components(port, Some(module)) == both(true),
+        || format!("{}\n{}", pod.log(), hub_pod.log()),
+    );
+    // The follower asked the apiserver nothing: the hub did, for it.
+    let follower = "system:serviceaccount:cmpoll:cmpoll";
+    let asked: Vec<Value> = (k.audit_since(mark).into_iter())
+        .filter(|e| e["user"]["username"] == follower)
+        .collect();
+    assert!(
+        asked.is_empty(),
+        "the follower called the apiserver: {asked:?}"
+    );
+    let reviews = (k.audit_since(mark).into_iter())
+        .filter(|e| e["user"]["username"] == "system:serviceaccount:cmpoll:cmpoll-hub")
+        .filter(|e| e["objectRef"]["resource"] == "tokenreviews")
+        .count();
+    assert!(reviews >= 1, "the hub reviewed the follower's token");
+    drop(pod);
+    drop(hub_pod);
 }

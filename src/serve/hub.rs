@@ -236,9 +236,11 @@ impl Hub {
 
     /// The read API.
     fn read(&self, req: &Request, target: Target, wake: Wake) -> Result<Reply, Refusal> {
+        // Who asks comes first, as in the apiserver's filters: an anonymous request is a
+        // 401 whatever else is wrong with it.
+        let user = self.auth.authenticate(req.header("authorization"))?;
         let header = |name: &str| req.header(name).map(str::to_string);
         let ask = request::ask(target, &req.query, &header)?;
-        let user = self.auth.authenticate(req.header("authorization"))?;
         let kind = ask.target.kind;
         if req.method != "GET" {
             let verb = match req.method.as_str() {

@@ -1105,3 +1105,98 @@ fn a_flood_of_bad_clients_never_stops_the_hub() {
     drop(requests);
     assert_eq!(get(&hub.url(), &hub.ca, &token, &list, &[]).0, 200);
 }
+
+/// Issue 39.1: kiwigrid/k8s-sidecar 2.10.1 with `METHOD=SLEEP`, pointed at the hub with
+/// nothing but a kubeconfig (its `~/.kube/config`), writes the hub's ConfigMaps and an
+/// update. k8s-sidecar is not in CI: `K8S_SIDECAR=DIR` names its source and virtualenv
+/// (HACKING.md).
+#[test]
+#[ignore = "needs a copy of k8s-sidecar 2.10.1: K8S_SIDECAR=DIR cargo test --test tests real::serve::k8s_sidecar -- --ignored"]
+fn k8s_sidecar_with_method_sleep_reads_the_hub() {
+    let Some(dir) = std::env::var_os("K8S_SIDECAR").map(PathBuf::from) else {
+        panic!("K8S_SIDECAR names k8s-sidecar's folder (src/, venv/)");
+    };
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-sidecar");
+    let put = |v: &str| {
+        k.apply(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "dash", "namespace": ns, "labels": {LABEL.0: LABEL.1}},
+                "data": {"dash.json": v}})
+            .to_string(),
+        )
+    };
+    put("{\"v\":1}");
+    let hub = start_hub(k, &hub_account(k, &ns, "hub"), &["--namespace", &ns]);
+    let token = follower(k, &ns, "sidecar", cm_rules(), false);
+    let c = Cmpoll::new();
+    let kubeconfig = hub_kubeconfig(&c, &hub, &token, "hub.kubeconfig");
+    let folder = c.path("dashboards");
+    std::fs::create_dir_all(&folder).unwrap();
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "umask 022 && mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && printf %s '{ns}' > /run/secrets/kubernetes.io/serviceaccount/namespace && exec \"$0\" -u sidecar.py"
+        ))
+        .arg(dir.join("venv/bin/python"))
+        .current_dir(dir.join("src"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("KUBECONFIG", &kubeconfig)
+        .env("LABEL", LABEL.0)
+        .env("LABEL_VALUE", LABEL.1)
+        .env("FOLDER", &folder)
+        .env("RESOURCE", "configmap")
+        .env("NAMESPACE", &ns)
+        .env("METHOD", "SLEEP")
+        .env("SLEEP_TIME", "2")
+        .env("HEALTH_PORT", free_port().to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(c.path("sidecar.log")).unwrap());
+    let mut child = crate::util::KillOnDrop(cmd.spawn().unwrap());
+    let file = folder.join("dash.json");
+    let log = || std::fs::read_to_string(c.path("sidecar.log")).unwrap_or_default();
+    eventually_explained(
+        "k8s-sidecar writing the hub's ConfigMap",
+        SOON,
+        || std::fs::read_to_string(&file).is_ok_and(|t| t == "{\"v\":1}"),
+        log,
+    );
+    put("{\"v\":2}");
+    eventually_explained(
+        "k8s-sidecar writing the update",
+        SOON,
+        || std::fs::read_to_string(&file).is_ok_and(|t| t == "{\"v\":2}"),
+        log,
+    );
+    assert!(child.0.try_wait().unwrap().is_none(), "{}", log());
+}
+
+/// The hub's serving certificate is re-read when its files change (a renewal): a new
+/// connection is served the new pair, which the old CA does not verify.
+#[test]
+fn the_hubs_serving_certificate_is_read_again_when_it_changes() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-cert");
+    let hub = start_hub(k, &hub_account(k, &ns, "hub"), &["--namespace", &ns]);
+    let renewed = Pki::with_server_names("cmpoll-hub-renewed", &["127.0.0.1"]);
+    let cmd = hub.d.cmd();
+    std::fs::write(cmd.path("tls/tls.key"), &renewed.server.key_pem).unwrap();
+    std::fs::write(cmd.path("tls/tls.crt"), &renewed.server.cert_pem).unwrap();
+    let new_ca = cmd.write("renewed-ca.crt", &renewed.ca_pem());
+    eventually_explained(
+        "the renewed certificate served",
+        Duration::from_secs(30),
+        || get(&hub.url(), &new_ca, "", "/readyz", &[]).0 == 200,
+        || hub.d.stderr(),
+    );
+    assert_eq!(
+        get(&hub.url(), &hub.ca, "", "/readyz", &[]).0,
+        0,
+        "the old CA no longer verifies it"
+    );
+}

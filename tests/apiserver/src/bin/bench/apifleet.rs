@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use test_apiserver::real::{RealApiserver, User, built, metric_sum};
 
-use super::mib;
 use super::hubs::Hubs;
+use super::mib;
 use super::sidecar::apply;
 
 pub struct Plan {
@@ -101,9 +101,7 @@ impl Who {
             Who::Informer(_) => "client-go informer".into(),
             Who::ShortWatch(_) => "short watch 30s (candidate)".into(),
             Who::Sidecar { method, .. } => format!("k8s-sidecar {method}"),
-            Who::Hub {
-                hubs, interval, ..
-            } => format!("followers, {hubs} hub {interval}"),
+            Who::Hub { hubs, interval, .. } => format!("followers, {hubs} hub {interval}"),
         }
     }
 }
@@ -507,7 +505,9 @@ fn run_one(
         None => kcs[..n].to_vec(),
     };
     let s0 = sample_with(api, hubs.as_ref());
-    let fleet: Vec<Instance> = (0..n).map(|i| launch(who, &kcs[i], dir.path(), i)).collect();
+    let fleet: Vec<Instance> = (0..n)
+        .map(|i| launch(who, &kcs[i], dir.path(), i))
+        .collect();
     // Synced: every instance has the ConfigMaps (k8s-sidecar: the marker's file).
     while t0.elapsed() < Duration::from_secs(300) {
         let all = fleet.iter().all(|f| {
@@ -576,7 +576,14 @@ fn run_one(
         // The restarted processes' CPU from zero, plus what the old ones used until then.
         let mut s2 = sample_with(api, Some(h));
         s2.hub_cpu += cpu_before;
-        let mut c = cost(Sample { hub_cpu: cpu_before, ..s1 }, s2, start.elapsed().as_secs_f64());
+        let mut c = cost(
+            Sample {
+                hub_cpu: cpu_before,
+                ..s1
+            },
+            s2,
+            start.elapsed().as_secs_f64(),
+        );
         c.seen_after = marker_delay(api, &fleet, 4, limit);
         phases.push(("hub rst", c));
     }
@@ -649,11 +656,7 @@ fn print(rows: &[Row]) {
             let hub = if c.hub_rss_kib == 0 {
                 String::new()
             } else {
-                format!(
-                    "{:.0}m {} ",
-                    c.hub_millicores,
-                    mib(c.hub_rss_kib)
-                )
+                format!("{:.0}m {} ", c.hub_millicores, mib(c.hub_rss_kib))
             };
             let (fc, fb, fr) = floor(r, phase);
             let n = r.instances.max(1) as f64;
@@ -862,7 +865,9 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
     let most = plan.instances.iter().copied().max().unwrap_or(0).max(2);
     let tokens = pod_tokens(&api, most);
     let kcs: Vec<PathBuf> = (tokens.iter().enumerate())
-        .map(|(i, t)| api.write_kubeconfig(&format!("agent-{i}.kubeconfig"), &User::Token(t.clone())))
+        .map(|(i, t)| {
+            api.write_kubeconfig(&format!("agent-{i}.kubeconfig"), &User::Token(t.clone()))
+        })
         .collect();
     let mut rows = Vec::new();
     let mut loaded = 0;
@@ -873,9 +878,7 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
         for w in &who {
             let sizes: Vec<usize> = match w {
                 Who::Nobody => vec![0],
-                Who::Cmpoll {
-                    interval: "1s", ..
-                } => vec![2],
+                Who::Cmpoll { interval: "1s", .. } => vec![2],
                 _ => plan.instances.clone(),
             };
             for n in sizes {

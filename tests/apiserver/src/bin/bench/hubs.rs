@@ -50,7 +50,13 @@ pub fn hub_token(api: &RealApiserver) -> String {
 
 impl Hubs {
     /// `count` hubs polling every `interval`, ready, and the balancer before them.
-    pub fn start(api: &RealApiserver, bin: &Path, count: usize, interval: &str, dir: &Path) -> Hubs {
+    pub fn start(
+        api: &RealApiserver,
+        bin: &Path,
+        count: usize,
+        interval: &str,
+        dir: &Path,
+    ) -> Hubs {
         let pki = Pki::with_server_names("fleet-hub", &["127.0.0.1"]);
         let w = |name: &str, text: &str| {
             let p = dir.join(name);
@@ -83,7 +89,13 @@ impl Hubs {
     fn spawn(&self, i: usize) -> Child {
         let d = &self.dir;
         Command::new(&self.bin)
-            .args(["serve", "--server", &self.api_url, "--interval", &self.interval])
+            .args([
+                "serve",
+                "--server",
+                &self.api_url,
+                "--interval",
+                &self.interval,
+            ])
             .arg("--token-file")
             .arg(d.join("hub-token"))
             .arg("--ca-file")
@@ -105,7 +117,10 @@ impl Hubs {
         for port in &self.ports {
             let start = Instant::now();
             while !ready(*port, &self.dir.join("hub-ca.crt")) {
-                assert!(start.elapsed() < Duration::from_secs(60), "hub :{port} not ready");
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "hub :{port} not ready"
+                );
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -133,7 +148,9 @@ impl Hubs {
     pub fn restart(&mut self) {
         for i in 0..self.procs.len() {
             let pid = self.procs[i].id();
-            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
             let _ = self.procs[i].wait();
             self.procs[i] = self.spawn(i);
         }
@@ -180,7 +197,16 @@ fn free_port() -> u16 {
 /// Whether the hub on `port` says it is ready.
 fn ready(port: u16, ca: &Path) -> bool {
     Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2", "--cacert"])
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "2",
+            "--cacert",
+        ])
         .arg(ca)
         .arg(format!("https://127.0.0.1:{port}/readyz"))
         .output()

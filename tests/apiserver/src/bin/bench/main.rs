@@ -16,12 +16,12 @@
 //! here, never in the test suite.
 
 mod apifleet;
-mod hubs;
 mod apirequests;
 #[path = "../common/mod.rs"]
 mod common;
 mod crossover;
 mod fleet;
+mod hubs;
 mod outdir;
 mod sidecar;
 
