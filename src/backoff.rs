@@ -116,15 +116,14 @@ impl Backoff {
     }
 
     /// Starts over, without a wait (the agent ran long enough to count as stable).
-    /// After a failure, the first of a run anywhere within `spread` (at least `floor`,
-    /// never beyond the cap; "full jitter"), then as `after_failure`: for many clients that
-    /// all lost one server at the same instant.
+    /// After a failure, anywhere within `spread` doubled for each failure before it in a
+    /// row (at least `floor`, never beyond the cap; "full jitter"): for many clients that
+    /// all lost one server at the same instant, and come back spread out, soon after it
+    /// does.
     pub fn after_failure_spread(&mut self, floor: Option<Duration>, spread: Duration) -> Duration {
-        if self.failures > 0 {
-            return self.after_failure(floor);
-        }
-        self.failures = 1;
-        let spread = spread.min(self.max);
+        let doublings = self.failures.min(16);
+        self.failures = self.failures.saturating_add(1);
+        let spread = spread.saturating_mul(1u32 << doublings).min(self.max);
         let wait =
             Duration::try_from_secs_f64(spread.as_secs_f64() * self.rng.unit()).unwrap_or(spread);
         wait.max(floor.unwrap_or_default().min(self.max))
@@ -229,10 +228,11 @@ mod tests {
         assert!((0..1000).map(|_| r.unit()).all(|u| (0.0..1.0).contains(&u)));
     }
 
-    /// Followers that lost their hub together spread their first try over the span (not
-    /// all at its start), never below Retry-After; later tries back off as usual.
+    /// Followers that lost their hub together spread each try over the span, doubled for
+    /// each failure in a row (not all at its start), never below Retry-After, never past
+    /// the cap.
     #[test]
-    fn a_first_failure_is_spread_then_backs_off() {
+    fn failures_are_spread_over_a_doubling_span() {
         let span = Duration::from_secs(10);
         let mut firsts = Vec::new();
         for seed in 0..200 {
@@ -241,7 +241,10 @@ mod tests {
             assert!(first <= span, "{first:?}");
             firsts.push(first);
             let second = b.after_failure_spread(None, span);
-            assert!(second >= Duration::from_secs(60), "doubled: {second:?}");
+            assert!(second <= span * 2, "{second:?}");
+            for _ in 0..10 {
+                assert!(b.after_failure_spread(None, span) <= b.cap());
+            }
         }
         let early = firsts
             .iter()

@@ -73,7 +73,8 @@ struct Job {
 /// The loop wakes at least this often, so health sees it alive.
 const HEARTBEAT: Duration = Duration::from_secs(60);
 /// How far a hub's followers spread their first try after losing it (a hub restarting,
-/// a rollout): their lists then reach the other hub, or this one again, over this span.
+/// a rollout; each later try over twice the span before): their lists then reach the
+/// other hub, or this one again, over this span.
 const HUB_SPREAD: Duration = Duration::from_secs(10);
 /// Between two polls of a `cmpoll serve` hub that holds them: the hub does the waiting.
 const AFTER_WAITING: Duration = Duration::from_millis(100);
@@ -266,7 +267,8 @@ impl Daemon {
                     return Next::Stop(Err(Error::Runtime(e.to_string())));
                 }
                 // A hub that restarts cuts every follower's waiting list at once: each
-                // tries again at a moment of its own within the first wait, not together.
+                // tries again at a moment of its own within 10 s (then 20, 40…), not
+                // together, and soon after the hub is back.
                 let wait = match done.hub {
                     true => self
                         .backoff
