@@ -126,6 +126,8 @@ fn manifests() -> tempfile::TempDir {
         ("cluster-wide.yaml", "k8s"),
         ("alloy.yaml", "k8s/alloy"),
         ("namespaced.yaml", "k8s/prometheus-namespaced"),
+        ("serve.yaml", "k8s/serve"),
+        ("serve-alloy.yaml", "k8s/serve-alloy"),
     ] {
         let (ok, out) = run(Command::new("kubectl")
             .args(["kustomize"])
@@ -346,9 +348,15 @@ fn checkov_finds_nothing_unjustified() {
     let report = checkov(dir.path());
     assert!(report["summary"]["passed"].as_u64().unwrap() > 100);
     // Every skip is justified in place, in each deployment (only CKV_K8S_43: digests).
-    for variant in ["prometheus", "alloy", "webhook"] {
-        let deployment =
-            std::fs::read_to_string(root().join(format!("k8s/{variant}/deployment.yaml"))).unwrap();
+    for file in [
+        "prometheus/deployment.yaml",
+        "alloy/deployment.yaml",
+        "webhook/deployment.yaml",
+        "serve/deployment.yaml",
+        "serve-alloy/daemonset.yaml",
+    ] {
+        let variant = file;
+        let deployment = std::fs::read_to_string(root().join("k8s").join(file)).unwrap();
         assert!(
             deployment.contains("CKV_K8S_43="),
             "{variant}: the skip is justified"
@@ -358,10 +366,11 @@ fn checkov_finds_nothing_unjustified() {
             "{variant}: the token is not auto-mounted"
         );
     }
-    // Only those two, in each of the five rendered Deployments (cmpoll's in three
-    // variants and in the components' overlay, and the webhook's).
+    // Only those two, in each of the seven rendered workloads (cmpoll's Deployment in
+    // three variants and in the components' overlay, the webhook's, the hubs', the Alloy
+    // DaemonSet's).
     let skipped_ids = skipped(&report);
-    assert_eq!(skipped_ids.len(), 10, "{skipped_ids:?}");
+    assert_eq!(skipped_ids.len(), 14, "{skipped_ids:?}");
     assert!(
         skipped_ids
             .iter()
