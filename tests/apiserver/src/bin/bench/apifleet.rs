@@ -136,6 +136,8 @@ struct Sample {
     /// The hubs' own CPU seconds and resident KiB (hub contenders).
     hub_cpu: f64,
     hub_rss_kib: u64,
+    /// The instances' own CPU seconds, all together.
+    fleet_cpu: f64,
 }
 
 fn sample(api: &RealApiserver) -> Sample {
@@ -157,15 +159,27 @@ fn sample(api: &RealApiserver) -> Sample {
         rejected: metric_sum(&text, "apiserver_flowcontrol_rejected_requests_total", &[]),
         hub_cpu: 0.0,
         hub_rss_kib: 0,
+        fleet_cpu: 0.0,
     }
 }
 
-/// `sample`, with the hubs' usage when there are hubs.
-fn sample_with(api: &RealApiserver, hubs: Option<&Hubs>) -> Sample {
+/// `sample`, with the hubs' usage when there are hubs and the fleet's own CPU.
+fn sample_with(api: &RealApiserver, hubs: Option<&Hubs>, fleet: &[Instance]) -> Sample {
     let mut s = sample(api);
     if let Some(h) = hubs {
         (s.hub_cpu, s.hub_rss_kib) = h.usage();
     }
+    s.fleet_cpu = (fleet.iter())
+        .filter_map(|i| std::fs::read_to_string(format!("/proc/{}/stat", i.child.id())).ok())
+        .map(|stat| {
+            let fields: Vec<f64> = (stat.rsplit(')').next().unwrap_or("").split_whitespace())
+                .map(|f| f.parse().unwrap_or(0.0))
+                .collect();
+            // SAFETY: sysconf has no preconditions.
+            let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+            (fields.get(11).unwrap_or(&0.0) + fields.get(12).unwrap_or(&0.0)) / ticks
+        })
+        .sum();
     s
 }
 
@@ -181,6 +195,8 @@ struct Cost {
     rejected_per_s: f64,
     hub_millicores: f64,
     hub_rss_kib: u64,
+    /// The instances' own CPU, all together.
+    fleet_millicores: f64,
     /// How long each instance took to see the change after the phase (None: not all did).
     seen_after: Option<Vec<f64>>,
 }
@@ -197,6 +213,7 @@ fn cost(a: Sample, b: Sample, secs: f64) -> Cost {
         rejected_per_s: (b.rejected - a.rejected) / secs,
         hub_millicores: (b.hub_cpu - a.hub_cpu) / secs * 1000.0,
         hub_rss_kib: b.hub_rss_kib,
+        fleet_millicores: (b.fleet_cpu - a.fleet_cpu) / secs * 1000.0,
         seen_after: None,
     }
 }
@@ -504,7 +521,7 @@ fn run_one(
         Some(h) => (0..n).map(|i| h.kubeconfig(&tokens[i], i)).collect(),
         None => kcs[..n].to_vec(),
     };
-    let s0 = sample_with(api, hubs.as_ref());
+    let s0 = sample_with(api, hubs.as_ref(), &[]);
     let fleet: Vec<Instance> = (0..n)
         .map(|i| launch(who, &kcs[i], dir.path(), i))
         .collect();
@@ -526,7 +543,7 @@ fn run_one(
     }
     let sync_secs = t0.elapsed().as_secs_f64();
     let mut phases = Vec::new();
-    let mut s1 = sample_with(api, hubs.as_ref());
+    let mut s1 = sample_with(api, hubs.as_ref(), &fleet);
     phases.push(("sync", cost(s0, s1, sync_secs.max(0.001))));
     // Churn: one ConfigMap a second.
     let start = Instant::now();
@@ -539,42 +556,43 @@ fn run_one(
             std::thread::sleep(wait);
         }
     }
-    let s2 = sample_with(api, hubs.as_ref());
+    let s2 = sample_with(api, hubs.as_ref(), &fleet);
     let mut c = cost(s1, s2, start.elapsed().as_secs_f64());
     c.seen_after = marker_delay(api, &fleet, 1, limit);
     phases.push(("churn", c));
     // Idle.
-    s1 = sample_with(api, hubs.as_ref());
+    s1 = sample_with(api, hubs.as_ref(), &fleet);
     let start = Instant::now();
     std::thread::sleep(plan.phase);
-    let s2 = sample_with(api, hubs.as_ref());
+    let s2 = sample_with(api, hubs.as_ref(), &fleet);
     let mut c = cost(s1, s2, start.elapsed().as_secs_f64());
     c.seen_after = marker_delay(api, &fleet, 2, limit);
     phases.push(("idle", c));
     // Restart: killed, started on the same etcd; the new process's counters from zero.
-    let hub_before = sample_with(api, hubs.as_ref());
+    let hub_before = sample_with(api, hubs.as_ref(), &fleet);
     api.stop_apiserver();
     api.start_apiserver();
     let start = Instant::now();
     let s1 = Sample {
         hub_cpu: hub_before.hub_cpu,
         hub_rss_kib: hub_before.hub_rss_kib,
+        fleet_cpu: hub_before.fleet_cpu,
         ..Sample::default()
     };
     std::thread::sleep(plan.phase);
-    let s2 = sample_with(api, hubs.as_ref());
+    let s2 = sample_with(api, hubs.as_ref(), &fleet);
     let mut c = cost(s1, s2, start.elapsed().as_secs_f64());
     c.seen_after = marker_delay(api, &fleet, 3, limit);
     phases.push(("restart", c));
     // Hub restart: every hub stopped and started again, one after the other (a rollout).
     if let Some(h) = hubs.as_mut() {
-        let s1 = sample(api);
+        let s1 = sample_with(api, None, &fleet);
         let (cpu_before, _) = h.usage();
         let start = Instant::now();
         h.restart();
         std::thread::sleep(plan.phase.saturating_sub(start.elapsed()));
         // The restarted processes' CPU from zero, plus what the old ones used until then.
-        let mut s2 = sample_with(api, Some(h));
+        let mut s2 = sample_with(api, Some(h), &fleet);
         s2.hub_cpu += cpu_before;
         let mut c = cost(
             Sample {
@@ -608,7 +626,7 @@ fn run_one(
 
 fn print(rows: &[Row]) {
     println!(
-        "{:<24} {:>4} {:>5} {:<8} {:>8} {:>9} {:>9} {:>7} {:>6} {:>7} {:>7} {:>6} {:>20} {:>17} {:>22}",
+        "{:<24} {:>4} {:>5} {:<8} {:>8} {:>9} {:>9} {:>7} {:>6} {:>7} {:>7} {:>6} {:>20} {:>17} {:>9} {:>22}",
         "contender",
         "N",
         "M",
@@ -623,6 +641,7 @@ fn print(rows: &[Row]) {
         "watch",
         "saw: med/p99/max",
         "hub CPU, RSS",
+        "fleetCPU",
         "per agent over floor"
     );
     // A hub restart's floor is an idle phase's.
@@ -687,7 +706,7 @@ fn print(rows: &[Row]) {
                 format!("{:.2}", (c.millicores - fc) / requests)
             };
             println!(
-                "{:<24} {:>4} {:>5} {:<8} {:>7.0}m {:>9} {:>9} {:>7.2} {:>6.2} {:>7} {:>7} {:>6.0} {:>20} {:>17} {:>22}",
+                "{:<24} {:>4} {:>5} {:<8} {:>7.0}m {:>9} {:>9} {:>7.2} {:>6.2} {:>7} {:>7} {:>6.0} {:>20} {:>17} {:>8.0}m {:>22}",
                 r.who,
                 r.instances,
                 r.objects,
@@ -705,6 +724,7 @@ fn print(rows: &[Row]) {
                 (c.watches_open - r.own_watches).max(0.0),
                 seen,
                 hub,
+                c.fleet_millicores,
                 per,
             );
         }
