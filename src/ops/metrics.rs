@@ -92,6 +92,28 @@ fn decision(check: &str, result: &str, cache: &str) -> Labels {
     ]
 }
 
+/// `cmpoll serve`'s families, registered in `r`.
+fn serve_metrics(r: &mut Registry) -> (Decisions, Served) {
+    let decisions = Decisions::default();
+    r.register(
+        "serve_decisions",
+        "cmpoll serve's authentication (TokenReview) and authorization (SubjectAccessReview) decisions, by check, result (allowed, denied, error) and cache (hit, miss)",
+        decisions.0.clone(),
+    );
+    let served = Served::default();
+    r.register(
+        "serve_requests",
+        "Requests answered by cmpoll serve, by HTTP status code",
+        served.requests.clone(),
+    );
+    r.register(
+        "serve_waits",
+        "Follower lists cmpoll serve held until it had a newer poll, by how they ended (newer, not_modified)",
+        served.waits.clone(),
+    );
+    (decisions, served)
+}
+
 /// `cmpoll serve`'s answers by status code, and its followers' waits by how they ended.
 #[derive(Clone, Debug, Default)]
 pub struct Served {
@@ -244,23 +266,7 @@ impl Metrics {
             "AdmissionReviews answered by cmpoll webhook, by result (allowed, denied, error)",
             webhook_reviews.0.clone(),
         );
-        let decisions = Decisions::default();
-        r.register(
-            "serve_decisions",
-            "cmpoll serve's authentication (TokenReview) and authorization (SubjectAccessReview) decisions, by check, result (allowed, denied, error) and cache (hit, miss)",
-            decisions.0.clone(),
-        );
-        let served = Served::default();
-        r.register(
-            "serve_requests",
-            "Requests answered by cmpoll serve, by HTTP status code",
-            served.requests.clone(),
-        );
-        r.register(
-            "serve_waits",
-            "Follower lists cmpoll serve held until it had a newer poll, by how they ended (newer, not_modified)",
-            served.waits.clone(),
-        );
+        let (decisions, served) = serve_metrics(&mut r);
         let info = Family::<Labels, Gauge>::default();
         r.register("build_info", "cmpoll's version", info.clone());
         info.get_or_create(&label("version", env!("CARGO_PKG_VERSION")))

@@ -25,8 +25,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use super::follow::Follow;
 use super::proto::{self, MetaListReader};
 use super::reader::{ListMeta, ListReader, Meta, ReadError, read_object};
+use super::scope::{Request, Scope, encode};
 use super::{Collect, Error, Item, ListMode, Previous, Resource, Selection, Source};
 use crate::kube::client::{Failure, Waited};
 use crate::kube::{self, Client};
@@ -54,69 +56,8 @@ pub struct ApiSource {
     warned: HashSet<String>,
     /// Keep each object's JSON as served (`Item::raw`): `cmpoll serve`.
     raw: bool,
-    /// How long a hub may hold a poll's first list until it has a newer one (`None`:
-    /// never asked).
-    wait: Option<Duration>,
-    /// The last answer came from a `cmpoll serve` hub.
-    hub: bool,
-    /// No list request of this poll was made yet.
-    first_of_poll: bool,
-    /// Each scope's last list from a hub: its resourceVersion and the ids it selected (a
-    /// 304 Not Modified keeps them all).
-    held: HashMap<String, (String, Vec<String>)>,
-    /// The ids the last list request selected (from a hub only).
-    last_ids: Vec<String>,
-    /// Scopes where a GET found an object gone or older than its list said: their next
-    /// list does not wait (the poll kept the last version, and a hub's 304 would keep it).
-    unsettled: HashSet<String>,
-}
-
-/// One scope: a namespace, or all of them, of one resource.
-#[derive(Clone, Copy)]
-struct Scope<'a>(Option<&'a str>, Resource);
-
-impl Scope<'_> {
-    /// The scope's kind and namespace (`""`: all namespaces).
-    fn key(&self) -> String {
-        format!("{}/{}", self.1.plural(), self.0.unwrap_or(""))
-    }
-
-    fn path(&self) -> String {
-        let r = self.1.plural();
-        match self.0 {
-            Some(n) => format!("/api/v1/namespaces/{}/{r}", encode(n)),
-            None => format!("/api/v1/{r}"),
-        }
-    }
-
-    fn action(&self) -> String {
-        let r = self.1.plural();
-        match self.0 {
-            Some(n) => format!("list {r} in namespace \"{n}\""),
-            None => format!("list {r} in all namespaces"),
-        }
-    }
-}
-
-/// One list request: where, with which query parameters, and whether for metadata only.
-#[derive(Clone, Copy)]
-struct Request<'a> {
-    scope: Scope<'a>,
-    params: &'a [(&'a str, String)],
-    metadata: bool,
-    /// Ask a hub to hold it this long at most until it has a newer list.
-    wait: Option<Duration>,
-}
-
-impl<'a> Request<'a> {
-    fn new(scope: Scope<'a>, params: &'a [(&'a str, String)], metadata: bool) -> Request<'a> {
-        Request {
-            scope,
-            params,
-            metadata,
-            wait: None,
-        }
-    }
+    /// Following a `cmpoll serve` hub (`follow.rs`).
+    follow: Follow,
 }
 
 /// What one list request gave: the list's own metadata, how many selected items it held,
@@ -141,12 +82,7 @@ impl ApiSource {
             full_only: HashSet::new(),
             warned: HashSet::new(),
             raw: false,
-            wait: None,
-            hub: false,
-            first_of_poll: true,
-            held: HashMap::new(),
-            last_ids: Vec::new(),
-            unsettled: HashSet::new(),
+            follow: Follow::new(None),
         }
     }
 
@@ -159,7 +95,7 @@ impl ApiSource {
     /// Where a `cmpoll serve` hub answers, asks it to hold each poll's first list up to
     /// `wait` until it has a newer one (see `kube::client::WAIT_HEADER`).
     pub fn waiting(mut self, wait: Option<Duration>) -> ApiSource {
-        self.wait = wait;
+        self.follow = Follow::new(wait);
         self
     }
 
@@ -206,23 +142,18 @@ impl ApiSource {
                 None => vec![("resourceVersion", "0".to_string())],
             };
             // A hub holds the poll's first list until it has a newer one.
-            let settled = !self.unsettled.remove(&scope.key());
-            let wait =
-                (self.wait).filter(|_| self.hub && self.first_of_poll && rv.is_some() && settled);
+            let wait = self.follow.wait_for(&scope.key(), rv.as_deref());
             let req = Request {
                 wait,
                 ..Request::new(scope, &params, metadata)
             };
             let listed = self.fetched_list(req, prev, out);
-            if listed.is_ok() && self.hub {
-                let ids = std::mem::take(&mut self.last_ids);
-                if let Ok(ListMeta {
-                    resource_version: Some(v),
-                    ..
-                }) = &listed
-                {
-                    self.held.insert(scope.key(), (v.clone(), ids));
-                }
+            if let Ok(ListMeta {
+                resource_version: Some(v),
+                ..
+            }) = &listed
+            {
+                self.follow.listed(&scope.key(), v);
             }
             match listed {
                 Err(Error::Api(e)) if rv.is_some() && e.is_too_large_resource_version() => {
@@ -345,7 +276,7 @@ impl ApiSource {
                         meta.id()
                     );
                     out.unchanged(&self.id(resource, &meta));
-                    self.unsettled.insert(scope.key());
+                    self.follow.unsettle(&scope.key());
                 }
                 Err(Error::Api(e)) if e.code() == Some(403) && self.mode == ListMode::Auto => {
                     log::warn!(
@@ -381,7 +312,7 @@ impl ApiSource {
         } else {
             ACCEPT_JSON
         };
-        self.first_of_poll = false;
+        self.follow.listing();
         let mut body = match wait {
             Some(w) => match self.client.get_waiting(&url, accept, &scope.action(), w)? {
                 Waited::Body(body) => *body,
@@ -389,7 +320,7 @@ impl ApiSource {
             },
             None => self.client.get(&url, accept, &scope.action())?,
         };
-        self.hub = body.hub();
+        self.follow.answered(body.hub());
         let fail = body.failure();
         let read = |e: ReadError| read_error(&fail, "not a valid list", e);
         let annotation = self.selection.folder_annotation.clone();
@@ -439,8 +370,8 @@ impl ApiSource {
                 ))
                 .into());
         }
-        if self.hub {
-            self.last_ids = std::mem::take(&mut listed.ids);
+        if self.follow.hub() {
+            self.follow.selected(std::mem::take(&mut listed.ids));
         }
         Ok(listed)
     }
@@ -456,21 +387,16 @@ impl ApiSource {
         let asked = (params.iter())
             .find(|(k, _)| *k == "resourceVersion")
             .map(|(_, v)| v.as_str());
-        let Some((rv, ids)) = self
-            .held
-            .get(&scope.key())
-            .filter(|(rv, _)| Some(rv.as_str()) == asked)
-        else {
+        let Some((rv, ids)) = self.follow.not_modified(&scope.key(), asked) else {
             return Err(Error::Api(kube::Error::Decode {
                 action: scope.action(),
                 cause: "the hub answered 304 Not Modified about a list this cmpoll does not hold"
                     .into(),
             }));
         };
-        for id in ids {
+        for id in &ids {
             out.unchanged(id);
         }
-        self.last_ids = ids.clone();
         log::debug!(
             "{}: not modified since resourceVersion {rv}",
             scope.action()
@@ -478,7 +404,7 @@ impl ApiSource {
         Ok(Listed {
             meta: ListMeta {
                 kind: format!("{}List", scope.1.kind()),
-                resource_version: Some(rv.clone()),
+                resource_version: Some(rv),
                 continue_token: None,
                 remaining_item_count: None,
             },
@@ -504,7 +430,7 @@ impl ApiSource {
         }
         listed.selected += 1;
         let id = self.id(scope.1, &meta);
-        if self.hub {
+        if self.follow.hub() {
             listed.ids.push(id.clone());
         }
         if prev.has(&id, &meta.resource_version) {
@@ -743,7 +669,7 @@ fn read_error(fail: &Failure, what: &str, e: ReadError) -> kube::Error {
 impl Source for ApiSource {
     fn list(&mut self, prev: &dyn Previous, out: &mut dyn Collect) -> Result<(), Error> {
         self.client.refresh_credentials();
-        self.first_of_poll = true;
+        self.follow.poll();
         let scopes: Vec<Option<String>> = if self.selection.namespaces.is_empty() {
             vec![None]
         } else {
@@ -773,21 +699,8 @@ impl Source for ApiSource {
     }
 
     fn hub_waits(&self) -> bool {
-        self.hub && self.wait.is_some() && self.page_size == 0
+        self.follow.hub_waits(self.page_size > 0)
     }
-}
-
-/// Percent-encodes a query value (everything but RFC 3986 unreserved characters).
-pub fn encode(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -809,11 +722,5 @@ mod tests {
                 "{changed}/{selected}"
             );
         }
-    }
-
-    #[test]
-    fn query_values_are_percent_encoded() {
-        assert_eq!(encode("a in (x,y),!b+c"), "a%20in%20%28x%2Cy%29%2C%21b%2Bc");
-        assert_eq!(encode("cmpoll.io/module=true"), "cmpoll.io%2Fmodule%3Dtrue");
     }
 }

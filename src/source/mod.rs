@@ -1,5 +1,6 @@
-//! Where ConfigMaps come from: an apiserver (`api.rs`, reading lists with `reader.rs`, and
-//! metadata lists in protobuf with `proto.rs`) or a manifests folder (`manifests/`);
+//! Where ConfigMaps come from: an apiserver (`api.rs`, its requests in `scope.rs`, reading
+//! lists with `reader.rs` and metadata lists in protobuf with `proto.rs`, following a
+//! `cmpoll serve` hub with `follow.rs`) or a manifests folder (`manifests/`);
 //! `origin.rs` chooses and opens one. This file is what every source speaks: `Source`,
 //! `Collect`, `Previous`, `Error`.
 //!
@@ -12,11 +13,13 @@
 //! delivered since; so a poll never mixes two lists and nothing is buffered.
 
 pub mod api;
+pub mod follow;
 pub mod item;
 pub mod manifests;
 pub mod origin;
 pub mod proto;
 pub mod reader;
+pub mod scope;
 pub mod selection;
 
 use std::fmt;

@@ -15,8 +15,9 @@ use std::io;
 
 use super::folder::OutDir;
 use super::paths::{Found, digest, file_digest, found, not_ours, part};
-use super::record::{self, Digest, Pending, Written};
+use super::record::{self, Pending};
 use super::write::Staged;
+use super::written::{Digest, Written};
 use crate::atomic::{self, fsync_dir, remove_if_exists};
 use crate::batch::Batch;
 use crate::batch::event::Event;

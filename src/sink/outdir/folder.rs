@@ -11,8 +11,9 @@ use super::options::{Layout, Options};
 use super::paths::{
     DIR_MODE, Found, VERSIONS, folder_in, found, meta_dir, not_a_folder, part, versions_from,
 };
-use super::record::{Interner, Record};
+use super::record::Record;
 use super::shelf::Proofs;
+use super::written::Interner;
 use crate::atomic::{create_dir, remove_dir_if_empty};
 use crate::ops::health::Writing;
 use crate::poll::hash::Hash;
@@ -30,7 +31,7 @@ pub struct OutDir {
     /// How far a batch is, for readiness; and how often a long one logs it.
     pub(super) writing: Writing,
     pub(super) progress_every: Duration,
-    /// The key lists of modules, shared (see `record::Keys`).
+    /// The key lists of modules, shared (see `written::Keys`).
     pub(super) keys: Interner,
     pub(super) _lock: File,
 }

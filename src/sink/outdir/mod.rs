@@ -44,6 +44,7 @@ mod sink;
 mod sync;
 mod upkeep;
 mod write;
+mod written;
 
 pub use self::folder::OutDir;
 pub use self::open::{Recorded, recorded};

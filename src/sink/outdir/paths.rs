@@ -11,7 +11,8 @@ use std::time::SystemTime;
 
 use sha2::{Digest as _, Sha256};
 
-use super::record::{Digest, component};
+use super::record::component;
+use super::written::Digest;
 
 /// cmpoll's own folder inside the output folder: the record, the lock, version folders,
 /// and the spool and agent feed files.

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use super::folder::OutDir;
 use super::options::Layout;
 use super::paths::{Found, found};
-use super::record::Placed;
+use super::written::Placed;
 use crate::batch::{Batch, Change, Control, Event, Fatal, Outcome, Sink, View};
 use crate::poll::snapshot::{Entry, folder_of};
 

@@ -8,7 +8,8 @@ use std::io;
 
 use super::folder::OutDir;
 use super::paths::{Found, found, now_secs, part};
-use super::record::{Retired, Written};
+use super::record::Retired;
+use super::written::Written;
 use crate::atomic::{fsync_dir, remove_dir_if_empty, remove_if_exists};
 use crate::poll::snapshot::folder_of;
 

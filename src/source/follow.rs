@@ -1,0 +1,142 @@
+//! What a source keeps of a `cmpoll serve` hub's answers, to follow it: whether the server
+//! is a hub (it says so on every answer), how long each poll's first list may wait there
+//! (`kube::client::WAIT_HEADER`), and each scope's last list from the hub — its
+//! resourceVersion and the ids it selected — so that a 304 Not Modified keeps them all.
+//! A scope where a GET found an object gone or older than its list said is unsettled: its
+//! next list does not wait, so that it is looked at again at once.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// A follower's state.
+#[derive(Debug, Default)]
+pub struct Follow {
+    /// How long a hub may hold a poll's first list (`None`: never asked).
+    wait: Option<Duration>,
+    /// The last answer came from a hub.
+    hub: bool,
+    /// No list request of this poll was made yet.
+    first_of_poll: bool,
+    /// Each scope's last list from a hub: its resourceVersion and the ids it selected.
+    held: HashMap<String, (String, Vec<String>)>,
+    /// The ids the last list request selected (from a hub only).
+    last_ids: Vec<String>,
+    unsettled: HashSet<String>,
+}
+
+impl Follow {
+    pub fn new(wait: Option<Duration>) -> Follow {
+        Follow {
+            wait,
+            first_of_poll: true,
+            ..Follow::default()
+        }
+    }
+
+    /// A poll begins.
+    pub fn poll(&mut self) {
+        self.first_of_poll = true;
+    }
+
+    /// Whether the server answering is a hub.
+    pub fn hub(&self) -> bool {
+        self.hub
+    }
+
+    /// An answer came, from a hub or not.
+    pub fn answered(&mut self, hub: bool) {
+        self.hub = hub;
+    }
+
+    /// How long the list of `scope` held at resourceVersion `rv` may wait at the hub: only
+    /// the poll's first list, only from a hub, only with a version to compare, only where
+    /// the scope is settled. The list is being made now.
+    pub fn wait_for(&mut self, scope: &str, rv: Option<&str>) -> Option<Duration> {
+        let settled = !self.unsettled.remove(scope);
+        let wait =
+            (self.wait).filter(|_| self.hub && self.first_of_poll && rv.is_some() && settled);
+        self.first_of_poll = false;
+        wait
+    }
+
+    /// A list request was made (the poll's first, if it was).
+    pub fn listing(&mut self) {
+        self.first_of_poll = false;
+    }
+
+    /// The ids a list request from a hub selected.
+    pub fn selected(&mut self, ids: Vec<String>) {
+        self.last_ids = ids;
+    }
+
+    /// `scope`'s list at `rv` is complete: what a 304 about it keeps.
+    pub fn listed(&mut self, scope: &str, rv: &str) {
+        if self.hub {
+            let ids = std::mem::take(&mut self.last_ids);
+            self.held.insert(scope.to_string(), (rv.to_string(), ids));
+        }
+    }
+
+    /// The ids a 304 about `scope` at `asked` keeps, if that is the list held.
+    pub fn not_modified(
+        &mut self,
+        scope: &str,
+        asked: Option<&str>,
+    ) -> Option<(String, Vec<String>)> {
+        let (rv, ids) = self
+            .held
+            .get(scope)
+            .filter(|(rv, _)| Some(rv.as_str()) == asked)?;
+        self.last_ids = ids.clone();
+        Some((rv.clone(), ids.clone()))
+    }
+
+    /// A GET in `scope` found an object gone or older than its list said.
+    pub fn unsettle(&mut self, scope: &str) {
+        self.unsettled.insert(scope.to_string());
+    }
+
+    /// The next poll may start at once: a hub holds it (unpaged lists only).
+    pub fn hub_waits(&self, paged: bool) -> bool {
+        self.hub && self.wait.is_some() && !paged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_hubs_first_settled_list_with_a_version_waits() {
+        let mut f = Follow::new(Some(Duration::from_secs(30)));
+        f.poll();
+        assert_eq!(f.wait_for("cm/", Some("5")), None, "not a hub yet");
+        f.answered(true);
+        f.poll();
+        assert_eq!(f.wait_for("cm/", None), None, "no version to compare");
+        f.poll();
+        assert_eq!(f.wait_for("cm/", Some("5")), Some(Duration::from_secs(30)));
+        assert_eq!(
+            f.wait_for("cm/b", Some("5")),
+            None,
+            "not the poll's first list"
+        );
+        f.poll();
+        f.unsettle("cm/");
+        assert_eq!(
+            f.wait_for("cm/", Some("5")),
+            None,
+            "unsettled: looked at again at once"
+        );
+        f.poll();
+        assert_eq!(f.wait_for("cm/", Some("5")), Some(Duration::from_secs(30)));
+        f.selected(vec!["a/x".into()]);
+        f.listed("cm/", "7");
+        assert_eq!(f.not_modified("cm/", Some("6")), None, "another list");
+        assert_eq!(
+            f.not_modified("cm/", Some("7")),
+            Some(("7".to_string(), vec!["a/x".to_string()]))
+        );
+        assert!(f.hub_waits(false) && !f.hub_waits(true));
+    }
+}
