@@ -63,6 +63,16 @@ impl Answer {
         }
     }
 
+    /// Prometheus's text (`Metrics::render`), as OpenMetrics.
+    pub fn metrics(text: String) -> Answer {
+        Answer {
+            status: 200,
+            content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            headers: Vec::new(),
+            body: text.into_bytes(),
+        }
+    }
+
     /// With one more header.
     pub fn with(mut self, name: &'static str, value: impl Into<String>) -> Answer {
         self.headers.push((name, value.into()));

@@ -173,14 +173,9 @@ impl Hub {
                     },
                 )?;
                 Ok(match path {
-                    "/metrics" => Answer {
-                        status: 200,
-                        content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        headers: Vec::new(),
-                        body: (self.metrics.lock().unwrap_or_else(|p| p.into_inner()))
-                            .render()
-                            .into_bytes(),
-                    },
+                    "/metrics" => Answer::metrics(
+                        (self.metrics.lock().unwrap_or_else(|p| p.into_inner())).render(),
+                    ),
                     _ => Answer::json(200, self.status()),
                 })
             }

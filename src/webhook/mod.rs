@@ -154,14 +154,9 @@ impl Webhook {
                 None => Answer::text(200, "ready\n"),
                 Some(why) => Answer::text(503, format!("{why}\n")),
             },
-            ("GET", "/metrics") => Answer {
-                status: 200,
-                content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                headers: Vec::new(),
-                body: (self.metrics.lock().unwrap_or_else(|p| p.into_inner()))
-                    .render()
-                    .into_bytes(),
-            },
+            ("GET", "/metrics") => {
+                Answer::metrics((self.metrics.lock().unwrap_or_else(|p| p.into_inner())).render())
+            }
             (_, "/validate" | "/healthz" | "/readyz" | "/metrics") => {
                 Answer::text(405, "method not allowed\n")
             }

@@ -937,24 +937,7 @@ fn idle_keepalive(
     port: u16,
     ca: &str,
 ) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
-    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots.add(c.ok()?).ok()?;
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .ok()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let conn =
-        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("127.0.0.1").ok()?)
-            .ok()?;
-    let sock = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    sock.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let mut tls = crate::util::flood::tls_to(&format!("127.0.0.1:{port}"), ca)?;
     tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .ok()?;
     let mut got = Vec::new();
@@ -972,24 +955,7 @@ fn idle_keepalive(
 /// One request over a fresh TLS connection, as raw bytes (what curl will not send): the
 /// status line's code.
 fn raw_request(port: u16, ca: &str, request: &[u8]) -> Option<u16> {
-    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots.add(c.ok()?).ok()?;
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .ok()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let conn =
-        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("127.0.0.1").ok()?)
-            .ok()?;
-    let sock = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    sock.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
-    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let mut tls = crate::util::flood::tls_to(&format!("127.0.0.1:{port}"), ca)?;
     let _ = tls.write_all(request);
     let mut head = [0u8; 12];
     tls.read_exact(&mut head).ok()?;

@@ -15,11 +15,10 @@ pub fn stalled_handshake(addr: &str) -> Option<TcpStream> {
     Some(s)
 }
 
-/// A connection that completes the handshake (trusting `ca`) and sends half a request.
-pub fn stalled_request(
+/// A TLS connection to `addr` (127.0.0.1:PORT) trusting `ca`, its handshake still to come.
+pub fn tls_to(
     addr: &str,
     ca: &str,
-    line: &str,
 ) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
     use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
     let mut roots = rustls::RootCertStore::empty();
@@ -35,7 +34,18 @@ pub fn stalled_request(
     let name = ServerName::try_from("127.0.0.1").ok()?;
     let conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
     let sock = TcpStream::connect(addr).ok()?;
-    let mut tls = rustls::StreamOwned::new(conn, sock);
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(15)))
+        .ok()?;
+    Some(rustls::StreamOwned::new(conn, sock))
+}
+
+/// A connection that completes the handshake (trusting `ca`) and sends half a request.
+pub fn stalled_request(
+    addr: &str,
+    ca: &str,
+    line: &str,
+) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    let mut tls = tls_to(addr, ca)?;
     tls.write_all(
         format!("{line} HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n\r\n{{\"apiVersion\"")
             .as_bytes(),
