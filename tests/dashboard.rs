@@ -38,8 +38,21 @@ pub fn exported() -> BTreeSet<String> {
         ],
     );
     let addr = listening(&d);
-    until_body(&addr, "/metrics", 200, "cmpoll_reloads_total");
-    until_body(&addr, "/metrics", 200, "cmpoll_event_reports_total");
+    // Every family with known labels is there at 0 from the start (issue 42): wait for
+    // what only a poll, a rejection and its Event bring.
+    until_body(
+        &addr,
+        "/metrics",
+        200,
+        "cmpoll_apiserver_requests_total{code=\"200\"}",
+    );
+    until_body(&addr, "/metrics", 200, "cmpoll_rejected_modules 1");
+    until_body(
+        &addr,
+        "/metrics",
+        200,
+        "cmpoll_reloads_total{result=\"success\"} 1",
+    );
     let mut text = get(&addr, "/metrics").1;
     drop((d, s));
 
