@@ -5,7 +5,9 @@
 //! when it was refused, never past the token's own `exp`), a decision 5 minutes when
 //! allowed and 30 seconds when not (the apiserver's `--authentication-token-webhook-
 //! cache-ttl`, `--authorization-webhook-cache-authorized-ttl` and `…-unauthorized-ttl`
-//! defaults). Both caches are bounded; a token is kept by its SHA-256, never as itself. A
+//! defaults). Each entry lives a random 75–100 % of its time, so that the reviews of a fleet
+//! that came at once (a hub's start) do not come back at once, every two minutes for ever.
+//! Both caches are bounded; a token is kept by its SHA-256, never as itself. A
 //! review that cannot be made is a 503 (the follower keeps what it has and retries), and
 //! is not cached. No token reaches a log line or an error.
 
@@ -17,6 +19,7 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use super::status::Refusal;
+use crate::backoff::Rng;
 use crate::ops::metrics::Decisions;
 use crate::secret::Secret;
 use crate::source::Resource;
@@ -26,6 +29,8 @@ pub const TOKEN_TTL: Duration = Duration::from_secs(120);
 pub const TOKEN_REFUSED_TTL: Duration = Duration::from_secs(10);
 pub const ALLOWED_TTL: Duration = Duration::from_secs(300);
 pub const DENIED_TTL: Duration = Duration::from_secs(30);
+/// The share of an entry's time it may lose at random.
+pub const SPREAD: f64 = 0.25;
 /// Entries each cache holds at most.
 pub const MAX_ENTRIES: usize = 16_384;
 
@@ -116,6 +121,7 @@ pub struct Auth {
     tokens: Mutex<Cache<[u8; 32], Option<User>>>,
     access: Mutex<Cache<(User, Attributes), Decision>>,
     decisions: Decisions,
+    rng: Mutex<Rng>,
 }
 
 impl Auth {
@@ -125,7 +131,14 @@ impl Auth {
             tokens: Mutex::new(Cache::new()),
             access: Mutex::new(Cache::new()),
             decisions,
+            rng: Mutex::new(Rng::from_time()),
         }
+    }
+
+    /// `ttl` less a random share of it, up to `SPREAD`.
+    fn spread(&self, ttl: Duration) -> Duration {
+        let r = self.rng.lock().unwrap_or_else(|p| p.into_inner()).unit();
+        ttl.mul_f64(1.0 - SPREAD * r)
     }
 
     /// The user behind an `Authorization` header; 401 without a bearer token or when the
@@ -159,11 +172,11 @@ impl Auth {
                         ));
                     }
                 };
-                let ttl = if user.is_some() {
+                let ttl = self.spread(if user.is_some() {
                     TOKEN_TTL
                 } else {
                     TOKEN_REFUSED_TTL
-                };
+                });
                 let until = match expires(&token) {
                     Some(exp) => (now + ttl).min(exp),
                     None => now + ttl,
@@ -205,10 +218,10 @@ impl Auth {
                         ));
                     }
                 };
-                let ttl = match d {
+                let ttl = self.spread(match d {
                     Decision::Allowed => ALLOWED_TTL,
                     Decision::Denied(_) => DENIED_TTL,
-                };
+                });
                 self.lock_access().put(key, d.clone(), now + ttl, now);
                 (d, "miss")
             }
@@ -367,6 +380,16 @@ mod tests {
             503
         );
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn entries_reviewed_at_once_do_not_expire_at_once() {
+        let auth = Auth::new(Box::new(Arc::new(Fake::default())), Decisions::default());
+        let lives: Vec<Duration> = (0..200).map(|_| auth.spread(TOKEN_TTL)).collect();
+        let (min, max) = (lives.iter().min().unwrap(), lives.iter().max().unwrap());
+        assert!(*min >= TOKEN_TTL.mul_f64(1.0 - SPREAD), "{min:?}");
+        assert!(*max <= TOKEN_TTL, "{max:?}");
+        assert!(*max - *min > Duration::from_secs(20), "{min:?}..{max:?}");
     }
 
     #[test]
