@@ -858,14 +858,6 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
             "skipped: k8s-sidecar (set K8S_SIDECAR to a folder with its source in src/ and a virtualenv in venv/, kept outside the repository)"
         ),
     }
-    who.retain(|w| {
-        matches!(w, Who::Nobody)
-            || plan.contenders.is_empty()
-            || plan
-                .contenders
-                .iter()
-                .any(|c| w.name().contains(c.as_str()))
-    });
     // The floor of the fleet's "done when" (issue 39): two cmpolls polling every second.
     who.push(Who::Cmpoll {
         bin: cmpoll.into(),
@@ -880,6 +872,14 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
             interval,
         });
     }
+    who.retain(|w| {
+        matches!(w, Who::Nobody)
+            || plan.contenders.is_empty()
+            || plan
+                .contenders
+                .iter()
+                .any(|c| w.name().contains(c.as_str()))
+    });
     let api = RealApiserver::start();
     account_token(&api);
     let most = plan.instances.iter().copied().max().unwrap_or(0).max(2);
