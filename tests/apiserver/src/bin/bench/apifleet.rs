@@ -31,6 +31,7 @@
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -105,6 +106,9 @@ impl Who {
         }
     }
 }
+
+/// The next churn round: 1, then after every round a run used.
+static CHURN_ROUNDS: AtomicUsize = AtomicUsize::new(1);
 
 /// One instance: its process, and when it saw the marker change.
 struct Instance {
@@ -545,11 +549,14 @@ fn run_one(
     let mut phases = Vec::new();
     let mut s1 = sample_with(api, hubs.as_ref(), &fleet);
     phases.push(("sync", cost(s0, s1, sync_secs.max(0.001))));
-    // Churn: one ConfigMap a second.
+    // Churn: one ConfigMap a second, each write new content. The objects outlive a run,
+    // so each run's rounds follow the last run's: the same content again would be a
+    // no-op apply that changes nothing (as every run after the floor's once did).
     let start = Instant::now();
+    let base = CHURN_ROUNDS.fetch_add(1 + plan.phase.as_secs() as usize, Ordering::SeqCst);
     let mut k = 0;
     while start.elapsed() < plan.phase {
-        apply(api, vec![object(k % m, 1 + k / m)]);
+        apply(api, vec![object(k % m, base + k / m)]);
         k += 1;
         let next = Duration::from_secs(k as u64);
         if let Some(wait) = next.checked_sub(start.elapsed()) {
