@@ -197,6 +197,19 @@ impl Auth {
         }
     }
 
+    /// Whether a decision still kept allows `user` to do one of `any`; asks no one.
+    pub fn allowed_already(&self, user: &User, any: &[Attributes]) -> bool {
+        let now = Instant::now();
+        let access = self.lock_access();
+        let allowed = (any.iter())
+            .any(|what| access.get(&(user.clone(), what.clone()), now) == Some(Decision::Allowed));
+        drop(access);
+        if allowed {
+            self.decisions.record("authorization", "allowed", "hit");
+        }
+        allowed
+    }
+
     /// Whether `user` may do `what`: `Ok`, or the 403 the apiserver would send.
     pub fn authorize(&self, user: &User, what: &Attributes) -> Result<(), Refusal> {
         let key = (user.clone(), what.clone());
@@ -380,6 +393,29 @@ mod tests {
             503
         );
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn only_a_kept_allowed_decision_is_taken_without_asking() {
+        let fake = Arc::new(Fake::default());
+        let auth = Auth::new(Box::new(fake.clone()), Decisions::default());
+        let alice = auth.authenticate(Some("Bearer good")).unwrap();
+        let team_a = list(Resource::ConfigMaps, Some("team-a"));
+        let everywhere = list(Resource::ConfigMaps, None);
+        assert!(
+            !auth.allowed_already(&alice, &[team_a.clone()]),
+            "never asked"
+        );
+        auth.authorize(&alice, &team_a).unwrap();
+        assert!(auth.authorize(&alice, &everywhere).is_err());
+        let asked = fake.access.load(Ordering::SeqCst);
+        assert!(auth.allowed_already(&alice, &[everywhere.clone(), team_a.clone()]));
+        assert!(
+            !auth.allowed_already(&alice, &[everywhere]),
+            "a kept refusal"
+        );
+        assert!(!auth.allowed_already(&alice, &[list(Resource::Secrets, Some("team-a"))]));
+        assert_eq!(fake.access.load(Ordering::SeqCst), asked, "no one asked");
     }
 
     #[test]

@@ -304,10 +304,13 @@ impl Hub {
         self.list(&held, &ask, v).map(Reply::Answer)
     }
 
-    /// Authorizes exactly what `ask` does. A GET is first asked of the whole namespace
-    /// (`get` of every ConfigMap there): allowed, it covers each name, and a follower's
-    /// GETs of the objects that change cost one review, not one per object; refused, the
-    /// object itself is asked, and a 403 names it, as the apiserver's does.
+    /// Authorizes exactly what `ask` does. A GET of one object is allowed at once to a user
+    /// whose `list` of that kind, cluster-wide or in its namespace, was allowed and is still
+    /// kept: a list there (`fieldSelector=metadata.name=…`) answers the same object, so the
+    /// GET shows nothing more, and a follower's GETs of what changed in any namespace cost no
+    /// review at all. Otherwise a GET is asked of the whole namespace (`get` of every object
+    /// there): allowed, it covers each name; refused, the object itself is asked, and a 403
+    /// names it, as the apiserver's does.
     fn authorize(&self, user: &User, ask: &Ask) -> Result<(), Refusal> {
         let what = |name: Option<String>| Attributes::Resource {
             verb: ask.verb(),
@@ -315,6 +318,18 @@ impl Hub {
             namespace: ask.target.namespace.clone(),
             name,
         };
+        if ask.target.name.is_some() {
+            let list = |namespace: Option<String>| Attributes::Resource {
+                verb: "list",
+                kind: ask.target.kind,
+                namespace,
+                name: None,
+            };
+            let covering = [list(None), list(ask.target.namespace.clone())];
+            if self.auth.allowed_already(user, &covering) {
+                return Ok(());
+            }
+        }
         if ask.target.name.is_some() && self.auth.authorize(user, &what(None)).is_ok() {
             return Ok(());
         }
