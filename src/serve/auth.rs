@@ -403,7 +403,7 @@ mod tests {
         let team_a = list(Resource::ConfigMaps, Some("team-a"));
         let everywhere = list(Resource::ConfigMaps, None);
         assert!(
-            !auth.allowed_already(&alice, &[team_a.clone()]),
+            !auth.allowed_already(&alice, std::slice::from_ref(&team_a)),
             "never asked"
         );
         auth.authorize(&alice, &team_a).unwrap();
