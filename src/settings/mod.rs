@@ -15,6 +15,8 @@ mod serve;
 mod sidecar;
 mod source;
 mod status;
+#[cfg(test)]
+mod testing;
 mod webhook;
 
 pub use self::lookup::{Error, parse_size};

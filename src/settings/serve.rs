@@ -65,22 +65,14 @@ fn read(look: &Lookup) -> Result<ServeSettings, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::TopLevel;
-    use argh::FromArgs;
+    use crate::settings::testing;
 
     fn serve_of(args: &[&str], env: &[(&str, &str)]) -> Result<ServeSettings, String> {
-        let mut all = vec!["serve"];
-        all.extend_from_slice(args);
-        let top = TopLevel::from_args(&["cmpoll"], &all).map_err(|e| e.output)?;
-        let env = |k: &str| {
-            env.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        };
-        let Some(crate::cli::Command::Serve(args)) = top.command else {
+        let crate::cli::Command::Serve(args) = testing::command(&[&["serve"], args].concat())?
+        else {
             panic!("serve")
         };
-        serve(&args, &env).map_err(|e| e.to_string())
+        serve(&args, &testing::env(env)).map_err(|e| e.to_string())
     }
 
     const NEEDED: [&str; 6] = [
@@ -131,8 +123,9 @@ mod tests {
     /// Every flag of the hub's table entries is read, and no other.
     #[test]
     fn every_flag_of_serve_is_read() {
-        let top = TopLevel::from_args(&["cmpoll"], &[&["serve"][..], &NEEDED].concat()).unwrap();
-        let Some(crate::cli::Command::Serve(args)) = top.command else {
+        let Ok(crate::cli::Command::Serve(args)) =
+            testing::command(&[&["serve"][..], &NEEDED].concat())
+        else {
             panic!("serve")
         };
         let env = |_: &str| None;

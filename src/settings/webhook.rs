@@ -84,22 +84,14 @@ fn read(look: &Lookup) -> Result<WebhookSettings, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::TopLevel;
-    use argh::FromArgs;
+    use crate::settings::testing;
 
     fn webhook_of(args: &[&str], env: &[(&str, &str)]) -> Result<WebhookSettings, String> {
-        let mut all = vec!["webhook"];
-        all.extend_from_slice(args);
-        let top = TopLevel::from_args(&["cmpoll"], &all).map_err(|e| e.output)?;
-        let env = |k: &str| {
-            env.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        };
-        let Some(crate::cli::Command::Webhook(args)) = top.command else {
+        let crate::cli::Command::Webhook(args) = testing::command(&[&["webhook"], args].concat())?
+        else {
             panic!("webhook")
         };
-        webhook(&args, &env).map_err(|e| e.to_string())
+        webhook(&args, &testing::env(env)).map_err(|e| e.to_string())
     }
 
     const NEEDED: [&str; 8] = [
@@ -145,8 +137,9 @@ mod tests {
     #[test]
     fn every_flag_of_the_webhook_is_read() {
         use crate::cli::flag;
-        let top = TopLevel::from_args(&["cmpoll"], &[&["webhook"][..], &NEEDED].concat()).unwrap();
-        let Some(crate::cli::Command::Webhook(args)) = top.command else {
+        let Ok(crate::cli::Command::Webhook(args)) =
+            testing::command(&[&["webhook"][..], &NEEDED].concat())
+        else {
             panic!("webhook")
         };
         let env = |_: &str| None;
