@@ -626,14 +626,7 @@ fn a_change_reaches_a_waiting_follower_as_soon_as_the_hub_polls_it() {
         return;
     };
     let ns = k.namespace("hub-wait");
-    let put = |v: &str| {
-        k.apply(
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "m", "namespace": ns, "labels": {LABEL.0: LABEL.1}},
-                "data": {"k.yaml": v}})
-            .to_string(),
-        )
-    };
+    let put = |v: &str| put_module(k, &ns, "m", "k.yaml", v);
     put("one");
     let hub = start_hub(
         k,
@@ -750,14 +743,7 @@ fn a_follower_never_takes_an_answer_older_than_what_it_holds() {
         return;
     };
     let ns = k.namespace("hub-two");
-    let put = |v: &str| {
-        k.apply(
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "m", "namespace": ns, "labels": {LABEL.0: LABEL.1}},
-                "data": {"k.yaml": v}})
-            .to_string(),
-        )
-    };
+    let put = |v: &str| put_module(k, &ns, "m", "k.yaml", v);
     put("old");
     let hub_token = hub_account(k, &ns, "hub");
     // Behind: one poll at start, none after for an hour.
@@ -830,12 +816,7 @@ fn a_hub_that_cannot_poll_answers_503_and_its_followers_keep_what_they_hold() {
         return;
     };
     let ns = k.namespace("hub-503");
-    k.apply(
-        &json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "m", "namespace": ns, "labels": {LABEL.0: LABEL.1}},
-            "data": {"k.yaml": "kept"}})
-        .to_string(),
-    );
+    put_module(k, &ns, "m", "k.yaml", "kept");
     let hub_token = hub_account(k, &ns, "hub");
     let hub = start_hub(k, &hub_token, &["--namespace", &ns, "--interval", "1s"]);
     let token = follower(k, &ns, "reader", cm_rules(), false);
@@ -975,12 +956,7 @@ fn a_flood_of_bad_clients_never_stops_the_hub() {
         return;
     };
     let ns = k.namespace("hub-flood");
-    k.apply(
-        &json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "m", "namespace": ns, "labels": {LABEL.0: LABEL.1}},
-            "data": {"k.yaml": "v"}})
-        .to_string(),
-    );
+    put_module(k, &ns, "m", "k.yaml", "v");
     let hub = start_hub_in(
         k,
         &hub_account(k, &ns, "hub"),
@@ -1086,14 +1062,7 @@ fn k8s_sidecar_with_method_sleep_reads_the_hub() {
         return;
     };
     let ns = k.namespace("hub-sidecar");
-    let put = |v: &str| {
-        k.apply(
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "dash", "namespace": ns, "labels": {LABEL.0: LABEL.1}},
-                "data": {"dash.json": v}})
-            .to_string(),
-        )
-    };
+    let put = |v: &str| put_module(k, &ns, "dash", "dash.json", v);
     put("{\"v\":1}");
     let hub = start_hub(k, &hub_account(k, &ns, "hub"), &["--namespace", &ns]);
     let token = follower(k, &ns, "sidecar", cm_rules(), false);
@@ -1164,5 +1133,15 @@ fn the_hubs_serving_certificate_is_read_again_when_it_changes() {
         get(&hub.url(), &hub.ca, "", "/readyz", &[]).0,
         0,
         "the old CA no longer verifies it"
+    );
+}
+
+/// The selected ConfigMap `ns/name` holding `key: value`, applied.
+fn put_module(k: &RealApiserver, ns: &str, name: &str, key: &str, value: &str) {
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "labels": {LABEL.0: LABEL.1}},
+            "data": {key: value}})
+        .to_string(),
     );
 }
