@@ -16,6 +16,13 @@
 //! it, instantiated once with what it declares, so unused offered arguments are no error
 //! and two modules' labels never meet. A template is plain text: for another language,
 //! leave `{{arguments}}` out.
+//!
+//! A template with `{{arguments}}` is Alloy's, and the module is kept inside the block the
+//! template puts it in by construction (`Template::refuses`): its text must be one body of
+//! Alloy's grammar that closes nothing it did not open, and may not name a module (a
+//! `declare` label or a component of the form `ident` gives, `NS_S_NAME`), so it cannot
+//! reach the root's scope or another team's block. Refused text is rejected, alone, before
+//! any validator runs, and never written.
 
 use std::path::Path;
 
@@ -160,6 +167,22 @@ impl Template {
         )
     }
 
+    /// Whether this is an Alloy template (it has `{{arguments}}`): the content goes inside a
+    /// block, and must stay there.
+    pub fn is_alloy(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p, Part::Arguments(_)))
+    }
+
+    /// Why module `files` may not go through this template, if they may not: with an Alloy
+    /// template, text that is not one body of Alloy's grammar, closes the block it is put
+    /// in, or names a module (`alloy_body_refused`). The module is rejected, alone.
+    pub fn refuses(&self, files: &[ModuleFile]) -> Option<String> {
+        if !self.is_alloy() {
+            return None;
+        }
+        alloy_body_refused(files)
+    }
+
     /// The bytes written for module `id` with `files` (`{{hash}}`: theirs).
     pub fn render(&self, id: &str, files: &[ModuleFile]) -> Vec<u8> {
         let hash = Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes())));
@@ -252,89 +275,223 @@ pub fn ident(id: &str) -> String {
     out
 }
 
-/// The names of the `argument "NAME" { … }` blocks at the top level of Alloy `text`.
-pub fn declared_arguments(text: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    let b = text.as_bytes();
-    let (mut i, mut depth) = (0usize, 0usize);
-    // The last two tokens at depth 0: (identifier `argument`), then its string label.
-    let mut saw_argument = false;
-    let mut label: Option<String> = None;
-    while i < b.len() {
-        let c = b[i];
-        match c {
-            b'/' if b.get(i + 1) == Some(&b'/') => {
-                while i < b.len() && b[i] != b'\n' {
-                    i += 1;
-                }
-                continue;
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                i += 2;
-                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
-                    i += 1;
-                }
-                i += 2;
-                continue;
-            }
-            b'"' => {
-                let start = i + 1;
-                i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    if b[i] == b'\\' {
-                        i += 1;
+/// One token of Alloy's syntax, as far as cmpoll reads it (comments and spaces are
+/// skipped): `Ident` holds a dotted name (`prometheus.scrape`), `Str` a string's bytes
+/// between its quotes, escapes left as written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Token<'t> {
+    Ident(&'t [u8]),
+    Str(&'t [u8]),
+    Raw,
+    Open(u8),
+    Close(u8),
+    Other,
+}
+
+/// Alloy's scanner rules: `//` and `/* */` comments, `"…"` strings with `\` escapes on
+/// one line, `` `…` `` raw strings over any lines, identifiers of letters, digits and `_`
+/// (joined by `.` here). Each token with where it starts; an unterminated comment or
+/// string is an error there, and ends the tokens.
+struct Tokens<'t> {
+    b: &'t [u8],
+    i: usize,
+}
+
+fn tokens(b: &[u8]) -> Tokens<'_> {
+    Tokens { b, i: 0 }
+}
+
+impl<'t> Iterator for Tokens<'t> {
+    type Item = Result<(usize, Token<'t>), (usize, &'static str)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = self.b;
+        let fail = |me: &mut Tokens, at: usize, what| {
+            me.i = b.len();
+            Some(Err((at, what)))
+        };
+        loop {
+            let start = self.i;
+            let c = *b.get(start)?;
+            match c {
+                b'/' if b.get(start + 1) == Some(&b'/') => {
+                    while self.i < b.len() && b[self.i] != b'\n' {
+                        self.i += 1;
                     }
-                    i += 1;
                 }
-                let s = String::from_utf8_lossy(&b[start..i.min(b.len())]);
-                label = (depth == 0 && saw_argument).then(|| s.into_owned());
-                saw_argument = false;
-                i += 1;
-                continue;
-            }
-            b'`' => {
-                i += 1;
-                while i < b.len() && b[i] != b'`' {
-                    i += 1;
+                b'/' if b.get(start + 1) == Some(&b'*') => {
+                    let Some(end) = b[start + 2..].windows(2).position(|w| w == b"*/") else {
+                        return fail(self, start, "comment not terminated");
+                    };
+                    self.i = start + 2 + end + 2;
                 }
-                i += 1;
-                saw_argument = false;
-                label = None;
-                continue;
-            }
-            b'{' => {
-                if depth == 0
-                    && let Some(name) = label.take()
-                {
-                    names.push(name);
+                b'"' => {
+                    let mut i = start + 1;
+                    while i < b.len() && b[i] != b'"' && b[i] != b'\n' {
+                        i += if b[i] == b'\\' { 2 } else { 1 };
+                    }
+                    if b.get(i) != Some(&b'"') {
+                        return fail(self, start, "string literal not terminated");
+                    }
+                    self.i = i + 1;
+                    return Some(Ok((start, Token::Str(&b[start + 1..i]))));
                 }
-                depth += 1;
-                saw_argument = false;
-            }
-            b'}' => {
-                depth = depth.saturating_sub(1);
-                saw_argument = false;
-                label = None;
-            }
-            c if c.is_ascii_alphabetic() || c == b'_' => {
-                let start = i;
-                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'.')
-                {
-                    i += 1;
+                b'`' => {
+                    let Some(end) = b[start + 1..].iter().position(|&c| c == b'`') else {
+                        return fail(self, start, "raw string literal not terminated");
+                    };
+                    self.i = start + 1 + end + 1;
+                    return Some(Ok((start, Token::Raw)));
                 }
-                saw_argument = depth == 0 && &b[start..i] == b"argument";
-                label = None;
-                continue;
-            }
-            c if c.is_ascii_whitespace() => {}
-            _ => {
-                saw_argument = false;
-                label = None;
+                c if c.is_ascii_alphabetic() || c == b'_' || c >= 0x80 => {
+                    let word =
+                        |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c >= 0x80;
+                    let len = b[start..]
+                        .iter()
+                        .position(|&c| !word(c))
+                        .unwrap_or(b.len() - start);
+                    self.i = start + len;
+                    return Some(Ok((start, Token::Ident(&b[start..self.i]))));
+                }
+                c if c.is_ascii_whitespace() => self.i += 1,
+                c => {
+                    self.i += 1;
+                    let t = match c {
+                        b'{' | b'[' | b'(' => Token::Open(c),
+                        b'}' | b']' | b')' => Token::Close(c),
+                        _ => Token::Other,
+                    };
+                    return Some(Ok((start, t)));
+                }
             }
         }
-        i += 1;
+    }
+}
+
+/// The names of the `argument "NAME" { … }` blocks at the top level of Alloy `text` (as
+/// far as it scans: what follows an unterminated string or comment is not read).
+pub fn declared_arguments(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut depth = 0usize;
+    // The last tokens: `argument` at depth 0, then its label.
+    let (mut prev, mut before) = (Token::Other, Token::Other);
+    for (_, t) in tokens(text.as_bytes()).map_while(Result::ok) {
+        match t {
+            Token::Open(b'{') => {
+                if depth == 0
+                    && let (Token::Ident(b"argument"), Token::Str(label)) = (before, prev)
+                {
+                    names.push(String::from_utf8_lossy(label).into_owned());
+                }
+                depth += 1;
+            }
+            Token::Open(_) => depth += 1,
+            Token::Close(_) => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        (before, prev) = (prev, t);
     }
     names
+}
+
+/// Why Alloy `files`, joined as `concat` joins them, cannot be the body of a block: the
+/// text must be one body in Alloy's grammar that closes nothing it did not open (so it
+/// stays inside the `declare` block it is put in), and it may not name a module: an
+/// identifier or a `declare` label of the form `ident` gives modules (`NS_S_NAME`) is
+/// another module's (or its own) declared component. The place is `KEY:LINE:COL`, as
+/// Alloy names a place.
+pub fn alloy_body_refused(files: &[ModuleFile]) -> Option<String> {
+    let text = concat_bytes(files);
+    // Where each file starts in `text`, for the place of a finding.
+    let mut starts = Vec::with_capacity(files.len());
+    let mut at = 0;
+    for f in files {
+        starts.push((at, f.key.as_str()));
+        let n = f.content.bytes().len();
+        at += n + usize::from(!f.content.bytes().ends_with(b"\n"));
+    }
+    let place = |i: usize| -> String {
+        let (start, key) = (starts.iter().rev())
+            .find(|(s, _)| *s <= i)
+            .copied()
+            .unwrap_or((0, "?"));
+        let before = &text[start..i.min(text.len())];
+        let line = 1 + before.iter().filter(|b| **b == b'\n').count();
+        let col = 1 + before.iter().rev().take_while(|b| **b != b'\n').count();
+        format!("{key}:{line}:{col}")
+    };
+    let mut open: Vec<(u8, usize)> = Vec::new();
+    let mut prev = Token::Other;
+    for t in tokens(&text) {
+        let (i, t) = match t {
+            Ok(t) => t,
+            Err((i, what)) => return Some(format!("{}: {what}", place(i))),
+        };
+        match t {
+            Token::Open(c) => open.push((c, i)),
+            Token::Close(c) => match open.pop() {
+                Some((o, _)) if closing(o) == c as char => {}
+                Some((o, at)) => {
+                    return Some(format!(
+                        "{}: expected {} (for the {} at {}), got {}",
+                        place(i),
+                        closing(o),
+                        o as char,
+                        place(at),
+                        c as char
+                    ));
+                }
+                None => {
+                    return Some(format!(
+                        "{}: expected identifier, got {}: the module would close the block it is put in",
+                        place(i),
+                        c as char
+                    ));
+                }
+            },
+            Token::Ident(word) if names_a_module(word) => {
+                return Some(format!(
+                    "{}: '{}' is the name of a module's declare block; a module may not use another's",
+                    place(i),
+                    String::from_utf8_lossy(
+                        (word.split(|&c| c == b'.'))
+                            .find(|w| names_a_module(w))
+                            .unwrap_or(word)
+                    )
+                ));
+            }
+            Token::Str(label) if prev == Token::Ident(b"declare") && names_a_module(label) => {
+                return Some(format!(
+                    "{}: declare \"{}\": the name of a module; a module may not declare one",
+                    place(i),
+                    String::from_utf8_lossy(label)
+                ));
+            }
+            _ => {}
+        }
+        prev = t;
+    }
+    open.last().map(|&(o, at)| {
+        format!(
+            "{}: {} not closed: the module would take in what the template puts after it",
+            place(at),
+            o as char
+        )
+    })
+}
+
+fn closing(open: u8) -> char {
+    match open {
+        b'{' => '}',
+        b'[' => ']',
+        _ => ')',
+    }
+}
+
+/// Whether `word` has the form `ident` gives a module id: `NS_S_NAME` (every id has a
+/// `/`, so every ident has `_S_`; no other identifier needs one).
+fn names_a_module(word: &[u8]) -> bool {
+    word.windows(3).any(|w| w == b"_S_")
 }
 
 #[cfg(test)]
@@ -470,6 +627,71 @@ argument "last" {}
             let e = Template::parse(tmpl, args.map(|a| (a, "args")), "tmpl").unwrap_err();
             assert!(e.contains(want), "{tmpl}: {e}");
         }
+    }
+
+    #[test]
+    fn an_alloy_module_stays_in_its_block() {
+        let t = Template::parse(ALLOY, Some(("r = 1", "a")), "t").unwrap();
+        let ok = [
+            "argument \"receiver\" { }\nprometheus.scrape \"default\" {\n  targets = [{\"__address__\" = \"a:1\"}]\n  forward_to = [argument.receiver.value]\n}\n",
+            "x = \"}\" // }\n/* } */\ny = `}\n{`\nz = \"a\\\"}\"\n",
+            "declare \"helper\" { }\nhelper \"h\" { }\n",
+            "label = \"team_b_S_web\"\n",
+        ];
+        for text in ok {
+            assert_eq!(t.refuses(&files(text)), None, "{text}");
+        }
+        for (text, want) in [
+            (
+                "argument \"r\" { }\n}\nprometheus.remote_write \"evil\" { }\ndeclare \"x\" {\n",
+                "module.alloy:2:1: expected identifier, got }: the module would close the block it is put in",
+            ),
+            (
+                "a = [1, 2}\n",
+                "module.alloy:1:10: expected ] (for the [ at module.alloy:1:5), got }",
+            ),
+            ("a {\n", "module.alloy:1:3: { not closed"),
+            (
+                "a = \"}\n}\n",
+                "module.alloy:1:5: string literal not terminated",
+            ),
+            ("/* }\n", "module.alloy:1:1: comment not terminated"),
+            (
+                "a = `x\n",
+                "module.alloy:1:5: raw string literal not terminated",
+            ),
+            (
+                "declare \"team_b_S_web\" { }\n",
+                "module.alloy:1:9: declare \"team_b_S_web\": the name of a module",
+            ),
+            (
+                "argument \"r\" { }\nteam_b_S_web \"x\" {\n  receiver = argument.r.value\n}\n",
+                "module.alloy:2:1: 'team_b_S_web' is the name of a module's declare block",
+            ),
+            (
+                "x = team_b_S_web.module.exports\n",
+                "module.alloy:1:5: 'team_b_S_web'",
+            ),
+        ] {
+            let why = t.refuses(&files(text)).unwrap_or_default();
+            assert!(why.starts_with(want), "{text:?}: {why}");
+        }
+        // Across files: each place names its key and line there.
+        let two = vec![
+            ModuleFile {
+                key: "a.alloy".into(),
+                content: Content::Text("a {".into()),
+            },
+            ModuleFile {
+                key: "b.alloy".into(),
+                content: Content::Text("}\n}\n".into()),
+            },
+        ];
+        let why = t.refuses(&two).unwrap_or_default();
+        assert!(why.starts_with("b.alloy:2:1: expected identifier"), "{why}");
+        // A template without `{{arguments}}` is plain text: nothing is refused.
+        let plain = Template::parse("server {\n{{content}}}\n", None, "t").unwrap();
+        assert_eq!(plain.refuses(&files("}\nevil {")), None);
     }
 
     #[test]

@@ -166,9 +166,48 @@ impl Stack {
     }
 }
 
+/// What `k8s/alloy` gives cmpoll: the folder, its layout, the template and the offered
+/// arguments.
+fn shipped_args(out: &Path) -> Vec<String> {
+    let k8s = root().join("k8s/alloy");
+    [
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--layout",
+        "concat",
+        "--ext",
+        ".alloy",
+        "--keys",
+        "*.alloy",
+        "--module-template",
+        k8s.join("module.tmpl").to_str().unwrap(),
+        "--offer-arguments",
+        k8s.join("offered-arguments").to_str().unwrap(),
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
 /// The cluster holds `modules`; cmpoll's first run (as the init container) writes the
 /// folder, Alloy starts on it, then cmpoll polls and reloads Alloy.
 fn stack(alloy: &Path, alloy_port: u16, modules: &[(&str, &str, &str)]) -> Stack {
+    stack_with(alloy, alloy_port, modules, false)
+}
+
+/// As `k8s/alloy` ships it: Alloy starts on its root configuration alone, and cmpoll
+/// delivers every module with `--confirm confirm-modules.sh` (which reloads Alloy and asks
+/// it about each module) instead of `--reload-url`: no module reaches the folder that
+/// Alloy did not build.
+fn confirmed_stack(alloy: &Path, alloy_port: u16, modules: &[(&str, &str, &str)]) -> Stack {
+    stack_with(alloy, alloy_port, modules, true)
+}
+
+fn stack_with(
+    alloy: &Path,
+    alloy_port: u16,
+    modules: &[(&str, &str, &str)],
+    confirm: bool,
+) -> Stack {
     let server = TestApiserver::start();
     for (ns, name, text) in modules {
         server.put(labelled(ns, name).data("module.alloy", text));
@@ -185,29 +224,24 @@ fn stack(alloy: &Path, alloy_port: u16, modules: &[(&str, &str, &str)]) -> Stack
     let k8s = root().join("k8s/alloy");
     let c = c
         .env("ALLOY", alloy.to_str().unwrap())
-        .env("ALLOY_ROOT", root_file.to_str().unwrap());
+        .env("ALLOY_ROOT", root_file.to_str().unwrap())
+        .env("ALLOY_URL", &format!("http://127.0.0.1:{alloy_port}"));
     let args = |once: bool| {
-        let mut a: Vec<String> = [
-            "--out-dir",
-            out.to_str().unwrap(),
-            "--layout",
-            "concat",
-            "--ext",
-            ".alloy",
-            "--keys",
-            "*.alloy",
-            "--module-template",
-            k8s.join("module.tmpl").to_str().unwrap(),
-            "--offer-arguments",
-            k8s.join("offered-arguments").to_str().unwrap(),
-            "--validate",
-            k8s.join("check-module.sh").to_str().unwrap(),
-            "--stdout-events",
-        ]
-        .map(str::to_string)
-        .to_vec();
+        let mut a = shipped_args(&out);
+        a.extend([
+            "--validate".into(),
+            k8s.join("check-module.sh").to_str().unwrap().into(),
+            "--stdout-events".into(),
+        ]);
         if once {
             a.insert(0, "--once".into());
+        } else if confirm {
+            a.extend([
+                "--interval".into(),
+                "200ms".into(),
+                "--confirm".into(),
+                k8s.join("confirm-modules.sh").to_str().unwrap().into(),
+            ]);
         } else {
             a.extend([
                 "--interval".into(),
@@ -218,10 +252,12 @@ fn stack(alloy: &Path, alloy_port: u16, modules: &[(&str, &str, &str)]) -> Stack
         }
         a
     };
-    let mut init = vec!["run".to_string()];
-    init.extend(args(true));
-    let first = c.with_args(&init).run();
-    assert!(first.code == Some(0), "the init run: {}", first.described);
+    if !confirm {
+        let mut init = vec!["run".to_string()];
+        init.extend(args(true));
+        let first = c.with_args(&init).run();
+        assert!(first.code == Some(0), "the init run: {}", first.described);
+    }
     let log = std::fs::File::create(logs.join("alloy.log")).unwrap();
     let alloy_child = Command::new(alloy)
         .arg("run")
@@ -407,4 +443,284 @@ fn a_broken_module_is_rejected_alone_and_the_others_keep_running() {
             .is_some_and(|(code, _)| code == 200)
     });
     let _ = again.0.kill();
+}
+
+/// The shipped shape with team-a's and team-b's scrapes of Alloy's own `/metrics`, and
+/// the components Alloy then runs.
+fn two_teams(alloy: &Path, port: u16) -> (Stack, Vec<(String, String)>) {
+    let s = confirmed_stack(
+        alloy,
+        port,
+        &[
+            ("team-a", "web", &scrape_module("team-a", port, "")),
+            ("team-b", "web", &scrape_module("team-b", port, "")),
+        ],
+    );
+    let base = healthy(&[
+        "prometheus.remote_write.default",
+        "team_a_S_web.module",
+        "team_b_S_web.module",
+    ]);
+    (s, base)
+}
+
+/// A fresh Alloy started on the folder as cmpoll left it is ready and runs `want` (what a
+/// crash, a rollout or a drained node would start from).
+fn a_fresh_alloy_runs(s: &Stack, alloy: &Path, want: &[(String, String)]) {
+    let port = free_port();
+    let log = std::fs::File::create(s.logs.join("alloy-fresh.log")).unwrap();
+    let mut fresh = KillOnDrop(
+        Command::new(alloy)
+            .arg("run")
+            .arg(format!("--server.http.listen-addr=127.0.0.1:{port}"))
+            .arg(format!(
+                "--storage.path={}",
+                s.logs.join(format!("alloy-data-{port}")).display()
+            ))
+            .arg(&s.out)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    eventually_explained(
+        "a fresh Alloy on the folder runs every good module",
+        SOON,
+        || components(port, None) == want,
+        || {
+            format!(
+                "{:?}\n{}",
+                components(port, None),
+                std::fs::read_to_string(s.logs.join("alloy-fresh.log")).unwrap_or_default()
+            )
+        },
+    );
+    let _ = fresh.0.kill();
+}
+
+/// The next `rejected` event of `module` (reading batches for at most `within`): its reason.
+fn rejection(d: &Daemon, module: &str, within: Duration) -> String {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        for e in d.batch(left.max(Duration::from_millis(1))) {
+            if e["type"] == "rejected" && e["module"] == module {
+                return e["reason"].as_str().unwrap_or_default().to_string();
+            }
+        }
+    }
+}
+
+/// Isolation by construction: an app team's text is one body inside its `declare` block.
+/// A module that closes its block to add a root component, one that declares another
+/// team's block name, one that instantiates another team's block with its own arguments,
+/// and one that refers to a root component are each rejected alone (cmpoll's grammar check
+/// for the first three, Alloy's own validate for the last), never written; Alloy keeps
+/// running the others, and a fresh Alloy on the folder starts. (Without the grammar check
+/// the first passes `alloy validate` — it is valid Alloy once wrapped — and is written.)
+#[test]
+fn a_module_cannot_leave_its_block_or_use_another_teams() {
+    let Some(alloy) = alloy_bin() else { return };
+    let port = free_port();
+    let (s, base) = two_teams(&alloy, port);
+    let d = s.cmpoll.as_ref().unwrap();
+    s.eventually("team-a and team-b run", SOON, || {
+        components(s.alloy_port, None) == base
+    });
+    for (name, text, want) in [
+        (
+            "escape",
+            "argument \"receiver\" { }\n}\n\nprometheus.remote_write \"evil\" {\n  endpoint {\n    url = \"http://127.0.0.1:9/\"\n  }\n}\n\ndeclare \"swallow\" {\n",
+            "module.alloy:2:1: expected identifier, got }",
+        ),
+        (
+            "redeclare",
+            "declare \"team_b_S_web\" {\n}\n",
+            "declare \"team_b_S_web\": the name of a module",
+        ),
+        (
+            "borrow",
+            "argument \"receiver\" { }\nteam_b_S_web \"mine\" {\n  receiver = argument.receiver.value\n}\n",
+            // Alloy's validate, which sees the module alone, cannot find team-b's
+            // block; cmpoll's check would refuse it beside team-b too.
+            "\"team_b_S_web\"",
+        ),
+        (
+            "root",
+            "prometheus.scrape \"x\" {\n  targets    = []\n  forward_to = [prometheus.remote_write.default.receiver]\n}\n",
+            "does not exist or is out of scope",
+        ),
+    ] {
+        s.server
+            .put(labelled("team-x", name).data("module.alloy", text));
+        let reason = rejection(d, &format!("team-x/{name}"), SOON);
+        assert!(reason.contains(want), "{name}: {reason}");
+        assert!(
+            !s.out.join(format!("team-x.{name}.alloy")).exists(),
+            "{name}"
+        );
+        assert_eq!(components(s.alloy_port, None), base, "{name}");
+    }
+    a_fresh_alloy_runs(&s, &alloy, &base);
+}
+
+/// Delivery that Alloy confirms. A module that passes `alloy validate` but that Alloy
+/// cannot build (`scrape_timeout` above `scrape_interval`: refused only when the component
+/// is built) is delivered, Alloy says it is unhealthy, and cmpoll puts the last good
+/// version back (an update) or removes it (a new module), rejected with Alloy's words;
+/// the refused content is not delivered again. An update Alloy's validate refuses
+/// (unknown attribute) and new modules with an unknown component or an unresolved
+/// reference are rejected alone. Through all of it the good versions run and deliver,
+/// and a fresh Alloy on the folder starts with every good module.
+#[test]
+fn a_module_alloy_cannot_build_goes_back_to_its_last_good_version() {
+    let Some(alloy) = alloy_bin() else { return };
+    let port = free_port();
+    let (s, base) = two_teams(&alloy, port);
+    let d = s.cmpoll.as_ref().unwrap();
+    s.eventually(
+        "team-a and team-b run and deliver",
+        Duration::from_secs(60),
+        || {
+            components(s.alloy_port, None) == base
+                && jobs(s.prometheus_port) == ["team-a", "team-b"]
+        },
+    );
+    let good_b = std::fs::read_to_string(s.out.join("team-b.web.alloy")).unwrap();
+    let builds_not = |job: &str| {
+        scrape_module(job, port, "").replace(
+            "scrape_interval = \"1s\"\n  scrape_timeout  = \"1s\"",
+            "scrape_interval = \"1s\"\n  scrape_timeout  = \"5s\"",
+        )
+    };
+    assert_ne!(builds_not("x"), scrape_module("x", port, ""));
+    // An update Alloy cannot build: back to the last good version.
+    s.server
+        .put(labelled("team-b", "web").data("module.alloy", &builds_not("team-b-v2")));
+    let reason = rejection(d, "team-b/web", SOON);
+    assert!(
+        (reason.contains("team_b_S_web.module unhealthy") || reason.contains("team-b.web.alloy:"))
+            && reason.contains("scrape_timeout (5s) greater than scrape_interval (1s)"),
+        "Alloy's words: {reason}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.out.join("team-b.web.alloy")).unwrap(),
+        good_b,
+        "the last good version is back in the folder"
+    );
+    s.eventually("Alloy runs the last good version again", SOON, || {
+        components(s.alloy_port, None) == base
+    });
+    // A new module Alloy cannot build: removed.
+    s.server
+        .put(labelled("team-c", "web").data("module.alloy", &builds_not("team-c")));
+    let reason = rejection(d, "team-c/web", SOON);
+    assert!(reason.contains("scrape_timeout (5s)"), "{reason}");
+    assert!(!s.out.join("team-c.web.alloy").exists());
+    // Refused content is remembered: three polls go by with no batch.
+    d.quiet_through(&s.server, 3, 1);
+    assert_eq!(components(s.alloy_port, None), base);
+    // Rejected by Alloy's validate, each alone: an update with an unknown attribute (the
+    // last good version keeps running), an unknown component, an unresolved reference.
+    let good_a = std::fs::read_to_string(s.out.join("team-a.web.alloy")).unwrap();
+    for (ns, text, want) in [
+        (
+            "team-a",
+            scrape_module("team-a-v2", port, "").replace("job_name", "job_nam"),
+            "unrecognized attribute name \"job_nam\"",
+        ),
+        (
+            "team-d",
+            "prometheus.scrapes \"x\" {\n}\n".to_string(),
+            "cannot find the definition of component name \"prometheus.scrapes\"",
+        ),
+        (
+            "team-e",
+            "prometheus.scrape \"x\" {\n  targets    = []\n  forward_to = [argument.nobody.value]\n}\n"
+                .to_string(),
+            "argument.nobody.value",
+        ),
+    ] {
+        s.server.put(labelled(ns, "web").data("module.alloy", &text));
+        let reason = rejection(d, &format!("{ns}/web"), SOON);
+        assert!(reason.contains(want), "{ns}: {reason}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(s.out.join("team-a.web.alloy")).unwrap(),
+        good_a
+    );
+    assert!(!s.out.join("team-d.web.alloy").exists() && !s.out.join("team-e.web.alloy").exists());
+    // (team-e passes validate: Alloy refuses it when built, and reloads without it.)
+    s.eventually("Alloy runs the good versions only", SOON, || {
+        components(s.alloy_port, None) == base
+    });
+    // The good versions still deliver: samples newer than the refusals arrive.
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    s.eventually(
+        "team-a's and team-b's last good versions keep delivering",
+        Duration::from_secs(60),
+        || fresh_jobs(s.prometheus_port, since) == ["team-a", "team-b"],
+    );
+    a_fresh_alloy_runs(&s, &alloy, &base);
+}
+
+/// The jobs with an `up` sample newer than `since` (seconds since the epoch).
+fn fresh_jobs(port: u16, since: f64) -> Vec<String> {
+    let Some((200, body)) = crate::util::tools::curl(&format!(
+        "http://127.0.0.1:{port}/api/v1/query?query=timestamp(up)"
+    )) else {
+        return Vec::new();
+    };
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let mut jobs: Vec<String> = (v["data"]["result"].as_array().into_iter().flatten())
+        .filter(|r| {
+            (r["value"][1].as_str())
+                .and_then(|t| t.parse::<f64>().ok())
+                .is_some_and(|t| t > since)
+        })
+        .filter_map(|r| r["metric"]["job"].as_str().map(str::to_string))
+        .collect();
+    jobs.sort();
+    jobs
+}
+
+/// Isolation needs no validator: through an Alloy template (one with `{{arguments}}`),
+/// `--out-dir` refuses a module whose text would leave its block, and writes the others.
+#[test]
+fn the_template_keeps_a_module_in_its_block_without_a_validator() {
+    let server = TestApiserver::start();
+    server.put(labelled("team-a", "web").data("module.alloy", "argument \"receiver\" { }\n"));
+    server.put(labelled("team-x", "escape").data(
+        "module.alloy",
+        "}\nprometheus.remote_write \"evil\" { }\ndeclare \"swallow\" {\n",
+    ));
+    let c = Cmpoll::against(&server);
+    let out = c.out();
+    let mut args = vec!["run".to_string(), "--once".into(), "--stdout-events".into()];
+    args.extend(shipped_args(&out));
+    let r = c.with_args(&args).run();
+    let events: Vec<Value> = (r.stdout.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |m: &str| {
+        (events.iter())
+            .find(|e| e["module"] == m)
+            .unwrap_or_else(|| panic!("{m}: {}", r.described))
+    };
+    assert_eq!(of("team-a/web")["type"], "added");
+    let x = of("team-x/escape");
+    assert_eq!(x["type"], "rejected", "{}", r.described);
+    assert!(
+        x["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("module.alloy:1:1: expected identifier, got }"),
+        "{x}"
+    );
+    assert!(out.join("team-a.web.alloy").exists());
+    assert!(!out.join("team-x.escape.alloy").exists());
 }

@@ -23,7 +23,7 @@ use crate::poll::spool::{Object, Spool};
 use crate::poll::store::Store;
 use crate::report::{self, Occurrence, Reason, Reporter};
 use crate::source::Resource;
-use crate::validate::{Gate, Runnable};
+use crate::validate::{Gate, Good, Runnable};
 
 /// What delivers the batches of one run.
 pub struct Delivery {
@@ -41,6 +41,12 @@ pub struct Delivery {
     reporter: Option<Reporter>,
     /// `/status`.
     ledger: Option<Arc<Mutex<Ledger>>>,
+    /// `--confirm`: delivered modules the agent could not be asked about yet (asked again
+    /// after every poll until it answers), each with the hash delivered.
+    unconfirmed: HashMap<String, (Hash, Option<Good>)>,
+    /// `--confirm`: a batch with changes reached the sinks and the agent has not been
+    /// asked since (it is also how the agent hears of a batch).
+    confirm_due: bool,
     health: Arc<Mutex<Health>>,
     metrics: Arc<Mutex<Metrics>>,
 }
@@ -60,6 +66,8 @@ impl Delivery {
             rejected: HashMap::new(),
             reporter: None,
             ledger: None,
+            unconfirmed: HashMap::new(),
+            confirm_due: false,
             health,
             metrics,
         }
@@ -113,10 +121,12 @@ impl Delivery {
         // The first batch has every module as added (the output folder reconciles with
         // it), whatever the store was seeded with (a rejected module's last good version).
         let empty = Snapshot::default();
-        let (synced, kept, unwritten) = {
+        let (synced, kept, unwritten, goods) = {
             let (current, spool) = (&store.snapshot, &store.spool);
             let base = if first { &empty } else { current };
             let mut going = self.screen(base, current, spool, &next, first, unfetched);
+            // `--confirm`: what the sinks go back to if the agent refuses a module.
+            let goods = self.goods(&going, current, spool);
             // No change, or only rejections already announced: no sink hears of this
             // poll, and what is rejected keeps its previous version.
             if going.events.is_empty() && !first {
@@ -126,18 +136,42 @@ impl Delivery {
                 );
                 // A module gone from the cluster is no longer rejected.
                 self.rejected.retain(|id, _| next.modules.contains_key(id));
-                (None, going.rejected, Vec::new())
+                (None, going.rejected, Vec::new(), goods)
             } else {
                 self.deliver(&mut going, current, spool, &next, number, first)?;
                 let synced = self.settle(current, &next, &mut going, number, stats, took, first);
                 self.report(&going, spool, &next);
+                self.confirm_due |= going.events.iter().any(Event::is_change);
+                for e in going.events.iter() {
+                    if matches!(e.change, Change::Added | Change::Updated) {
+                        self.unconfirmed
+                            .insert(e.id.to_string(), (e.entry.hash, None));
+                    }
+                }
                 let kept = (going.unwritten_ids().into_iter())
                     .chain(going.rejected)
                     .collect();
-                (Some(synced), kept, going.unwritten)
+                (Some(synced), kept, going.unwritten, goods)
             }
         };
+        // What the agent refused goes back to its last good version.
+        // What the sinks hold now.
+        let held = synced.map_or(store.snapshot.len(), |s| s.modules);
+        let reverted = self.confirm(store, &next, goods, held, number)?;
         self.record(&store.snapshot, &next, &unwritten);
+        // The store holds what the sinks now hold of them: made part of `next`, so that
+        // the commit releases and keeps the spool's contents as it does for any other.
+        for (id, held) in reverted.held {
+            let refused = match held {
+                Some(good) => next.modules.insert(&id, good),
+                None => next.modules.remove(&id),
+            };
+            if let Some(r) = refused
+                && (store.snapshot.modules.get(&id)).is_none_or(|c| c.loc != r.loc)
+            {
+                store.spool.release(r.loc);
+            }
+        }
         store.commit(next, &kept, first);
         // Two sinks that failed: the first one's reason.
         let mut seen = BTreeSet::new();
@@ -146,6 +180,195 @@ impl Delivery {
             .collect();
         unwritten.sort();
         Ok(Committed { synced, unwritten })
+    }
+
+    /// `--confirm`: the version the sinks hold now of each module this batch adds or
+    /// updates, read before the sinks replace it (a shelved one is read from the folder).
+    fn goods(&self, going: &Going, current: &Snapshot, spool: &Spool) -> HashMap<String, Good> {
+        let mut goods = HashMap::new();
+        if !self.gate.as_ref().is_some_and(Gate::confirms) {
+            return goods;
+        }
+        for e in &going.events {
+            if e.change != Change::Updated && e.change != Change::Added {
+                continue;
+            }
+            let Some(old) = current.modules.get(e.id) else {
+                continue;
+            };
+            match spool.read(old.loc) {
+                Ok((meta, files)) => {
+                    goods.insert(
+                        e.id.to_string(),
+                        Good {
+                            uid: meta.uid,
+                            resource_version: meta.resource_version,
+                            files,
+                        },
+                    );
+                }
+                Err(err) => log::warn!(
+                    "--confirm: cannot read the last good version of {} back: {err}",
+                    e.id
+                ),
+            }
+        }
+        goods
+    }
+
+    /// `--confirm`: asks the agent about the modules delivered and not yet confirmed.
+    /// Each it refused is rejected (remembered as a validator's refusal is) and goes back
+    /// to its last good version in every sink (the one the sinks held before it, else what
+    /// the gate remembers), or away if it had none; then the agent is asked once more,
+    /// about those, so that it takes the folder as it now is. Could not ask: asked again
+    /// next poll. What the store must hold instead of `next` for the refused modules.
+    fn confirm(
+        &mut self,
+        store: &mut Store,
+        next: &Snapshot,
+        goods: HashMap<String, Good>,
+        held: usize,
+        number: u64,
+    ) -> Result<Reverted, Fatal> {
+        let mut reverted = Reverted::default();
+        // Delivered now: asked about, with what the sinks held before.
+        for (id, good) in goods {
+            if let Some(u) = self.unconfirmed.get_mut(&id) {
+                u.1 = Some(good);
+            }
+        }
+        // Gone, or changed since (the new version is asked about when delivered).
+        self.unconfirmed
+            .retain(|id, (h, _)| next.modules.get(id).is_some_and(|e| e.hash == *h));
+        let Some(gate) = self.gate.as_mut().filter(|g| g.confirms()) else {
+            return Ok(reverted);
+        };
+        if self.unconfirmed.is_empty() && !self.confirm_due {
+            return Ok(reverted);
+        }
+        let mut asked: Vec<&str> = self.unconfirmed.keys().map(String::as_str).collect();
+        asked.sort_unstable();
+        let refused = match gate.confirm(&asked) {
+            Ok(r) => r,
+            Err(why) => {
+                log::warn!(
+                    "{why}; {} module(s) asked about again after the next poll",
+                    asked.len()
+                );
+                lock(&self.metrics).validation("error");
+                return Ok(reverted);
+            }
+        };
+        let mut unconfirmed = std::mem::take(&mut self.unconfirmed);
+        self.confirm_due = false;
+        if refused.is_empty() {
+            return Ok(reverted);
+        }
+        // The version each goes back to, spooled for the sinks to read.
+        let (mut back, mut gone) = (Snapshot::default(), Snapshot::default());
+        let mut kinds = HashMap::new();
+        for (id, why) in &refused {
+            let Some(entry) = next.modules.get(id) else {
+                continue;
+            };
+            let kind = store.spool.meta(entry.loc).map(|m| m.kind).ok();
+            let good = unconfirmed.remove(id).and_then(|(_, g)| g);
+            gate.refuse(id, entry.hash, why, good);
+            if let (Some(kind), Some(g)) = (kind, gate.good(id)) {
+                let object = Object::new(kind, &g.uid, &g.resource_version);
+                let loc = (store.spool.put(&object, &g.files)).map_err(|e| {
+                    Fatal(format!(
+                        "--confirm: cannot spool {id}'s last good version: {e}"
+                    ))
+                })?;
+                let hash = Hash::of(g.files.iter().map(|f| (f.key.as_str(), f.content.bytes())));
+                back.modules.insert(
+                    id,
+                    Entry {
+                        hash,
+                        loc,
+                        resource_version: g.resource_version.as_str().into(),
+                    },
+                );
+            }
+            kinds.insert(id.clone(), kind);
+            gone.modules.insert(id, entry.clone());
+            lock(&self.metrics).validation("fail");
+        }
+        let mut events = Vec::new();
+        for (id, why) in &refused {
+            let Some(entry) = gone.modules.get(id) else {
+                continue;
+            };
+            let id = id.as_str();
+            match back.modules.get(id) {
+                Some(good) => events.push(Event::new(Change::Updated, id, good)),
+                None => events.push(Event::new(Change::Removed, id, entry)),
+            }
+            let mut r = Event::new(Change::Added, id, entry);
+            // A Secret's agent output may quote it: the log shows the first line only.
+            let shown = match kinds.get(id) {
+                Some(Some(k)) if k.shows_contents() => Cow::Borrowed(why.as_str()),
+                _ => Cow::Owned(crate::reason::redacted(why)),
+            };
+            log::warn!(
+                "module {id} rejected: the agent refused it ({shown}); back to its last good version"
+            );
+            self.rejected
+                .insert(id.to_string(), (entry.hash, why.clone()));
+            r.reject(why.clone());
+            events.push(r);
+        }
+        // SPEC's order: removals first, then the rest by module name.
+        events.sort_by(|a, b| {
+            (a.change != Change::Removed, a.id).cmp(&(b.change != Change::Removed, b.id))
+        });
+        let modules = held.saturating_sub(
+            (gone.modules.iter())
+                .filter(|(id, _)| !back.modules.contains_key(id))
+                .count(),
+        );
+        let batch = Batch {
+            synced: counts(&events, modules, number),
+            events,
+            spool: &store.spool,
+            first: false,
+        };
+        for sink in self.sinks.iter_mut() {
+            let outcome = sink.apply(&batch)?;
+            for (id, why) in outcome.unwritten {
+                log::warn!(
+                    "--confirm: {} could not take {id}'s last good version back: {why}",
+                    sink.name()
+                );
+            }
+        }
+        let going = Going {
+            events: batch.events,
+            ..Going::default()
+        };
+        self.report(&going, &store.spool, next);
+        let back_ids: Vec<&str> = back.modules.iter().map(|(id, _)| id).collect();
+        if let Some(gate) = &self.gate {
+            match gate.confirm(&back_ids) {
+                Ok(again) if again.is_empty() => {}
+                Ok(again) => log::warn!(
+                    "--confirm: the agent refuses the last good version of {} too",
+                    (again.iter().map(|(id, _)| id.as_str()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Err(why) => log::warn!("{why} (after going back to the last good versions)"),
+            }
+        }
+        // The store holds what the sinks now hold: the good version, spooled above, or
+        // nothing.
+        for (id, _) in gone.modules.iter() {
+            reverted
+                .held
+                .push((id.to_string(), back.modules.get(id).cloned()));
+        }
+        Ok(reverted)
     }
 
     /// `/status`: the poll's modules (the cluster's content), what is rejected and why,
@@ -453,6 +676,13 @@ impl Going<'_> {
     }
 }
 
+/// `--confirm`: what the store holds, once a poll is committed, of each module the agent
+/// refused (the good version the sinks went back to, or nothing).
+#[derive(Default)]
+struct Reverted {
+    held: Vec<(String, Option<Entry>)>,
+}
+
 /// What `commit` made of a poll.
 #[derive(Debug, Default)]
 pub struct Committed {
@@ -462,6 +692,10 @@ pub struct Committed {
     /// The modules a sink could not write (they keep their previous version), in order,
     /// each with why.
     pub unwritten: Vec<(String, String)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A restart seeded the last good version of rejected `id`: that is what the sinks hold,
@@ -741,21 +975,28 @@ mod tests {
         assert_eq!(take(&heard), ["stdout: removed ns/a | 0 modules"]);
     }
 
-    /// The gate screens before any sink: a refused version never reaches one (a
-    /// `rejected` event does), the sinks keep what they had, and readiness hears that the
-    /// validator ran.
-    #[test]
-    fn screen_holds_back_what_the_validator_refuses() {
-        let gate = Gate::open(crate::validate::Options {
-            command: "! grep -q bad \"$CMPOLL_MODULE_DIR\"/k".into(),
+    /// A gate running `command`, and `confirm` after delivery.
+    fn gate(command: &str, confirm: Option<String>) -> Gate {
+        Gate::open(crate::validate::Options {
+            command: command.into(),
             timeout: Duration::from_secs(10),
             jobs: 1,
             meta_dir: None,
             ext: String::new(),
             template: None,
             kinds: Default::default(),
+            confirm,
+            out_dir: None,
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    /// The gate screens before any sink: a refused version never reaches one (a
+    /// `rejected` event does), the sinks keep what they had, and readiness hears that the
+    /// validator ran.
+    #[test]
+    fn screen_holds_back_what_the_validator_refuses() {
+        let gate = gate("! grep -q bad \"$CMPOLL_MODULE_DIR\"/k", None);
         let heard = Heard::default();
         let mut d = delivery(Some(gate), vec![sink("stdout", &heard)]);
         let mut store = Store::new(Spool::memory());
@@ -782,5 +1023,110 @@ mod tests {
             3,
         );
         assert_eq!(take(&heard), ["stdout: updated ns/a | 2 modules"]);
+    }
+
+    /// `--confirm`: the agent is asked after every batch with changes; what it refuses
+    /// goes back to its last good version in every sink (an update) or away (a new
+    /// module), is announced as `rejected`, stays held back while its content does not
+    /// change, and the agent is asked again (so it takes the folder back). An agent that
+    /// cannot be asked leaves the modules delivered, and is asked again next poll.
+    #[test]
+    fn what_the_agent_refuses_goes_back_to_its_last_good_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let asked = dir.path().join("asked");
+        let down = dir.path().join("down");
+        // Refuses every module whose value is "bad…" (the staged value is not at hand:
+        // the test's agent reads what it was told from a file the test names).
+        let confirm = format!(
+            "test -e {down} && exit 3; printf '%s' \"$CMPOLL_MODULES\" | tr '\\n' ' ' >> {asked}; echo >> {asked}; for m in $CMPOLL_MODULES; do grep -qx \"$m\" {dir}/refuse 2>/dev/null && echo \"$m it failed to build\"; done; true",
+            down = down.display(),
+            asked = asked.display(),
+            dir = dir.path().display(),
+        );
+        let gate = gate("true", Some(confirm));
+        let heard = Heard::default();
+        let mut d = delivery(
+            Some(gate),
+            vec![sink("outdir", &heard), sink("stdout", &heard)],
+        );
+        let mut store = Store::new(Spool::memory());
+        let asked_lines = || {
+            let s = std::fs::read_to_string(&asked).unwrap_or_default();
+            std::fs::remove_file(&asked).ok();
+            s.lines().map(str::to_string).collect::<Vec<_>>()
+        };
+        commit(&mut d, &mut store, &[("ns/a", "1"), ("ns/b", "1")], 1);
+        take(&heard);
+        assert_eq!(asked_lines(), ["ns/a ns/b "]);
+        std::fs::write(dir.path().join("refuse"), "ns/a\nns/c\n").unwrap();
+        commit(
+            &mut d,
+            &mut store,
+            &[("ns/a", "2"), ("ns/b", "1"), ("ns/c", "1")],
+            2,
+        );
+        assert_eq!(
+            take(&heard),
+            [
+                "outdir: updated ns/a, added ns/c | 3 modules",
+                "stdout: updated ns/a, added ns/c | 3 modules",
+                "outdir: removed ns/c, updated ns/a, rejected ns/a, rejected ns/c | 2 modules",
+                "stdout: removed ns/c, updated ns/a, rejected ns/a, rejected ns/c | 2 modules",
+            ]
+        );
+        // Asked about the batch, then about what went back (to take the folder again).
+        assert_eq!(asked_lines(), ["ns/a ns/c ", "ns/a "]);
+        assert_eq!(held_value(&store, "ns/a").as_deref(), Some("1"));
+        assert_eq!(held_value(&store, "ns/c"), None);
+        assert_eq!(d.rejected_modules(), 2);
+        // The refused contents stay held back, unannounced, and nobody is asked.
+        commit(
+            &mut d,
+            &mut store,
+            &[("ns/a", "2"), ("ns/b", "1"), ("ns/c", "1")],
+            3,
+        );
+        assert_eq!(take(&heard), Vec::<String>::new());
+        assert_eq!(asked_lines(), Vec::<String>::new());
+        // An agent that cannot be asked: delivered, asked again at the next poll.
+        std::fs::write(&down, "").unwrap();
+        commit(
+            &mut d,
+            &mut store,
+            &[("ns/a", "3"), ("ns/b", "1"), ("ns/c", "1")],
+            4,
+        );
+        assert_eq!(take(&heard).len(), 2, "delivered");
+        assert_eq!(asked_lines(), Vec::<String>::new(), "down");
+        assert_eq!(held_value(&store, "ns/a").as_deref(), Some("3"));
+        // Asked at the next poll, it refuses "3" too: back to what the sinks held before
+        // "3" came, "1".
+        std::fs::remove_file(&down).unwrap();
+        commit(
+            &mut d,
+            &mut store,
+            &[("ns/a", "3"), ("ns/b", "1"), ("ns/c", "1")],
+            5,
+        );
+        assert_eq!(asked_lines(), ["ns/a ", "ns/a "]);
+        assert_eq!(
+            take(&heard),
+            [
+                "outdir: updated ns/a, rejected ns/a | 2 modules",
+                "stdout: updated ns/a, rejected ns/a | 2 modules",
+            ]
+        );
+        assert_eq!(held_value(&store, "ns/a").as_deref(), Some("1"));
+        // Accepted at last: "4" stays.
+        std::fs::write(dir.path().join("refuse"), "").unwrap();
+        commit(
+            &mut d,
+            &mut store,
+            &[("ns/a", "4"), ("ns/b", "1"), ("ns/c", "1")],
+            6,
+        );
+        assert_eq!(asked_lines(), ["ns/a "]);
+        assert_eq!(held_value(&store, "ns/a").as_deref(), Some("4"));
+        assert_eq!(d.rejected_modules(), 1, "ns/c only");
     }
 }

@@ -251,6 +251,8 @@ flags! {
         reload_ca_file: Option<String> [option, arg_name = "FILE"], needs ReloadUrl;
         /// validations run at once
         validate_jobs: Option<String> [option, arg_name = "N"] = "1", needs Validate;
+        /// after each batch with changes has reached every sink, run /bin/sh -c CMD: the agent takes the batch and says which modules it added or updated (CMPOLL_MODULES, one namespace/name per line) it refused, one 'namespace/name reason' line each on stdout; those go back to their last good version (or away) and are rejected (k8s/alloy/confirm-modules.sh asks Alloy)
+        confirm: Option<String> [option, arg_name = "CMD"], needs Validate;
         /// record Kubernetes Events on the ConfigMap or Secret when its module is rejected, accepted again, or cannot be written (needs create and patch on events.k8s.io events)
         report_events: bool [switch];
     } {

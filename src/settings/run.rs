@@ -181,6 +181,7 @@ fn validate(
 ) -> Result<Option<validate::Options>, Error> {
     let command = look.opt(&flag::validate);
     let timeout = validate_timeout(look, RUN_VALIDATE_TIMEOUT)?;
+    let confirm = confirm(look)?;
     let jobs: usize = number(
         look,
         &flag::validate_jobs,
@@ -204,7 +205,19 @@ fn validate(
             .unwrap_or_default(),
         template: out_dir.and_then(|o| o.template.clone()),
         kinds,
+        confirm,
+        out_dir: out_dir.map(|o| o.dir.clone()),
     }))
+}
+
+/// `--confirm CMD`.
+fn confirm(look: &Lookup) -> Result<Option<String>, Error> {
+    match look.opt(&flag::confirm) {
+        Some(c) if c.value.trim().is_empty() => {
+            Err(usage(&c.from, "empty: give a command, or unset it"))
+        }
+        c => Ok(c.map(|c| c.value)),
+    }
 }
 
 /// `--interval`'s default for `cmpoll run`.

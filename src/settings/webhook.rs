@@ -75,6 +75,8 @@ fn read(look: &Lookup) -> Result<WebhookSettings, Error> {
                 ext: String::new(),
                 template: None,
                 kinds: resources,
+                confirm: None,
+                out_dir: None,
             },
         },
         logging: logging(look)?,

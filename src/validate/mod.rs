@@ -19,7 +19,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use self::remembered::{Good, Remembered};
+pub use self::remembered::Good;
+use self::remembered::Remembered;
 pub use self::run::{KEEP, Options, Stage, Verdict, timed_out};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};
@@ -200,7 +201,14 @@ impl Gate {
                 }
             }
         }
-        if changed && let Some(file) = &self.remembered {
+        if changed {
+            self.save();
+        }
+        out
+    }
+
+    fn save(&self) {
+        if let Some(file) = &self.remembered {
             let entries = self
                 .rejected
                 .iter()
@@ -209,7 +217,41 @@ impl Gate {
                 log::warn!("--validate: {e}; rejections are remembered until cmpoll stops");
             }
         }
-        out
+    }
+
+    /// Whether `--confirm` asks the agent after delivery.
+    pub fn confirms(&self) -> bool {
+        self.opts.confirm.is_some()
+    }
+
+    /// `--confirm`: which of `modules` (just delivered) the agent refused, and why; `Err`:
+    /// it could not be asked. `Ok(empty)` without `--confirm`.
+    pub fn confirm(&self, modules: &[&str]) -> Result<Vec<(String, String)>, String> {
+        match &self.opts.confirm {
+            Some(cmd) => run::confirm(&self.opts, cmd, modules),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The last good version kept for rejected `id`, if any.
+    pub fn good(&self, id: &str) -> Option<&Good> {
+        self.rejected.get(id).and_then(|f| f.good.as_ref())
+    }
+
+    /// The agent refused `id` at `hash` after delivery: remembered as a validator's
+    /// refusal is (never delivered again until it changes; across restarts with
+    /// `--out-dir`), `good` being what the sinks go back to.
+    pub fn refuse(&mut self, id: &str, hash: Hash, reason: &str, good: Option<Good>) {
+        let good = good.or_else(|| self.rejected.get(id).and_then(|f| f.good.clone()));
+        self.rejected.insert(
+            id.to_string(),
+            Rejection {
+                hash,
+                reason: reason.to_string(),
+                good,
+            },
+        );
+        self.save();
     }
 
     /// Runs the validator for each module, up to `--validate-jobs` at once.

@@ -35,6 +35,74 @@ pub struct Options {
     pub template: Option<std::sync::Arc<crate::template::Template>>,
     /// What is listed: a remembered module's kind follows from its id.
     pub kinds: Resources,
+    /// `--confirm CMD`: after delivery, the agent says which modules it refused.
+    pub confirm: Option<String>,
+    /// `--out-dir`, for `CMPOLL_OUT_DIR` (absolute).
+    pub out_dir: Option<PathBuf>,
+}
+
+/// What a confirmation may keep of the command's stdout: one line per refused module.
+const CONFIRM_KEEP: usize = 256 * 1024;
+
+/// Runs `--confirm CMD` for `modules` (delivered, added or updated): the modules it
+/// refused, each with the rest of its line (or why it refused with no word), or why the
+/// agent could not be asked (a non-zero exit, a signal, the timeout). Lines naming a
+/// module not asked about are ignored; stderr goes to the log.
+pub fn confirm(
+    o: &Options,
+    command: &str,
+    modules: &[&str],
+) -> Result<Vec<(String, String)>, String> {
+    let mut cmd = std::process::Command::new("/bin/sh");
+    let mut list = modules.join("\n");
+    list.push('\n');
+    cmd.arg("-c").arg(command).env("CMPOLL_MODULES", list);
+    if let Some(dir) = &o.out_dir {
+        cmd.env(
+            "CMPOLL_OUT_DIR",
+            std::path::absolute(dir).unwrap_or_else(|_| dir.clone()),
+        );
+    }
+    let stderr: process::Lines = Box::new(|line: &[u8]| {
+        log::info!("--confirm: {}", String::from_utf8_lossy(line).trim_end());
+    });
+    let done = process::run_bounded(
+        cmd,
+        o.timeout,
+        process::Capture::Split(CONFIRM_KEEP, stderr),
+    )
+    .map_err(|e| format!("--confirm: /bin/sh: {e}"))?;
+    match done.exit {
+        Some(exit) if exit.success() => {}
+        Some(exit) => {
+            return Err(format!(
+                "--confirm: the agent could not be asked: it {exit}"
+            ));
+        }
+        None => {
+            return Err(format!(
+                "--confirm: killed after --validate-timeout {}",
+                humantime::format_duration(o.timeout)
+            ));
+        }
+    }
+    let out = String::from_utf8_lossy(&done.output);
+    let mut refused: Vec<(String, String)> = Vec::new();
+    for line in out.lines() {
+        let line = line.trim();
+        let (id, why) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        if !modules.contains(&id) || refused.iter().any(|(r, _)| r == id) {
+            continue;
+        }
+        let why = why.trim();
+        let why = if why.is_empty() {
+            "refused by the agent"
+        } else {
+            why
+        };
+        refused.push((id.to_string(), cut(why, MAX_REASON).into_owned()));
+    }
+    Ok(refused)
 }
 
 /// What the validator said.
@@ -110,7 +178,16 @@ impl Stage {
             .map(|()| run(o, id, hash, &dir, &file));
         let _ = fs::remove_dir_all(&dir);
         let _ = fs::remove_file(&file);
-        verdict.unwrap_or_else(|v| v)
+        // Text the template refuses (an Alloy module that would leave its block) is
+        // refused even when the validator, which sees it wrapped, lets it pass; when
+        // both refuse, the validator's words (the agent's own) are kept.
+        match verdict.unwrap_or_else(|v| v) {
+            Verdict::Pass => match o.template.as_deref().and_then(|t| t.refuses(files)) {
+                Some(why) => Verdict::Fail(why),
+                None => Verdict::Pass,
+            },
+            other => other,
+        }
     }
 }
 
@@ -177,6 +254,8 @@ mod tests {
             ext: ".yaml".into(),
             template: None,
             kinds: Default::default(),
+            confirm: None,
+            out_dir: None,
         }
     }
 

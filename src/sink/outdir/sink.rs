@@ -1,7 +1,8 @@
 //! `--out-dir` as a sink: which of a batch's modules to write and remove (the first batch
 //! after a start reconciles the folder with the cluster: unchanged modules are left as
-//! they are, modules gone meanwhile are removed), the `flat` layout's key claims, then the
-//! write-ahead sync; and the housekeeping of each tick (expiring old versions).
+//! they are, modules gone meanwhile are removed), the `flat` layout's key claims (or, in
+//! `concat` through an Alloy template, the modules whose text would leave their block:
+//! refused), then the write-ahead sync; and the housekeeping of each tick (expiring old versions).
 
 use std::collections::BTreeSet;
 
@@ -46,6 +47,35 @@ impl OutDir {
     }
 }
 
+impl OutDir {
+    /// `concat` through an Alloy template: a module whose text would leave the block the
+    /// template puts it in is refused, never written, even without `--validate`.
+    fn screen_template<'e>(
+        &self,
+        batch: &Batch,
+        writes: Vec<&'e Event<'e>>,
+    ) -> (Vec<&'e Event<'e>>, Vec<(String, String)>) {
+        let Some(t) = self.opts.template.as_deref().filter(|t| t.is_alloy()) else {
+            return (writes, Vec::new());
+        };
+        let mut rejected = Vec::new();
+        let writes = (writes.into_iter())
+            .filter(|e| {
+                // Files that cannot be read are the write's to report.
+                let why = batch.files(e).ok().and_then(|files| t.refuses(&files));
+                match why {
+                    Some(why) => {
+                        rejected.push((e.id.to_string(), why));
+                        false
+                    }
+                    None => true,
+                }
+            })
+            .collect();
+        (writes, rejected)
+    }
+}
+
 impl Sink for OutDir {
     fn name(&self) -> &'static str {
         "out-dir"
@@ -86,7 +116,7 @@ impl Sink for OutDir {
         let (writes, rejected) = if self.opts.layout == Layout::Flat {
             self.claim_keys(batch, writes, &removals)
         } else {
-            (writes, Vec::new())
+            self.screen_template(batch, writes)
         };
         let unwritten = self.sync(batch, writes, removals);
         self.reconciled = true;
