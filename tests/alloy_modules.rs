@@ -138,7 +138,7 @@ fn healthy(ids: &[&str]) -> Vec<(String, String)> {
 struct Stack {
     server: TestApiserver,
     cmpoll: Option<Daemon>,
-    _alloy: KillOnDrop,
+    alloy: KillOnDrop,
     _prometheus: KillOnDrop,
     alloy_port: u16,
     prometheus_port: u16,
@@ -225,7 +225,8 @@ fn stack_with(
     let c = c
         .env("ALLOY", alloy.to_str().unwrap())
         .env("ALLOY_ROOT", root_file.to_str().unwrap())
-        .env("ALLOY_URL", &format!("http://127.0.0.1:{alloy_port}"));
+        .env("ALLOY_URL", &format!("http://127.0.0.1:{alloy_port}"))
+        .env("ALLOY_WAIT", "2");
     let args = |once: bool| {
         let mut a = shipped_args(&out);
         a.extend([
@@ -277,7 +278,7 @@ fn stack_with(
     let mut s = Stack {
         server,
         cmpoll: None,
-        _alloy: KillOnDrop(alloy_child),
+        alloy: KillOnDrop(alloy_child),
         _prometheus: prometheus,
         alloy_port,
         prometheus_port,
@@ -723,4 +724,79 @@ fn the_template_keeps_a_module_in_its_block_without_a_validator() {
     );
     assert!(out.join("team-a.web.alloy").exists());
     assert!(!out.join("team-x.escape.alloy").exists());
+}
+
+/// Restart-proof at any moment: Alloy goes down just as an update it cannot build is
+/// written (a crash, a rollout mid-batch). cmpoll cannot ask it, so it puts back what
+/// Alloy had (an Alloy that could not start because of the batch would never be asked
+/// again otherwise); Alloy started on the folder then runs every good module; the update
+/// comes again, Alloy refuses it, and it goes back to its last good version.
+#[test]
+fn an_alloy_restarted_mid_batch_starts_with_every_good_module() {
+    let Some(alloy) = alloy_bin() else { return };
+    let port = free_port();
+    let (mut s, base) = two_teams(&alloy, port);
+    s.eventually("team-a and team-b run", SOON, || {
+        components(s.alloy_port, None) == base
+    });
+    let good_b = std::fs::read_to_string(s.out.join("team-b.web.alloy")).unwrap();
+    let _ = s.alloy.0.kill();
+    let _ = s.alloy.0.wait();
+    s.server.put(
+        labelled("team-b", "web").data(
+            "module.alloy",
+            &scrape_module("team-b-v2", port, "")
+                .replace("scrape_timeout  = \"1s\"", "scrape_timeout  = \"5s\""),
+        ),
+    );
+    let d = s.cmpoll.as_ref().unwrap();
+    let delivered = d.batch(SOON);
+    assert!(
+        delivered
+            .iter()
+            .any(|e| e["type"] == "updated" && e["module"] == "team-b/web"),
+        "{delivered:?}"
+    );
+    let back = d.batch(SOON);
+    assert!(
+        back.iter()
+            .any(|e| e["type"] == "updated" && e["module"] == "team-b/web"),
+        "{back:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.out.join("team-b.web.alloy")).unwrap(),
+        good_b,
+        "put back while Alloy cannot be asked"
+    );
+    // Alloy starts again on the folder, where cmpoll expects it.
+    let log = std::fs::File::create(s.logs.join("alloy-again.log")).unwrap();
+    s.alloy = KillOnDrop(
+        Command::new(&alloy)
+            .arg("run")
+            .arg(format!(
+                "--server.http.listen-addr=127.0.0.1:{}",
+                s.alloy_port
+            ))
+            .arg(format!(
+                "--storage.path={}",
+                s.logs.join("alloy-data").display()
+            ))
+            .arg(&s.out)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let d = s.cmpoll.as_ref().unwrap();
+    let reason = rejection(d, "team-b/web", Duration::from_secs(30));
+    assert!(reason.contains("scrape_timeout (5s)"), "{reason}");
+    assert_eq!(
+        std::fs::read_to_string(s.out.join("team-b.web.alloy")).unwrap(),
+        good_b
+    );
+    s.eventually("Alloy runs every good module", SOON, || {
+        components(s.alloy_port, None) == base
+    });
+    a_fresh_alloy_runs(&s, &alloy, &base);
 }

@@ -8,17 +8,21 @@
 # module that is unhealthy, missing, or named in the reload's error is printed as
 # "namespace/name reason": cmpoll puts back its last good version (or removes it) and
 # calls this again, so the folder never keeps a module that would stop Alloy starting.
-# Exit 0: Alloy answered. Exit 1: Alloy could not be asked (cmpoll asks again next poll).
-# ALLOY_URL: Alloy's HTTP server (default http://127.0.0.1:12345). Needs curl, sed, awk.
+# Exit 0: Alloy answered. Exit 1: Alloy could not be asked: cmpoll puts back what Alloy
+# had before the batch (an Alloy that cannot start because of the batch starts again on
+# the folder without it) and the batch comes again with the next poll.
+# ALLOY_URL: Alloy's HTTP server (default http://127.0.0.1:12345); ALLOY_WAIT: how long to
+# wait for it to be ready, in seconds (default 20; keep it under cmpoll's
+# --validate-timeout). Needs curl, sed and awk.
 set -u
 url=${ALLOY_URL:-http://127.0.0.1:12345}
 t=$(mktemp -d) || exit 1
 trap 'rm -rf "$t"' EXIT
-# Alloy starting beside cmpoll: wait for its server (at most ~20 s).
+# Alloy starting beside cmpoll: wait for its server.
 i=0
 until curl -fsS -m 5 -o /dev/null "$url/-/ready" 2>/dev/null; do
     i=$((i + 1))
-    if [ "$i" -ge 20 ]; then
+    if [ "$i" -ge "${ALLOY_WAIT:-20}" ]; then
         echo "confirm-modules: Alloy at $url is not ready" >&2
         exit 1
     fi

@@ -43,7 +43,7 @@ pub struct Delivery {
     ledger: Option<Arc<Mutex<Ledger>>>,
     /// `--confirm`: delivered modules the agent could not be asked about yet (asked again
     /// after every poll until it answers), each with the hash delivered.
-    unconfirmed: HashMap<String, (Hash, Option<Good>)>,
+    unconfirmed: HashMap<String, Pending>,
     /// `--confirm`: a batch with changes reached the sinks and the agent has not been
     /// asked since (it is also how the agent hears of a batch).
     confirm_due: bool,
@@ -144,8 +144,12 @@ impl Delivery {
                 self.confirm_due |= going.events.iter().any(Event::is_change);
                 for e in going.events.iter() {
                     if matches!(e.change, Change::Added | Change::Updated) {
-                        self.unconfirmed
-                            .insert(e.id.to_string(), (e.entry.hash, None));
+                        let pending = Pending {
+                            hash: e.entry.hash,
+                            good: None,
+                            withdrawable: !first,
+                        };
+                        self.unconfirmed.insert(e.id.to_string(), pending);
                     }
                 }
                 let kept = (going.unwritten_ids().into_iter())
@@ -220,8 +224,11 @@ impl Delivery {
     /// Each it refused is rejected (remembered as a validator's refusal is) and goes back
     /// to its last good version in every sink (the one the sinks held before it, else what
     /// the gate remembers), or away if it had none; then the agent is asked once more,
-    /// about those, so that it takes the folder as it now is. Could not ask: asked again
-    /// next poll. What the store must hold instead of `next` for the refused modules.
+    /// about those, so that it takes the folder as it now is. An agent that cannot be
+    /// asked (down, or unable to start: perhaps because of what the batch brought) gets
+    /// back what it had before the batch, and the batch comes again with the next poll;
+    /// a run's first batch stays (the folder had most of it before), asked about again.
+    /// What the store must hold instead of `next` for the modules put back.
     fn confirm(
         &mut self,
         store: &mut Store,
@@ -230,51 +237,81 @@ impl Delivery {
         held: usize,
         number: u64,
     ) -> Result<Reverted, Fatal> {
-        let mut reverted = Reverted::default();
         // Delivered now: asked about, with what the sinks held before.
         for (id, good) in goods {
             if let Some(u) = self.unconfirmed.get_mut(&id) {
-                u.1 = Some(good);
+                u.good = Some(good);
             }
         }
         // Gone, or changed since (the new version is asked about when delivered).
         self.unconfirmed
-            .retain(|id, (h, _)| next.modules.get(id).is_some_and(|e| e.hash == *h));
+            .retain(|id, u| next.modules.get(id).is_some_and(|e| e.hash == u.hash));
         let Some(gate) = self.gate.as_mut().filter(|g| g.confirms()) else {
-            return Ok(reverted);
+            return Ok(Reverted::default());
         };
         if self.unconfirmed.is_empty() && !self.confirm_due {
-            return Ok(reverted);
+            return Ok(Reverted::default());
         }
         let mut asked: Vec<&str> = self.unconfirmed.keys().map(String::as_str).collect();
         asked.sort_unstable();
-        let refused = match gate.confirm(&asked) {
-            Ok(r) => r,
-            Err(why) => {
-                log::warn!(
-                    "{why}; {} module(s) asked about again after the next poll",
-                    asked.len()
-                );
-                lock(&self.metrics).validation("error");
-                return Ok(reverted);
+        match gate.confirm(&asked) {
+            Ok(refused) => {
+                let mut unconfirmed = std::mem::take(&mut self.unconfirmed);
+                self.confirm_due = false;
+                let back = (refused.into_iter())
+                    .filter_map(|(id, why)| {
+                        let entry = next.modules.get(&id)?;
+                        let good = unconfirmed.remove(&id).and_then(|u| u.good);
+                        gate.refuse(&id, entry.hash, &why, good);
+                        lock(&self.metrics).validation("fail");
+                        Some((id.clone(), gate.good(&id).cloned(), Some(why)))
+                    })
+                    .collect();
+                self.put_back(store, next, back, held, number)
             }
-        };
-        let mut unconfirmed = std::mem::take(&mut self.unconfirmed);
-        self.confirm_due = false;
-        if refused.is_empty() {
+            Err(why) => {
+                lock(&self.metrics).validation("error");
+                let (withdrawn, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.unconfirmed)
+                    .into_iter()
+                    .partition(|(_, u)| u.withdrawable);
+                self.unconfirmed = kept.into_iter().collect();
+                log::warn!(
+                    "{why}; {} module(s) go back to what the agent had before, and come again with the next poll; {} asked about again",
+                    withdrawn.len(),
+                    self.unconfirmed.len()
+                );
+                let back = (withdrawn.into_iter())
+                    .map(|(id, u)| (id, u.good, None))
+                    .collect();
+                self.put_back(store, next, back, held, number)
+            }
+        }
+    }
+
+    /// Puts `back` (module, the version to go back to or none, why it was refused or none
+    /// when it is only withdrawn) into every sink: the good version spooled for them to
+    /// read, or a removal; a `rejected` event for each refused. A refusal asks the agent
+    /// again, about what went back. What the store must hold for them.
+    fn put_back(
+        &mut self,
+        store: &mut Store,
+        next: &Snapshot,
+        back: Vec<(String, Option<Good>, Option<String>)>,
+        held: usize,
+        number: u64,
+    ) -> Result<Reverted, Fatal> {
+        let mut reverted = Reverted::default();
+        if back.is_empty() {
             return Ok(reverted);
         }
-        // The version each goes back to, spooled for the sinks to read.
-        let (mut back, mut gone) = (Snapshot::default(), Snapshot::default());
+        let (mut goods, mut gone) = (Snapshot::default(), Snapshot::default());
         let mut kinds = HashMap::new();
-        for (id, why) in &refused {
+        for (id, good, _) in &back {
             let Some(entry) = next.modules.get(id) else {
                 continue;
             };
             let kind = store.spool.meta(entry.loc).map(|m| m.kind).ok();
-            let good = unconfirmed.remove(id).and_then(|(_, g)| g);
-            gate.refuse(id, entry.hash, why, good);
-            if let (Some(kind), Some(g)) = (kind, gate.good(id)) {
+            if let (Some(kind), Some(g)) = (kind, good) {
                 let object = Object::new(kind, &g.uid, &g.resource_version);
                 let loc = (store.spool.put(&object, &g.files)).map_err(|e| {
                     Fatal(format!(
@@ -282,30 +319,32 @@ impl Delivery {
                     ))
                 })?;
                 let hash = Hash::of(g.files.iter().map(|f| (f.key.as_str(), f.content.bytes())));
-                back.modules.insert(
+                let resource_version = g.resource_version.as_str().into();
+                goods.modules.insert(
                     id,
                     Entry {
                         hash,
                         loc,
-                        resource_version: g.resource_version.as_str().into(),
+                        resource_version,
                     },
                 );
             }
             kinds.insert(id.clone(), kind);
             gone.modules.insert(id, entry.clone());
-            lock(&self.metrics).validation("fail");
         }
         let mut events = Vec::new();
-        for (id, why) in &refused {
+        for (id, _, why) in &back {
             let Some(entry) = gone.modules.get(id) else {
                 continue;
             };
             let id = id.as_str();
-            match back.modules.get(id) {
+            match goods.modules.get(id) {
                 Some(good) => events.push(Event::new(Change::Updated, id, good)),
                 None => events.push(Event::new(Change::Removed, id, entry)),
             }
-            let mut r = Event::new(Change::Added, id, entry);
+            let Some(why) = why else {
+                continue;
+            };
             // A Secret's agent output may quote it: the log shows the first line only.
             let shown = match kinds.get(id) {
                 Some(Some(k)) if k.shows_contents() => Cow::Borrowed(why.as_str()),
@@ -316,6 +355,7 @@ impl Delivery {
             );
             self.rejected
                 .insert(id.to_string(), (entry.hash, why.clone()));
+            let mut r = Event::new(Change::Added, id, entry);
             r.reject(why.clone());
             events.push(r);
         }
@@ -325,7 +365,7 @@ impl Delivery {
         });
         let modules = held.saturating_sub(
             (gone.modules.iter())
-                .filter(|(id, _)| !back.modules.contains_key(id))
+                .filter(|(id, _)| !goods.modules.contains_key(id))
                 .count(),
         );
         let batch = Batch {
@@ -348,9 +388,10 @@ impl Delivery {
             ..Going::default()
         };
         self.report(&going, &store.spool, next);
-        let back_ids: Vec<&str> = back.modules.iter().map(|(id, _)| id).collect();
-        if let Some(gate) = &self.gate {
-            match gate.confirm(&back_ids) {
+        let refused = back.iter().any(|(_, _, why)| why.is_some());
+        if refused && let Some(gate) = &self.gate {
+            let ids: Vec<&str> = goods.modules.iter().map(|(id, _)| id).collect();
+            match gate.confirm(&ids) {
                 Ok(again) if again.is_empty() => {}
                 Ok(again) => log::warn!(
                     "--confirm: the agent refuses the last good version of {} too",
@@ -361,12 +402,10 @@ impl Delivery {
                 Err(why) => log::warn!("{why} (after going back to the last good versions)"),
             }
         }
-        // The store holds what the sinks now hold: the good version, spooled above, or
-        // nothing.
         for (id, _) in gone.modules.iter() {
             reverted
                 .held
-                .push((id.to_string(), back.modules.get(id).cloned()));
+                .push((id.to_string(), goods.modules.get(id).cloned()));
         }
         Ok(reverted)
     }
@@ -674,6 +713,15 @@ impl Going<'_> {
         kept.extend(self.rejected.iter().cloned());
         kept
     }
+}
+
+/// `--confirm`: a module delivered, not yet confirmed by the agent.
+struct Pending {
+    hash: Hash,
+    /// What the sinks held before it (read before they replaced it).
+    good: Option<Good>,
+    /// Put back if the agent cannot be asked (not in a run's first batch).
+    withdrawable: bool,
 }
 
 /// `--confirm`: what the store holds, once a poll is committed, of each module the agent
@@ -1029,14 +1077,14 @@ mod tests {
     /// goes back to its last good version in every sink (an update) or away (a new
     /// module), is announced as `rejected`, stays held back while its content does not
     /// change, and the agent is asked again (so it takes the folder back). An agent that
-    /// cannot be asked leaves the modules delivered, and is asked again next poll.
+    /// cannot be asked gets back what it had before the batch (it may be down because of
+    /// it), and the batch comes again with the next poll.
     #[test]
     fn what_the_agent_refuses_goes_back_to_its_last_good_version() {
         let dir = tempfile::tempdir().unwrap();
         let asked = dir.path().join("asked");
         let down = dir.path().join("down");
-        // Refuses every module whose value is "bad…" (the staged value is not at hand:
-        // the test's agent reads what it was told from a file the test names).
+        // Refuses the modules the file `refuse` names; cannot be asked while `down` is.
         let confirm = format!(
             "test -e {down} && exit 3; printf '%s' \"$CMPOLL_MODULES\" | tr '\\n' ' ' >> {asked}; echo >> {asked}; for m in $CMPOLL_MODULES; do grep -qx \"$m\" {dir}/refuse 2>/dev/null && echo \"$m it failed to build\"; done; true",
             down = down.display(),
@@ -1088,7 +1136,7 @@ mod tests {
         );
         assert_eq!(take(&heard), Vec::<String>::new());
         assert_eq!(asked_lines(), Vec::<String>::new());
-        // An agent that cannot be asked: delivered, asked again at the next poll.
+        // An agent that cannot be asked: delivered, then put back.
         std::fs::write(&down, "").unwrap();
         commit(
             &mut d,
@@ -1096,11 +1144,19 @@ mod tests {
             &[("ns/a", "3"), ("ns/b", "1"), ("ns/c", "1")],
             4,
         );
-        assert_eq!(take(&heard).len(), 2, "delivered");
+        assert_eq!(
+            take(&heard),
+            [
+                "outdir: updated ns/a | 2 modules",
+                "stdout: updated ns/a | 2 modules",
+                "outdir: updated ns/a | 2 modules",
+                "stdout: updated ns/a | 2 modules",
+            ]
+        );
         assert_eq!(asked_lines(), Vec::<String>::new(), "down");
-        assert_eq!(held_value(&store, "ns/a").as_deref(), Some("3"));
-        // Asked at the next poll, it refuses "3" too: back to what the sinks held before
-        // "3" came, "1".
+        assert_eq!(held_value(&store, "ns/a").as_deref(), Some("1"));
+        assert_eq!(d.rejected_modules(), 1, "not rejected: withdrawn");
+        // Up again: "3" comes again, is refused, and goes back to "1".
         std::fs::remove_file(&down).unwrap();
         commit(
             &mut d,
@@ -1112,6 +1168,8 @@ mod tests {
         assert_eq!(
             take(&heard),
             [
+                "outdir: updated ns/a | 2 modules",
+                "stdout: updated ns/a | 2 modules",
                 "outdir: updated ns/a, rejected ns/a | 2 modules",
                 "stdout: updated ns/a, rejected ns/a | 2 modules",
             ]
@@ -1128,5 +1186,36 @@ mod tests {
         assert_eq!(asked_lines(), ["ns/a "]);
         assert_eq!(held_value(&store, "ns/a").as_deref(), Some("4"));
         assert_eq!(d.rejected_modules(), 1, "ns/c only");
+    }
+
+    /// A run's first batch is not put back when the agent cannot be asked (the folder
+    /// held most of it before the start; an agent slow to start must not lose it): it is
+    /// asked about again after the next poll.
+    #[test]
+    fn a_first_batch_stays_when_the_agent_cannot_be_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let down = dir.path().join("down");
+        std::fs::write(&down, "").unwrap();
+        let confirm = format!(
+            "test -e {down} && exit 3; echo \"$CMPOLL_MODULES\" > {dir}/asked",
+            down = down.display(),
+            dir = dir.path().display()
+        );
+        let heard = Heard::default();
+        let mut d = delivery(
+            Some(gate("true", Some(confirm))),
+            vec![sink("outdir", &heard)],
+        );
+        let mut store = Store::new(Spool::memory());
+        commit(&mut d, &mut store, &[("ns/a", "1")], 1);
+        assert_eq!(take(&heard), ["outdir: added ns/a | 1 modules"]);
+        assert_eq!(held_value(&store, "ns/a").as_deref(), Some("1"));
+        std::fs::remove_file(&down).unwrap();
+        commit(&mut d, &mut store, &[("ns/a", "1")], 2);
+        assert_eq!(take(&heard), Vec::<String>::new());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("asked")).unwrap(),
+            "ns/a\n\n"
+        );
     }
 }
