@@ -38,9 +38,13 @@ LABEL org.opencontainers.image.description="A drop-in for kiwigrid/k8s-sidecar: 
 CMD ["sidecar"]
 
 # cmpoll with a POSIX shell (tag VERSION-webhook): --validate runs /bin/sh -c CMD, which
-# distroless has not. For `cmpoll webhook` (k8s/webhook), and for a daemon that validates.
+# distroless has not. For `cmpoll webhook` (k8s/webhook), and for a daemon that validates;
+# with curl (sed and awk are Debian's essentials) for k8s/alloy's confirm-modules.sh.
 #   docker build --target webhook -t ghcr.io/cmpoll/cmpoll:0.1.0-webhook .
 FROM debian:bookworm-slim AS webhook
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends curl ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="cmpoll" \
       org.opencontainers.image.description="cmpoll with /bin/sh, for --validate: the admission webhook and validating daemons" \

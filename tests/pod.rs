@@ -866,13 +866,13 @@ fn alloy_components(port: u16, module: Option<&str>) -> Vec<(String, String)> {
     out
 }
 
-/// k8s/alloy run as a kubelet would, with the real Alloy (tests/alloy): an init container
-/// copies `alloy` out of Alloy's image, cmpoll's init run writes every module through the
-/// template (validated by `alloy validate` beside the mounted root configuration), Alloy
-/// starts on the folder with the root mounted into it, every probe answers, Alloy runs the
-/// example module as a component of its own; an update reaches Alloy through cmpoll's
-/// `/-/reload`, and a broken module is rejected while the others keep running. No token
-/// reaches Alloy.
+/// k8s/alloy run as a kubelet would, with the real Alloy (tests/alloy): init containers
+/// copy `alloy` out of Alloy's image and the root configuration into Alloy's folder (no
+/// subPath mount anywhere), Alloy starts on it, cmpoll writes every module through the
+/// template (checked by `alloy fmt` and `alloy validate`) and has Alloy confirm it, every
+/// probe answers, Alloy runs the example module as a component of its own; an update
+/// reaches Alloy, a broken module is rejected and one Alloy cannot build is refused by
+/// Alloy and removed, while the others keep running. No token reaches Alloy.
 #[test]
 fn the_alloy_deployment_runs_real_alloy_with_one_module_per_configmap() {
     if !pod_tools()
@@ -922,7 +922,8 @@ fn the_alloy_deployment_runs_real_alloy_with_one_module_per_configmap() {
         s(&example["data"]["scrape.alloy"])
     );
     server.put(to_object(&example, false).data("scrape.alloy", &text));
-    // A broken module from another team: rejected by Alloy's validate, alone.
+    // A broken module from another team: rejected by Alloy's validate, alone; and one
+    // that passes validate but that Alloy cannot build: refused by Alloy, removed.
     server.put(
         ConfigMap::new("team-x", "broken")
             .label("cmpoll.io/module", "true")
@@ -956,6 +957,34 @@ fn the_alloy_deployment_runs_real_alloy_with_one_module_per_configmap() {
         "{}",
         pod.log()
     );
+    server.put(
+        ConfigMap::new("team-y", "unbuildable")
+            .label("cmpoll.io/module", "true")
+            .data(
+                "y.alloy",
+                "prometheus.scrape \"y\" {\n  targets         = []\n  forward_to      = []\n  scrape_interval = \"1s\"\n  scrape_timeout  = \"5s\"\n}\n",
+            ),
+    );
+    eventually_explained(
+        "Alloy refuses the module it cannot build, and cmpoll removes it (a 15 s poll)",
+        Duration::from_secs(60),
+        || pod.log().contains("module team-y/unbuildable rejected: the agent refused it"),
+        || pod.log(),
+    );
+    eventually_explained(
+        "Alloy runs the others, without it",
+        SOON,
+        || alloy_components(port, None) == want,
+        || pod.log(),
+    );
+    // Mounts a runtime accepts: no file mount point under a read-only mount.
+    for c in (spec["initContainers"].as_array().into_iter().flatten())
+        .chain(spec["containers"].as_array().unwrap())
+    {
+        for m in c["volumeMounts"].as_array().into_iter().flatten() {
+            assert!(m["subPath"].is_null(), "{}: subPath {m}", c["name"]);
+        }
+    }
     // A module the agent may not load has no Kubernetes API to reach: no token for Alloy.
     assert!(
         !alloy["volumeMounts"]
