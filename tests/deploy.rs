@@ -128,6 +128,7 @@ fn manifests() -> tempfile::TempDir {
         ("namespaced.yaml", "k8s/prometheus-namespaced"),
         ("serve.yaml", "k8s/serve"),
         ("serve-alloy.yaml", "k8s/serve-alloy"),
+        ("alloy-tenant.yaml", "k8s/alloy-tenants/team-a"),
     ] {
         let (ok, out) = run(Command::new("kubectl")
             .args(["kustomize"])
@@ -366,11 +367,11 @@ fn checkov_finds_nothing_unjustified() {
             "{variant}: the token is not auto-mounted"
         );
     }
-    // Only those two, in each of the seven rendered workloads (cmpoll's Deployment in
-    // three variants and in the components' overlay, the webhook's, the hubs', the Alloy
-    // DaemonSet's).
+    // Only those two, in each of the eight rendered workloads (cmpoll's Deployment in
+    // three variants, in the components' overlay and in a tenant's, the webhook's, the
+    // hubs', the Alloy DaemonSet's).
     let skipped_ids = skipped(&report);
-    assert_eq!(skipped_ids.len(), 14, "{skipped_ids:?}");
+    assert_eq!(skipped_ids.len(), 16, "{skipped_ids:?}");
     assert!(
         skipped_ids
             .iter()

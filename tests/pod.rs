@@ -649,11 +649,29 @@ fn probes_pass(spec: &Value, pod: &Pod) {
 }
 
 /// The resources the variant's cmpoll role may list.
+/// Whether a binding's `subjects` name a service account the variant renders (the pod's:
+/// the token the pod gets acts as USER).
+fn names_a_rendered_account(objects: &[Value], subjects: &Value) -> bool {
+    subjects.as_array().into_iter().flatten().any(|x| {
+        x["kind"] == "ServiceAccount"
+            && objects.iter().any(|o| {
+                o["kind"] == "ServiceAccount"
+                    && o["metadata"]["name"] == x["name"]
+                    && o["metadata"]["namespace"] == x["namespace"]
+            })
+    })
+}
+
+/// The resources the roles bound to the pod's service account let it list.
 fn role_resources(objects: &[Value]) -> Vec<String> {
+    let bound: Vec<&Value> = (objects.iter())
+        .filter(|b| names_a_rendered_account(objects, &b["subjects"]))
+        .map(|b| &b["roleRef"]["name"])
+        .collect();
     let mut out: Vec<String> = objects
         .iter()
         .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
-        .filter(|o| o["metadata"]["name"] == "cmpoll")
+        .filter(|o| bound.contains(&&o["metadata"]["name"]))
         .flat_map(|o| o["rules"].as_array().cloned().unwrap_or_default())
         .filter(|r| {
             r["verbs"]
@@ -690,11 +708,7 @@ fn cluster_for(objects: &[Value]) -> TestApiserver {
     }
     server.revoke(USER);
     let resources: Vec<&str> = resources.iter().map(String::as_str).collect();
-    let sa = |subjects: &Value| {
-        subjects.as_array().into_iter().flatten().any(|x| {
-            x["kind"] == "ServiceAccount" && x["name"] == "cmpoll" && x["namespace"] == "cmpoll"
-        })
-    };
+    let sa = |subjects: &Value| names_a_rendered_account(objects, subjects);
     let verbs_ok = |role: &Value| {
         role["rules"].as_array().into_iter().flatten().any(|r| {
             r["verbs"]
@@ -968,7 +982,10 @@ fn the_alloy_deployment_runs_real_alloy_with_one_module_per_configmap() {
     eventually_explained(
         "Alloy refuses the module it cannot build, and cmpoll removes it (a 15 s poll)",
         Duration::from_secs(60),
-        || pod.log().contains("module team-y/unbuildable rejected: the agent refused it"),
+        || {
+            pod.log()
+                .contains("module team-y/unbuildable rejected: the agent refused it")
+        },
         || pod.log(),
     );
     eventually_explained(
@@ -995,6 +1012,66 @@ fn the_alloy_deployment_runs_real_alloy_with_one_module_per_configmap() {
         "Alloy gets a service-account token"
     );
     assert_eq!(spec["automountServiceAccountToken"], false);
+    drop(pod);
+}
+
+/// Per tenant (k8s/alloy-tenants/team-a, run as a kubelet would, with the real Alloy):
+/// team-a's Alloy loads team-a's module with team-a's offered arguments, and never team-b's
+/// module, though its service account could list it.
+#[test]
+fn a_tenants_alloy_loads_only_its_tenants_modules() {
+    if !pod_tools()
+        || skip_unless(
+            root().join("tests/alloy/bin/alloy").exists(),
+            "tests/alloy/build.sh's alloy",
+        )
+    {
+        return;
+    }
+    let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
+    let objects = render("alloy-tenants/team-a");
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let spec = &deployment["spec"]["template"]["spec"];
+    let alloy = (spec["containers"].as_array().unwrap().iter())
+        .find(|c| s(&c["image"]).contains("grafana/alloy"))
+        .expect("an Alloy container");
+    let server = cluster_for(&objects);
+    let module = |tenant: &str| {
+        ConfigMap::new(tenant, "scrape")
+            .label("cmpoll.io/module", "true")
+            .label("cmpoll.io/tenant", tenant)
+            .data(
+                "scrape.alloy",
+                "argument \"receiver\" { }\nargument \"tenant\" { }\n\nprometheus.scrape \"default\" {\n  targets    = [{\"__address__\" = \"127.0.0.1:9\", \"tenant\" = argument.tenant.value}]\n  forward_to = [argument.receiver.value]\n}\n",
+            )
+    };
+    server.put(module("team-a"));
+    server.put(module("team-b"));
+    let dir = tempfile::tempdir().unwrap();
+    let pod = start_pod(&server, &objects, deployment, dir.path());
+    probes_pass(spec, &pod);
+    let port = port(alloy, &"http".into());
+    let want: Vec<(String, String)> = ["prometheus.remote_write.default", "team_a_S_scrape.module"]
+        .iter()
+        .map(|c| (c.to_string(), "healthy".to_string()))
+        .collect();
+    eventually_explained(
+        "team-a's Alloy runs team-a's module only",
+        SOON,
+        || alloy_components(port, None) == want,
+        || format!("{:?}\n{}", alloy_components(port, None), pod.log()),
+    );
+    let written = std::fs::read_to_string(dir.path().join("volumes/modules/team-a.scrape.alloy"))
+        .unwrap_or_else(|e| panic!("{e}\n{}", pod.log()));
+    assert!(
+        written.contains("tenant   = \"team-a\"") || written.contains("tenant = \"team-a\""),
+        "{written}"
+    );
+    assert!(
+        !dir.path()
+            .join("volumes/modules/team-b.scrape.alloy")
+            .exists()
+    );
     drop(pod);
 }
 

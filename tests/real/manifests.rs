@@ -140,6 +140,39 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
             show(&served)
         );
     }
+    // A tenant's Alloy (k8s/alloy-tenants/team-a): its own namespace and names, beside
+    // k8s/alloy's (applied above to another apiserver; here on its own).
+    let k = RealApiserver::start();
+    let rendered = k.ok(&[
+        "kustomize",
+        root.join("k8s/alloy-tenants/team-a").to_str().unwrap(),
+    ]);
+    k.ok(&["create", "namespace", "cmpoll-team-a"]);
+    let dry = k.ok_in(
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "-o",
+            "json",
+            "-f",
+            "-",
+        ],
+        Some(&rendered),
+    );
+    let applied: Value = serde_json::from_str(&dry).unwrap();
+    let names: Vec<&str> = (applied["items"].as_array().unwrap().iter())
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"cmpoll-team-a") && !names.contains(&"cmpoll"),
+        "{names:?}"
+    );
+    let out = k.ok_in(&["apply", "--server-side", "-f", "-"], Some(&rendered));
+    assert!(
+        out.contains("serverside-applied"),
+        "alloy-tenants/team-a: {out}"
+    );
 }
 
 /// `k8s/admission/module-label-policy.yaml`, applied to the real apiserver: its CEL and the
