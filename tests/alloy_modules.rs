@@ -800,3 +800,129 @@ fn an_alloy_restarted_mid_batch_starts_with_every_good_module() {
     });
     a_fresh_alloy_runs(&s, &alloy, &base);
 }
+
+/// The targets a module's `prometheus.scrape "default"` scrapes on the Alloy at `port`
+/// (its debug information), by their label `n`, sorted.
+fn scraped_targets(port: u16, module: &str) -> Vec<String> {
+    let Some((200, body)) = crate::util::tools::curl(&format!(
+        "http://127.0.0.1:{port}/api/v0/web/components/{module}%2Fprometheus.scrape.default"
+    )) else {
+        return Vec::new();
+    };
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let mut ns: Vec<String> = (v["debugInfo"].as_array().into_iter().flatten())
+        .filter(|b| b["name"] == "target")
+        .flat_map(|b| b["body"].as_array().cloned().unwrap_or_default())
+        .filter(|a| a["name"] == "labels")
+        .flat_map(|a| a["value"]["value"].as_array().cloned().unwrap_or_default())
+        .filter(|l| l["key"] == "n")
+        .filter_map(|l| l["value"]["value"].as_str().map(str::to_string))
+        .collect();
+    ns.sort();
+    ns
+}
+
+/// k8s/alloy-clustered: two replicas, each its own cmpoll and Alloy, the Alloys one
+/// cluster (`--cluster.enabled`, as the shape's args say; peers joined by address here,
+/// where the shape uses its headless Service). The shape offers `clustered = true`: a module
+/// that puts it in its scrape's clustering block has its six targets shared out, each
+/// scraped by exactly one replica. With k8s/alloy's arguments (`clustered = false`) every
+/// replica scrapes every target: the duplicate the clustered shape exists to avoid.
+#[test]
+fn a_clustered_pair_of_alloys_scrapes_each_target_once() {
+    let Some(alloy) = alloy_bin() else { return };
+    let rendered = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(root().join("k8s/alloy-clustered"))
+        .output()
+        .unwrap();
+    let rendered = String::from_utf8_lossy(&rendered.stdout).to_string();
+    assert!(
+        rendered.contains("- --cluster.enabled=true") && rendered.contains("replicas: 2"),
+        "{rendered}"
+    );
+    let ports = [free_port(), free_port()];
+    let targets: Vec<String> = (0..6)
+        .map(|i| {
+            format!(
+                "{{\"__address__\" = \"127.0.0.1:{}\", \"n\" = \"{i}\"}}",
+                ports[i % 2]
+            )
+        })
+        .collect();
+    let module = format!(
+        "argument \"receiver\" {{ }}\nargument \"clustered\" {{\n  optional = true\n  default  = false\n}}\n\nprometheus.scrape \"default\" {{\n  targets         = [{}]\n  forward_to      = [argument.receiver.value]\n  scrape_interval = \"1s\"\n  scrape_timeout  = \"1s\"\n  clustering {{\n    enabled = argument.clustered.value\n  }}\n}}\n",
+        targets.join(", ")
+    );
+    let server = TestApiserver::start();
+    server.put(labelled("team-a", "web").data("module.alloy", &module));
+    let shared_out = |offered: &Path| -> Vec<Vec<String>> {
+        let c = Cmpoll::against(&server);
+        let dir = c.path("replicas");
+        let mut alloys = Vec::new();
+        for (i, port) in ports.iter().enumerate() {
+            let out = dir.join(format!("modules-{i}"));
+            std::fs::create_dir_all(&out).unwrap();
+            root_config(&out, free_port());
+            let mut args = vec!["run".to_string(), "--once".into()];
+            args.extend(shipped_args(&out));
+            let at = args.iter().position(|a| a == "--offer-arguments").unwrap();
+            args[at + 1] = offered.to_str().unwrap().into();
+            let r = c.with_args(&args).run();
+            assert_eq!(r.code, Some(0), "{}", r.described);
+            let peer = ports[1 - i];
+            alloys.push(KillOnDrop(
+                Command::new(&alloy)
+                    .arg("run")
+                    .arg(format!("--server.http.listen-addr=127.0.0.1:{port}"))
+                    .arg(format!(
+                        "--storage.path={}",
+                        dir.join(format!("data-{i}")).display()
+                    ))
+                    .arg("--cluster.enabled=true")
+                    .arg(format!("--cluster.node-name=replica-{i}"))
+                    .arg(format!("--cluster.advertise-address=127.0.0.1:{port}"))
+                    .arg(format!("--cluster.join-addresses=127.0.0.1:{peer}"))
+                    .arg(&out)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            ));
+        }
+        let peers = |port: u16| {
+            crate::util::tools::curl(&format!("http://127.0.0.1:{port}/api/v0/web/peers"))
+                .map(|(_, body)| body.matches("\"participant\"").count())
+                .unwrap_or(0)
+        };
+        let scraped = || -> Vec<Vec<String>> {
+            (ports.iter())
+                .map(|p| scraped_targets(*p, "team_a_S_web.module"))
+                .collect()
+        };
+        eventually_explained(
+            "both replicas are in the cluster and scrape what it gives them",
+            Duration::from_secs(60),
+            || {
+                let now = scraped();
+                ports.iter().all(|p| peers(*p) == 2)
+                    && now.iter().map(Vec::len).sum::<usize>() >= 6
+                    && now.iter().all(|t| !t.is_empty())
+            },
+            || format!("{:?}", scraped()),
+        );
+        // Settled: the ring does not move once both are participants.
+        std::thread::sleep(Duration::from_secs(3));
+        let settled = scraped();
+        drop(alloys);
+        settled
+    };
+    let clustered = shared_out(&root().join("k8s/alloy-clustered/offered-arguments"));
+    let (a, b) = (&clustered[0], &clustered[1]);
+    assert_eq!(a.len() + b.len(), 6, "each target once: {clustered:?}");
+    assert!(a.iter().all(|t| !b.contains(t)), "{clustered:?}");
+    let alone = shared_out(&root().join("k8s/alloy/offered-arguments"));
+    assert_eq!(alone[0].len(), 6, "{alone:?}");
+    assert_eq!(alone[0], alone[1], "unclustered, both scrape all");
+}

@@ -129,6 +129,7 @@ fn manifests() -> tempfile::TempDir {
         ("serve.yaml", "k8s/serve"),
         ("serve-alloy.yaml", "k8s/serve-alloy"),
         ("alloy-tenant.yaml", "k8s/alloy-tenants/team-a"),
+        ("alloy-clustered.yaml", "k8s/alloy-clustered"),
     ] {
         let (ok, out) = run(Command::new("kubectl")
             .args(["kustomize"])
@@ -367,11 +368,11 @@ fn checkov_finds_nothing_unjustified() {
             "{variant}: the token is not auto-mounted"
         );
     }
-    // Only those two, in each of the eight rendered workloads (cmpoll's Deployment in
-    // three variants, in the components' overlay and in a tenant's, the webhook's, the
-    // hubs', the Alloy DaemonSet's).
+    // Only those two, in each of the nine rendered workloads (cmpoll's Deployment in
+    // three variants, in the components' overlay, in a tenant's and clustered, the
+    // webhook's, the hubs', the Alloy DaemonSet's).
     let skipped_ids = skipped(&report);
-    assert_eq!(skipped_ids.len(), 16, "{skipped_ids:?}");
+    assert_eq!(skipped_ids.len(), 18, "{skipped_ids:?}");
     assert!(
         skipped_ids
             .iter()

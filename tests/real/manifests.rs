@@ -140,9 +140,19 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
             show(&served)
         );
     }
-    // A tenant's Alloy (k8s/alloy-tenants/team-a): its own namespace and names, beside
-    // k8s/alloy's (applied above to another apiserver; here on its own).
+    // The clustered Alloys (k8s/alloy-clustered), then a tenant's Alloy
+    // (k8s/alloy-tenants/team-a: its own namespace and names) beside them.
     let k = RealApiserver::start();
+    let rendered = k.ok(&[
+        "kustomize",
+        root.join("k8s/alloy-clustered").to_str().unwrap(),
+    ]);
+    k.ok(&["create", "namespace", "cmpoll"]);
+    let out = k.ok_in(&["apply", "--server-side", "-f", "-"], Some(&rendered));
+    assert!(
+        out.contains("service/cmpoll-alloy-cluster serverside-applied"),
+        "alloy-clustered: {out}"
+    );
     let rendered = k.ok(&[
         "kustomize",
         root.join("k8s/alloy-tenants/team-a").to_str().unwrap(),
