@@ -926,3 +926,46 @@ fn a_clustered_pair_of_alloys_scrapes_each_target_once() {
     assert_eq!(alone[0].len(), 6, "{alone:?}");
     assert_eq!(alone[0], alone[1], "unclustered, both scrape all");
 }
+
+/// Not a check: how long a batch of 100 modules takes to validate (`alloy fmt` and
+/// `alloy validate` per module, one at a time as k8s/alloy runs them) and to be confirmed
+/// by Alloy (a reload and one look at its components). Prints the figures for
+/// docs/performance.md: `cargo test --release --test tests -- --ignored
+/// alloy_modules::a_batch_of_100_modules --nocapture`.
+#[test]
+#[ignore]
+fn a_batch_of_100_modules_validated_and_confirmed() {
+    let Some(alloy) = alloy_bin() else { return };
+    let port = free_port();
+    let s = confirmed_stack(&alloy, port, &[]);
+    let d = s.cmpoll.as_ref().unwrap();
+    let start = std::time::Instant::now();
+    for i in 0..100 {
+        s.server
+            .put(labelled("team-a", &format!("web-{i:03}")).data(
+                "module.alloy",
+                &scrape_module(&format!("job-{i}"), port, ""),
+            ));
+    }
+    let put = start.elapsed();
+    let b = d.batch(Duration::from_secs(600));
+    let delivered = start.elapsed();
+    let added = b.iter().filter(|e| e["type"] == "added").count();
+    s.eventually(
+        "Alloy runs the 100 modules",
+        Duration::from_secs(120),
+        || components(s.alloy_port, None).len() == 101,
+    );
+    let line = || {
+        (d.stderr().lines())
+            .find(|l| l.contains("--confirm: the agent took the batch and answered for 100"))
+            .map(str::to_string)
+    };
+    s.eventually("cmpoll says how long the confirmation took", SOON, || {
+        line().is_some()
+    });
+    let confirmed = line().unwrap_or_default();
+    println!(
+        "100 modules: put in {put:?}; validated and written ({added} added) {delivered:?} after the first put (a 200 ms poll interval included); confirmation: {confirmed}"
+    );
+}

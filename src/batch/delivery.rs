@@ -254,8 +254,15 @@ impl Delivery {
         }
         let mut asked: Vec<&str> = self.unconfirmed.keys().map(String::as_str).collect();
         asked.sort_unstable();
+        let asking = std::time::Instant::now();
         match gate.confirm(&asked) {
             Ok(refused) => {
+                log::info!(
+                    "--confirm: the agent took the batch and answered for {} module(s), refusing {} ({:?})",
+                    asked.len(),
+                    refused.len(),
+                    asking.elapsed()
+                );
                 let mut unconfirmed = std::mem::take(&mut self.unconfirmed);
                 self.confirm_due = false;
                 let back = (refused.into_iter())
