@@ -969,3 +969,85 @@ fn a_batch_of_100_modules_validated_and_confirmed() {
         "100 modules: put in {put:?}; validated and written ({added} added) {delivered:?} after the first put (a 200 ms poll interval included); confirmation: {confirmed}"
     );
 }
+
+/// Restart-proof across cmpoll's own restart with a new template: Alloy refused team-b's
+/// update; cmpoll restarts with a changed template, rewrites every module through it,
+/// keeps team-b at its last good version (the refusal is remembered in the folder's
+/// record, not asked again) and has Alloy confirm them; a fresh Alloy on the folder runs
+/// every good module.
+#[test]
+fn a_refusal_outlives_a_restart_with_a_new_template() {
+    let Some(alloy) = alloy_bin() else { return };
+    let port = free_port();
+    let (mut s, base) = two_teams(&alloy, port);
+    s.eventually("team-a and team-b run", SOON, || {
+        components(s.alloy_port, None) == base
+    });
+    s.server.put(
+        labelled("team-b", "web").data(
+            "module.alloy",
+            &scrape_module("team-b-v2", port, "")
+                .replace("scrape_timeout  = \"1s\"", "scrape_timeout  = \"5s\""),
+        ),
+    );
+    rejection(s.cmpoll.as_ref().unwrap(), "team-b/web", SOON);
+    // Stopped, its folder kept (the daemon's own folder holds it).
+    let mut old = s.cmpoll.take().unwrap();
+    old.signal("TERM");
+    eventually_explained(
+        "cmpoll stops",
+        SOON,
+        || !old.is_running(),
+        || "still running".into(),
+    );
+    // The same shape, a template with one line more.
+    let c = Cmpoll::against(&s.server);
+    let template = c.path("module.tmpl");
+    let shipped = std::fs::read_to_string(root().join("k8s/alloy/module.tmpl")).unwrap();
+    std::fs::write(&template, format!("// template v2\n{shipped}")).unwrap();
+    let c = c
+        .env("ALLOY", alloy.to_str().unwrap())
+        .env("ALLOY_ROOT", s.out.join("root.alloy").to_str().unwrap())
+        .env("ALLOY_URL", &format!("http://127.0.0.1:{}", s.alloy_port))
+        .env("ALLOY_WAIT", "2");
+    let k8s = root().join("k8s/alloy");
+    let mut args = shipped_args(&s.out);
+    let at = args.iter().position(|a| a == "--module-template").unwrap();
+    args[at + 1] = template.to_str().unwrap().into();
+    args.extend(
+        [
+            "--validate",
+            k8s.join("check-module.sh").to_str().unwrap(),
+            "--confirm",
+            k8s.join("confirm-modules.sh").to_str().unwrap(),
+            "--stdout-events",
+            "--interval",
+            "200ms",
+        ]
+        .map(str::to_string),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = Daemon::start(c, &args);
+    let b = d.batch(SOON);
+    let of = |m: &str, t: &str| b.iter().any(|e| e["module"] == m && e["type"] == t);
+    assert!(
+        of("team-a/web", "added") && of("team-b/web", "added") && of("team-b/web", "rejected"),
+        "the last good version, then the refusal remembered: {b:?}"
+    );
+    let written = std::fs::read_to_string(s.out.join("team-b.web.alloy")).unwrap();
+    assert!(
+        written.starts_with("// template v2\n") && written.contains("job_name        = \"team-b\""),
+        "team-b's last good version, through the new template: {written}"
+    );
+    eventually_explained(
+        "Alloy takes the rewritten folder",
+        SOON,
+        || {
+            d.stderr().contains(
+                "--confirm: the agent took the batch and answered for 2 module(s), refusing 0",
+            ) && components(s.alloy_port, None) == base
+        },
+        || format!("{:?}\n{}", components(s.alloy_port, None), d.stderr()),
+    );
+    a_fresh_alloy_runs(&s, &alloy, &base);
+}

@@ -244,8 +244,13 @@ impl Delivery {
             }
         }
         // Gone, or changed since (the new version is asked about when delivered).
-        self.unconfirmed
-            .retain(|id, u| next.modules.get(id).is_some_and(|e| e.hash == u.hash));
+        // (A rejected module's last good version, delivered again, is what the store
+        // keeps: `current`.)
+        let current = &store.snapshot;
+        self.unconfirmed.retain(|id, u| {
+            let holds = |s: &Snapshot| s.modules.get(id).is_some_and(|e| e.hash == u.hash);
+            holds(next) || holds(current)
+        });
         let Some(gate) = self.gate.as_mut().filter(|g| g.confirms()) else {
             return Ok(Reverted::default());
         };
@@ -268,7 +273,13 @@ impl Delivery {
                 let back = (refused.into_iter())
                     .filter_map(|(id, why)| {
                         let entry = next.modules.get(&id)?;
-                        let good = unconfirmed.remove(&id).and_then(|u| u.good);
+                        let pending = unconfirmed.remove(&id)?;
+                        if pending.hash != entry.hash {
+                            // Its last good version (a refused one's): nothing to go back to.
+                            log::warn!("--confirm: the agent refuses the last good version of {id} too: {why}");
+                            return None;
+                        }
+                        let good = pending.good;
                         gate.refuse(&id, entry.hash, &why, good);
                         lock(&self.metrics).validation("fail");
                         Some((id.clone(), gate.good(&id).cloned(), Some(why)))
