@@ -28,9 +28,13 @@ pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
 /// A rejection's reason as a Secret's may be shown (a `Rejected` Event's note, `/status`,
 /// a stdout event, a log line): the validator's exit status (the last line of a
 /// validator's reason, `(validator exited with status 1)`), never its output, which may
-/// quote the Secret. A reason that is not a validator's (a name clash names keys and
-/// modules only) is kept.
+/// quote the Secret; nor the agent's words on a module it refused (`--confirm`,
+/// `REFUSED`). A reason that is not a validator's (a name clash names keys and modules
+/// only) is kept.
 pub fn redacted(reason: &str) -> String {
+    if reason.starts_with(REFUSED) {
+        return format!("{REFUSED}(a Secret's agent output is not shown)");
+    }
     let last = reason.lines().last().unwrap_or("");
     if let Some(status) = last
         .strip_prefix("(validator ")
@@ -51,9 +55,20 @@ pub fn redacted(reason: &str) -> String {
     reason.to_string()
 }
 
+/// How the reason of a module the agent refused after delivery (`--confirm`) begins.
+pub const REFUSED: &str = "refused by the agent: ";
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agents_refusal_of_a_secret_is_not_shown() {
+        assert_eq!(
+            redacted("refused by the agent: password=hunter2 is not valid"),
+            "refused by the agent: (a Secret's agent output is not shown)"
+        );
+    }
 
     #[test]
     fn cut_keeps_what_fits_and_cuts_on_a_character_boundary() {

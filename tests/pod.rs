@@ -984,7 +984,7 @@ fn the_alloy_deployment_runs_real_alloy_with_one_module_per_configmap() {
         Duration::from_secs(60),
         || {
             pod.log()
-                .contains("module team-y/unbuildable rejected: the agent refused it")
+                .contains("module team-y/unbuildable rejected: refused by the agent: ")
         },
         || pod.log(),
     );

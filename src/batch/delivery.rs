@@ -158,15 +158,15 @@ impl Delivery {
                 (Some(synced), kept, going.unwritten, goods)
             }
         };
-        // What the agent refused goes back to its last good version.
-        // What the sinks hold now.
+        // What the agent refused goes back to its last good version (`held`: how many
+        // modules the sinks hold now).
         let held = synced.map_or(store.snapshot.len(), |s| s.modules);
         let reverted = self.confirm(store, &next, goods, held, number)?;
         self.record(&store.snapshot, &next, &unwritten);
         // The store holds what the sinks now hold of them: made part of `next`, so that
         // the commit releases and keeps the spool's contents as it does for any other.
-        for (id, held) in reverted.held {
-            let refused = match held {
+        for (id, holds) in reverted.held {
+            let refused = match holds {
                 Some(good) => next.modules.insert(&id, good),
                 None => next.modules.remove(&id),
             };
@@ -289,9 +289,12 @@ impl Delivery {
             }
             Err(why) => {
                 lock(&self.metrics).validation("error");
+                // What a batch brought (not a last good version written again).
                 let (withdrawn, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.unconfirmed)
                     .into_iter()
-                    .partition(|(_, u)| u.withdrawable);
+                    .partition(|(id, u)| {
+                        u.withdrawable && next.modules.get(id).is_some_and(|e| e.hash == u.hash)
+                    });
                 self.unconfirmed = kept.into_iter().collect();
                 log::warn!(
                     "{why}; {} module(s) go back to what the agent had before, and come again with the next poll; {} asked about again",
@@ -363,14 +366,12 @@ impl Delivery {
             let Some(why) = why else {
                 continue;
             };
-            // A Secret's agent output may quote it: the log shows the first line only.
+            // A Secret's agent output may quote it: the log shows it redacted.
             let shown = match kinds.get(id) {
                 Some(Some(k)) if k.shows_contents() => Cow::Borrowed(why.as_str()),
                 _ => Cow::Owned(crate::reason::redacted(why)),
             };
-            log::warn!(
-                "module {id} rejected: the agent refused it ({shown}); back to its last good version"
-            );
+            log::warn!("module {id} rejected: {shown}; back to its last good version");
             self.rejected
                 .insert(id.to_string(), (entry.hash, why.clone()));
             let mut r = Event::new(Change::Added, id, entry);

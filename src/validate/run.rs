@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::ops::process;
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{STEM_MAX, stem};
-use crate::reason::{MAX_REASON, cut};
+use crate::reason::{MAX_REASON, REFUSED, cut};
 use crate::source::{ModuleFile, Resources};
 use crate::template;
 
@@ -96,11 +96,12 @@ pub fn confirm(
         }
         let why = why.trim();
         let why = if why.is_empty() {
-            "refused by the agent"
+            "(no reason given)"
         } else {
             why
         };
-        refused.push((id.to_string(), cut(why, MAX_REASON).into_owned()));
+        let why = format!("{REFUSED}{why}");
+        refused.push((id.to_string(), cut(&why, MAX_REASON).into_owned()));
     }
     Ok(refused)
 }
