@@ -569,7 +569,8 @@ fn a_module_cannot_leave_its_block_or_use_another_teams() {
 /// Delivery that Alloy confirms. A module that passes `alloy validate` but that Alloy
 /// cannot build (`scrape_timeout` above `scrape_interval`: refused only when the component
 /// is built) is delivered, Alloy says it is unhealthy, and cmpoll puts the last good
-/// version back (an update) or removes it (a new module), rejected with Alloy's words;
+/// version back (an update) or removes it (a new module; also one that needs the
+/// Kubernetes API, which Alloy's container cannot reach), rejected with Alloy's words;
 /// the refused content is not delivered again. An update Alloy's validate refuses
 /// (unknown attribute) and new modules with an unknown component or an unresolved
 /// reference are rejected alone. Through all of it the good versions run and deliver,
@@ -619,6 +620,17 @@ fn a_module_alloy_cannot_build_goes_back_to_its_last_good_version() {
     let reason = rejection(d, "team-c/web", SOON);
     assert!(reason.contains("scrape_timeout (5s)"), "{reason}");
     assert!(!s.out.join("team-c.web.alloy").exists());
+    // One that needs the Kubernetes API, which Alloy's container has no access to.
+    s.server.put(labelled("team-f", "pods").data(
+        "module.alloy",
+        "discovery.kubernetes \"pods\" {\n  role = \"pod\"\n}\n",
+    ));
+    let reason = rejection(d, "team-f/pods", SOON);
+    assert!(
+        reason.contains("unable to load in-cluster configuration"),
+        "{reason}"
+    );
+    assert!(!s.out.join("team-f.pods.alloy").exists());
     // Refused content is remembered: three polls go by with no batch.
     d.quiet_through(&s.server, 3, 1);
     assert_eq!(components(s.alloy_port, None), base);
