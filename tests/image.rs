@@ -290,6 +290,10 @@ fn the_images_are_what_the_dockerfile_promises() {
             format!("ghcr.io/cmpoll/cmpoll:{VERSION}-sidecar"),
             "sidecar",
         ),
+        (
+            format!("ghcr.io/cmpoll/cmpoll:{VERSION}-webhook"),
+            "webhook",
+        ),
     ] {
         let i = images.inspect(&image);
         let (user, entrypoint, cmd, labels) = dockerfile(stage);
@@ -526,5 +530,175 @@ fn the_sidecar_image_runs_with_the_grafana_charts_environment() {
         },
         logs,
     );
+    images.stop(&name, child);
+}
+
+/// The `-webhook` image (a shell, busybox's tools, curl) runs k8s/alloy's cmpoll as the
+/// shape runs it — its environment, its scripts and mounts, read-only root, user 65532,
+/// every capability dropped — beside a real Alloy: `check-module.sh` (alloy fmt and
+/// validate) and `confirm-modules.sh` (curl, sed, awk) run inside the image; a good module
+/// runs in Alloy, one Alloy cannot build is refused and removed.
+#[test]
+fn the_webhook_image_runs_the_alloy_shapes_scripts_beside_a_real_alloy() {
+    let alloy = root().join("tests/alloy/bin/alloy");
+    if !tools_here() || skip_unless(alloy.exists(), "tests/alloy/build.sh's alloy") {
+        return;
+    }
+    let images = Images::build();
+    let image = format!("ghcr.io/cmpoll/cmpoll:{VERSION}-webhook");
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(root().join("k8s/alloy"))
+        .output()
+        .unwrap();
+    let objects = yaml_docs(&out.stdout);
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let container = (deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap())
+    .iter()
+    .find(|c| c["name"] == "cmpoll")
+    .unwrap();
+    assert_eq!(
+        container["image"],
+        image.as_str(),
+        "the shape names this image"
+    );
+    let server = test_apiserver::TestApiserver::start();
+    let scrape = |extra: &str| {
+        format!(
+            "argument \"receiver\" {{ }}\nprometheus.scrape \"default\" {{\n  targets    = []\n  forward_to = [argument.receiver.value]\n{extra}}}\n"
+        )
+    };
+    server.put(
+        test_apiserver::ConfigMap::new("team-a", "web")
+            .label("cmpoll.io/module", "true")
+            .data("m.alloy", &scrape("")),
+    );
+    server.put(
+        test_apiserver::ConfigMap::new("team-y", "web")
+            .label("cmpoll.io/module", "true")
+            .data(
+                "m.alloy",
+                &scrape("  scrape_interval = \"1s\"\n  scrape_timeout  = \"5s\"\n"),
+            ),
+    );
+    // The pod's volumes, as folders.
+    let dir = tempfile::tempdir().unwrap();
+    let volume = |name: &str| {
+        let p = dir.path().join(name);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    };
+    let (modules, tools, scripts, root_dir, sa) = (
+        volume("modules"),
+        volume("tools"),
+        volume("cmpoll-alloy"),
+        volume("alloy-root"),
+        volume("sa"),
+    );
+    std::fs::copy(&alloy, tools.join("alloy")).unwrap();
+    for f in [
+        "module.tmpl",
+        "offered-arguments",
+        "check-module.sh",
+        "confirm-modules.sh",
+    ] {
+        std::fs::copy(root().join("k8s/alloy").join(f), scripts.join(f)).unwrap();
+    }
+    std::fs::copy(
+        root().join("k8s/alloy/root.alloy"),
+        root_dir.join("root.alloy"),
+    )
+    .unwrap();
+    // The alloy-root init container's copy.
+    std::fs::copy(
+        root().join("k8s/alloy/root.alloy"),
+        modules.join("root.alloy"),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&modules, Some(65532), Some(65532)).unwrap();
+    std::fs::write(sa.join("token"), test_apiserver::TOKEN).unwrap();
+    std::fs::write(sa.join("ca.crt"), server.ca_pem()).unwrap();
+    std::fs::write(sa.join("namespace"), "cmpoll").unwrap();
+    // Alloy, on the folder (its own container in the pod).
+    let alloy_port = free_port();
+    let _alloy = crate::util::KillOnDrop(
+        Command::new(&alloy)
+            .arg("run")
+            .arg(format!("--server.http.listen-addr=127.0.0.1:{alloy_port}"))
+            .arg(format!(
+                "--storage.path={}",
+                dir.path().join("alloy-data").display()
+            ))
+            .arg(&modules)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let name = format!("cmpoll-alloy-{alloy_port}");
+    let mut args = in_a_pod(&name, "65532:65532", &sa, server.addr().port());
+    for (host, at) in [
+        (&modules, "/modules"),
+        (&tools, "/tools:ro"),
+        (&scripts, "/etc/cmpoll-alloy:ro"),
+        (&root_dir, "/etc/alloy-root:ro"),
+    ] {
+        args.extend(["-v".into(), format!("{}:{at}", host.display())]);
+    }
+    let listen = free_port();
+    for e in container["env"].as_array().unwrap() {
+        let (name, value) = (e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
+        // Their own ports here (the host's network is shared with other tests).
+        let value = match name {
+            "ALLOY_URL" => format!("http://127.0.0.1:{alloy_port}"),
+            "CMPOLL_LISTEN" => format!("127.0.0.1:{listen}"),
+            _ => value.to_string(),
+        };
+        args.extend(["-e".into(), format!("{name}={value}")]);
+    }
+    args.push(image);
+    args.extend(
+        (container["args"].as_array().unwrap().iter()).map(|a| a.as_str().unwrap().to_string()),
+    );
+    let child = images.start(&args);
+    let components = || {
+        let Some((200, body)) = curl(&format!(
+            "http://127.0.0.1:{alloy_port}/api/v0/web/components"
+        )) else {
+            return Vec::new();
+        };
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        let mut c: Vec<String> = (v.as_array().into_iter().flatten())
+            .map(|c| {
+                format!(
+                    "{} {}",
+                    c["localID"].as_str().unwrap_or(""),
+                    c["health"]["state"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        c.sort();
+        c
+    };
+    eventually_explained(
+        "Alloy runs team-a's module; team-y's, which it cannot build, is refused and gone",
+        Duration::from_secs(60),
+        || {
+            components()
+                == [
+                    "prometheus.remote_write.default healthy",
+                    "team_a_S_web.module healthy",
+                ]
+                && !modules.join("team-y.web.alloy").exists()
+                && images
+                    .logs(&name)
+                    .contains("module team-y/web rejected: refused by the agent: ")
+        },
+        || format!("{:?}\n{}", components(), images.logs(&name)),
+    );
+    assert!(modules.join("team-a.web.alloy").exists());
     images.stop(&name, child);
 }
