@@ -206,6 +206,35 @@ fn in_a_pod(name: &str, user: &str, sa: &Path, port: u16) -> Vec<String> {
     .to_vec()
 }
 
+/// The cmpoll container of the rendered shape `objects`, which must name `image`.
+fn shape_container<'a>(objects: &'a [Value], image: &str) -> &'a Value {
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let container = (deployment["spec"]["template"]["spec"]["containers"].as_array())
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "cmpoll")
+        .unwrap();
+    assert_eq!(container["image"], image, "the shape names this image");
+    container
+}
+
+/// `podman run`'s tail for `container`: its environment (`overrides` replacing values),
+/// the image, its args.
+fn as_the_shape_says(container: &Value, image: &str, overrides: &[(&str, &str)]) -> Vec<String> {
+    let mut args = Vec::new();
+    for e in container["env"].as_array().unwrap() {
+        let name = e["name"].as_str().unwrap();
+        let value = (overrides.iter().find(|(n, _)| *n == name))
+            .map_or(e["value"].as_str().unwrap(), |(_, v)| *v);
+        args.extend(["-e".to_string(), format!("{name}={value}")]);
+    }
+    args.push(image.to_string());
+    args.extend(
+        (container["args"].as_array().unwrap().iter()).map(|a| a.as_str().unwrap().to_string()),
+    );
+    args
+}
+
 /// What the Dockerfile says of a stage: its USER, ENTRYPOINT, CMD and LABELs, following
 /// `FROM <stage>` to the stage it builds on (ARG VERSION filled in).
 fn dockerfile(stage: &str) -> (String, String, String, Vec<(String, String)>) {
@@ -382,14 +411,7 @@ fn the_image_delivers_a_module_from_the_real_apiserver_as_the_prometheus_shape_r
     let objects = yaml_docs(rendered.as_bytes());
     let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
     let spec = &deployment["spec"]["template"]["spec"];
-    let container = (spec["containers"].as_array().unwrap().iter())
-        .find(|c| c["name"] == "cmpoll")
-        .unwrap();
-    assert_eq!(
-        container["image"],
-        image.as_str(),
-        "the shape names this image"
-    );
+    let container = shape_container(&objects, &image);
     let ns = k.namespace("team");
     k.put_configmap(
         &ns,
@@ -414,19 +436,13 @@ fn the_image_delivers_a_module_from_the_real_apiserver_as_the_prometheus_shape_r
     let name = format!("cmpoll-image-{listen}");
     let mut args = in_a_pod(&name, &user, sa.path(), k.port);
     args.extend(["-v".into(), format!("{}:/rules", rules.path().display())]);
-    for e in container["env"].as_array().unwrap() {
-        let (name, value) = (e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
-        // Its own port here (the host's network is shared with other tests).
-        let value = match name {
-            "CMPOLL_LISTEN" => format!("127.0.0.1:{listen}"),
-            _ => value.to_string(),
-        };
-        args.extend(["-e".into(), format!("{name}={value}")]);
-    }
-    args.push(image.clone());
-    args.extend(
-        (container["args"].as_array().unwrap().iter()).map(|a| a.as_str().unwrap().to_string()),
-    );
+    // Its own port here (the host's network is shared with other tests).
+    let listen_at = format!("127.0.0.1:{listen}");
+    args.extend(as_the_shape_says(
+        container,
+        &image,
+        &[("CMPOLL_LISTEN", &listen_at)],
+    ));
     let child = images.start(&args);
     let written = rules.path().join(format!("{ns}.alerts.yaml"));
     eventually_explained(
@@ -552,18 +568,7 @@ fn the_webhook_image_runs_the_alloy_shapes_scripts_beside_a_real_alloy() {
         .output()
         .unwrap();
     let objects = yaml_docs(&out.stdout);
-    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
-    let container = (deployment["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .unwrap())
-    .iter()
-    .find(|c| c["name"] == "cmpoll")
-    .unwrap();
-    assert_eq!(
-        container["image"],
-        image.as_str(),
-        "the shape names this image"
-    );
+    let container = shape_container(&objects, &image);
     let server = test_apiserver::TestApiserver::start();
     let scrape = |extra: &str| {
         format!(
@@ -649,20 +654,16 @@ fn the_webhook_image_runs_the_alloy_shapes_scripts_beside_a_real_alloy() {
         args.extend(["-v".into(), format!("{}:{at}", host.display())]);
     }
     let listen = free_port();
-    for e in container["env"].as_array().unwrap() {
-        let (name, value) = (e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
-        // Their own ports here (the host's network is shared with other tests).
-        let value = match name {
-            "ALLOY_URL" => format!("http://127.0.0.1:{alloy_port}"),
-            "CMPOLL_LISTEN" => format!("127.0.0.1:{listen}"),
-            _ => value.to_string(),
-        };
-        args.extend(["-e".into(), format!("{name}={value}")]);
-    }
-    args.push(image);
-    args.extend(
-        (container["args"].as_array().unwrap().iter()).map(|a| a.as_str().unwrap().to_string()),
+    // Their own ports here (the host's network is shared with other tests).
+    let (alloy_url, listen_at) = (
+        format!("http://127.0.0.1:{alloy_port}"),
+        format!("127.0.0.1:{listen}"),
     );
+    args.extend(as_the_shape_says(
+        container,
+        &image,
+        &[("ALLOY_URL", &alloy_url), ("CMPOLL_LISTEN", &listen_at)],
+    ));
     let child = images.start(&args);
     let components = || {
         let Some((200, body)) = curl(&format!(
