@@ -602,3 +602,44 @@ fn the_units_user_and_group_let_the_agent_read_and_no_one_else() {
     );
     assert!(String::from_utf8_lossy(&other_read.stderr).contains("Permission denied"));
 }
+
+/// The release workflow (`.github/workflows/release.yml`) passes actionlint with
+/// shellcheck on every `run:` block (actionlint v1.7.12, built by .ci/run from
+/// tools/actionlint; Debian's shellcheck), its build steps are the scripts the suite runs
+/// (tests/image.rs, tests/deb.rs), and the linter is not a formality: the same workflow
+/// with one unquoted variable fails it.
+#[test]
+fn the_release_workflow_passes_actionlint_and_builds_with_the_suites_scripts() {
+    let actionlint = root().join("tools/actionlint/bin/actionlint");
+    let shellcheck = crate::util::tools::tool("shellcheck");
+    if crate::util::skip_unless(
+        actionlint.exists() && shellcheck.is_some(),
+        "tools/actionlint's actionlint and shellcheck (Debian package)",
+    ) {
+        return;
+    }
+    let workflow = root().join(".github/workflows/release.yml");
+    let lint = |file: &std::path::Path| {
+        run(Command::new(&actionlint)
+            .arg("-shellcheck")
+            .arg(shellcheck.as_ref().unwrap())
+            .arg("-no-color")
+            .arg(file))
+    };
+    let (ok, out) = lint(&workflow);
+    assert!(ok, "{out}");
+    let text = std::fs::read_to_string(&workflow).unwrap();
+    for script in ["packaging/image/build.sh", "packaging/deb/build.sh"] {
+        assert!(text.contains(script), "the workflow builds with {script}");
+    }
+    for arch in ["amd64", "arm64"] {
+        assert!(text.contains(&format!("arch: {arch}")), "{arch}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("release.yml");
+    let unquoted = text.replace("cp \"$f\" \"dist/", "cp $f \"dist/");
+    assert_ne!(unquoted, text);
+    std::fs::write(&broken, unquoted).unwrap();
+    let (ok, out) = lint(&broken);
+    assert!(!ok && out.contains("SC2086"), "{out}");
+}
