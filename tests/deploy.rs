@@ -150,7 +150,101 @@ fn manifests() -> tempfile::TempDir {
         let e = e.unwrap();
         std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
     }
+    // charts/cmpoll as `helm template` renders it: its defaults, and the hub limited to
+    // two namespaces with cert-manager issuing its certificate.
+    for (name, values) in [
+        ("chart-hub.yaml", vec![]),
+        (
+            "chart-hub-namespaced.yaml",
+            vec![
+                "hub.namespaces={team-a,team-b}",
+                "hub.certManager.enabled=true",
+            ],
+        ),
+    ] {
+        std::fs::write(dir.path().join(name), helm_template(&values)).unwrap();
+    }
     dir
+}
+
+/// tools/helm's helm (v4.3.2, built by .ci/run), or a loud skip (a failure in CI).
+fn helm() -> Option<PathBuf> {
+    let helm = root().join("tools/helm/bin/helm");
+    (!crate::util::skip_unless(helm.exists(), "tools/helm's helm (.ci/run builds it)"))
+        .then_some(helm)
+}
+
+/// `helm template cmpoll charts/cmpoll -n cmpoll --set …`.
+fn helm_template(set: &[&str]) -> String {
+    let Some(helm) = helm() else {
+        return String::new();
+    };
+    let mut cmd = Command::new(helm);
+    cmd.args(["template", "cmpoll"])
+        .arg(root().join("charts/cmpoll"))
+        .args(["-n", "cmpoll"]);
+    for s in set {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "helm template {set:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// charts/cmpoll passes `helm lint --strict`, and its values schema refuses what the hub
+/// would refuse: another resource than ConfigMaps or Secrets, an interval that is no
+/// duration, a key the chart does not know, a setting that is no CMPOLL_ variable.
+#[test]
+fn the_chart_lints_strictly_and_its_schema_refuses_bad_values() {
+    let Some(helm) = helm() else { return };
+    let lint = |set: &[&str]| {
+        let mut cmd = Command::new(&helm);
+        cmd.args(["lint", "--strict"])
+            .arg(root().join("charts/cmpoll"));
+        for s in set {
+            cmd.args(["--set", s]);
+        }
+        run(&mut cmd)
+    };
+    let (ok, out) = lint(&[]);
+    assert!(ok, "{out}");
+    let (ok, out) = lint(&["hub.namespaces={a,b}", "hub.certManager.enabled=true"]);
+    assert!(ok, "{out}");
+    for (bad, says) in [
+        ("hub.resource=pods", "/hub/resource"),
+        ("hub.interval=soon", "/hub/interval"),
+        ("hub.replica=3", "replica"),
+        ("hub.extraEnv.LOG=debug", "LOG"),
+    ] {
+        let (ok, out) = lint(&[bad]);
+        assert!(!ok && out.contains(says), "{bad}: {out}");
+    }
+    // Rendered: the hub and what it needs, in the release's namespace.
+    let objects = crate::util::tools::yaml_docs(helm_template(&[]).as_bytes());
+    let mut kinds: Vec<String> = (objects.iter())
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "ClusterRole/cmpoll-hub",
+            "ClusterRole/cmpoll-hub-reviews",
+            "ClusterRoleBinding/cmpoll-hub",
+            "ClusterRoleBinding/cmpoll-hub-reviews",
+            "Deployment/cmpoll-hub",
+            "NetworkPolicy/cmpoll-hub",
+            "PodDisruptionBudget/cmpoll-hub",
+            "Service/cmpoll-hub",
+            "ServiceAccount/cmpoll-hub",
+        ]
+    );
 }
 
 #[test]
@@ -368,11 +462,11 @@ fn checkov_finds_nothing_unjustified() {
             "{variant}: the token is not auto-mounted"
         );
     }
-    // Only those two, in each of the nine rendered workloads (cmpoll's Deployment in
+    // Only those two, in each of the eleven rendered workloads (cmpoll's Deployment in
     // three variants, in the components' overlay, in a tenant's and clustered, the
-    // webhook's, the hubs', the Alloy DaemonSet's).
+    // webhook's, the hubs', the Alloy DaemonSet's, the chart's hub in its two renders).
     let skipped_ids = skipped(&report);
-    assert_eq!(skipped_ids.len(), 18, "{skipped_ids:?}");
+    assert_eq!(skipped_ids.len(), 22, "{skipped_ids:?}");
     assert!(
         skipped_ids
             .iter()

@@ -183,6 +183,29 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
         out.contains("serverside-applied"),
         "alloy-tenants/team-a: {out}"
     );
+    // charts/cmpoll's hub, as `helm template` renders it, in a namespace of its own.
+    let helm = root.join("tools/helm/bin/helm");
+    if crate::util::skip_unless(helm.exists(), "tools/helm's helm (.ci/run builds it)") {
+        return;
+    }
+    let out = std::process::Command::new(&helm)
+        .args(["template", "fleet"])
+        .arg(root.join("charts/cmpoll"))
+        .args(["-n", "fleet"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rendered = String::from_utf8(out.stdout).unwrap();
+    k.ok(&["create", "namespace", "fleet"]);
+    k.ok_in(
+        &["apply", "--server-side", "--dry-run=server", "-f", "-"],
+        Some(&rendered),
+    );
+    let out = k.ok_in(&["apply", "--server-side", "-f", "-"], Some(&rendered));
+    assert!(
+        out.contains("deployment.apps/fleet-hub serverside-applied"),
+        "charts/cmpoll: {out}"
+    );
 }
 
 /// `k8s/admission/module-label-policy.yaml`, applied to the real apiserver: its CEL and the

@@ -1,0 +1,23 @@
+{{/* The hub's name: the release's, with -hub (cmpoll-hub for a release named cmpoll). */}}
+{{- define "cmpoll.hub" -}}
+{{- printf "%s-hub" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels every object carries (Helm's recommended ones). */}}
+{{- define "cmpoll.labels" -}}
+app.kubernetes.io/name: {{ include "cmpoll.hub" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* What selects the hub's pods. */}}
+{{- define "cmpoll.hub.selector" -}}
+app.kubernetes.io/name: {{ include "cmpoll.hub" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "cmpoll.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
