@@ -161,6 +161,10 @@ fn manifests() -> tempfile::TempDir {
                 "hub.certManager.enabled=true",
             ],
         ),
+        (
+            "chart-webhook.yaml",
+            vec!["hub.enabled=false", "webhook.enabled=true"],
+        ),
     ] {
         std::fs::write(dir.path().join(name), helm_template(&values)).unwrap();
     }
@@ -175,7 +179,7 @@ fn helm() -> Option<PathBuf> {
 }
 
 /// `helm template cmpoll charts/cmpoll -n cmpoll --set …`.
-fn helm_template(set: &[&str]) -> String {
+pub fn helm_template(set: &[&str]) -> String {
     let Some(helm) = helm() else {
         return String::new();
     };
@@ -210,15 +214,46 @@ fn the_chart_lints_strictly_and_its_schema_refuses_bad_values() {
     assert!(ok, "{out}");
     let (ok, out) = lint(&["hub.namespaces={a,b}", "hub.certManager.enabled=true"]);
     assert!(ok, "{out}");
+    let (ok, out) = lint(&["webhook.enabled=true"]);
+    assert!(ok, "{out}");
+    let (ok, out) = lint(&[
+        "webhook.enabled=true",
+        "webhook.certManager.enabled=false",
+        "webhook.caBundle=Zm9v",
+    ]);
+    assert!(ok, "{out}");
     for (bad, says) in [
+        ("webhook.failurePolicy=Never", "/webhook/failurePolicy"),
+        ("webhook.timeoutSeconds=60", "/webhook/timeoutSeconds"),
         ("hub.resource=pods", "/hub/resource"),
         ("hub.interval=soon", "/hub/interval"),
         ("hub.replica=3", "replica"),
         ("hub.extraEnv.LOG=debug", "LOG"),
     ] {
-        let (ok, out) = lint(&[bad]);
+        let mut set = vec![bad];
+        if bad.starts_with("webhook.") {
+            set.push("webhook.enabled=true");
+        }
+        let (ok, out) = lint(&set);
         assert!(!ok && out.contains(says), "{bad}: {out}");
     }
+    // No cert-manager and no CA: the apiserver could not trust the webhook, so the chart
+    // does not render (helm lint only notes a template's `fail`).
+    let out = Command::new(&helm)
+        .args(["template", "cmpoll"])
+        .arg(root().join("charts/cmpoll"))
+        .args([
+            "--set",
+            "webhook.enabled=true",
+            "--set",
+            "webhook.certManager.enabled=false",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("webhook.caBundle"),
+        "{out:?}"
+    );
     // Rendered: the hub and what it needs, in the release's namespace.
     let objects = crate::util::tools::yaml_docs(helm_template(&[]).as_bytes());
     let mut kinds: Vec<String> = (objects.iter())
@@ -462,11 +497,12 @@ fn checkov_finds_nothing_unjustified() {
             "{variant}: the token is not auto-mounted"
         );
     }
-    // Only those two, in each of the eleven rendered workloads (cmpoll's Deployment in
+    // Only those two, in each of the twelve rendered workloads (cmpoll's Deployment in
     // three variants, in the components' overlay, in a tenant's and clustered, the
-    // webhook's, the hubs', the Alloy DaemonSet's, the chart's hub in its two renders).
+    // webhook's, the hubs', the Alloy DaemonSet's, the chart's hub in its two renders and
+    // its webhook).
     let skipped_ids = skipped(&report);
-    assert_eq!(skipped_ids.len(), 22, "{skipped_ids:?}");
+    assert_eq!(skipped_ids.len(), 24, "{skipped_ids:?}");
     assert!(
         skipped_ids
             .iter()

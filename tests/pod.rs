@@ -1335,7 +1335,22 @@ fn lokis_rules_sidecar_runs_on_cmpolls_image() {
 /// is denied with promtool's message; the same review with the rule fixed is allowed.
 #[test]
 fn the_webhook_deployment_runs_and_denies_a_broken_rule_with_promtool() {
-    webhook_pod(false);
+    webhook_pod(Webhook::Kustomize);
+}
+
+/// Issue 41.4: charts/cmpoll's webhook (`webhook.enabled=true`, release `cmpoll`) runs the
+/// same way and denies the same broken rule with promtool's words.
+#[test]
+fn the_charts_webhook_runs_and_denies_a_broken_rule_with_promtool() {
+    webhook_pod(Webhook::Chart);
+}
+
+/// Where the webhook's objects come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Webhook {
+    Kustomize,
+    KustomizeWithClientCert,
+    Chart,
 }
 
 /// Issue 42.6: with the k8s/webhook-client-cert component the same Deployment runs (its
@@ -1344,19 +1359,26 @@ fn the_webhook_deployment_runs_and_denies_a_broken_rule_with_promtool() {
 /// no certificate is refused (403).
 #[test]
 fn the_webhook_deployment_with_the_client_cert_component_reviews_only_the_apiserver() {
-    webhook_pod(true);
+    webhook_pod(Webhook::KustomizeWithClientCert);
 }
 
-fn webhook_pod(client_cert: bool) {
+fn webhook_pod(from: Webhook) {
+    let client_cert = from == Webhook::KustomizeWithClientCert;
     if !pod_tools() || skip_unless(tool("promtool").is_some(), "promtool (Debian prometheus)") {
         return;
     }
     let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
-    let components: &[&str] = match client_cert {
-        false => &["k8s/webhook"],
-        true => &["k8s/webhook", "k8s/webhook-client-cert"],
+    let rendered = match from {
+        Webhook::Kustomize => crate::deploy::overlay("k8s/prometheus", &["k8s/webhook"]),
+        Webhook::KustomizeWithClientCert => crate::deploy::overlay(
+            "k8s/prometheus",
+            &["k8s/webhook", "k8s/webhook-client-cert"],
+        ),
+        Webhook::Chart => {
+            crate::deploy::helm_template(&["hub.enabled=false", "webhook.enabled=true"])
+        }
     };
-    let mut objects = yaml_docs(crate::deploy::overlay("k8s/prometheus", components).as_bytes());
+    let mut objects = yaml_docs(rendered.as_bytes());
     // The CA of the apiserver's webhook client certificate, as its operator puts it there.
     let clients = test_apiserver::Pki::new("apiserver-webhook-clients");
     objects.push(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -188,10 +188,17 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
     if crate::util::skip_unless(helm.exists(), "tools/helm's helm (.ci/run builds it)") {
         return;
     }
+    // With its webhook too, trusted through a CA bundle (no cert-manager here).
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(k.ca_pem());
     let out = std::process::Command::new(&helm)
         .args(["template", "fleet"])
         .arg(root.join("charts/cmpoll"))
         .args(["-n", "fleet"])
+        .args(["--set", "webhook.enabled=true"])
+        .args(["--set", "webhook.certManager.enabled=false"])
+        .arg("--set")
+        .arg(format!("webhook.caBundle={ca}"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -202,10 +209,13 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
         Some(&rendered),
     );
     let out = k.ok_in(&["apply", "--server-side", "-f", "-"], Some(&rendered));
-    assert!(
-        out.contains("deployment.apps/fleet-hub serverside-applied"),
-        "charts/cmpoll: {out}"
-    );
+    for applied in [
+        "deployment.apps/fleet-hub serverside-applied",
+        "deployment.apps/fleet-webhook serverside-applied",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/fleet-webhook serverside-applied",
+    ] {
+        assert!(out.contains(applied), "charts/cmpoll: {out}");
+    }
 }
 
 /// `k8s/admission/module-label-policy.yaml`, applied to the real apiserver: its CEL and the
