@@ -56,6 +56,18 @@ prometheus.scrape "default" {{
     )
 }
 
+/// `scrape_module` with a scrape timeout above its interval: valid to `alloy validate`,
+/// refused by Alloy when it builds the component.
+fn unbuildable(job: &str, port: u16) -> String {
+    let good = scrape_module(job, port, "");
+    let bad = good.replace(
+        "scrape_interval = \"1s\"\n  scrape_timeout  = \"1s\"",
+        "scrape_interval = \"1s\"\n  scrape_timeout  = \"5s\"",
+    );
+    assert_ne!(bad, good);
+    bad
+}
+
 /// The platform's root configuration: the shipped one, writing to `prometheus_port`.
 fn root_config(dir: &Path, prometheus_port: u16) -> PathBuf {
     let shipped = std::fs::read_to_string(root().join("k8s/alloy/root.alloy")).unwrap();
@@ -188,6 +200,24 @@ fn shipped_args(out: &Path) -> Vec<String> {
     .to_vec()
 }
 
+/// `alloy run FOLDER` on 127.0.0.1:`port`, its data in `logs/DATA`, its output in
+/// `logs/DATA.log`.
+fn alloy_on(alloy: &Path, folder: &Path, port: u16, logs: &Path, data: &str) -> KillOnDrop {
+    let log = std::fs::File::create(logs.join(format!("{data}.log"))).unwrap();
+    KillOnDrop(
+        Command::new(alloy)
+            .arg("run")
+            .arg(format!("--server.http.listen-addr=127.0.0.1:{port}"))
+            .arg(format!("--storage.path={}", logs.join(data).display()))
+            .arg(folder)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// The cluster holds `modules`; cmpoll's first run (as the init container) writes the
 /// folder, Alloy starts on it, then cmpoll polls and reloads Alloy.
 fn stack(alloy: &Path, alloy_port: u16, modules: &[(&str, &str, &str)]) -> Stack {
@@ -259,26 +289,13 @@ fn stack_with(
         let first = c.with_args(&init).run();
         assert!(first.code == Some(0), "the init run: {}", first.described);
     }
-    let log = std::fs::File::create(logs.join("alloy.log")).unwrap();
-    let alloy_child = Command::new(alloy)
-        .arg("run")
-        .arg(format!("--server.http.listen-addr=127.0.0.1:{alloy_port}"))
-        .arg(format!(
-            "--storage.path={}",
-            logs.join("alloy-data").display()
-        ))
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let alloy_child = alloy_on(alloy, &out, alloy_port, &logs, "alloy");
     let daemon_args: Vec<String> = args(false);
     let daemon_args: Vec<&str> = daemon_args.iter().map(String::as_str).collect();
     let mut s = Stack {
         server,
         cmpoll: None,
-        alloy: KillOnDrop(alloy_child),
+        alloy: alloy_child,
         _prometheus: prometheus,
         alloy_port,
         prometheus_port,
@@ -424,21 +441,7 @@ fn a_broken_module_is_rejected_alone_and_the_others_keep_running() {
     );
     // A restart of Alloy on the folder as cmpoll left it: it loads.
     let port = free_port();
-    let mut again = KillOnDrop(
-        Command::new(&alloy)
-            .arg("run")
-            .arg(format!("--server.http.listen-addr=127.0.0.1:{port}"))
-            .arg(format!(
-                "--storage.path={}",
-                s.logs.join("alloy-data-2").display()
-            ))
-            .arg(&s.out)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut again = alloy_on(&alloy, &s.out, port, &s.logs, "alloy-data-2");
     s.eventually("a fresh Alloy loads the folder", SOON, || {
         crate::util::tools::curl(&format!("http://127.0.0.1:{port}/-/ready"))
             .is_some_and(|(code, _)| code == 200)
@@ -446,8 +449,8 @@ fn a_broken_module_is_rejected_alone_and_the_others_keep_running() {
     let _ = again.0.kill();
 }
 
-/// The shipped shape with team-a's and team-b's scrapes of Alloy's own `/metrics`, and
-/// the components Alloy then runs.
+/// The shipped shape with team-a's and team-b's scrapes of Alloy's own `/metrics`, once
+/// Alloy runs them, and the components it runs.
 fn two_teams(alloy: &Path, port: u16) -> (Stack, Vec<(String, String)>) {
     let s = confirmed_stack(
         alloy,
@@ -462,6 +465,9 @@ fn two_teams(alloy: &Path, port: u16) -> (Stack, Vec<(String, String)>) {
         "team_a_S_web.module",
         "team_b_S_web.module",
     ]);
+    s.eventually("team-a and team-b run", SOON, || {
+        components(s.alloy_port, None) == base
+    });
     (s, base)
 }
 
@@ -469,22 +475,7 @@ fn two_teams(alloy: &Path, port: u16) -> (Stack, Vec<(String, String)>) {
 /// crash, a rollout or a drained node would start from).
 fn a_fresh_alloy_runs(s: &Stack, alloy: &Path, want: &[(String, String)]) {
     let port = free_port();
-    let log = std::fs::File::create(s.logs.join("alloy-fresh.log")).unwrap();
-    let mut fresh = KillOnDrop(
-        Command::new(alloy)
-            .arg("run")
-            .arg(format!("--server.http.listen-addr=127.0.0.1:{port}"))
-            .arg(format!(
-                "--storage.path={}",
-                s.logs.join(format!("alloy-data-{port}")).display()
-            ))
-            .arg(&s.out)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
+    let mut fresh = alloy_on(alloy, &s.out, port, &s.logs, &format!("alloy-fresh-{port}"));
     eventually_explained(
         "a fresh Alloy on the folder runs every good module",
         SOON,
@@ -493,7 +484,8 @@ fn a_fresh_alloy_runs(s: &Stack, alloy: &Path, want: &[(String, String)]) {
             format!(
                 "{:?}\n{}",
                 components(port, None),
-                std::fs::read_to_string(s.logs.join("alloy-fresh.log")).unwrap_or_default()
+                std::fs::read_to_string(s.logs.join(format!("alloy-fresh-{port}.log")))
+                    .unwrap_or_default()
             )
         },
     );
@@ -526,9 +518,6 @@ fn a_module_cannot_leave_its_block_or_use_another_teams() {
     let port = free_port();
     let (s, base) = two_teams(&alloy, port);
     let d = s.cmpoll.as_ref().unwrap();
-    s.eventually("team-a and team-b run", SOON, || {
-        components(s.alloy_port, None) == base
-    });
     for (name, text, want) in [
         (
             "escape",
@@ -590,13 +579,7 @@ fn a_module_alloy_cannot_build_goes_back_to_its_last_good_version() {
         },
     );
     let good_b = std::fs::read_to_string(s.out.join("team-b.web.alloy")).unwrap();
-    let builds_not = |job: &str| {
-        scrape_module(job, port, "").replace(
-            "scrape_interval = \"1s\"\n  scrape_timeout  = \"1s\"",
-            "scrape_interval = \"1s\"\n  scrape_timeout  = \"5s\"",
-        )
-    };
-    assert_ne!(builds_not("x"), scrape_module("x", port, ""));
+    let builds_not = |job: &str| unbuildable(job, port);
     // An update Alloy cannot build: back to the last good version.
     s.server
         .put(labelled("team-b", "web").data("module.alloy", &builds_not("team-b-v2")));
@@ -748,19 +731,11 @@ fn an_alloy_restarted_mid_batch_starts_with_every_good_module() {
     let Some(alloy) = alloy_bin() else { return };
     let port = free_port();
     let (mut s, base) = two_teams(&alloy, port);
-    s.eventually("team-a and team-b run", SOON, || {
-        components(s.alloy_port, None) == base
-    });
     let good_b = std::fs::read_to_string(s.out.join("team-b.web.alloy")).unwrap();
     let _ = s.alloy.0.kill();
     let _ = s.alloy.0.wait();
-    s.server.put(
-        labelled("team-b", "web").data(
-            "module.alloy",
-            &scrape_module("team-b-v2", port, "")
-                .replace("scrape_timeout  = \"1s\"", "scrape_timeout  = \"5s\""),
-        ),
-    );
+    s.server
+        .put(labelled("team-b", "web").data("module.alloy", &unbuildable("team-b-v2", port)));
     let d = s.cmpoll.as_ref().unwrap();
     let delivered = d.batch(SOON);
     assert!(
@@ -781,25 +756,7 @@ fn an_alloy_restarted_mid_batch_starts_with_every_good_module() {
         "put back while Alloy cannot be asked"
     );
     // Alloy starts again on the folder, where cmpoll expects it.
-    let log = std::fs::File::create(s.logs.join("alloy-again.log")).unwrap();
-    s.alloy = KillOnDrop(
-        Command::new(&alloy)
-            .arg("run")
-            .arg(format!(
-                "--server.http.listen-addr=127.0.0.1:{}",
-                s.alloy_port
-            ))
-            .arg(format!(
-                "--storage.path={}",
-                s.logs.join("alloy-data").display()
-            ))
-            .arg(&s.out)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
+    s.alloy = alloy_on(&alloy, &s.out, s.alloy_port, &s.logs, "alloy-again");
     let d = s.cmpoll.as_ref().unwrap();
     let reason = rejection(d, "team-b/web", Duration::from_secs(30));
     assert!(reason.contains("scrape_timeout (5s)"), "{reason}");
@@ -992,16 +949,8 @@ fn a_refusal_outlives_a_restart_with_a_new_template() {
     let Some(alloy) = alloy_bin() else { return };
     let port = free_port();
     let (mut s, base) = two_teams(&alloy, port);
-    s.eventually("team-a and team-b run", SOON, || {
-        components(s.alloy_port, None) == base
-    });
-    s.server.put(
-        labelled("team-b", "web").data(
-            "module.alloy",
-            &scrape_module("team-b-v2", port, "")
-                .replace("scrape_timeout  = \"1s\"", "scrape_timeout  = \"5s\""),
-        ),
-    );
+    s.server
+        .put(labelled("team-b", "web").data("module.alloy", &unbuildable("team-b-v2", port)));
     rejection(s.cmpoll.as_ref().unwrap(), "team-b/web", SOON);
     // Stopped, its folder kept (the daemon's own folder holds it).
     let mut old = s.cmpoll.take().unwrap();

@@ -880,6 +880,22 @@ fn alloy_components(port: u16, module: Option<&str>) -> Vec<(String, String)> {
     out
 }
 
+/// The pod tools and tests/alloy's alloy, else a loud skip (a failure in CI).
+fn alloy_pod_tools() -> bool {
+    pod_tools()
+        && !skip_unless(
+            root().join("tests/alloy/bin/alloy").exists(),
+            "tests/alloy/build.sh's alloy",
+        )
+}
+
+/// The Alloy container of a pod `spec`.
+fn alloy_container(spec: &Value) -> &Value {
+    (spec["containers"].as_array().unwrap().iter())
+        .find(|c| s(&c["image"]).contains("grafana/alloy"))
+        .expect("an Alloy container")
+}
+
 /// k8s/alloy run as a kubelet would, with the real Alloy (tests/alloy): init containers
 /// copy `alloy` out of Alloy's image and the root configuration into Alloy's folder (no
 /// subPath mount anywhere), Alloy starts on it, cmpoll writes every module through the
@@ -889,21 +905,14 @@ fn alloy_components(port: u16, module: Option<&str>) -> Vec<(String, String)> {
 /// Alloy and removed, while the others keep running. No token reaches Alloy.
 #[test]
 fn the_alloy_deployment_runs_real_alloy_with_one_module_per_configmap() {
-    if !pod_tools()
-        || skip_unless(
-            root().join("tests/alloy/bin/alloy").exists(),
-            "tests/alloy/build.sh's alloy",
-        )
-    {
+    if !alloy_pod_tools() {
         return;
     }
     let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
     let objects = render("alloy");
     let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
     let spec = &deployment["spec"]["template"]["spec"];
-    let alloy = (spec["containers"].as_array().unwrap().iter())
-        .find(|c| s(&c["image"]).contains("grafana/alloy"))
-        .expect("an Alloy container");
+    let alloy = alloy_container(spec);
     let server = cluster_for(&objects);
     let dir = tempfile::tempdir().unwrap();
     let pod = start_pod(&server, &objects, deployment, dir.path());
@@ -1020,21 +1029,14 @@ fn the_alloy_deployment_runs_real_alloy_with_one_module_per_configmap() {
 /// module, though its service account could list it.
 #[test]
 fn a_tenants_alloy_loads_only_its_tenants_modules() {
-    if !pod_tools()
-        || skip_unless(
-            root().join("tests/alloy/bin/alloy").exists(),
-            "tests/alloy/build.sh's alloy",
-        )
-    {
+    if !alloy_pod_tools() {
         return;
     }
     let _one = PODS.lock().unwrap_or_else(|p| p.into_inner());
     let objects = render("alloy-tenants/team-a");
     let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
     let spec = &deployment["spec"]["template"]["spec"];
-    let alloy = (spec["containers"].as_array().unwrap().iter())
-        .find(|c| s(&c["image"]).contains("grafana/alloy"))
-        .expect("an Alloy container");
+    let alloy = alloy_container(spec);
     let server = cluster_for(&objects);
     let module = |tenant: &str| {
         ConfigMap::new(tenant, "scrape")
@@ -1498,11 +1500,7 @@ fn webhook_pod(from: Webhook) {
 #[test]
 fn the_hub_and_the_alloy_daemonset_following_it_run_on_the_real_apiserver() {
     use test_apiserver::real::{self, RealApiserver};
-    if !pod_tools()
-        || skip_unless(
-            root().join("tests/alloy/bin/alloy").exists(),
-            "tests/alloy/build.sh's alloy",
-        )
+    if !alloy_pod_tools()
         || skip_unless(
             real::built(),
             "the real kube-apiserver (tests/kube/build.sh)",
@@ -1517,23 +1515,9 @@ fn the_hub_and_the_alloy_daemonset_following_it_run_on_the_real_apiserver() {
     k.ok(&["create", "namespace", "cmpoll"]);
     for objects in [&hub_objects, &alloy_objects] {
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
-        let dry = k.ok_in(
-            &[
-                "apply",
-                "--server-side",
-                "--dry-run=server",
-                "-o",
-                "json",
-                "-f",
-                "-",
-            ],
-            Some(&list.to_string()),
-        );
-        assert!(dry.contains("\"kind\""), "{dry}");
-        k.ok_in(
-            &["apply", "--server-side", "-f", "-"],
-            Some(&list.to_string()),
-        );
+        let dry = k.server_dry_run(&list.to_string());
+        assert!(dry["kind"].is_string(), "{dry}");
+        k.server_apply(&list.to_string());
     }
     // What docs/serve.md has the platform make: the hubs' certificate (for the Service's
     // name, and 127.0.0.1 where the pod listens here) and their CA where followers run.
@@ -1596,9 +1580,7 @@ fn the_hub_and_the_alloy_daemonset_following_it_run_on_the_real_apiserver() {
     let pod = start_pod_on(&follower_api, &objects, daemonset, dir.path());
     let spec = &daemonset["spec"]["template"]["spec"];
     probes_pass(spec, &pod);
-    let alloy = (spec["containers"].as_array().unwrap().iter())
-        .find(|c| s(&c["image"]).contains("grafana/alloy"))
-        .unwrap();
+    let alloy = alloy_container(spec);
     let port = port(alloy, &"http".into());
     let module = "monitoring_S_payments_scrape.module";
     let both = |extra: bool| {

@@ -28,19 +28,7 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
         let k = RealApiserver::start();
         let rendered = k.ok(&["kustomize", root.join(variant).to_str().unwrap()]);
         k.ok(&["create", "namespace", "cmpoll"]);
-        let dry = k.ok_in(
-            &[
-                "apply",
-                "--server-side",
-                "--dry-run=server",
-                "-o",
-                "json",
-                "-f",
-                "-",
-            ],
-            Some(&rendered),
-        );
-        let applied: Value = serde_json::from_str(&dry).unwrap();
+        let applied = k.server_dry_run(&rendered);
         let items = applied["items"].as_array().unwrap();
         assert!(items.len() >= 8, "{variant}: {} objects", items.len());
         // Defaulted by the real apiserver: the Deployment as a kubelet would get it.
@@ -52,7 +40,7 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
             deployment["spec"]["strategy"]["type"], "RollingUpdate",
             "{variant}: defaulted"
         );
-        let out = k.ok_in(&["apply", "--server-side", "-f", "-"], Some(&rendered));
+        let out = k.server_apply(&rendered);
         assert!(out.contains("serverside-applied"), "{variant}: {out}");
         // The cmpoll container's own settings (plain values; paths are the pod's).
         let cmpoll = deployment["spec"]["template"]["spec"]["containers"]
@@ -148,7 +136,7 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
         root.join("k8s/alloy-clustered").to_str().unwrap(),
     ]);
     k.ok(&["create", "namespace", "cmpoll"]);
-    let out = k.ok_in(&["apply", "--server-side", "-f", "-"], Some(&rendered));
+    let out = k.server_apply(&rendered);
     assert!(
         out.contains("service/cmpoll-alloy-cluster serverside-applied"),
         "alloy-clustered: {out}"
@@ -158,19 +146,7 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
         root.join("k8s/alloy-tenants/team-a").to_str().unwrap(),
     ]);
     k.ok(&["create", "namespace", "cmpoll-team-a"]);
-    let dry = k.ok_in(
-        &[
-            "apply",
-            "--server-side",
-            "--dry-run=server",
-            "-o",
-            "json",
-            "-f",
-            "-",
-        ],
-        Some(&rendered),
-    );
-    let applied: Value = serde_json::from_str(&dry).unwrap();
+    let applied = k.server_dry_run(&rendered);
     let names: Vec<&str> = (applied["items"].as_array().unwrap().iter())
         .map(|o| o["metadata"]["name"].as_str().unwrap())
         .collect();
@@ -178,7 +154,7 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
         names.contains(&"cmpoll-team-a") && !names.contains(&"cmpoll"),
         "{names:?}"
     );
-    let out = k.ok_in(&["apply", "--server-side", "-f", "-"], Some(&rendered));
+    let out = k.server_apply(&rendered);
     assert!(
         out.contains("serverside-applied"),
         "alloy-tenants/team-a: {out}"
@@ -204,11 +180,8 @@ fn the_shipped_manifests_apply_and_grant_what_cmpoll_needs() {
     assert!(out.status.success(), "{out:?}");
     let rendered = String::from_utf8(out.stdout).unwrap();
     k.ok(&["create", "namespace", "fleet"]);
-    k.ok_in(
-        &["apply", "--server-side", "--dry-run=server", "-f", "-"],
-        Some(&rendered),
-    );
-    let out = k.ok_in(&["apply", "--server-side", "-f", "-"], Some(&rendered));
+    k.server_dry_run(&rendered);
+    let out = k.server_apply(&rendered);
     for applied in [
         "deployment.apps/fleet-hub serverside-applied",
         "deployment.apps/fleet-webhook serverside-applied",
@@ -231,7 +204,7 @@ fn the_module_label_policy_denies_and_admits_with_the_real_cel() {
     let policy =
         std::fs::read_to_string(crate::util::root().join("k8s/admission/module-label-policy.yaml"))
             .unwrap();
-    k.ok_in(&["apply", "--server-side", "-f", "-"], Some(&policy));
+    k.server_apply(&policy);
     let ns = k.namespace("apps");
     k.apply(&format!(
         r#"{{"apiVersion":"v1","kind":"List","items":[

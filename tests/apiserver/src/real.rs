@@ -437,6 +437,29 @@ impl RealApiserver {
         self.ok_in(&["apply", "-f", "-"], Some(manifests))
     }
 
+    /// `kubectl apply --server-side --dry-run=server -o json` of `manifests`: what the
+    /// apiserver would store (a List when there are several), defaulted and validated.
+    pub fn server_dry_run(&self, manifests: &str) -> serde_json::Value {
+        let out = self.ok_in(
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "-o",
+                "json",
+                "-f",
+                "-",
+            ],
+            Some(manifests),
+        );
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("dry run answer ({e}): {out}"))
+    }
+
+    /// `kubectl apply --server-side` of `manifests`: kubectl's lines.
+    pub fn server_apply(&self, manifests: &str) -> String {
+        self.ok_in(&["apply", "--server-side", "-f", "-"], Some(manifests))
+    }
+
     /// A fresh namespace `PREFIX-N`, created.
     pub fn namespace(&self, prefix: &str) -> String {
         let n = self.names.fetch_add(1, Ordering::Relaxed);
