@@ -1012,3 +1012,40 @@ fn a_refusal_outlives_a_restart_with_a_new_template() {
     );
     a_fresh_alloy_runs(&s, &alloy, &base);
 }
+
+/// One team cannot get another's update refused: team-x's module fails to build with a
+/// message that names team-b's file (its job name is `/team-b.web.alloy:`, which Alloy
+/// quotes), in the same batch as team-b's good update. Alloy's reload names team-x's
+/// failure; team-b's module is built and healthy, and that is what decides for it.
+#[test]
+fn a_module_cannot_get_another_teams_update_refused() {
+    let Some(alloy) = alloy_bin() else { return };
+    let port = free_port();
+    let (s, _) = two_teams(&alloy, port);
+    let d = s.cmpoll.as_ref().unwrap();
+    let evil = unbuildable("/team-b.web.alloy:", port);
+    s.server
+        .put(labelled("team-x", "evil").data("module.alloy", &evil));
+    s.server
+        .put(labelled("team-b", "web").data("module.alloy", &scrape_module("team-b-v2", port, "")));
+    // The moment: both in one batch (else the test would prove nothing).
+    let b = d.batch(SOON);
+    let has = |m: &str, t: &str| b.iter().any(|e| e["module"] == m && e["type"] == t);
+    assert!(
+        has("team-x/evil", "added") && has("team-b/web", "updated"),
+        "one batch: {b:?}"
+    );
+    let reason = rejection(d, "team-x/evil", SOON);
+    assert!(reason.contains("scrape_timeout (5s)"), "{reason}");
+    let written = std::fs::read_to_string(s.out.join("team-b.web.alloy")).unwrap();
+    assert!(
+        written.contains("job_name        = \"team-b-v2\""),
+        "{written}\n{}",
+        d.stderr()
+    );
+    assert!(
+        !d.stderr().contains("module team-b/web rejected"),
+        "{}",
+        d.stderr()
+    );
+}

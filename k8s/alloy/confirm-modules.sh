@@ -5,7 +5,8 @@
 # leaves the others running and is reported, with a 400), then its API says, per module,
 # whether the module's declare block was built and evaluated
 # (/api/v0/web/components: the root-level instance IDENT.module, healthy or not). Each
-# module that is unhealthy, missing, or named in the reload's error is printed as
+# module that is unhealthy or missing (the reload's error, when it names the module's
+# file, says why) is printed as
 # "namespace/name reason": cmpoll puts back its last good version (or removes it) and
 # calls this again, so the folder never keeps a module that would stop Alloy starting.
 # Exit 0: Alloy answered. Exit 1: Alloy could not be asked: cmpoll puts back what Alloy
@@ -61,13 +62,17 @@ BEGIN {
 NF == 1 {
     id = $1; n = ident(id)
     file = id; sub(/\//, ".", file); file = "/" file ".alloy:"
-    # Only what concerns this module: its reasons reach the Events of its own ConfigMap.
-    if (failed != "" && (at = index(failed, file)) > 0) {
-        print id, "alloy reload: " substr(failed, at + 1)
-    } else if (!(n in state)) {
+    # The health Alloy gives this module decides. The reload error only explains a
+    # module Alloy did not load at all: an error of another module may quote any text,
+    # the name of this module file too, so it never refuses a module Alloy built.
+    if (n in state) {
+        if (state[n] != "healthy") {
+            m = msg[n]; gsub(/\\"/, "\"", m)
+            print id, "alloy: " n ".module " state[n] ": " m
+        }
+    } else if (failed != "" && (at = index(failed, file)) > 0) {
+        print id, "alloy did not load " n ".module: " substr(failed, at + 1)
+    } else {
         print id, "alloy did not load " n ".module" (failed != "" ? " (its reload failed)" : "")
-    } else if (state[n] != "healthy") {
-        m = msg[n]; gsub(/\\"/, "\"", m)
-        print id, "alloy: " n ".module " state[n] ": " m
     }
 }'
