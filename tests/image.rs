@@ -331,6 +331,8 @@ fn the_images_are_what_the_dockerfile_promises() {
         let json = |v: &Value| serde_json::to_string(v).unwrap().replace(',', ", ");
         assert_eq!(json(&config["Entrypoint"]), entrypoint, "{image}");
         assert_eq!(json(&config["Cmd"]), cmd, "{image}");
+        // The Dockerfile was read (title, description, version, licenses, source).
+        assert!(labels.len() >= 5 && !user.is_empty(), "{stage}: {labels:?}");
         for (k, v) in &labels {
             assert_eq!(config["Labels"][k], *v, "{image}: label {k}");
         }
