@@ -20,9 +20,12 @@
 //!   failure: the kubelet would probe the node, not the pod);
 //! - images run the real binaries: cmpoll's image the binary under test, Prometheus's
 //!   image Debian's `prometheus` (and its `/bin/promtool`, which the webhook component's
-//!   init container copies out with the image's `cp`: this machine's `cp`). Alloy cannot be installed here: its args are checked
-//!   against `alloy run`'s documented CLI (one path; a folder loads its `*.alloy` files,
-//!   not nested) and the folder cmpoll wrote is checked for references that resolve.
+//!   init container copies out with the image's `cp`: this machine's `cp`), Alloy's
+//!   image the real Alloy tests/alloy/build.sh builds.
+//!
+//! Besides the kustomize variants: charts/cmpoll's renders, and Grafana's own alloy chart
+//! (from Alloy v1.19.2's Go module) with k8s/alloy-helm's values, rendered by the real helm
+//! and applied on the real apiserver, whose tokens and RBAC the pods then use.
 //!
 //! Then the agent must do its job: Prometheus serves the rules of the example modules and
 //! cmpoll's own alerts, and an update reaches it.
@@ -170,8 +173,17 @@ impl Kubelet<'_> {
 
     /// Replaces every mount path by its folder, where it stands as a whole path or a
     /// path's leading part (`/prometheus` in `/prometheus/wal`, not in
-    /// `/etc/prometheus`); longest first, in one pass.
+    /// `/etc/prometheus`); longest first, in one pass. A whole absolute path with `..`
+    /// in it is first resolved as the container's kernel would (`/etc/alloy/../../modules`
+    /// is `/modules`, whatever is mounted at `/etc/alloy`).
     fn map(&self, text: &str) -> String {
+        let resolved;
+        let text = if text.starts_with('/') && text.split('/').any(|p| p == "..") {
+            resolved = lexical(text);
+            resolved.as_str()
+        } else {
+            text
+        };
         let mut paths: Vec<(&String, &PathBuf)> = self.mounts.iter().collect();
         paths.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
         let path_char = |c: char| c.is_alphanumeric() || "._-/".contains(c);
@@ -298,6 +310,7 @@ impl Kubelet<'_> {
         match s(&field_ref["fieldPath"]) {
             "metadata.namespace" => self.namespace.clone(),
             "metadata.name" => self.pod_name.clone(),
+            "spec.nodeName" => "node-0".to_string(),
             other => panic!("fieldRef {other}: not emulated"),
         }
     }
@@ -411,6 +424,22 @@ impl Kubelet<'_> {
         }
         Some(cmd)
     }
+}
+
+/// An absolute path without `.` and `..` (`..` of `/` is `/`), as the kernel resolves one
+/// that crosses no symbolic link.
+fn lexical(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            _ => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
 }
 
 /// The binary under test in `dir/bin`, readable and executable by everyone.
@@ -896,6 +925,25 @@ fn alloy_container(spec: &Value) -> &Value {
         .expect("an Alloy container")
 }
 
+/// Waits until the pod's Alloy (API on `port`) runs the root's remote write and the
+/// example module, both healthy; those two (component, health) pairs.
+fn alloy_runs_the_example(port: u16, pod: &Pod) -> Vec<(String, String)> {
+    let want: Vec<(String, String)> = [
+        "monitoring_S_payments_scrape.module",
+        "prometheus.remote_write.default",
+    ]
+    .iter()
+    .map(|c| (c.to_string(), "healthy".to_string()))
+    .collect();
+    eventually_explained(
+        "Alloy runs the root's remote write and the example module",
+        SOON,
+        || alloy_components(port, None) == want,
+        || format!("{:?}\n{}", alloy_components(port, None), pod.log()),
+    );
+    want
+}
+
 /// k8s/alloy run as a kubelet would, with the real Alloy (tests/alloy): init containers
 /// copy `alloy` out of Alloy's image and the root configuration into Alloy's folder (no
 /// subPath mount anywhere), Alloy starts on it, cmpoll writes every module through the
@@ -919,16 +967,7 @@ fn the_alloy_deployment_runs_real_alloy_with_one_module_per_configmap() {
     probes_pass(spec, &pod);
     let port = port(alloy, &"http".into());
     let module = "monitoring_S_payments_scrape.module";
-    let want: Vec<(String, String)> = [module, "prometheus.remote_write.default"]
-        .iter()
-        .map(|c| (c.to_string(), "healthy".to_string()))
-        .collect();
-    eventually_explained(
-        "Alloy runs the root's remote write and the example module",
-        SOON,
-        || alloy_components(port, None) == want,
-        || format!("{:?}\n{}", alloy_components(port, None), pod.log()),
-    );
+    let want = alloy_runs_the_example(port, &pod);
     assert_eq!(
         alloy_components(port, Some(module)),
         [(
@@ -937,14 +976,8 @@ fn the_alloy_deployment_runs_real_alloy_with_one_module_per_configmap() {
         )]
     );
     // An update: the module gains a scrape with a label another team could use too.
-    let example = (examples().into_iter())
-        .find(|o| o["metadata"]["name"] == "payments-scrape")
-        .unwrap();
-    let text = format!(
-        "{}\nprometheus.scrape \"default\" {{\n  targets    = []\n  forward_to = [argument.receiver.value]\n}}\n",
-        s(&example["data"]["scrape.alloy"])
-    );
-    server.put(to_object(&example, false).data("scrape.alloy", &text));
+    let example = updated_example();
+    server.put(to_object(&example, false));
     // A broken module from another team: rejected by Alloy's validate, alone; and one
     // that passes validate but that Alloy cannot build: refused by Alloy, removed.
     server.put(
@@ -1514,10 +1547,7 @@ fn the_hub_and_the_alloy_daemonset_following_it_run_on_the_real_apiserver() {
     let alloy_objects = render("serve-alloy");
     k.ok(&["create", "namespace", "cmpoll"]);
     for objects in [&hub_objects, &alloy_objects] {
-        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
-        let dry = k.server_dry_run(&list.to_string());
-        assert!(dry["kind"].is_string(), "{dry}");
-        k.server_apply(&list.to_string());
+        dry_run_and_apply(&k, objects);
     }
     // What docs/serve.md has the platform make: the hubs' certificate (for the Service's
     // name, and 127.0.0.1 where the pod listens here) and their CA where followers run.
@@ -1533,9 +1563,7 @@ fn the_hub_and_the_alloy_daemonset_following_it_run_on_the_real_apiserver() {
             "metadata": {"name": "cmpoll-hub-ca", "namespace": "cmpoll"},
             "data": {"ca.crt": pki.ca_pem()}}),
     ];
-    let example = (examples().into_iter())
-        .find(|o| o["metadata"]["name"] == "payments-scrape")
-        .unwrap();
+    let example = example_module();
     k.ok(&["create", "namespace", s(&example["metadata"]["namespace"])]);
     for o in made.iter().chain([&example]) {
         k.apply(&o.to_string());
@@ -1550,22 +1578,7 @@ fn the_hub_and_the_alloy_daemonset_following_it_run_on_the_real_apiserver() {
         .find(|o| o["kind"] == "DaemonSet")
         .unwrap();
     let hub_dir = tempfile::tempdir().unwrap();
-    let hub_api = Api {
-        ca_pem: k.ca_pem(),
-        port: k.port,
-        token: k.token("cmpoll", "cmpoll-hub", "1h"),
-        services: Vec::new(),
-    };
-    let hub_pod = start_pod_on(&hub_api, &objects, hub, hub_dir.path());
-    probes_pass(&hub["spec"]["template"]["spec"], &hub_pod);
-    let https = (hub["spec"]["template"]["spec"]["containers"][0]["ports"]
-        .as_array()
-        .unwrap())
-    .iter()
-    .find(|p| p["name"] == "https")
-    .unwrap()["containerPort"]
-        .as_u64()
-        .unwrap();
+    let (hub_pod, https) = start_hub(&k, &objects, hub, hub_dir.path());
     let mark = k.audit_mark();
     let follower_api = Api {
         ca_pem: k.ca_pem(),
@@ -1606,13 +1619,7 @@ fn the_hub_and_the_alloy_daemonset_following_it_run_on_the_real_apiserver() {
         || format!("{}\n{}", pod.log(), hub_pod.log()),
     );
     // An update: through the hub to Alloy, long before the follower's 60 s interval.
-    let text = format!(
-        "{}\nprometheus.scrape \"default\" {{\n  targets    = []\n  forward_to = [argument.receiver.value]\n}}\n",
-        s(&example["data"]["scrape.alloy"])
-    );
-    let mut updated = example.clone();
-    updated["data"]["scrape.alloy"] = text.into();
-    k.apply(&updated.to_string());
+    k.apply(&updated_example().to_string());
     eventually_explained(
         "the update reaches Alloy through the hub",
         Duration::from_secs(30),
@@ -1633,6 +1640,339 @@ fn the_hub_and_the_alloy_daemonset_following_it_run_on_the_real_apiserver() {
         .filter(|e| e["objectRef"]["resource"] == "tokenreviews")
         .count();
     assert!(reviews >= 1, "the hub reviewed the follower's token");
+    drop(pod);
+    drop(hub_pod);
+}
+
+/// k8s/examples' payments-scrape module.
+fn example_module() -> Value {
+    (examples().into_iter())
+        .find(|o| o["metadata"]["name"] == "payments-scrape")
+        .unwrap()
+}
+
+/// The example module updated: it gains a scrape whose label another team could use too.
+fn updated_example() -> Value {
+    let mut example = example_module();
+    example["data"]["scrape.alloy"] = format!(
+            "{}\nprometheus.scrape \"default\" {{\n  targets    = []\n  forward_to = [argument.receiver.value]\n}}\n",
+            s(&example["data"]["scrape.alloy"])
+        )
+    .into();
+    example
+}
+
+/// Grafana's alloy chart rendered with k8s/alloy-helm's `values` and a real apiserver to
+/// run it on, with the pods' lock held; `None` (a loud skip, a failure in CI) without
+/// the pod tools, the real Alloy, the real apiserver or helm.
+fn alloy_chart_on_a_real_apiserver(
+    values: &str,
+) -> Option<(
+    Vec<Value>,
+    test_apiserver::real::RealApiserver,
+    std::sync::MutexGuard<'static, ()>,
+)> {
+    use test_apiserver::real;
+    if !alloy_pod_tools()
+        || skip_unless(
+            real::built(),
+            "the real kube-apiserver (tests/kube/build.sh)",
+        )
+    {
+        return None;
+    }
+    let rendered = crate::deploy::alloy_chart(values);
+    if rendered.is_empty() {
+        return None; // no helm: skipped loudly
+    }
+    let one = PODS.lock().unwrap_or_else(|p| p.into_inner());
+    Some((
+        yaml_docs(rendered.as_bytes()),
+        real::RealApiserver::start(),
+        one,
+    ))
+}
+
+/// The `kubectl …` commands a values file of k8s/alloy-helm tells the platform to run
+/// before `helm install` (its comment lines, `\` continued), run as written on the real
+/// apiserver from the repository's root, `HUBS_CA.pem` being `hub_ca`.
+fn run_documented_kubectl(k: &test_apiserver::real::RealApiserver, values: &str, hub_ca: &Path) {
+    let text = std::fs::read_to_string(root().join("k8s/alloy-helm").join(values)).unwrap();
+    let mut commands: Vec<String> = Vec::new();
+    // Whether the line before ended in `\`, and whether it was a kubectl command's.
+    let (mut continued, mut kubectl) = (false, false);
+    for line in text.lines().map_while(|l| l.strip_prefix('#')) {
+        let line = line.trim();
+        if !continued {
+            kubectl = line.starts_with("kubectl ");
+            if kubectl {
+                commands.push(String::new());
+            }
+        }
+        if kubectl {
+            let command = commands.last_mut().unwrap();
+            command.push(' ');
+            command.push_str(line.trim_end_matches('\\'));
+        }
+        continued = line.ends_with('\\');
+    }
+    assert!(commands.len() >= 2, "{values}: {commands:?}");
+    for command in &commands {
+        let args: Vec<String> = (command.split_whitespace().skip(1))
+            .map(|a| match a.split_once("--from-file=") {
+                Some(("", file)) => {
+                    let (key, path) = file.split_once('=').map_or(("", file), |(k, p)| (k, p));
+                    let path = match path {
+                        "HUBS_CA.pem" => hub_ca.to_path_buf(),
+                        p => root().join(p),
+                    };
+                    let key = if key.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{key}=")
+                    };
+                    format!("--from-file={key}{}", path.display())
+                }
+                _ => a.to_string(),
+            })
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        k.ok(&args);
+    }
+}
+
+/// The hub's pod (`hub`, a Deployment of service account cmpoll/cmpoll-hub) on the real
+/// apiserver with its own token, its probes answering; and the port it serves on.
+fn start_hub(
+    k: &test_apiserver::real::RealApiserver,
+    objects: &[Value],
+    hub: &Value,
+    dir: &Path,
+) -> (Pod, u16) {
+    let api = Api {
+        ca_pem: k.ca_pem(),
+        port: k.port,
+        token: k.token("cmpoll", "cmpoll-hub", "1h"),
+        services: Vec::new(),
+    };
+    let pod = start_pod_on(&api, objects, hub, dir);
+    let spec = &hub["spec"]["template"]["spec"];
+    probes_pass(spec, &pod);
+    (pod, port(&spec["containers"][0], &"https".into()))
+}
+
+/// Rendered objects, server-side dry run and then applied on the real apiserver, as one
+/// List (what `helm install` would send).
+fn dry_run_and_apply(k: &test_apiserver::real::RealApiserver, objects: &[Value]) {
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    let dry = k.server_dry_run(&list.to_string());
+    assert!(dry["kind"].is_string(), "{dry}");
+    k.server_apply(&list.to_string());
+}
+
+/// Grafana's own alloy chart with k8s/alloy-helm/values-deployment.yaml (rendered by the
+/// real helm from the chart in Alloy v1.19.2's source, dry-run and applied on the real
+/// apiserver after the commands its notes name) run as a kubelet would, with the real
+/// Alloy: the chart's Alloy loads the folder cmpoll writes (the chart's
+/// `/etc/alloy/KEY` path), the example module runs, an update reaches it, a module Alloy
+/// cannot build is refused and removed and its author gets a Kubernetes Event (the
+/// chart's ClusterRole is cmpoll's and it suffices); Alloy gets no token.
+#[test]
+fn the_alloy_charts_deployment_runs_cmpoll_beside_real_alloy() {
+    let Some((mut objects, k, _one)) = alloy_chart_on_a_real_apiserver("values-deployment.yaml")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    run_documented_kubectl(&k, "values-deployment.yaml", Path::new("/nonexistent"));
+    dry_run_and_apply(&k, &objects);
+    let made: Value = serde_json::from_str(&k.ok(&[
+        "-n",
+        "monitoring",
+        "get",
+        "configmap",
+        "cmpoll-alloy",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    objects.push(made);
+    let example = example_module();
+    assert_eq!(example["metadata"]["namespace"], "monitoring");
+    k.apply(&example.to_string());
+    let deployment = (objects.iter())
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap()
+        .clone();
+    let spec = &deployment["spec"]["template"]["spec"];
+    let alloy = alloy_container(spec);
+    assert!(
+        (alloy["args"].as_array().unwrap().iter()).any(|a| a == "/etc/alloy/../../modules"),
+        "{}",
+        alloy["args"]
+    );
+    let api = Api {
+        ca_pem: k.ca_pem(),
+        port: k.port,
+        token: k.token("monitoring", "alloy", "1h"),
+        services: Vec::new(),
+    };
+    let pod = start_pod_on(&api, &objects, &deployment, dir.path());
+    probes_pass(spec, &pod);
+    let port = port(alloy, &"http-metrics".into());
+    let module = "monitoring_S_payments_scrape.module";
+    let want = alloy_runs_the_example(port, &pod);
+    k.apply(&updated_example().to_string());
+    k.ok(&["create", "namespace", "team-y"]);
+    let unbuildable = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "unbuildable", "namespace": "team-y",
+            "labels": {"cmpoll.io/module": "true"}},
+        "data": {"y.alloy": "prometheus.scrape \"y\" {\n  targets         = []\n  forward_to      = []\n  scrape_interval = \"1s\"\n  scrape_timeout  = \"5s\"\n}\n"}});
+    k.apply(&unbuildable.to_string());
+    eventually_explained(
+        "the update reaches the chart's Alloy",
+        Duration::from_secs(60),
+        || alloy_components(port, Some(module)).len() == 2,
+        || format!("{:?}\n{}", alloy_components(port, Some(module)), pod.log()),
+    );
+    eventually_explained(
+        "Alloy refuses the module it cannot build, and its author gets an Event",
+        Duration::from_secs(60),
+        || {
+            let events: Value = serde_json::from_str(&k.ok(&[
+                "-n",
+                "team-y",
+                "get",
+                "events.events.k8s.io",
+                "-o",
+                "json",
+            ]))
+            .unwrap();
+            (events["items"].as_array().into_iter().flatten()).any(|e| {
+                e["reason"] == "Rejected"
+                    && e["regarding"]["name"] == "unbuildable"
+                    && s(&e["note"]).contains("refused by the agent")
+            })
+        },
+        || pod.log(),
+    );
+    eventually_explained(
+        "the chart's Alloy runs the others, without it",
+        SOON,
+        || alloy_components(port, None) == want,
+        || pod.log(),
+    );
+    assert!(
+        !dir.path()
+            .join("volumes/modules/team-y.unbuildable.alloy")
+            .exists()
+    );
+    // No token for Alloy: its account mounts none, only cmpoll's container projects one.
+    let account = (objects.iter())
+        .find(|o| o["kind"] == "ServiceAccount")
+        .unwrap();
+    assert_eq!(account["automountServiceAccountToken"], false);
+    assert!(
+        !(alloy["volumeMounts"].as_array().unwrap().iter())
+            .any(|m| s(&m["mountPath"]).contains("serviceaccount")),
+        "Alloy gets a service-account token"
+    );
+    drop(pod);
+}
+
+/// charts/cmpoll's hubs and Grafana's alloy chart with k8s/alloy-helm/values-daemonset.yaml
+/// (both rendered by the real helm, dry-run and applied on the real apiserver after the
+/// commands the values' notes name), run as a kubelet would: the DaemonSet's follower
+/// gets the example module from the hub through the Service's name with the chart's
+/// service account's token (reviewed by the hub against the follower ClusterRole the
+/// values add), the real Alloy runs it, an update arrives long before the follower's
+/// interval, and the follower asks the apiserver nothing.
+#[test]
+fn the_alloy_charts_daemonset_follows_the_cmpoll_charts_hub() {
+    let Some((mut objects, k, _one)) = alloy_chart_on_a_real_apiserver("values-daemonset.yaml")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let hub_objects = yaml_docs(crate::deploy::helm_template(&[]).as_bytes());
+    k.ok(&["create", "namespace", "cmpoll"]);
+    dry_run_and_apply(&k, &hub_objects);
+    let pki = test_apiserver::Pki::with_server_names(
+        "cmpoll-hub-ca",
+        &["cmpoll-hub.cmpoll.svc", "127.0.0.1"],
+    );
+    let tls = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "cmpoll-hub-tls", "namespace": "cmpoll"},
+        "stringData": {"tls.crt": pki.server.cert_pem, "tls.key": pki.server.key_pem}});
+    k.apply(&tls.to_string());
+    let hub_ca = dir.path().join("hubs-ca.pem");
+    std::fs::write(&hub_ca, pki.ca_pem()).unwrap();
+    run_documented_kubectl(&k, "values-daemonset.yaml", &hub_ca);
+    dry_run_and_apply(&k, &objects);
+    for name in ["cmpoll-alloy", "cmpoll-hub-ca"] {
+        let made = k.ok(&["-n", "monitoring", "get", "configmap", name, "-o", "json"]);
+        objects.push(serde_json::from_str(&made).unwrap());
+    }
+    objects.push(tls);
+    objects.extend(hub_objects.iter().cloned());
+    let example = example_module();
+    k.apply(&example.to_string());
+    let hub = (hub_objects.iter())
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let hub_dir = tempfile::tempdir().unwrap();
+    let (hub_pod, https) = start_hub(&k, &objects, hub, hub_dir.path());
+    let mark = k.audit_mark();
+    let daemonset = (objects.iter())
+        .find(|o| o["kind"] == "DaemonSet")
+        .unwrap()
+        .clone();
+    let spec = &daemonset["spec"]["template"]["spec"];
+    let follower_api = Api {
+        ca_pem: k.ca_pem(),
+        port: k.port,
+        token: k.token("monitoring", "alloy", "1h"),
+        services: vec![(
+            "https://cmpoll-hub.cmpoll.svc".to_string(),
+            format!("https://127.0.0.1:{https}"),
+        )],
+    };
+    let pod = start_pod_on(&follower_api, &objects, &daemonset, dir.path());
+    probes_pass(spec, &pod);
+    let alloy = alloy_container(spec);
+    let port = port(alloy, &"http-metrics".into());
+    let module = "monitoring_S_payments_scrape.module";
+    eventually_explained(
+        "the chart's Alloy runs the example module it got through the hub",
+        SOON,
+        || alloy_components(port, Some(module)).len() == 1,
+        || format!("{}\n{}", pod.log(), hub_pod.log()),
+    );
+    k.apply(&updated_example().to_string());
+    eventually_explained(
+        "the update reaches the chart's Alloy through the hub, before the 60 s interval",
+        Duration::from_secs(30),
+        || {
+            alloy_components(port, Some(module))
+                .iter()
+                .filter(|(_, h)| h == "healthy")
+                .count()
+                == 2
+        },
+        || format!("{}\n{}", pod.log(), hub_pod.log()),
+    );
+    let audit = k.audit_since(mark);
+    let asked: Vec<&Value> = (audit.iter())
+        .filter(|e| e["user"]["username"] == "system:serviceaccount:monitoring:alloy")
+        .collect();
+    assert!(
+        asked.is_empty(),
+        "the follower called the apiserver: {asked:?}"
+    );
+    let reviewed = (audit.iter())
+        .filter(|e| e["user"]["username"] == "system:serviceaccount:cmpoll:cmpoll-hub")
+        .any(|e| e["objectRef"]["resource"] == "subjectaccessreviews");
+    assert!(reviewed, "the hub asked whether the follower may list");
     drop(pod);
     drop(hub_pod);
 }
