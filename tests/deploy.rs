@@ -203,7 +203,8 @@ pub fn helm_template(set: &[&str]) -> String {
 /// Grafana's own alloy chart (chart 1.11.1), as Alloy v1.19.2's Go module holds it in
 /// `operations/helm/charts/alloy` (the module cache tests/alloy/build.sh fills), rendered
 /// by tools/helm's helm as release `alloy` in namespace `monitoring` with
-/// `k8s/alloy-helm/VALUES`: what `helm install alloy grafana/alloy -f VALUES` would apply.
+/// `k8s/alloy-helm/VALUES`: what `helm install alloy grafana/alloy -f VALUES` would apply;
+/// `helm lint --strict` with those values must pass first.
 pub fn alloy_chart(values: &str) -> String {
     let Some(helm) = helm() else {
         return String::new();
@@ -222,11 +223,17 @@ pub fn alloy_chart(values: &str) -> String {
     );
     let chart = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
         .join("operations/helm/charts/alloy");
+    let values_file = root().join("k8s/alloy-helm").join(values);
+    let (ok, lint) = run(Command::new(&helm)
+        .args(["lint", "--strict", "-n", "monitoring", "-f"])
+        .arg(&values_file)
+        .arg(&chart));
+    assert!(ok, "helm lint --strict {chart:?} -f {values}: {lint}");
     let out = Command::new(helm)
         .args(["template", "alloy"])
         .arg(&chart)
         .args(["-n", "monitoring", "-f"])
-        .arg(root().join("k8s/alloy-helm").join(values))
+        .arg(&values_file)
         .output()
         .unwrap();
     assert!(
