@@ -549,3 +549,65 @@ fn a_reason_is_at_most_4_kib_cut_on_a_character_boundary() {
         assert!(!reason.contains('\u{fffd}'), "a character was split");
     }
 }
+
+/// `--confirm`: an agent that cannot be asked (its command fails: the agent is down) makes
+/// `/readyz` fail and say so, as a failed reload does, and `cmpoll status` exit 1; once the
+/// agent answers again, the module is delivered and cmpoll is ready.
+#[test]
+fn an_agent_that_cannot_be_asked_fails_readiness_until_it_answers() {
+    let s = TestApiserver::start();
+    s.put(module("ns", "m", "good 1"));
+    let c = Cmpoll::against(&s);
+    let keep = tempfile::tempdir().unwrap();
+    let out = keep.path().join("out");
+    let up = keep.path().join("agent-up");
+    let asked = keep.path().join("asked");
+    let confirm = format!(
+        "echo asked >> '{}'; test -e '{}' || {{ echo 'the agent is down' >&2; exit 1; }}",
+        asked.display(),
+        up.display()
+    );
+    let listen = format!("127.0.0.1:{}", free_port());
+    let d = Daemon::start(
+        c,
+        &[
+            "--interval",
+            "30ms",
+            "--listen",
+            &listen,
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--validate",
+            "true",
+            "--confirm",
+            &confirm,
+        ],
+    );
+    let readyz = || curl(&format!("http://{listen}/readyz")).unwrap_or_default();
+    eventually_explained(
+        "readiness fails, naming --confirm",
+        SOON,
+        || {
+            let (code, body) = readyz();
+            code == 503 && body.contains("--confirm") && body.contains("could not be asked")
+        },
+        || format!("{:?}", readyz()),
+    );
+    // Asked again on later polls, and still not ready while the agent is down.
+    eventually("asked twice", SOON, || lines(&asked).len() >= 2);
+    assert_eq!(readyz().0, 503);
+    let status = Cmpoll::new()
+        .with_args(&["status", "--server-url", &format!("http://{listen}")])
+        .run()
+        .failure(1);
+    assert!(status.stdout.contains("--confirm"), "{}", status.described);
+    fs::write(&up, "").unwrap();
+    eventually_explained(
+        "ready once the agent answers",
+        SOON,
+        || readyz().0 == 200,
+        || format!("{:?}", readyz()),
+    );
+    assert_eq!(tree(&out), map(&[("ns/m/k.conf", "good 1")]));
+    d.stop();
+}

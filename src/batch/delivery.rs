@@ -228,6 +228,7 @@ impl Delivery {
     /// asked (down, or unable to start: perhaps because of what the batch brought) gets
     /// back what it had before the batch, and the batch comes again with the next poll;
     /// a run's first batch stays (the folder had most of it before), asked about again.
+    /// Until the agent is asked again, `/readyz` fails as after a failed reload.
     /// What the store must hold instead of `next` for the modules put back.
     fn confirm(
         &mut self,
@@ -260,7 +261,11 @@ impl Delivery {
         let mut asked: Vec<&str> = self.unconfirmed.keys().map(String::as_str).collect();
         asked.sort_unstable();
         let asking = std::time::Instant::now();
-        match gate.confirm(&asked) {
+        let answer = gate.confirm(&asked);
+        // The agent reloads when it is asked: readiness hears how, as of a reload path.
+        let outcome = answer.as_ref().map(|_| ()).map_err(Clone::clone);
+        lock(&self.health).reloads.set("--confirm", outcome);
+        match answer {
             Ok(refused) => {
                 log::info!(
                     "--confirm: the agent took the batch and answered for {} module(s), refusing {} ({:?})",
