@@ -116,7 +116,7 @@ fn the_example_environment_file_is_accepted_by_cmpoll() {
 }
 
 /// The manifests of every kustomize variant plus the examples, in a folder.
-fn manifests() -> tempfile::TempDir {
+pub fn manifests() -> tempfile::TempDir {
     // Not a hidden name: checkov skips hidden folders (and tempfile's are `.tmpXXXX`).
     let dir = tempfile::Builder::new()
         .prefix("cmpoll-manifests-")

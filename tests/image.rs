@@ -389,6 +389,35 @@ fn the_images_are_what_the_dockerfile_promises() {
     // which name every layer's digest).
     let again = tempfile::tempdir().unwrap();
     assert_eq!(build(&again.path().join("store")), images.built);
+    // Every cmpoll image a shape, a chart, the alloy chart's values or a chart fixture
+    // names is one the script built (a new tag, or a version bump the manifests missed,
+    // would name an image nobody can pull).
+    let out = images.run(&["images", "--format", "{{.Repository}}:{{.Tag}}"]);
+    let built: Vec<String> = (String::from_utf8_lossy(&out.stdout).lines())
+        .map(|l| l.trim().to_string())
+        .collect();
+    let rendered = crate::deploy::manifests();
+    let fixtures = root().join("tests/fixtures/charts");
+    let mut named = std::collections::BTreeSet::new();
+    for dir in [rendered.path(), fixtures.as_path()] {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap_or_default();
+            for (i, _) in text.match_indices("ghcr.io/cmpoll/cmpoll:") {
+                let image: String = text[i..]
+                    .chars()
+                    .take_while(|c| !c.is_whitespace() && !"\"',".contains(*c))
+                    .collect();
+                named.insert(image);
+            }
+        }
+    }
+    assert!(named.len() >= 3, "{named:?}");
+    for image in &named {
+        assert!(
+            built.contains(image),
+            "{image} is named but not built: {built:?}"
+        );
+    }
 }
 
 /// `cmpoll --version` in the image, and `cmpoll run` as k8s/prometheus runs it, against
