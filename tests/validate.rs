@@ -585,11 +585,11 @@ fn an_agent_that_cannot_be_asked_fails_readiness_until_it_answers() {
     );
     let readyz = || curl(&format!("http://{listen}/readyz")).unwrap_or_default();
     eventually_explained(
-        "readiness fails, naming --confirm",
+        "readiness fails: the agent could not be asked",
         SOON,
         || {
             let (code, body) = readyz();
-            code == 503 && body.contains("--confirm") && body.contains("could not be asked")
+            code == 503 && body.contains("the last reload failed: the agent could not be asked")
         },
         || format!("{:?}", readyz()),
     );

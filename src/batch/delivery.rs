@@ -262,8 +262,10 @@ impl Delivery {
         asked.sort_unstable();
         let asking = std::time::Instant::now();
         let answer = gate.confirm(&asked);
-        // The agent reloads when it is asked: readiness hears how, as of a reload path.
-        let outcome = answer.as_ref().map(|_| ()).map_err(Clone::clone);
+        // The agent reloads when it is asked: readiness hears how, as of a reload path
+        // (its words without the path's name, as the other paths keep them).
+        let outcome = (answer.as_ref().map(|_| ()))
+            .map_err(|e| e.strip_prefix("--confirm: ").unwrap_or(e).to_string());
         lock(&self.health).reloads.set("--confirm", outcome);
         match answer {
             Ok(refused) => {

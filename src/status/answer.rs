@@ -144,6 +144,7 @@ pub fn answer(ledger: &Ledger, health: &Health, query: &Query) -> Answer {
     }
     modules.sort_by(|a, b| a.module.cmp(&b.module));
     let reloads = ledger.reloads.all();
+    let names: Vec<&str> = ledger.sinks.iter().map(|s| s.name.as_str()).collect();
     let sinks = (ledger.sinks.iter())
         .map(|s| SinkRow {
             sink: s.name.clone(),
@@ -156,7 +157,7 @@ pub fn answer(ledger: &Ledger, health: &Health, query: &Query) -> Answer {
                     unwritten,
                 }),
             reloads: (reloads.iter())
-                .filter(|(path, _, _)| reload_owner(path) == s.name)
+                .filter(|(path, _, _)| reload_owner(path, &names) == s.name)
                 .map(|(path, outcome, at)| Reload {
                     path: path.clone(),
                     time: rfc3339(*at),
@@ -187,13 +188,20 @@ pub fn answer(ledger: &Ledger, health: &Health, query: &Query) -> Answer {
     }
 }
 
-/// The sink a reload path belongs to (the paths `ReloadResults::done` is given).
-fn reload_owner(path: &str) -> &'static str {
-    match path {
+/// The sink a reload path belongs to, among `sinks` (the paths `ReloadResults::done` is
+/// given; `--confirm`, asking the agent after every sink, is shown with the output folder
+/// the agent reads, else with the last sink).
+fn reload_owner<'a>(path: &str, sinks: &[&'a str]) -> &'a str {
+    let owner = match path {
         "signal" => "agent",
         "--on-change" => "on-change",
+        "--confirm" => "out-dir",
         _ => "reload-url",
-    }
+    };
+    (sinks.iter().find(|s| **s == owner))
+        .or(sinks.last().filter(|_| path == "--confirm"))
+        .copied()
+        .unwrap_or("")
 }
 
 /// `2026-12-02T11:41:11Z`.
@@ -450,6 +458,31 @@ mod tests {
             loc: Loc::default(),
             resource_version: Rv::new(rv),
         }
+    }
+
+    #[test]
+    fn asking_the_agent_is_shown_with_the_folder_else_with_the_last_sink() {
+        let (mut l, mut health) = ledger();
+        l.sinks(vec!["out-dir".into(), "stdout".into()]);
+        health.first_batch = true;
+        health.last_success = Some(std::time::Instant::now());
+        l.polled(1, Duration::from_millis(5), Ok(()));
+        let why = "the agent could not be asked: it exited with status 1";
+        health.reloads.set("--confirm", Err(why.into()));
+        let r = answer(&l, &health, &Query::default());
+        assert_eq!(r.sinks[0].reloads.len(), 1);
+        assert_eq!(r.sinks[0].reloads[0].path, "--confirm");
+        assert!(r.sinks[1].reloads.is_empty());
+        assert_eq!(
+            r.problems()[..2],
+            [
+                format!("not ready: the last reload failed: {why}"),
+                format!("reload --confirm failed: {why}"),
+            ]
+        );
+        l.sinks(vec!["stdout".into()]);
+        let r = answer(&l, &health, &Query::default());
+        assert_eq!(r.sinks[0].reloads[0].path, "--confirm");
     }
 
     #[test]
