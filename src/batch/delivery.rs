@@ -262,11 +262,7 @@ impl Delivery {
         asked.sort_unstable();
         let asking = std::time::Instant::now();
         let answer = gate.confirm(&asked);
-        // The agent reloads when it is asked: readiness hears how, as of a reload path
-        // (its words without the path's name, as the other paths keep them).
-        let outcome = (answer.as_ref().map(|_| ()))
-            .map_err(|e| e.strip_prefix("--confirm: ").unwrap_or(e).to_string());
-        lock(&self.health).reloads.set("--confirm", outcome);
+        asked_agent(&self.health, &answer);
         match answer {
             Ok(refused) => {
                 log::info!(
@@ -400,8 +396,12 @@ impl Delivery {
             spool: &store.spool,
             first: false,
         };
-        for sink in self.sinks.iter_mut() {
+        for (index, sink) in self.sinks.iter_mut().enumerate() {
             let outcome = sink.apply(&batch)?;
+            // A delivery like any other, for /status.
+            if let Some(l) = &self.ledger {
+                lock(l).delivered(index, number, batch.events.len(), outcome.unwritten.len());
+            }
             for (id, why) in outcome.unwritten {
                 log::warn!(
                     "--confirm: {} could not take {id}'s last good version back: {why}",
@@ -417,7 +417,9 @@ impl Delivery {
         let refused = back.iter().any(|(_, _, why)| why.is_some());
         if refused && let Some(gate) = &self.gate {
             let ids: Vec<&str> = goods.modules.iter().map(|(id, _)| id).collect();
-            match gate.confirm(&ids) {
+            let answer = gate.confirm(&ids);
+            asked_agent(&self.health, &answer);
+            match answer {
                 Ok(again) if again.is_empty() => {}
                 Ok(again) => log::warn!(
                     "--confirm: the agent refuses the last good version of {} too",
@@ -766,6 +768,14 @@ pub struct Committed {
     /// The modules a sink could not write (they keep their previous version), in order,
     /// each with why.
     pub unwritten: Vec<(String, String)>,
+}
+
+/// `--confirm` asked the agent, which reloads when asked: readiness hears how, as of a
+/// reload path (the words without the path's name, as the other paths keep them).
+fn asked_agent(health: &Mutex<Health>, answer: &Result<Vec<(String, String)>, String>) {
+    let outcome = (answer.as_ref().map(|_| ()))
+        .map_err(|e| e.strip_prefix("--confirm: ").unwrap_or(e).to_string());
+    lock(health).reloads.set("--confirm", outcome);
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -1123,6 +1133,27 @@ mod tests {
             Some(gate),
             vec![sink("outdir", &heard), sink("stdout", &heard)],
         );
+        let mut ledger = Ledger::new(
+            String::new(),
+            String::new(),
+            Duration::from_secs(30),
+            crate::source::Resources::one(Resource::ConfigMaps),
+            Default::default(),
+        );
+        ledger.sinks(vec!["outdir".into(), "stdout".into()]);
+        let ledger = Arc::new(Mutex::new(ledger));
+        d = d.recording(Some(ledger.clone()));
+        // What /status says each sink was last given (poll, events), and how asking went.
+        let last_given = || {
+            (lock(&ledger).sinks.iter())
+                .map(|s| s.delivered.map(|(_, poll, changes, _)| (poll, changes)))
+                .collect::<Vec<_>>()
+        };
+        let asking = |d: &Delivery| {
+            (lock(&d.health).reloads.all().into_iter())
+                .map(|(path, r, _)| (path, r.is_ok()))
+                .collect::<Vec<_>>()
+        };
         let mut store = Store::new(Spool::memory());
         let asked_lines = || {
             let s = std::fs::read_to_string(&asked).unwrap_or_default();
@@ -1150,6 +1181,9 @@ mod tests {
         );
         // Asked about the batch, then about what went back (to take the folder again).
         assert_eq!(asked_lines(), ["ns/a ns/c ", "ns/a "]);
+        // The sinks were last given the put-back (two events went back, two rejected).
+        assert_eq!(last_given(), [Some((2, 4)), Some((2, 4))]);
+        assert_eq!(asking(&d), [("--confirm".to_string(), true)]);
         assert_eq!(held_value(&store, "ns/a").as_deref(), Some("1"));
         assert_eq!(held_value(&store, "ns/c"), None);
         assert_eq!(d.rejected_modules(), 2);
@@ -1180,6 +1214,7 @@ mod tests {
             ]
         );
         assert_eq!(asked_lines(), Vec::<String>::new(), "down");
+        assert_eq!(asking(&d), [("--confirm".to_string(), false)], "not ready");
         assert_eq!(held_value(&store, "ns/a").as_deref(), Some("1"));
         assert_eq!(d.rejected_modules(), 1, "not rejected: withdrawn");
         // Up again: "3" comes again, is refused, and goes back to "1".
@@ -1212,6 +1247,7 @@ mod tests {
         assert_eq!(asked_lines(), ["ns/a "]);
         assert_eq!(held_value(&store, "ns/a").as_deref(), Some("4"));
         assert_eq!(d.rejected_modules(), 1, "ns/c only");
+        assert_eq!(asking(&d), [("--confirm".to_string(), true)], "ready again");
     }
 
     /// A run's first batch is not put back when the agent cannot be asked (the folder
