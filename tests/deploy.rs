@@ -169,8 +169,16 @@ pub fn manifests() -> tempfile::TempDir {
         std::fs::write(dir.path().join(name), helm_template(&values)).unwrap();
     }
     // Grafana's alloy chart with k8s/alloy-helm's values.
-    for values in ["values-deployment.yaml", "values-daemonset.yaml"] {
-        let name = format!("alloy-chart-{values}");
+    for (name, values) in [
+        (
+            "alloy-chart-deployment.yaml",
+            &["values-deployment.yaml"][..],
+        ),
+        (
+            "alloy-chart-daemonset.yaml",
+            &["values-deployment.yaml", "values-daemonset.yaml"][..],
+        ),
+    ] {
         std::fs::write(dir.path().join(name), alloy_chart(values)).unwrap();
     }
     dir
@@ -202,10 +210,10 @@ pub fn helm_template(set: &[&str]) -> String {
 
 /// Grafana's own alloy chart (chart 1.11.1), as Alloy v1.19.2's Go module holds it in
 /// `operations/helm/charts/alloy` (the module cache tests/alloy/build.sh fills), rendered
-/// by tools/helm's helm as release `alloy` in namespace `monitoring` with
-/// `k8s/alloy-helm/VALUES`: what `helm install alloy grafana/alloy -f VALUES` would apply;
-/// `helm lint --strict` with those values must pass first.
-pub fn alloy_chart(values: &str) -> String {
+/// by tools/helm's helm as release `alloy` in namespace `monitoring` with the files of
+/// `k8s/alloy-helm` named in `values`, in order: what `helm install alloy grafana/alloy -f
+/// V1 -f V2…` would apply; `helm lint --strict` with those values must pass first.
+pub fn alloy_chart(values: &[&str]) -> String {
     let Some(helm) = helm() else {
         return String::new();
     };
@@ -223,22 +231,29 @@ pub fn alloy_chart(values: &str) -> String {
     );
     let chart = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
         .join("operations/helm/charts/alloy");
-    let values_file = root().join("k8s/alloy-helm").join(values);
+    let files: Vec<String> = (values.iter())
+        .flat_map(|v| {
+            [
+                "-f".to_string(),
+                root().join("k8s/alloy-helm").join(v).display().to_string(),
+            ]
+        })
+        .collect();
     let (ok, lint) = run(Command::new(&helm)
-        .args(["lint", "--strict", "-n", "monitoring", "-f"])
-        .arg(&values_file)
+        .args(["lint", "--strict", "-n", "monitoring"])
+        .args(&files)
         .arg(&chart));
-    assert!(ok, "helm lint --strict {chart:?} -f {values}: {lint}");
+    assert!(ok, "helm lint --strict {chart:?} {values:?}: {lint}");
     let out = Command::new(helm)
         .args(["template", "alloy"])
         .arg(&chart)
-        .args(["-n", "monitoring", "-f"])
-        .arg(&values_file)
+        .args(["-n", "monitoring"])
+        .args(&files)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "helm template {chart:?} -f {values}: {out:?}"
+        "helm template {chart:?} {values:?}: {out:?}"
     );
     String::from_utf8(out.stdout).unwrap()
 }

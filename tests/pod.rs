@@ -1662,9 +1662,10 @@ fn updated_example() -> Value {
     example
 }
 
-/// Grafana's alloy chart rendered with k8s/alloy-helm's `values` and a real apiserver to
-/// run it on, with the pods' lock held; `None` (a loud skip, a failure in CI) without
-/// the pod tools, the real Alloy, the real apiserver or helm.
+/// Grafana's alloy chart rendered with the values files the `helm install alloy` line of
+/// k8s/alloy-helm's `values` names, and a real apiserver to run it on, with the pods' lock
+/// held; `None` (a loud skip, a failure in CI) without the pod tools, the real Alloy, the
+/// real apiserver or helm.
 fn alloy_chart_on_a_real_apiserver(
     values: &str,
 ) -> Option<(
@@ -1681,7 +1682,16 @@ fn alloy_chart_on_a_real_apiserver(
     {
         return None;
     }
-    let rendered = crate::deploy::alloy_chart(values);
+    let install = (documented_commands(values).into_iter())
+        .find(|c| c.starts_with("helm install alloy "))
+        .unwrap_or_else(|| panic!("{values}: no `helm install alloy` line"));
+    let words: Vec<&str> = install.split_whitespace().collect();
+    let files: Vec<&str> = (words.windows(2))
+        .filter(|w| w[0] == "-f")
+        .map(|w| w[1].trim_start_matches("k8s/alloy-helm/"))
+        .collect();
+    assert!(files.contains(&values), "{install}");
+    let rendered = crate::deploy::alloy_chart(&files);
     if rendered.is_empty() {
         return None; // no helm: skipped loudly
     }
@@ -1693,29 +1703,37 @@ fn alloy_chart_on_a_real_apiserver(
     ))
 }
 
-/// The `kubectl …` commands a values file of k8s/alloy-helm tells the platform to run
-/// before `helm install` (its comment lines, `\` continued), run as written on the real
-/// apiserver from the repository's root, `HUBS_CA.pem` being `hub_ca`.
-fn run_documented_kubectl(k: &test_apiserver::real::RealApiserver, values: &str, hub_ca: &Path) {
+/// The `kubectl …` and `helm …` commands the head of k8s/alloy-helm's `values` tells the
+/// platform to run (its comment lines, `\` continued; a `#` after a command ends it).
+fn documented_commands(values: &str) -> Vec<String> {
     let text = std::fs::read_to_string(root().join("k8s/alloy-helm").join(values)).unwrap();
     let mut commands: Vec<String> = Vec::new();
-    // Whether the line before ended in `\`, and whether it was a kubectl command's.
-    let (mut continued, mut kubectl) = (false, false);
+    // Whether the line before ended in `\`, and whether it was a command's.
+    let (mut continued, mut command) = (false, false);
     for line in text.lines().map_while(|l| l.strip_prefix('#')) {
-        let line = line.trim();
+        let line = line.split(" #").next().unwrap_or_default().trim();
         if !continued {
-            kubectl = line.starts_with("kubectl ");
-            if kubectl {
+            command = line.starts_with("kubectl ") || line.starts_with("helm ");
+            if command {
                 commands.push(String::new());
             }
         }
-        if kubectl {
-            let command = commands.last_mut().unwrap();
-            command.push(' ');
-            command.push_str(line.trim_end_matches('\\'));
+        if command {
+            let last = commands.last_mut().unwrap();
+            last.push_str(line.trim_end_matches('\\').trim());
+            last.push(' ');
         }
         continued = line.ends_with('\\');
     }
+    commands
+}
+
+/// The `kubectl …` commands of `values`' head, run as written on the real apiserver from
+/// the repository's root, `HUBS_CA.pem` being `hub_ca`.
+fn run_documented_kubectl(k: &test_apiserver::real::RealApiserver, values: &str, hub_ca: &Path) {
+    let commands: Vec<String> = (documented_commands(values).into_iter())
+        .filter(|c| c.starts_with("kubectl "))
+        .collect();
     assert!(commands.len() >= 2, "{values}: {commands:?}");
     for command in &commands {
         let args: Vec<String> = (command.split_whitespace().skip(1))
