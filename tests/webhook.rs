@@ -203,3 +203,21 @@ fn only_a_client_with_a_certificate_from_the_client_ca_is_reviewed() {
     );
     d.stop();
 }
+
+/// Issue 47.6 for the webhook (it shares the hub's server): a body whose length is told
+/// twice or not as digits is a 400 with the connection closed, never a second request
+/// hidden behind it; the next review goes through.
+#[test]
+fn a_length_told_twice_or_wrongly_is_refused_whole() {
+    use crate::util::flood::{refused_whole, smuggled};
+    let c = Cmpoll::new();
+    let pki = Pki::with_server_names("cmpoll-webhook-test", &["127.0.0.1"]);
+    let ca = c.write("ca.crt", &pki.ca_pem());
+    let (_d, addr) = start(&c, &pki, &[]);
+    for request in smuggled("/healthz") {
+        if let Err(e) = refused_whole(&addr, &pki.ca_pem(), &request) {
+            panic!("{}: {e}", String::from_utf8_lossy(&request));
+        }
+    }
+    assert!(post(&addr, &ca, &review(&c), None).0);
+}

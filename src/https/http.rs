@@ -152,15 +152,24 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parsed {
     if head_len > MAX_HEAD {
         return Parsed::Bad(Answer::text(431, "request head too large\n"));
     }
-    let mut length = 0usize;
+    let mut length: Option<usize> = None;
     let mut close = req.version == Some(0);
     let mut kept = Vec::with_capacity(req.headers.len());
     for h in req.headers.iter() {
         let value = String::from_utf8_lossy(h.value).into_owned();
         if h.name.eq_ignore_ascii_case("content-length") {
-            match value.trim().parse() {
-                Ok(n) => length = n,
-                Err(_) => return Parsed::Bad(Answer::text(400, "bad Content-Length\n")),
+            // RFC 9112 §6.3: 1*DIGIT, and a second one only if it says the same; anything
+            // else could frame the bytes after it as another request.
+            let n = Some(value.trim())
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<usize>().ok());
+            match (n, length) {
+                (Some(n), None) => length = Some(n),
+                (Some(n), Some(before)) if n == before => {}
+                (Some(_), Some(_)) => {
+                    return Parsed::Bad(Answer::text(400, "two different Content-Lengths\n"));
+                }
+                (None, _) => return Parsed::Bad(Answer::text(400, "bad Content-Length\n")),
             }
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             return Parsed::Bad(Answer::text(411, "a body needs Content-Length\n"));
@@ -169,6 +178,7 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parsed {
         }
         kept.push((h.name.to_string(), value));
     }
+    let length = length.unwrap_or(0);
     if length > max_body {
         return Parsed::Bad(Answer::text(
             413,
@@ -237,7 +247,19 @@ mod tests {
 
     #[test]
     fn what_is_refused_and_how() {
-        let cases: [(&[u8], u16); 4] = [
+        let cases: [(&[u8], u16); 9] = [
+            // Issue 47.6: differing or malformed lengths smuggle a second request.
+            (
+                b"GET / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 66\r\n\r\n",
+                400,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nContent-Length: 66\r\nContent-Length: 0\r\n\r\n",
+                400,
+            ),
+            (b"GET / HTTP/1.1\r\nContent-Length: +5\r\n\r\nhello", 400),
+            (b"GET / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\nhello", 400),
+            (b"GET / HTTP/1.1\r\nContent-Length: \r\n\r\n", 400),
             (b"BAD\x01 / HTTP/1.1\r\n\r\n", 400),
             (
                 b"POST /validate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -258,6 +280,9 @@ mod tests {
         let mut big = b"GET /".to_vec();
         big.extend(vec![b'a'; MAX_HEAD + 10]);
         assert!(matches!(parse(&big, 0), Parsed::Bad(a) if a.status == 431));
+        // The same length twice is one length (as Go's net/http reads it).
+        let twice = b"POST /v HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nokGET";
+        assert!(matches!(parse(twice, 1024), Parsed::Complete(r, 60) if r.body == b"ok"));
         // A body not all there yet.
         let cut = b"POST /v HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc";
         assert!(matches!(parse(cut, 1024), Parsed::Partial));

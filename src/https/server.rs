@@ -53,6 +53,10 @@ pub struct Limits {
     pub queue: usize,
     /// What a request gets when the queue is full.
     pub busy: Answer,
+    /// What a request gets when its handler panics (the worker goes on).
+    pub panicked: Answer,
+    /// Counts the handlers that panicked.
+    pub panics: prometheus_client::metrics::counter::Counter,
 }
 
 impl Default for Limits {
@@ -66,6 +70,8 @@ impl Default for Limits {
             workers: 4,
             queue: 256,
             busy: Answer::text(503, "too many requests at once; try again\n"),
+            panicked: Answer::text(500, "internal error\n"),
+            panics: Default::default(),
         }
     }
 }
@@ -203,9 +209,10 @@ impl Server {
         let rx = Arc::new(Mutex::new(rx));
         for n in 0..limits.workers.max(1) {
             let (rx, handler, shared) = (rx.clone(), handler.clone(), shared.clone());
+            let limits = limits.clone();
             thread::Builder::new()
                 .name(format!("https-{n}"))
-                .spawn(move || work(&rx, handler.as_ref(), &shared))?;
+                .spawn(move || work(&rx, handler.as_ref(), &shared, &limits))?;
         }
         let server = Server {
             listener,
@@ -529,15 +536,25 @@ struct Ready {
     conns: Vec<PollFlags>,
 }
 
-/// A worker: takes jobs until the server is gone.
-fn work(rx: &Mutex<Receiver<Job>>, handler: &dyn Handler, shared: &Shared) {
+/// A worker: takes jobs until the server is gone. A handler that panics costs its request
+/// a 500, never the worker: whatever a client sends, the pool stays whole.
+fn work(rx: &Mutex<Receiver<Job>>, handler: &dyn Handler, shared: &Shared, limits: &Limits) {
     loop {
         let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
         let Ok(job) = job else { return };
         if job.wake == Wake::First {
             shared.queued.fetch_sub(1, Ordering::SeqCst);
         }
-        let reply = handler.handle(&job.req, &job.peer, job.wake);
+        let asked = std::panic::AssertUnwindSafe(|| handler.handle(&job.req, &job.peer, job.wake));
+        let reply = std::panic::catch_unwind(asked).unwrap_or_else(|_| {
+            limits.panics.inc();
+            log::error!(
+                "https: the answer to {} {} panicked",
+                job.req.method,
+                job.req.path
+            );
+            Reply::Answer(limits.panicked.clone())
+        });
         shared
             .results
             .lock()

@@ -170,6 +170,7 @@ pub struct Metrics {
     webhook_reviews: Results,
     decisions: Decisions,
     served: Served,
+    handler_panics: Counter,
 }
 
 impl Default for Metrics {
@@ -267,6 +268,12 @@ impl Metrics {
             webhook_reviews.0.clone(),
         );
         let (decisions, served) = serve_metrics(&mut r);
+        let handler_panics = Counter::default();
+        r.register(
+            "handler_panics",
+            "Requests to cmpoll serve or cmpoll webhook whose handler panicked: each was answered 500 and the server went on",
+            handler_panics.clone(),
+        );
         let info = Family::<Labels, Gauge>::default();
         r.register("build_info", "cmpoll's version", info.clone());
         info.get_or_create(&label("version", env!("CARGO_PKG_VERSION")))
@@ -289,6 +296,7 @@ impl Metrics {
             webhook_reviews,
             decisions,
             served,
+            handler_panics,
         }
     }
 
@@ -357,6 +365,11 @@ impl Metrics {
 
     pub fn served(&self) -> Served {
         self.served.clone()
+    }
+
+    /// The HTTPS server's count of handlers that panicked (`cmpoll serve`, `cmpoll webhook`).
+    pub fn handler_panics(&self) -> Counter {
+        self.handler_panics.clone()
     }
 
     /// `cmpoll webhook`'s handle.

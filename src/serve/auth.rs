@@ -177,10 +177,10 @@ impl Auth {
                 } else {
                     TOKEN_REFUSED_TTL
                 });
-                let until = match expires(&token) {
-                    Some(exp) => (now + ttl).min(exp),
-                    None => now + ttl,
-                };
+                // A token's own claims are read only once the review vouched for it, and
+                // only to keep its review no longer than the token lives.
+                let lives = user.as_ref().and_then(|_| lifetime(&token));
+                let until = crate::backoff::after(now, lives.map_or(ttl, |l| l.min(ttl)));
                 self.lock_tokens().put(key, user.clone(), until, now);
                 (user, "miss")
             }
@@ -277,22 +277,29 @@ impl Auth {
     }
 }
 
-/// When a JWT says it expires (its `exp`, unverified: only to keep its review no longer).
-fn expires(token: &Secret) -> Option<Instant> {
+/// How long an authenticated JWT still lives (its `exp`, as the TokenReview left it
+/// unchecked by us: only to keep its review no longer). Any `exp`, however large or
+/// small, is a duration and never overflows.
+fn lifetime(token: &Secret) -> Option<Duration> {
     let payload = token.expose().split('.').nth(1)?;
     let bytes = (base64::engine::general_purpose::URL_SAFE_NO_PAD)
         .decode(payload.trim_end_matches('='))
         .ok()?;
     #[derive(serde::Deserialize)]
     struct Claims {
-        exp: Option<u64>,
+        exp: Option<serde_json::Number>,
     }
     let exp = serde_json::from_slice::<Claims>(&bytes).ok()?.exp?;
+    // An `exp` of any JSON number: a float, a negative or one past u64 is read as what it
+    // bounds (past: now; beyond u64: the largest).
+    let exp = exp
+        .as_u64()
+        .or_else(|| exp.as_f64().map(|f| if f <= 0.0 { 0 } else { f as u64 }))?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?
         .as_secs();
-    Some(Instant::now() + Duration::from_secs(exp.saturating_sub(now)))
+    Some(Duration::from_secs(exp.saturating_sub(now)))
 }
 
 #[cfg(test)]
@@ -307,6 +314,8 @@ mod tests {
         tokens: AtomicUsize,
         access: AtomicUsize,
         fail: std::sync::atomic::AtomicBool,
+        /// Every token is alice.
+        anyone: bool,
     }
 
     impl Reviewer for Arc<Fake> {
@@ -315,7 +324,7 @@ mod tests {
             if self.fail.load(Ordering::SeqCst) {
                 return Err("connection refused".into());
             }
-            Ok((token.expose() == "good").then(|| User {
+            Ok((self.anyone || token.expose() == "good").then(|| User {
                 name: "alice".into(),
                 uid: "u1".into(),
                 groups: vec!["system:authenticated".into()],
@@ -444,23 +453,65 @@ mod tests {
         assert_eq!(c.get(&200, now + Duration::from_secs(400)), None, "expired");
     }
 
+    fn jwt(claims: &str) -> Secret {
+        let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        Secret::new(format!("{}.{}.sig", b("{\"alg\":\"RS256\"}"), b(claims)))
+    }
+
     #[test]
     fn a_jwt_is_not_trusted_past_its_exp() {
-        let claims = |exp: u64| {
-            let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-            Secret::new(format!(
-                "{}.{}.sig",
-                b("{}"),
-                b(&format!("{{\"exp\":{exp}}}"))
-            ))
-        };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs();
-        let soon = expires(&claims(now + 5)).unwrap();
-        assert!(soon <= Instant::now() + Duration::from_secs(6));
-        assert!(expires(&claims(now - 5)).unwrap() <= Instant::now());
-        assert_eq!(expires(&Secret::new("opaque")), None);
+        let soon = lifetime(&jwt(&format!("{{\"exp\":{}}}", now + 5))).unwrap();
+        assert!(soon <= Duration::from_secs(5));
+        assert_eq!(
+            lifetime(&jwt(&format!("{{\"exp\":{}}}", now - 5))),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(lifetime(&Secret::new("opaque")), None);
+    }
+
+    /// Issue 47: a token's claims reached `Instant + Duration`, which panics past the
+    /// clock's range; eight such requests took every worker. No `exp` a client may write
+    /// panics, authenticated or not.
+    #[test]
+    fn no_exp_a_client_writes_panics() {
+        let fake = Arc::new(Fake::default());
+        let auth = Auth::new(Box::new(fake.clone()), Decisions::default());
+        for exp in [
+            "18446744073709551615",
+            "10000000000000000000",
+            "1e300",
+            "-1",
+            "-1e300",
+            "0.5",
+            "99999999999999999999999999999999",
+        ] {
+            let token = jwt(&format!("{{\"exp\":{exp}}}"));
+            let header = format!("Bearer {}", token.expose());
+            assert_eq!(
+                auth.authenticate(Some(&header)).unwrap_err().code,
+                401,
+                "{exp}"
+            );
+        }
+        // Authenticated, with an exp past u64: kept for the review's own time.
+        let fake = Arc::new(Fake {
+            anyone: true,
+            ..Fake::default()
+        });
+        let auth = Auth::new(Box::new(fake.clone()), Decisions::default());
+        for exp in ["18446744073709551615", "1e300", "-1e300"] {
+            let header = format!("Bearer {}", jwt(&format!("{{\"exp\":{exp}}}")).expose());
+            auth.authenticate(Some(&header)).unwrap();
+            auth.authenticate(Some(&header)).unwrap();
+        }
+        assert_eq!(
+            fake.tokens.load(Ordering::SeqCst),
+            4,
+            "kept, but for the expired one"
+        );
     }
 }

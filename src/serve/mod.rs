@@ -56,7 +56,7 @@ const WORKERS: usize = 8;
 
 /// How the hub holds its clients: a fleet of followers, each with a keep-alive connection
 /// and, between changes, one request waiting.
-fn limits() -> Limits {
+fn limits(panics: prometheus_client::metrics::counter::Counter) -> Limits {
     Limits {
         max_connections: 16_384,
         request_deadline: Duration::from_secs(10),
@@ -68,12 +68,19 @@ fn limits() -> Limits {
         busy: status::Refusal::too_many_requests()
             .answer()
             .with(kube::client::HUB_HEADER, env!("CARGO_PKG_VERSION")),
+        panicked: status::Refusal::internal_error(
+            "this request caused cmpoll serve to panic; its log has the details",
+        )
+        .answer()
+        .with(kube::client::HUB_HEADER, env!("CARGO_PKG_VERSION")),
+        panics,
     }
 }
 
 /// Serves until SIGTERM or SIGINT.
 pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
     let metrics = Metrics::new();
+    let panics = metrics.handler_panics();
     metrics.expect(&Features {
         polls: false,
         serve: true,
@@ -138,7 +145,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
     }
-    let (server, handle) = Server::new(listener, tls_config, hub.clone(), limits())
+    let (server, handle) = Server::new(listener, tls_config, hub.clone(), limits(panics))
         .map_err(|e| Error::Runtime(format!("--listen {bound}: {e}")))?;
     log::info!(
         "cmpoll serve {}: polling {} every {} (jitter {}): {}; serving it over HTTPS on {bound} (/api/v1, /healthz, /readyz, /metrics, /status)",

@@ -81,6 +81,48 @@ impl ApiReviewer {
     }
 }
 
+/// Whether a review's `error` (TokenReview) or `evaluationError` (SubjectAccessReview)
+/// says the apiserver could not make it, rather than that it refused: an authenticator or
+/// authorizer webhook it could not reach, that timed out or failed. Every refused token
+/// carries an error too (`invalid bearer token`, `service account token has expired`,
+/// RBAC's `clusterrole … not found`), so only the words of a failed call count: Go's
+/// `net/http` and `net` errors (`Post "URL": dial tcp …: connect: connection refused`,
+/// `i/o timeout`, `context deadline exceeded`…) and client-go's words for a webhook that
+/// answered 5xx or 429. The apiserver answers 401 or 403 for both; the hub answers a
+/// review it could not have made 503, so that an outage never looks like every follower
+/// refused (docs/serve.md).
+pub fn could_not_check(error: &str) -> bool {
+    const FAILED_CALL: [&str; 20] = [
+        "Post \"",
+        "dial tcp",
+        "connect: ",
+        "connection refused",
+        "connection reset",
+        "broken pipe",
+        "i/o timeout",
+        "context deadline exceeded",
+        "context canceled",
+        "Client.Timeout exceeded",
+        "no such host",
+        "TLS handshake",
+        "tls: ",
+        "x509: ",
+        "unexpected EOF",
+        "http2: ",
+        "an error on the server",
+        "the server is currently unable to handle the request",
+        "the server was unable to return a response",
+        "Too many requests",
+    ];
+    let error = error.trim();
+    !error.is_empty()
+        && (FAILED_CALL.iter().any(|w| error.contains(w))
+            || error
+                .trim_matches(['[', ']'])
+                .split(", ")
+                .any(|part| part == "EOF"))
+}
+
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct TokenStatus {
@@ -102,6 +144,7 @@ struct ReviewedUser {
 #[serde(default, rename_all = "camelCase")]
 struct AccessStatus {
     allowed: bool,
+    denied: bool,
     reason: String,
     evaluation_error: String,
 }
@@ -119,6 +162,12 @@ impl Reviewer for ApiReviewer {
             "create a TokenReview",
         )?;
         if !s.authenticated {
+            if could_not_check(&s.error) {
+                return Err(format!(
+                    "the apiserver could not check the token: {}",
+                    s.error
+                ));
+            }
             if !s.error.is_empty() {
                 log::debug!("a token was not authenticated: {}", s.error);
             }
@@ -180,6 +229,12 @@ impl Reviewer for ApiReviewer {
         if s.allowed {
             return Ok(Decision::Allowed);
         }
+        if !s.denied && could_not_check(&s.evaluation_error) {
+            return Err(format!(
+                "the apiserver could not decide: {}",
+                s.evaluation_error
+            ));
+        }
         if !s.evaluation_error.is_empty() {
             log::debug!(
                 "access review of {}: evaluation error: {}",
@@ -188,5 +243,36 @@ impl Reviewer for ApiReviewer {
             );
         }
         Ok(Decision::Denied(s.reason))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the real apiserver (v1.37.2) wrote in reviews it made and could not make.
+    #[test]
+    fn a_failed_call_is_told_from_a_refusal() {
+        for refused in [
+            "",
+            "invalid bearer token",
+            "service account token has expired",
+            "[invalid bearer token, token issuer \"x\" is invalid]",
+            "invalid signature, no keys found",
+            "token audiences [\"hub\"] is invalid for the target audiences [\"api\"]",
+            "clusterrole.rbac.authorization.k8s.io \"gone\" not found",
+            "serviceaccounts \"reader\" not found",
+        ] {
+            assert!(!could_not_check(refused), "{refused}");
+        }
+        for failed in [
+            "[invalid bearer token, Post \"http://127.0.0.1:9/\": dial tcp 127.0.0.1:9: connect: connection refused]",
+            "Post \"https://authz.example/\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+            "[invalid bearer token, EOF]",
+            "an error on the server (\"\") has prevented the request from succeeding (post tokenreviews.authentication.k8s.io)",
+            "Post \"https://10.0.0.9/\": tls: failed to verify certificate: x509: certificate signed by unknown authority",
+        ] {
+            assert!(could_not_check(failed), "{failed}");
+        }
     }
 }

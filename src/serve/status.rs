@@ -156,6 +156,21 @@ impl Refusal {
         r
     }
 
+    /// What a request gets when the hub fails it by a fault of its own (a handler that
+    /// panicked), in apimachinery's `NewInternalError` form.
+    pub fn internal_error(cause: &'static str) -> Refusal {
+        let mut r = Refusal::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {cause}"),
+        );
+        r.details = Some(Box::new(Details {
+            causes: vec![("", cause)],
+            ..Details::default()
+        }));
+        r
+    }
+
     pub fn unavailable(message: impl Into<String>, retry_after: u64) -> Refusal {
         let mut r = Refusal::new(503, "ServiceUnavailable", message);
         r.retry_after = Some(retry_after);
@@ -194,12 +209,13 @@ impl Refusal {
             }
             if !d.causes.is_empty() {
                 let causes: Vec<String> = (d.causes.iter())
-                    .map(|(reason, message)| {
-                        format!(
+                    .map(|(reason, message)| match *reason {
+                        "" => format!("{{\"message\":{}}}", json_string(message)),
+                        _ => format!(
                             "{{\"reason\":{},\"message\":{}}}",
                             json_string(reason),
                             json_string(message)
-                        )
+                        ),
                     })
                     .collect();
                 fields.push(format!("\"causes\":[{}]", causes.join(",")));

@@ -50,7 +50,7 @@ pub struct Options {
 /// How the webhook holds its clients: the apiserver opens a few keep-alive connections and
 /// sends each review at once; whatever else connects is held to short deadlines and gives
 /// way (see `https::server`).
-fn limits() -> Limits {
+fn limits(panics: prometheus_client::metrics::counter::Counter) -> Limits {
     Limits {
         max_connections: 1024,
         request_deadline: Duration::from_secs(5),
@@ -60,6 +60,11 @@ fn limits() -> Limits {
         workers: 8,
         queue: 128,
         busy: Answer::text(503, "too many reviews at once; try again\n"),
+        panicked: Answer::text(
+            500,
+            "this review caused cmpoll webhook to panic; its log has the details\n",
+        ),
+        panics,
     }
 }
 
@@ -95,6 +100,7 @@ pub fn run(opts: Options) -> Result<(), Error> {
         ..Default::default()
     });
     let reviews = metrics.webhook_reviews();
+    let panics = metrics.handler_panics();
     let hook = Arc::new(Webhook {
         needs_client_cert: opts.client_ca.is_some(),
         selection: opts.selection,
@@ -119,7 +125,7 @@ pub fn run(opts: Options) -> Result<(), Error> {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
     }
-    let (server, _handle) = Server::new(listener, config, hook, limits())
+    let (server, _handle) = Server::new(listener, config, hook, limits(panics))
         .map_err(|e| Error::Runtime(format!("--listen {bound}: {e}")))?;
     server.run(&stop);
     log::info!("stopping");

@@ -9,6 +9,8 @@
 mod credentials;
 mod events;
 mod flow;
+mod hostile;
+mod hub;
 mod lists;
 mod manifests;
 mod serve;

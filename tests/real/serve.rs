@@ -17,191 +17,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use test_apiserver::Pki;
-use test_apiserver::real::RealApiserver;
 
+use super::hub::*;
 use super::*;
 use crate::util::tools::{free_port, python};
-use crate::util::{Cmpoll, Daemon, SOON, eventually, eventually_explained, root};
-
-/// A hub as the shipped ClusterRole allows it, and what reaches it.
-struct Hub {
-    d: Daemon,
-    port: u16,
-    ca: PathBuf,
-    ca_pem: String,
-}
-
-impl Hub {
-    fn url(&self) -> String {
-        format!("https://127.0.0.1:{}", self.port)
-    }
-}
-
-/// The shipped hub role, bound to a service account `name` of `ns`; its token.
-fn hub_account(k: &RealApiserver, ns: &str, name: &str) -> String {
-    let text = std::fs::read_to_string(root().join("k8s/serve/clusterrole.yaml")).unwrap();
-    let mut role: Value = serde_saphyr::from_str(&text).unwrap();
-    let role_name = format!("cmpoll-hub-{ns}-{name}");
-    role["metadata"] = json!({"name": role_name});
-    k.apply(&role.to_string());
-    k.apply(
-        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": role_name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]})
-        .to_string(),
-    );
-    k.token(ns, name, "2h")
-}
-
-/// `cmpoll serve` as `token`, on a free port, with a certificate for 127.0.0.1 from a
-/// fresh CA; ready (its first poll complete).
-fn start_hub(k: &RealApiserver, token: &str, args: &[&str]) -> Hub {
-    start_hub_in(k, token, args, &[])
-}
-
-/// `start_hub`, run by `wrapper` (`prlimit …`).
-fn start_hub_in(k: &RealApiserver, token: &str, args: &[&str], wrapper: &[&str]) -> Hub {
-    let c = Cmpoll::new().env("RUST_LOG", "info");
-    let pki = Pki::with_server_names("cmpoll-hub-test", &["127.0.0.1"]);
-    let ca = c.write("hub-ca.crt", &pki.ca_pem());
-    let cert = c.write("tls/tls.crt", &pki.server.cert_pem);
-    let key = c.write("tls/tls.key", &pki.server.key_pem);
-    let token_file = c.write("hub-token", token);
-    let apiserver_ca = c.write("apiserver-ca.crt", &k.ca_pem());
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut all = vec![
-        "--server",
-        &k.url,
-        "--token-file",
-        token_file.to_str().unwrap(),
-        "--ca-file",
-        apiserver_ca.to_str().unwrap(),
-        "--listen",
-        &listen,
-        "--tls-cert-file",
-        cert.to_str().unwrap(),
-        "--tls-key-file",
-        key.to_str().unwrap(),
-    ];
-    all.extend_from_slice(args);
-    let d = match wrapper {
-        [] => Daemon::serve(c, &all),
-        w => Daemon::wrapped(c, w, &[&["serve"][..], &all].concat()),
-    };
-    let hub = Hub {
-        d,
-        port,
-        ca,
-        ca_pem: pki.ca_pem(),
-    };
-    eventually_explained(
-        "the hub ready",
-        SOON,
-        || get(&hub.url(), &hub.ca, "", "/readyz", &[]).0 == 200,
-        || hub.d.stderr(),
-    );
-    hub
-}
-
-/// A kubeconfig that names the hub, with `token`: all a client needs.
-fn hub_kubeconfig(c: &Cmpoll, hub: &Hub, token: &str, name: &str) -> PathBuf {
-    use base64::Engine as _;
-    c.write(
-        name,
-        &format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: hub\n  context: {{cluster: hub, user: u}}\ncurrent-context: hub\n",
-            hub.url(),
-            base64::engine::general_purpose::STANDARD.encode(&hub.ca_pem)
-        ),
-    )
-}
-
-/// `GET base+path` with curl (trusting `ca`, as `token` when not empty): (status, headers
-/// lowercased, body).
-fn get(base: &str, ca: &Path, token: &str, path: &str, headers: &[&str]) -> (u16, String, Vec<u8>) {
-    get_within(base, ca, token, path, headers, 20)
-}
-
-/// `get`, giving up after `secs` (status 0).
-fn get_within(
-    base: &str,
-    ca: &Path,
-    token: &str,
-    path: &str,
-    headers: &[&str],
-    secs: u32,
-) -> (u16, String, Vec<u8>) {
-    let dir = tempfile::tempdir().unwrap();
-    let (head, body) = (dir.path().join("h"), dir.path().join("b"));
-    let mut cmd = Command::new("curl");
-    cmd.args([
-        "-s",
-        "--compressed",
-        "-A",
-        "cmpoll-test",
-        "--max-time",
-        &secs.to_string(),
-        "--cacert",
-    ])
-    .arg(ca)
-    .arg("-D")
-    .arg(&head)
-    .arg("-o")
-    .arg(&body)
-    .args(["-w", "%{http_code}"]);
-    if !token.is_empty() {
-        cmd.args(["-H", &format!("Authorization: Bearer {token}")]);
-    }
-    for h in headers {
-        cmd.args(["-H", h]);
-    }
-    let out = cmd.arg(format!("{base}{path}")).output().unwrap();
-    let code = String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0);
-    (
-        code,
-        std::fs::read_to_string(&head)
-            .unwrap_or_default()
-            .to_ascii_lowercase(),
-        std::fs::read(&body).unwrap_or_default(),
-    )
-}
-
-/// A service account of `ns` with a ClusterRole of `rules` (cluster-wide) or a Role
-/// (`namespaced`); its token.
-fn follower(k: &RealApiserver, ns: &str, name: &str, rules: Value, cluster_wide: bool) -> String {
-    if !cluster_wide {
-        return account(k, ns, name, Some(rules));
-    }
-    let role = format!("{ns}-{name}");
-    k.apply(
-        &json!({"apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-             "metadata": {"name": role}, "rules": rules},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-             "metadata": {"name": role},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}]})
-        .to_string(),
-    );
-    k.token(ns, name, "2h")
-}
-
-/// A token allowed to get the hub's `/metrics` and `/status`, as Prometheus's would be.
-fn scraper(k: &RealApiserver, ns: &str) -> String {
-    follower(
-        k,
-        ns,
-        "scraper",
-        json!([{"nonResourceURLs": ["/metrics", "/status"], "verbs": ["get"]}]),
-        true,
-    )
-}
-
-fn cm_rules() -> Value {
-    json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "get"]}])
-}
+use crate::util::{Cmpoll, Daemon, SOON, eventually, eventually_explained};
 
 /// A list's body with what differs between two servers by design taken out: the list's
 /// own resourceVersion and continue token (each server's poll), nothing of the items.
@@ -515,10 +335,6 @@ fn the_hub_answers_as_the_real_apiserver_does() {
         &[("check", "authentication"), ("cache", "hit")],
     );
     assert!(hits >= 10.0, "token reviews cached: {metrics}");
-}
-
-fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    test_apiserver::real::metric_sum(text, name, labels)
 }
 
 /// Issue 39.1: kubectl, the Python `kubernetes` client and cmpoll read the hub with a
@@ -913,36 +729,6 @@ fn eventually_status(c: &Cmpoll, listen: &str) -> String {
     panic!("no failed poll in cmpoll status: {last}")
 }
 
-/// A TLS connection that asks `/healthz` once, reads the answer and stays open, idle.
-fn idle_keepalive(
-    port: u16,
-    ca: &str,
-) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
-    let mut tls = crate::util::flood::tls_to(&format!("127.0.0.1:{port}"), ca)?;
-    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        .ok()?;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.windows(3).any(|w| w == b"ok\n") {
-        let n = tls.read(&mut buf).ok()?;
-        if n == 0 {
-            return None;
-        }
-        got.extend_from_slice(&buf[..n]);
-    }
-    Some(tls)
-}
-
-/// One request over a fresh TLS connection, as raw bytes (what curl will not send): the
-/// status line's code.
-fn raw_request(port: u16, ca: &str, request: &[u8]) -> Option<u16> {
-    let mut tls = crate::util::flood::tls_to(&format!("127.0.0.1:{port}"), ca)?;
-    let _ = tls.write_all(request);
-    let mut head = [0u8; 12];
-    tls.read_exact(&mut head).ok()?;
-    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
-}
-
 /// Issue 39.4: bad input never stops the hub serving the others. With 1,024 files it may
 /// open (less than the flood), while 1,500 connections stall in the TLS handshake, 200
 /// more stall half-way through a request and others keep coming, a follower's lists are
@@ -1133,15 +919,5 @@ fn the_hubs_serving_certificate_is_read_again_when_it_changes() {
         get(&hub.url(), &hub.ca, "", "/readyz", &[]).0,
         0,
         "the old CA no longer verifies it"
-    );
-}
-
-/// The selected ConfigMap `ns/name` holding `key: value`, applied.
-fn put_module(k: &RealApiserver, ns: &str, name: &str, key: &str, value: &str) {
-    k.apply(
-        &json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": ns, "labels": {LABEL.0: LABEL.1}},
-            "data": {key: value}})
-        .to_string(),
     );
 }

@@ -53,3 +53,68 @@ pub fn stalled_request(
     .ok()?;
     Some(tls)
 }
+
+/// Sends `request` over a fresh TLS connection to `addr` (trusting `ca`) and reads until
+/// the server closes it or `within` passes: every byte that came back, and whether the
+/// server closed the connection.
+pub fn exchange(
+    addr: &str,
+    ca: &str,
+    request: &[u8],
+    within: std::time::Duration,
+) -> (Vec<u8>, bool) {
+    use std::io::Read;
+    let Some(mut tls) = tls_to(addr, ca) else {
+        return (Vec::new(), false);
+    };
+    let _ = tls.sock.set_read_timeout(Some(within));
+    if tls.write_all(request).is_err() {
+        return (Vec::new(), true);
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match tls.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                break false;
+            }
+            // A reset, or a close without close_notify: closed all the same.
+            Err(_) => break true,
+        }
+    };
+    (got, closed)
+}
+
+/// The requests a client may hide behind a body whose length is told twice, or wrongly
+/// (issue 47.6): each, sent alone on a connection, must get one 400 and the connection
+/// closed, never an answer to the hidden request.
+pub fn smuggled(path: &str) -> Vec<Vec<u8>> {
+    let hidden = format!("GET {path} HTTP/1.1\r\nHost: hidden\r\n\r\n");
+    let n = hidden.len();
+    vec![
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: {n}\r\n\r\n{hidden}"),
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {n}\r\nContent-Length: 0\r\n\r\n{hidden}"),
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nContent-Length: +{n}\r\n\r\n{hidden}"),
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {n}, 0\r\n\r\n{hidden}"),
+    ]
+    .into_iter()
+    .map(String::into_bytes)
+    .collect()
+}
+
+/// `smuggled`'s check: one answer, a 400, and the connection closed.
+pub fn refused_whole(addr: &str, ca: &str, request: &[u8]) -> Result<(), String> {
+    let (got, closed) = exchange(addr, ca, request, std::time::Duration::from_secs(5));
+    let text = String::from_utf8_lossy(&got);
+    let answers = text.matches("HTTP/1.1 ").count();
+    if text.starts_with("HTTP/1.1 400 ") && answers == 1 && closed {
+        Ok(())
+    } else {
+        Err(format!("{answers} answers, closed: {closed}: {text}"))
+    }
+}
