@@ -260,9 +260,9 @@ fn daemon(
                     status::answer::answer(&l, &h, &query)
                 };
                 Ok(serde_json::to_string_pretty(&answer).unwrap_or_default() + "\n")
-            }) as ops::server::Status
+            }) as https::endpoints::Status
         });
-        let endpoints = ops::server::Endpoints {
+        let endpoints = https::endpoints::Endpoints {
             health: health.clone(),
             metrics: metrics.clone(),
             status,
@@ -319,13 +319,14 @@ fn daemon(
 /// being what charts do.
 fn listen(
     addr: std::net::SocketAddr,
-    endpoints: ops::server::Endpoints,
+    endpoints: https::endpoints::Endpoints,
     rules: &settings::HealthRules,
 ) -> Result<(), Error> {
-    let result = ops::server::start(addr, endpoints.clone()).or_else(|e| match rules.fallback {
-        Some(fallback) if e.no_such_family() => ops::server::start(fallback, endpoints),
-        _ => Err(e),
-    });
+    let result =
+        https::endpoints::start(addr, endpoints.clone()).or_else(|e| match rules.fallback {
+            Some(fallback) if e.no_such_family() => https::endpoints::start(fallback, endpoints),
+            _ => Err(e),
+        });
     match result {
         Ok(_) => Ok(()),
         Err(e) if rules.busy_is_warning => {

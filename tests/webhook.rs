@@ -126,6 +126,7 @@ fn a_flood_of_stalled_clients_never_holds_up_a_review() {
             d.stderr()
         );
         slowest = slowest.max(took);
+        eprintln!("review took {took:?}");
         std::thread::sleep(Duration::from_millis(200));
     }
     stop.store(true, Ordering::Relaxed);

@@ -7,8 +7,8 @@
 
 /// A request head at most.
 pub const MAX_HEAD: usize = 16 * 1024;
-/// Headers of one request at most.
-const MAX_HEADERS: usize = 64;
+/// Header fields of one request at most (one more is a 431).
+pub const MAX_HEADERS: usize = 64;
 
 /// One request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +34,46 @@ impl Request {
     }
 }
 
+/// Bytes to send, shared: a list rendered once per poll goes to a thousand followers as
+/// one allocation, each connection holding only its place in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Body(std::sync::Arc<[u8]>);
+
+impl Body {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::ops::Deref for Body {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(v: Vec<u8>) -> Body {
+        Body(v.into())
+    }
+}
+
+impl From<&[u8]> for Body {
+    fn from(v: &[u8]) -> Body {
+        Body(v.into())
+    }
+}
+
+impl From<String> for Body {
+    fn from(s: String) -> Body {
+        Body(s.into_bytes().into())
+    }
+}
+
 /// An answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer {
@@ -41,7 +81,7 @@ pub struct Answer {
     pub content_type: &'static str,
     /// Headers besides Content-Type, Content-Length and Connection.
     pub headers: Vec<(&'static str, String)>,
-    pub body: Vec<u8>,
+    pub body: Body,
 }
 
 impl Answer {
@@ -50,16 +90,16 @@ impl Answer {
             status,
             content_type: "text/plain; charset=utf-8",
             headers: Vec::new(),
-            body: body.into().into_bytes(),
+            body: body.into().into(),
         }
     }
 
-    pub fn json(status: u16, body: Vec<u8>) -> Answer {
+    pub fn json(status: u16, body: impl Into<Body>) -> Answer {
         Answer {
             status,
             content_type: "application/json",
             headers: Vec::new(),
-            body,
+            body: body.into(),
         }
     }
 
@@ -69,7 +109,7 @@ impl Answer {
             status: 200,
             content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
             headers: Vec::new(),
-            body: text.into_bytes(),
+            body: text.into(),
         }
     }
 
@@ -79,15 +119,28 @@ impl Answer {
         self
     }
 
-    /// The bytes on the wire, saying whether the connection stays open.
-    pub fn encode(&self, close: bool) -> Vec<u8> {
+    /// The head on the wire, saying whether the connection stays open; the body follows.
+    pub fn head(&self, close: bool) -> Vec<u8> {
+        self.head_framed(close, Framing::Length(self.body.len()))
+    }
+
+    /// The head of a streamed answer (`Transfer-Encoding: chunked`): its body is ignored,
+    /// the stream's chunks follow.
+    pub fn stream_head(&self, close: bool) -> Vec<u8> {
+        self.head_framed(close, Framing::Chunked)
+    }
+
+    fn head_framed(&self, close: bool, framing: Framing) -> Vec<u8> {
         let mut head = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n",
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\n",
             self.status,
             reason(self.status),
             self.content_type,
-            self.body.len(),
         );
+        match framing {
+            Framing::Length(n) => head += &format!("Content-Length: {n}\r\n"),
+            Framing::Chunked => head += "Transfer-Encoding: chunked\r\n",
+        }
         for (name, value) in &self.headers {
             head += &format!("{name}: {value}\r\n");
         }
@@ -96,11 +149,32 @@ impl Answer {
         } else {
             "Connection: keep-alive\r\n\r\n"
         };
-        let mut out = head.into_bytes();
+        head.into_bytes()
+    }
+
+    /// Head and body, as one piece (tests, small answers).
+    pub fn encode(&self, close: bool) -> Vec<u8> {
+        let mut out = self.head(close);
         out.extend_from_slice(&self.body);
         out
     }
 }
+
+enum Framing {
+    Length(usize),
+    Chunked,
+}
+
+/// The size line of a chunk of `n` bytes (`n` > 0), as `Transfer-Encoding: chunked`
+/// frames it; the chunk's bytes and `CHUNK_END` follow.
+pub fn chunk_head(n: usize) -> Vec<u8> {
+    format!("{n:x}\r\n").into_bytes()
+}
+
+/// What ends each chunk.
+pub const CHUNK_END: &[u8] = b"\r\n";
+/// The last chunk: a stream's end.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
 /// The reason phrase of a status code.
 fn reason(status: u16) -> &'static str {
@@ -137,19 +211,32 @@ pub enum Parsed {
     Bad(Answer),
 }
 
-/// Parses the request at the start of `buf`, whose body may be `max_body` bytes at most.
+/// Parses the request at the start of `buf`, whose body may be `max_body` bytes at most
+/// (and its head `MAX_HEAD`).
 pub fn parse(buf: &[u8], max_body: usize) -> Parsed {
+    parse_within(buf, MAX_HEAD, max_body)
+}
+
+/// `parse`, with a head of at most `max_head` bytes.
+pub fn parse_within(buf: &[u8], max_head: usize, max_body: usize) -> Parsed {
+    let max_head = max_head.min(MAX_HEAD);
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Parsed::Partial,
+        Ok(httparse::Status::Partial) if buf.len() < max_head => return Parsed::Partial,
         Ok(httparse::Status::Partial) => {
             return Parsed::Bad(Answer::text(431, "request head too large\n"));
         }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Parsed::Bad(Answer::text(
+                431,
+                format!("more than {MAX_HEADERS} header fields\n"),
+            ));
+        }
         Err(e) => return Parsed::Bad(Answer::text(400, format!("{e}\n"))),
     };
-    if head_len > MAX_HEAD {
+    if head_len > max_head {
         return Parsed::Bad(Answer::text(431, "request head too large\n"));
     }
     let mut length: Option<usize> = None;
@@ -280,6 +367,13 @@ mod tests {
         let mut big = b"GET /".to_vec();
         big.extend(vec![b'a'; MAX_HEAD + 10]);
         assert!(matches!(parse(&big, 0), Parsed::Bad(a) if a.status == 431));
+        // Issue 47.8: one header field too many is a 431 too.
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
+        let many = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert!(matches!(parse(many.as_bytes(), 0), Parsed::Bad(a) if a.status == 431));
+        let enough: String = (0..MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
+        let enough = format!("GET / HTTP/1.1\r\n{enough}\r\n");
+        assert!(matches!(parse(enough.as_bytes(), 0), Parsed::Complete(..)));
         // The same length twice is one length (as Go's net/http reads it).
         let twice = b"POST /v HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nokGET";
         assert!(matches!(parse(twice, 1024), Parsed::Complete(r, 60) if r.body == b"ok"));

@@ -1,9 +1,17 @@
-//! HTTPS for what cmpoll serves to other programs (`cmpoll webhook` to the apiserver,
-//! `cmpoll serve` to a fleet): `tls.rs` (the serving certificate, re-read when it changes;
-//! clients' certificates checked against `--client-ca-file`), `http.rs` (HTTP/1.1
-//! framing), `server.rs` (one thread holding every connection within its deadlines, a
-//! pool of workers answering, long polls parked until notified).
+//! HTTP for what cmpoll serves to other programs (`cmpoll webhook` to the apiserver,
+//! `cmpoll serve` to a fleet, `--listen` to probes and scrapers): `tls.rs` (the serving
+//! certificate, re-read when it changes; clients' certificates checked against
+//! `--client-ca-file`), `http.rs` (HTTP/1.1 framing), `transport.rs` (TLS or plain bytes,
+//! bounded), `handler.rs` (what a handler sees and replies), `conn.rs` (one connection's state
+//! machine), `lanes.rs` (the workers, in
+//! lanes), `server.rs` (one thread holding every connection with epoll), `endpoints.rs`
+//! (`--listen`: probes, metrics and `/status` in plain HTTP).
 
+pub mod conn;
+pub mod endpoints;
+pub mod handler;
 pub mod http;
+pub mod lanes;
 pub mod server;
 pub mod tls;
+pub mod transport;

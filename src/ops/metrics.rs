@@ -135,6 +135,48 @@ impl Served {
     }
 }
 
+/// What an HTTPS server (`cmpoll serve`, `cmpoll webhook`) did itself: the answers it
+/// gave without a handler (400, 408, 413, 431, a lane's busy answer), the connections and
+/// requests it turned away or cut short to keep room for others, and handlers that
+/// panicked. The hub's answers share `cmpoll_serve_requests_total`.
+#[derive(Clone, Debug, Default)]
+pub struct ServerCounts {
+    answered: Family<Labels, Counter>,
+    turned_away: Family<Labels, Counter>,
+    panics: Counter,
+}
+
+impl ServerCounts {
+    /// One answer the server gave itself.
+    pub fn answered(&self, code: u16) {
+        self.answered
+            .get_or_create(&label("code", &code.to_string()))
+            .inc();
+    }
+
+    /// One connection or request turned away or cut short, and why.
+    pub fn turned_away(&self, why: &str) {
+        self.turned_away.get_or_create(&label("why", why)).inc();
+    }
+
+    pub fn panicked(&self) {
+        self.panics.inc();
+    }
+
+    /// Handlers that panicked so far.
+    pub fn panics(&self) -> u64 {
+        self.panics.get()
+    }
+
+    /// The count for `why` so far.
+    pub fn turned_away_for(&self, why: &str) -> u64 {
+        self.turned_away.get_or_create(&label("why", why)).get()
+    }
+}
+
+/// Why a server turns a connection or request away (`ServerCounts::turned_away`).
+pub const TURNED_AWAY: [&str; 5] = ["connections", "evicted", "held", "queue", "reviews"];
+
 /// The features whose metric families `Metrics::expect` exports at 0 from the start.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Features {
@@ -170,7 +212,7 @@ pub struct Metrics {
     webhook_reviews: Results,
     decisions: Decisions,
     served: Served,
-    handler_panics: Counter,
+    server: ServerCounts,
 }
 
 impl Default for Metrics {
@@ -268,11 +310,19 @@ impl Metrics {
             webhook_reviews.0.clone(),
         );
         let (decisions, served) = serve_metrics(&mut r);
-        let handler_panics = Counter::default();
+        let server = ServerCounts {
+            answered: served.requests.clone(),
+            ..ServerCounts::default()
+        };
         r.register(
             "handler_panics",
             "Requests to cmpoll serve or cmpoll webhook whose handler panicked: each was answered 500 and the server went on",
-            handler_panics.clone(),
+            server.panics.clone(),
+        );
+        r.register(
+            "serve_turned_away",
+            "Connections and requests cmpoll serve turned away or cut short to keep room for others, by why: connections (full, nothing to make room), evicted (made room), held (over one identity's bound), queue (a lane's queue full), reviews (over the review rate)",
+            server.turned_away.clone(),
         );
         let info = Family::<Labels, Gauge>::default();
         r.register("build_info", "cmpoll's version", info.clone());
@@ -296,7 +346,7 @@ impl Metrics {
             webhook_reviews,
             decisions,
             served,
-            handler_panics,
+            server,
         }
     }
 
@@ -342,6 +392,9 @@ impl Metrics {
             for result in ["newer", "not_modified"] {
                 let _ = self.served.waits.get_or_create(&label("result", result));
             }
+            for why in TURNED_AWAY {
+                let _ = self.server.turned_away.get_or_create(&label("why", why));
+            }
         }
         if on.webhook {
             for result in ["allowed", "denied", "error"] {
@@ -367,9 +420,9 @@ impl Metrics {
         self.served.clone()
     }
 
-    /// The HTTPS server's count of handlers that panicked (`cmpoll serve`, `cmpoll webhook`).
-    pub fn handler_panics(&self) -> Counter {
-        self.handler_panics.clone()
+    /// The HTTPS server's own counts (`cmpoll serve`, `cmpoll webhook`).
+    pub fn server(&self) -> ServerCounts {
+        self.server.clone()
     }
 
     /// `cmpoll webhook`'s handle.

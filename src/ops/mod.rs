@@ -1,5 +1,5 @@
-//! Operations: what cmpoll tells its operators and its supervisor (health, metrics and the
-//! server for them, sd_notify, logs), and the process plumbing the loop and the agent share
+//! Operations: what cmpoll tells its operators and its supervisor (health and metrics — served
+//! by `https::endpoints` —, sd_notify, logs), and the process plumbing the loop and the agent share
 //! (signals, process groups). The bottom layer: nothing here knows about polls or sinks.
 
 pub mod health;
@@ -7,7 +7,6 @@ pub mod logging;
 pub mod malloc;
 pub mod metrics;
 pub mod process;
-pub mod server;
 pub mod signals;
 pub mod systemd;
 pub mod volume;

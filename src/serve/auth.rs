@@ -7,20 +7,30 @@
 //! cache-ttl`, `--authorization-webhook-cache-authorized-ttl` and `…-unauthorized-ttl`
 //! defaults). Each entry lives a random 75–100 % of its time, so that the reviews of a fleet
 //! that came at once (a hub's start) do not come back at once, every two minutes for ever.
-//! Both caches are bounded; a token is kept by its SHA-256, never as itself. A
-//! review that cannot be made is a 503 (the follower keeps what it has and retries), and
-//! is not cached. No token reaches a log line or an error.
+//!
+//! What a review costs is bounded, so that no client holds up the others (docs/serve.md,
+//! "Hostile clients"): a request whose token or access is not kept is not reviewed where
+//! requests are answered but moved to a lane of its own (`Halt::Review`), where waiting
+//! for the apiserver holds up no one whose decisions are kept; tokens nobody knows are
+//! reviewed at a bounded rate (`REVIEW_RATE`, beyond it a 429 with Retry-After, never to a
+//! token that is kept); refused tokens are kept apart from known ones, so a flood of them
+//! cannot push a follower out. A review the apiserver could not make (its webhook down or
+//! hanging: `reviews::could_not_check`) is a 503 with Retry-After and is not kept: an
+//! outage never looks like every follower refused. A token is kept by its SHA-256, never
+//! as itself; no token reaches a log line or an error.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
+use super::kept::{Budget, Cache};
 use super::status::Refusal;
 use crate::backoff::Rng;
-use crate::ops::metrics::Decisions;
+use crate::https::server::Holder;
+use crate::ops::metrics::{Decisions, ServerCounts};
 use crate::secret::Secret;
 use crate::source::Resource;
 
@@ -31,8 +41,19 @@ pub const ALLOWED_TTL: Duration = Duration::from_secs(300);
 pub const DENIED_TTL: Duration = Duration::from_secs(30);
 /// The share of an entry's time it may lose at random.
 pub const SPREAD: f64 = 0.25;
-/// Entries each cache holds at most.
-pub const MAX_ENTRIES: usize = 16_384;
+/// Entries each cache holds at most (known tokens, refused tokens, decisions).
+pub const MAX_ENTRIES: usize = 65_536;
+/// TokenReviews of tokens nobody knows, a second at most, and at once.
+pub const REVIEW_RATE: f64 = 100.0;
+pub const REVIEW_BURST: f64 = 200.0;
+/// What a follower is told to wait after a review the apiserver could not make.
+pub const REVIEW_RETRY_AFTER: u64 = 5;
+
+/// The hub's lanes of workers: where requests are answered, and where reviews are waited
+/// for (tokens nobody knows; accesses not kept, of known users).
+pub const ANSWER: usize = 0;
+pub const AUTHENTICATE: usize = 1;
+pub const AUTHORIZE: usize = 2;
 
 /// An authenticated user, as the TokenReview said.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -66,7 +87,8 @@ pub enum Decision {
     Denied(String),
 }
 
-/// Makes the reviews (the apiserver, or a test's stand-in).
+/// Makes the reviews (the apiserver, or a test's stand-in). An `Err` is a review that
+/// could not be made.
 pub trait Reviewer: Send + Sync {
     /// The user a token is, or `None` when it is not authenticated.
     fn token(&self, token: &Secret) -> Result<Option<User>, String>;
@@ -74,76 +96,78 @@ pub trait Reviewer: Send + Sync {
     fn access(&self, user: &User, what: &Attributes) -> Result<Decision, String>;
 }
 
-/// A bounded map whose entries expire.
-struct Cache<K, V> {
-    map: HashMap<K, (V, Instant)>,
+/// Why a request does not go on here.
+#[derive(Debug)]
+pub enum Halt {
+    /// Refused, in the apiserver's words.
+    Refused(Refusal),
+    /// It needs a review: ask again on this lane.
+    Review(usize),
 }
 
-impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
-    fn new() -> Self {
-        Cache {
-            map: HashMap::new(),
-        }
+impl From<Refusal> for Halt {
+    fn from(r: Refusal) -> Halt {
+        Halt::Refused(r)
     }
+}
 
-    fn get(&self, k: &K, now: Instant) -> Option<V> {
-        self.map
-            .get(k)
-            .filter(|(_, until)| *until > now)
-            .map(|(v, _)| v.clone())
-    }
-
-    fn put(&mut self, k: K, v: V, until: Instant, now: Instant) {
-        if self.map.len() >= MAX_ENTRIES && !self.map.contains_key(&k) {
-            self.map.retain(|_, (_, u)| *u > now);
-            if self.map.len() >= MAX_ENTRIES {
-                // Still full of live entries: the one closest to expiring goes.
-                let first = (self.map.iter())
-                    .min_by_key(|(_, (_, u))| *u)
-                    .map(|(k, _)| k.clone());
-                if let Some(first) = first {
-                    self.map.remove(&first);
-                }
-            }
-        }
-        self.map.insert(k, (v, until));
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.map.len()
-    }
+/// Who a request is: the user, and the key its connections are held under (its token's
+/// digest: each pod's token is its own).
+#[derive(Clone, Debug)]
+pub struct Who {
+    pub user: User,
+    pub holder: Holder,
 }
 
 /// Authentication and authorization with their caches.
 pub struct Auth {
     reviewer: Box<dyn Reviewer>,
-    tokens: Mutex<Cache<[u8; 32], Option<User>>>,
+    known: Mutex<Cache<[u8; 32], User>>,
+    refused: Mutex<Cache<[u8; 32], ()>>,
     access: Mutex<Cache<(User, Attributes), Decision>>,
+    budget: Mutex<Budget>,
     decisions: Decisions,
+    counts: ServerCounts,
     rng: Mutex<Rng>,
+    quiet: Quiet,
 }
 
 impl Auth {
-    pub fn new(reviewer: Box<dyn Reviewer>, decisions: Decisions) -> Auth {
+    pub fn new(reviewer: Box<dyn Reviewer>, decisions: Decisions, counts: ServerCounts) -> Auth {
+        Auth::with_rate(reviewer, decisions, counts, REVIEW_RATE, REVIEW_BURST)
+    }
+
+    /// `new`, with another bound on the reviews of unknown tokens.
+    pub fn with_rate(
+        reviewer: Box<dyn Reviewer>,
+        decisions: Decisions,
+        counts: ServerCounts,
+        rate: f64,
+        burst: f64,
+    ) -> Auth {
         Auth {
             reviewer,
-            tokens: Mutex::new(Cache::new()),
-            access: Mutex::new(Cache::new()),
+            known: Mutex::new(Cache::new(MAX_ENTRIES)),
+            refused: Mutex::new(Cache::new(MAX_ENTRIES)),
+            access: Mutex::new(Cache::new(MAX_ENTRIES)),
+            budget: Mutex::new(Budget::new(rate, burst, Instant::now())),
             decisions,
+            counts,
             rng: Mutex::new(Rng::from_time()),
+            quiet: Quiet::default(),
         }
     }
 
     /// `ttl` less a random share of it, up to `SPREAD`.
     fn spread(&self, ttl: Duration) -> Duration {
-        let r = self.rng.lock().unwrap_or_else(|p| p.into_inner()).unit();
+        let r = lock(&self.rng).unit();
         ttl.mul_f64(1.0 - SPREAD * r)
     }
 
     /// The user behind an `Authorization` header; 401 without a bearer token or when the
-    /// token is not authenticated.
-    pub fn authenticate(&self, authorization: Option<&str>) -> Result<User, Refusal> {
+    /// token is not authenticated. A token not kept is reviewed only `here` (a review
+    /// lane); elsewhere the request is sent there.
+    pub fn authenticate(&self, authorization: Option<&str>, here: bool) -> Result<Who, Halt> {
         let token = authorization
             .and_then(|h| {
                 let (scheme, rest) = h.trim().split_once(' ')?;
@@ -153,46 +177,60 @@ impl Auth {
             .map(Secret::new);
         let Some(token) = token else {
             self.decisions.record("authentication", "denied", "none");
-            return Err(Refusal::unauthorized());
+            return Err(Refusal::unauthorized().into());
         };
         let key: [u8; 32] = Sha256::digest(token.expose().as_bytes()).into();
+        let holder = Holder(u64::from_be_bytes([
+            key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7],
+        ]));
         let now = Instant::now();
-        let cached = self.lock_tokens().get(&key, now);
-        let (user, cache) = match cached {
-            Some(user) => (user, "hit"),
-            None => {
-                let user = match self.reviewer.token(&token) {
-                    Ok(u) => u,
-                    Err(e) => {
-                        self.decisions.record("authentication", "error", "miss");
-                        log::warn!("cannot review a bearer token: {e}");
-                        return Err(Refusal::unavailable(
-                            format!("cannot authenticate the request: the TokenReview failed: {e}"),
-                            1,
-                        ));
-                    }
-                };
-                let ttl = self.spread(if user.is_some() {
-                    TOKEN_TTL
-                } else {
-                    TOKEN_REFUSED_TTL
-                });
-                // A token's own claims are read only once the review vouched for it, and
-                // only to keep its review no longer than the token lives.
-                let lives = user.as_ref().and_then(|_| lifetime(&token));
-                let until = crate::backoff::after(now, lives.map_or(ttl, |l| l.min(ttl)));
-                self.lock_tokens().put(key, user.clone(), until, now);
-                (user, "miss")
+        if let Some(user) = lock(&self.known).get(&key, now) {
+            self.decisions.record("authentication", "allowed", "hit");
+            return Ok(Who { user, holder });
+        }
+        if lock(&self.refused).get(&key, now).is_some() {
+            self.decisions.record("authentication", "denied", "hit");
+            return Err(Refusal::unauthorized().into());
+        }
+        if !here {
+            return Err(Halt::Review(AUTHENTICATE));
+        }
+        if let Err(wait) = lock(&self.budget).take(now) {
+            self.counts.turned_away("reviews");
+            self.decisions.record("authentication", "error", "miss");
+            let mut r = Refusal::too_many_requests();
+            r.retry_after = Some(wait.as_secs().max(1));
+            return Err(r.into());
+        }
+        let user = match self.reviewer.token(&token) {
+            Ok(u) => u,
+            Err(e) => {
+                self.decisions.record("authentication", "error", "miss");
+                self.quiet
+                    .warn(|n| log::warn!("cannot review a bearer token{n}: {e}"));
+                return Err(Refusal::unavailable(
+                    format!("cannot authenticate the request: the TokenReview failed: {e}"),
+                    REVIEW_RETRY_AFTER,
+                )
+                .into());
             }
         };
         match user {
-            Some(u) => {
-                self.decisions.record("authentication", "allowed", cache);
-                Ok(u)
+            Some(user) => {
+                // A token's own claims are read only once the review vouched for it, and
+                // only to keep its review no longer than the token lives.
+                let ttl = self.spread(TOKEN_TTL);
+                let lives = lifetime(&token).map_or(ttl, |l| l.min(ttl));
+                let until = crate::backoff::after(now, lives);
+                lock(&self.known).put(key, user.clone(), until, now);
+                self.decisions.record("authentication", "allowed", "miss");
+                Ok(Who { user, holder })
             }
             None => {
-                self.decisions.record("authentication", "denied", cache);
-                Err(Refusal::unauthorized())
+                let until = crate::backoff::after(now, self.spread(TOKEN_REFUSED_TTL));
+                lock(&self.refused).put(key, (), until, now);
+                self.decisions.record("authentication", "denied", "miss");
+                Err(Refusal::unauthorized().into())
             }
         }
     }
@@ -200,7 +238,7 @@ impl Auth {
     /// Whether a decision still kept allows `user` to do one of `any`; asks no one.
     pub fn allowed_already(&self, user: &User, any: &[Attributes]) -> bool {
         let now = Instant::now();
-        let access = self.lock_access();
+        let access = lock(&self.access);
         let allowed = (any.iter())
             .any(|what| access.get(&(user.clone(), what.clone()), now) == Some(Decision::Allowed));
         drop(access);
@@ -210,32 +248,44 @@ impl Auth {
         allowed
     }
 
-    /// Whether `user` may do `what`: `Ok`, or the 403 the apiserver would send.
-    pub fn authorize(&self, user: &User, what: &Attributes) -> Result<(), Refusal> {
+    /// Whether a decision about `user` doing `what` is kept.
+    pub fn decided(&self, user: &User, what: &Attributes) -> bool {
+        let key = (user.clone(), what.clone());
+        lock(&self.access).get(&key, Instant::now()).is_some()
+    }
+
+    /// Whether `user` may do `what`: `Ok`, or the 403 the apiserver would send. A decision
+    /// not kept is reviewed only `here` (a review lane); elsewhere the request is sent
+    /// there.
+    pub fn authorize(&self, user: &User, what: &Attributes, here: bool) -> Result<(), Halt> {
         let key = (user.clone(), what.clone());
         let now = Instant::now();
-        let cached = self.lock_access().get(&key, now);
+        let cached = lock(&self.access).get(&key, now);
         let (decision, cache) = match cached {
             Some(d) => (d, "hit"),
+            None if !here => return Err(Halt::Review(AUTHORIZE)),
             None => {
                 let d = match self.reviewer.access(user, what) {
                     Ok(d) => d,
                     Err(e) => {
                         self.decisions.record("authorization", "error", "miss");
-                        log::warn!("cannot review the access of {}: {e}", user.name);
+                        let name = &user.name;
+                        self.quiet
+                            .warn(|n| log::warn!("cannot review the access of {name}{n}: {e}"));
                         return Err(Refusal::unavailable(
                             format!(
                                 "cannot authorize the request: the SubjectAccessReview failed: {e}"
                             ),
-                            1,
-                        ));
+                            REVIEW_RETRY_AFTER,
+                        )
+                        .into());
                     }
                 };
                 let ttl = self.spread(match d {
                     Decision::Allowed => ALLOWED_TTL,
                     Decision::Denied(_) => DENIED_TTL,
                 });
-                self.lock_access().put(key, d.clone(), now + ttl, now);
+                lock(&self.access).put(key, d.clone(), now + ttl, now);
                 (d, "miss")
             }
         };
@@ -246,34 +296,57 @@ impl Auth {
             }
             Decision::Denied(why) => {
                 self.decisions.record("authorization", "denied", cache);
-                Err(match what {
-                    Attributes::Resource {
-                        verb,
-                        kind,
-                        namespace,
-                        name,
-                    } => Refusal::forbidden(
-                        &user.name,
-                        verb,
-                        *kind,
-                        namespace.as_deref(),
-                        name.as_deref(),
-                        &why,
-                    ),
-                    Attributes::Path { verb, path } => {
-                        Refusal::forbidden_path(&user.name, verb, path, &why)
-                    }
-                })
+                Err(forbidden(user, what, &why).into())
             }
         }
     }
+}
 
-    fn lock_tokens(&self) -> std::sync::MutexGuard<'_, Cache<[u8; 32], Option<User>>> {
-        self.tokens.lock().unwrap_or_else(|p| p.into_inner())
+/// The 403 the apiserver sends for `what`.
+fn forbidden(user: &User, what: &Attributes, why: &str) -> Refusal {
+    match what {
+        Attributes::Resource {
+            verb,
+            kind,
+            namespace,
+            name,
+        } => Refusal::forbidden(
+            &user.name,
+            verb,
+            *kind,
+            namespace.as_deref(),
+            name.as_deref(),
+            why,
+        ),
+        Attributes::Path { verb, path } => Refusal::forbidden_path(&user.name, verb, path, why),
     }
+}
 
-    fn lock_access(&self) -> std::sync::MutexGuard<'_, Cache<(User, Attributes), Decision>> {
-        self.access.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A warning said at most every 10 seconds, with how many were left unsaid: an outage
+/// seen by ten thousand followers is a line, not ten thousand.
+#[derive(Default)]
+struct Quiet(Mutex<(Option<Instant>, u64)>);
+
+impl Quiet {
+    fn warn(&self, say: impl FnOnce(&str)) {
+        let mut q = lock(&self.0);
+        let now = Instant::now();
+        if q.0
+            .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(10))
+        {
+            q.1 += 1;
+            return;
+        }
+        let more = match q.1 {
+            0 => String::new(),
+            n => format!(" (and {n} more since the last such line)"),
+        };
+        *q = (Some(now), 0);
+        say(&more);
     }
 }
 
@@ -346,6 +419,29 @@ mod tests {
         }
     }
 
+    fn hub_auth(fake: &Arc<Fake>, decisions: &Decisions) -> Auth {
+        Auth::new(
+            Box::new(fake.clone()),
+            decisions.clone(),
+            ServerCounts::default(),
+        )
+    }
+
+    /// The code of a refusal (0: sent to a lane).
+    fn code<T: std::fmt::Debug>(r: Result<T, Halt>) -> u16 {
+        match r.unwrap_err() {
+            Halt::Refused(r) => r.code,
+            Halt::Review(_) => 0,
+        }
+    }
+
+    fn refusal<T: std::fmt::Debug>(r: Result<T, Halt>) -> Refusal {
+        match r.unwrap_err() {
+            Halt::Refused(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
     fn list(kind: Resource, ns: Option<&str>) -> Attributes {
         Attributes::Resource {
             verb: "list",
@@ -359,64 +455,67 @@ mod tests {
     fn decisions_are_reviewed_once_and_cached() {
         let fake = Arc::new(Fake::default());
         let decisions = Decisions::default();
-        let auth = Auth::new(Box::new(fake.clone()), decisions.clone());
-        assert_eq!(auth.authenticate(None).unwrap_err().code, 401);
-        assert_eq!(auth.authenticate(Some("Basic eDp5")).unwrap_err().code, 401);
-        assert_eq!(auth.authenticate(Some("Bearer bad")).unwrap_err().code, 401);
-        assert_eq!(auth.authenticate(Some("Bearer bad")).unwrap_err().code, 401);
+        let auth = hub_auth(&fake, &decisions);
+        assert_eq!(code(auth.authenticate(None, true)), 401);
+        assert_eq!(code(auth.authenticate(Some("Basic eDp5"), true)), 401);
+        assert_eq!(code(auth.authenticate(Some("Bearer bad"), true)), 401);
+        assert_eq!(code(auth.authenticate(Some("Bearer bad"), false)), 401);
         assert_eq!(
             fake.tokens.load(Ordering::SeqCst),
             1,
             "a refusal is cached too"
         );
-        let alice = auth.authenticate(Some("Bearer good")).unwrap();
-        let again = auth.authenticate(Some("bearer  good ")).unwrap();
-        assert_eq!(alice, again);
+        // Where requests are answered, a token not kept goes to be reviewed.
+        assert!(matches!(
+            auth.authenticate(Some("Bearer good"), false),
+            Err(Halt::Review(AUTHENTICATE))
+        ));
+        let alice = auth.authenticate(Some("Bearer good"), true).unwrap();
+        let again = auth.authenticate(Some("bearer  good "), false).unwrap();
+        assert_eq!(alice.user, again.user);
+        assert_eq!(alice.holder, again.holder);
+        let alice = alice.user;
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 2);
-        auth.authorize(&alice, &list(Resource::ConfigMaps, Some("team-a")))
-            .unwrap();
-        auth.authorize(&alice, &list(Resource::ConfigMaps, Some("team-a")))
-            .unwrap();
+        let team_a = list(Resource::ConfigMaps, Some("team-a"));
+        assert!(matches!(
+            auth.authorize(&alice, &team_a, false),
+            Err(Halt::Review(AUTHORIZE))
+        ));
+        auth.authorize(&alice, &team_a, true).unwrap();
+        auth.authorize(&alice, &team_a, false).unwrap();
         assert_eq!(fake.access.load(Ordering::SeqCst), 1);
-        let e = auth
-            .authorize(&alice, &list(Resource::Secrets, Some("team-a")))
-            .unwrap_err();
+        let e = refusal(auth.authorize(&alice, &list(Resource::Secrets, Some("team-a")), true));
         assert_eq!(
             e.message,
             "secrets is forbidden: User \"alice\" cannot list resource \"secrets\" in API group \"\" in the namespace \"team-a\""
         );
-        let e = auth
-            .authorize(&alice, &list(Resource::ConfigMaps, None))
-            .unwrap_err();
-        assert_eq!(e.code, 403);
+        assert_eq!(
+            code(auth.authorize(&alice, &list(Resource::ConfigMaps, None), true)),
+            403
+        );
         assert_eq!(decisions.get("authorization", "allowed", "hit"), 1);
         assert_eq!(decisions.get("authentication", "denied", "hit"), 1);
         // A review that cannot be made is a 503, and not kept.
         fake.fail.store(true, Ordering::SeqCst);
-        assert_eq!(
-            auth.authenticate(Some("Bearer other")).unwrap_err().code,
-            503
-        );
-        assert_eq!(
-            auth.authenticate(Some("Bearer other")).unwrap_err().code,
-            503
-        );
+        let e = refusal(auth.authenticate(Some("Bearer other"), true));
+        assert_eq!((e.code, e.retry_after), (503, Some(REVIEW_RETRY_AFTER)));
+        assert_eq!(code(auth.authenticate(Some("Bearer other"), true)), 503);
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 4);
     }
 
     #[test]
     fn only_a_kept_allowed_decision_is_taken_without_asking() {
         let fake = Arc::new(Fake::default());
-        let auth = Auth::new(Box::new(fake.clone()), Decisions::default());
-        let alice = auth.authenticate(Some("Bearer good")).unwrap();
+        let auth = hub_auth(&fake, &Decisions::default());
+        let alice = auth.authenticate(Some("Bearer good"), true).unwrap().user;
         let team_a = list(Resource::ConfigMaps, Some("team-a"));
         let everywhere = list(Resource::ConfigMaps, None);
         assert!(
             !auth.allowed_already(&alice, std::slice::from_ref(&team_a)),
             "never asked"
         );
-        auth.authorize(&alice, &team_a).unwrap();
-        assert!(auth.authorize(&alice, &everywhere).is_err());
+        auth.authorize(&alice, &team_a, true).unwrap();
+        assert!(auth.authorize(&alice, &everywhere, true).is_err());
         let asked = fake.access.load(Ordering::SeqCst);
         assert!(auth.allowed_already(&alice, &[everywhere.clone(), team_a.clone()]));
         assert!(
@@ -429,7 +528,7 @@ mod tests {
 
     #[test]
     fn entries_reviewed_at_once_do_not_expire_at_once() {
-        let auth = Auth::new(Box::new(Arc::new(Fake::default())), Decisions::default());
+        let auth = hub_auth(&Arc::new(Fake::default()), &Decisions::default());
         let lives: Vec<Duration> = (0..200).map(|_| auth.spread(TOKEN_TTL)).collect();
         let (min, max) = (lives.iter().min().unwrap(), lives.iter().max().unwrap());
         assert!(*min >= TOKEN_TTL.mul_f64(1.0 - SPREAD), "{min:?}");
@@ -437,20 +536,57 @@ mod tests {
         assert!(*max - *min > Duration::from_secs(20), "{min:?}..{max:?}");
     }
 
+    /// Issue 47.3: a flood of tokens nobody knows costs the apiserver a bounded rate of
+    /// reviews (beyond it, a 429 with Retry-After); it never reaches a known token, and
+    /// the refused ones it leaves behind never push a known one out.
     #[test]
-    fn caches_are_bounded() {
-        let mut c: Cache<u32, u32> = Cache::new();
-        let now = Instant::now();
-        for i in 0..(MAX_ENTRIES as u32 + 100) {
-            c.put(i, i, now + Duration::from_secs(60 + u64::from(i)), now);
-        }
-        assert_eq!(c.len(), MAX_ENTRIES);
-        assert_eq!(c.get(&0, now), None, "the nearest to expiring went first");
-        assert_eq!(
-            c.get(&(MAX_ENTRIES as u32 + 99), now),
-            Some(MAX_ENTRIES as u32 + 99)
+    fn unknown_tokens_are_reviewed_at_a_bounded_rate_and_never_crowd_out_known_ones() {
+        let fake = Arc::new(Fake::default());
+        let counts = ServerCounts::default();
+        let auth = Auth::with_rate(
+            Box::new(fake.clone()),
+            Decisions::default(),
+            counts.clone(),
+            1.0,
+            10.0,
         );
-        assert_eq!(c.get(&200, now + Duration::from_secs(400)), None, "expired");
+        let alice = auth.authenticate(Some("Bearer good"), true).unwrap();
+        let mut turned = 0;
+        for i in 0..(MAX_ENTRIES + 100) {
+            match auth.authenticate(Some(&format!("Bearer flood-{i}")), true) {
+                Err(Halt::Refused(r)) if r.code == 429 => {
+                    assert!(r.retry_after.is_some_and(|s| s >= 1));
+                    turned += 1;
+                }
+                Err(Halt::Refused(r)) => assert_eq!(r.code, 401),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(fake.tokens.load(Ordering::SeqCst) <= 12, "reviews bounded");
+        assert!(turned >= MAX_ENTRIES, "{turned}");
+        assert_eq!(counts.turned_away_for("reviews"), turned as u64);
+        // The known token is still known, without a review and without the budget.
+        let asked = fake.tokens.load(Ordering::SeqCst);
+        let again = auth.authenticate(Some("Bearer good"), false).unwrap();
+        assert_eq!(again.user, alice.user);
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), asked);
+        // Refused tokens fill their own cache, never the known one's.
+        let fake = Arc::new(Fake::default());
+        let auth = Auth::with_rate(
+            Box::new(fake.clone()),
+            Decisions::default(),
+            ServerCounts::default(),
+            1e9,
+            1e9,
+        );
+        auth.authenticate(Some("Bearer good"), true).unwrap();
+        for i in 0..(MAX_ENTRIES + 10) {
+            let _ = auth.authenticate(Some(&format!("Bearer refused-{i}")), true);
+        }
+        assert_eq!(lock(&auth.refused).len(), MAX_ENTRIES);
+        let asked = fake.tokens.load(Ordering::SeqCst);
+        auth.authenticate(Some("Bearer good"), false).unwrap();
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), asked, "still kept");
     }
 
     fn jwt(claims: &str) -> Secret {
@@ -479,7 +615,7 @@ mod tests {
     #[test]
     fn no_exp_a_client_writes_panics() {
         let fake = Arc::new(Fake::default());
-        let auth = Auth::new(Box::new(fake.clone()), Decisions::default());
+        let auth = hub_auth(&fake, &Decisions::default());
         for exp in [
             "18446744073709551615",
             "10000000000000000000",
@@ -491,22 +627,18 @@ mod tests {
         ] {
             let token = jwt(&format!("{{\"exp\":{exp}}}"));
             let header = format!("Bearer {}", token.expose());
-            assert_eq!(
-                auth.authenticate(Some(&header)).unwrap_err().code,
-                401,
-                "{exp}"
-            );
+            assert_eq!(code(auth.authenticate(Some(&header), true)), 401, "{exp}");
         }
         // Authenticated, with an exp past u64: kept for the review's own time.
         let fake = Arc::new(Fake {
             anyone: true,
             ..Fake::default()
         });
-        let auth = Auth::new(Box::new(fake.clone()), Decisions::default());
+        let auth = hub_auth(&fake, &Decisions::default());
         for exp in ["18446744073709551615", "1e300", "-1e300"] {
             let header = format!("Bearer {}", jwt(&format!("{{\"exp\":{exp}}}")).expose());
-            auth.authenticate(Some(&header)).unwrap();
-            auth.authenticate(Some(&header)).unwrap();
+            auth.authenticate(Some(&header), true).unwrap();
+            auth.authenticate(Some(&header), true).unwrap();
         }
         assert_eq!(
             fake.tokens.load(Ordering::SeqCst),

@@ -20,14 +20,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::auth::{Attributes, Auth, User};
+use super::auth::{self, Attributes, Auth, Halt, User, Who};
 use super::discovery;
 use super::held::{Held, Object, Versions};
 use super::render::{self, More};
 use super::request::{self, Ask, Form, Route, Target};
 use super::status::Refusal;
 use crate::https::http::{Answer, Request};
-use crate::https::server::{Handler, Peer, Reply, Wake};
+use crate::https::server::{Call, Handler, Peer, Reply, Wake};
 use crate::kube::client::HUB_HEADER;
 use crate::ops::health::Health;
 use crate::ops::metrics::{Metrics, Served};
@@ -117,17 +117,20 @@ impl Hub {
         changed | self.behind.swap(false, Ordering::SeqCst)
     }
 
-    fn reply(&self, req: &Request, peer: &Peer, wake: Wake) -> Result<Reply, Refusal> {
+    fn reply(&self, req: &Request, peer: &Peer, call: Call) -> Result<Reply, Halt> {
+        // Reviews are made on their own lanes only.
+        let here = call.lane != auth::ANSWER;
         match request::route(&req.path) {
-            Route::Ops(path) => self.ops(req, path).map(Reply::Answer),
+            Route::Ops(path) => self.ops(req, path, here).map(Reply::Answer),
             Route::Discovery(d) => {
-                let user = self.auth.authenticate(req.header("authorization"))?;
+                let who = self.auth.authenticate(req.header("authorization"), here)?;
                 self.auth.authorize(
-                    &user,
+                    &who.user,
                     &Attributes::Path {
                         verb: "get",
                         path: req.path.clone(),
                     },
+                    here,
                 )?;
                 let addr = req.header("host").unwrap_or_default().to_string();
                 let addr = if addr.is_empty() {
@@ -141,16 +144,16 @@ impl Hub {
                 )))
             }
             Route::Unknown => {
-                self.auth.authenticate(req.header("authorization"))?;
-                Err(Refusal::no_such_path())
+                self.auth.authenticate(req.header("authorization"), here)?;
+                Err(Refusal::no_such_path().into())
             }
-            Route::Read(target) => self.read(req, target, wake),
+            Route::Read(target) => self.read(req, target, call.wake, here),
         }
     }
 
     /// `/healthz`, `/livez`, `/readyz` (open, as the apiserver's), `/metrics` and
     /// `/status` (for who may `get` them).
-    fn ops(&self, req: &Request, path: &'static str) -> Result<Answer, Refusal> {
+    fn ops(&self, req: &Request, path: &'static str, here: bool) -> Result<Answer, Halt> {
         let health = || self.health.lock().unwrap_or_else(|p| p.into_inner());
         match path {
             "/healthz" | "/livez" => {
@@ -164,13 +167,14 @@ impl Hub {
                 Err(why) => Answer::text(503, format!("{why}\n")),
             }),
             _ => {
-                let user = self.auth.authenticate(req.header("authorization"))?;
+                let who = self.auth.authenticate(req.header("authorization"), here)?;
                 self.auth.authorize(
-                    &user,
+                    &who.user,
                     &Attributes::Path {
                         verb: "get",
                         path: path.to_string(),
                     },
+                    here,
                 )?;
                 Ok(match path {
                     "/metrics" => Answer::metrics(
@@ -230,10 +234,10 @@ impl Hub {
     }
 
     /// The read API.
-    fn read(&self, req: &Request, target: Target, wake: Wake) -> Result<Reply, Refusal> {
+    fn read(&self, req: &Request, target: Target, wake: Wake, here: bool) -> Result<Reply, Halt> {
         // Who asks comes first, as in the apiserver's filters: an anonymous request is a
         // 401 whatever else is wrong with it.
-        let user = self.auth.authenticate(req.header("authorization"))?;
+        let Who { user, holder } = self.auth.authenticate(req.header("authorization"), here)?;
         let header = |name: &str| req.header(name).map(str::to_string);
         let ask = request::ask(target, &req.query, &header)?;
         let kind = ask.target.kind;
@@ -246,16 +250,16 @@ impl Hub {
                 "DELETE" => "delete",
                 _ => "request",
             };
-            return Err(Refusal::method_not_supported(kind, verb));
+            return Err(Refusal::method_not_supported(kind, verb).into());
         }
         // Refused for whoever asks, allowed to watch or not: the hub has nothing to watch.
         if ask.watch {
-            return Err(Refusal::method_not_supported(kind, "watch"));
+            return Err(Refusal::method_not_supported(kind, "watch").into());
         }
-        self.authorize(&user, &ask)?;
+        self.authorize(&user, &ask, here)?;
         let held = self.ready_held()?;
         if !held.serves(kind) {
-            return Err(Refusal::no_such_path());
+            return Err(Refusal::no_such_path().into());
         }
         let ns = ask.target.namespace.as_deref();
         let v = held.versions(kind, ns).ok_or_else(|| {
@@ -268,10 +272,13 @@ impl Hub {
             && v.listed < r
         {
             if wake == Wake::Expired {
-                return Err(Refusal::too_large_resource_version(r, v.listed));
+                return Err(Refusal::too_large_resource_version(r, v.listed).into());
             }
             self.behind.store(true, Ordering::SeqCst);
-            return Ok(Reply::Wait(Instant::now() + BEHIND_WAIT));
+            return Ok(Reply::Wait {
+                until: Instant::now() + BEHIND_WAIT,
+                holder,
+            });
         }
         if let Some(name) = &ask.target.name {
             let ns = ns.unwrap_or_default();
@@ -279,7 +286,7 @@ impl Hub {
                 Some(o) => Ok(Reply::Answer(
                     self.body(&ask, render::object(kind, ask.form, o)),
                 )),
-                None => Err(Refusal::not_found(kind, name)),
+                None => Err(Refusal::not_found(kind, name).into()),
             };
         }
         if let (Some(wait), Some(r)) = (ask.wait, ask.not_older_than())
@@ -292,16 +299,19 @@ impl Hub {
                         status: 304,
                         content_type: "application/json",
                         headers: Vec::new(),
-                        body: Vec::new(),
+                        body: Default::default(),
                     }));
                 }
-                return Ok(Reply::Wait(Instant::now() + wait));
+                return Ok(Reply::Wait {
+                    until: Instant::now() + wait,
+                    holder,
+                });
             }
             if wake != Wake::First {
                 self.served.waited("newer");
             }
         }
-        self.list(&held, &ask, v).map(Reply::Answer)
+        Ok(Reply::Answer(self.list(&held, &ask, v)?))
     }
 
     /// Authorizes exactly what `ask` does. A GET of one object is allowed at once to a user
@@ -311,7 +321,7 @@ impl Hub {
     /// review at all. Otherwise a GET is asked of the whole namespace (`get` of every object
     /// there): allowed, it covers each name; refused, the object itself is asked, and a 403
     /// names it, as the apiserver's does.
-    fn authorize(&self, user: &User, ask: &Ask) -> Result<(), Refusal> {
+    fn authorize(&self, user: &User, ask: &Ask, here: bool) -> Result<(), Halt> {
         let what = |name: Option<String>| Attributes::Resource {
             verb: ask.verb(),
             kind: ask.target.kind,
@@ -330,10 +340,16 @@ impl Hub {
                 return Ok(());
             }
         }
-        if ask.target.name.is_some() && self.auth.authorize(user, &what(None)).is_ok() {
-            return Ok(());
+        if ask.target.name.is_some() {
+            match self.auth.authorize(user, &what(None), here) {
+                Ok(()) => return Ok(()),
+                Err(Halt::Review(lane)) => return Err(Halt::Review(lane)),
+                // Refused for the namespace: the object itself is asked.
+                Err(Halt::Refused(_)) => {}
+            }
         }
-        self.auth.authorize(user, &what(ask.target.name.clone()))
+        self.auth
+            .authorize(user, &what(ask.target.name.clone()), here)
     }
 
     /// A list: a whole one rendered once per poll, or a page.
@@ -447,11 +463,12 @@ fn selected(ask: &Ask, o: &Object) -> bool {
 }
 
 impl Handler for Hub {
-    fn handle(&self, req: &Request, peer: &Peer, wake: Wake) -> Reply {
-        let reply = match self.reply(req, peer, wake) {
+    fn handle(&self, req: &Request, peer: &Peer, call: Call) -> Reply {
+        let reply = match self.reply(req, peer, call) {
             Ok(r) => r,
-            Err(refusal) => {
-                if refusal.code == 503 || refusal.code >= 500 {
+            Err(Halt::Review(lane)) => return Reply::Lane(lane),
+            Err(Halt::Refused(refusal)) => {
+                if refusal.code >= 500 {
                     log::debug!("{} {}: {}", req.method, req.path, refusal.message);
                 }
                 Reply::Answer(refusal.answer())
@@ -465,7 +482,7 @@ impl Handler for Hub {
                         .with("Cache-Control", "no-cache, private"),
                 )
             }
-            wait => wait,
+            other => other,
         }
     }
 }

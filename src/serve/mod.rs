@@ -15,6 +15,7 @@ pub mod auth;
 pub mod discovery;
 pub mod held;
 pub mod hub;
+pub mod kept;
 pub mod render;
 pub mod request;
 pub mod reviews;
@@ -32,11 +33,12 @@ use self::held::{Gather, Held};
 use self::hub::Hub;
 use crate::backoff::{self, Backoff, Rng};
 use crate::error::Error;
+use crate::https::lanes::Lane;
 use crate::https::server::{Handle, Limits, Server};
 use crate::https::tls;
 use crate::kube;
 use crate::ops::health::{Health, InFlight};
-use crate::ops::metrics::{Features, Metrics};
+use crate::ops::metrics::{Features, Metrics, ServerCounts};
 use crate::source::origin::{self, Origin};
 use crate::source::{Resources, Source};
 
@@ -51,36 +53,53 @@ pub struct Options {
     pub key: PathBuf,
 }
 
-/// Threads answering requests: each may wait on a review by the apiserver.
-const WORKERS: usize = 8;
+/// Workers of each review lane (tokens nobody knows; accesses not kept): the reviews made
+/// at once at most, each with a client of its own.
+const REVIEWERS: usize = 4;
+
+/// Parked (waiting) or streaming (watching) requests one follower's token may hold: a
+/// follower needs one a scope it follows.
+pub const MAX_HELD: usize = 64;
 
 /// How the hub holds its clients: a fleet of followers, each with a keep-alive connection
-/// and, between changes, one request waiting.
-fn limits(panics: prometheus_client::metrics::counter::Counter) -> Limits {
+/// and, between changes, one request waiting; requests whose reviews are kept are
+/// answered on one lane, reviews are waited for on two others (`auth`).
+fn limits(counts: ServerCounts) -> Limits {
+    let busy = |r: status::Refusal| {
+        r.answer()
+            .with(kube::client::HUB_HEADER, env!("CARGO_PKG_VERSION"))
+    };
+    let lane = |name, workers, queue| Lane {
+        name,
+        workers,
+        queue,
+        busy: busy(status::Refusal::too_many_requests()),
+    };
     Limits {
         max_connections: 16_384,
         request_deadline: Duration::from_secs(10),
         idle: Duration::from_secs(120),
         write_deadline: Duration::from_secs(60),
+        max_head: crate::https::http::MAX_HEAD,
         max_body: 64 * 1024,
-        workers: WORKERS,
-        queue: 2048,
-        busy: status::Refusal::too_many_requests()
-            .answer()
-            .with(kube::client::HUB_HEADER, env!("CARGO_PKG_VERSION")),
-        panicked: status::Refusal::internal_error(
+        keep_alive: true,
+        lanes: vec![
+            lane("answer", 4, 4096),
+            lane("authn", REVIEWERS, 64),
+            lane("authz", REVIEWERS, 1024),
+        ],
+        max_held: MAX_HELD,
+        panicked: busy(status::Refusal::internal_error(
             "this request caused cmpoll serve to panic; its log has the details",
-        )
-        .answer()
-        .with(kube::client::HUB_HEADER, env!("CARGO_PKG_VERSION")),
-        panics,
+        )),
+        counts,
     }
 }
 
 /// Serves until SIGTERM or SIGINT.
 pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
     let metrics = Metrics::new();
-    let panics = metrics.handler_panics();
+    let counts = metrics.server();
     metrics.expect(&Features {
         polls: false,
         serve: true,
@@ -102,7 +121,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     };
     let config = kube::Config::resolve(flags, env).map_err(Error::Config)?;
     let mut clients = Vec::new();
-    for _ in 0..WORKERS {
+    for _ in 0..2 * REVIEWERS {
         let handles = kube::client::Handles {
             // Not the poll's: a slow review must not look like a hung poll to /healthz.
             in_flight: InFlight::default(),
@@ -116,6 +135,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     let auth = auth::Auth::new(
         Box::new(reviews::ApiReviewer::new(clients)),
         metrics.decisions(),
+        counts.clone(),
     );
     let served = metrics.served();
     let health = Health::new(
@@ -145,7 +165,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
     }
-    let (server, handle) = Server::new(listener, tls_config, hub.clone(), limits(panics))
+    let (server, handle) = Server::new(listener, Some(tls_config), hub.clone(), limits(counts))
         .map_err(|e| Error::Runtime(format!("--listen {bound}: {e}")))?;
     log::info!(
         "cmpoll serve {}: polling {} every {} (jitter {}): {}; serving it over HTTPS on {bound} (/api/v1, /healthz, /readyz, /metrics, /status)",

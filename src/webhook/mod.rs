@@ -24,9 +24,9 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use self::review::Decision;
 use crate::error::Error;
 use crate::https::http::{Answer, Request};
-use crate::https::server::{Handler, Limits, Peer, Reply, Server, Wake};
+use crate::https::server::{Call, Handler, Limits, Peer, Reply, Server};
 use crate::https::tls;
-use crate::ops::metrics::{Metrics, Results};
+use crate::ops::metrics::{Metrics, Results, ServerCounts};
 use crate::source::Selection;
 use crate::validate::{self, Stage, Verdict};
 
@@ -50,21 +50,26 @@ pub struct Options {
 /// How the webhook holds its clients: the apiserver opens a few keep-alive connections and
 /// sends each review at once; whatever else connects is held to short deadlines and gives
 /// way (see `https::server`).
-fn limits(panics: prometheus_client::metrics::counter::Counter) -> Limits {
+fn limits(counts: ServerCounts) -> Limits {
     Limits {
         max_connections: 1024,
         request_deadline: Duration::from_secs(5),
         idle: Duration::from_secs(90),
         write_deadline: Duration::from_secs(10),
+        max_head: crate::https::http::MAX_HEAD,
         max_body: MAX_BODY,
-        workers: 8,
-        queue: 128,
-        busy: Answer::text(503, "too many reviews at once; try again\n"),
+        keep_alive: true,
+        lanes: Limits::one_lane(
+            8,
+            128,
+            Answer::text(503, "too many reviews at once; try again\n"),
+        ),
+        max_held: usize::MAX,
         panicked: Answer::text(
             500,
             "this review caused cmpoll webhook to panic; its log has the details\n",
         ),
-        panics,
+        counts,
     }
 }
 
@@ -100,7 +105,7 @@ pub fn run(opts: Options) -> Result<(), Error> {
         ..Default::default()
     });
     let reviews = metrics.webhook_reviews();
-    let panics = metrics.handler_panics();
+    let counts = metrics.server();
     let hook = Arc::new(Webhook {
         needs_client_cert: opts.client_ca.is_some(),
         selection: opts.selection,
@@ -125,7 +130,7 @@ pub fn run(opts: Options) -> Result<(), Error> {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
     }
-    let (server, _handle) = Server::new(listener, config, hook, limits(panics))
+    let (server, _handle) = Server::new(listener, Some(config), hook, limits(counts))
         .map_err(|e| Error::Runtime(format!("--listen {bound}: {e}")))?;
     server.run(&stop);
     log::info!("stopping");
@@ -133,7 +138,7 @@ pub fn run(opts: Options) -> Result<(), Error> {
 }
 
 impl Handler for Webhook {
-    fn handle(&self, req: &Request, peer: &Peer, _wake: Wake) -> Reply {
+    fn handle(&self, req: &Request, peer: &Peer, _call: Call) -> Reply {
         // The TLS layer checked any certificate presented; a review needs one (probes and
         // scrapes need none).
         if self.needs_client_cert && req.path == "/validate" && peer.cert.is_none() {

@@ -1,0 +1,552 @@
+//! One client connection as a state machine, apart from its socket (hyper's
+//! `proto/h1/conn.rs` is the model): the server's loop tells it what happened — bytes can
+//! be read or written, a worker answered, the hub has news, a deadline passed, room is
+//! needed — and it says what to do next: at most one request to hand to a worker. All its
+//! I/O goes through a `Transport`, so the unit tests below drive it over a fake.
+//!
+//! A connection is in one phase at a time, each bounded: reading a request (from accept,
+//! or from its first byte after an idle keep-alive, at most `request_deadline` to the last
+//! byte of its body: a client that dribbles is cut off with 408), idle between requests
+//! (`idle`), with a worker (the handler's own bound), parked until notified or its
+//! deadline (a long poll), streaming (a watch: chunks pulled from its `Stream` while what
+//! it has queued is under `WATERMARK`, so a watcher that does not read holds no more than
+//! that and is cut off once it has not taken a byte for `write_deadline`), and writing an
+//! answer (`write_deadline`). A parked or streaming connection is held for an identity
+//! (`Holder`), which the server bounds.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::handler::{Holder, Next, Reply, Stream, Wake};
+use super::http::{self, Answer, Body, Parsed, Request};
+use super::transport::Transport;
+
+/// What a stream may have queued, not yet taken by the transport, before it is asked for
+/// more.
+pub const WATERMARK: usize = 64 * 1024;
+
+/// Bytes buffered for a connection beyond a body at most (a head, and the next request's
+/// start).
+const MAX_BUFFERED: usize = 2 * http::MAX_HEAD;
+
+/// How a connection is held.
+#[derive(Clone, Debug)]
+pub struct Bounds {
+    pub request_deadline: Duration,
+    pub idle: Duration,
+    pub write_deadline: Duration,
+    pub max_head: usize,
+    pub max_body: usize,
+    /// Connections stay open between requests (else every answer closes its own).
+    pub keep_alive: bool,
+}
+
+/// A request to hand to a worker.
+#[derive(Debug)]
+pub struct Dispatch {
+    pub req: Request,
+    pub wake: Wake,
+    pub lane: usize,
+    /// When it was parked first, and its first deadline (kept however often it is asked
+    /// again).
+    pub parked: Option<Parked>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parked {
+    pub at: Instant,
+    pub until: Instant,
+}
+
+/// What a connection is doing, as the server sees it (who may make room, and for whom).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Handshaking, reading a request, or idle: the first to make room.
+    Reading,
+    /// With a worker, or writing an answer.
+    Busy,
+    /// Parked or streaming for a holder, since then.
+    Held(Holder, Instant),
+    Done,
+}
+
+enum Phase {
+    Reading {
+        started: bool,
+    },
+    Working,
+    Parked {
+        req: Request,
+        parked: Parked,
+        holder: Holder,
+    },
+    Writing,
+    Streaming {
+        stream: Box<dyn Stream>,
+        holder: Holder,
+        at: Instant,
+        /// Ask it again at this moment (`None`: at a notify).
+        due: Option<Instant>,
+    },
+    Done,
+}
+
+/// Bytes queued for the transport: shared, or this connection's own.
+struct Piece {
+    bytes: Bytes,
+    at: usize,
+}
+
+enum Bytes {
+    Shared(Body),
+    Own(Vec<u8>),
+}
+
+impl Piece {
+    fn rest(&self) -> &[u8] {
+        let all: &[u8] = match &self.bytes {
+            Bytes::Shared(b) => b,
+            Bytes::Own(v) => v,
+        };
+        &all[self.at..]
+    }
+}
+
+/// What `progress` does next.
+enum Step {
+    Written,
+    Pull,
+    Parse,
+    Stop,
+}
+
+/// One client connection.
+pub struct Conn<T> {
+    pub io: T,
+    phase: Phase,
+    /// Plaintext received and not yet parsed.
+    inbuf: Vec<u8>,
+    /// More may be waiting to be read: a read stopped at the buffer's cap.
+    unread: bool,
+    out: VecDeque<Piece>,
+    queued: usize,
+    /// Close once what is queued is out.
+    close: bool,
+    /// The client closed its side.
+    eof: bool,
+    /// When the phase ends (reading, idle, writing).
+    deadline: Option<Instant>,
+    /// Bytes are queued and none has gone out since.
+    stalled: Option<Instant>,
+    /// How long queued bytes may wait for the client (`Bounds::write_deadline`).
+    write_deadline: Duration,
+    /// Accepted, or last idle, at: the oldest makes room first.
+    pub since: Instant,
+}
+
+impl<T: Transport> Conn<T> {
+    /// A connection just accepted: its deadline runs from now (the handshake and the
+    /// first request).
+    pub fn new(io: T, now: Instant, b: &Bounds) -> Conn<T> {
+        Conn {
+            io,
+            phase: Phase::Reading { started: true },
+            inbuf: Vec::new(),
+            unread: false,
+            out: VecDeque::new(),
+            queued: 0,
+            close: false,
+            eof: false,
+            deadline: Some(now + b.request_deadline),
+            stalled: None,
+            write_deadline: b.write_deadline,
+            since: now,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match &self.phase {
+            Phase::Reading { .. } => Kind::Reading,
+            Phase::Working | Phase::Writing => Kind::Busy,
+            Phase::Parked { holder, parked, .. } => Kind::Held(*holder, parked.at),
+            Phase::Streaming { holder, at, .. } => Kind::Held(*holder, *at),
+            Phase::Done => Kind::Done,
+        }
+    }
+
+    pub fn done(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    /// The nearest moment something must happen to it.
+    pub fn deadline(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Reading { .. } | Phase::Writing => self.deadline,
+            Phase::Parked { parked, .. } => Some(parked.until),
+            // A stream whose queue is full is asked again once it drains, not by a timer.
+            Phase::Streaming { due, .. } => [
+                due.filter(|_| self.queued < WATERMARK),
+                self.stall_deadline(),
+            ]
+            .into_iter()
+            .flatten()
+            .min(),
+            Phase::Working | Phase::Done => None,
+        }
+    }
+
+    /// When a stream whose bytes the client does not take is cut off.
+    fn stall_deadline(&self) -> Option<Instant> {
+        self.stalled.map(|s| s + self.write_deadline)
+    }
+
+    /// The socket can be read or written: does what it can.
+    pub fn ready(&mut self, now: Instant, b: &Bounds) -> Option<Dispatch> {
+        self.read(now, b);
+        self.progress(now, b)
+    }
+
+    /// A worker's reply to the request it was given.
+    pub fn reply(
+        &mut self,
+        req: Request,
+        wake: Wake,
+        parked: Option<Parked>,
+        reply: Reply,
+        now: Instant,
+        b: &Bounds,
+    ) -> Option<Dispatch> {
+        if !matches!(self.phase, Phase::Working) {
+            return None;
+        }
+        match reply {
+            Reply::Answer(a) => self.answer(&a, req.close, now, b),
+            Reply::Wait { .. } if wake == Wake::Expired => {
+                // Its time is up: a handler that would wait on is answered for.
+                let late = Answer::text(503, "no answer within the request's wait\n");
+                self.answer(&late, req.close, now, b);
+            }
+            Reply::Wait { until, holder } => {
+                let parked = match parked {
+                    Some(p) => Parked {
+                        at: p.at,
+                        until: p.until.min(until),
+                    },
+                    None => Parked { at: now, until },
+                };
+                self.phase = Phase::Parked {
+                    req,
+                    parked,
+                    holder,
+                };
+            }
+            Reply::Stream {
+                head,
+                stream,
+                holder,
+            } => {
+                self.close |= req.close;
+                self.queue(Bytes::Own(head.stream_head(self.close)));
+                self.deadline = None;
+                self.phase = Phase::Streaming {
+                    stream,
+                    holder,
+                    at: now,
+                    due: Some(now),
+                };
+            }
+            Reply::Lane(lane) => {
+                return Some(Dispatch {
+                    req,
+                    wake,
+                    lane,
+                    parked,
+                });
+            }
+        }
+        self.progress(now, b)
+    }
+
+    /// News (`Handle::notify`): a parked request is asked again, a stream is pulled.
+    pub fn notify(&mut self, now: Instant, b: &Bounds) -> Option<Dispatch> {
+        match &mut self.phase {
+            Phase::Parked { .. } => self.unpark(Wake::Notified),
+            Phase::Streaming { due, .. } => {
+                *due = Some(now);
+                self.progress(now, b)
+            }
+            _ => None,
+        }
+    }
+
+    /// Its deadline may have passed.
+    pub fn tick(&mut self, now: Instant, b: &Bounds) -> Option<Dispatch> {
+        let late = self.deadline.is_some_and(|d| d <= now);
+        match &self.phase {
+            Phase::Parked { parked, .. } if parked.until <= now => self.unpark(Wake::Expired),
+            Phase::Reading { started } if late => {
+                if *started && !self.io.handshaking() && !self.inbuf.is_empty() {
+                    let slow = Answer::text(408, "request too slow\n");
+                    self.answer(&slow, true, now, b);
+                    let _ = self.pump(now);
+                }
+                self.phase = Phase::Done;
+                None
+            }
+            Phase::Writing if late => {
+                self.phase = Phase::Done;
+                None
+            }
+            Phase::Streaming { .. } if self.stall_deadline().is_some_and(|d| d <= now) => {
+                self.phase = Phase::Done;
+                None
+            }
+            Phase::Streaming { .. } => self.progress(now, b),
+            _ => None,
+        }
+    }
+
+    /// The server needs its place: a parked request is answered now (and the connection
+    /// closed after), a stream ends now, anything still reading is dropped.
+    pub fn evict(&mut self, now: Instant, b: &Bounds) -> Option<Dispatch> {
+        self.close = true;
+        match &mut self.phase {
+            Phase::Parked { .. } => self.unpark(Wake::Expired),
+            Phase::Streaming { .. } => {
+                self.end_stream(now, b);
+                self.progress(now, b)
+            }
+            Phase::Reading { .. } => {
+                self.phase = Phase::Done;
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// The server drops it (stopping).
+    pub fn drop_now(&mut self) {
+        self.phase = Phase::Done;
+    }
+
+    fn unpark(&mut self, wake: Wake) -> Option<Dispatch> {
+        match std::mem::replace(&mut self.phase, Phase::Working) {
+            Phase::Parked { req, parked, .. } => Some(Dispatch {
+                req,
+                wake,
+                lane: 0,
+                parked: Some(parked),
+            }),
+            other => {
+                self.phase = other;
+                None
+            }
+        }
+    }
+
+    /// Reads what has arrived, up to the buffer's cap.
+    fn read(&mut self, now: Instant, b: &Bounds) {
+        if self.done() {
+            return;
+        }
+        let cap = MAX_BUFFERED + b.max_body;
+        let before = self.inbuf.len();
+        match self.io.receive(&mut self.inbuf, cap) {
+            Ok(eof) => self.eof |= eof,
+            Err(e) => {
+                log::debug!("https: {e}");
+                self.phase = Phase::Done;
+                return;
+            }
+        }
+        self.unread = self.inbuf.len() >= cap;
+        if self.inbuf.len() > before
+            && let Phase::Reading { started: false } = self.phase
+        {
+            // A request began after an idle keep-alive: its deadline runs from its first
+            // byte.
+            self.phase = Phase::Reading { started: true };
+            self.deadline = Some(now + b.request_deadline);
+        }
+    }
+
+    /// Moves the connection on as far as it goes now; at most one request comes out.
+    fn progress(&mut self, now: Instant, b: &Bounds) -> Option<Dispatch> {
+        for _ in 0..64 {
+            if self.done() {
+                return None;
+            }
+            if !self.pump(now) {
+                self.phase = Phase::Done;
+                return None;
+            }
+            let step = match &self.phase {
+                Phase::Writing if self.out.is_empty() => Step::Written,
+                Phase::Streaming { due, .. }
+                    if self.queued < WATERMARK && due.is_some_and(|d| d <= now) =>
+                {
+                    Step::Pull
+                }
+                Phase::Reading { .. } if !self.io.handshaking() => Step::Parse,
+                _ => Step::Stop,
+            };
+            match step {
+                Step::Written => {
+                    if !self.after_write(now, b) {
+                        return None;
+                    }
+                }
+                Step::Pull => self.pull(now, b),
+                Step::Parse => {
+                    if self.unread && self.inbuf.len() < MAX_BUFFERED + b.max_body {
+                        self.read(now, b);
+                    }
+                    match http::parse_within(&self.inbuf, b.max_head, b.max_body) {
+                        Parsed::Partial => break,
+                        Parsed::Bad(a) => self.answer(&a, true, now, b),
+                        Parsed::Complete(mut req, n) => {
+                            self.inbuf.drain(..n);
+                            req.close |= !b.keep_alive;
+                            self.phase = Phase::Working;
+                            self.deadline = None;
+                            return Some(Dispatch {
+                                req,
+                                wake: Wake::First,
+                                lane: 0,
+                                parked: None,
+                            });
+                        }
+                    }
+                }
+                Step::Stop => break,
+            }
+        }
+        let gone = matches!(
+            self.phase,
+            Phase::Reading { .. } | Phase::Parked { .. } | Phase::Streaming { .. }
+        );
+        if self.eof && gone {
+            // Nothing to answer: a request cut short, a long poll or a watch given up.
+            self.phase = Phase::Done;
+        }
+        None
+    }
+
+    /// Asks the stream for more.
+    fn pull(&mut self, now: Instant, b: &Bounds) {
+        let Phase::Streaming { stream, due, .. } = &mut self.phase else {
+            return;
+        };
+        let pulled = stream.pull(now, WATERMARK - self.queued);
+        let next = pulled.next;
+        *due = match next {
+            Next::Notified | Next::End => None,
+            Next::At(t) => Some(t),
+        };
+        let cut = pulled.chunks.iter().map(Body::len).sum::<usize>() >= WATERMARK - self.queued;
+        for c in pulled.chunks.into_iter().filter(|c| !c.is_empty()) {
+            self.queue(Bytes::Own(http::chunk_head(c.len())));
+            self.queue(Bytes::Shared(c));
+            self.queue(Bytes::Own(http::CHUNK_END.to_vec()));
+        }
+        if next == Next::End {
+            self.end_stream(now, b);
+        } else if cut && let Phase::Streaming { due, .. } = &mut self.phase {
+            // Cut short by its room: more as soon as this is out.
+            *due = Some(now);
+        }
+    }
+
+    fn end_stream(&mut self, now: Instant, b: &Bounds) {
+        self.queue(Bytes::Own(http::LAST_CHUNK.to_vec()));
+        self.phase = Phase::Writing;
+        self.deadline = Some(now + b.write_deadline);
+    }
+
+    /// Hands queued bytes to the transport and the transport's to the wire, as far as
+    /// they go; `false` when the connection broke.
+    fn pump(&mut self, now: Instant) -> bool {
+        let mut moved = false;
+        loop {
+            let mut sent = false;
+            while let Some(p) = self.out.front_mut() {
+                let n = match self.io.send(p.rest()) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        log::debug!("https: {e}");
+                        return false;
+                    }
+                };
+                if n == 0 {
+                    break;
+                }
+                sent = true;
+                p.at += n;
+                self.queued -= n;
+                if p.rest().is_empty() {
+                    self.out.pop_front();
+                }
+            }
+            let flushed = match self.io.flush() {
+                Ok(f) => f,
+                Err(e) => {
+                    log::debug!("https: {e}");
+                    return false;
+                }
+            };
+            moved |= sent;
+            // Once the transport's buffer is on the wire, it takes more.
+            if !(sent && flushed) || self.out.is_empty() {
+                break;
+            }
+        }
+        if self.out.is_empty() || moved {
+            self.stalled = (!self.out.is_empty()).then_some(now);
+        } else if self.stalled.is_none() {
+            self.stalled = Some(now);
+        }
+        true
+    }
+
+    fn queue(&mut self, bytes: Bytes) {
+        let p = Piece { bytes, at: 0 };
+        self.queued += p.rest().len();
+        self.out.push_back(p);
+    }
+
+    /// Queues `a` (closing after it if `close`) and starts writing.
+    fn answer(&mut self, a: &Answer, close: bool, now: Instant, b: &Bounds) {
+        self.close |= close;
+        self.queue(Bytes::Own(a.head(self.close)));
+        if !a.body.is_empty() {
+            self.queue(Bytes::Shared(a.body.clone()));
+        }
+        self.phase = Phase::Writing;
+        self.deadline = Some(now + b.write_deadline);
+    }
+
+    /// Once an answer is all out: closed, or idle for the next request. `false` when
+    /// done.
+    fn after_write(&mut self, now: Instant, b: &Bounds) -> bool {
+        if self.close || self.eof {
+            if self.close {
+                self.io.close();
+                let _ = self.io.flush();
+            }
+            self.phase = Phase::Done;
+            return false;
+        }
+        self.phase = Phase::Reading { started: false };
+        self.since = now;
+        self.deadline = Some(now + b.idle);
+        if !self.inbuf.is_empty() {
+            // A pipelined request is already here: its deadline runs from now.
+            self.phase = Phase::Reading { started: true };
+            self.deadline = Some(now + b.request_deadline);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,310 @@
+//! The connection's state machine over a fake transport: every phase, its deadline, and
+//! what a client that does not read costs.
+
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::https::handler::Pull;
+use crate::https::transport::fake::Fake;
+
+fn bounds() -> Bounds {
+    Bounds {
+        request_deadline: Duration::from_secs(5),
+        idle: Duration::from_secs(90),
+        write_deadline: Duration::from_secs(10),
+        max_head: http::MAX_HEAD,
+        max_body: 1024,
+        keep_alive: true,
+    }
+}
+
+fn conn(now: Instant) -> Conn<Fake> {
+    Conn::new(Fake::default(), now, &bounds())
+}
+
+fn send(c: &mut Conn<Fake>, bytes: &[u8], now: Instant) -> Option<Dispatch> {
+    c.io.incoming.extend_from_slice(bytes);
+    c.ready(now, &bounds())
+}
+
+fn out(c: &mut Conn<Fake>) -> String {
+    String::from_utf8(std::mem::take(&mut c.io.sent)).unwrap()
+}
+
+fn ok(body: &str) -> Reply {
+    Reply::Answer(Answer::text(200, body))
+}
+
+#[test]
+fn a_request_in_pieces_then_a_pipelined_one_on_a_kept_connection() {
+    let t = Instant::now();
+    let b = bounds();
+    let mut c = conn(t);
+    assert!(send(&mut c, b"GET /a HT", t).is_none());
+    assert_eq!(c.kind(), Kind::Reading);
+    let d = send(&mut c, b"TP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n", t).unwrap();
+    assert_eq!(
+        (d.req.path.as_str(), d.wake, d.lane),
+        ("/a", Wake::First, 0)
+    );
+    assert_eq!(c.kind(), Kind::Busy);
+    assert_eq!(c.deadline(), None, "a worker has it");
+    // The answer goes out, and the pipelined request comes next.
+    let d = c.reply(d.req, d.wake, None, ok("a\n"), t, &b).unwrap();
+    assert_eq!(d.req.path, "/b");
+    let wire = out(&mut c);
+    assert!(wire.starts_with("HTTP/1.1 200 OK\r\n"), "{wire}");
+    assert!(wire.contains("Connection: keep-alive\r\n") && wire.ends_with("\r\n\r\na\n"));
+    assert!(c.reply(d.req, d.wake, None, ok("b\n"), t, &b).is_none());
+    assert!(out(&mut c).ends_with("b\n"));
+    // Idle: its deadline is the keep-alive's.
+    assert_eq!(c.kind(), Kind::Reading);
+    assert_eq!(c.deadline(), Some(t + b.idle));
+    assert!(c.tick(t + b.idle, &b).is_none());
+    assert!(c.done());
+}
+
+#[test]
+fn a_request_that_dribbles_is_cut_off_with_408_and_a_bad_one_with_its_code() {
+    let t = Instant::now();
+    let b = bounds();
+    let mut c = conn(t);
+    let later = t + Duration::from_secs(100);
+    // Idle keep-alive first: the deadline runs from the request's first byte.
+    c.phase = Phase::Reading { started: false };
+    assert!(send(&mut c, b"GET /slow", later).is_none());
+    assert_eq!(c.deadline(), Some(later + b.request_deadline));
+    c.tick(later + b.request_deadline, &b);
+    assert!(out(&mut c).starts_with("HTTP/1.1 408 "));
+    assert!(c.done());
+    let mut c = conn(t);
+    assert!(
+        send(
+            &mut c,
+            b"GET / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 9\r\n\r\n",
+            t
+        )
+        .is_none()
+    );
+    let wire = out(&mut c);
+    assert!(
+        wire.starts_with("HTTP/1.1 400 ") && wire.contains("Connection: close"),
+        "{wire}"
+    );
+    assert!(c.done() && c.io.said_goodbye);
+}
+
+#[test]
+fn without_keep_alive_every_answer_closes() {
+    let t = Instant::now();
+    let b = Bounds {
+        keep_alive: false,
+        ..bounds()
+    };
+    let mut c = Conn::new(Fake::default(), t, &b);
+    c.io.incoming.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
+    let d = c.ready(t, &b).unwrap();
+    c.reply(d.req, d.wake, None, ok("x"), t, &b);
+    assert!(out(&mut c).contains("Connection: close\r\n"));
+    assert!(c.done());
+}
+
+#[test]
+fn a_slow_reader_holds_what_the_wire_took_and_is_cut_off_at_its_write_deadline() {
+    let t = Instant::now();
+    let b = bounds();
+    let mut c = conn(t);
+    let d = send(&mut c, b"GET / HTTP/1.1\r\n\r\n", t).unwrap();
+    c.io.room = Some(100);
+    let big = Answer::json(200, vec![b'x'; 100_000]);
+    c.reply(d.req, d.wake, None, Reply::Answer(big), t, &b);
+    assert_eq!(c.io.sent.len(), 100);
+    assert_eq!(c.kind(), Kind::Busy);
+    assert_eq!(c.deadline(), Some(t + b.write_deadline));
+    // It reads a little: more goes, the deadline stays.
+    c.io.room = Some(1000);
+    c.ready(t + Duration::from_secs(1), &b);
+    assert_eq!(c.io.sent.len(), 1100);
+    c.tick(t + b.write_deadline, &b);
+    assert!(c.done());
+}
+
+#[test]
+fn a_parked_request_is_asked_again_when_notified_and_at_its_first_deadline() {
+    let t = Instant::now();
+    let b = bounds();
+    let mut c = conn(t);
+    let d = send(&mut c, b"GET /wait HTTP/1.1\r\n\r\n", t).unwrap();
+    let until = t + Duration::from_secs(30);
+    let wait = || Reply::Wait {
+        until,
+        holder: Holder(7),
+    };
+    assert!(c.reply(d.req, d.wake, d.parked, wait(), t, &b).is_none());
+    assert_eq!(c.kind(), Kind::Held(Holder(7), t));
+    assert_eq!(c.deadline(), Some(until));
+    let t1 = t + Duration::from_secs(3);
+    let d = c.notify(t1, &b).unwrap();
+    assert_eq!(d.wake, Wake::Notified);
+    assert_eq!(d.parked, Some(Parked { at: t, until }));
+    // Asked to wait longer, it keeps its first deadline and its first moment.
+    let longer = Reply::Wait {
+        until: until + Duration::from_secs(60),
+        holder: Holder(7),
+    };
+    c.reply(d.req, d.wake, d.parked, longer, t1, &b);
+    assert_eq!(c.kind(), Kind::Held(Holder(7), t));
+    assert_eq!(c.deadline(), Some(until));
+    let d = c.tick(until, &b).unwrap();
+    assert_eq!(d.wake, Wake::Expired);
+    // A handler that would still wait is answered for.
+    c.reply(d.req, d.wake, d.parked, wait(), until, &b);
+    assert!(out(&mut c).starts_with("HTTP/1.1 503 "));
+    assert_eq!(c.kind(), Kind::Reading);
+}
+
+#[test]
+fn a_parked_request_made_to_give_way_is_answered_then_closed() {
+    let t = Instant::now();
+    let b = bounds();
+    let mut c = conn(t);
+    let d = send(&mut c, b"GET /wait HTTP/1.1\r\n\r\n", t).unwrap();
+    let wait = Reply::Wait {
+        until: t + Duration::from_secs(30),
+        holder: Holder(1),
+    };
+    c.reply(d.req, d.wake, None, wait, t, &b);
+    let d = c.evict(t, &b).unwrap();
+    assert_eq!(d.wake, Wake::Expired);
+    let not_modified = Reply::Answer(Answer::text(304, ""));
+    c.reply(d.req, d.wake, d.parked, not_modified, t, &b);
+    let wire = out(&mut c);
+    assert!(
+        wire.starts_with("HTTP/1.1 304 ") && wire.contains("Connection: close"),
+        "{wire}"
+    );
+    assert!(c.done() && c.io.said_goodbye);
+    // A client that goes away while parked is dropped.
+    let mut c = conn(t);
+    let d = send(&mut c, b"GET /wait HTTP/1.1\r\n\r\n", t).unwrap();
+    let wait = Reply::Wait {
+        until: t + Duration::from_secs(30),
+        holder: Holder(1),
+    };
+    c.reply(d.req, d.wake, None, wait, t, &b);
+    c.io.closed = true;
+    c.ready(t, &b);
+    assert!(c.done());
+}
+
+/// Hands out `events` one at a time (each `size` bytes), asked again on each notify.
+struct Events {
+    left: Vec<Body>,
+    pulls: Arc<Mutex<usize>>,
+    end: bool,
+}
+
+impl Stream for Events {
+    fn pull(&mut self, _now: Instant, room: usize) -> Pull {
+        *self.pulls.lock().unwrap() += 1;
+        let mut chunks = Vec::new();
+        let mut size = 0;
+        while size < room && !self.left.is_empty() {
+            let c = self.left.remove(0);
+            size += c.len();
+            chunks.push(c);
+        }
+        let next = if self.end && self.left.is_empty() {
+            Next::End
+        } else {
+            Next::Notified
+        };
+        Pull { chunks, next }
+    }
+}
+
+fn stream(c: &mut Conn<Fake>, events: Vec<Body>, end: bool, t: Instant) -> Arc<Mutex<usize>> {
+    let d = send(c, b"GET /watch HTTP/1.1\r\n\r\n", t).unwrap();
+    let pulls = Arc::new(Mutex::new(0));
+    let s = Events {
+        left: events,
+        pulls: pulls.clone(),
+        end,
+    };
+    let reply = Reply::Stream {
+        head: Answer::json(200, Vec::new()),
+        stream: Box::new(s),
+        holder: Holder(3),
+    };
+    assert!(c.reply(d.req, d.wake, None, reply, t, &bounds()).is_none());
+    pulls
+}
+
+#[test]
+fn a_stream_goes_out_in_chunks_and_its_end_keeps_the_connection() {
+    let t = Instant::now();
+    let mut c = conn(t);
+    let events = vec![
+        Body::from(&b"{\"a\":1}\n"[..]),
+        Body::from(&b"{\"b\":2}\n"[..]),
+    ];
+    stream(&mut c, events, true, t);
+    let wire = out(&mut c);
+    assert!(wire.starts_with("HTTP/1.1 200 OK\r\n"), "{wire}");
+    assert!(wire.contains("Transfer-Encoding: chunked\r\n") && !wire.contains("Content-Length"));
+    assert!(
+        wire.ends_with("\r\n\r\n8\r\n{\"a\":1}\n\r\n8\r\n{\"b\":2}\n\r\n0\r\n\r\n"),
+        "{wire}"
+    );
+    assert_eq!(c.kind(), Kind::Reading, "kept for the next request");
+}
+
+#[test]
+fn a_watcher_that_does_not_read_holds_at_most_the_watermark_and_is_cut_off() {
+    let t = Instant::now();
+    let b = bounds();
+    let mut c = conn(t);
+    c.io.room = Some(0);
+    let events: Vec<Body> = (0..1000).map(|_| Body::from(vec![b'e'; 1000])).collect();
+    let pulls = stream(&mut c, events, false, t);
+    assert_eq!(c.kind(), Kind::Held(Holder(3), t));
+    // Nothing went out; what it queued is bounded by the watermark.
+    assert!(c.queued <= WATERMARK + 1000 + 64, "{}", c.queued);
+    let asked = *pulls.lock().unwrap();
+    for i in 1..20 {
+        c.notify(t + Duration::from_millis(i), &b);
+    }
+    assert_eq!(
+        *pulls.lock().unwrap(),
+        asked,
+        "not asked while its queue is full"
+    );
+    assert!(c.queued <= WATERMARK + 1000 + 64);
+    // It reads: more is pulled as room comes.
+    c.io.room = Some(200_000);
+    c.ready(t + Duration::from_secs(1), &b);
+    assert!(*pulls.lock().unwrap() > asked);
+    assert!(c.io.sent.len() > 100_000);
+    // Then it stops reading again, for longer than a write may wait: cut off.
+    c.io.room = Some(0);
+    c.notify(t + Duration::from_secs(2), &b);
+    let stall = c.deadline().unwrap();
+    assert!(
+        stall <= t + Duration::from_secs(2) + b.write_deadline,
+        "{stall:?}"
+    );
+    c.tick(stall, &b);
+    assert!(c.done());
+}
+
+#[test]
+fn a_stream_made_to_give_way_ends_and_closes() {
+    let t = Instant::now();
+    let b = bounds();
+    let mut c = conn(t);
+    stream(&mut c, vec![Body::from(&b"x\n"[..])], false, t);
+    out(&mut c);
+    assert!(c.evict(t, &b).is_none());
+    assert_eq!(out(&mut c), "0\r\n\r\n");
+    assert!(c.done() && c.io.said_goodbye);
+}

@@ -1,0 +1,231 @@
+//! What a connection speaks through: plaintext in, plaintext out, over TLS (`Tls`: rustls
+//! over a non-blocking socket) or not (`Plain`: `--listen` of `cmpoll run`). The
+//! connection's state machine (`conn.rs`) sees only this seam, so its unit tests drive it
+//! over a fake. Every buffer here is bounded: rustls holds at most `SEND_BUFFER` bytes
+//! of records not yet on the wire, and the kernel's send buffer is set to `SEND_BUFFER`
+//! too, so a client that stops reading holds that much of the hub's memory (and of the
+//! kernel's, charged to the pod) and no more.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
+use rustls::{ServerConfig, ServerConnection};
+
+/// What one connection may have queued for the wire at most: in rustls, and in the
+/// kernel's socket buffer (which Linux doubles for its own bookkeeping).
+pub const SEND_BUFFER: usize = 64 * 1024;
+
+/// A connection's byte stream, non-blocking: every call does what it can now.
+pub trait Transport {
+    /// Appends what arrived (plaintext) to `into`, while it holds less than `cap`; `true`
+    /// once the peer has closed its side.
+    fn receive(&mut self, into: &mut Vec<u8>, cap: usize) -> io::Result<bool>;
+    /// Takes as much of `bytes` as its buffer holds now (0: full, try again when
+    /// writable).
+    fn send(&mut self, bytes: &[u8]) -> io::Result<usize>;
+    /// Moves what it holds to the wire; `true` when nothing is left.
+    fn flush(&mut self) -> io::Result<bool>;
+    /// Still in its handshake.
+    fn handshaking(&self) -> bool;
+    /// Says goodbye (TLS `close_notify`) after what is queued.
+    fn close(&mut self);
+    /// The certificate the client presented (its leaf), if any.
+    fn peer_cert(&self) -> Option<CertificateDer<'static>>;
+}
+
+/// HTTPS: rustls over a socket.
+pub struct Tls {
+    sock: TcpStream,
+    tls: ServerConnection,
+}
+
+impl Tls {
+    pub fn new(sock: TcpStream, config: Arc<ServerConfig>) -> io::Result<Tls> {
+        let mut tls = ServerConnection::new(config).map_err(io::Error::other)?;
+        tls.set_buffer_limit(Some(SEND_BUFFER));
+        Ok(Tls { sock, tls })
+    }
+
+    pub fn sock(&self) -> &TcpStream {
+        &self.sock
+    }
+}
+
+impl Transport for Tls {
+    fn receive(&mut self, into: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
+        let mut eof = false;
+        while into.len() < cap && !eof {
+            match self.tls.read_tls(&mut self.sock) {
+                Ok(0) => eof = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            let state = match self.tls.process_new_packets() {
+                Ok(s) => s,
+                Err(e) => {
+                    // Tell the client why (an alert), then close.
+                    let _ = self.tls.write_tls(&mut self.sock);
+                    return Err(io::Error::other(e));
+                }
+            };
+            let n = state.plaintext_bytes_to_read();
+            if n > 0 {
+                let at = into.len();
+                into.resize(at + n, 0);
+                let got = self.tls.reader().read(&mut into[at..]).unwrap_or(0);
+                into.truncate(at + got);
+            }
+            eof |= state.peer_has_closed();
+        }
+        Ok(eof)
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match self.tls.writer().write(bytes) {
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<bool> {
+        while self.tls.wants_write() {
+            match self.tls.write_tls(&mut self.sock) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    fn handshaking(&self) -> bool {
+        self.tls.is_handshaking()
+    }
+
+    fn close(&mut self) {
+        self.tls.send_close_notify();
+    }
+
+    fn peer_cert(&self) -> Option<CertificateDer<'static>> {
+        (self.tls.peer_certificates())
+            .and_then(|certs| certs.first())
+            .map(|c| c.clone().into_owned())
+    }
+}
+
+/// Plain HTTP (`cmpoll run --listen`: probes and scrapes on the pod network).
+pub struct Plain {
+    sock: TcpStream,
+}
+
+impl Plain {
+    pub fn new(sock: TcpStream) -> Plain {
+        Plain { sock }
+    }
+
+    pub fn sock(&self) -> &TcpStream {
+        &self.sock
+    }
+}
+
+impl Transport for Plain {
+    fn receive(&mut self, into: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
+        let mut buf = [0u8; 4096];
+        while into.len() < cap {
+            let room = buf.len().min(cap - into.len());
+            match self.sock.read(&mut buf[..room]) {
+                Ok(0) => return Ok(true),
+                Ok(n) => into.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(false)
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        loop {
+            match self.sock.write(bytes) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<bool> {
+        Ok(true)
+    }
+
+    fn handshaking(&self) -> bool {
+        false
+    }
+
+    fn close(&mut self) {}
+
+    fn peer_cert(&self) -> Option<CertificateDer<'static>> {
+        None
+    }
+}
+
+/// An in-memory transport for the state machine's tests: what the client sends, what
+/// the "wire" takes before it is full, what came out.
+#[cfg(test)]
+pub mod fake {
+    use super::*;
+
+    #[derive(Default)]
+    pub struct Fake {
+        /// Bytes the client has sent and the server not yet read.
+        pub incoming: Vec<u8>,
+        /// The client closed its side (after `incoming`).
+        pub closed: bool,
+        /// Bytes the wire takes before it is full (`None`: any).
+        pub room: Option<usize>,
+        /// What went out.
+        pub sent: Vec<u8>,
+        pub said_goodbye: bool,
+    }
+
+    impl Transport for Fake {
+        fn receive(&mut self, into: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
+            let n = self.incoming.len().min(cap.saturating_sub(into.len()));
+            into.extend(self.incoming.drain(..n));
+            Ok(self.closed && self.incoming.is_empty())
+        }
+
+        fn send(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            let n = self.room.map_or(bytes.len(), |r| r.min(bytes.len()));
+            if let Some(r) = &mut self.room {
+                *r -= n;
+            }
+            self.sent.extend_from_slice(&bytes[..n]);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<bool> {
+            Ok(true)
+        }
+
+        fn handshaking(&self) -> bool {
+            false
+        }
+
+        fn close(&mut self) {
+            self.said_goodbye = true;
+        }
+
+        fn peer_cert(&self) -> Option<CertificateDer<'static>> {
+            None
+        }
+    }
+}
