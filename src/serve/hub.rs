@@ -23,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::auth::{self, Attributes, Auth, Halt, User, Who};
 use super::discovery;
 use super::held::{Held, Object, Versions};
+use super::impersonate;
 use super::render::{self, More};
 use super::request::{self, Ask, Form, Route, Target};
 use super::status::Refusal;
@@ -117,13 +118,23 @@ impl Hub {
         changed | self.behind.swap(false, Ordering::SeqCst)
     }
 
+    /// Who asks, authenticated (401 first, as in the apiserver's filters), and not asking
+    /// to be someone else (`impersonate`).
+    fn who(&self, req: &Request, here: bool) -> Result<Who, Halt> {
+        let who = self.auth.authenticate(req.header("authorization"), here)?;
+        match impersonate::refused(&who.user.name, &req.headers) {
+            Some(r) => Err(r.into()),
+            None => Ok(who),
+        }
+    }
+
     fn reply(&self, req: &Request, peer: &Peer, call: Call) -> Result<Reply, Halt> {
         // Reviews are made on their own lanes only.
         let here = call.lane != auth::ANSWER;
         match request::route(&req.path) {
             Route::Ops(path) => self.ops(req, path, here).map(Reply::Answer),
             Route::Discovery(d) => {
-                let who = self.auth.authenticate(req.header("authorization"), here)?;
+                let who = self.who(req, here)?;
                 self.auth.authorize(
                     &who.user,
                     &Attributes::Path {
@@ -144,7 +155,7 @@ impl Hub {
                 )))
             }
             Route::Unknown => {
-                self.auth.authenticate(req.header("authorization"), here)?;
+                self.who(req, here)?;
                 Err(Refusal::no_such_path().into())
             }
             Route::Read(target) => self.read(req, target, call.wake, here),
@@ -167,7 +178,7 @@ impl Hub {
                 Err(why) => Answer::text(503, format!("{why}\n")),
             }),
             _ => {
-                let who = self.auth.authenticate(req.header("authorization"), here)?;
+                let who = self.who(req, here)?;
                 self.auth.authorize(
                     &who.user,
                     &Attributes::Path {
@@ -237,7 +248,7 @@ impl Hub {
     fn read(&self, req: &Request, target: Target, wake: Wake, here: bool) -> Result<Reply, Halt> {
         // Who asks comes first, as in the apiserver's filters: an anonymous request is a
         // 401 whatever else is wrong with it.
-        let Who { user, holder } = self.auth.authenticate(req.header("authorization"), here)?;
+        let Who { user, holder } = self.who(req, here)?;
         let header = |name: &str| req.header(name).map(str::to_string);
         let ask = request::ask(target, &req.query, &header)?;
         let kind = ask.target.kind;

@@ -15,6 +15,7 @@ pub mod auth;
 pub mod discovery;
 pub mod held;
 pub mod hub;
+pub mod impersonate;
 pub mod kept;
 pub mod render;
 pub mod request;

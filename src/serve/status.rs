@@ -20,10 +20,22 @@ pub struct Refusal {
     pub retry_after: Option<u64>,
 }
 
+/// What a 403 is about: a resource of a group, in a namespace or at the cluster scope,
+/// one object of it or all.
+#[derive(Clone, Copy, Debug)]
+pub struct Forbidden<'a> {
+    pub group: &'a str,
+    pub resource: &'a str,
+    pub subresource: Option<&'a str>,
+    pub namespace: Option<&'a str>,
+    pub name: Option<&'a str>,
+}
+
 /// A `Status`'s `details`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Details {
     pub name: Option<String>,
+    pub group: Option<String>,
     pub kind: Option<String>,
     pub causes: Vec<(&'static str, &'static str)>,
 }
@@ -43,7 +55,7 @@ impl Refusal {
         self.details = Some(Box::new(Details {
             name: name.map(str::to_string),
             kind: Some(kind.plural().to_string()),
-            causes: Vec::new(),
+            ..Details::default()
         }));
         self
     }
@@ -65,24 +77,52 @@ impl Refusal {
         name: Option<&str>,
         why: &str,
     ) -> Refusal {
-        let r = kind.plural();
-        let subject = match name {
-            Some(n) => format!("{r} {}", go_quote(n)),
-            None => r.to_string(),
+        let what = Forbidden {
+            group: "",
+            resource: kind.plural(),
+            subresource: None,
+            namespace,
+            name,
         };
-        let scope = match namespace {
+        Refusal::forbidden_to(user, verb, &what, why)
+    }
+
+    /// 403 for `what` in any API group (the impersonation filter's `users`, `uids`,
+    /// `userextras/KEY` too): apimachinery's `NewForbidden` of the filter's message.
+    pub fn forbidden_to(user: &str, verb: &str, what: &Forbidden<'_>, why: &str) -> Refusal {
+        let qualified = match what.group {
+            "" => what.resource.to_string(),
+            g => format!("{}.{g}", what.resource),
+        };
+        let subject = match what.name {
+            Some(n) => format!("{qualified} {}", go_quote(n)),
+            None => qualified,
+        };
+        let scope = match what.namespace {
             Some(ns) => format!("in the namespace {}", go_quote(ns)),
             None => "at the cluster scope".to_string(),
         };
+        let resource = match what.subresource {
+            Some(sub) => format!("{}/{sub}", what.resource),
+            None => what.resource.to_string(),
+        };
         let mut message = format!(
-            "{subject} is forbidden: User {} cannot {verb} resource {} in API group \"\" {scope}",
+            "{subject} is forbidden: User {} cannot {verb} resource {} in API group {} {scope}",
             go_quote(user),
-            go_quote(r)
+            go_quote(&resource),
+            go_quote(what.group),
         );
         if !why.is_empty() {
             message += &format!(": {why}");
         }
-        Refusal::new(403, "Forbidden", message).about(kind, name)
+        let mut r = Refusal::new(403, "Forbidden", message);
+        r.details = Some(Box::new(Details {
+            name: what.name.map(str::to_string),
+            group: (!what.group.is_empty()).then(|| what.group.to_string()),
+            kind: Some(what.resource.to_string()),
+            causes: Vec::new(),
+        }));
+        r
     }
 
     /// 403 for a path that is not a resource (`/metrics`, `/status`).
@@ -203,6 +243,9 @@ impl Refusal {
             let mut fields = Vec::new();
             if let Some(n) = &d.name {
                 fields.push(format!("\"name\":{}", json_string(n)));
+            }
+            if let Some(g) = &d.group {
+                fields.push(format!("\"group\":{}", json_string(g)));
             }
             if let Some(k) = &d.kind {
                 fields.push(format!("\"kind\":{}", json_string(k)));

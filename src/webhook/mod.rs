@@ -24,6 +24,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use self::review::Decision;
 use crate::error::Error;
 use crate::https::http::{Answer, Request};
+use crate::https::lanes::Lane;
 use crate::https::server::{Call, Handler, Limits, Peer, Reply, Server};
 use crate::https::tls;
 use crate::ops::metrics::{Metrics, Results, ServerCounts};
@@ -59,11 +60,22 @@ fn limits(counts: ServerCounts) -> Limits {
         max_head: crate::https::http::MAX_HEAD,
         max_body: MAX_BODY,
         keep_alive: true,
-        lanes: Limits::one_lane(
-            8,
-            128,
-            Answer::text(503, "too many reviews at once; try again\n"),
-        ),
+        // Probes and scrapes on one lane, reviews (the validator may take its timeout)
+        // on another: a validator that hangs never holds up /healthz.
+        lanes: vec![
+            Lane {
+                name: "probes",
+                workers: 2,
+                queue: 64,
+                busy: Answer::text(503, "too many requests at once; try again\n"),
+            },
+            Lane {
+                name: "reviews",
+                workers: 8,
+                queue: 128,
+                busy: Answer::text(503, "too many reviews at once; try again\n"),
+            },
+        ],
         max_held: usize::MAX,
         panicked: Answer::text(
             500,
@@ -72,6 +84,9 @@ fn limits(counts: ServerCounts) -> Limits {
         counts,
     }
 }
+
+/// The lane reviews are made on.
+const REVIEWS: usize = 1;
 
 /// What every connection shares.
 struct Webhook {
@@ -138,7 +153,10 @@ pub fn run(opts: Options) -> Result<(), Error> {
 }
 
 impl Handler for Webhook {
-    fn handle(&self, req: &Request, peer: &Peer, _call: Call) -> Reply {
+    fn handle(&self, req: &Request, peer: &Peer, call: Call) -> Reply {
+        if req.path == "/validate" && call.lane != REVIEWS {
+            return Reply::Lane(REVIEWS);
+        }
         // The TLS layer checked any certificate presented; a review needs one (probes and
         // scrapes need none).
         if self.needs_client_cert && req.path == "/validate" && peer.cert.is_none() {

@@ -15,6 +15,7 @@ use test_apiserver::{ConfigMap, Kubeconfig, TestApiserver};
 pub mod flood;
 pub mod http;
 pub mod proxy;
+pub mod reviewhook;
 pub mod tools;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cmpoll");

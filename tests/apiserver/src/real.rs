@@ -141,7 +141,7 @@ impl RealApiserver {
         RealApiserver::start_with(&[])
     }
 
-    /// `start`, with extra kube-apiserver flags.
+    /// `start`, with extra kube-apiserver flags (each replacing one of the same name).
     pub fn start_with(extra: &[&str]) -> RealApiserver {
         assert!(
             built(),
@@ -247,7 +247,12 @@ impl RealApiserver {
             "--audit-log-mode=blocking".into(),
             "--v=1".into(),
         ];
-        args.extend(extra.iter().map(|s| s.to_string()));
+        // An extra flag replaces one of the same name (list flags would append).
+        for flag in extra {
+            let name = flag.split('=').next().unwrap_or(flag);
+            args.retain(|a| a.split('=').next() != Some(name));
+            args.push(flag.to_string());
+        }
         let url = format!("https://127.0.0.1:{port}");
         let kube = RealApiserver {
             apiserver_args: args,
