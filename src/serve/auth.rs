@@ -196,8 +196,8 @@ impl Auth {
             return Err(Halt::Review(AUTHENTICATE));
         }
         if let Err(wait) = lock(&self.budget).take(now) {
+            // Not a decision: no review was made (cmpoll_serve_turned_away_total counts it).
             self.counts.turned_away("reviews");
-            self.decisions.record("authentication", "error", "miss");
             let mut r = Refusal::too_many_requests();
             r.retry_after = Some(wait.as_secs().max(1));
             return Err(r.into());

@@ -27,7 +27,7 @@ use super::impersonate;
 use super::render::{self, More};
 use super::request::{self, Ask, Form, Route, Target};
 use super::status::Refusal;
-use crate::https::http::{Answer, Request};
+use crate::https::http::{Answer, Body, Request};
 use crate::https::server::{Call, Handler, Peer, Reply, Wake};
 use crate::kube::client::HUB_HEADER;
 use crate::ops::health::Health;
@@ -57,8 +57,8 @@ pub struct Hub {
 
 /// A whole list as rendered once for a poll.
 struct Rendered {
-    plain: Vec<u8>,
-    gzip: Option<Vec<u8>>,
+    plain: Body,
+    gzip: Option<Body>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -119,10 +119,11 @@ impl Hub {
     }
 
     /// Who asks, authenticated (401 first, as in the apiserver's filters), and not asking
-    /// to be someone else (`impersonate`).
-    fn who(&self, req: &Request, here: bool) -> Result<Who, Halt> {
+    /// to be someone else (`impersonate`: a refusal about the request itself).
+    fn who(&self, req: &Request, route: &Route, here: bool) -> Result<Who, Halt> {
         let who = self.auth.authenticate(req.header("authorization"), here)?;
-        match impersonate::refused(&who.user.name, &req.headers) {
+        let what = request::attributes(&req.method, &req.path, &req.query, route);
+        match impersonate::refused(&who.user, &req.headers, &what) {
             Some(r) => Err(r.into()),
             None => Ok(who),
         }
@@ -131,10 +132,12 @@ impl Hub {
     fn reply(&self, req: &Request, peer: &Peer, call: Call) -> Result<Reply, Halt> {
         // Reviews are made on their own lanes only.
         let here = call.lane != auth::ANSWER;
-        match request::route(&req.path) {
-            Route::Ops(path) => self.ops(req, path, here).map(Reply::Answer),
+        let route = request::route(&req.path);
+        match &route {
+            Route::Ops(path) => self.ops(req, path, &route, here).map(Reply::Answer),
             Route::Discovery(d) => {
-                let who = self.who(req, here)?;
+                let d = *d;
+                let who = self.who(req, &route, here)?;
                 self.auth.authorize(
                     &who.user,
                     &Attributes::Path {
@@ -155,16 +158,25 @@ impl Hub {
                 )))
             }
             Route::Unknown => {
-                self.who(req, here)?;
+                self.who(req, &route, here)?;
                 Err(Refusal::no_such_path().into())
             }
-            Route::Read(target) => self.read(req, target, call.wake, here),
+            Route::Read(target) => {
+                let who = self.who(req, &route, here)?;
+                self.read(req, target.clone(), who, call.wake, here)
+            }
         }
     }
 
     /// `/healthz`, `/livez`, `/readyz` (open, as the apiserver's), `/metrics` and
     /// `/status` (for who may `get` them).
-    fn ops(&self, req: &Request, path: &'static str, here: bool) -> Result<Answer, Halt> {
+    fn ops(
+        &self,
+        req: &Request,
+        path: &'static str,
+        route: &Route,
+        here: bool,
+    ) -> Result<Answer, Halt> {
         let health = || self.health.lock().unwrap_or_else(|p| p.into_inner());
         match path {
             "/healthz" | "/livez" => {
@@ -178,7 +190,7 @@ impl Hub {
                 Err(why) => Answer::text(503, format!("{why}\n")),
             }),
             _ => {
-                let who = self.who(req, here)?;
+                let who = self.who(req, route, here)?;
                 self.auth.authorize(
                     &who.user,
                     &Attributes::Path {
@@ -245,10 +257,17 @@ impl Hub {
     }
 
     /// The read API.
-    fn read(&self, req: &Request, target: Target, wake: Wake, here: bool) -> Result<Reply, Halt> {
-        // Who asks comes first, as in the apiserver's filters: an anonymous request is a
-        // 401 whatever else is wrong with it.
-        let Who { user, holder } = self.who(req, here)?;
+    /// The read API, for `who` (authenticated first, as in the apiserver's filters: an
+    /// anonymous request is a 401 whatever else is wrong with it).
+    fn read(
+        &self,
+        req: &Request,
+        target: Target,
+        who: Who,
+        wake: Wake,
+        here: bool,
+    ) -> Result<Reply, Halt> {
+        let Who { user, holder } = who;
         let header = |name: &str| req.header(name).map(str::to_string);
         let ask = request::ask(target, &req.query, &header)?;
         let kind = ask.target.kind;
@@ -437,8 +456,11 @@ impl Hub {
             }
         }
         let plain = make();
-        let gzip = (plain.len() >= GZIP_FROM).then(|| render::gzip(&plain));
-        let rendered = Arc::new(Rendered { plain, gzip });
+        let gzip = (plain.len() >= GZIP_FROM).then(|| render::gzip(&plain).into());
+        let rendered = Arc::new(Rendered {
+            plain: plain.into(),
+            gzip,
+        });
         let mut r = self.renders.lock().unwrap_or_else(|p| p.into_inner());
         if r.poll == held.poll {
             if r.bodies.len() >= MAX_RENDERS {

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use super::auth::Attributes;
 use super::status::Refusal;
 use crate::http::url::form_decoded;
 use crate::kube::client::WAIT_HEADER;
@@ -91,6 +92,55 @@ impl Ask {
         }
         rv.parse().ok()
     }
+}
+
+/// What a request does, as the apiserver's request-info resolver names it for its
+/// authorizer (and its impersonation filter), before anything else of it is read: the
+/// read API's verb from its method, name and `watch`; any other path as a path.
+pub fn attributes(method: &str, path: &str, query: &str, route: &Route) -> Attributes {
+    let Route::Read(target) = route else {
+        let verb = match method {
+            "POST" => "post",
+            "PUT" => "put",
+            "PATCH" => "patch",
+            "DELETE" => "delete",
+            "HEAD" => "head",
+            _ => "get",
+        };
+        return Attributes::Path {
+            verb,
+            path: path.to_string(),
+        };
+    };
+    let watch = target.watch_path
+        || form_pairs(query).any(|(k, v)| k == "watch" && matches!(v.as_str(), "true" | "1"));
+    let verb = match (method, &target.name) {
+        ("GET" | "HEAD", _) if watch => "watch",
+        ("GET" | "HEAD", Some(_)) => "get",
+        ("GET" | "HEAD", None) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", Some(_)) => "delete",
+        ("DELETE", None) => "deletecollection",
+        _ => "request",
+    };
+    Attributes::Resource {
+        verb,
+        kind: target.kind,
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+    }
+}
+
+/// A query's pairs, decoded (those that do not decode are left out).
+fn form_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    (query.split('&'))
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            Some((form_decoded(k).ok()?, form_decoded(v).ok()?))
+        })
 }
 
 /// Where `path` goes.

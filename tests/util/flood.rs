@@ -20,6 +20,30 @@ pub fn tls_to(
     addr: &str,
     ca: &str,
 ) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    tls_over(TcpStream::connect(addr).ok()?, ca)
+}
+
+/// `tls_to`, from a socket whose receive buffer is `rcvbuf` bytes (set before it
+/// connects, so that the kernel never grows it): a client that does not read then holds
+/// next to nothing on its side, and what the server queued for it is all the server's.
+pub fn tls_with_small_window(
+    addr: &str,
+    ca: &str,
+    rcvbuf: usize,
+) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    use rustix::net::{AddressFamily, SocketType, connect, socket, sockopt};
+    let to: std::net::SocketAddr = addr.parse().ok()?;
+    let fd = socket(AddressFamily::INET, SocketType::STREAM, None).ok()?;
+    sockopt::set_socket_recv_buffer_size(&fd, rcvbuf).ok()?;
+    connect(&fd, &to).ok()?;
+    tls_over(TcpStream::from(fd), ca)
+}
+
+/// A TLS client over `sock`, trusting `ca`.
+pub fn tls_over(
+    sock: TcpStream,
+    ca: &str,
+) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
     use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
@@ -33,7 +57,6 @@ pub fn tls_to(
         .with_no_client_auth();
     let name = ServerName::try_from("127.0.0.1").ok()?;
     let conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
-    let sock = TcpStream::connect(addr).ok()?;
     sock.set_read_timeout(Some(std::time::Duration::from_secs(15)))
         .ok()?;
     Some(rustls::StreamOwned::new(conn, sock))
