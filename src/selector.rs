@@ -627,6 +627,14 @@ impl FieldSelector {
         self.terms.is_empty()
     }
 
+    /// The name it requires (`metadata.name=NAME`), as apimachinery's
+    /// `RequiresExactMatch("metadata.name")` reads it for the request's authorization.
+    pub fn exact_name(&self) -> Option<&str> {
+        (self.terms.iter())
+            .find(|t| t.field == FIELD_NAME && !t.negate)
+            .map(|t| t.value.as_str())
+    }
+
     /// True when every term holds for an object with this namespace and name.
     pub fn matches(&self, namespace: &str, name: &str) -> bool {
         self.terms.iter().all(|t| {

@@ -11,9 +11,10 @@
 //! not, and followers wait for the second.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use crate::https::http::Body;
 use crate::source::{self, Collect, Item, Mark, Previous, RawObject, Resource, Resources};
 
 /// One object, as served.
@@ -24,9 +25,29 @@ pub struct Object {
     pub resource_version: String,
     pub labels: Vec<(String, String)>,
     pub raw: RawObject,
+    /// Its `ADDED` and `MODIFIED` watch events, per form, made once for every watcher
+    /// (`render::event`).
+    pub events: [OnceLock<Body>; 4],
 }
 
 impl Object {
+    pub fn new(
+        namespace: String,
+        name: String,
+        resource_version: String,
+        labels: Vec<(String, String)>,
+        raw: RawObject,
+    ) -> Object {
+        Object {
+            namespace,
+            name,
+            resource_version,
+            labels,
+            raw,
+            events: Default::default(),
+        }
+    }
+
     /// Its key in the apiserver's order: `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -123,6 +144,27 @@ impl Held {
             None => all.range::<String, _>(..),
         };
         range.map(|(_, o)| o)
+    }
+
+    /// `objects`, from the one keyed `from` (`namespace/name`) on.
+    pub fn objects_from(
+        &self,
+        kind: Resource,
+        namespace: Option<&str>,
+        from: Option<&str>,
+    ) -> impl Iterator<Item = &Arc<Object>> {
+        let all = &self.objects[slot(kind)];
+        let (lo, hi) = match namespace {
+            Some(ns) => (format!("{ns}/"), Some(format!("{ns}0"))),
+            None => (String::new(), None),
+        };
+        let lo = match from {
+            Some(f) if *f > *lo => f.to_string(),
+            _ => lo,
+        };
+        let lo = std::ops::Bound::Included(lo);
+        let hi = hi.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        all.range((lo, hi)).map(|(_, o)| o)
     }
 
     /// One object.
@@ -259,13 +301,13 @@ impl Collect for Gather<'_> {
         };
         self.got.push((
             item.kind,
-            Arc::new(Object {
-                namespace: item.namespace,
-                name: item.name,
-                resource_version: item.resource_version,
-                labels: item.labels,
+            Arc::new(Object::new(
+                item.namespace,
+                item.name,
+                item.resource_version,
+                item.labels,
                 raw,
-            }),
+            )),
         ));
         Ok(())
     }

@@ -27,6 +27,8 @@ use super::impersonate;
 use super::render::{self, More};
 use super::request::{self, Ask, Form, Route, Target};
 use super::status::Refusal;
+use super::watch::{Timeline, Watch};
+use crate::backoff::Rng;
 use crate::https::http::{Answer, Body, Request};
 use crate::https::server::{Call, Handler, Peer, Reply, Wake};
 use crate::kube::client::HUB_HEADER;
@@ -45,7 +47,7 @@ const MAX_RENDERS: usize = 64;
 /// What every request shares.
 pub struct Hub {
     kinds: Resources,
-    held: RwLock<Option<Arc<Held>>>,
+    timeline: Arc<RwLock<Timeline>>,
     pub health: Arc<Mutex<Health>>,
     pub metrics: Arc<Mutex<Metrics>>,
     auth: Auth,
@@ -53,6 +55,7 @@ pub struct Hub {
     renders: Mutex<Renders>,
     /// A request waits because this hub is behind it: the next poll wakes the waiters.
     behind: AtomicBool,
+    rng: Mutex<Rng>,
 }
 
 /// A whole list as rendered once for a poll.
@@ -86,35 +89,38 @@ impl Hub {
     ) -> Hub {
         Hub {
             kinds,
-            held: RwLock::new(None),
+            timeline: Arc::new(RwLock::new(Timeline::default())),
             health,
             metrics,
             auth,
             served,
             renders: Mutex::new(Renders::default()),
             behind: AtomicBool::new(false),
+            rng: Mutex::new(Rng::from_time()),
         }
     }
 
     /// The last complete poll (`None` before the first).
     pub fn current(&self) -> Option<Arc<Held>> {
-        self.held.read().unwrap_or_else(|p| p.into_inner()).clone()
+        (self.timeline.read().unwrap_or_else(|p| p.into_inner()))
+            .held
+            .clone()
     }
 
-    /// Serves `held` from now on; `true` when waiting requests should be asked again
-    /// (what a scope holds changed, or one waits for this hub to catch up).
+    /// Serves `held` from now on, and what changed since the last poll to its watchers;
+    /// `true` when waiting requests should be asked again (what a scope holds changed, or
+    /// one waits for this hub to catch up).
     pub fn publish(&self, held: Held) -> bool {
-        let mut slot = self.held.write().unwrap_or_else(|p| p.into_inner());
-        let changed = match slot.as_deref() {
-            None => true,
-            Some(before) => {
-                let changes =
-                    |h: &Held| -> Vec<u64> { h.scopes.iter().map(|s| s.changed).collect() };
-                changes(before) != changes(&held)
-            }
-        };
-        *slot = Some(Arc::new(held));
-        drop(slot);
+        let mut t = self.timeline.write().unwrap_or_else(|p| p.into_inner());
+        let prev = t
+            .held
+            .clone()
+            .unwrap_or_else(|| Arc::new(Held::empty(self.kinds)));
+        let changes = |h: &Held| -> Vec<u64> { h.scopes.iter().map(|s| s.changed).collect() };
+        let changed = t.held.is_none() || changes(&prev) != changes(&held);
+        t.history.record(&prev, &held);
+        t.held = Some(Arc::new(held));
+        drop(t);
         changed | self.behind.swap(false, Ordering::SeqCst)
     }
 
@@ -282,14 +288,24 @@ impl Hub {
             };
             return Err(Refusal::method_not_supported(kind, verb).into());
         }
-        // Refused for whoever asks, allowed to watch or not: the hub has nothing to watch.
-        if ask.watch {
-            return Err(Refusal::method_not_supported(kind, "watch").into());
-        }
         self.authorize(&user, &ask, here)?;
         let held = self.ready_held()?;
         if !held.serves(kind) {
             return Err(Refusal::no_such_path().into());
+        }
+        if ask.watch {
+            let watch = {
+                let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+                Watch::start(self.timeline.clone(), &ask, &mut rng)
+            };
+            if watch.behind() {
+                self.behind.store(true, Ordering::SeqCst);
+            }
+            return Ok(Reply::Stream {
+                head: Answer::json(200, Vec::new()),
+                stream: Box::new(watch),
+                holder,
+            });
         }
         let ns = ask.target.namespace.as_deref();
         let v = held.versions(kind, ns).ok_or_else(|| {
@@ -352,6 +368,10 @@ impl Hub {
     /// there): allowed, it covers each name; refused, the object itself is asked, and a 403
     /// names it, as the apiserver's does.
     fn authorize(&self, user: &User, ask: &Ask, here: bool) -> Result<(), Halt> {
+        // A list or watch of one name (`fieldSelector=metadata.name=…`) is authorized for
+        // that name, as the apiserver's request info reads it.
+        let named =
+            (ask.target.name.clone()).or_else(|| ask.fields.exact_name().map(str::to_string));
         let what = |name: Option<String>| Attributes::Resource {
             verb: ask.verb(),
             kind: ask.target.kind,
@@ -378,8 +398,7 @@ impl Hub {
                 Err(Halt::Refused(_)) => {}
             }
         }
-        self.auth
-            .authorize(user, &what(ask.target.name.clone()), here)
+        self.auth.authorize(user, &what(named), here)
     }
 
     /// A list: a whole one rendered once per poll, or a page.
@@ -507,13 +526,26 @@ impl Handler for Hub {
                 Reply::Answer(refusal.answer())
             }
         };
+        let stamp = |a: Answer| {
+            a.with(HUB_HEADER, env!("CARGO_PKG_VERSION"))
+                .with("Cache-Control", "no-cache, private")
+        };
         match reply {
             Reply::Answer(a) => {
                 self.served.answered(a.status);
-                Reply::Answer(
-                    a.with(HUB_HEADER, env!("CARGO_PKG_VERSION"))
-                        .with("Cache-Control", "no-cache, private"),
-                )
+                Reply::Answer(stamp(a))
+            }
+            Reply::Stream {
+                head,
+                stream,
+                holder,
+            } => {
+                self.served.answered(head.status);
+                Reply::Stream {
+                    head: stamp(head),
+                    stream,
+                    holder,
+                }
             }
             other => other,
         }

@@ -13,7 +13,9 @@
 
 pub mod auth;
 pub mod discovery;
+pub mod event;
 pub mod held;
+pub mod history;
 pub mod hub;
 pub mod impersonate;
 pub mod kept;
@@ -21,6 +23,9 @@ pub mod render;
 pub mod request;
 pub mod reviews;
 pub mod status;
+#[cfg(test)]
+mod testing;
+pub mod watch;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;

@@ -10,9 +10,11 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 
+use super::event::{Type, frame, trim_newline};
 use super::held::Object;
 use super::request::Form;
 use super::status::json_string;
+use crate::https::http::Body;
 use crate::source::Resource;
 
 /// A page's list metadata beyond its resourceVersion.
@@ -82,6 +84,19 @@ pub fn object(kind: Resource, form: Form, o: &Object) -> Vec<u8> {
     out
 }
 
+/// `o`'s watch event of type `t` (`ADDED` or `MODIFIED`), made once for every watcher.
+pub fn event(kind: Resource, form: Form, t: Type, o: &Object) -> Body {
+    let at = match (form, t) {
+        (Form::Full, Type::Added) => 0,
+        (Form::Full, _) => 1,
+        (Form::Metadata, Type::Added) => 2,
+        (Form::Metadata, _) => 3,
+    };
+    o.events[at]
+        .get_or_init(|| frame(t.word(), trim_newline(&object(kind, form, o))))
+        .clone()
+}
+
 fn metadata_object(out: &mut Vec<u8>, o: &Object) {
     out.extend_from_slice(
         b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":",
@@ -149,16 +164,16 @@ mod tests {
     fn object_of(json: &str, ns: &str, name: &str) -> Arc<Object> {
         let m = json.find("\"metadata\":").unwrap() + "\"metadata\":".len();
         let end = json[m..].find('}').unwrap() + m + 1;
-        Arc::new(Object {
-            namespace: ns.into(),
-            name: name.into(),
-            resource_version: "1".into(),
-            labels: Vec::new(),
-            raw: RawObject {
+        Arc::new(Object::new(
+            ns.into(),
+            name.into(),
+            "1".into(),
+            Vec::new(),
+            RawObject {
                 json: json.as_bytes().into(),
                 metadata: m..end,
             },
-        })
+        ))
     }
 
     #[test]

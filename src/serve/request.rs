@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use super::auth::Attributes;
-use super::status::Refusal;
+use super::status::{FieldError, Refusal};
 use crate::http::url::form_decoded;
 use crate::kube::client::WAIT_HEADER;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -72,6 +72,11 @@ pub struct Ask {
     pub gzip: bool,
     /// A follower's wait (`x-cmpoll-wait`), cut to `MAX_WAIT`.
     pub wait: Option<Duration>,
+    /// A watch's `sendInitialEvents` (the streaming list), `allowWatchBookmarks` and
+    /// `timeoutSeconds`.
+    pub send_initial_events: Option<bool>,
+    pub bookmarks: bool,
+    pub timeout: Option<Duration>,
 }
 
 impl Ask {
@@ -141,6 +146,92 @@ fn form_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
             Some((form_decoded(k).ok()?, form_decoded(v).ok()?))
         })
+}
+
+/// Go's `strconv.ParseBool`, as the apiserver reads its boolean parameters.
+fn parse_bool(v: &str) -> bool {
+    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+/// apimachinery's `ValidateListOptions` for a list.
+fn list_options(a: &Ask, rv_match: Option<&str>) -> Vec<FieldError> {
+    let forbidden = |field, detail: &str| FieldError::Forbidden {
+        field,
+        detail: detail.to_string(),
+    };
+    let mut errors = Vec::new();
+    if let Some(m) = rv_match {
+        if a.resource_version.is_none() {
+            errors.push(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if a.continue_token.is_some() {
+            errors.push(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden when continue is provided",
+            ));
+        }
+        if m != "Exact" && m != "NotOlderThan" {
+            errors.push(FieldError::NotSupported {
+                field: "resourceVersionMatch",
+                value: m.to_string(),
+                supported: &["Exact", "NotOlderThan", ""],
+            });
+        }
+        if m == "Exact" && a.resource_version.as_deref() == Some("0") {
+            errors.push(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ));
+        }
+    }
+    if a.send_initial_events.is_some() {
+        errors.push(forbidden(
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for list",
+        ));
+    }
+    errors
+}
+
+/// apimachinery's `ValidateListOptions` for a watch (the WatchList feature on, as in
+/// v1.37).
+fn watch_options(a: &Ask, rv_match: Option<&str>) -> Vec<FieldError> {
+    let forbidden = |field, detail: &str| FieldError::Forbidden {
+        field,
+        detail: detail.to_string(),
+    };
+    let mut errors = Vec::new();
+    if a.send_initial_events.is_some() && rv_match != Some("NotOlderThan") {
+        errors.push(forbidden(
+            "resourceVersionMatch",
+            "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+        ));
+    }
+    if let Some(m) = rv_match {
+        if a.send_initial_events.is_none() {
+            errors.push(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            ));
+        }
+        if m != "NotOlderThan" {
+            errors.push(FieldError::NotSupported {
+                field: "resourceVersionMatch",
+                value: m.to_string(),
+                supported: &["NotOlderThan"],
+            });
+        }
+        if a.continue_token.is_some() {
+            errors.push(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden when continue is provided",
+            ));
+        }
+    }
+    errors
 }
 
 /// Where `path` goes.
@@ -216,6 +307,9 @@ pub fn ask(
         form: Form::Full,
         gzip: false,
         wait: None,
+        send_initial_events: None,
+        bookmarks: false,
+        timeout: None,
     };
     let mut rv_match: Option<String> = None;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -237,29 +331,33 @@ pub fn ask(
             "continue" => a.continue_token = Some(value).filter(|v| !v.is_empty()),
             "resourceVersion" => a.resource_version = Some(value).filter(|v| !v.is_empty()),
             "resourceVersionMatch" => rv_match = Some(value).filter(|v| !v.is_empty()),
-            // Go's strconv.ParseBool, as the apiserver reads `watch`.
-            "watch" => {
-                a.watch |= matches!(value.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True")
+            "watch" => a.watch |= parse_bool(&value),
+            "sendInitialEvents" => a.send_initial_events = Some(parse_bool(&value)),
+            "allowWatchBookmarks" => a.bookmarks = parse_bool(&value),
+            "timeoutSeconds" => {
+                let n: i64 = value.parse().map_err(|_| {
+                    Refusal::bad_request(format!(
+                        "timeoutSeconds: Invalid value: \"{value}\": not a number"
+                    ))
+                })?;
+                a.timeout = u64::try_from(n)
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .map(Duration::from_secs);
             }
             // Read by the apiserver and harmless here.
             _ => {}
         }
     }
-    match rv_match.as_deref() {
-        None => {}
-        Some("NotOlderThan") => {}
-        Some("Exact") => a.exact = true,
-        Some(other) => {
-            return Err(Refusal::bad_request(format!(
-                "resourceVersionMatch: Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""
-            )));
-        }
+    let errors = if a.watch {
+        watch_options(&a, rv_match.as_deref())
+    } else {
+        list_options(&a, rv_match.as_deref())
+    };
+    if !errors.is_empty() {
+        return Err(Refusal::invalid_list_options(&errors));
     }
-    if rv_match.is_some() && a.resource_version.is_none() {
-        return Err(Refusal::bad_request(
-            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-        ));
-    }
+    a.exact = rv_match.as_deref() == Some("Exact");
     if let Some(rv) = &a.resource_version
         && rv.parse::<u64>().is_err()
     {

@@ -5,7 +5,7 @@
 //! errors`, the authorization filter's `forbiddenMessage`), checked against the real
 //! apiserver in `tests/serve.rs`.
 
-use crate::https::http::Answer;
+use crate::https::http::{Answer, Body};
 use crate::source::Resource;
 
 /// A refused request.
@@ -31,13 +31,69 @@ pub struct Forbidden<'a> {
     pub name: Option<&'a str>,
 }
 
+/// One of a `Status`'s `details.causes`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cause {
+    /// Empty: left out.
+    pub reason: &'static str,
+    pub message: String,
+    /// Empty: left out.
+    pub field: &'static str,
+}
+
+/// A field of ListOptions that is wrong, as apimachinery's `field.Error` says it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FieldError {
+    Forbidden {
+        field: &'static str,
+        detail: String,
+    },
+    NotSupported {
+        field: &'static str,
+        value: String,
+        supported: &'static [&'static str],
+    },
+}
+
+impl FieldError {
+    fn field(&self) -> &'static str {
+        match self {
+            FieldError::Forbidden { field, .. } | FieldError::NotSupported { field, .. } => field,
+        }
+    }
+
+    /// Its words without the field (`Forbidden: …`, `Unsupported value: "…": …`).
+    fn body(&self) -> String {
+        match self {
+            FieldError::Forbidden { detail, .. } => format!("Forbidden: {detail}"),
+            FieldError::NotSupported {
+                value, supported, ..
+            } => {
+                let quoted: Vec<String> = supported.iter().map(|v| go_quote(v)).collect();
+                format!(
+                    "Unsupported value: {}: supported values: {}",
+                    go_quote(value),
+                    quoted.join(", ")
+                )
+            }
+        }
+    }
+
+    fn reason(&self) -> &'static str {
+        match self {
+            FieldError::Forbidden { .. } => "FieldValueForbidden",
+            FieldError::NotSupported { .. } => "FieldValueNotSupported",
+        }
+    }
+}
+
 /// A `Status`'s `details`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Details {
     pub name: Option<String>,
     pub group: Option<String>,
     pub kind: Option<String>,
-    pub causes: Vec<(&'static str, &'static str)>,
+    pub causes: Vec<Cause>,
 }
 
 impl Refusal {
@@ -181,6 +237,36 @@ impl Refusal {
         )
     }
 
+    /// apimachinery's `NewInvalid` of ListOptions: the 422 of a query whose options do
+    /// not go together.
+    pub fn invalid_list_options(errors: &[FieldError]) -> Refusal {
+        let words: Vec<String> = (errors.iter())
+            .map(|e| format!("{}: {}", e.field(), e.body()))
+            .collect();
+        let all = match words.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let mut r = Refusal::new(
+            422,
+            "Invalid",
+            format!("ListOptions.meta.k8s.io \"\" is invalid: {all}"),
+        );
+        r.details = Some(Box::new(Details {
+            group: Some("meta.k8s.io".into()),
+            kind: Some("ListOptions".into()),
+            causes: (errors.iter())
+                .map(|e| Cause {
+                    reason: e.reason(),
+                    message: e.body(),
+                    field: e.field(),
+                })
+                .collect(),
+            ..Details::default()
+        }));
+        r
+    }
+
     pub fn expired(message: impl Into<String>) -> Refusal {
         Refusal::new(410, "Expired", message)
     }
@@ -205,7 +291,10 @@ impl Refusal {
             format!("Internal error occurred: {cause}"),
         );
         r.details = Some(Box::new(Details {
-            causes: vec![("", cause)],
+            causes: vec![Cause {
+                message: cause.to_string(),
+                ..Cause::default()
+            }],
             ..Details::default()
         }));
         r
@@ -225,11 +314,21 @@ impl Refusal {
             format!("Timeout: Too large resource version: {asked}, current: {current}"),
         );
         r.details = Some(Box::new(Details {
-            causes: vec![("ResourceVersionTooLarge", "Too large resource version")],
+            causes: vec![Cause {
+                reason: "ResourceVersionTooLarge",
+                message: "Too large resource version".into(),
+                field: "",
+            }],
             ..Details::default()
         }));
         r.retry_after = Some(1);
         r
+    }
+
+    /// The `Status` as a watch's `ERROR` event carries it.
+    pub fn event(&self) -> Body {
+        let status = self.body();
+        super::event::frame("ERROR", super::event::trim_newline(&status))
     }
 
     /// The `Status` object, as the apiserver writes it.
@@ -252,13 +351,16 @@ impl Refusal {
             }
             if !d.causes.is_empty() {
                 let causes: Vec<String> = (d.causes.iter())
-                    .map(|(reason, message)| match *reason {
-                        "" => format!("{{\"message\":{}}}", json_string(message)),
-                        _ => format!(
-                            "{{\"reason\":{},\"message\":{}}}",
-                            json_string(reason),
-                            json_string(message)
-                        ),
+                    .map(|c| {
+                        let mut f = Vec::new();
+                        if !c.reason.is_empty() {
+                            f.push(format!("\"reason\":{}", json_string(c.reason)));
+                        }
+                        f.push(format!("\"message\":{}", json_string(&c.message)));
+                        if !c.field.is_empty() {
+                            f.push(format!("\"field\":{}", json_string(c.field)));
+                        }
+                        format!("{{{}}}", f.join(","))
                     })
                     .collect();
                 fields.push(format!("\"causes\":[{}]", causes.join(",")));

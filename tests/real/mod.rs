@@ -14,6 +14,7 @@ mod hub;
 mod lists;
 mod manifests;
 mod serve;
+mod watch;
 mod webhook;
 
 use std::sync::{Mutex, MutexGuard};

@@ -1,0 +1,372 @@
+//! A watch on the hub (`watch=true`), as the apiserver's watch cache serves one: a stream
+//! of JSON events pulled on the server's loop (`https::server::Stream`), so that ten
+//! thousand watchers need no thread each, each event's bytes made once for all of them.
+//!
+//! - From `resourceVersion` R (not 0): the changes of the hub's history after R
+//!   (`history.rs`); R older than the history is one `ERROR` event, `410 Expired` (`too old
+//!   resource version: R (OLDEST)`), then the end, as the apiserver answers it.
+//! - Without one (or R = 0): the state first, as `ADDED` events, then the changes after it.
+//! - The streaming list (`sendInitialEvents=true`, `resourceVersionMatch=NotOlderThan`):
+//!   the state, at least as new as R (waited for up to 3 s, then the watch cache's 504),
+//!   then, with `allowWatchBookmarks`, a `BOOKMARK` annotated `k8s.io/initial-events-end`.
+//! - A watcher's selectors (labels, `metadata.name`, `metadata.namespace`, its namespace)
+//!   apply to each change: an object that stops matching is `DELETED` (its last state), one
+//!   that starts is `ADDED`.
+//! - With `allowWatchBookmarks`, a `BOOKMARK` about every minute (the first at a random
+//!   moment of it, so that a fleet's do not come together) when the hub's version moved
+//!   past the last one the watcher was told, and one before the end.
+//! - It ends at `timeoutSeconds`, or, without, at a random moment between 30 and 60
+//!   minutes, as the apiserver's `--min-request-timeout` (1800 s) ends its watches; also
+//!   when the history dropped changes the watcher had not read (it was too slow), as the
+//!   apiserver closes a watcher that does not keep up. The client watches again from the
+//!   last version it was given.
+//!
+//! The versions a watcher is told never go back: a bookmark is sent only past the last one.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use super::event::{self, Type};
+use super::held::{Held, Object};
+use super::history::{History, Start};
+use super::render;
+use super::request::{Ask, Form};
+use super::status::Refusal;
+use crate::backoff::Rng;
+use crate::https::http::Body;
+use crate::https::server::{Next, Pull, Stream};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::source::Resource;
+
+/// How often an idle watcher with bookmarks is told the hub's version.
+pub const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+/// A watch without `timeoutSeconds` ends after this, up to twice this (random).
+pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+/// The longest `timeoutSeconds` taken.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// How long a streaming list newer than the hub waits for it.
+pub const BEHIND_WAIT: Duration = Duration::from_secs(3);
+
+/// What the hub serves now, and what changed before: one lock, so that a watch's state
+/// and the changes after it are one view.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    pub held: Option<Arc<Held>>,
+    pub history: History,
+}
+
+/// What a watch selects.
+#[derive(Clone, Debug)]
+struct Filter {
+    kind: Resource,
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn passes(&self, o: &Object) -> bool {
+        self.namespace.as_ref().is_none_or(|ns| *ns == o.namespace)
+            && self.labels.matches(|k| o.label(k))
+            && self.fields.matches(&o.namespace, &o.name)
+    }
+}
+
+enum Phase {
+    /// A streaming list from a version the hub has not reached: waits until `until`.
+    Behind {
+        rv: u64,
+        until: Instant,
+    },
+    /// Sending the state of `held`, from key `from` on; then the end bookmark if asked,
+    /// then the changes from `then`.
+    State {
+        held: Arc<Held>,
+        from: Option<String>,
+        end_bookmark: Option<u64>,
+        then: u64,
+    },
+    /// Sending the changes from place `seq`.
+    Changes {
+        seq: u64,
+    },
+    /// One event (an `ERROR`), then the end.
+    Failed(Body),
+    Done,
+}
+
+/// One watch.
+pub struct Watch {
+    timeline: Arc<RwLock<Timeline>>,
+    filter: Filter,
+    form: Form,
+    phase: Phase,
+    bookmarks: bool,
+    next_bookmark: Instant,
+    ends: Instant,
+    /// The newest version the watcher was told (never goes back).
+    told: u64,
+    /// A streaming list (`sendInitialEvents=true`): the state, then its bookmark.
+    initial: bool,
+}
+
+impl Watch {
+    /// A watch of what `ask` asks, on `timeline`. `Err` is a refusal before the stream (a
+    /// version that is not a number).
+    pub fn start(timeline: Arc<RwLock<Timeline>>, ask: &Ask, rng: &mut Rng) -> Watch {
+        let now = Instant::now();
+        let filter = Filter {
+            kind: ask.target.kind,
+            namespace: ask.target.namespace.clone(),
+            labels: ask.labels.clone(),
+            fields: ask.fields.clone(),
+        };
+        let rv = (ask.resource_version.as_deref())
+            .and_then(|r| r.parse::<u64>().ok())
+            .unwrap_or(0);
+        let initial = ask.send_initial_events == Some(true);
+        let ends = match ask.timeout {
+            Some(t) => now + t.min(MAX_TIMEOUT),
+            None => now + MIN_REQUEST_TIMEOUT.mul_f64(1.0 + rng.unit()),
+        };
+        let mut w = Watch {
+            timeline,
+            filter,
+            form: ask.form,
+            phase: Phase::Done,
+            bookmarks: ask.bookmarks,
+            next_bookmark: now + BOOKMARK_EVERY.mul_f64(0.5 + 0.5 * rng.unit()),
+            ends,
+            told: rv,
+            initial,
+        };
+        let state_first = initial || rv == 0;
+        w.phase = if state_first && rv > 0 {
+            Phase::Behind {
+                rv,
+                until: now + BEHIND_WAIT,
+            }
+        } else if state_first {
+            w.state_now()
+        } else {
+            w.changes_from(rv)
+        };
+        w
+    }
+
+    /// Whether it waits for the hub to reach its version (the hub's next poll should
+    /// wake it).
+    pub fn behind(&self) -> bool {
+        matches!(self.phase, Phase::Behind { .. })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Timeline> {
+        self.timeline.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state now, to be sent first.
+    fn state_now(&self) -> Phase {
+        let t = self.read();
+        let kept = t.history.kind(self.filter.kind);
+        let Some(held) = t.held.clone() else {
+            return Phase::Failed(not_ready());
+        };
+        Phase::State {
+            held,
+            from: None,
+            end_bookmark: (self.initial && self.bookmarks).then_some(kept.watermark),
+            then: kept.end(),
+        }
+    }
+
+    fn changes_from(&self, rv: u64) -> Phase {
+        let t = self.read();
+        match t.history.kind(self.filter.kind).from(rv) {
+            Start::Seq(seq) => Phase::Changes { seq },
+            Start::TooOld(oldest) => Phase::Failed(
+                Refusal::expired(format!("too old resource version: {rv} ({oldest})")).event(),
+            ),
+        }
+    }
+
+    /// A `BOOKMARK` at `rv` (annotated as the end of the initial events, if `end`).
+    fn bookmark(&self, rv: u64, end: bool) -> Body {
+        let (kind, api) = match self.form {
+            Form::Full => (self.filter.kind.kind(), "v1"),
+            Form::Metadata => ("PartialObjectMetadata", "meta.k8s.io/v1"),
+        };
+        let annotations = if end {
+            ",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}"
+        } else {
+            ""
+        };
+        let object = format!(
+            "{{\"kind\":\"{kind}\",\"apiVersion\":\"{api}\",\"metadata\":{{\"resourceVersion\":\"{rv}\"{annotations}}}}}"
+        );
+        event::frame("BOOKMARK", object.as_bytes())
+    }
+
+    /// The state's `ADDED` events, as far as `room` goes.
+    fn pull_state(&mut self, out: &mut Chunks, room: usize) -> bool {
+        let Phase::State {
+            held,
+            from,
+            end_bookmark,
+            then,
+        } = &mut self.phase
+        else {
+            return true;
+        };
+        let f = &self.filter;
+        let mut stopped = None;
+        for o in held.objects_from(f.kind, f.namespace.as_deref(), from.as_deref()) {
+            if out.size >= room {
+                stopped = Some(o.key());
+                break;
+            }
+            if f.passes(o) {
+                out.push(render::event(f.kind, self.form, Type::Added, o));
+                self.told = self.told.max(o.resource_version.parse().unwrap_or(0));
+            }
+        }
+        if let Some(key) = stopped {
+            // Next time from this one on.
+            *from = Some(key);
+            return false;
+        }
+        let (end, then) = (*end_bookmark, *then);
+        if let Some(rv) = end {
+            out.push(self.bookmark(rv, true));
+            self.told = self.told.max(rv);
+        }
+        self.phase = Phase::Changes { seq: then };
+        true
+    }
+
+    /// The changes from its place, as far as `room` goes; `None` when it fell behind the
+    /// history.
+    fn pull_changes(&mut self, out: &mut Chunks, room: usize, now: Instant) -> Option<bool> {
+        let Phase::Changes { seq } = &mut self.phase else {
+            return Some(true);
+        };
+        let t = self.timeline.read().unwrap_or_else(|p| p.into_inner());
+        let kept = t.history.kind(self.filter.kind);
+        let f = &self.filter;
+        for c in kept.after(*seq)? {
+            if out.size >= room {
+                return Some(false);
+            }
+            *seq = c.seq + 1;
+            if let Some(e) = c.event(f.kind, self.form, |o| f.passes(o)) {
+                out.push(e);
+                self.told = self.told.max(c.rv);
+            }
+        }
+        // Everything up to the watermark is here: a bookmark may say so.
+        let watermark = kept.watermark;
+        drop(t);
+        Some(self.maybe_bookmark(out, watermark, now))
+    }
+
+    fn maybe_bookmark(&mut self, out: &mut Chunks, watermark: u64, now: Instant) -> bool {
+        let due = now >= self.next_bookmark || now >= self.ends;
+        if self.bookmarks && due && watermark > self.told {
+            out.push(self.bookmark(watermark, false));
+            self.told = watermark;
+        }
+        if now >= self.next_bookmark {
+            self.next_bookmark = now + BOOKMARK_EVERY;
+        }
+        true
+    }
+}
+
+/// What one pull gives.
+#[derive(Default)]
+struct Chunks {
+    chunks: Vec<Body>,
+    size: usize,
+}
+
+impl Chunks {
+    fn push(&mut self, b: Body) {
+        self.size += b.len();
+        self.chunks.push(b);
+    }
+}
+
+fn not_ready() -> Body {
+    Refusal::unavailable("cmpoll serve is not ready: no complete poll yet", 1).event()
+}
+
+impl Stream for Watch {
+    fn pull(&mut self, now: Instant, room: usize) -> Pull {
+        let mut out = Chunks::default();
+        for _ in 0..4 {
+            match &self.phase {
+                Phase::Failed(e) => {
+                    out.push(e.clone());
+                    self.phase = Phase::Done;
+                }
+                Phase::Done => {
+                    return Pull {
+                        chunks: out.chunks,
+                        next: Next::End,
+                    };
+                }
+                Phase::Behind { rv, until } => {
+                    let (rv, until) = (*rv, *until);
+                    let watermark = self.read().history.kind(self.filter.kind).watermark;
+                    if watermark >= rv {
+                        self.phase = self.state_now();
+                    } else if now >= until {
+                        let current = watermark;
+                        self.phase =
+                            Phase::Failed(Refusal::too_large_resource_version(rv, current).event());
+                    } else {
+                        return Pull {
+                            chunks: out.chunks,
+                            next: Next::At(until),
+                        };
+                    }
+                }
+                Phase::State { .. } => {
+                    if !self.pull_state(&mut out, room) {
+                        return cut(out, now);
+                    }
+                }
+                Phase::Changes { .. } => {
+                    match self.pull_changes(&mut out, room, now) {
+                        // Too slow: the history went on without it.
+                        None => self.phase = Phase::Done,
+                        Some(false) => return cut(out, now),
+                        Some(true) if now >= self.ends => self.phase = Phase::Done,
+                        Some(true) => {
+                            let next = if self.bookmarks {
+                                self.next_bookmark.min(self.ends)
+                            } else {
+                                self.ends
+                            };
+                            return Pull {
+                                chunks: out.chunks,
+                                next: Next::At(next),
+                            };
+                        }
+                    }
+                }
+            }
+        }
+        cut(out, now)
+    }
+}
+
+/// A pull cut short by its room: more as soon as this is out.
+fn cut(out: Chunks, now: Instant) -> Pull {
+    Pull {
+        chunks: out.chunks,
+        next: Next::At(now),
+    }
+}
+
+#[cfg(test)]
+mod tests;
