@@ -1,6 +1,6 @@
 //! Discovery as the apiserver answers it, for what the hub serves: `/api` (the core
-//! group's one version), `/api/v1` (the kinds it lists, with the verbs it serves: `get`
-//! and `list`), `/apis` (no group). kubectl asks these before it lists (`kubectl get cm`
+//! group's one version), `/api/v1` (the kinds it lists, with the verbs it serves: `get`,
+//! `list`, `watch`), `/apis` (no group). kubectl asks these before it lists (`kubectl get cm`
 //! finds `cm` here); its aggregated-discovery `Accept` falls back to these plain answers,
 //! as it does with an apiserver that has none.
 
@@ -24,7 +24,7 @@ pub fn body(d: Discovery, kinds: Resources, addr: &str) -> Vec<u8> {
                         "singularName": k.singular(),
                         "namespaced": true,
                         "kind": k.kind(),
-                        "verbs": ["get", "list"],
+                        "verbs": ["get", "list", "watch"],
                     });
                     if k == Resource::ConfigMaps {
                         r["shortNames"] = serde_json::json!(["cm"]);
@@ -63,6 +63,6 @@ mod tests {
         .unwrap();
         assert!(v1.contains("\"name\":\"configmaps\""), "{v1}");
         assert!(!v1.contains("secrets"), "{v1}");
-        assert!(v1.contains("\"verbs\":[\"get\",\"list\"]"), "{v1}");
+        assert!(v1.contains("\"verbs\":[\"get\",\"list\",\"watch\"]"), "{v1}");
     }
 }
