@@ -15,6 +15,7 @@ mod deb;
 mod deploy;
 mod docs;
 mod faults;
+mod follow;
 mod image;
 mod kubectl_parity;
 mod list;

@@ -111,14 +111,21 @@ fn serve_metrics(r: &mut Registry) -> (Decisions, Served) {
         "Follower lists cmpoll serve held until it had a newer poll, by how they ended (newer, not_modified)",
         served.waits.clone(),
     );
+    r.register(
+        "serve_watches",
+        "Watches cmpoll serve started, by who: follower (a cmpoll follower's, ending at its first change) or stream (any other client's)",
+        served.watches.clone(),
+    );
     (decisions, served)
 }
 
-/// `cmpoll serve`'s answers by status code, and its followers' waits by how they ended.
+/// `cmpoll serve`'s answers by status code, its followers' waits by how they ended, and
+/// the watches it started.
 #[derive(Clone, Debug, Default)]
 pub struct Served {
     requests: Family<Labels, Counter>,
     waits: Family<Labels, Counter>,
+    watches: Family<Labels, Counter>,
 }
 
 impl Served {
@@ -132,6 +139,12 @@ impl Served {
     /// One wait that ended: `newer` (something changed) or `not_modified`.
     pub fn waited(&self, result: &str) {
         self.waits.get_or_create(&label("result", result)).inc();
+    }
+
+    /// One watch started: `follower` (a cmpoll follower's, ending at its change) or
+    /// `stream` (any other client's).
+    pub fn watched(&self, by: &str) {
+        self.watches.get_or_create(&label("by", by)).inc();
     }
 }
 
@@ -391,6 +404,9 @@ impl Metrics {
             }
             for result in ["newer", "not_modified"] {
                 let _ = self.served.waits.get_or_create(&label("result", result));
+            }
+            for by in ["follower", "stream"] {
+                let _ = self.served.watches.get_or_create(&label("by", by));
             }
             for why in TURNED_AWAY {
                 let _ = self.server.turned_away.get_or_create(&label("why", why));

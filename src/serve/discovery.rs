@@ -63,6 +63,9 @@ mod tests {
         .unwrap();
         assert!(v1.contains("\"name\":\"configmaps\""), "{v1}");
         assert!(!v1.contains("secrets"), "{v1}");
-        assert!(v1.contains("\"verbs\":[\"get\",\"list\",\"watch\"]"), "{v1}");
+        assert!(
+            v1.contains("\"verbs\":[\"get\",\"list\",\"watch\"]"),
+            "{v1}"
+        );
     }
 }

@@ -1,9 +1,12 @@
 //! The hub's answers to each request (the HTTPS server's `Handler`): probes and metrics,
 //! discovery, and the read API over the last complete poll (`Held`), in the apiserver's
-//! order: the request is read (400, 406), its bearer token authenticated (401), what it
-//! asks authorized (403), the hub's readiness checked (503: no complete poll, or one older
-//! than the readiness bound), then the answer: the list or object, 404, 405 for a watch,
-//! 410 for a continue token whose list changed since.
+//! order: its bearer token authenticated (401) and no impersonation asked (403), the
+//! request read (400, 406, 422), the hub's readiness checked (503: no complete poll, or
+//! one older than the readiness bound; before authorization, since a hub that lost its
+//! access fails its reviews with its polls), what it asks authorized (403), then the
+//! answer: the list or object, 404, a watch (`watch.rs`), 410 for a continue token whose
+//! list changed since. A request whose review is not kept is sent to a review lane
+//! (`auth.rs`) before anything is answered.
 //!
 //! A list that asks `resourceVersion=R&resourceVersionMatch=NotOlderThan` of a hub whose
 //! last list of that scope is older than R (two hubs behind one Service, this one behind)
@@ -12,7 +15,8 @@
 //! follower's `x-cmpoll-wait: S` on such a list makes the hub hold it until what the
 //! scope holds changes after R (then the list, at once) or S seconds pass (then `304 Not
 //! Modified`, no body): a change reaches every waiting follower as soon as the hub's poll
-//! sees it. Every answer says `x-cmpoll-hub`, so a follower knows it may ask to wait.
+//! sees it (followers of older versions; followers now watch). Every answer says
+//! `x-cmpoll-hub`, so a follower knows it may ask to wait or watch.
 //! Whole lists are rendered once per poll and request shape, and gzipped once.
 
 use std::collections::HashMap;
@@ -288,8 +292,10 @@ impl Hub {
             };
             return Err(Refusal::method_not_supported(kind, verb).into());
         }
-        self.authorize(&user, &ask, here)?;
+        // A hub that cannot serve says so to whoever it knows, before it asks the
+        // apiserver about them (its reviews fail with its polls when it lost its access).
         let held = self.ready_held()?;
+        self.authorize(&user, &ask, here)?;
         if !held.serves(kind) {
             return Err(Refusal::no_such_path().into());
         }
@@ -301,6 +307,11 @@ impl Hub {
             if watch.behind() {
                 self.behind.store(true, Ordering::SeqCst);
             }
+            self.served.watched(if ask.wait.is_some() {
+                "follower"
+            } else {
+                "stream"
+            });
             return Ok(Reply::Stream {
                 head: Answer::json(200, Vec::new()),
                 stream: Box::new(watch),

@@ -22,6 +22,15 @@
 //!   last version it was given.
 //!
 //! The versions a watcher is told never go back: a bookmark is sent only past the last one.
+//!
+//! A cmpoll follower's watch (`x-cmpoll-wait: W`, `kube::client::WAIT_HEADER`) is a watch
+//! that ends at its first complete change: the changes after R of the hub's next poll that
+//! has any for it, then a `BOOKMARK` at the hub's version (the change is complete: commit
+//! it), then the end; or, when W passes with none, the `BOOKMARK` alone (nothing changed:
+//! the version it holds, or the hub's if newer). W = 0 answers at once. The follower
+//! watches again from the bookmark's version on the same connection, so a cut stream is a
+//! failed poll that changes nothing, and a change costs each follower its events and one
+//! bookmark.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -108,6 +117,8 @@ pub struct Watch {
     told: u64,
     /// A streaming list (`sendInitialEvents=true`): the state, then its bookmark.
     initial: bool,
+    /// A follower's watch: it ends at its first complete change, or then.
+    commit_by: Option<Instant>,
 }
 
 impl Watch {
@@ -139,6 +150,7 @@ impl Watch {
             ends,
             told: rv,
             initial,
+            commit_by: ask.wait.map(|w| now + w),
         };
         let state_first = initial || rv == 0;
         w.phase = if state_first && rv > 0 {
@@ -265,6 +277,17 @@ impl Watch {
         // Everything up to the watermark is here: a bookmark may say so.
         let watermark = kept.watermark;
         drop(t);
+        if let Some(by) = self.commit_by
+            && (!out.chunks.is_empty() || now >= by)
+        {
+            // A follower's change is complete (or its wait is over): the bookmark commits
+            // it, and the watch ends.
+            let rv = self.told.max(watermark);
+            out.push(self.bookmark(rv, false));
+            self.told = rv;
+            self.phase = Phase::Done;
+            return Some(true);
+        }
         Some(self.maybe_bookmark(out, watermark, now))
     }
 
@@ -341,12 +364,14 @@ impl Stream for Watch {
                         None => self.phase = Phase::Done,
                         Some(false) => return cut(out, now),
                         Some(true) if now >= self.ends => self.phase = Phase::Done,
+                        Some(true) if matches!(self.phase, Phase::Done) => {}
                         Some(true) => {
                             let next = if self.bookmarks {
                                 self.next_bookmark.min(self.ends)
                             } else {
                                 self.ends
                             };
+                            let next = self.commit_by.map_or(next, |by| by.min(next));
                             return Pull {
                                 chunks: out.chunks,
                                 next: Next::At(next),

@@ -29,6 +29,7 @@ use super::follow::Follow;
 use super::proto::{self, MetaListReader};
 use super::reader::{ListMeta, ListReader, Meta, ReadError, read_object};
 use super::scope::{Request, Scope, encode};
+use super::watching::{self, Watched};
 use super::{Collect, Error, Item, ListMode, Previous, Resource, Selection, Source};
 use crate::kube::client::{Failure, Waited};
 use crate::kube::{self, Client};
@@ -132,6 +133,10 @@ impl ApiSource {
         prev: &dyn Previous,
         out: &mut dyn Collect,
     ) -> Result<ListMeta, Error> {
+        // A hub this follower holds a list of is watched instead (`watching.rs`).
+        if let Some(meta) = self.watched(scope, out)? {
+            return Ok(meta);
+        }
         let mut rv = self.last_rv.get(&scope.key()).cloned();
         loop {
             let params = match &rv {
@@ -165,6 +170,103 @@ impl ApiSource {
                 other => return other,
             }
         }
+    }
+
+    /// A scope followed by watching its hub: the change since the list or watch held, as a
+    /// list would have given it (each id unchanged, delivered or gone); `None` when it must
+    /// be listed instead (no list of this hub held, it does not watch, or its history
+    /// does not reach back: a relist).
+    fn watched(&mut self, scope: Scope, out: &mut dyn Collect) -> Result<Option<ListMeta>, Error> {
+        let Some((held, ids)) = self.follow.watchable(&scope.key()) else {
+            return Ok(None);
+        };
+        let Ok(from) = held.parse::<u64>() else {
+            return Ok(None);
+        };
+        let wait = self.follow.watch_wait();
+        let path = self.url(scope, &[]);
+        let watched = watching::watch(&mut self.client, &path, from, wait, &scope.action())?;
+        let (rv, events) = match watched {
+            Watched::Refused(why) => {
+                self.follow.refuse_watch(why);
+                return Ok(None);
+            }
+            Watched::TooOld => {
+                log::info!(
+                    "{}: the hub's history does not reach back to resourceVersion {from}; listing again",
+                    scope.action()
+                );
+                return Ok(None);
+            }
+            Watched::Commit { rv, events } => (rv, events),
+        };
+        let fail = |cause: String| {
+            Error::Api(kube::Error::Decode {
+                action: scope.action(),
+                cause,
+            })
+        };
+        let annotation = self.selection.folder_annotation.clone();
+        let mut changed: HashMap<String, Option<Item>> = HashMap::new();
+        for e in events {
+            let (kind, meta, item) = read_object(
+                &e.object[..],
+                &self.selection.keys,
+                scope.1,
+                annotation.as_deref(),
+                self.raw,
+            )
+            .map_err(|e| fail(format!("a watch event that is not an object: {e:?}")))?;
+            if kind != scope.1.kind() {
+                return Err(fail(format!("a watch event about a '{kind}'")));
+            }
+            let id = self.id(scope.1, &meta);
+            // Never taken back in time: a change at or before the version held is in it.
+            if !e.deleted
+                && meta
+                    .resource_version
+                    .parse::<u64>()
+                    .is_ok_and(|v| v <= from)
+            {
+                log::debug!(
+                    "{}: an event about {id} not newer than what is held; not taken",
+                    scope.action()
+                );
+                continue;
+            }
+            let keep = !e.deleted && self.selected(scope, &meta);
+            changed.insert(id, keep.then(|| self.qualify(item)));
+        }
+        let mut now_ids = Vec::with_capacity(ids.len());
+        for id in ids {
+            match changed.remove(&id) {
+                None => {
+                    out.unchanged(&id);
+                    now_ids.push(id);
+                }
+                Some(None) => {}
+                Some(Some(item)) => {
+                    out.item(item)?;
+                    now_ids.push(id);
+                }
+            }
+        }
+        for (id, item) in changed {
+            if let Some(item) = item {
+                out.item(item)?;
+                now_ids.push(id);
+            }
+        }
+        now_ids.sort();
+        let rv = rv.to_string();
+        self.follow.hold(&scope.key(), &rv, now_ids);
+        log::debug!("{}: watched up to resourceVersion {rv}", scope.action());
+        Ok(Some(ListMeta {
+            kind: format!("{}List", scope.1.kind()),
+            resource_version: Some(rv),
+            continue_token: None,
+            remaining_item_count: None,
+        }))
     }
 
     /// Every page of a scope, bounded in pages and in time.

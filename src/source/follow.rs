@@ -22,6 +22,8 @@ pub struct Follow {
     /// The ids the last list request selected (from a hub only).
     last_ids: Vec<String>,
     unsettled: HashSet<String>,
+    /// Why the hub will not be watched (it refused): followed with waiting lists.
+    refused: Option<String>,
 }
 
 impl Follow {
@@ -75,6 +77,43 @@ impl Follow {
             let ids = std::mem::take(&mut self.last_ids);
             self.held.insert(scope.to_string(), (rv.to_string(), ids));
         }
+    }
+
+    /// The list of `scope` a watch may go on from (`watching.rs`): only from a hub that
+    /// watches, only where a list from it is held and the scope is settled.
+    pub fn watchable(&self, scope: &str) -> Option<(String, Vec<String>)> {
+        let ok = self.hub && self.wait.is_some() && self.refused.is_none();
+        let held = self
+            .held
+            .get(scope)
+            .filter(|_| ok && !self.unsettled.contains(scope))?;
+        Some(held.clone())
+    }
+
+    /// How long a watch of a scope may wait at the hub: the poll's first, its wait; the
+    /// others none (they answer with what there is). The watch is being made now.
+    pub fn watch_wait(&mut self) -> Duration {
+        let wait = match self.first_of_poll {
+            true => self.wait.unwrap_or_default(),
+            false => Duration::ZERO,
+        };
+        self.first_of_poll = false;
+        wait
+    }
+
+    /// `scope` is held at `rv` with `ids` (after a watch's change).
+    pub fn hold(&mut self, scope: &str, rv: &str, ids: Vec<String>) {
+        self.held.insert(scope.to_string(), (rv.to_string(), ids));
+    }
+
+    /// The hub will not be watched (`why`): lists from now on.
+    pub fn refuse_watch(&mut self, why: String) {
+        if self.refused.is_none() {
+            log::warn!(
+                "the hub does not answer a watch ({why}); following it with waiting lists (a follower's role needs `watch` as well as `list`)"
+            );
+        }
+        self.refused = Some(why);
     }
 
     /// The ids a 304 about `scope` at `asked` keeps, if that is the list held.

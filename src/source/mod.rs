@@ -21,6 +21,7 @@ pub mod proto;
 pub mod reader;
 pub mod scope;
 pub mod selection;
+pub mod watching;
 
 use std::fmt;
 

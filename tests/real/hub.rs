@@ -3,9 +3,12 @@
 //! made to it with curl or raw over TLS.
 
 use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use test_apiserver::Pki;
@@ -249,4 +252,59 @@ pub(crate) fn put_module(k: &RealApiserver, ns: &str, name: &str, key: &str, val
             "data": {key: value}})
         .to_string(),
     );
+}
+
+/// A TCP forwarder whose backend the test switches; a switch cuts every connection, as a
+/// Service does when the endpoint behind a connection goes away.
+pub(crate) struct Switch {
+    pub port: u16,
+    backend: Arc<AtomicUsize>,
+    cut: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Switch {
+    pub fn new(backends: Vec<u16>) -> Switch {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let backend = Arc::new(AtomicUsize::new(0));
+        let cut: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (b, c) = (backend.clone(), cut.clone());
+        std::thread::spawn(move || {
+            for client in l.incoming().map_while(Result::ok) {
+                let to = backends[b.load(Ordering::SeqCst)];
+                let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
+                    continue;
+                };
+                c.lock().unwrap().push(client.try_clone().unwrap());
+                c.lock().unwrap().push(server.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Switch { port, backend, cut }
+    }
+
+    pub fn to(&self, i: usize) {
+        self.backend.store(i, Ordering::SeqCst);
+        for s in self.cut.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// The next event within `within`, if any (no panic).
+pub(crate) fn d_event(d: &Daemon, within: Duration) -> Result<Value, ()> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.event(within))).map_err(|_| ())
 }

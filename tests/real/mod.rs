@@ -9,6 +9,7 @@
 mod credentials;
 mod events;
 mod flow;
+mod following;
 mod hostile;
 mod hub;
 mod lists;

@@ -7,12 +7,10 @@
 //! hubs), keeps what it holds when its hub cannot serve, and a hub keeps serving through
 //! a flood of bad clients.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -305,7 +303,12 @@ fn the_hub_answers_as_the_real_apiserver_does() {
     let watch = format!("/api/v1/namespaces/{ns}/configmaps?watch=true");
     let (code, _, body) = get(&hub.url(), &hub.ca, &everything, &watch, &[]);
     let (api_code, _, api_body) = get(&k.url, &k.ca_file(), &everything, &watch, &[]);
-    assert_eq!((code, api_code), (403, 403), "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        (code, api_code),
+        (403, 403),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
     assert_eq!(
         serde_json::from_slice::<Value>(&body).unwrap(),
         serde_json::from_slice::<Value>(&api_body).unwrap()
@@ -494,56 +497,6 @@ fn a_change_reaches_a_waiting_follower_as_soon_as_the_hub_polls_it() {
     d.stop();
 }
 
-/// A TCP forwarder whose backend the test switches; a switch cuts every connection, as a
-/// Service does when the endpoint behind a connection goes away.
-struct Switch {
-    port: u16,
-    backend: Arc<AtomicUsize>,
-    cut: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Switch {
-    fn new(backends: Vec<u16>) -> Switch {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let backend = Arc::new(AtomicUsize::new(0));
-        let cut: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (b, c) = (backend.clone(), cut.clone());
-        std::thread::spawn(move || {
-            for client in l.incoming().map_while(Result::ok) {
-                let to = backends[b.load(Ordering::SeqCst)];
-                let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
-                    continue;
-                };
-                c.lock().unwrap().push(client.try_clone().unwrap());
-                c.lock().unwrap().push(server.try_clone().unwrap());
-                for (mut from, mut to) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                    (server, client),
-                ] {
-                    std::thread::spawn(move || {
-                        let mut buf = [0u8; 16384];
-                        while let Ok(n) = from.read(&mut buf) {
-                            if n == 0 || to.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Switch { port, backend, cut }
-    }
-
-    fn to(&self, i: usize) {
-        self.backend.store(i, Ordering::SeqCst);
-        for s in self.cut.lock().unwrap().drain(..) {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
-    }
-}
-
 /// Issue 39.4: two hubs behind one address, one of them behind (it polled once, long
 /// ago). A follower that holds the newer hub's answer and finds itself talking to the
 /// older one never takes the older answer: no module goes back; the hub behind answers
@@ -612,11 +565,6 @@ fn a_follower_never_takes_an_answer_older_than_what_it_holds() {
     assert_eq!(batch[0]["files"]["k.yaml"], "newer", "{batch:?}");
     drop(behind);
     drop(ahead);
-}
-
-/// The next event within `within`, if any (no panic).
-fn d_event(d: &Daemon, within: Duration) -> Result<Value, ()> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.event(within))).map_err(|_| ())
 }
 
 /// Issue 39.4: a hub that loses its access to the apiserver keeps serving its last poll

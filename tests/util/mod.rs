@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use test_apiserver::{ConfigMap, Kubeconfig, TestApiserver};
 
+pub mod fakehub;
 pub mod flood;
 pub mod http;
 pub mod proxy;

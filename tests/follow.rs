@@ -1,0 +1,168 @@
+//! A follower watching a hub (issue 48.2), against a scripted hub (`util::fakehub`) that
+//! does what the real one never does on purpose: a stream cut in the middle of an event,
+//! an event and a bookmark older than what the follower holds, a 410 at a chosen moment,
+//! and a hub that refuses watch. The real hub is followed in `tests/real/follow.rs`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::util::fakehub::{FakeHub, asked_rv, bookmark, configmap, event, expired, list, watch};
+use crate::util::{Cmpoll, Daemon, spec_hash};
+
+/// `cmpoll run` following `hub` (plain HTTP, with a token) in namespace `team`, every
+/// second, its events on stdout.
+fn follower(hub: &FakeHub) -> Daemon {
+    let c = Cmpoll::new();
+    let token = c.write("token", "follower-token");
+    Daemon::start(
+        c,
+        &[
+            "--server",
+            &hub.url,
+            "--allow-insecure-http",
+            "--token-file",
+            token.to_str().unwrap(),
+            "--namespace",
+            "team",
+            "--interval",
+            "1s",
+            "--stdout-events",
+        ],
+    )
+}
+
+fn hash(v: &str) -> String {
+    spec_hash(&[("k", v.as_bytes())])
+}
+
+/// The (type, module, hash) of a batch's events but `synced`.
+fn changes(batch: &[serde_json::Value]) -> Vec<(String, String, String)> {
+    (batch.iter())
+        .filter(|e| e["type"] != "synced")
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_string(),
+                e["module"].as_str().unwrap().to_string(),
+                e["hash"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Every Never of a watching follower, in one sequence: a watch cut in the middle of an
+/// event changes nothing (the next watch asks from the same version, and the complete
+/// event before the cut was not taken either); an event and a bookmark older than what it
+/// holds are not taken; a 410 is a relist, taken whole.
+#[test]
+fn a_watching_follower_takes_only_complete_changes_and_never_goes_back() {
+    let lists = Arc::new(Mutex::new(0));
+    let watches = Arc::new(Mutex::new(0));
+    let (l, w) = (lists.clone(), watches.clone());
+    let hub = FakeHub::start(move |line| {
+        if !line.contains("watch=true") {
+            *l.lock().unwrap() += 1;
+            return match *l.lock().unwrap() {
+                1 => list(10, &[configmap("team", "a", 10, "1")]),
+                _ => list(
+                    20,
+                    &[
+                        configmap("team", "a", 18, "4"),
+                        configmap("team", "b", 19, "1"),
+                    ],
+                ),
+            };
+        }
+        *w.lock().unwrap() += 1;
+        let n = *w.lock().unwrap();
+        match n {
+            // A complete change, then the next cut in its middle, no bookmark.
+            1 => watch(
+                &[
+                    event("MODIFIED", &configmap("team", "a", 11, "2")),
+                    event("ADDED", &configmap("team", "b", 11, "x")),
+                ],
+                Some(30),
+            ),
+            // An event older than what it holds, then a change, committed.
+            2 => watch(
+                &[
+                    event("MODIFIED", &configmap("team", "a", 9, "old")),
+                    event("MODIFIED", &configmap("team", "a", 12, "3")),
+                    bookmark(12),
+                ],
+                None,
+            ),
+            // A bookmark older than what it holds: nothing changed, nothing goes back.
+            3 => watch(&[bookmark(8)], None),
+            4 => watch(&[expired()], None),
+            _ => {
+                std::thread::sleep(Duration::from_millis(300));
+                watch(&[bookmark(20)], None)
+            }
+        }
+    });
+    let d = follower(&hub);
+    let within = Duration::from_secs(20);
+    assert_eq!(
+        changes(&d.batch(within)),
+        vec![("added".into(), "team/a".into(), hash("1"))]
+    );
+    assert_eq!(
+        changes(&d.batch(within)),
+        vec![("updated".into(), "team/a".into(), hash("3"))],
+        "neither the cut watch's complete event nor the older one"
+    );
+    assert_eq!(
+        changes(&d.batch(within)),
+        vec![
+            ("updated".into(), "team/a".into(), hash("4")),
+            ("added".into(), "team/b".into(), hash("1"))
+        ],
+        "the relist after the 410, whole"
+    );
+    crate::util::eventually("a watch after the relist", Duration::from_secs(10), || {
+        hub.watches().len() >= 5
+    });
+    let asked: Vec<Option<u64>> = hub.watches().iter().map(|l| asked_rv(l)).take(5).collect();
+    assert_eq!(
+        asked,
+        vec![Some(10), Some(10), Some(12), Some(12), Some(20)],
+        "each watch from the version held: {:?}",
+        hub.requests.lock().unwrap()
+    );
+    assert_eq!(
+        *lists.lock().unwrap(),
+        2,
+        "one list at the start, one after the 410"
+    );
+    d.stop();
+}
+
+/// A hub that does not watch (an older one: 405) is followed with lists, as before.
+#[test]
+fn a_hub_that_refuses_watch_is_followed_with_lists() {
+    let hub = FakeHub::start(move |line| {
+        if line.contains("watch=true") {
+            let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"watch is not supported on resources of kind \"configmaps\"","reason":"MethodNotAllowed","details":{"kind":"configmaps"},"code":405}"#;
+            return format!(
+                "HTTP/1.1 405 Method Not Allowed\r\nContent-Type: application/json\r\nx-cmpoll-hub: old\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes();
+        }
+        list(10, &[configmap("team", "a", 10, "1")])
+    });
+    let d = follower(&hub);
+    assert_eq!(changes(&d.batch(Duration::from_secs(20))).len(), 1);
+    crate::util::eventually("lists after the refusal", Duration::from_secs(20), || {
+        let r = hub.requests.lock().unwrap();
+        r.iter().filter(|l| !l.contains("watch=true")).count() >= 3
+    });
+    assert_eq!(hub.watches().len(), 1, "asked once");
+    assert!(
+        d.stderr().contains("following it with waiting lists"),
+        "{}",
+        d.stderr()
+    );
+    d.stop();
+}

@@ -1,0 +1,164 @@
+//! Followers that watch the hub (issue 48.2), on the real apiserver: `cmpoll run` whose
+//! role lets it `watch` follows a hub by watching it — a change arrives as the hub's poll
+//! finds it, as one event, never as a list — and two hubs behind one address never take
+//! it back in time. (The Never clauses against a hub that misbehaves: `tests/follow.rs`.)
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::hub::*;
+use super::*;
+use crate::util::{Cmpoll, Daemon, SOON, eventually_explained};
+
+/// What a follower's role grants it: the hub authorizes `watch` too.
+fn watch_rules() -> Value {
+    json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "get", "watch"]}])
+}
+
+fn counter(hub: &Hub, scraper: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let (_, _, metrics) = get(&hub.url(), &hub.ca, scraper, "/metrics", &[]);
+    metric_sum(&String::from_utf8_lossy(&metrics), name, labels)
+}
+
+/// A follower with a 5-minute interval, allowed to watch, sees each change within the
+/// hub's interval and a request: it watches (one watch ended by each change), it never
+/// waits on a list, and each change costs it one event and a bookmark, not the list.
+#[test]
+fn a_follower_that_may_watch_follows_its_hub_by_watching() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-follow");
+    let put = |v: &str| put_module(k, &ns, "m", "k.yaml", v);
+    put("one");
+    for i in 0..50 {
+        // Others in the scope: a list would carry them all.
+        put_module(k, &ns, &format!("other-{i}"), "k.yaml", &"x".repeat(2000));
+    }
+    let hub = start_hub(
+        k,
+        &hub_account(k, &ns, "hub"),
+        &["--namespace", &ns, "--interval", "1s"],
+    );
+    let token = follower(k, &ns, "reader", watch_rules(), false);
+    let scraper = scraper(k, &ns);
+    let c = Cmpoll::new();
+    let kubeconfig = hub_kubeconfig(&c, &hub, &token, "hub.kubeconfig");
+    let listen = format!("127.0.0.1:{}", crate::util::tools::free_port());
+    let d = Daemon::start(
+        c.env("KUBECONFIG", kubeconfig.to_str().unwrap()),
+        &["--namespace", &ns, "--interval", "5m", "--listen", &listen],
+    );
+    let first = d.batch(SOON);
+    assert_eq!(first.len(), 52, "51 modules and synced");
+    let watches = || {
+        counter(
+            &hub,
+            &scraper,
+            "cmpoll_serve_watches_total",
+            &[("by", "follower")],
+        )
+    };
+    let waits = || counter(&hub, &scraper, "cmpoll_serve_waits_total", &[]);
+    // What the follower read from its hub (bodies, after gzip decoding).
+    let read = || {
+        let (_, text) = crate::util::http::get(&listen, "/metrics");
+        metric_sum(&text, "cmpoll_apiserver_response_bytes_total", &[])
+    };
+    let (waited, before) = (waits(), read());
+    let mut delays = Vec::new();
+    for round in ["two", "three", "four"] {
+        std::thread::sleep(Duration::from_millis(300));
+        let at = Instant::now();
+        put(round);
+        let batch = d.batch(Duration::from_secs(20));
+        delays.push(at.elapsed());
+        assert_eq!(batch.len(), 2, "{batch:?}");
+        assert_eq!(batch[0]["type"], "updated");
+        assert_eq!(batch[0]["files"]["k.yaml"], round);
+    }
+    let per_change = (read() - before) / 3.0;
+    eprintln!("write to follower: {delays:?}; {per_change} bytes read a change");
+    assert!(
+        delays.iter().all(|d| *d < Duration::from_secs(5)),
+        "{delays:?}"
+    );
+    assert!(watches() >= 3.0, "it watched");
+    assert_eq!(waits(), waited, "it never waited on a list");
+    // What it read for a change: the event (about 1 KiB) and a bookmark, not a list of 51
+    // objects (100 KiB).
+    assert!(
+        per_change > 100.0 && per_change < 3000.0,
+        "{per_change} bytes a change"
+    );
+    let log = d.stderr();
+    assert!(!log.contains("WARN"), "{log}");
+    d.stop();
+}
+
+/// Two hubs behind one address, one of them behind: a watching follower that holds the
+/// newer hub's state and finds itself on the older one takes nothing from it (its watch
+/// from the version it holds sees nothing newer there: no module goes back), and takes
+/// the newer state again from the newer hub.
+#[test]
+fn a_watching_follower_never_goes_back_between_two_hubs() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-two-watch");
+    let put = |v: &str| put_module(k, &ns, "m", "k.yaml", v);
+    put("old");
+    let hub_token = hub_account(k, &ns, "hub");
+    let behind = start_hub(k, &hub_token, &["--namespace", &ns, "--interval", "1h"]);
+    put("new");
+    let ahead = start_hub(k, &hub_token, &["--namespace", &ns, "--interval", "1s"]);
+    let c = Cmpoll::new();
+    let both = c.write("hubs-ca.crt", &(behind.ca_pem.clone() + &ahead.ca_pem));
+    let token = follower(k, &ns, "reader", watch_rules(), false);
+    let token_file = c.write("token", &token);
+    let switch = Switch::new(vec![ahead.port, behind.port]);
+    let d = Daemon::start(
+        c,
+        &[
+            "--server",
+            &format!("https://127.0.0.1:{}", switch.port),
+            "--ca-file",
+            both.to_str().unwrap(),
+            "--token-file",
+            token_file.to_str().unwrap(),
+            "--namespace",
+            &ns,
+            "--interval",
+            "2s",
+        ],
+    );
+    let first = d.batch(SOON);
+    assert_eq!(first[0]["files"]["k.yaml"], "new", "{first:?}");
+    // Let it watch the hub ahead once, then move it to the hub behind.
+    std::thread::sleep(Duration::from_secs(3));
+    switch.to(1);
+    let quiet = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < quiet {
+        if let Ok(e) = d_event(&d, Duration::from_millis(200)) {
+            panic!("the follower took an older answer: {e}\n{}", d.stderr());
+        }
+    }
+    switch.to(0);
+    put("newer");
+    let batch = d.batch(Duration::from_secs(40));
+    assert_eq!(
+        batch[0]["files"]["k.yaml"],
+        "newer",
+        "{batch:?}\n{}",
+        d.stderr()
+    );
+    eventually_explained(
+        "it watched",
+        Duration::from_secs(1),
+        || !d.stderr().contains("following it with waiting lists"),
+        || d.stderr(),
+    );
+    drop(behind);
+    drop(ahead);
+}

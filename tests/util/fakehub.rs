@@ -1,0 +1,120 @@
+//! A scripted `cmpoll serve` hub in plain HTTP, for what the real hub never does on
+//! purpose: a watch cut in the middle of an event, an event or bookmark older than what a
+//! follower holds, a 410 at a chosen moment. Each request gets the bytes its script
+//! gives (then the connection closes); every request line is recorded.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+type Script = Box<dyn FnMut(&str) -> Vec<u8> + Send>;
+
+pub struct FakeHub {
+    pub url: String,
+    /// Each request's line (`GET /api/v1/… HTTP/1.1`).
+    pub requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeHub {
+    pub fn start(script: impl FnMut(&str) -> Vec<u8> + Send + 'static) -> FakeHub {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let script: Arc<Mutex<Script>> = Arc::new(Mutex::new(Box::new(script)));
+        let seen = requests.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                let mut h = String::new();
+                while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
+                    h.clear();
+                }
+                let line = line.trim().to_string();
+                seen.lock().unwrap().push(line.clone());
+                let answer = (script.lock().unwrap())(&line);
+                let mut conn = conn;
+                let _ = conn.write_all(&answer);
+            }
+        });
+        FakeHub { url, requests }
+    }
+
+    /// The request lines so far that are watches.
+    pub fn watches(&self) -> Vec<String> {
+        (self.requests.lock().unwrap().iter())
+            .filter(|l| l.contains("watch=true"))
+            .cloned()
+            .collect()
+    }
+}
+
+/// A ConfigMap of namespace `ns`, selected (`cmpoll.io/module=true`), as a list item.
+pub fn configmap(ns: &str, name: &str, rv: u64, value: &str) -> String {
+    format!(
+        r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","uid":"uid-{name}","resourceVersion":"{rv}","labels":{{"cmpoll.io/module":"true"}}}},"data":{{"k":"{value}"}}}}"#
+    )
+}
+
+/// A hub's list answer at `rv`.
+pub fn list(rv: u64, items: &[String]) -> Vec<u8> {
+    let body = format!(
+        r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}},"items":[{}]}}"#,
+        items.join(",")
+    );
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-cmpoll-hub: fake\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A watch event line of type `t` about `item` (a list item: `kind` and `apiVersion` put
+/// in front, as a watch carries the object).
+pub fn event(t: &str, item: &str) -> String {
+    let object = format!(r#"{{"kind":"ConfigMap","apiVersion":"v1",{}"#, &item[1..]);
+    format!(r#"{{"type":"{t}","object":{object}}}"#)
+}
+
+pub fn bookmark(rv: u64) -> String {
+    format!(
+        r#"{{"type":"BOOKMARK","object":{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}}}}}}"#
+    )
+}
+
+pub fn expired() -> String {
+    r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (10)","reason":"Expired","code":410}}"#.to_string()
+}
+
+/// A watch answer: `lines`, each a chunk; with `cut`, the last line is cut after that
+/// many bytes and the connection closes in the middle of its chunk.
+pub fn watch(lines: &[String], cut: Option<usize>) -> Vec<u8> {
+    let mut out = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-cmpoll-hub: fake\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
+    for (i, l) in lines.iter().enumerate() {
+        let l = format!("{l}\n");
+        out.extend_from_slice(format!("{:x}\r\n", l.len()).as_bytes());
+        match cut {
+            Some(n) if i + 1 == lines.len() => {
+                out.extend_from_slice(&l.as_bytes()[..n.min(l.len())]);
+                return out;
+            }
+            _ => {
+                out.extend_from_slice(l.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+/// The `resourceVersion` a request line asks from.
+pub fn asked_rv(line: &str) -> Option<u64> {
+    let q = line.split_whitespace().nth(1)?.split_once('?')?.1;
+    q.split('&')
+        .find_map(|p| p.strip_prefix("resourceVersion="))
+        .and_then(|v| v.parse().ok())
+}
