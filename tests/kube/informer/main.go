@@ -3,15 +3,19 @@
 // and prometheus-config-reloader's Kubernetes watchers run one: a LIST, then a WATCH from
 // its resourceVersion, relisting when the watch ends, resyncing never. It writes nothing;
 // it prints "synced" once its cache has synced, then "added|updated|deleted NS/NAME" per
-// event, so the benchmark can time a change's arrival.
+// event, so the benchmark can time a change's arrival. On SIGUSR1 it prints its store,
+// "store NS/NAME RV DATA" a line (DATA the JSON of its data), then "end", so a test can
+// hold it against the selection (tests/real/clients.rs).
 package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"sort"
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +29,7 @@ import (
 func main() {
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file")
 	selector := flag.String("selector", "cmpoll.io/module=true", "label selector")
+	namespace := flag.String("namespace", "", "one namespace (default: all)")
 	flag.Parse()
 	config, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -33,6 +38,7 @@ func main() {
 	}
 	client := kubernetes.NewForConfigOrDie(config)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(*namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = *selector }))
 	informer := factory.Core().V1().ConfigMaps().Informer()
 	out := bufio.NewWriter(os.Stdout)
@@ -56,10 +62,29 @@ func main() {
 	}()
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	dump := make(chan os.Signal, 1)
+	signal.Notify(dump, syscall.SIGUSR1)
 	for {
 		select {
 		case l := <-lines:
 			fmt.Fprintln(out, l)
+			out.Flush()
+		case <-dump:
+			var keys []string
+			objects := map[string]*corev1.ConfigMap{}
+			for _, o := range informer.GetStore().List() {
+				if cm, ok := o.(*corev1.ConfigMap); ok {
+					k := cm.Namespace + "/" + cm.Name
+					keys = append(keys, k)
+					objects[k] = cm
+				}
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				data, _ := json.Marshal(objects[k].Data)
+				fmt.Fprintln(out, "store", k, objects[k].ResourceVersion, string(data))
+			}
+			fmt.Fprintln(out, "end")
 			out.Flush()
 		case <-signals:
 			close(stop)
