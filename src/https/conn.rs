@@ -467,7 +467,12 @@ impl<T: Transport> Conn<T> {
     /// they go; `false` when the connection broke.
     fn pump(&mut self, now: Instant) -> bool {
         let mut moved = false;
-        loop {
+        // Each round hands the transport what it takes, then moves its bytes to the wire.
+        // A round that handed nothing (the transport was full) but emptied it goes again:
+        // the socket may take more, and no writable edge would come to say so. Two such
+        // rounds in a row: it is the socket that is full.
+        let mut empty_rounds = 0;
+        for _ in 0..1024 {
             let mut sent = false;
             while let Some(p) = self.out.front_mut() {
                 let n = match self.io.send(p.rest()) {
@@ -495,8 +500,9 @@ impl<T: Transport> Conn<T> {
                 }
             };
             moved |= sent;
-            // Once the transport's buffer is on the wire, it takes more.
-            if !(sent && flushed) || self.out.is_empty() {
+            empty_rounds = if sent { 0 } else { empty_rounds + 1 };
+            // Done, or the wire is full (a writable edge comes when it drains).
+            if self.out.is_empty() || !flushed || empty_rounds > 1 {
                 break;
             }
         }

@@ -194,6 +194,21 @@ pub mod fake {
         /// What went out.
         pub sent: Vec<u8>,
         pub said_goodbye: bool,
+        /// A buffer of this size before the wire, as rustls has (`None`: none).
+        pub buffer: Option<usize>,
+        pub buffered: Vec<u8>,
+    }
+
+    impl Fake {
+        /// Puts what the wire takes of `bytes` on it.
+        fn wire(&mut self, bytes: &[u8]) -> usize {
+            let n = self.room.map_or(bytes.len(), |r| r.min(bytes.len()));
+            if let Some(r) = &mut self.room {
+                *r -= n;
+            }
+            self.sent.extend_from_slice(&bytes[..n]);
+            n
+        }
     }
 
     impl Transport for Fake {
@@ -204,16 +219,19 @@ pub mod fake {
         }
 
         fn send(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            let n = self.room.map_or(bytes.len(), |r| r.min(bytes.len()));
-            if let Some(r) = &mut self.room {
-                *r -= n;
+            if let Some(cap) = self.buffer {
+                let n = cap.saturating_sub(self.buffered.len()).min(bytes.len());
+                self.buffered.extend_from_slice(&bytes[..n]);
+                return Ok(n);
             }
-            self.sent.extend_from_slice(&bytes[..n]);
-            Ok(n)
+            Ok(self.wire(bytes))
         }
 
         fn flush(&mut self) -> io::Result<bool> {
-            Ok(true)
+            let pending = std::mem::take(&mut self.buffered);
+            let n = self.wire(&pending);
+            self.buffered = pending[n..].to_vec();
+            Ok(self.buffered.is_empty())
         }
 
         fn handshaking(&self) -> bool {

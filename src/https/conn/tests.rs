@@ -129,6 +129,29 @@ fn a_slow_reader_holds_what_the_wire_took_and_is_cut_off_at_its_write_deadline()
     assert!(c.done());
 }
 
+/// A transport with a buffer of its own (rustls's) that is full takes nothing until it is
+/// flushed; once it is, the rest must go too, though the socket never stopped being
+/// writable (no writable edge will come). Found by the fleet simulator: lists of 1 MB
+/// stopped at 64 KiB.
+#[test]
+fn an_answer_larger_than_the_transports_buffer_goes_out_whole() {
+    let t = Instant::now();
+    let b = bounds();
+    let mut c = conn(t);
+    c.io.buffer = Some(64 * 1024);
+    let d = send(&mut c, b"GET / HTTP/1.1\r\n\r\n", t).unwrap();
+    // The wire is full when the answer comes: the transport's buffer fills.
+    c.io.room = Some(0);
+    let big = Answer::json(200, vec![b'x'; 1 << 20]);
+    c.reply(d.req, d.wake, None, Reply::Answer(big), t, &b);
+    assert!(c.io.sent.is_empty());
+    // The wire drains (a writable edge): everything goes, not one buffer's worth.
+    c.io.room = None;
+    c.ready(t, &b);
+    assert!(c.io.sent.len() > 1 << 20, "{} bytes out", c.io.sent.len());
+    assert_eq!(c.kind(), Kind::Reading, "written, idle");
+}
+
 #[test]
 fn a_parked_request_is_asked_again_when_notified_and_at_its_first_deadline() {
     let t = Instant::now();

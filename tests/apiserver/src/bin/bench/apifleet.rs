@@ -52,8 +52,8 @@ pub struct Plan {
     pub builds: Vec<(String, PathBuf)>,
 }
 
-const NAMESPACES: usize = 10;
-const BYTES: usize = 2048;
+pub(super) const NAMESPACES: usize = 10;
+pub(super) const BYTES: usize = 2048;
 /// k8s-sidecar instances at most (Python, ~80 MiB each).
 const MAX_SIDECARS: usize = 30;
 
@@ -222,7 +222,7 @@ fn cost(a: Sample, b: Sample, secs: f64) -> Cost {
     }
 }
 
-fn object(i: usize, round: usize) -> serde_json::Value {
+pub(super) fn object(i: usize, round: usize) -> serde_json::Value {
     let ns = format!("fleet-{}", i % NAMESPACES);
     let name = if i == usize::MAX {
         "marker".to_string()

@@ -126,8 +126,23 @@ impl Hubs {
         }
     }
 
+    /// Hub `i`'s own port (no balancer) and process id.
+    pub fn hub(&self, i: usize) -> (u16, u32) {
+        (self.ports[i], self.procs[i].id())
+    }
+
+    /// The hubs' CA, PEM.
+    pub fn ca_pem(&self) -> String {
+        std::fs::read_to_string(self.dir.join("hub-ca.crt")).expect("ca")
+    }
+
     /// A kubeconfig for follower `i`: the balancer, the hubs' CA, `token`.
     pub fn kubeconfig(&self, token: &str, i: usize) -> PathBuf {
+        self.kubeconfig_to(self.port, token, i)
+    }
+
+    /// A kubeconfig for follower `i` naming `port` (a hub itself, or the balancer).
+    pub fn kubeconfig_to(&self, port: u16, token: &str, i: usize) -> PathBuf {
         use base64::Engine as _;
         let ca = std::fs::read_to_string(self.dir.join("hub-ca.crt")).expect("ca");
         let p = self.dir.join(format!("follower-{i}.kubeconfig"));
@@ -135,7 +150,7 @@ impl Hubs {
             &p,
             format!(
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: hub\n  context: {{cluster: hub, user: u}}\ncurrent-context: hub\n",
-                self.port,
+                port,
                 base64::engine::general_purpose::STANDARD.encode(ca)
             ),
         )

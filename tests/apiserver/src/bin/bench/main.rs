@@ -24,6 +24,8 @@ mod fleet;
 mod hubs;
 mod outdir;
 mod sidecar;
+mod simclient;
+mod simfleet;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -63,6 +65,11 @@ struct Args {
     also: Vec<(String, std::path::PathBuf)>,
     /// The apiserver-requests part: requests per shape.
     requests: usize,
+    /// The hub-fleet part: simulated followers per run, real ones for its check, and
+    /// the protocols.
+    sim_sizes: Vec<usize>,
+    sim_check: usize,
+    sim_protocols: Vec<simclient::Protocol>,
 }
 
 fn parse_count(s: &str) -> usize {
@@ -94,6 +101,9 @@ fn args() -> Args {
         contenders: Vec::new(),
         requests: 300,
         also: Vec::new(),
+        sim_sizes: vec![1000, 5000, 10_000],
+        sim_check: 50,
+        sim_protocols: vec![simclient::Protocol::LongPoll, simclient::Protocol::Watch],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -116,13 +126,24 @@ fn args() -> Args {
             "--phase" => a.phase = v.parse().expect("--phase SECONDS"),
             "--contenders" => a.contenders = v.split(',').map(str::to_string).collect(),
             "--requests" => a.requests = v.parse().expect("--requests N"),
+            "--sim-sizes" => a.sim_sizes = v.split(',').map(parse_count).collect(),
+            "--sim-check" => a.sim_check = v.parse().expect("--sim-check N"),
+            "--sim-protocols" => {
+                a.sim_protocols = (v.split(','))
+                    .map(|p| match p {
+                        "watch" => simclient::Protocol::Watch,
+                        "longpoll" | "long-poll" => simclient::Protocol::LongPoll,
+                        other => panic!("--sim-protocols: watch or longpoll, not {other}"),
+                    })
+                    .collect()
+            }
             "--also" => {
                 let (label, path) = v.split_once('=').expect("--also LABEL=PATH");
                 a.also.push((label.to_string(), path.into()));
             }
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH] [--sim-sizes 1k,5k,10k] [--sim-check 50] [--sim-protocols longpoll,watch]"
                 );
                 std::process::exit(2);
             }
@@ -662,6 +683,20 @@ fn main() {
                     .map(|b| ("before".to_string(), b.clone()))
                     .chain(a.also.iter().cloned())
                     .collect(),
+            },
+        );
+        println!();
+    }
+    // A simulated fleet of one hub (issue 48.5): minutes per size; by name only.
+    if a.only.iter().any(|o| o == "hub-fleet") {
+        simfleet::run(
+            &cmpoll,
+            &simfleet::Plan {
+                sizes: a.sim_sizes.clone(),
+                objects: a.fleet_objects.first().copied().unwrap_or(1000),
+                phase: Duration::from_secs(a.phase),
+                protocols: a.sim_protocols.clone(),
+                check: a.sim_check,
             },
         );
         println!();

@@ -1,0 +1,596 @@
+//! The fleet simulator's followers (issue 48.5): N followers of one hub in one process,
+//! each with its own token and TLS connection, sending on the wire exactly what `cmpoll
+//! run` sends its hub (the same request lines and headers, in the same order; checked
+//! against real followers in `simfleet.rs`) and doing no local work beyond what the
+//! protocol needs: the resourceVersion at the start of a list, each event's name and
+//! round, a bookmark's version.
+//!
+//! Two protocols, as a follower speaks them:
+//! - **watch** (cmpoll now): the first list of the scope in full (`resourceVersion=0`),
+//!   then a watch from its version with `x-cmpoll-wait` (the follower's interval), which
+//!   the hub ends at the first complete change (events, then a bookmark) or the wait; then
+//!   the next watch from the bookmark's version, on the same connection.
+//! - **long poll** (cmpoll before 48; followers of a hub that refuses watch): the first
+//!   list in full, then metadata lists with `x-cmpoll-wait` answered 304 or with the list,
+//!   and a GET of each object that changed (the simulator is told which by the churn, as a
+//!   real follower finds it by comparing versions).
+//!
+//! A real follower's next request leaves some time after its answer (its batch's delivery
+//! and a 100 ms pause): each simulated follower waits 100 ms plus a random share of 50 ms,
+//! and the first requests are spread over `spread`, so that arrivals at the hub are as
+//! scattered as a real fleet's (an event loop woken once per arrival, not once per burst).
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustix::event::epoll::{self, EventData, EventFlags};
+use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+
+/// Which protocol the followers speak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Watch,
+    LongPoll,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Watch => "watch",
+            Protocol::LongPoll => "long poll",
+        }
+    }
+}
+
+/// What the followers are and where their hub is.
+pub struct Setup {
+    pub addr: std::net::SocketAddr,
+    pub ca_pem: String,
+    pub tokens: Vec<String>,
+    pub protocol: Protocol,
+    /// The follower's interval: its wait at the hub.
+    pub wait: Duration,
+    /// The first requests spread over this.
+    pub spread: Duration,
+}
+
+/// Per follower: when it got each (object name, round).
+pub type Seen = HashMap<(String, u64), Instant>;
+
+/// What the simulator reports.
+#[derive(Default, Debug, Clone)]
+pub struct Report {
+    /// Requests sent, answers by status code.
+    pub requests: u64,
+    pub codes: HashMap<u16, u64>,
+    /// Bytes read from the wire (TLS records), all followers.
+    pub wire_bytes: u64,
+    /// Connections that failed (reset, TLS error, bad framing).
+    pub broken: u64,
+}
+
+const ACCEPT_JSON: &str = "application/json";
+const ACCEPT_METADATA: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+const SCOPE: &str = "/api/v1/configmaps";
+const SELECTOR: &str = "labelSelector=cmpoll.io%2Fmodule%3Dtrue";
+
+/// What a follower is waiting for.
+#[derive(Clone, Debug, PartialEq)]
+enum Want {
+    /// Its first list.
+    List,
+    /// A watch's events.
+    Watch,
+    /// A held metadata list (long poll).
+    Waiting,
+    /// GETs of changed objects (long poll): the name and round it asked for.
+    Get(String, u64),
+}
+
+struct Follower {
+    sock: TcpStream,
+    tls: rustls::ClientConnection,
+    token: String,
+    want: Want,
+    /// Plaintext received, not yet parsed.
+    inbuf: Vec<u8>,
+    /// The response being read: its head is parsed.
+    body: Option<Body>,
+    rv: u64,
+    /// When to send the next request (`None`: one is out).
+    next_at: Option<Instant>,
+    /// Long poll: objects that changed since its last list, still to GET.
+    to_get: Vec<(String, u64)>,
+    seen: Seen,
+    synced: bool,
+    rng: u64,
+}
+
+/// Framing of the response being read.
+struct Body {
+    code: u16,
+    gzip: bool,
+    framing: Framing,
+    /// Decoded body so far (for chunked: the chunks' data).
+    data: Vec<u8>,
+    /// For a watch: where the next line starts in `data`.
+    line_at: usize,
+}
+
+enum Framing {
+    Length(usize),
+    /// `left` bytes of the chunk to read, then (`crlf`) its CRLF.
+    Chunked {
+        left: usize,
+        crlf: bool,
+        done: bool,
+    },
+}
+
+/// The fleet.
+pub struct Sim {
+    epoll: std::os::fd::OwnedFd,
+    followers: Vec<Follower>,
+    setup: Arc<Setup>,
+    /// The churn's changes not yet seen, for long-poll followers: every change so far.
+    changes: Vec<(String, u64)>,
+    pub report: Report,
+}
+
+fn tls_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()).flatten() {
+        let _ = roots.add(c);
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+impl Sim {
+    /// Connects every follower (each its own connection) and schedules its first list.
+    pub fn start(setup: Setup) -> Sim {
+        raise_files(setup.tokens.len() as u64 + 256);
+        let config = tls_config(&setup.ca_pem);
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll");
+        let now = Instant::now();
+        let n = setup.tokens.len().max(1);
+        let mut followers = Vec::with_capacity(setup.tokens.len());
+        for (i, token) in setup.tokens.iter().enumerate() {
+            let sock = TcpStream::connect(setup.addr).expect("connect to the hub");
+            sock.set_nonblocking(true).expect("nonblocking");
+            let _ = sock.set_nodelay(true);
+            let name = ServerName::try_from("127.0.0.1").expect("name");
+            let tls = rustls::ClientConnection::new(config.clone(), name).expect("tls");
+            epoll::add(
+                &epoll,
+                sock.as_fd(),
+                EventData::new_u64(i as u64),
+                EventFlags::IN | EventFlags::OUT | EventFlags::ET | EventFlags::RDHUP,
+            )
+            .expect("epoll add");
+            let start = now + setup.spread.mul_f64(i as f64 / n as f64);
+            followers.push(Follower {
+                sock,
+                tls,
+                token: token.clone(),
+                want: Want::List,
+                inbuf: Vec::new(),
+                body: None,
+                rv: 0,
+                next_at: Some(start),
+                to_get: Vec::new(),
+                seen: Seen::new(),
+                synced: false,
+                rng: (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            });
+        }
+        Sim {
+            epoll,
+            followers,
+            setup: Arc::new(setup),
+            changes: Vec::new(),
+            report: Report::default(),
+        }
+    }
+
+    /// The churn changed `name` to `round` (long-poll followers GET it once their list
+    /// says so).
+    pub fn changed(&mut self, name: &str, round: u64) {
+        self.changes.push((name.to_string(), round));
+    }
+
+    /// Runs the loop for `d`.
+    pub fn run_for(&mut self, d: Duration) {
+        let until = Instant::now() + d;
+        let mut events = Vec::with_capacity(4096);
+        while Instant::now() < until {
+            let now = Instant::now();
+            let next = (self.followers.iter())
+                .filter_map(|f| f.next_at)
+                .min()
+                .map_or(Duration::from_millis(50), |t| {
+                    t.saturating_duration_since(now)
+                })
+                .min(until.saturating_duration_since(now))
+                .min(Duration::from_millis(50));
+            let timeout = rustix::event::Timespec::try_from(next).unwrap_or_default();
+            events.clear();
+            let _ = epoll::wait(
+                &self.epoll,
+                rustix::buffer::spare_capacity(&mut events),
+                Some(&timeout),
+            );
+            let ready: Vec<usize> = events.iter().map(|e| e.data.u64() as usize).collect();
+            for i in ready {
+                self.io(i);
+            }
+            let now = Instant::now();
+            for i in 0..self.followers.len() {
+                if self.followers[i].next_at.is_some_and(|t| t <= now) {
+                    self.send(i);
+                }
+            }
+        }
+    }
+
+    /// Every follower's (name, round) → when it was held.
+    pub fn seen(&self) -> impl Iterator<Item = &Seen> {
+        self.followers.iter().map(|f| &f.seen)
+    }
+
+    /// What the followers are doing, for a run that does not end.
+    pub fn describe(&self) -> String {
+        let mut states: HashMap<String, usize> = HashMap::new();
+        for f in &self.followers {
+            let s = format!(
+                "{:?}{}{}",
+                f.want,
+                if f.next_at.is_some() {
+                    " (due)"
+                } else {
+                    " (out)"
+                },
+                if f.body.is_some() { " reading" } else { "" }
+            );
+            *states.entry(s).or_default() += 1;
+        }
+        format!("{states:?}; {:?}", self.report)
+    }
+
+    pub fn synced(&self) -> usize {
+        self.followers.iter().filter(|f| f.synced).count()
+    }
+
+    fn send(&mut self, i: usize) {
+        let wait = self.setup.wait.as_secs().max(1);
+        let protocol = self.setup.protocol;
+        let f = &mut self.followers[i];
+        f.next_at = None;
+        let (path, accept, wait_header) = match (&f.want, protocol) {
+            (Want::List, _) => (
+                format!("{SCOPE}?{SELECTOR}&resourceVersion=0"),
+                ACCEPT_JSON,
+                None,
+            ),
+            (_, Protocol::Watch) => {
+                f.want = Want::Watch;
+                (
+                    format!(
+                        "{SCOPE}?{SELECTOR}&watch=true&allowWatchBookmarks=true&resourceVersion={}",
+                        f.rv
+                    ),
+                    ACCEPT_JSON,
+                    Some(wait),
+                )
+            }
+            (_, Protocol::LongPoll) => match f.to_get.pop() {
+                Some((name, round)) => {
+                    let ns = format!(
+                        "fleet-{}",
+                        module_index(&name) % super::apifleet::NAMESPACES
+                    );
+                    let ns = if name == "marker" {
+                        "fleet-0".to_string()
+                    } else {
+                        ns
+                    };
+                    f.want = Want::Get(name.clone(), round);
+                    (
+                        format!("/api/v1/namespaces/{ns}/configmaps/{name}"),
+                        ACCEPT_JSON,
+                        None,
+                    )
+                }
+                None => {
+                    f.want = Want::Waiting;
+                    (
+                        format!(
+                            "{SCOPE}?{SELECTOR}&resourceVersion={}&resourceVersionMatch=NotOlderThan",
+                            f.rv
+                        ),
+                        ACCEPT_METADATA,
+                        Some(wait),
+                    )
+                }
+            },
+        };
+        // The head as cmpoll's ureq writes it (order and case as on the wire).
+        let mut head = format!(
+            "GET {path} HTTP/1.1\r\naccept-encoding: gzip\r\nuser-agent: cmpoll/0.1.0\r\nhost: 127.0.0.1:{}\r\naccept: {accept}\r\nauthorization: Bearer {}\r\n",
+            self.setup.addr.port(),
+            f.token
+        );
+        if let Some(w) = wait_header {
+            head += &format!("x-cmpoll-wait: {w}\r\n");
+        }
+        head += "\r\n";
+        let _ = f.tls.writer().write_all(head.as_bytes());
+        self.report.requests += 1;
+        self.io(i);
+    }
+
+    /// The socket is ready: reads and writes what it can, and handles whole answers.
+    fn io(&mut self, i: usize) {
+        let f = &mut self.followers[i];
+        loop {
+            let mut progressed = false;
+            while f.tls.wants_write() {
+                match f.tls.write_tls(&mut f.sock) {
+                    Ok(_) => progressed = true,
+                    Err(_) => break,
+                }
+            }
+            match f.tls.read_tls(&mut f.sock) {
+                Ok(0) => {
+                    self.report.broken += 1;
+                    return;
+                }
+                Ok(n) => {
+                    self.report.wire_bytes += n as u64;
+                    progressed = true;
+                    if f.tls.process_new_packets().is_err() {
+                        self.report.broken += 1;
+                        return;
+                    }
+                    let mut buf = [0u8; 16384];
+                    while let Ok(m) = f.tls.reader().read(&mut buf) {
+                        if m == 0 {
+                            break;
+                        }
+                        f.inbuf.extend_from_slice(&buf[..m]);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => {
+                    self.report.broken += 1;
+                    return;
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+        self.parse(i);
+    }
+
+    fn parse(&mut self, i: usize) {
+        loop {
+            let f = &mut self.followers[i];
+            if f.body.is_none() {
+                let Some(end) = find(&f.inbuf, b"\r\n\r\n") else {
+                    return;
+                };
+                let head = String::from_utf8_lossy(&f.inbuf[..end]).to_string();
+                f.inbuf.drain(..end + 4);
+                let code: u16 = head
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
+                let header = |n: &str| {
+                    head.lines().find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.trim()
+                            .eq_ignore_ascii_case(n)
+                            .then(|| v.trim().to_string())
+                    })
+                };
+                let framing = match header("content-length").and_then(|v| v.parse().ok()) {
+                    Some(n) => Framing::Length(n),
+                    None => Framing::Chunked {
+                        left: 0,
+                        crlf: false,
+                        done: false,
+                    },
+                };
+                f.body = Some(Body {
+                    code,
+                    gzip: header("content-encoding").is_some_and(|v| v == "gzip"),
+                    framing,
+                    data: Vec::new(),
+                    line_at: 0,
+                });
+                *self.report.codes.entry(code).or_default() += 1;
+            }
+            let f = &mut self.followers[i];
+            let Some(b) = f.body.as_mut() else { return };
+            let complete = match &mut b.framing {
+                Framing::Length(n) => {
+                    let take = (*n - b.data.len()).min(f.inbuf.len());
+                    b.data.extend(f.inbuf.drain(..take));
+                    b.data.len() == *n
+                }
+                Framing::Chunked { left, crlf, done } => {
+                    loop {
+                        if *left > 0 {
+                            let take = (*left).min(f.inbuf.len());
+                            b.data.extend(f.inbuf.drain(..take));
+                            *left -= take;
+                            if *left > 0 {
+                                break;
+                            }
+                            *crlf = true;
+                        }
+                        if *crlf {
+                            if f.inbuf.len() < 2 {
+                                break;
+                            }
+                            f.inbuf.drain(..2);
+                            *crlf = false;
+                        }
+                        let Some(e) = find(&f.inbuf, b"\r\n") else {
+                            break;
+                        };
+                        let line = String::from_utf8_lossy(&f.inbuf[..e]).to_string();
+                        let size = usize::from_str_radix(line.trim(), 16).unwrap_or(0);
+                        if size == 0 {
+                            if f.inbuf.len() < e + 4 {
+                                break;
+                            }
+                            f.inbuf.drain(..e + 4);
+                            *done = true;
+                            break;
+                        }
+                        f.inbuf.drain(..e + 2);
+                        *left = size;
+                    }
+                    *done
+                }
+            };
+            // A watch's lines as they come.
+            if f.want == Want::Watch {
+                let now = Instant::now();
+                let b = f.body.as_mut().expect("body");
+                while let Some(nl) = b.data[b.line_at..].iter().position(|c| *c == b'\n') {
+                    let line = &b.data[b.line_at..b.line_at + nl];
+                    if let Some(rv) = bookmark(line) {
+                        f.rv = f.rv.max(rv);
+                    } else if let Some((name, round)) = name_and_round(line) {
+                        f.seen.entry((name, round)).or_insert(now);
+                    }
+                    b.line_at += nl + 1;
+                }
+            }
+            if !complete {
+                return;
+            }
+            let b = f.body.take().expect("body");
+            self.answered(i, b);
+        }
+    }
+
+    /// A whole answer.
+    fn answered(&mut self, i: usize, b: Body) {
+        let now = Instant::now();
+        let pause = {
+            let f = &mut self.followers[i];
+            f.rng ^= f.rng << 13;
+            f.rng ^= f.rng >> 7;
+            f.rng ^= f.rng << 17;
+            Duration::from_millis(100 + f.rng % 50)
+        };
+        let changes = self.changes.clone();
+        let f = &mut self.followers[i];
+        match (&f.want, b.code) {
+            (Want::List, 200) => {
+                f.rv = list_rv(&b.data, b.gzip).unwrap_or(0);
+                f.synced = true;
+                f.want = Want::Waiting;
+                f.next_at = Some(now + pause);
+            }
+            (Want::Waiting, 200) => {
+                f.rv = list_rv(&b.data, b.gzip).unwrap_or(f.rv);
+                // What changed since: a GET of each object whose newest change it does not
+                // hold (the churn says which, as comparing versions tells a follower).
+                let mut newest: HashMap<&str, u64> = HashMap::new();
+                for (name, round) in &changes {
+                    let r = newest.entry(name).or_default();
+                    *r = (*r).max(*round);
+                }
+                f.to_get.clear();
+                for (name, round) in newest {
+                    if !f.seen.contains_key(&(name.to_string(), round)) {
+                        f.to_get.push((name.to_string(), round));
+                    }
+                }
+                f.next_at = Some(now + pause);
+            }
+            (Want::Get(name, round), 200) => {
+                f.seen.entry((name.clone(), *round)).or_insert(now);
+                f.next_at = Some(now + pause);
+            }
+            (_, 200 | 304) => f.next_at = Some(now + pause),
+            // Told to wait (429, 503): as a follower backs off (at least Retry-After 1).
+            _ => f.next_at = Some(now + Duration::from_secs(1) + pause),
+        }
+    }
+}
+
+fn module_index(name: &str) -> usize {
+    name.strip_prefix("module-")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A list's `metadata.resourceVersion`, from the start of its body (gzipped or not).
+fn list_rv(body: &[u8], gzip: bool) -> Option<u64> {
+    let head = if gzip {
+        let mut d = flate2::read::GzDecoder::new(body);
+        let mut out = vec![0u8; 512];
+        let n = d.read(&mut out).ok()?;
+        out.truncate(n);
+        out
+    } else {
+        body[..body.len().min(512)].to_vec()
+    };
+    let key = b"\"resourceVersion\":\"";
+    let at = find(&head, key)? + key.len();
+    let end = head[at..].iter().position(|c| *c == b'"')? + at;
+    std::str::from_utf8(&head[at..end]).ok()?.parse().ok()
+}
+
+/// A bookmark line's version.
+fn bookmark(line: &[u8]) -> Option<u64> {
+    if !line.starts_with(b"{\"type\":\"BOOKMARK\"") {
+        return None;
+    }
+    let key = b"\"resourceVersion\":\"";
+    let at = find(line, key)? + key.len();
+    let end = line[at..].iter().position(|c| *c == b'"')? + at;
+    std::str::from_utf8(&line[at..end]).ok()?.parse().ok()
+}
+
+/// An event's object name and its data's round (the first 8 digits of its value).
+fn name_and_round(line: &[u8]) -> Option<(String, u64)> {
+    let key = b"\"name\":\"";
+    let at = find(line, key)? + key.len();
+    let end = line[at..].iter().position(|c| *c == b'"')? + at;
+    let name = String::from_utf8_lossy(&line[at..end]).to_string();
+    let data = find(line, b"\"data\":{")?;
+    let colon = line[data + 8..].iter().position(|c| *c == b':')? + data + 8;
+    let digits = &line[colon + 2..colon + 10];
+    let round = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some((name, round))
+}
+
+fn raise_files(want: u64) {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    let max = l.maximum.unwrap_or(u64::MAX);
+    l.current = Some(want.max(l.current.unwrap_or(0)).min(max));
+    let _ = setrlimit(Resource::Nofile, l);
+}
