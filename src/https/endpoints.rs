@@ -49,6 +49,7 @@ fn limits() -> Limits {
         keep_alive: false,
         lanes: Limits::one_lane(2, 64, Answer::text(503, "busy\n")),
         max_held: usize::MAX,
+        inline: false,
         panicked: Answer::text(500, "internal error\n"),
         counts: ServerCounts::default(),
     }

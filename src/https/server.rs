@@ -59,6 +59,10 @@ pub struct Limits {
     pub lanes: Vec<Lane>,
     /// Parked or streaming requests one identity may hold.
     pub max_held: usize,
+    /// The handler answers its first lane on the server's own thread, without a worker
+    /// (it promises not to block there: what might, it sends to another lane). Saves two
+    /// thread hand-offs a request, most of what an idle fleet's requests cost.
+    pub inline: bool,
     /// What a request gets when its handler panics (the worker goes on).
     pub panicked: Answer,
     /// What the server did itself.
@@ -104,6 +108,7 @@ impl Default for Limits {
                 Answer::text(503, "too many requests at once; try again\n"),
             ),
             max_held: usize::MAX,
+            inline: false,
             panicked: Answer::text(500, "internal error\n"),
             counts: ServerCounts::default(),
         }
@@ -210,6 +215,7 @@ pub struct Server {
     epoll: std::os::fd::OwnedFd,
     shared: Arc<Shared>,
     lanes: Lanes,
+    handler: Arc<dyn Handler>,
     slots: Vec<Option<Entry>>,
     free: Vec<usize>,
     open: usize,
@@ -252,7 +258,7 @@ impl Server {
         });
         let lanes = Lanes::start(
             &limits.lanes,
-            handler,
+            handler.clone(),
             results.clone(),
             limits.panicked.clone(),
             limits.counts.clone(),
@@ -278,6 +284,7 @@ impl Server {
             epoll,
             shared: shared.clone(),
             lanes,
+            handler,
             slots: Vec::new(),
             free: Vec::new(),
             open: 0,
@@ -433,6 +440,14 @@ impl Server {
                 addr: e.addr,
                 cert: e.conn.io.peer_cert(),
             };
+            if self.limits.inline && d.lane == 0 {
+                let reply = self.inline(&d, &peer);
+                let Some(e) = self.entry_mut(key) else {
+                    return;
+                };
+                next = e.conn.reply(d.req, d.wake, d.parked, reply, now, &bounds);
+                continue;
+            }
             let job = Job {
                 key,
                 req: d.req,
@@ -459,6 +474,25 @@ impl Server {
             }
         }
         self.settle(key, now);
+    }
+
+    /// Asks the handler on this thread (`Limits::inline`); a panic costs the request a
+    /// 500, as on a worker.
+    fn inline(&self, d: &Dispatch, peer: &Peer) -> Reply {
+        let call = Call {
+            wake: d.wake,
+            lane: 0,
+        };
+        let asked = std::panic::AssertUnwindSafe(|| self.handler.handle(&d.req, peer, call));
+        std::panic::catch_unwind(asked).unwrap_or_else(|_| {
+            self.limits.counts.panicked();
+            log::error!(
+                "https: the answer to {} {} panicked; the server goes on",
+                d.req.method,
+                d.req.path
+            );
+            Reply::Answer(self.limits.panicked.clone())
+        })
     }
 
     /// After a connection moved: its timer, its holder, its end.

@@ -10,7 +10,7 @@
 //!
 //! What a review costs is bounded, so that no client holds up the others (docs/serve.md,
 //! "Hostile clients"): a request whose token or access is not kept is not reviewed where
-//! requests are answered but moved to a lane of its own (`Halt::Review`), where waiting
+//! requests are answered but moved to a lane of its own (`Halt::Lane`), where waiting
 //! for the apiserver holds up no one whose decisions are kept; tokens nobody knows are
 //! reviewed at a bounded rate (`REVIEW_RATE`, beyond it a 429 with Retry-After, never to a
 //! token that is kept); refused tokens are kept apart from known ones, so a flood of them
@@ -20,7 +20,7 @@
 //! as itself; no token reaches a log line or an error.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -49,11 +49,14 @@ pub const REVIEW_BURST: f64 = 200.0;
 /// What a follower is told to wait after a review the apiserver could not make.
 pub const REVIEW_RETRY_AFTER: u64 = 5;
 
-/// The hub's lanes of workers: where requests are answered, and where reviews are waited
-/// for (tokens nobody knows; accesses not kept, of known users).
+/// The hub's lanes: where requests are answered (on the server's own thread: nothing
+/// there may wait), where reviews are waited for (tokens nobody knows; accesses not kept,
+/// of known users), and where what takes time is made (a list rendered for a poll, a
+/// page, a gzipped object, `/metrics`).
 pub const ANSWER: usize = 0;
 pub const AUTHENTICATE: usize = 1;
 pub const AUTHORIZE: usize = 2;
+pub const RENDER: usize = 3;
 
 /// An authenticated user, as the TokenReview said.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -101,8 +104,8 @@ pub trait Reviewer: Send + Sync {
 pub enum Halt {
     /// Refused, in the apiserver's words.
     Refused(Refusal),
-    /// It needs a review: ask again on this lane.
-    Review(usize),
+    /// It needs work that may wait (a review, a render): ask again on this lane.
+    Lane(usize),
 }
 
 impl From<Refusal> for Halt {
@@ -115,16 +118,16 @@ impl From<Refusal> for Halt {
 /// digest: each pod's token is its own).
 #[derive(Clone, Debug)]
 pub struct Who {
-    pub user: User,
+    pub user: Arc<User>,
     pub holder: Holder,
 }
 
 /// Authentication and authorization with their caches.
 pub struct Auth {
     reviewer: Box<dyn Reviewer>,
-    known: Mutex<Cache<[u8; 32], User>>,
+    known: Mutex<Cache<[u8; 32], Arc<User>>>,
     refused: Mutex<Cache<[u8; 32], ()>>,
-    access: Mutex<Cache<(User, Attributes), Decision>>,
+    access: Mutex<Cache<(Arc<User>, Attributes), Decision>>,
     budget: Mutex<Budget>,
     decisions: Decisions,
     counts: ServerCounts,
@@ -193,7 +196,7 @@ impl Auth {
             return Err(Refusal::unauthorized().into());
         }
         if !here {
-            return Err(Halt::Review(AUTHENTICATE));
+            return Err(Halt::Lane(AUTHENTICATE));
         }
         if let Err(wait) = lock(&self.budget).take(now) {
             // Not a decision: no review was made (cmpoll_serve_turned_away_total counts it).
@@ -217,6 +220,7 @@ impl Auth {
         };
         match user {
             Some(user) => {
+                let user = Arc::new(user);
                 // A token's own claims are read only once the review vouched for it, and
                 // only to keep its review no longer than the token lives.
                 let ttl = self.spread(TOKEN_TTL);
@@ -236,7 +240,7 @@ impl Auth {
     }
 
     /// Whether a decision still kept allows `user` to do one of `any`; asks no one.
-    pub fn allowed_already(&self, user: &User, any: &[Attributes]) -> bool {
+    pub fn allowed_already(&self, user: &Arc<User>, any: &[Attributes]) -> bool {
         let now = Instant::now();
         let access = lock(&self.access);
         let allowed = (any.iter())
@@ -249,7 +253,7 @@ impl Auth {
     }
 
     /// Whether a decision about `user` doing `what` is kept.
-    pub fn decided(&self, user: &User, what: &Attributes) -> bool {
+    pub fn decided(&self, user: &Arc<User>, what: &Attributes) -> bool {
         let key = (user.clone(), what.clone());
         lock(&self.access).get(&key, Instant::now()).is_some()
     }
@@ -257,13 +261,13 @@ impl Auth {
     /// Whether `user` may do `what`: `Ok`, or the 403 the apiserver would send. A decision
     /// not kept is reviewed only `here` (a review lane); elsewhere the request is sent
     /// there.
-    pub fn authorize(&self, user: &User, what: &Attributes, here: bool) -> Result<(), Halt> {
+    pub fn authorize(&self, user: &Arc<User>, what: &Attributes, here: bool) -> Result<(), Halt> {
         let key = (user.clone(), what.clone());
         let now = Instant::now();
         let cached = lock(&self.access).get(&key, now);
         let (decision, cache) = match cached {
             Some(d) => (d, "hit"),
-            None if !here => return Err(Halt::Review(AUTHORIZE)),
+            None if !here => return Err(Halt::Lane(AUTHORIZE)),
             None => {
                 let d = match self.reviewer.access(user, what) {
                     Ok(d) => d,
@@ -378,7 +382,6 @@ fn lifetime(token: &Secret) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Knows token "good" as alice, who may list configmaps in "team-a" only.
@@ -431,7 +434,7 @@ mod tests {
     fn code<T: std::fmt::Debug>(r: Result<T, Halt>) -> u16 {
         match r.unwrap_err() {
             Halt::Refused(r) => r.code,
-            Halt::Review(_) => 0,
+            Halt::Lane(_) => 0,
         }
     }
 
@@ -468,7 +471,7 @@ mod tests {
         // Where requests are answered, a token not kept goes to be reviewed.
         assert!(matches!(
             auth.authenticate(Some("Bearer good"), false),
-            Err(Halt::Review(AUTHENTICATE))
+            Err(Halt::Lane(AUTHENTICATE))
         ));
         let alice = auth.authenticate(Some("Bearer good"), true).unwrap();
         let again = auth.authenticate(Some("bearer  good "), false).unwrap();
@@ -479,7 +482,7 @@ mod tests {
         let team_a = list(Resource::ConfigMaps, Some("team-a"));
         assert!(matches!(
             auth.authorize(&alice, &team_a, false),
-            Err(Halt::Review(AUTHORIZE))
+            Err(Halt::Lane(AUTHORIZE))
         ));
         auth.authorize(&alice, &team_a, true).unwrap();
         auth.authorize(&alice, &team_a, false).unwrap();

@@ -209,6 +209,10 @@ impl Hub {
                     },
                     here,
                 )?;
+                if !here {
+                    // Rendered where it may take its time.
+                    return Err(Halt::Lane(auth::RENDER));
+                }
                 Ok(match path {
                     "/metrics" => Answer::metrics(
                         (self.metrics.lock().unwrap_or_else(|p| p.into_inner())).render(),
@@ -340,6 +344,10 @@ impl Hub {
         if let Some(name) = &ask.target.name {
             let ns = ns.unwrap_or_default();
             return match held.get(kind, ns, name).filter(|o| selected(&ask, o)) {
+                // A large object is gzipped for its client: made where it may wait.
+                Some(o) if !here && ask.gzip && o.raw.json.len() >= GZIP_FROM => {
+                    Err(Halt::Lane(auth::RENDER))
+                }
                 Some(o) => Ok(Reply::Answer(
                     self.body(&ask, render::object(kind, ask.form, o)),
                 )),
@@ -368,7 +376,7 @@ impl Hub {
                 self.served.waited("newer");
             }
         }
-        Ok(Reply::Answer(self.list(&held, &ask, v)?))
+        Ok(Reply::Answer(self.list(&held, &ask, v, here)?))
     }
 
     /// Authorizes exactly what `ask` does. A GET of one object is allowed at once to a user
@@ -378,7 +386,7 @@ impl Hub {
     /// review at all. Otherwise a GET is asked of the whole namespace (`get` of every object
     /// there): allowed, it covers each name; refused, the object itself is asked, and a 403
     /// names it, as the apiserver's does.
-    fn authorize(&self, user: &User, ask: &Ask, here: bool) -> Result<(), Halt> {
+    fn authorize(&self, user: &Arc<User>, ask: &Ask, here: bool) -> Result<(), Halt> {
         // A list or watch of one name (`fieldSelector=metadata.name=…`) is authorized for
         // that name, as the apiserver's request info reads it.
         let named =
@@ -404,7 +412,7 @@ impl Hub {
         if ask.target.name.is_some() {
             match self.auth.authorize(user, &what(None), here) {
                 Ok(()) => return Ok(()),
-                Err(Halt::Review(lane)) => return Err(Halt::Review(lane)),
+                Err(Halt::Lane(lane)) => return Err(Halt::Lane(lane)),
                 // Refused for the namespace: the object itself is asked.
                 Err(Halt::Refused(_)) => {}
             }
@@ -413,7 +421,7 @@ impl Hub {
     }
 
     /// A list: a whole one rendered once per poll, or a page.
-    fn list(&self, held: &Held, ask: &Ask, v: Versions) -> Result<Answer, Refusal> {
+    fn list(&self, held: &Held, ask: &Ask, v: Versions, here: bool) -> Result<Answer, Halt> {
         let kind = ask.target.kind;
         let ns = ask.target.namespace.as_deref();
         if ask.limit.is_none() && ask.continue_token.is_none() {
@@ -424,14 +432,18 @@ impl Hub {
                 form: ask.form,
                 rv: v.listed,
             };
-            let rendered = self.rendered(held, shape, || {
+            let rendered = self.rendered(held, shape, here, || {
                 let items: Vec<&Arc<Object>> = held
                     .objects(kind, ns)
                     .filter(|o| selected(ask, o))
                     .collect();
                 render::list(kind, ask.form, v.listed, &items, &More::default())
-            });
+            })?;
             return Ok(self.answer(ask, &rendered));
+        }
+        if !here {
+            // A page is made for this request alone.
+            return Err(Halt::Lane(auth::RENDER));
         }
         // A page: from the start, or after a continue token's key, of the list at its rv.
         let (rv, after) = match &ask.continue_token {
@@ -439,7 +451,7 @@ impl Hub {
                 let (rv, key) = render::read_continue(t)
                     .map_err(|e| Refusal::bad_request(format!("invalid continue token: {e}")))?;
                 if v.changed > rv {
-                    return Err(Refusal::expired(EXPIRED_CONTINUE));
+                    return Err(Refusal::expired(EXPIRED_CONTINUE).into());
                 }
                 let key = match ns {
                     Some(ns) => format!("{ns}/{key}"),
@@ -474,7 +486,15 @@ impl Hub {
     }
 
     /// A whole list's render for this poll, made once.
-    fn rendered(&self, held: &Held, shape: Shape, make: impl FnOnce() -> Vec<u8>) -> Arc<Rendered> {
+    /// A whole list's render for this poll, made once; where nothing may wait (`here`
+    /// false), only if it is made already, else the request goes to the render lane.
+    fn rendered(
+        &self,
+        held: &Held,
+        shape: Shape,
+        here: bool,
+        make: impl FnOnce() -> Vec<u8>,
+    ) -> Result<Arc<Rendered>, Halt> {
         {
             let mut r = self.renders.lock().unwrap_or_else(|p| p.into_inner());
             if r.poll != held.poll {
@@ -482,8 +502,11 @@ impl Hub {
                 r.bodies.clear();
             }
             if let Some(b) = r.bodies.get(&shape) {
-                return b.clone();
+                return Ok(b.clone());
             }
+        }
+        if !here {
+            return Err(Halt::Lane(auth::RENDER));
         }
         let plain = make();
         let gzip = (plain.len() >= GZIP_FROM).then(|| render::gzip(&plain).into());
@@ -498,7 +521,7 @@ impl Hub {
             }
             r.bodies.insert(shape, rendered.clone());
         }
-        rendered
+        Ok(rendered)
     }
 
     fn answer(&self, ask: &Ask, r: &Rendered) -> Answer {
@@ -529,7 +552,7 @@ impl Handler for Hub {
     fn handle(&self, req: &Request, peer: &Peer, call: Call) -> Reply {
         let reply = match self.reply(req, peer, call) {
             Ok(r) => r,
-            Err(Halt::Review(lane)) => return Reply::Lane(lane),
+            Err(Halt::Lane(lane)) => return Reply::Lane(lane),
             Err(Halt::Refused(refusal)) => {
                 if refusal.code >= 500 {
                     log::debug!("{} {}: {}", req.method, req.path, refusal.message);

@@ -90,11 +90,14 @@ fn limits(counts: ServerCounts) -> Limits {
         max_body: 64 * 1024,
         keep_alive: true,
         lanes: vec![
-            lane("answer", 4, 4096),
+            // Answered on the server's thread (`inline`): a worker for nothing.
+            lane("answer", 1, 4096),
             lane("authn", REVIEWERS, 64),
             lane("authz", REVIEWERS, 1024),
+            lane("render", 2, 4096),
         ],
         max_held: MAX_HELD,
+        inline: true,
         panicked: busy(status::Refusal::internal_error(
             "this request caused cmpoll serve to panic; its log has the details",
         )),

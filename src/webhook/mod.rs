@@ -77,6 +77,7 @@ fn limits(counts: ServerCounts) -> Limits {
             },
         ],
         max_held: usize::MAX,
+        inline: false,
         panicked: Answer::text(
             500,
             "this review caused cmpoll webhook to panic; its log has the details\n",

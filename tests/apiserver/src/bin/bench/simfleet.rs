@@ -88,27 +88,33 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
 }
 
 /// `n` tokens of the fleet's service account, each its own (TokenRequest), as each pod
-/// of a DaemonSet has its own.
+/// of a DaemonSet has its own; four connections at once.
 fn tokens(api: &RealApiserver, n: usize) -> Vec<String> {
     let admin = api.client_cert("bench-admin", Some("system:masters"));
-    let mut c = Https::connect(api, Some(&admin));
-    let body = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":86400}}"#;
-    (0..n)
-        .map(|_| {
-            let (code, answer) = c.post(
-                "/api/v1/namespaces/fleet-agents/serviceaccounts/agent/token",
-                body,
-            );
-            assert_eq!(
-                code,
-                201,
-                "TokenRequest: {}",
-                String::from_utf8_lossy(&answer)
-            );
-            let v: serde_json::Value = serde_json::from_slice(&answer).expect("json");
-            v["status"]["token"].as_str().expect("token").to_string()
-        })
-        .collect()
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let got = std::sync::Mutex::new(vec![String::new(); n]);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let mut c = Https::connect(api, Some(&admin));
+                let body = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":86400}}"#;
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        return;
+                    }
+                    let (code, answer) = c.post(
+                        "/api/v1/namespaces/fleet-agents/serviceaccounts/agent/token",
+                        body,
+                    );
+                    assert_eq!(code, 201, "TokenRequest: {}", String::from_utf8_lossy(&answer));
+                    let v: serde_json::Value = serde_json::from_slice(&answer).expect("json");
+                    got.lock().expect("lock")[i] = v["status"]["token"].as_str().expect("token").to_string();
+                }
+            });
+        }
+    });
+    got.into_inner().expect("tokens")
 }
 
 /// A token allowed `get` on the hub's `/metrics`.
@@ -277,6 +283,8 @@ struct Row {
     first: [f64; 3],
     last: [f64; 3],
     reviews: f64,
+    /// Told to wait (429: over the review rate, or a lane's queue full), then answered.
+    waited: u64,
     errors: u64,
     missed: usize,
     requests_idle: f64,
@@ -358,8 +366,9 @@ fn one(
     }
     let object = object_bytes(port, &ca, &tokens[0]);
     let changes = writes.len().max(1) as f64;
+    let waited = sim.report.codes.get(&429).copied().unwrap_or(0);
     let errors = (sim.report.codes.iter())
-        .filter(|(c, _)| **c != 200 && **c != 304)
+        .filter(|(c, _)| !matches!(**c, 200 | 304 | 429))
         .map(|(_, n)| *n)
         .sum::<u64>()
         + sim.report.broken;
@@ -387,6 +396,7 @@ fn one(
         first: stats(first),
         last: stats(last),
         reviews: s3.reviews - s0.reviews,
+        waited,
         errors,
         missed,
         requests_idle: (s2.requests - s1.requests) / n as f64,
@@ -426,12 +436,12 @@ fn print_row(r: &Row) {
 
 fn print_table(rows: &[Row]) {
     println!(
-        "| protocol | N | sync | hub peak RSS | RSS over base per follower | hub CPU idle | hub CPU churn | egress a change | per follower | × floor | write → first (p50/p99/max) | write → last (p50/p99/max) | requests per follower idle | reviews | errors |"
+        "| protocol | N | sync | hub peak RSS | RSS over base per follower | hub CPU idle | hub CPU churn | egress a change | per follower | × floor | write → first (p50/p99/max) | write → last (p50/p99/max) | requests per follower idle | reviews | told to wait (429) | errors |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         println!(
-            "| {} | {} | {:.1} s | {} MiB | {:.1} KiB | {:.0} m | {:.0} m | {:.1} MB | {:.1} KB | {:.2} | {:.2} / {:.2} / {:.2} s | {:.2} / {:.2} / {:.2} s | {:.2} | {:.0} | {} |",
+            "| {} | {} | {:.1} s | {} MiB | {:.1} KiB | {:.0} m | {:.0} m | {:.1} MB | {:.1} KB | {:.2} | {:.2} / {:.2} / {:.2} s | {:.2} / {:.2} / {:.2} s | {:.2} | {:.0} | {} | {} |",
             r.protocol.name(),
             r.n,
             r.sync_secs,
@@ -450,6 +460,7 @@ fn print_table(rows: &[Row]) {
             r.last[2],
             r.requests_idle,
             r.reviews,
+            r.waited,
             r.errors + r.missed as u64,
         );
     }
