@@ -588,8 +588,9 @@ impl Server {
                 self.limits.counts.turned_away("connections");
                 continue;
             }
-            if let Err(e) = self.admit(sock, addr, now) {
-                log::debug!("https: {addr}: {e}");
+            match self.admit(sock, addr, now) {
+                Ok(()) => self.limits.counts.accepted(),
+                Err(e) => log::debug!("https: {addr}: {e}"),
             }
         }
     }

@@ -157,6 +157,7 @@ pub struct ServerCounts {
     answered: Family<Labels, Counter>,
     turned_away: Family<Labels, Counter>,
     panics: Counter,
+    connections: Counter,
 }
 
 impl ServerCounts {
@@ -170,6 +171,11 @@ impl ServerCounts {
     /// One connection or request turned away or cut short, and why.
     pub fn turned_away(&self, why: &str) {
         self.turned_away.get_or_create(&label("why", why)).inc();
+    }
+
+    /// One connection accepted.
+    pub fn accepted(&self) {
+        self.connections.inc();
     }
 
     pub fn panicked(&self) {
@@ -331,6 +337,11 @@ impl Metrics {
             "handler_panics",
             "Requests to cmpoll serve or cmpoll webhook whose handler panicked: each was answered 500 and the server went on",
             server.panics.clone(),
+        );
+        r.register(
+            "serve_connections",
+            "Connections cmpoll serve (or cmpoll webhook) accepted: each a TLS handshake; a client that keeps its connection makes one",
+            server.connections.clone(),
         );
         r.register(
             "serve_turned_away",

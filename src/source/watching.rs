@@ -86,6 +86,7 @@ pub fn watch(
         match event(text).map_err(|e| fail.decode(e))? {
             Line::Change(e) => events.push(e),
             Line::Bookmark(v) => {
+                drain(lines);
                 let rv = v.max(rv);
                 return Ok(Watched::Commit { rv, events });
             }
@@ -94,6 +95,16 @@ pub fn watch(
         }
     }
 }
+
+/// Reads what follows the committing bookmark (the hub ends the watch there: only the
+/// stream's end, in the same write), so that the connection goes back for the next poll
+/// rather than a new TLS handshake each time. More than [`DRAIN_MOST`] and it is dropped.
+fn drain(rest: impl std::io::Read) {
+    let _ = std::io::copy(&mut rest.take(DRAIN_MOST), &mut std::io::sink());
+}
+
+/// What a follower reads past its bookmark before it gives the connection up.
+const DRAIN_MOST: u64 = 64 * 1024;
 
 fn trim(b: &[u8]) -> &[u8] {
     let b = b.strip_suffix(b"\n").unwrap_or(b);

@@ -66,7 +66,9 @@ fn a_follower_that_may_watch_follows_its_hub_by_watching() {
         let (_, text) = crate::util::http::get(&listen, "/metrics");
         metric_sum(&text, "cmpoll_apiserver_response_bytes_total", &[])
     };
+    let connections = || counter(&hub, &scraper, "cmpoll_serve_connections_total", &[]);
     let (waited, before) = (waits(), read());
+    let accepted = connections();
     let mut delays = Vec::new();
     for round in ["two", "three", "four"] {
         std::thread::sleep(Duration::from_millis(300));
@@ -78,8 +80,16 @@ fn a_follower_that_may_watch_follows_its_hub_by_watching() {
         assert_eq!(batch[0]["type"], "updated");
         assert_eq!(batch[0]["files"]["k.yaml"], round);
     }
+    // The scrape that reads this count is one connection; the follower kept its own.
+    let new = connections() - accepted - 1.0;
     let per_change = (read() - before) / 3.0;
-    eprintln!("write to follower: {delays:?}; {per_change} bytes read a change");
+    eprintln!(
+        "write to follower: {delays:?}; {per_change} bytes read a change; {new} new connections"
+    );
+    assert_eq!(
+        new, 0.0,
+        "the follower keeps its connection: {new} new ones for 3 changes"
+    );
     assert!(
         delays.iter().all(|d| *d < Duration::from_secs(5)),
         "{delays:?}"
