@@ -194,7 +194,14 @@ impl ServerCounts {
 }
 
 /// Why a server turns a connection or request away (`ServerCounts::turned_away`).
-pub const TURNED_AWAY: [&str; 5] = ["connections", "evicted", "held", "queue", "reviews"];
+pub const TURNED_AWAY: [&str; 6] = [
+    "connections",
+    "evicted",
+    "held",
+    "queue",
+    "renewals",
+    "reviews",
+];
 
 /// The features whose metric families `Metrics::expect` exports at 0 from the start.
 #[derive(Clone, Copy, Debug, Default)]
@@ -345,7 +352,7 @@ impl Metrics {
         );
         r.register(
             "serve_turned_away",
-            "Connections and requests cmpoll serve turned away or cut short to keep room for others, by why: connections (full, nothing to make room), evicted (made room), held (over one identity's bound), queue (a lane's queue full), reviews (over the review rate)",
+            "Connections and requests cmpoll serve turned away or cut short to keep room for others, by why: connections (full, nothing to make room), evicted (made room), held (over one identity's bound), queue (a lane's queue full), renewals (over the renewal rate), reviews (over the review rate)",
             server.turned_away.clone(),
         );
         let info = Family::<Labels, Gauge>::default();

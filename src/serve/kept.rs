@@ -2,7 +2,8 @@
 //! bounded map whose entries expire (the closest to expiring goes first when it is full of
 //! live ones), and `Budget`, a token bucket (a rate and a burst) that the reviews of tokens
 //! nobody knows yet draw on, so that unauthenticated traffic costs the apiserver a bounded
-//! rate of TokenReviews whatever its volume.
+//! rate of TokenReviews whatever its volume (and, apart, the reviews of tokens whose kept
+//! review expired).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -42,6 +43,11 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
             }
         }
         self.map.insert(k, (v, until));
+    }
+
+    /// Whether `k` is held, live or expired (an expired entry stays until room is needed).
+    pub fn had(&self, k: &K) -> bool {
+        self.map.contains_key(k)
     }
 
     pub fn remove(&mut self, k: &K) {

@@ -254,9 +254,7 @@ fn sample(pid: u32, port: u16, ca: &str, scraper: &str) -> Sample {
         .find_map(|l| l.strip_prefix("wchar:"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
-    let mut h = Https::to(&format!("127.0.0.1:{port}"), ca, None);
-    let (_, m) = h.get("/metrics", scraper);
-    let m = String::from_utf8_lossy(&m);
+    let m = scrape(port, ca, scraper);
     let reviews = metric_sum(&m, "cmpoll_serve_decisions_total", &[("cache", "miss")]);
     Sample {
         cpu,
@@ -266,6 +264,22 @@ fn sample(pid: u32, port: u16, ca: &str, scraper: &str) -> Sample {
         requests: metric_sum(&m, "cmpoll_serve_requests_total", &[]),
         reviews,
     }
+}
+
+/// The hub's `/metrics`, asked again while it answers anything but 200 (a 429: its
+/// review budget, the scraper's kept review having expired), so that a figure is never
+/// read from an empty page.
+fn scrape(port: u16, ca: &str, scraper: &str) -> String {
+    for _ in 0..30 {
+        let mut h = Https::to(&format!("127.0.0.1:{port}"), ca, None);
+        let (code, m) = h.get("/metrics", scraper);
+        if code == 200 {
+            return String::from_utf8_lossy(&m).into_owned();
+        }
+        println!("  (the hub's /metrics answered {code}: again in a second)");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    panic!("the hub's /metrics never answered 200");
 }
 
 /// One run's figures.
@@ -282,6 +296,9 @@ struct Row {
     floor: f64,
     first: [f64; 3],
     last: [f64; 3],
+    /// Per change, from the first follower holding it to the last: the first holds it
+    /// within a turn of the hub's loop after its poll found it, so this is the fan-out.
+    fanout: [f64; 3],
     reviews: f64,
     /// Told to wait (429: over the review rate, or a lane's queue full), then answered.
     waited: u64,
@@ -349,6 +366,7 @@ fn one(
     // Who held what, when.
     let mut first = Vec::new();
     let mut last = Vec::new();
+    let mut fanout = Vec::new();
     let mut missed = 0;
     for (name, r, at) in &writes {
         let times: Vec<f64> = (sim.seen())
@@ -362,6 +380,7 @@ fn one(
         ) {
             first.push(lo);
             last.push(hi);
+            fanout.push(hi - lo);
         }
     }
     let object = object_bytes(port, &ca, &tokens[0]);
@@ -395,6 +414,7 @@ fn one(
         floor: n as f64 * object as f64,
         first: stats(first),
         last: stats(last),
+        fanout: stats(fanout),
         reviews: s3.reviews - s0.reviews,
         waited,
         errors,
@@ -421,13 +441,13 @@ fn stats(mut v: Vec<f64>) -> [f64; 3] {
 
 fn print_row(r: &Row) {
     println!(
-        "  {} N={}: synced in {:.1}s; egress {:.2} MB a change ({:.2}x the floor); last follower p99 {:.2}s; idle {:.0} m; {} errors, {} missed",
+        "  {} N={}: synced in {:.1}s; egress {:.2} MB a change ({:.2}x the floor); first to last follower p99 {:.2}s; idle {:.0} m; {} errors, {} missed",
         r.protocol.name(),
         r.n,
         r.sync_secs,
         r.per_change / 1e6,
         r.per_change / r.floor,
-        r.last[1],
+        r.fanout[1],
         r.idle_cpu * 1000.0,
         r.errors,
         r.missed
@@ -436,12 +456,12 @@ fn print_row(r: &Row) {
 
 fn print_table(rows: &[Row]) {
     println!(
-        "| protocol | N | sync | hub peak RSS | RSS over base per follower | hub CPU idle | hub CPU churn | egress a change | per follower | × floor | write → first (p50/p99/max) | write → last (p50/p99/max) | requests per follower idle | reviews | told to wait (429) | errors |"
+        "| protocol | N | sync | hub peak RSS | RSS over base per follower | hub CPU idle | hub CPU churn | egress a change | per follower | × floor | write → first (p50/p99/max) | write → last (p50/p99/max) | first → last (p50/p99/max) | requests per follower idle | reviews | told to wait (429) | errors |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         println!(
-            "| {} | {} | {:.1} s | {} MiB | {:.1} KiB | {:.0} m | {:.0} m | {:.1} MB | {:.1} KB | {:.2} | {:.2} / {:.2} / {:.2} s | {:.2} / {:.2} / {:.2} s | {:.2} | {:.0} | {} | {} |",
+            "| {} | {} | {:.1} s | {} MiB | {:.1} KiB | {:.0} m | {:.0} m | {:.1} MB | {:.1} KB | {:.2} | {:.2} / {:.2} / {:.2} s | {:.2} / {:.2} / {:.2} s | {:.2} / {:.2} / {:.2} s | {:.2} | {:.0} | {} | {} |",
             r.protocol.name(),
             r.n,
             r.sync_secs,
@@ -458,6 +478,9 @@ fn print_table(rows: &[Row]) {
             r.last[0],
             r.last[1],
             r.last[2],
+            r.fanout[0],
+            r.fanout[1],
+            r.fanout[2],
             r.requests_idle,
             r.reviews,
             r.waited,
