@@ -266,6 +266,15 @@ fn sample(pid: u32, port: u16, ca: &str, scraper: &str) -> Sample {
     }
 }
 
+/// This process's CPU seconds so far (the simulator's own share of the machine).
+fn own_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// The hub's `/metrics`, asked again while it answers anything but 200 (a 429: its
 /// review budget, the scraper's kept review having expired), so that a figure is never
 /// read from an empty page.
@@ -344,6 +353,7 @@ fn one(
     let s1 = sample(pid, port, &ca, scraper);
     sim.run_for(plan.phase);
     let s2 = sample(pid, port, &ca, scraper);
+    let own = own_cpu();
     // Churn: one ConfigMap a second, new content each time.
     let mut writes: Vec<(String, u64, Instant)> = Vec::new();
     let start = Instant::now();
@@ -363,6 +373,7 @@ fn one(
     sim.run_for(Duration::from_secs(10));
     let s3 = sample(pid, port, &ca, scraper);
     let churn_secs = start.elapsed().as_secs_f64();
+    let sim_cpu = (own_cpu() - own) / churn_secs;
     // Who held what, when.
     let mut first = Vec::new();
     let mut last = Vec::new();
@@ -383,6 +394,15 @@ fn one(
             fanout.push(hi - lo);
         }
     }
+    // Each change's fan-out in write order, to place a slow one (a review burst, the
+    // simulator's own turn) beside the cores the simulator itself took.
+    let each: Vec<String> = fanout.iter().map(|f| format!("{f:.2}")).collect();
+    println!(
+        "  ({} N={n}: first to last follower per change, s: {}; the simulator's own CPU under churn {:.0} m)",
+        protocol.name(),
+        each.join(" "),
+        sim_cpu * 1000.0
+    );
     let object = object_bytes(port, &ca, &tokens[0]);
     let changes = writes.len().max(1) as f64;
     let waited = sim.report.codes.get(&429).copied().unwrap_or(0);
