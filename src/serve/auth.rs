@@ -14,10 +14,11 @@
 //! for the apiserver holds up no one whose decisions are kept; tokens nobody knows are
 //! reviewed at a bounded rate (`REVIEW_RATE`, beyond it a 429 with Retry-After, never to a
 //! token that is kept), tokens whose kept review expired at a rate of their own
-//! (`RENEW_RATE`: a flood of unknown tokens never holds a fleet's renewals up); refused tokens are kept apart from known ones, so a flood of them
-//! cannot push a follower out. A review the apiserver could not make (its webhook down or
-//! hanging: `reviews::could_not_check`) is a 503 with Retry-After and is not kept: an
-//! outage never looks like every follower refused. A token is kept by its SHA-256, never
+//! (`RENEW_RATE`: a flood of unknown tokens never holds a fleet's renewals up); refused
+//! tokens are kept apart from known ones, so a flood of them cannot push a follower out.
+//! A review the apiserver could not make (its webhook down or hanging:
+//! `reviews::could_not_check`) is a 503 with Retry-After and is not kept: an outage never
+//! looks like every follower refused. A token is kept by its SHA-256, never
 //! as itself; no token reaches a log line or an error.
 
 use std::collections::BTreeMap;
@@ -556,20 +557,27 @@ mod tests {
         assert!(*max - *min > Duration::from_secs(20), "{min:?}..{max:?}");
     }
 
-    /// Issue 47.3: a flood of tokens nobody knows costs the apiserver a bounded rate of
-    /// reviews (beyond it, a 429 with Retry-After); it never reaches a known token, and
-    /// the refused ones it leaves behind never push a known one out.
-    #[test]
-    fn unknown_tokens_are_reviewed_at_a_bounded_rate_and_never_crowd_out_known_ones() {
+    /// An `Auth` on a fake apiserver whose unknown tokens are reviewed at `rate` a second
+    /// (a burst of `burst`), with the counts it keeps.
+    fn rated(rate: f64, burst: f64) -> (Arc<Fake>, ServerCounts, Auth) {
         let fake = Arc::new(Fake::default());
         let counts = ServerCounts::default();
         let auth = Auth::with_rate(
             Box::new(fake.clone()),
             Decisions::default(),
             counts.clone(),
-            1.0,
-            10.0,
+            rate,
+            burst,
         );
+        (fake, counts, auth)
+    }
+
+    /// Issue 47.3: a flood of tokens nobody knows costs the apiserver a bounded rate of
+    /// reviews (beyond it, a 429 with Retry-After); it never reaches a known token, and
+    /// the refused ones it leaves behind never push a known one out.
+    #[test]
+    fn unknown_tokens_are_reviewed_at_a_bounded_rate_and_never_crowd_out_known_ones() {
+        let (fake, counts, auth) = rated(1.0, 10.0);
         let alice = auth.authenticate(Some("Bearer good"), true).unwrap();
         let mut turned = 0;
         for i in 0..(MAX_ENTRIES + 100) {
@@ -614,15 +622,7 @@ mod tests {
     /// followers the renewals alone are about the review rate).
     #[test]
     fn a_token_whose_review_expired_is_renewed_whatever_unknown_tokens_used() {
-        let fake = Arc::new(Fake::default());
-        let counts = ServerCounts::default();
-        let auth = Auth::with_rate(
-            Box::new(fake.clone()),
-            Decisions::default(),
-            counts.clone(),
-            0.001,
-            1.0,
-        );
+        let (fake, counts, auth) = rated(0.001, 1.0);
         let alice = auth.authenticate(Some("Bearer good"), true).unwrap();
         let e = refusal(auth.authenticate(Some("Bearer flood"), true));
         assert_eq!(e.code, 429, "the budget of unknown tokens is used up");
