@@ -77,8 +77,9 @@ fn post(addr: &str, ca: &Path, review: &Path, cert: Option<(&Path, &Path)>) -> (
 }
 
 /// While 1,500 connections stall in the handshake and 200 half-way through a request, and
-/// more keep coming, every review is answered within a second. (f14e848 held 64
-/// connections, one thread each: with them all stalled, a review waited ~9 s.)
+/// more keep coming, every review is answered at once (median under half a second).
+/// (f14e848 held 64 connections, one thread each: with them all stalled, a review waited
+/// ~9 s.)
 #[test]
 fn a_flood_of_stalled_clients_never_holds_up_a_review() {
     let c = Cmpoll::new();
@@ -117,23 +118,26 @@ fn a_flood_of_stalled_clients_never_holds_up_a_review() {
             more.len()
         })
     };
-    let mut slowest = Duration::ZERO;
+    let mut took = Vec::new();
     for _ in 0..10 {
-        let (allowed, took) = post(&addr, &ca, &review, None);
-        assert!(
-            allowed,
-            "a review was not answered ({took:?})\n{}",
-            d.stderr()
-        );
-        slowest = slowest.max(took);
-        eprintln!("review took {took:?}");
+        let (allowed, t) = post(&addr, &ca, &review, None);
+        assert!(allowed, "a review was not answered ({t:?})\n{}", d.stderr());
+        eprintln!("review took {t:?}");
+        took.push(t);
         std::thread::sleep(Duration::from_millis(200));
     }
     stop.store(true, Ordering::Relaxed);
     assert!(flood.join().unwrap() > 0);
+    // Each review is a new curl process, its own TLS handshake, on a machine the rest of
+    // the suite shares: one of ten took 1.2 s in a CI run. What the test tells apart is a
+    // server that answers at once (tens of milliseconds here) from one whose stalled
+    // connections hold it up (~9 s on f14e848): the median under half a second, none
+    // over three.
+    took.sort();
+    let (median, slowest) = (took[took.len() / 2], took[took.len() - 1]);
     assert!(
-        slowest < Duration::from_secs(1),
-        "the slowest review took {slowest:?}"
+        median < Duration::from_millis(500) && slowest < Duration::from_secs(3),
+        "reviews took {median:?} (median), {slowest:?} (slowest)"
     );
     drop(held);
     drop(requests);
