@@ -6,7 +6,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::util::fakehub::{FakeHub, asked_rv, bookmark, configmap, event, expired, list, watch};
+use crate::util::fakehub::{
+    FakeHub, asked_rv, bookmark, configmap, event, expired, hold, list, watch, watch_open,
+};
 use crate::util::{Cmpoll, Daemon, spec_hash};
 
 /// `cmpoll run` following `hub` (plain HTTP, with a token) in namespace `team`, every
@@ -164,5 +166,49 @@ fn a_hub_that_refuses_watch_is_followed_with_lists() {
         "{}",
         d.stderr()
     );
+    d.stop();
+}
+
+/// A hub that goes quiet on a held watch (frozen, or its connection blackholed: the
+/// stream stays open and nothing comes) is given up once its wait plus 10 s pass without a
+/// bookmark: the poll fails and says so, and the next watch, from the version held, brings
+/// the change. (A follower that waited on the stream for ever would hold its modules
+/// behind a hub that no longer serves, k8s-sidecar#621's dead watch.)
+#[test]
+fn a_hub_that_goes_quiet_on_its_watch_is_given_up() {
+    let watches = Arc::new(Mutex::new(0));
+    let w = watches.clone();
+    let hub = FakeHub::start(move |line| {
+        if !line.contains("watch=true") {
+            return list(10, &[configmap("team", "a", 10, "1")]);
+        }
+        *w.lock().unwrap() += 1;
+        match *w.lock().unwrap() {
+            // One bookmark, then nothing on an open connection.
+            1 => hold(watch_open(&[bookmark(10)], None)),
+            _ => hold(watch_open(
+                &[
+                    event("MODIFIED", &configmap("team", "a", 11, "2")),
+                    bookmark(11),
+                ],
+                None,
+            )),
+        }
+    });
+    let d = follower(&hub);
+    assert_eq!(changes(&d.batch(Duration::from_secs(20))).len(), 1);
+    let started = std::time::Instant::now();
+    let batch = d.batch(Duration::from_secs(40));
+    let took = started.elapsed();
+    assert_eq!(
+        changes(&batch),
+        vec![("updated".into(), "team/a".into(), hash("2"))]
+    );
+    let log = d.stderr();
+    assert!(log.contains("said nothing on its watch"), "{log}");
+    // Its wait is 1 s (the interval): given up after 11 s, not before.
+    assert!(took >= Duration::from_secs(10), "{took:?}\n{log}");
+    let asked: Vec<Option<u64>> = hub.watches().iter().map(|l| asked_rv(l)).collect();
+    assert_eq!(asked, vec![Some(10), Some(10)], "{log}");
     d.stop();
 }

@@ -124,7 +124,7 @@ pub struct Body {
     hub: bool,
     counters: ApiCounters,
     failure: Failure,
-    _mark: InFlightMark,
+    _mark: Option<InFlightMark>,
 }
 
 impl Read for Body {
@@ -206,6 +206,17 @@ impl Failure {
 
     pub fn action(&self) -> &str {
         &self.action
+    }
+
+    /// What a test's body fails with.
+    #[cfg(test)]
+    pub fn for_test(action: &str) -> Failure {
+        Failure {
+            action: action.to_string(),
+            server: "https://hub.test".into(),
+            timeout: Duration::from_secs(10),
+            limit: 1 << 20,
+        }
     }
 }
 
@@ -393,7 +404,38 @@ impl Client {
         action: &str,
         wait: Duration,
     ) -> Result<Waited, Error> {
-        self.exchange(Method::Get, path, accept, action, Some(wait))
+        let how = How {
+            wait: Some(wait),
+            hold: None,
+        };
+        self.exchange(Method::Get, path, accept, action, how)
+    }
+
+    /// Opens a held watch of a `cmpoll serve` hub (`WAIT_HEADER` and `HOLD_HEADER`: a
+    /// bookmark at least every `wait`), which may last `lasts` (its `timeoutSeconds`):
+    /// its body, to be read as long as that plus `--timeout`, capped as every body is,
+    /// and not marked in flight (it outlives the poll that opened it).
+    pub fn watch_held(
+        &mut self,
+        path: &str,
+        action: &str,
+        wait: Duration,
+        lasts: Duration,
+    ) -> Result<Body, Error> {
+        let how = How {
+            wait: Some(wait),
+            hold: Some(lasts),
+        };
+        match self.exchange(Method::Get, path, "application/json", action, how)? {
+            Waited::Body(mut body) => {
+                body._mark = None;
+                Ok(*body)
+            }
+            Waited::NotModified => Err(Error::Decode {
+                action: action.to_string(),
+                cause: "a 304 to a watch".into(),
+            }),
+        }
     }
 
     /// Sends `method` (with its body) to `path`; a 2xx answer's body, or the typed error.
@@ -405,7 +447,7 @@ impl Client {
         accept: &str,
         action: &str,
     ) -> Result<Body, Error> {
-        match self.exchange(method, path, accept, action, None)? {
+        match self.exchange(method, path, accept, action, How::default())? {
             Waited::Body(body) => Ok(*body),
             Waited::NotModified => Err(Error::Decode {
                 action: action.to_string(),
@@ -420,10 +462,11 @@ impl Client {
         path: &str,
         accept: &str,
         action: &str,
-        wait: Option<Duration>,
+        how: How,
     ) -> Result<Waited, Error> {
         let url = format!("{}{path}", self.server);
-        let timeout = match wait {
+        let wait = how.wait;
+        let timeout = match how.hold.or(wait) {
             Some(w) => self.options.timeout.saturating_add(w),
             None => self.options.timeout,
         };
@@ -442,6 +485,9 @@ impl Client {
             }
             if let Some(w) = &wait_secs {
                 headers.push((WAIT_HEADER, w));
+            }
+            if how.hold.is_some() {
+                headers.push((HOLD_HEADER, "true"));
             }
             let sent = match &method {
                 Method::Get if wait.is_some() => with(self.agent.get(&url), &headers)
@@ -522,10 +568,18 @@ impl Client {
                     timeout,
                     limit,
                 },
-                _mark: mark,
+                _mark: Some(mark),
             })));
         }
     }
+}
+
+/// How a request may wait at a hub: a waiting list or watch (`WAIT_HEADER`), a held
+/// watch that lasts up to `hold` (`HOLD_HEADER`).
+#[derive(Clone, Copy, Debug, Default)]
+struct How {
+    wait: Option<Duration>,
+    hold: Option<Duration>,
 }
 
 /// What a list request that may wait gets.
@@ -541,3 +595,9 @@ pub const HUB_HEADER: &str = "x-cmpoll-hub";
 /// Asks a hub to hold a list with `resourceVersion=R&resourceVersionMatch=NotOlderThan`
 /// until it has a newer one than R, at most this many seconds (then 304 Not Modified).
 pub const WAIT_HEADER: &str = "x-cmpoll-wait";
+
+/// With `WAIT_HEADER` on a watch: the hub holds the watch past its first change, a
+/// `BOOKMARK` committing each change and one at least every wait committing none (a
+/// follower's held watch, `source::streams`). A hub that does not know it ends the watch
+/// at its first change, which the follower takes as well.
+pub const HOLD_HEADER: &str = "x-cmpoll-hold";

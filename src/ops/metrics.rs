@@ -141,8 +141,8 @@ impl Served {
         self.waits.get_or_create(&label("result", result)).inc();
     }
 
-    /// One watch started: `follower` (a cmpoll follower's, ending at its change) or
-    /// `stream` (any other client's).
+    /// One watch started: `follower` (a cmpoll follower's, held or ending at its first
+    /// change) or `stream` (any other client's).
     pub fn watched(&self, by: &str) {
         self.watches.get_or_create(&label("by", by)).inc();
     }

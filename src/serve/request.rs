@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::auth::Attributes;
 use super::status::{FieldError, Refusal};
 use crate::http::url::form_decoded;
-use crate::kube::client::WAIT_HEADER;
+use crate::kube::client::{HOLD_HEADER, WAIT_HEADER};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::source::Resource;
 
@@ -72,6 +72,8 @@ pub struct Ask {
     pub gzip: bool,
     /// A follower's wait (`x-cmpoll-wait`), cut to `MAX_WAIT`.
     pub wait: Option<Duration>,
+    /// A follower's watch goes on after each change (`x-cmpoll-hold`, with a wait).
+    pub hold: bool,
     /// A watch's `sendInitialEvents` (the streaming list), `allowWatchBookmarks` and
     /// `timeoutSeconds`.
     pub send_initial_events: Option<bool>,
@@ -307,6 +309,7 @@ pub fn ask(
         form: Form::Full,
         gzip: false,
         wait: None,
+        hold: false,
         send_initial_events: None,
         bookmarks: false,
         timeout: None,
@@ -379,6 +382,7 @@ pub fn ask(
     a.wait = header(WAIT_HEADER)
         .and_then(|w| w.trim().parse::<u64>().ok())
         .map(|s| Duration::from_secs(s).min(MAX_WAIT));
+    a.hold = a.wait.is_some() && header(HOLD_HEADER).is_some_and(|h| h.trim() == "true");
     Ok(a)
 }
 

@@ -30,7 +30,10 @@
 //! the version it holds, or the hub's if newer). W = 0 answers at once. The follower
 //! watches again from the bookmark's version on the same connection, so a cut stream is a
 //! failed poll that changes nothing, and a change costs each follower its events and one
-//! bookmark.
+//! bookmark. Held (`x-cmpoll-hold: true`, `kube::client::HOLD_HEADER`), the watch goes on
+//! after each commit: the next change's events and bookmark, or a bookmark alone when W
+//! passes with none, until the watch ends as any other does; a change then costs each
+//! follower its events and a bookmark on a stream already open, no request at all.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -119,6 +122,8 @@ pub struct Watch {
     initial: bool,
     /// A follower's watch: it ends at its first complete change, or then.
     commit_by: Option<Instant>,
+    /// A follower's held watch: after each commit it goes on, the next due within this.
+    hold: Option<Duration>,
 }
 
 impl Watch {
@@ -151,6 +156,8 @@ impl Watch {
             told: rv,
             initial,
             commit_by: ask.wait.map(|w| now + w),
+            // Held, a commit at least every second: a wait of 0 would be one a pull.
+            hold: (ask.wait.filter(|_| ask.hold)).map(|w| w.max(Duration::from_secs(1))),
         };
         let state_first = initial || rv == 0;
         w.phase = if state_first && rv > 0 {
@@ -281,11 +288,14 @@ impl Watch {
             && (!out.chunks.is_empty() || now >= by)
         {
             // A follower's change is complete (or its wait is over): the bookmark commits
-            // it, and the watch ends.
+            // it, and the watch ends, or, held, waits for the next.
             let rv = self.told.max(watermark);
             out.push(self.bookmark(rv, false));
             self.told = rv;
-            self.phase = Phase::Done;
+            match self.hold {
+                Some(every) => self.commit_by = Some(now + every),
+                None => self.phase = Phase::Done,
+            }
             return Some(true);
         }
         Some(self.maybe_bookmark(out, watermark, now))

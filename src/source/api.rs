@@ -29,7 +29,7 @@ use super::follow::Follow;
 use super::proto::{self, MetaListReader};
 use super::reader::{ListMeta, ListReader, Meta, ReadError, read_object};
 use super::scope::{Request, Scope, encode};
-use super::watching::{self, Watched};
+use super::watching::{self, Commit, Streams, Taken};
 use super::{Collect, Error, Item, ListMode, Previous, Resource, Selection, Source};
 use crate::kube::client::{Failure, Waited};
 use crate::kube::{self, Client};
@@ -57,8 +57,10 @@ pub struct ApiSource {
     warned: HashSet<String>,
     /// Keep each object's JSON as served (`Item::raw`): `cmpoll serve`.
     raw: bool,
-    /// Following a `cmpoll serve` hub (`follow.rs`).
+    /// Following a `cmpoll serve` hub (`follow.rs`), by its held watches (`watching.rs`).
     follow: Follow,
+    streams: Streams,
+    rng: crate::backoff::Rng,
 }
 
 /// What one list request gave: the list's own metadata, how many selected items it held,
@@ -84,6 +86,8 @@ impl ApiSource {
             warned: HashSet::new(),
             raw: false,
             follow: Follow::new(None),
+            streams: Streams::default(),
+            rng: crate::backoff::Rng::from_time(),
         }
     }
 
@@ -178,28 +182,18 @@ impl ApiSource {
     /// does not reach back: a relist).
     fn watched(&mut self, scope: Scope, out: &mut dyn Collect) -> Result<Option<ListMeta>, Error> {
         let Some((held, ids)) = self.follow.watchable(&scope.key()) else {
+            self.streams.close(&scope.key());
             return Ok(None);
         };
         let Ok(from) = held.parse::<u64>() else {
             return Ok(None);
         };
         let wait = self.follow.watch_wait();
-        let path = self.url(scope, &[]);
-        let watched = watching::watch(&mut self.client, &path, from, wait, &scope.action())?;
-        let (rv, events) = match watched {
-            Watched::Refused(why) => {
-                self.follow.refuse_watch(why);
-                return Ok(None);
-            }
-            Watched::TooOld => {
-                log::info!(
-                    "{}: the hub's history does not reach back to resourceVersion {from}; listing again",
-                    scope.action()
-                );
-                return Ok(None);
-            }
-            Watched::Commit { rv, events } => (rv, events),
+        let Some(commits) = self.commits(scope, from, wait)? else {
+            return Ok(None);
         };
+        let rv = (commits.iter()).fold(from, |rv, c| rv.max(c.rv));
+        let events = commits.into_iter().flat_map(|c| c.events);
         let fail = |cause: String| {
             Error::Api(kube::Error::Decode {
                 action: scope.action(),
@@ -267,6 +261,74 @@ impl ApiSource {
             continue_token: None,
             remaining_item_count: None,
         }))
+    }
+
+    /// What the held watch of `scope` committed since the last poll, opened from `from`
+    /// where there is none; the poll's first scope (`wait` not zero) waits up to `wait`
+    /// for any held watch to say something. `None`: list instead (the hub refuses
+    /// watches, or its history does not reach back to `from`).
+    fn commits(
+        &mut self,
+        scope: Scope,
+        from: u64,
+        wait: Duration,
+    ) -> Result<Option<Vec<Commit>>, Error> {
+        let key = scope.key();
+        if !self.streams.is_open(&key) && !self.open_stream(scope, from)? {
+            return Ok(None);
+        }
+        if !wait.is_zero() {
+            self.streams.wait_any(Instant::now() + wait);
+        }
+        match self.streams.take(&key) {
+            None => Ok(Some(Vec::new())),
+            Some(Taken::Commits(c) | Taken::Ended(c)) => Ok(Some(c)),
+            Some(Taken::TooOld) => {
+                log::info!(
+                    "{}: the hub's history does not reach back to resourceVersion {from}; listing again",
+                    scope.action()
+                );
+                Ok(None)
+            }
+            Some(Taken::Failed(why)) => Err(Error::Api(kube::Error::Decode {
+                action: scope.action(),
+                cause: why,
+            })),
+        }
+    }
+
+    /// Opens the held watch of `scope` from `from`; `false` when the hub refuses watches.
+    fn open_stream(&mut self, scope: Scope, from: u64) -> Result<bool, Error> {
+        let wait = self.follow.hold_wait();
+        // Ended by the hub at a random moment of 30 to 60 minutes, as the apiserver's
+        // `--min-request-timeout` ends watches: a fleet's do not end together.
+        let lasts = watching::LASTS.mul_f64(1.0 + self.rng.unit());
+        let params = [
+            ("watch", "true".to_string()),
+            ("allowWatchBookmarks", "true".to_string()),
+            ("resourceVersion", from.to_string()),
+            ("timeoutSeconds", lasts.as_secs().to_string()),
+        ];
+        let url = self.url(scope, &params);
+        let action = scope.action();
+        let body = match self.client.watch_held(&url, &action, wait, lasts) {
+            Ok(b) => b,
+            Err(e) if e.code() == Some(405) || e.code() == Some(403) => {
+                self.follow.refuse_watch(e.to_string());
+                return Ok(false);
+            }
+            Err(e) => return Err(Error::Api(e)),
+        };
+        let fail = body.failure();
+        self.streams
+            .open(&scope.key(), body, fail, wait)
+            .map_err(|e| {
+                Error::Api(kube::Error::Decode {
+                    action,
+                    cause: format!("cannot start the watch's reader: {e}"),
+                })
+            })?;
+        Ok(true)
     }
 
     /// Every page of a scope, bounded in pages and in time.

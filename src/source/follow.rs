@@ -101,6 +101,11 @@ impl Follow {
         wait
     }
 
+    /// The wait a held watch is opened with: the hub commits at least this often.
+    pub fn hold_wait(&self) -> Duration {
+        self.wait.unwrap_or_default().max(Duration::from_secs(1))
+    }
+
     /// `scope` is held at `rv` with `ids` (after a watch's change).
     pub fn hold(&mut self, scope: &str, rv: &str, ids: Vec<String>) {
         self.held.insert(scope.to_string(), (rv.to_string(), ids));

@@ -1,13 +1,23 @@
 //! A scripted `cmpoll serve` hub in plain HTTP, for what the real hub never does on
 //! purpose: a watch cut in the middle of an event, an event or bookmark older than what a
-//! follower holds, a 410 at a chosen moment. Each request gets the bytes its script
-//! gives (then the connection closes); every request line is recorded.
+//! follower holds, a 410 at a chosen moment, a hub that goes quiet. Each request gets the
+//! bytes its script gives (then the connection closes, unless they start with `HOLD`:
+//! then it stays open, silent, as a frozen hub's); every request line is recorded.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
 type Script = Box<dyn FnMut(&str) -> Vec<u8> + Send>;
+
+/// An answer that starts with this is written without it, and its connection is kept open
+/// and silent (`hold`).
+const HOLD: &[u8] = b"HOLD";
+
+/// `answer`, then silence on an open connection: a hub that froze.
+pub fn hold(answer: Vec<u8>) -> Vec<u8> {
+    [HOLD, &answer].concat()
+}
 
 pub struct FakeHub {
     pub url: String,
@@ -23,6 +33,7 @@ impl FakeHub {
         let script: Arc<Mutex<Script>> = Arc::new(Mutex::new(Box::new(script)));
         let seen = requests.clone();
         std::thread::spawn(move || {
+            let mut frozen = Vec::new();
             for conn in listener.incoming().flatten() {
                 let mut reader = BufReader::new(conn.try_clone().unwrap());
                 let mut line = String::new();
@@ -37,7 +48,15 @@ impl FakeHub {
                 seen.lock().unwrap().push(line.clone());
                 let answer = (script.lock().unwrap())(&line);
                 let mut conn = conn;
-                let _ = conn.write_all(&answer);
+                match answer.strip_prefix(HOLD) {
+                    Some(answer) => {
+                        let _ = conn.write_all(answer);
+                        frozen.push(conn);
+                    }
+                    None => {
+                        let _ = conn.write_all(&answer);
+                    }
+                }
             }
         });
         FakeHub { url, requests }
@@ -92,6 +111,15 @@ pub fn expired() -> String {
 /// A watch answer: `lines`, each a chunk; with `cut`, the last line is cut after that
 /// many bytes and the connection closes in the middle of its chunk.
 pub fn watch(lines: &[String], cut: Option<usize>) -> Vec<u8> {
+    let mut out = watch_open(lines, cut);
+    if cut.is_none() {
+        out.extend_from_slice(b"0\r\n\r\n");
+    }
+    out
+}
+
+/// `watch` without its end: the stream stays open after `lines`.
+pub fn watch_open(lines: &[String], cut: Option<usize>) -> Vec<u8> {
     let mut out = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-cmpoll-hub: fake\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
     for (i, l) in lines.iter().enumerate() {
         let l = format!("{l}\n");
@@ -107,7 +135,6 @@ pub fn watch(lines: &[String], cut: Option<usize>) -> Vec<u8> {
             }
         }
     }
-    out.extend_from_slice(b"0\r\n\r\n");
     out
 }
 

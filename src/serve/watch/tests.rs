@@ -263,3 +263,52 @@ fn a_followers_watch_ends_at_its_first_complete_change_or_its_wait() {
         vec![ev("BOOKMARK", "", 99)]
     );
 }
+
+#[test]
+fn a_held_followers_watch_commits_each_change_and_goes_on() {
+    let t = timeline(vec![(10, vec![item("a", "x", 5, &[])])]);
+    let mut rng = Rng::new(1);
+    let mut a = ask("watch=1&resourceVersion=10");
+    a.wait = Some(Duration::from_secs(30));
+    a.hold = true;
+    let mut w = Watch::start(t.clone(), &a, &mut rng);
+    let now = Instant::now();
+    // Nothing: a bookmark alone once the wait is over, and the watch goes on.
+    let (got, next) = pull_all(&mut w, now);
+    assert!(got.is_empty(), "{got:?}");
+    let later = now + Duration::from_secs(31);
+    let (got, next2) = pull_all(&mut w, later);
+    assert_eq!(got, vec![ev("BOOKMARK", "", 10)], "{next:?}");
+    assert!(
+        matches!(next2, Next::At(at) if at > later && at <= later + Duration::from_secs(30)),
+        "the next commit is due within the wait: {next2:?}"
+    );
+    // A change: its events and the bookmark that commits them, on the same stream.
+    then(
+        &t,
+        20,
+        vec![item("a", "x", 15, &[]), item("a", "y", 17, &[])],
+    );
+    let (got, next) = pull_all(&mut w, later);
+    assert_eq!(
+        got,
+        vec![
+            ev("MODIFIED", "x", 15),
+            ev("ADDED", "y", 17),
+            ev("BOOKMARK", "", 20)
+        ]
+    );
+    assert_ne!(next, Next::End);
+    // And the next one.
+    then(&t, 30, vec![item("a", "y", 25, &[])]);
+    let (got, _) = pull_all(&mut w, later);
+    assert_eq!(
+        got,
+        vec![
+            ev("MODIFIED", "y", 25),
+            ev("DELETED", "x", 30),
+            ev("BOOKMARK", "", 30)
+        ],
+        "a DELETED carries the version of the poll that saw it gone"
+    );
+}

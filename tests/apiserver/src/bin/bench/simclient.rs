@@ -7,9 +7,10 @@
 //!
 //! Two protocols, as a follower speaks them:
 //! - **watch** (cmpoll now): the first list of the scope in full (`resourceVersion=0`),
-//!   then a watch from its version with `x-cmpoll-wait` (the follower's interval), which
-//!   the hub ends at the first complete change (events, then a bookmark) or the wait; then
-//!   the next watch from the bookmark's version, on the same connection.
+//!   then a held watch from its version (`timeoutSeconds` a random 30 to 60 minutes,
+//!   `x-cmpoll-wait` the follower's interval, `x-cmpoll-hold: true`), on which the hub
+//!   commits each change (events, then a bookmark) and sends a bookmark alone when the
+//!   wait passes with none; when it ends, the next from the last bookmark's version.
 //! - **long poll** (cmpoll before 48; followers of a hub that refuses watch): the first
 //!   list in full, then metadata lists with `x-cmpoll-wait` answered 304 or with the list,
 //!   and a GET of each object that changed (the simulator is told which by the churn, as a
@@ -284,9 +285,11 @@ impl Sim {
             ),
             (_, Protocol::Watch) => {
                 f.want = Want::Watch;
+                // As `source::api` asks it: 1,800 s × (1 + a random unit).
+                let lasts = 1800 + next_random(&mut f.rng) % 1800;
                 (
                     format!(
-                        "{SCOPE}?{SELECTOR}&watch=true&allowWatchBookmarks=true&resourceVersion={}",
+                        "{SCOPE}?{SELECTOR}&watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={lasts}",
                         f.rv
                     ),
                     ACCEPT_JSON,
@@ -332,6 +335,9 @@ impl Sim {
         );
         if let Some(w) = wait_header {
             head += &format!("x-cmpoll-wait: {w}\r\n");
+            if f.want == Want::Watch {
+                head += "x-cmpoll-hold: true\r\n";
+            }
         }
         head += "\r\n";
         let _ = f.tls.writer().write_all(head.as_bytes());
@@ -480,6 +486,9 @@ impl Sim {
                     }
                     b.line_at += nl + 1;
                 }
+                // A held watch's lines are read: only what follows them is kept.
+                b.data.drain(..b.line_at);
+                b.line_at = 0;
             }
             if !complete {
                 return;
@@ -492,13 +501,7 @@ impl Sim {
     /// A whole answer.
     fn answered(&mut self, i: usize, b: Body) {
         let now = Instant::now();
-        let pause = {
-            let f = &mut self.followers[i];
-            f.rng ^= f.rng << 13;
-            f.rng ^= f.rng >> 7;
-            f.rng ^= f.rng << 17;
-            Duration::from_millis(100 + f.rng % 50)
-        };
+        let pause = Duration::from_millis(100 + next_random(&mut self.followers[i].rng) % 50);
         let changes = self.changes.clone();
         let f = &mut self.followers[i];
         match (&f.want, b.code) {
@@ -534,6 +537,14 @@ impl Sim {
             _ => f.next_at = Some(now + Duration::from_secs(1) + pause),
         }
     }
+}
+
+/// A follower's next random number (xorshift).
+fn next_random(rng: &mut u64) -> u64 {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    *rng
 }
 
 fn module_index(name: &str) -> usize {
