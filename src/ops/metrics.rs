@@ -92,6 +92,31 @@ fn decision(check: &str, result: &str, cache: &str) -> Labels {
     ]
 }
 
+/// What the HTTPS server does itself (`cmpoll serve`, `cmpoll webhook`): its answers
+/// counted with the hub's.
+fn server_metrics(r: &mut Registry, served: &Served) -> ServerCounts {
+    let server = ServerCounts {
+        answered: served.requests.clone(),
+        ..ServerCounts::default()
+    };
+    r.register(
+        "handler_panics",
+        "Requests to cmpoll serve or cmpoll webhook whose handler panicked: each was answered 500 and the server went on",
+        server.panics.clone(),
+    );
+    r.register(
+        "serve_connections",
+        "Connections cmpoll serve (or cmpoll webhook) accepted: each a TLS handshake; a client that keeps its connection makes one",
+        server.connections.clone(),
+    );
+    r.register(
+        "serve_turned_away",
+        "Connections and requests cmpoll serve turned away or cut short to keep room for others, by why: connections (full, nothing to make room), evicted (made room), held (over one identity's bound), queue (a lane's queue full), renewals (over the renewal rate), reviews (over the review rate)",
+        server.turned_away.clone(),
+    );
+    server
+}
+
 /// `cmpoll serve`'s families, registered in `r`.
 fn serve_metrics(r: &mut Registry) -> (Decisions, Served) {
     let decisions = Decisions::default();
@@ -336,25 +361,7 @@ impl Metrics {
             webhook_reviews.0.clone(),
         );
         let (decisions, served) = serve_metrics(&mut r);
-        let server = ServerCounts {
-            answered: served.requests.clone(),
-            ..ServerCounts::default()
-        };
-        r.register(
-            "handler_panics",
-            "Requests to cmpoll serve or cmpoll webhook whose handler panicked: each was answered 500 and the server went on",
-            server.panics.clone(),
-        );
-        r.register(
-            "serve_connections",
-            "Connections cmpoll serve (or cmpoll webhook) accepted: each a TLS handshake; a client that keeps its connection makes one",
-            server.connections.clone(),
-        );
-        r.register(
-            "serve_turned_away",
-            "Connections and requests cmpoll serve turned away or cut short to keep room for others, by why: connections (full, nothing to make room), evicted (made room), held (over one identity's bound), queue (a lane's queue full), renewals (over the renewal rate), reviews (over the review rate)",
-            server.turned_away.clone(),
-        );
+        let server = server_metrics(&mut r, &served);
         let info = Family::<Labels, Gauge>::default();
         r.register("build_info", "cmpoll's version", info.clone());
         info.get_or_create(&label("version", env!("CARGO_PKG_VERSION")))

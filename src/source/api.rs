@@ -29,10 +29,12 @@ use super::follow::Follow;
 use super::proto::{self, MetaListReader};
 use super::reader::{ListMeta, ListReader, Meta, ReadError, read_object};
 use super::scope::{Request, Scope, encode};
-use super::watching::{self, Commit, Streams, Taken};
+use super::watching::Streams;
 use super::{Collect, Error, Item, ListMode, Previous, Resource, Selection, Source};
 use crate::kube::client::{Failure, Waited};
 use crate::kube::{self, Client};
+
+mod watched;
 
 const ACCEPT_JSON: &str = "application/json";
 /// Metadata only, in protobuf (half the apiserver's CPU of JSON) or JSON, or the full
@@ -174,161 +176,6 @@ impl ApiSource {
                 other => return other,
             }
         }
-    }
-
-    /// A scope followed by watching its hub: the change since the list or watch held, as a
-    /// list would have given it (each id unchanged, delivered or gone); `None` when it must
-    /// be listed instead (no list of this hub held, it does not watch, or its history
-    /// does not reach back: a relist).
-    fn watched(&mut self, scope: Scope, out: &mut dyn Collect) -> Result<Option<ListMeta>, Error> {
-        let Some((held, ids)) = self.follow.watchable(&scope.key()) else {
-            self.streams.close(&scope.key());
-            return Ok(None);
-        };
-        let Ok(from) = held.parse::<u64>() else {
-            return Ok(None);
-        };
-        let wait = self.follow.watch_wait();
-        let Some(commits) = self.commits(scope, from, wait)? else {
-            return Ok(None);
-        };
-        let rv = (commits.iter()).fold(from, |rv, c| rv.max(c.rv));
-        let events = commits.into_iter().flat_map(|c| c.events);
-        let fail = |cause: String| {
-            Error::Api(kube::Error::Decode {
-                action: scope.action(),
-                cause,
-            })
-        };
-        let annotation = self.selection.folder_annotation.clone();
-        let mut changed: HashMap<String, Option<Item>> = HashMap::new();
-        for e in events {
-            let (kind, meta, item) = read_object(
-                &e.object[..],
-                &self.selection.keys,
-                scope.1,
-                annotation.as_deref(),
-                self.raw,
-            )
-            .map_err(|e| fail(format!("a watch event that is not an object: {e:?}")))?;
-            if kind != scope.1.kind() {
-                return Err(fail(format!("a watch event about a '{kind}'")));
-            }
-            let id = self.id(scope.1, &meta);
-            // Never taken back in time: a change at or before the version held is in it.
-            if !e.deleted
-                && meta
-                    .resource_version
-                    .parse::<u64>()
-                    .is_ok_and(|v| v <= from)
-            {
-                log::debug!(
-                    "{}: an event about {id} not newer than what is held; not taken",
-                    scope.action()
-                );
-                continue;
-            }
-            let keep = !e.deleted && self.selected(scope, &meta);
-            changed.insert(id, keep.then(|| self.qualify(item)));
-        }
-        let mut now_ids = Vec::with_capacity(ids.len());
-        for id in ids {
-            match changed.remove(&id) {
-                None => {
-                    out.unchanged(&id);
-                    now_ids.push(id);
-                }
-                Some(None) => {}
-                Some(Some(item)) => {
-                    out.item(item)?;
-                    now_ids.push(id);
-                }
-            }
-        }
-        for (id, item) in changed {
-            if let Some(item) = item {
-                out.item(item)?;
-                now_ids.push(id);
-            }
-        }
-        now_ids.sort();
-        let rv = rv.to_string();
-        self.follow.hold(&scope.key(), &rv, now_ids);
-        log::debug!("{}: watched up to resourceVersion {rv}", scope.action());
-        Ok(Some(ListMeta {
-            kind: format!("{}List", scope.1.kind()),
-            resource_version: Some(rv),
-            continue_token: None,
-            remaining_item_count: None,
-        }))
-    }
-
-    /// What the held watch of `scope` committed since the last poll, opened from `from`
-    /// where there is none; the poll's first scope (`wait` not zero) waits up to `wait`
-    /// for any held watch to say something. `None`: list instead (the hub refuses
-    /// watches, or its history does not reach back to `from`).
-    fn commits(
-        &mut self,
-        scope: Scope,
-        from: u64,
-        wait: Duration,
-    ) -> Result<Option<Vec<Commit>>, Error> {
-        let key = scope.key();
-        if !self.streams.is_open(&key) && !self.open_stream(scope, from)? {
-            return Ok(None);
-        }
-        if !wait.is_zero() {
-            self.streams.wait_any(Instant::now() + wait);
-        }
-        match self.streams.take(&key) {
-            None => Ok(Some(Vec::new())),
-            Some(Taken::Commits(c) | Taken::Ended(c)) => Ok(Some(c)),
-            Some(Taken::TooOld) => {
-                log::info!(
-                    "{}: the hub's history does not reach back to resourceVersion {from}; listing again",
-                    scope.action()
-                );
-                Ok(None)
-            }
-            Some(Taken::Failed(why)) => Err(Error::Api(kube::Error::Decode {
-                action: scope.action(),
-                cause: why,
-            })),
-        }
-    }
-
-    /// Opens the held watch of `scope` from `from`; `false` when the hub refuses watches.
-    fn open_stream(&mut self, scope: Scope, from: u64) -> Result<bool, Error> {
-        let wait = self.follow.hold_wait();
-        // Ended by the hub at a random moment of 30 to 60 minutes, as the apiserver's
-        // `--min-request-timeout` ends watches: a fleet's do not end together.
-        let lasts = watching::LASTS.mul_f64(1.0 + self.rng.unit());
-        let params = [
-            ("watch", "true".to_string()),
-            ("allowWatchBookmarks", "true".to_string()),
-            ("resourceVersion", from.to_string()),
-            ("timeoutSeconds", lasts.as_secs().to_string()),
-        ];
-        let url = self.url(scope, &params);
-        let action = scope.action();
-        let body = match self.client.watch_held(&url, &action, wait, lasts) {
-            Ok(b) => b,
-            Err(e) if e.code() == Some(405) || e.code() == Some(403) => {
-                self.follow.refuse_watch(e.to_string());
-                return Ok(false);
-            }
-            Err(e) => return Err(Error::Api(e)),
-        };
-        let fail = body.failure();
-        self.streams
-            .open(&scope.key(), body, fail, wait)
-            .map_err(|e| {
-                Error::Api(kube::Error::Decode {
-                    action,
-                    cause: format!("cannot start the watch's reader: {e}"),
-                })
-            })?;
-        Ok(true)
     }
 
     /// Every page of a scope, bounded in pages and in time.
