@@ -258,6 +258,7 @@ impl Daemon {
     /// off. With `--once`, the end.
     fn polled(&mut self, done: Done) -> Next {
         let mut store = done.store;
+        self.health().following_hub = done.hub;
         let polled = match done.result {
             Ok(p) => p,
             Err(e) => {

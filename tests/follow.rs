@@ -14,6 +14,11 @@ use crate::util::{Cmpoll, Daemon, spec_hash};
 /// `cmpoll run` following `hub` (plain HTTP, with a token) in namespace `team`, every
 /// second, its events on stdout.
 fn follower(hub: &FakeHub) -> Daemon {
+    follower_with(hub, &[])
+}
+
+/// `follower`, with `more` flags.
+fn follower_with(hub: &FakeHub, more: &[&str]) -> Daemon {
     let c = Cmpoll::new();
     let token = c.write("token", "follower-token");
     Daemon::start(
@@ -29,7 +34,11 @@ fn follower(hub: &FakeHub) -> Daemon {
             "--interval",
             "1s",
             "--stdout-events",
-        ],
+        ]
+        .iter()
+        .chain(more)
+        .copied()
+        .collect::<Vec<_>>(),
     )
 }
 
@@ -171,9 +180,10 @@ fn a_hub_that_refuses_watch_is_followed_with_lists() {
 
 /// A hub that goes quiet on a held watch (frozen, or its connection blackholed: the
 /// stream stays open and nothing comes) is given up once its wait plus 10 s pass without a
-/// bookmark: the poll fails and says so, and the next watch, from the version held, brings
-/// the change. (A follower that waited on the stream for ever would hold its modules
-/// behind a hub that no longer serves, k8s-sidecar#621's dead watch.)
+/// bookmark: the poll fails and `/readyz` says so (ready before), and the next watch, from
+/// the version held, brings the change (ready again). (A follower that waited on the
+/// stream for ever would hold its modules behind a hub that no longer serves, ready all
+/// the while: k8s-sidecar#621's dead watch.)
 #[test]
 fn a_hub_that_goes_quiet_on_its_watch_is_given_up() {
     let watches = Arc::new(Mutex::new(0));
@@ -186,18 +196,33 @@ fn a_hub_that_goes_quiet_on_its_watch_is_given_up() {
         match *w.lock().unwrap() {
             // One bookmark, then nothing on an open connection.
             1 => hold(watch_open(&[bookmark(10)], None)),
-            _ => hold(watch_open(
-                &[
-                    event("MODIFIED", &configmap("team", "a", 11, "2")),
-                    bookmark(11),
-                ],
-                None,
-            )),
+            _ => {
+                // Back, after a while (the follower is not ready meanwhile).
+                std::thread::sleep(Duration::from_secs(2));
+                hold(watch_open(
+                    &[
+                        event("MODIFIED", &configmap("team", "a", 11, "2")),
+                        bookmark(11),
+                    ],
+                    None,
+                ))
+            }
         }
     });
-    let d = follower(&hub);
+    let listen = format!("127.0.0.1:{}", crate::util::tools::free_port());
+    let d = follower_with(&hub, &["--listen", &listen]);
     assert_eq!(changes(&d.batch(Duration::from_secs(20))).len(), 1);
     let started = std::time::Instant::now();
+    let readyz = || crate::util::http::get(&listen, "/readyz");
+    assert_eq!(readyz().0, 200, "ready while the hub answers");
+    crate::util::eventually(
+        "/readyz says the hub went quiet",
+        Duration::from_secs(30),
+        || {
+            let (code, text) = readyz();
+            code == 503 && text.contains("the last poll of the hub failed")
+        },
+    );
     let batch = d.batch(Duration::from_secs(40));
     let took = started.elapsed();
     assert_eq!(
@@ -210,5 +235,6 @@ fn a_hub_that_goes_quiet_on_its_watch_is_given_up() {
     assert!(took >= Duration::from_secs(10), "{took:?}\n{log}");
     let asked: Vec<Option<u64>> = hub.watches().iter().map(|l| asked_rv(l)).collect();
     assert_eq!(asked, vec![Some(10), Some(10)], "{log}");
+    assert_eq!(readyz().0, 200, "ready again: {}", readyz().1);
     d.stop();
 }

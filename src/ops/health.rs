@@ -142,6 +142,9 @@ pub struct Health {
     pub unwritten: Vec<(String, String)>,
     /// `/healthz` fails until the first batch is written (`cmpoll sidecar`).
     pub live_after_first_batch: bool,
+    /// The last poll asked a `cmpoll serve` hub: a failed one fails readiness at once
+    /// (the hub is frozen, unreachable or cannot serve; SPEC), not after 3 intervals.
+    pub following_hub: bool,
 }
 
 impl Health {
@@ -166,6 +169,7 @@ impl Health {
             writing: Writing::default(),
             unwritten: Vec::new(),
             live_after_first_batch: false,
+            following_hub: false,
         }
     }
 
@@ -216,6 +220,11 @@ impl Health {
                 age.as_secs(),
                 limit.as_secs(),
                 self.last_error.as_deref().unwrap_or("no error recorded")
+            ));
+        }
+        if let Some(e) = self.last_error.as_ref().filter(|_| self.following_hub) {
+            return Err(format!(
+                "the last poll of the hub failed (the modules stay as they are): {e}"
             ));
         }
         if let Some(e) = self.reloads.failing() {
@@ -270,6 +279,24 @@ mod tests {
             ))
         );
         h.unwritten.clear();
+        assert_eq!(h.readiness(Instant::now()), Ok(()));
+    }
+
+    /// A follower of a hub says at once that its last poll of the hub failed (a hub that
+    /// froze, or cannot be reached), not three intervals later; a direct poller does not.
+    #[test]
+    fn a_follower_is_not_ready_while_its_hub_cannot_be_polled() {
+        let mut h = health();
+        h.first_batch = true;
+        h.last_success = Some(Instant::now());
+        h.last_error = Some("the hub said nothing on its watch for 41 s".into());
+        assert_eq!(h.readiness(Instant::now()), Ok(()), "not a follower");
+        h.following_hub = true;
+        assert_eq!(
+            h.readiness(Instant::now()).unwrap_err(),
+            "the last poll of the hub failed (the modules stay as they are): the hub said nothing on its watch for 41 s"
+        );
+        h.last_error = None;
         assert_eq!(h.readiness(Instant::now()), Ok(()));
     }
 
