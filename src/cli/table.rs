@@ -278,7 +278,10 @@ flags! {
     /// cmpoll run pointed at it learns of a change as soon as the hub polls it.
     #[argh(subcommand, name = "serve")]
     pub struct ServeArgs (Serve) uses [common: yes, modules: no, manifests: no, apiserver: yes,
-        validating: no, listening: yes, polling: yes, tls: yes] {} {}
+        validating: no, listening: yes, polling: yes, tls: yes] {
+        /// on SIGTERM, fail /readyz and let the followers go over this window, spread (each connection ends at a moment of its own, so they reconnect to the other hubs spread), then exit; a second signal stops at once; 0s: at once
+        drain_window: Option<String> [option, arg_name = "DURATION"] = "15s";
+    } {}
 }
 
 #[cfg(test)]

@@ -19,7 +19,6 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -27,13 +26,13 @@ use std::time::{Duration, Instant};
 use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::event::{EventfdFlags, Timespec, eventfd};
 use rustls::ServerConfig;
-use rustls::pki_types::CertificateDer;
 
 use super::conn::{Bounds, Conn, Dispatch, Kind};
+use super::drain::Drain;
 pub use super::handler::{Call, Handler, Holder, Next, Peer, Pull, Reply, Stream, Wake};
 use super::http::Answer;
 use super::lanes::{Done, Job, Lane, Lanes, Results};
-use super::transport::{self, Plain, Tls, Transport};
+use super::transport::{self, Io, Plain, Tls, Transport};
 use crate::ops::metrics::ServerCounts;
 
 /// How the server holds its clients.
@@ -121,6 +120,8 @@ pub struct Handle(Arc<Shared>);
 
 struct Shared {
     stop: AtomicBool,
+    /// A drain asked for (`Handle::drain`), over this window.
+    drain: std::sync::Mutex<Option<Duration>>,
     /// Bumped by `notify`.
     generation: AtomicU64,
     results: Arc<Results>,
@@ -133,60 +134,18 @@ impl Handle {
         self.0.results.poke();
     }
 
+    /// Lets every client go over `window`, spread (`drain.rs`): from now on each answer
+    /// closes its connection, and each connection, open or yet to come, is let go at a
+    /// moment of its own within the window. The server serves on until `stop`.
+    pub fn drain(&self, window: Duration) {
+        *self.0.drain.lock().unwrap_or_else(|p| p.into_inner()) = Some(window);
+        self.0.results.poke();
+    }
+
     /// Stops the server: its loop ends and every connection closes.
     pub fn stop(&self) {
         self.0.stop.store(true, Ordering::SeqCst);
         self.0.results.poke();
-    }
-}
-
-/// A connection's transport: TLS or plain.
-enum Io {
-    Tls(Box<Tls>),
-    Plain(Plain),
-}
-
-impl Io {
-    fn sock(&self) -> BorrowedFd<'_> {
-        match self {
-            Io::Tls(t) => t.sock().as_fd(),
-            Io::Plain(p) => p.sock().as_fd(),
-        }
-    }
-
-    fn inner(&mut self) -> &mut dyn Transport {
-        match self {
-            Io::Tls(t) => t.as_mut(),
-            Io::Plain(p) => p,
-        }
-    }
-
-    fn inner_ref(&self) -> &dyn Transport {
-        match self {
-            Io::Tls(t) => t.as_ref(),
-            Io::Plain(p) => p,
-        }
-    }
-}
-
-impl Transport for Io {
-    fn receive(&mut self, into: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
-        self.inner().receive(into, cap)
-    }
-    fn send(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.inner().send(bytes)
-    }
-    fn flush(&mut self) -> io::Result<bool> {
-        self.inner().flush()
-    }
-    fn handshaking(&self) -> bool {
-        self.inner_ref().handshaking()
-    }
-    fn close(&mut self) {
-        self.inner().close()
-    }
-    fn peer_cert(&self) -> Option<CertificateDer<'static>> {
-        self.inner_ref().peer_cert()
     }
 }
 
@@ -223,6 +182,7 @@ pub struct Server {
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     holders: HashMap<Holder, BTreeSet<(Instant, u64)>>,
     generation: u64,
+    draining: Option<Drain>,
 }
 
 impl Server {
@@ -253,6 +213,7 @@ impl Server {
         let results = Arc::new(Results::new(wake));
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
+            drain: std::sync::Mutex::new(None),
             generation: AtomicU64::new(0),
             results: results.clone(),
         });
@@ -292,6 +253,7 @@ impl Server {
             timers: BinaryHeap::new(),
             holders: HashMap::new(),
             generation: 0,
+            draining: None,
         };
         Ok((server, Handle(shared)))
     }
@@ -306,8 +268,10 @@ impl Server {
         let mut events = Vec::with_capacity(1024);
         while !stop.load(Ordering::Relaxed) && !self.shared.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
-            let nearest = (self.timers.peek())
-                .map(|Reverse((t, _))| t.saturating_duration_since(now))
+            let first = (self.timers.peek()).map(|Reverse((t, _))| *t);
+            let drained = self.draining.as_ref().and_then(Drain::next);
+            let nearest = (first.into_iter().chain(drained).min())
+                .map(|t| t.saturating_duration_since(now))
                 .unwrap_or(Duration::from_secs(1))
                 // A stop flag set by a signal handler is seen this often at least.
                 .min(Duration::from_millis(200));
@@ -350,6 +314,12 @@ impl Server {
         for d in self.shared.results.take() {
             self.answered(d, now);
         }
+        let asked = (self.shared.drain.lock())
+            .map(|mut d| d.take())
+            .unwrap_or_default();
+        if let Some(window) = asked.filter(|_| self.draining.is_none()) {
+            self.start_draining(window, now);
+        }
         let generation = self.shared.generation.load(Ordering::SeqCst);
         if generation != self.generation {
             self.generation = generation;
@@ -382,8 +352,34 @@ impl Server {
         self.with(key, |conn, b, now| conn.ready(now, b), Instant::now());
     }
 
+    /// From now on every answer closes its connection, and each connection is let go at
+    /// a moment of its own within `window`.
+    fn start_draining(&mut self, window: Duration, now: Instant) {
+        self.bounds.keep_alive = false;
+        let mut drain = Drain::new(now, window, crate::backoff::Rng::from_time());
+        for (i, e) in self.slots.iter().enumerate() {
+            if let Some(e) = e {
+                drain.schedule(key_of(i, e.epoch), now);
+            }
+        }
+        log::info!(
+            "https: letting {} connections go over {}",
+            self.open,
+            humantime::format_duration(window)
+        );
+        self.draining = Some(drain);
+    }
+
     /// Timers that are due.
     fn fire(&mut self, now: Instant) {
+        let drained = self
+            .draining
+            .as_mut()
+            .map(|d| d.due(now))
+            .unwrap_or_default();
+        for key in drained {
+            self.evict(key, now);
+        }
         while let Some(Reverse((t, key))) = self.timers.peek().copied() {
             if t > now {
                 break;
@@ -665,6 +661,9 @@ impl Server {
             leaving: false,
         });
         self.open += 1;
+        if let Some(d) = &mut self.draining {
+            d.schedule(key, now);
+        }
         self.settle(key, now);
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! What a connection speaks through: plaintext in, plaintext out, over TLS (`Tls`: rustls
-//! over a non-blocking socket) or not (`Plain`: `--listen` of `cmpoll run`). The
+//! over a non-blocking socket) or not (`Plain`: `--listen` of `cmpoll run`), a server's
+//! connection being either (`Io`). The
 //! connection's state machine (`conn.rs`) sees only this seam, so its unit tests drive it
 //! over a fake. Every buffer here is bounded: rustls holds at most `SEND_BUFFER` bytes
 //! of records not yet on the wire, and the kernel's send buffer is set to `SEND_BUFFER`
@@ -8,6 +9,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
 use rustls::pki_types::CertificateDer;
@@ -179,6 +181,56 @@ impl Transport for Plain {
 
 /// An in-memory transport for the state machine's tests: what the client sends, what
 /// the "wire" takes before it is full, what came out.
+/// A connection's transport: TLS or plain.
+pub enum Io {
+    Tls(Box<Tls>),
+    Plain(Plain),
+}
+
+impl Io {
+    pub fn sock(&self) -> BorrowedFd<'_> {
+        match self {
+            Io::Tls(t) => t.sock().as_fd(),
+            Io::Plain(p) => p.sock().as_fd(),
+        }
+    }
+
+    fn inner(&mut self) -> &mut dyn Transport {
+        match self {
+            Io::Tls(t) => t.as_mut(),
+            Io::Plain(p) => p,
+        }
+    }
+
+    fn inner_ref(&self) -> &dyn Transport {
+        match self {
+            Io::Tls(t) => t.as_ref(),
+            Io::Plain(p) => p,
+        }
+    }
+}
+
+impl Transport for Io {
+    fn receive(&mut self, into: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
+        self.inner().receive(into, cap)
+    }
+    fn send(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.inner().send(bytes)
+    }
+    fn flush(&mut self) -> io::Result<bool> {
+        self.inner().flush()
+    }
+    fn handshaking(&self) -> bool {
+        self.inner_ref().handshaking()
+    }
+    fn close(&mut self) {
+        self.inner().close()
+    }
+    fn peer_cert(&self) -> Option<CertificateDer<'static>> {
+        self.inner_ref().peer_cert()
+    }
+}
+
 #[cfg(test)]
 pub mod fake {
     use super::*;

@@ -145,6 +145,8 @@ pub struct Health {
     /// The last poll asked a `cmpoll serve` hub: a failed one fails readiness at once
     /// (the hub is frozen, unreachable or cannot serve; SPEC), not after 3 intervals.
     pub following_hub: bool,
+    /// Stopping (`cmpoll serve` draining after SIGTERM): not ready, whatever else.
+    pub stopping: bool,
 }
 
 impl Health {
@@ -170,6 +172,7 @@ impl Health {
             unwritten: Vec::new(),
             live_after_first_batch: false,
             following_hub: false,
+            stopping: false,
         }
     }
 
@@ -196,6 +199,9 @@ impl Health {
 
     /// `/readyz`.
     pub fn readiness(&self, now: Instant) -> Result<(), String> {
+        if self.stopping {
+            return Err("stopping: letting the followers go to another hub".into());
+        }
         let Some(last) = self.last_success.filter(|_| self.first_batch) else {
             if let Some((done, of)) = self.writing.get() {
                 return Err(format!(

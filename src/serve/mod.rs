@@ -57,6 +57,9 @@ pub struct Options {
     pub listen: SocketAddr,
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// After SIGTERM: not ready, the followers let go over this window, spread; then the
+    /// end.
+    pub drain: Duration,
 }
 
 /// Workers of each review lane (tokens nobody knows; accesses not kept): the reviews made
@@ -171,7 +174,10 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         .map_err(|e| Error::Config(format!("--listen {}: {e}", opts.listen)))?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [SIGTERM, SIGINT] {
-        signal_hook::flag::register(sig, stop.clone())
+        // The first signal drains (`Poller::run`); a second one while it does stops at
+        // once, as the signal's default action.
+        signal_hook::flag::register_conditional_default(sig, stop.clone())
+            .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
             .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
     }
     let (server, handle) = Server::new(listener, Some(tls_config), hub.clone(), limits(counts))
@@ -191,14 +197,16 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         kinds,
         interval: opts.interval,
         jitter: opts.jitter,
+        drain: opts.drain,
     };
     let poll_stop = stop.clone();
     std::thread::Builder::new()
         .name("poll".into())
         .spawn(move || poller.run(&poll_stop))
         .map_err(|e| Error::Runtime(format!("cannot start the poll thread: {e}")))?;
-    server.run(&stop);
-    log::info!("stopping");
+    // Stopped by the poll thread once the drain is over (`Handle::stop`).
+    server.run(&AtomicBool::new(false));
+    log::info!("stopped");
     Ok(())
 }
 
@@ -210,23 +218,52 @@ struct Poller {
     kinds: Resources,
     interval: Duration,
     jitter: f64,
+    drain: Duration,
 }
 
 impl Poller {
+    /// Polls until `stop` (a signal), then drains: not ready, the followers let go over
+    /// the drain window (still served meanwhile: a change reaches those not yet gone),
+    /// then the server stops.
     fn run(mut self, stop: &AtomicBool) {
         let mut backoff = Backoff::polls(self.interval, self.jitter, Rng::from_time());
         let mut number = 0u64;
-        while !stop.load(Ordering::Relaxed) {
+        let mut ends: Option<Instant> = None;
+        loop {
+            if ends.is_none() && stop.load(Ordering::Relaxed) {
+                ends = Some(self.start_draining());
+            }
+            if ends.is_some_and(|t| Instant::now() >= t) {
+                break;
+            }
             number += 1;
             let wait = self.poll(number, &mut backoff);
-            let until = backoff::after(Instant::now(), wait);
-            while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+            let mut until = backoff::after(Instant::now(), wait);
+            loop {
+                if ends.is_none() && stop.load(Ordering::Relaxed) {
+                    ends = Some(self.start_draining());
+                }
+                until = ends.map_or(until, |e| e.min(until));
+                if Instant::now() >= until {
+                    break;
+                }
                 self.health().loop_at = Instant::now();
                 let left = until.saturating_duration_since(Instant::now());
                 std::thread::sleep(left.min(Duration::from_millis(200)));
             }
         }
         self.handle.stop();
+    }
+
+    /// Not ready from now on; the followers let go over the drain window. When it ends.
+    fn start_draining(&mut self) -> Instant {
+        self.health().stopping = true;
+        log::info!(
+            "stopping: not ready; letting the followers go over {}",
+            humantime::format_duration(self.drain)
+        );
+        self.handle.drain(self.drain);
+        backoff::after(Instant::now(), self.drain)
     }
 
     /// One poll: published whole when complete; the wait before the next.

@@ -57,6 +57,7 @@ fn read(look: &Lookup) -> Result<ServeSettings, Error> {
             listen,
             cert: PathBuf::from(cert.value),
             key: PathBuf::from(key.value),
+            drain: look.duration(&flag::drain_window)?,
         },
         logging: logging(look)?,
     })

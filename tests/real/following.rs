@@ -172,3 +172,74 @@ fn a_watching_follower_never_goes_back_between_two_hubs() {
     drop(behind);
     drop(ahead);
 }
+
+/// Issue 49.3: a hub told to stop (SIGTERM) is not ready at once, so that its Service sends
+/// it no one new, then lets its watchers go over its drain window, spread — each stream
+/// ends at a moment of its own, so that its followers reconnect to the other hubs spread,
+/// not at one instant — and exits 0 when the window is over.
+#[test]
+fn a_stopping_hub_lets_its_watchers_go_spread_over_its_drain_window() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-drain");
+    put_module(k, &ns, "m", "k.yaml", "one");
+    let mut hub = start_hub(
+        k,
+        &hub_account(k, &ns, "hub"),
+        &["--namespace", &ns, "--drain-window", "6s"],
+    );
+    let token = follower(k, &ns, "reader", watch_rules(), false);
+    let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=true&resourceVersion=0");
+    let mut watchers: Vec<super::watch::Watching> = (0..16)
+        .map(|_| super::watch::Watching::start(&hub.url(), &hub.ca, &token, &path, &[], 120))
+        .collect();
+    crate::util::eventually("every watcher has the state", SOON, || {
+        watchers.iter().all(|w| !w.events().is_empty())
+    });
+    let sent = Instant::now();
+    hub.d.signal("TERM");
+    let readyz = || {
+        let (code, _, body) = get(&hub.url(), &hub.ca, "", "/readyz", &[]);
+        (code, String::from_utf8_lossy(&body).to_string())
+    };
+    crate::util::eventually("not ready", Duration::from_secs(2), || readyz().0 == 503);
+    let open_then = watchers.iter_mut().map(|w| w.open()).filter(|o| *o).count();
+    let (_, body) = readyz();
+    assert!(body.contains("stopping"), "{body}");
+    assert!(
+        open_then >= 12,
+        "not ready before most watchers went: {open_then} open"
+    );
+    let mut ended = vec![None; watchers.len()];
+    while ended.iter().any(Option::is_none) && sent.elapsed() < Duration::from_secs(15) {
+        for (i, w) in watchers.iter_mut().enumerate() {
+            if ended[i].is_none() && !w.open() {
+                ended[i] = Some(sent.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut ended: Vec<Duration> = ended
+        .into_iter()
+        .map(|e| e.expect("a watch never ended"))
+        .collect();
+    ended.sort();
+    eprintln!("watches ended after SIGTERM: {ended:?}");
+    let (first, last) = (ended[0], ended[ended.len() - 1]);
+    assert!(
+        last < Duration::from_secs(8),
+        "all within the window: {ended:?}"
+    );
+    assert!(
+        last - first > Duration::from_secs(2),
+        "spread over the window, not at one instant: {ended:?}"
+    );
+    let code = hub.d.wait(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", hub.d.stderr());
+    assert!(
+        sent.elapsed() >= Duration::from_millis(5500),
+        "it served until its window was over: {:?}",
+        sent.elapsed()
+    );
+}

@@ -15,14 +15,14 @@ use super::hub::*;
 use super::*;
 
 /// A watch made with curl (`-N`: unbuffered), writing its events to a file.
-struct Watching {
+pub(crate) struct Watching {
     child: Child,
     out: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl Watching {
-    fn start(
+    pub(crate) fn start(
         base: &str,
         ca: &Path,
         token: &str,
@@ -54,8 +54,13 @@ impl Watching {
         }
     }
 
+    /// Whether curl is still reading.
+    pub(crate) fn open(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
     /// The events so far.
-    fn events(&self) -> Vec<Value> {
+    pub(crate) fn events(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(&self.out).unwrap_or_default();
         (text.lines())
             .filter(|l| !l.trim().is_empty())
