@@ -9,6 +9,7 @@
 //! switched in is on disk and in the journal, which a restart finishes from, and the next
 //! poll writes them again and saves the record. Nothing here stops the daemon.
 
+use std::cell::OnceCell;
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io;
@@ -29,8 +30,8 @@ use crate::source::ModuleFile;
 struct Progress {
     unwritten: Vec<(String, String)>,
     no_room: Vec<u64>,
-    /// The folder's volume, asked once a write failed (`None`: not yet asked).
-    volume: Option<Option<Volume>>,
+    /// The folder's volume (`None`: unknown), asked once, when a write first failed.
+    volume: OnceCell<Option<Volume>>,
     total: usize,
     done: usize,
     told: Instant,
@@ -41,7 +42,7 @@ impl Progress {
         Progress {
             unwritten: Vec::new(),
             no_room: Vec::new(),
-            volume: None,
+            volume: OnceCell::new(),
             total,
             done: 0,
             told: Instant::now(),
@@ -165,7 +166,7 @@ impl OutDir {
                     if err.kind() == io::ErrorKind::StorageFull {
                         progress.no_room.push(bytes);
                     }
-                    let why = self.why_unwritten(&err, bytes, &mut progress.volume);
+                    let why = self.why_unwritten(&err, bytes, &progress.volume);
                     progress.unwritten(e.id, &why);
                 }
             }
@@ -185,7 +186,7 @@ impl OutDir {
             match result {
                 Ok(()) => {}
                 Err(err) => {
-                    let why = self.why_unwritten(&err, 0, &mut progress.volume);
+                    let why = self.why_unwritten(&err, 0, &progress.volume);
                     progress.unwritten(&p.module, &why);
                 }
             }
@@ -203,10 +204,9 @@ impl OutDir {
         &self,
         err: &io::Error,
         bytes: u64,
-        volume: &mut Option<Option<Volume>>,
+        volume: &OnceCell<Option<Volume>>,
     ) -> String {
-        let volume = volume.get_or_insert_with(|| Volume::of(self.dir()));
-        let Some(v) = volume else {
+        let Some(v) = volume.get_or_init(|| Volume::of(self.dir())) else {
             return err.to_string();
         };
         let at = match &v.mount {
