@@ -6,6 +6,7 @@
 //! HTTP stack never sees it.
 
 use base64::Engine as _;
+use percent_encoding::percent_decode_str;
 
 use crate::secret::Secret;
 
@@ -145,49 +146,21 @@ pub fn split_userinfo(url: &str) -> (String, Option<Secret>) {
 /// A query string's value: `%2F` → `/`; `+` is a space, as in a form (Go's
 /// `url.ParseQuery`). An invalid escape is an error.
 pub fn form_decoded(s: &str) -> Result<String, String> {
-    let mut out = Vec::with_capacity(s.len());
     let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = s
-                    .get(i + 1..i + 3)
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                out.push(hex.ok_or_else(|| format!("'{s}' has a broken %-escape"))?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
+    let broken = (b.iter().enumerate()).any(|(i, c)| {
+        *c == b'%' && !(b.get(i + 1..i + 3)).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if broken {
+        return Err(format!("'{s}' has a broken %-escape"));
     }
-    String::from_utf8(out).map_err(|_| format!("'{s}' is not UTF-8"))
+    let spaced = s.replace('+', " ");
+    (percent_decode_str(&spaced).decode_utf8())
+        .map(|v| v.into_owned())
+        .map_err(|_| format!("'{s}' is not UTF-8"))
 }
 
 fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let hex = |c: u8| char::from(c).to_digit(16);
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 3 <= b.len()
-            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
-        {
-            out.push((h * 16 + l) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
 
 #[cfg(test)]

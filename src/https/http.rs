@@ -176,28 +176,11 @@ pub const CHUNK_END: &[u8] = b"\r\n";
 /// The last chunk: a stream's end.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
-/// The reason phrase of a status code.
+/// The reason phrase of a status code (RFC 9110's, as the `http` crate has them).
 fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        304 => "Not Modified",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        406 => "Not Acceptable",
-        408 => "Request Timeout",
-        410 => "Gone",
-        411 => "Length Required",
-        413 => "Content Too Large",
-        429 => "Too Many Requests",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "",
-    }
+    (http::StatusCode::from_u16(status).ok())
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("")
 }
 
 /// What the bytes received so far hold.

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
 use super::Resource;
 
 /// One scope: a namespace, or all of them, of one resource.
@@ -54,17 +56,16 @@ impl<'a> Request<'a> {
     }
 }
 
+/// Everything but RFC 3986's unreserved characters.
+const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes a query value (everything but RFC 3986 unreserved characters).
 pub fn encode(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(v, NOT_UNRESERVED).to_string()
 }
 
 #[cfg(test)]
