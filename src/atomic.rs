@@ -23,6 +23,7 @@ pub fn create_dir(path: &Path, mode: u32) -> io::Result<()> {
 
 /// Creates a new file (never an existing one, and never through a symlink: `O_CREAT|O_EXCL`
 /// fails on a symlink at the last component), writes it, sets exactly `mode`, fsyncs it.
+#[cfg(test)]
 pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     write_new_with(path, mode, |w| w.write_all(bytes))
 }
@@ -98,6 +99,7 @@ pub fn replace_file_with(
 }
 
 /// Points `dir/name` at `target` atomically, through a symlink at `dir/tmp`.
+#[cfg(test)]
 pub fn swap_symlink(dir: &Path, name: &str, tmp: &str, target: &Path) -> io::Result<()> {
     place_symlink(dir, name, tmp, target)?;
     fsync_dir(dir)

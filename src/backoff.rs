@@ -87,6 +87,7 @@ impl Backoff {
     }
 
     /// The longest base wait.
+    #[cfg(test)]
     pub fn cap(&self) -> Duration {
         self.max
     }
@@ -131,10 +132,6 @@ impl Backoff {
 
     pub fn reset(&mut self) {
         self.failures = 0;
-    }
-
-    pub fn failures(&self) -> u32 {
-        self.failures
     }
 }
 

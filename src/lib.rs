@@ -23,36 +23,40 @@
 //! `idmap`, …). No arrow runs back up, between layers or between the rooms of a folder
 //! (`tools/imports.py`). Module contents never sit in memory as a whole: the poll streams
 //! items into the spool and the snapshot keeps hashes and locations only.
+//!
+//! Only what other programs use is `pub` (the binary: `cli`, `error`, `ops`; the fuzz
+//! targets: `poll`, `source`, `selector`; `tests/real/events.rs`: `kube`, `report`); every
+//! other module is private, so that the compiler sees what nothing uses.
 
-pub mod atomic;
-pub mod backoff;
-pub mod batch;
+mod atomic;
+mod backoff;
+mod batch;
 pub mod cli;
-pub mod daemon;
+mod daemon;
 pub mod error;
-pub mod fetch;
-pub mod http;
-pub mod https;
-pub mod idmap;
+mod fetch;
+mod http;
+mod https;
+mod idmap;
 pub mod kube;
-pub mod ledger;
-pub mod list;
-pub mod names;
+mod ledger;
+mod list;
+mod names;
 pub mod ops;
 pub mod poll;
-pub mod reason;
+mod reason;
 pub mod report;
-pub mod secret;
+mod secret;
 pub mod selector;
-pub mod serve;
-pub mod settings;
-pub mod sink;
+mod serve;
+mod settings;
+mod sink;
 pub mod source;
-pub mod status;
-pub mod template;
-pub mod validate;
-pub mod webhook;
-pub mod words;
+mod status;
+mod template;
+mod validate;
+mod webhook;
+mod words;
 
 use std::sync::{Arc, Mutex};
 

@@ -19,5 +19,5 @@ pub mod lines;
 pub mod sink;
 
 pub use self::delivery::{Committed, Delivery};
-pub use self::event::{Change, Event, Synced, diff};
+pub use self::event::{Change, Event, Synced};
 pub use self::sink::{Batch, Control, Fatal, Outcome, Sink, View};

@@ -440,7 +440,7 @@ impl<T: Transport> Conn<T> {
         let pulled = stream.pull(now, WATERMARK - self.queued);
         let next = pulled.next;
         *due = match next {
-            Next::Notified | Next::End => None,
+            Next::End => None,
             Next::At(t) => Some(t),
         };
         let cut = pulled.chunks.iter().map(Body::len).sum::<usize>() >= WATERMARK - self.queued;

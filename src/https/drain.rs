@@ -28,11 +28,6 @@ impl Drain {
         }
     }
 
-    /// When it ends.
-    pub fn ends(&self) -> Instant {
-        self.ends
-    }
-
     /// Gives connection `key` a moment in what is left of the window.
     pub fn schedule(&mut self, key: u64, now: Instant) {
         let left = self.ends.saturating_duration_since(now);
@@ -85,6 +80,6 @@ mod tests {
         // One that comes late gets a moment in what is left.
         let late = t0 + Duration::from_secs(9);
         d.schedule(5000, late);
-        assert!(d.next().is_some_and(|t| t >= late && t <= d.ends()));
+        assert!(d.next().is_some_and(|t| t >= late && t <= d.ends));
     }
 }

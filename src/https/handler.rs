@@ -94,8 +94,6 @@ pub struct Pull {
 /// When a stream wants to be asked again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Next {
-    /// At the next notify (or once what it gave is out, if it was cut short by `room`).
-    Notified,
     /// At the next notify or at this moment, whichever comes first.
     At(Instant),
     /// Never: the stream is over.

@@ -152,7 +152,8 @@ impl Answer {
         head.into_bytes()
     }
 
-    /// Head and body, as one piece (tests, small answers).
+    /// Head and body, as one piece.
+    #[cfg(test)]
     pub fn encode(&self, close: bool) -> Vec<u8> {
         let mut out = self.head(close);
         out.extend_from_slice(&self.body);
@@ -196,6 +197,7 @@ pub enum Parsed {
 
 /// Parses the request at the start of `buf`, whose body may be `max_body` bytes at most
 /// (and its head `MAX_HEAD`).
+#[cfg(test)]
 pub fn parse(buf: &[u8], max_body: usize) -> Parsed {
     parse_within(buf, MAX_HEAD, max_body)
 }

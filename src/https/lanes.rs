@@ -153,13 +153,6 @@ impl Lanes {
             |q| q.spec.busy.clone(),
         )
     }
-
-    /// Requests waiting in each lane.
-    pub fn waiting(&self) -> Vec<usize> {
-        (self.queues.iter())
-            .map(|q| q.jobs.lock().unwrap_or_else(|p| p.into_inner()).len())
-            .collect()
-    }
 }
 
 impl Drop for Lanes {

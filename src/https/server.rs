@@ -259,6 +259,7 @@ impl Server {
     }
 
     /// The address it listens on.
+    #[cfg(test)]
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
     }

@@ -270,12 +270,6 @@ impl Auth {
         allowed
     }
 
-    /// Whether a decision about `user` doing `what` is kept.
-    pub fn decided(&self, user: &Arc<User>, what: &Attributes) -> bool {
-        let key = (user.clone(), what.clone());
-        lock(&self.access).get(&key, Instant::now()).is_some()
-    }
-
     /// Whether `user` may do `what`: `Ok`, or the 403 the apiserver would send. A decision
     /// not kept is reviewed only `here` (a review lane); elsewhere the request is sent
     /// there.

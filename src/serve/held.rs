@@ -177,10 +177,6 @@ impl Held {
         self.objects.iter().map(BTreeMap::len).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The versions of what a request for `kind` in `namespace` (`None`: all) reads:
     /// every scope of that kind that holds some of it. `None` before any list of it.
     pub fn versions(&self, kind: Resource, namespace: Option<&str>) -> Option<Versions> {

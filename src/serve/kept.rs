@@ -54,12 +54,9 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
         self.map.remove(k);
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
     }
 }
 

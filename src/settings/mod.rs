@@ -19,10 +19,9 @@ mod status;
 mod testing;
 mod webhook;
 
-pub use self::lookup::{Error, parse_size};
 pub use self::run::{HealthRules, RunSettings, run};
-pub use self::serve::{SERVE_INTERVAL, ServeSettings, serve};
+pub use self::serve::serve;
 pub use self::sidecar::sidecar;
-pub use self::source::{ListSettings, list};
+pub use self::source::list;
 pub use self::status::status;
-pub use self::webhook::{VALIDATE_TIMEOUT, WebhookSettings, webhook};
+pub use self::webhook::webhook;

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use self::remembered::Good;
 use self::remembered::Remembered;
-pub use self::run::{KEEP, Options, Stage, Verdict, timed_out};
+pub use self::run::{Options, Stage, Verdict, timed_out};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};
 use crate::poll::spool::{Object, Spool};

@@ -228,7 +228,7 @@ struct Events {
 }
 
 impl Stream for Events {
-    fn pull(&mut self, _now: Instant, room: usize) -> Pull {
+    fn pull(&mut self, now: Instant, room: usize) -> Pull {
         *self.pulls.lock().unwrap() += 1;
         let mut chunks = Vec::new();
         let mut size = 0;
@@ -240,7 +240,8 @@ impl Stream for Events {
         let next = if self.end && self.left.is_empty() {
             Next::End
         } else {
-            Next::Notified
+            // Asked again at the next notify (long before this).
+            Next::At(now + std::time::Duration::from_secs(3600))
         };
         Pull { chunks, next }
     }

@@ -47,10 +47,10 @@ mod write;
 mod written;
 
 pub use self::folder::OutDir;
-pub use self::open::{Recorded, recorded};
+pub use self::open::recorded;
 pub use self::options::{FileModes, Layout, Options};
-pub use self::paths::{META, meta_dir};
-pub use self::shelf::{Proofs, shelf};
+pub use self::paths::meta_dir;
+pub use self::shelf::shelf;
 
 #[cfg(test)]
 mod tests;

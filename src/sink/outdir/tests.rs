@@ -863,7 +863,7 @@ fn tree(dir: &Path) -> BTreeMap<String, String> {
                 .unwrap()
                 .to_string_lossy()
                 .into_owned();
-            if rel == META {
+            if rel == super::paths::META {
                 continue;
             }
             let meta = fs::symlink_metadata(&path).unwrap();
