@@ -122,7 +122,7 @@ fn serve_metrics(r: &mut Registry) -> (Decisions, Served) {
     let decisions = Decisions::default();
     r.register(
         "serve_decisions",
-        "cmpoll serve's authentication (TokenReview) and authorization (SubjectAccessReview) decisions, by check, result (allowed, denied, error) and cache (hit, miss)",
+        "cmpoll serve's authentication (TokenReview) and authorization (SubjectAccessReview) decisions, by check, result (allowed, denied, error) and cache (hit, miss; local: a token for --token-audience verified by the hub)",
         decisions.0.clone(),
     );
     let served = Served::default();

@@ -21,15 +21,16 @@
 //! looks like every follower refused. A token is kept by its SHA-256, never
 //! as itself; no token reaches a log line or an error.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
+use super::issuer::{self, Issuer, Verdict};
 use super::kept::{Budget, Cache};
 use super::status::Refusal;
+pub use super::user::User;
 use crate::backoff::Rng;
 use crate::https::server::Holder;
 use crate::ops::metrics::{Decisions, ServerCounts};
@@ -66,15 +67,6 @@ pub const ANSWER: usize = 0;
 pub const AUTHENTICATE: usize = 1;
 pub const AUTHORIZE: usize = 2;
 pub const RENDER: usize = 3;
-
-/// An authenticated user, as the TokenReview said.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct User {
-    pub name: String,
-    pub uid: String,
-    pub groups: Vec<String>,
-    pub extra: BTreeMap<String, Vec<String>>,
-}
 
 /// What a request does, as an authorizer sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -143,6 +135,11 @@ pub struct Auth {
     counts: ServerCounts,
     rng: Mutex<Rng>,
     quiet: Quiet,
+    /// `--token-audience`: tokens for the hub verified here (`issuer.rs`).
+    issuer: Option<Issuer>,
+    /// `--authorize-per-service-account`: a service account's pods share their access
+    /// reviews (their users kept without `extra`).
+    per_account: bool,
 }
 
 impl Auth {
@@ -169,6 +166,70 @@ impl Auth {
             counts,
             rng: Mutex::new(Rng::from_time()),
             quiet: Quiet::default(),
+            issuer: None,
+            per_account: false,
+        }
+    }
+
+    /// Verifies tokens for the hub's audience itself (`--token-audience`).
+    pub fn verifying(mut self, issuer: Option<Issuer>) -> Auth {
+        self.issuer = issuer;
+        self
+    }
+
+    /// Reviews a service account's access once for all its pods
+    /// (`--authorize-per-service-account`).
+    pub fn per_service_account(mut self, on: bool) -> Auth {
+        self.per_account = on;
+        self
+    }
+
+    /// The user as its access is reviewed and kept: with `per_account`, a service
+    /// account's without `extra` (its pod, node and credential), which RBAC never reads,
+    /// so that its pods share one review per scope.
+    fn as_reviewed(&self, mut user: User) -> User {
+        if self.per_account && user.name.starts_with("system:serviceaccount:") {
+            user.extra.clear();
+        }
+        user
+    }
+
+    /// A token the hub verifies itself (`--token-audience`): `None` when the apiserver
+    /// must review it.
+    fn verified_here(
+        &self,
+        token: &Secret,
+        key: [u8; 32],
+        holder: Holder,
+        now: Instant,
+    ) -> Option<Result<Who, Halt>> {
+        let issuer = self.issuer.as_ref()?;
+        match issuer.verify(token.expose(), now) {
+            Verdict::Ask => None,
+            Verdict::User(user, expires) => {
+                let user = Arc::new(self.as_reviewed(user));
+                // Kept as long as the token lives: verifying it again would say the same.
+                let left = expires - issuer::unix(std::time::SystemTime::now());
+                let lives =
+                    Duration::try_from_secs_f64(left.clamp(0.0, 86_400.0)).unwrap_or_default();
+                let until = crate::backoff::after(now, lives);
+                lock(&self.known).put(key, user.clone(), until, now);
+                self.decisions.record("authentication", "allowed", "local");
+                Some(Ok(Who { user, holder }))
+            }
+            Verdict::NotYet(why) => {
+                log::debug!("--token-audience: a token for the hub refused for now: {why}");
+                self.decisions.record("authentication", "denied", "local");
+                Some(Err(Refusal::unauthorized().into()))
+            }
+            Verdict::Refused(why) => {
+                log::debug!("--token-audience: a token for the hub refused: {why}");
+                let until = crate::backoff::after(now, self.spread(TOKEN_REFUSED_TTL));
+                lock(&self.known).remove(&key);
+                lock(&self.refused).put(key, (), until, now);
+                self.decisions.record("authentication", "denied", "local");
+                Some(Err(Refusal::unauthorized().into()))
+            }
         }
     }
 
@@ -209,6 +270,9 @@ impl Auth {
         if !here {
             return Err(Halt::Lane(AUTHENTICATE));
         }
+        if let Some(verdict) = self.verified_here(&token, key, holder, now) {
+            return verdict;
+        }
         let renewal = lock(&self.known).had(&key);
         let (budget, why) = match renewal {
             true => (&self.renewals, "renewals"),
@@ -236,7 +300,7 @@ impl Auth {
         };
         match user {
             Some(user) => {
-                let user = Arc::new(user);
+                let user = Arc::new(self.as_reviewed(user));
                 // A token's own claims are read only once the review vouched for it, and
                 // only to keep its review no longer than the token lives.
                 let ttl = self.spread(TOKEN_TTL);
@@ -394,6 +458,7 @@ fn lifetime(token: &Secret) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Knows token "good" as alice, who may list configmaps in "team-a" only.
@@ -703,5 +768,102 @@ mod tests {
             4,
             "kept, but for the expired one"
         );
+    }
+
+    /// Every token "pod-N" is service account team/agent in pod N.
+    #[derive(Default)]
+    struct Pods {
+        tokens: AtomicUsize,
+        access: AtomicUsize,
+    }
+
+    impl Reviewer for Arc<Pods> {
+        fn token(&self, token: &Secret) -> Result<Option<User>, String> {
+            self.tokens.fetch_add(1, Ordering::SeqCst);
+            let pod = token.expose().strip_prefix("pod-").map(str::to_string);
+            Ok(pod.map(|pod| User {
+                name: "system:serviceaccount:team:agent".into(),
+                uid: "sa-uid".into(),
+                groups: vec!["system:serviceaccounts".into()],
+                extra: [(
+                    "authentication.kubernetes.io/pod-name".to_string(),
+                    vec![pod],
+                )]
+                .into(),
+            }))
+        }
+
+        fn access(&self, _user: &User, _what: &Attributes) -> Result<Decision, String> {
+            self.access.fetch_add(1, Ordering::SeqCst);
+            Ok(Decision::Allowed)
+        }
+    }
+
+    /// Issue 49.2: a DaemonSet's pods differ only in `extra`; with
+    /// `--authorize-per-service-account` their access is reviewed once per scope, without
+    /// it once per pod.
+    #[test]
+    fn a_service_accounts_pods_share_their_access_review_when_asked() {
+        for (per_account, reviews) in [(false, 5), (true, 1)] {
+            let pods = Arc::new(Pods::default());
+            let auth = Auth::new(
+                Box::new(pods.clone()),
+                Decisions::default(),
+                ServerCounts::default(),
+            )
+            .per_service_account(per_account);
+            for n in 0..5 {
+                let who = auth
+                    .authenticate(Some(&format!("Bearer pod-{n}")), true)
+                    .unwrap();
+                let what = list(Resource::ConfigMaps, Some("team"));
+                auth.authorize(&who.user, &what, true).unwrap();
+            }
+            assert_eq!(pods.access.load(Ordering::SeqCst), reviews, "{per_account}");
+            assert_eq!(pods.tokens.load(Ordering::SeqCst), 5, "each token reviewed");
+        }
+    }
+
+    /// Issue 49.2: with `--token-audience`, a token the issuer signed for the hub is
+    /// verified without a TokenReview, one it did not sign is refused without one, and any
+    /// other token is reviewed by the apiserver as before.
+    #[test]
+    fn tokens_for_the_hub_are_verified_here() {
+        use crate::serve::testing::Signer;
+        let key = Signer::new("k1");
+        let jwk = key.jwk();
+        let fetch: issuer::Fetch = Box::new(move |path: &str, _: &str| {
+            Ok(match path {
+                "/.well-known/openid-configuration" => {
+                    br#"{"issuer":"https://kubernetes.default.svc","jwks_uri":"https://x/openid/v1/jwks"}"#.to_vec()
+                }
+                _ => serde_json::json!({ "keys": [jwk.clone()] }).to_string().into_bytes(),
+            })
+        });
+        let fake = Arc::new(Fake::default());
+        let decisions = Decisions::default();
+        let auth =
+            hub_auth(&fake, &decisions).verifying(Some(Issuer::new("cmpoll-hub".into(), fetch)));
+        let now = issuer::unix(std::time::SystemTime::now());
+        let claims = |aud: &str| {
+            serde_json::json!({"iss": "https://kubernetes.default.svc", "aud": aud,
+                "exp": now + 600.0, "nbf": now,
+                "kubernetes.io": {"namespace": "team",
+                    "serviceaccount": {"name": "agent", "uid": "sa-uid"}}})
+        };
+        let bearer = |t: String| format!("Bearer {t}");
+        let who = auth
+            .authenticate(Some(&bearer(key.sign(&claims("cmpoll-hub")))), true)
+            .unwrap();
+        assert_eq!(who.user.name, "system:serviceaccount:team:agent");
+        let forged = Signer::new("k1").sign(&claims("cmpoll-hub"));
+        assert_eq!(code(auth.authenticate(Some(&bearer(forged)), true)), 401);
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 0, "no TokenReview");
+        // The apiserver's audience: reviewed by the apiserver (which knows it as "good"
+        // here only when it is "good").
+        let theirs = key.sign(&claims("https://kubernetes.default.svc"));
+        assert_eq!(code(auth.authenticate(Some(&bearer(theirs)), true)), 401);
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 1);
+        assert!(auth.authenticate(Some("Bearer good"), true).is_ok());
     }
 }

@@ -18,6 +18,8 @@ pub mod held;
 pub mod history;
 pub mod hub;
 pub mod impersonate;
+pub mod issuer;
+pub mod jwt;
 pub mod kept;
 pub mod render;
 pub mod request;
@@ -25,6 +27,7 @@ pub mod reviews;
 pub mod status;
 #[cfg(test)]
 mod testing;
+pub mod user;
 pub mod watch;
 
 use std::net::{SocketAddr, TcpListener};
@@ -60,6 +63,10 @@ pub struct Options {
     /// After SIGTERM: not ready, the followers let go over this window, spread; then the
     /// end.
     pub drain: Duration,
+    /// `--token-audience`: tokens for it verified by the hub (`issuer.rs`).
+    pub token_audience: Option<String>,
+    /// `--authorize-per-service-account`.
+    pub per_service_account: bool,
 }
 
 /// Workers of each review lane (tokens nobody knows; accesses not kept): the reviews made
@@ -144,11 +151,28 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
                 .map_err(Error::Config)?,
         );
     }
+    let issuer = match &opts.token_audience {
+        Some(audience) => {
+            let handles = kube::client::Handles {
+                in_flight: InFlight::default(),
+                counters: metrics.api(),
+            };
+            let client = kube::Client::new(&config, opts.source.client.clone(), handles, env)
+                .map_err(Error::Config)?;
+            log::info!(
+                "--token-audience {audience}: tokens for it are verified here, against the service-account issuer's keys"
+            );
+            Some(issuer::Issuer::new(audience.clone(), read_from(client)))
+        }
+        None => None,
+    };
     let auth = auth::Auth::new(
         Box::new(reviews::ApiReviewer::new(clients)),
         metrics.decisions(),
         counts.clone(),
-    );
+    )
+    .verifying(issuer)
+    .per_service_account(opts.per_service_account);
     let served = metrics.served();
     let health = Health::new(
         opts.interval,
@@ -208,6 +232,19 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     server.run(&AtomicBool::new(false));
     log::info!("stopped");
     Ok(())
+}
+
+/// Reads a path of the apiserver with `client` (the issuer's discovery and keys).
+fn read_from(client: kube::Client) -> issuer::Fetch {
+    let client = Mutex::new(client);
+    Box::new(move |path: &str, accept: &str| {
+        use std::io::Read as _;
+        let mut c = client.lock().unwrap_or_else(|p| p.into_inner());
+        let body = (c.get(path, accept, &format!("read {path}"))).map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        (body.take(1 << 20).read_to_end(&mut out)).map_err(|e| format!("{path}: {e}"))?;
+        Ok(out)
+    })
 }
 
 /// The poll loop.

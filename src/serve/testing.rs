@@ -1,4 +1,5 @@
-//! Made-up polls for the hub's unit tests (`history`, `watch`).
+//! Made-up polls for the hub's unit tests (`history`, `watch`), and a made-up issuer's
+//! signing key (`jwt`, `issuer`).
 
 use std::collections::BTreeMap;
 
@@ -44,4 +45,50 @@ pub fn poll(prev: &Held, n: u64, scopes: &[(Option<&str>, u64)], items: Vec<Item
 
 pub fn kinds() -> Resources {
     Resources::one(Resource::ConfigMaps)
+}
+
+/// base64url without padding, as JWTs and JWKs write it.
+pub fn enc(b: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+}
+
+/// A P-256 signing key of id `kid`, as a service-account issuer's: its JWK, and tokens
+/// it signs (ES256).
+pub struct Signer(ring::signature::EcdsaKeyPair, String);
+
+impl Signer {
+    pub fn new(kid: &str) -> Signer {
+        use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        Signer(key, kid.to_string())
+    }
+
+    pub fn key(&self) -> super::jwt::Key {
+        use ring::signature::KeyPair as _;
+        super::jwt::Key::Ec {
+            curve: super::jwt::Curve::P256,
+            point: self.0.public_key().as_ref().to_vec(),
+        }
+    }
+
+    /// Its JWK, as `/openid/v1/jwks` lists it.
+    pub fn jwk(&self) -> serde_json::Value {
+        use ring::signature::KeyPair as _;
+        let point = self.0.public_key().as_ref();
+        serde_json::json!({"use": "sig", "kty": "EC", "kid": self.1, "crv": "P-256",
+            "alg": "ES256", "x": enc(&point[1..33]), "y": enc(&point[33..])})
+    }
+
+    pub fn sign(&self, claims: &serde_json::Value) -> String {
+        let head = enc(format!(r#"{{"alg":"ES256","kid":"{}"}}"#, self.1).as_bytes());
+        let body = enc(claims.to_string().as_bytes());
+        let signed = format!("{head}.{body}");
+        let rng = ring::rand::SystemRandom::new();
+        let sig = self.0.sign(&rng, signed.as_bytes()).unwrap();
+        format!("{signed}.{}", enc(sig.as_ref()))
+    }
 }

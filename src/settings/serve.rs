@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::lookup::{Error, Lookup, parse_listen, required, usage};
+use super::lookup::{Error, Lookup, parse_duration, parse_listen, required, usage};
 use super::run::jitter;
 use super::source::{logging, source};
 use crate::cli::{Needs, ServeArgs, flag};
@@ -57,10 +57,22 @@ fn read(look: &Lookup) -> Result<ServeSettings, Error> {
             listen,
             cert: PathBuf::from(cert.value),
             key: PathBuf::from(key.value),
-            drain: look.duration(&flag::drain_window)?,
+            drain: drain_window(look)?,
+            token_audience: (look.opt(&flag::token_audience))
+                .map(|v| v.value.trim().to_string())
+                .filter(|v| !v.is_empty()),
+            per_service_account: look.on(&flag::authorize_per_service_account)?,
         },
         logging: logging(look)?,
     })
+}
+
+/// `--drain-window`: a duration, `0s` (no drain) included.
+fn drain_window(look: &Lookup) -> Result<Duration, Error> {
+    match look.value(&flag::drain_window) {
+        Some(v) => parse_duration(&v),
+        None => Ok(Duration::ZERO),
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ mod hub;
 mod lists;
 mod manifests;
 mod serve;
+mod tokens;
 mod watch;
 mod webhook;
 

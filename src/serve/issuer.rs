@@ -1,0 +1,297 @@
+//! The cluster's service-account issuer, as `--token-audience` needs it: its name and public
+//! keys, read from the apiserver's discovery (`/.well-known/openid-configuration`, then the
+//! path of its `jwks_uri`, `/openid/v1/jwks`: KEP-1393, readable by every service account),
+//! so that a follower's token for the hub's audience is verified here, without a
+//! TokenReview (`jwt.rs`). The keys are read again every `REFRESH`, and at once when a token
+//! names a key not held (at most every `MISS_EVERY`): a rotated signing key is taken at its
+//! first token, or the next one a second later. A token that is not for the hub's audience, not of this
+//! issuer or signed with an algorithm the hub does not check is not decided here: the
+//! apiserver reviews it, as before.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::jwt::{self, Key};
+use super::user::User;
+
+/// How long read keys are used before they are read again.
+pub const REFRESH: Duration = Duration::from_secs(300);
+/// How often at most a key nobody knows makes the hub read the keys again (an attacker's
+/// made-up key ids cost the apiserver one read of a static document a second at most).
+pub const MISS_EVERY: Duration = Duration::from_secs(1);
+
+/// Reads a path of the apiserver (its body) as the media type given, with the hub's
+/// credentials.
+pub type Fetch = Box<dyn Fn(&str, &str) -> Result<Vec<u8>, String> + Send + Sync>;
+
+/// What the hub decided of a token.
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    /// Verified: its user, trusted until this Unix time (its expiry).
+    User(User, f64),
+    /// The issuer's token for the hub, and not valid: why, in the apiserver's words.
+    Refused(String),
+    /// Signed with a key the hub does not hold (yet: the keys were read less than
+    /// `MISS_EVERY` ago): refused now, asked again at the next request.
+    NotYet(String),
+    /// Not the hub's to decide: the apiserver reviews it.
+    Ask,
+}
+
+struct Held {
+    issuer: String,
+    keys: BTreeMap<String, Key>,
+    read_at: Instant,
+}
+
+/// The issuer, as the hub holds it.
+pub struct Issuer {
+    audience: String,
+    fetch: Fetch,
+    held: Mutex<Option<Held>>,
+    /// When the keys were last asked for (read or not).
+    asked: Mutex<Option<Instant>>,
+}
+
+impl Issuer {
+    pub fn new(audience: String, fetch: Fetch) -> Issuer {
+        Issuer {
+            audience,
+            fetch,
+            held: Mutex::new(None),
+            asked: Mutex::new(None),
+        }
+    }
+
+    /// Decides `token` at `now`; may read the keys (blocking: called where reviews wait).
+    pub fn verify(&self, token: &str, now: Instant) -> Verdict {
+        let Some(t) = jwt::read(token) else {
+            return Verdict::Ask;
+        };
+        if !t.claims.aud.contains(&self.audience) {
+            return Verdict::Ask;
+        }
+        let stale = self.with(|h| now.saturating_duration_since(h.read_at) > REFRESH);
+        let unknown = |h: &Held| t.kid.as_ref().is_some_and(|k| !h.keys.contains_key(k));
+        if stale != Some(false) || self.with(unknown) == Some(true) {
+            self.read_keys(now);
+        }
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(h) = held.as_ref() else {
+            // The keys cannot be read: the apiserver may still review it.
+            return Verdict::Ask;
+        };
+        if t.claims.iss != h.issuer {
+            return Verdict::Ask;
+        }
+        let signed = match &t.kid {
+            Some(kid) => match h.keys.get(kid) {
+                Some(key) => t.signed_by(key),
+                None => {
+                    return Verdict::NotYet("invalid bearer token: unknown signing key".into());
+                }
+            },
+            None => {
+                let any: Vec<Option<bool>> = h.keys.values().map(|k| t.signed_by(k)).collect();
+                match any.contains(&Some(true)) {
+                    true => Some(true),
+                    false if any.contains(&None) => None,
+                    false => Some(false),
+                }
+            }
+        };
+        match signed {
+            None => return Verdict::Ask,
+            Some(false) => return Verdict::Refused("invalid bearer token: bad signature".into()),
+            Some(true) => {}
+        }
+        if let Err(why) = t.valid(&h.issuer, &self.audience, unix(SystemTime::now())) {
+            return Verdict::Refused(why);
+        }
+        match t.user() {
+            Some(u) => Verdict::User(u, t.expires()),
+            None => Verdict::Ask,
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Held) -> T) -> Option<T> {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.as_ref().map(f)
+    }
+
+    /// Reads the issuer and its keys, unless they were asked for within `MISS_EVERY`; a
+    /// failure keeps what is held.
+    fn read_keys(&self, now: Instant) {
+        {
+            let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+            if asked.is_some_and(|a| now.saturating_duration_since(a) < MISS_EVERY) {
+                return;
+            }
+            *asked = Some(now);
+        }
+        match self.discover() {
+            Ok((issuer, keys)) => {
+                log::info!(
+                    "--token-audience: {} key(s) of the service-account issuer {issuer}",
+                    keys.len()
+                );
+                *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(Held {
+                    issuer,
+                    keys,
+                    read_at: now,
+                });
+            }
+            Err(e) => log::warn!(
+                "--token-audience: cannot read the service-account issuer's keys: {e}; tokens for the hub wait for them (others are reviewed)"
+            ),
+        }
+    }
+
+    fn discover(&self) -> Result<(String, BTreeMap<String, Key>), String> {
+        #[derive(serde::Deserialize)]
+        struct Discovery {
+            issuer: String,
+            jwks_uri: String,
+        }
+        let doc = (self.fetch)("/.well-known/openid-configuration", "application/json")?;
+        let d: Discovery = serde_json::from_slice(&doc)
+            .map_err(|e| format!("/.well-known/openid-configuration: {e}"))?;
+        // The keys are read from the apiserver, whatever host the document names (it may
+        // be one only the cluster's outside reaches).
+        let path = d
+            .jwks_uri
+            .split_once("://")
+            .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
+            .unwrap_or("/openid/v1/jwks");
+        // The apiserver serves the keys as this media type only (406 for JSON).
+        let jwks = (self.fetch)(path, "application/jwk-set+json")?;
+        let keys = jwt::keys(&jwks).map_err(|e| format!("{path}: {e}"))?;
+        Ok((d.issuer, keys))
+    }
+}
+
+/// Unix seconds of `t` (0 before the epoch).
+pub fn unix(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::serve::testing::Signer;
+
+    const ISS: &str = "https://kubernetes.default.svc";
+
+    /// An issuer whose keys are `keys` (switchable), and how often they were read.
+    fn issuer(keys: Arc<Mutex<Vec<serde_json::Value>>>) -> (Issuer, Arc<Mutex<usize>>) {
+        let reads = Arc::new(Mutex::new(0));
+        let r = reads.clone();
+        let fetch: Fetch = Box::new(move |path: &str, _: &str| match path {
+            "/.well-known/openid-configuration" => Ok(serde_json::json!({
+                "issuer": ISS,
+                "jwks_uri": "https://10.0.0.1:6443/openid/v1/jwks",
+            })
+            .to_string()
+            .into_bytes()),
+            "/openid/v1/jwks" => {
+                *r.lock().unwrap() += 1;
+                let keys = keys.lock().unwrap().clone();
+                Ok(serde_json::json!({ "keys": keys }).to_string().into_bytes())
+            }
+            other => Err(format!("no {other}")),
+        });
+        (Issuer::new("cmpoll-hub".into(), fetch), reads)
+    }
+
+    fn claims(aud: &str) -> serde_json::Value {
+        let now = unix(SystemTime::now());
+        serde_json::json!({"iss": ISS, "sub": "system:serviceaccount:team:agent",
+            "aud": [aud], "exp": now + 600.0, "nbf": now, "iat": now,
+            "kubernetes.io": {"namespace": "team",
+                "serviceaccount": {"name": "agent", "uid": "sa-uid"}}})
+    }
+
+    #[test]
+    fn a_token_for_the_hub_is_verified_here_and_others_are_asked() {
+        let key = Signer::new("k1");
+        let (iss, reads) = issuer(Arc::new(Mutex::new(vec![key.jwk()])));
+        let t0 = Instant::now();
+        match iss.verify(&key.sign(&claims("cmpoll-hub")), t0) {
+            Verdict::User(u, _) => assert_eq!(u.name, "system:serviceaccount:team:agent"),
+            other => panic!("{other:?}"),
+        }
+        // Another audience (the apiserver's own), an opaque token: the apiserver decides.
+        assert_eq!(
+            iss.verify(&key.sign(&claims("https://kubernetes.default.svc")), t0),
+            Verdict::Ask
+        );
+        assert_eq!(iss.verify("opaque", t0), Verdict::Ask);
+        // A key the issuer never had: refused.
+        let stranger = Signer::new("k1");
+        assert!(matches!(
+            iss.verify(&stranger.sign(&claims("cmpoll-hub")), t0),
+            Verdict::Refused(why) if why.contains("signature")
+        ));
+        assert_eq!(*reads.lock().unwrap(), 1, "read once");
+    }
+
+    #[test]
+    fn a_rotated_key_is_read_at_its_first_token_and_an_unknown_one_at_most_every_second() {
+        let old = Signer::new("k1");
+        let keys = Arc::new(Mutex::new(vec![old.jwk()]));
+        let (iss, reads) = issuer(keys.clone());
+        let t0 = Instant::now();
+        assert!(matches!(
+            iss.verify(&old.sign(&claims("cmpoll-hub")), t0),
+            Verdict::User(..)
+        ));
+        // The issuer rotates: a new key beside the old one.
+        let new = Signer::new("k2");
+        keys.lock().unwrap().push(new.jwk());
+        let t1 = t0 + MISS_EVERY + Duration::from_secs(1);
+        assert!(matches!(
+            iss.verify(&new.sign(&claims("cmpoll-hub")), t1),
+            Verdict::User(..)
+        ));
+        assert_eq!(
+            *reads.lock().unwrap(),
+            2,
+            "read again for the key it did not know"
+        );
+        // Tokens naming keys nobody has: refused (not kept), and the keys read at most
+        // once a second.
+        let nobody = Signer::new("k9");
+        for ms in (0..1000).step_by(100) {
+            let at = t1 + Duration::from_millis(ms);
+            assert!(matches!(
+                iss.verify(&nobody.sign(&claims("cmpoll-hub")), at),
+                Verdict::NotYet(why) if why.contains("unknown signing key")
+            ));
+        }
+        assert_eq!(*reads.lock().unwrap(), 2, "not again within MISS_EVERY");
+        // The old key's tokens still verify while the issuer lists it.
+        assert!(matches!(
+            iss.verify(&old.sign(&claims("cmpoll-hub")), t1),
+            Verdict::User(..)
+        ));
+        // After REFRESH the keys are read again, unasked.
+        let later = t1 + REFRESH + Duration::from_secs(1);
+        let _ = iss.verify(&old.sign(&claims("cmpoll-hub")), later);
+        assert_eq!(*reads.lock().unwrap(), 3);
+    }
+
+    #[test]
+    fn keys_that_cannot_be_read_leave_the_token_to_the_apiserver() {
+        let fetch: Fetch = Box::new(|_: &str, _: &str| Err("connection refused".into()));
+        let iss = Issuer::new("cmpoll-hub".into(), fetch);
+        let key = Signer::new("k1");
+        assert_eq!(
+            iss.verify(&key.sign(&claims("cmpoll-hub")), Instant::now()),
+            Verdict::Ask
+        );
+    }
+}
