@@ -238,3 +238,62 @@ fn a_hub_that_goes_quiet_on_its_watch_is_given_up() {
     assert_eq!(readyz().0, 200, "ready again: {}", readyz().1);
     d.stop();
 }
+
+/// A poll that fails in one scope after another scope's held watch gave it a change keeps
+/// nothing of it, the change included: the next poll watches that scope again from the
+/// version it holds, and the hub's history sends the change again. (Held at once, the
+/// change would have been lost: the next watch would start past it.)
+#[test]
+fn a_change_taken_by_a_poll_that_fails_elsewhere_comes_again() {
+    let (team, other) = (Arc::new(Mutex::new(0)), Arc::new(Mutex::new(0)));
+    let (t, o) = (team.clone(), other.clone());
+    let hub = FakeHub::start(move |line| {
+        let team_scope = line.contains("/namespaces/team/");
+        if !line.contains("watch=true") {
+            return match team_scope {
+                true => list(10, &[configmap("team", "a", 10, "1")]),
+                false => list(10, &[]),
+            };
+        }
+        if team_scope {
+            *t.lock().unwrap() += 1;
+            return hold(watch_open(
+                &[
+                    event("MODIFIED", &configmap("team", "a", 11, "2")),
+                    bookmark(11),
+                ],
+                None,
+            ));
+        }
+        *o.lock().unwrap() += 1;
+        match *o.lock().unwrap() {
+            // The other scope's first watch fails: the poll fails after team's change.
+            1 => b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nx-cmpoll-hub: fake\r\nContent-Length: 4\r\nConnection: close\r\n\r\noops".to_vec(),
+            _ => hold(watch_open(&[bookmark(10)], None)),
+        }
+    });
+    // After "team" in the scopes' order (namespaces are listed sorted).
+    let d = follower_with(&hub, &["--namespace", "zz"]);
+    let within = Duration::from_secs(30);
+    assert_eq!(
+        changes(&d.batch(within)),
+        vec![("added".into(), "team/a".into(), hash("1"))]
+    );
+    assert_eq!(
+        changes(&d.batch(within)),
+        vec![("updated".into(), "team/a".into(), hash("2"))],
+        "the change of the failed poll, again\n{}",
+        d.stderr()
+    );
+    let team_watches: Vec<Option<u64>> = (hub.watches().iter())
+        .filter(|l| l.contains("/namespaces/team/"))
+        .map(|l| asked_rv(l))
+        .collect();
+    assert_eq!(
+        team_watches,
+        vec![Some(10), Some(10)],
+        "watched again from what it held"
+    );
+    assert!(*other.lock().unwrap() >= 2);
+    d.stop();
+}

@@ -107,6 +107,7 @@ impl Poller {
             (Ok(()), Some(full)) => Err(Error::Spool(full.error(spool, start))),
             (result, _) => result,
         };
+        self.source.polled(result.is_ok());
         if let Err(e) = result {
             spool.truncate(start).map_err(Error::Spool)?;
             return Err(e);

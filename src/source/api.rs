@@ -62,6 +62,9 @@ pub struct ApiSource {
     /// Following a `cmpoll serve` hub (`follow.rs`), by its held watches (`watching.rs`).
     follow: Follow,
     streams: Streams,
+    /// What this poll's watches took (scope, version, ids): held once the poll is
+    /// complete (`Source::polled`).
+    taken: Vec<(String, String, Vec<String>)>,
     rng: crate::backoff::Rng,
 }
 
@@ -89,6 +92,7 @@ impl ApiSource {
             raw: false,
             follow: Follow::new(None),
             streams: Streams::default(),
+            taken: Vec::new(),
             rng: crate::backoff::Rng::from_time(),
         }
     }
@@ -711,6 +715,18 @@ impl Source for ApiSource {
 
     fn hub_waits(&self) -> bool {
         self.follow.hub_waits(self.page_size > 0)
+    }
+
+    /// A complete poll: what its watches took is held. A failed one: their watches are
+    /// given up, so that the next poll watches again from what is held, and the hub
+    /// sends the changes this poll took again (it keeps them in its history).
+    fn polled(&mut self, complete: bool) {
+        for (scope, rv, ids) in std::mem::take(&mut self.taken) {
+            match complete {
+                true => self.follow.hold(&scope, &rv, ids),
+                false => self.streams.close(&scope),
+            }
+        }
     }
 }
 

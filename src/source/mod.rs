@@ -110,6 +110,10 @@ pub trait Source: Send {
     fn hub_waits(&self) -> bool {
         false
     }
+    /// The poll `list` served is complete (its snapshot taken) or not (nothing of it
+    /// kept): what a source keeps from one poll to the next (a watch's version) moves on
+    /// only with a complete one.
+    fn polled(&mut self, _complete: bool) {}
 }
 
 /// How the apiserver is listed (`--list-mode`).

@@ -94,7 +94,8 @@ impl ApiSource {
         }
         now_ids.sort();
         let rv = rv.to_string();
-        self.follow.hold(&scope.key(), &rv, now_ids);
+        // Held once the poll is complete (`Source::polled`).
+        self.taken.push((scope.key(), rv.clone(), now_ids));
         log::debug!("{}: watched up to resourceVersion {rv}", scope.action());
         Ok(Some(ListMeta {
             kind: format!("{}List", scope.1.kind()),
