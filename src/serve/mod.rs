@@ -74,8 +74,10 @@ pub struct Options {
 const REVIEWERS: usize = 4;
 
 /// Parked (waiting) or streaming (watching) requests one follower's token may hold: a
-/// follower needs one a scope it follows.
-pub const MAX_HELD: usize = 64;
+/// follower holds a watch of each scope it follows (each namespace of each kind: 128
+/// namespaces of both kinds), and one token no more than a sixty-fourth of the hub's
+/// connections.
+pub const MAX_HELD: usize = 256;
 
 /// How the hub holds its clients: a fleet of followers, each with a keep-alive connection
 /// and, between changes, one request waiting; requests whose reviews are kept are
