@@ -142,7 +142,10 @@ impl Delivery {
                 let synced = self.settle(current, &next, &mut going, number, stats, took, first);
                 self.report(&going, spool, &next);
                 self.confirm_due |= going.events.iter().any(Event::is_change);
-                for e in going.events.iter() {
+                // `--confirm` only: the agent is asked about what was delivered (without
+                // it, 50,000 first modules kept here cost 14 MB for nothing).
+                let confirms = self.gate.as_ref().is_some_and(Gate::confirms);
+                for e in going.events.iter().filter(|_| confirms) {
                     if matches!(e.change, Change::Added | Change::Updated) {
                         let pending = Pending {
                             hash: e.entry.hash,
@@ -1055,6 +1058,12 @@ mod tests {
         commit(&mut d, &mut store, &[("ns/a", "1")], 3);
         commit(&mut d, &mut store, &[("ns/a", "1")], 4);
         assert_eq!(take(&heard), ["stdout: added ns/a | 1 modules"]);
+        // Issue 50.6: what --confirm would ask the agent about is kept only with it (50,000
+        // first modules cost 14 MB of it otherwise).
+        assert!(
+            d.unconfirmed.is_empty(),
+            "no --confirm, nothing kept to ask"
+        );
         commit(&mut d, &mut store, &[], 5);
         assert_eq!(take(&heard), ["stdout: removed ns/a | 0 modules"]);
     }

@@ -34,6 +34,7 @@ use super::{Collect, Error, Item, ListMode, Previous, Resource, Selection, Sourc
 use crate::kube::client::{Failure, Waited};
 use crate::kube::{self, Client};
 
+mod named;
 mod watched;
 
 const ACCEPT_JSON: &str = "application/json";
@@ -522,75 +523,6 @@ impl ApiSource {
             }));
         }
         self.last_rv.insert(scope.key(), rv);
-        Ok(())
-    }
-
-    /// The names read in `scope` instead of a list by label (`Selection::names`); `None`
-    /// where no entry names the scope's namespace and kind (and in all namespaces).
-    fn named(&self, scope: Scope) -> Option<Vec<String>> {
-        let ns = scope.0?;
-        let names: Vec<String> = (self.selection.names.iter())
-            .filter(|n| n.namespace.as_deref().is_none_or(|x| x == ns))
-            .filter(|n| n.kind.is_none_or(|k| k == scope.1))
-            .map(|n| n.name.clone())
-            .collect();
-        (!names.is_empty()).then_some(names)
-    }
-
-    /// Objects read by name: each GET that finds one delivers it (its labels are not
-    /// checked: it was named); a 404 NotFound about it means it is absent.
-    fn get_named(
-        &mut self,
-        scope: Scope,
-        names: &[String],
-        out: &mut dyn Collect,
-    ) -> Result<(), Error> {
-        let (Some(ns), resource) = (scope.0, scope.1) else {
-            return Ok(());
-        };
-        for name in names {
-            let action = format!("get {} {ns}/{name}", resource.singular());
-            let url = format!(
-                "/api/v1/namespaces/{}/{}/{}",
-                encode(ns),
-                resource.plural(),
-                encode(name)
-            );
-            let annotation = self.selection.folder_annotation.clone();
-            let got = self
-                .client
-                .get(&url, ACCEPT_JSON, &action)
-                .and_then(|body| {
-                    let fail = body.failure();
-                    read_object(
-                        body,
-                        &self.selection.keys,
-                        resource,
-                        annotation.as_deref(),
-                        self.raw,
-                    )
-                    .map_err(|e| read_error(&fail, "not a valid object", e))
-                });
-            match got {
-                Ok((kind, got, item))
-                    if kind == resource.kind() && got.name == *name && got.namespace == ns =>
-                {
-                    out.item(self.qualify(item))?;
-                }
-                Ok((kind, got, _)) => {
-                    return Err(Error::Api(kube::Error::Decode {
-                        action,
-                        cause: format!(
-                            "expected {} {ns}/{name}, got {kind} {}",
-                            resource.kind(),
-                            got.id()
-                        ),
-                    }));
-                }
-                Err(e) if e.is_not_found(resource.plural(), name) => {}
-                Err(e) => return Err(Error::Api(e)),
-            }
-        }
         Ok(())
     }
 

@@ -49,6 +49,7 @@ struct Args {
     outdir_bytes: usize,
     /// The output folder's `--layout`.
     outdir_layout: String,
+    outdir_keys: usize,
     /// Another cmpoll binary (an older build), measured beside this one: before vs after.
     baseline: Option<std::path::PathBuf>,
     /// Dashboards for the k8s-sidecar part.
@@ -93,6 +94,7 @@ fn args() -> Args {
         outdir_sizes: vec![10_000, 100_000],
         outdir_bytes: 512,
         outdir_layout: "files".into(),
+        outdir_keys: 2,
         dashboards: 300,
         quiet: 60,
         fleet_sizes: vec![10, 100, 300],
@@ -119,6 +121,7 @@ fn args() -> Args {
             "--outdir-sizes" => a.outdir_sizes = v.split(',').map(parse_count).collect(),
             "--outdir-bytes" => a.outdir_bytes = v.parse().expect("--outdir-bytes N"),
             "--outdir-layout" => a.outdir_layout = v.to_string(),
+            "--outdir-keys" => a.outdir_keys = v.parse().expect("--outdir-keys N"),
             "--dashboards" => a.dashboards = v.parse().expect("--dashboards N"),
             "--quiet" => a.quiet = v.parse().expect("--quiet SECONDS"),
             "--fleet-sizes" => a.fleet_sizes = v.split(',').map(parse_count).collect(),
@@ -143,7 +146,7 @@ fn args() -> Args {
             }
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH] [--sim-sizes 1k,5k,10k] [--sim-check 50] [--sim-protocols longpoll,watch]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-keys 2] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH] [--sim-sizes 1k,5k,10k] [--sim-check 50] [--sim-protocols longpoll,watch]"
                 );
                 std::process::exit(2);
             }
@@ -643,6 +646,7 @@ fn main() {
             &a.outdir_sizes,
             outdir::Shape {
                 key_bytes: a.outdir_bytes,
+                keys: a.outdir_keys,
                 layout: &a.outdir_layout,
             },
         );

@@ -26,23 +26,26 @@ struct Figures {
 /// The modules measured, and how they are written.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape<'a> {
-    /// Bytes of each of a module's two keys (about).
+    /// Bytes of each of a module's keys (about).
     pub key_bytes: usize,
+    /// Keys a module has (two by default).
+    pub keys: usize,
     /// `--layout`.
     pub layout: &'a str,
 }
 
-/// N modules of two keys of `key_bytes` (about: 512 by default) in 20 namespaces.
-fn load(server: &TestApiserver, n: usize, round: usize, key_bytes: usize) {
+/// N modules of `keys` keys (two by default) of `key_bytes` each (about: 512 by default)
+/// in 20 namespaces.
+fn load(server: &TestApiserver, n: usize, round: usize, shape: Shape) {
     for i in 0..n {
-        let fill = "x".repeat(key_bytes.saturating_sub(12));
+        let fill = "x".repeat(shape.key_bytes.saturating_sub(12));
         let body = |k: usize| format!("{fill}{round}-{i}-{k}\n");
-        server.put(
-            ConfigMap::new(&format!("ns-{:02}", i % 20), &format!("module-{i:06}"))
-                .label("cmpoll.io/module", "true")
-                .data("a.conf", &body(0))
-                .data("b.conf", &body(1)),
-        );
+        let mut cm = ConfigMap::new(&format!("ns-{:02}", i % 20), &format!("module-{i:06}"))
+            .label("cmpoll.io/module", "true");
+        for k in 0..shape.keys {
+            cm = cm.data(&format!("{}.conf", (b'a' + k as u8) as char), &body(k));
+        }
+        server.put(cm);
     }
 }
 
@@ -156,7 +159,7 @@ fn measure(cmpoll: &Path, n: usize, shape: Shape, keep: &mut Vec<tempfile::TempD
         plain_http: true,
         ..Options::default()
     });
-    load(&server, n, 0, shape.key_bytes);
+    load(&server, n, 0, shape);
     let kc_dir = tempfile::tempdir().unwrap();
     let kc = server.write_kubeconfig(&kc_dir.path().join("kubeconfig"), &Kubeconfig::token());
     let mut f = Figures::default();
@@ -224,8 +227,10 @@ fn measure(cmpoll: &Path, n: usize, shape: Shape, keep: &mut Vec<tempfile::TempD
 pub fn run(cmpoll: &Path, baseline: Option<&Path>, sizes: &[usize], shape: Shape) {
     let fresh = FreshFs::new(1).is_some();
     println!(
-        "output folder: `run --once --out-dir --layout {}` of N two-key modules (2 x {} B), wall seconds; disk = {}",
+        "output folder: `run --once --out-dir --layout {}` of N {}-key modules ({} x {} B), wall seconds; disk = {}",
         shape.layout,
+        shape.keys,
+        shape.keys,
         shape.key_bytes,
         if fresh {
             format!(
