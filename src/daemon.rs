@@ -52,11 +52,11 @@ pub struct Ops {
 /// What the main loop waits for.
 enum Msg {
     Signal(Signal),
-    Polled(Box<Done>),
+    Polled(Box<Finished>),
 }
 
 /// A finished poll: the store back, and the result.
-struct Done {
+struct Finished {
     store: Store,
     number: u64,
     result: Result<Polled, poll::Error>,
@@ -65,7 +65,8 @@ struct Done {
     hub: bool,
 }
 
-struct Job {
+/// A poll the loop asks of the poll thread: the store, and the poll's number.
+struct Turn {
     store: Store,
     number: u64,
 }
@@ -81,15 +82,15 @@ const AFTER_WAITING: Duration = Duration::from_millis(100);
 /// How long a stop waits for `--report-events` to send what it still holds.
 const REPORTS_AT_STOP: Duration = Duration::from_secs(5);
 
-fn spawn_poller(mut poller: Poller, tx: Sender<Msg>) -> Result<Sender<Job>, Error> {
-    let (jobs, rx) = mpsc::channel::<Job>();
+fn spawn_poller(mut poller: Poller, tx: Sender<Msg>) -> Result<Sender<Turn>, Error> {
+    let (jobs, rx) = mpsc::channel::<Turn>();
     thread::Builder::new()
         .name("poll".into())
         .spawn(move || {
             for mut job in rx {
                 let started = Instant::now();
                 let result = poller.poll(&job.store.snapshot, &mut job.store.spool);
-                let done = Done {
+                let done = Finished {
                     store: job.store,
                     number: job.number,
                     result,
@@ -160,7 +161,7 @@ impl Daemon {
     fn event_loop(
         &mut self,
         rx: &Receiver<Msg>,
-        jobs: &Sender<Job>,
+        jobs: &Sender<Turn>,
         store: Store,
     ) -> Result<(), Error> {
         let mut store = Some(store);
@@ -173,7 +174,7 @@ impl Daemon {
             self.watchdog(&mut next_watchdog);
             if let Some(st) = store.take_if(|_| Instant::now() >= next_poll) {
                 polls += 1;
-                jobs.send(Job {
+                jobs.send(Turn {
                     store: st,
                     number: polls,
                 })
@@ -256,7 +257,7 @@ impl Daemon {
 
     /// A finished poll: a successful one goes through the sinks; a failed one only backs
     /// off. With `--once`, the end.
-    fn polled(&mut self, done: Done) -> Next {
+    fn polled(&mut self, done: Finished) -> Next {
         let mut store = done.store;
         self.health().following_hub = done.hub;
         let polled = match done.result {

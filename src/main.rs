@@ -34,7 +34,7 @@ fn main() -> ExitCode {
     }
     let Some(command) = top.command else {
         eprintln!(
-            "cmpoll: error: a command is needed: cmpoll run | cmpoll list | cmpoll status | cmpoll webhook | cmpoll sidecar (see cmpoll --help)"
+            "cmpoll: error: a command is needed: cmpoll run | cmpoll list | cmpoll status | cmpoll webhook | cmpoll sidecar | cmpoll serve (see cmpoll --help)"
         );
         return ExitCode::from(2);
     };

@@ -45,7 +45,7 @@ const QUEUE: usize = 1000;
 
 /// The object an event is about (`regarding`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Object {
+pub struct Regarding {
     pub kind: Resource,
     pub namespace: String,
     pub name: String,
@@ -84,7 +84,7 @@ impl Reason {
 /// One thing to tell the object's author.
 #[derive(Clone, Debug)]
 pub struct Occurrence {
-    pub object: Object,
+    pub object: Regarding,
     pub reason: Reason,
     /// Cut to `MAX_NOTE` bytes on a character boundary here.
     pub note: String,
@@ -111,7 +111,7 @@ pub enum Failure {
 /// The events of one object.
 #[derive(Debug)]
 struct Obj {
-    regarding: Object,
+    regarding: Regarding,
     last_call: Option<Instant>,
     recorded: HashMap<(Reason, String), Recorded>,
     /// The event due at the next slot.
@@ -297,7 +297,7 @@ impl<A: Api> Recorder<A> {
 /// A new event: its name (client-go's `GenerateEventName`: the object's name and the time
 /// in hex nanoseconds) and body.
 fn event(
-    regarding: &Object,
+    regarding: &Regarding,
     (reason, note): &(Reason, String),
     r: &Recorded,
     series: Option<Value>,
@@ -539,8 +539,8 @@ mod tests {
         }
     }
 
-    fn web(uid: &str) -> Object {
-        Object {
+    fn web(uid: &str) -> Regarding {
+        Regarding {
             kind: Resource::ConfigMaps,
             namespace: "team".into(),
             name: "web".into(),

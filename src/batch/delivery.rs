@@ -43,7 +43,7 @@ pub struct Delivery {
     ledger: Option<Arc<Mutex<Ledger>>>,
     /// `--confirm`: delivered modules the agent could not be asked about yet (asked again
     /// after every poll until it answers), each with the hash delivered.
-    unconfirmed: HashMap<String, Pending>,
+    unconfirmed: HashMap<String, Unconfirmed>,
     /// `--confirm`: a batch with changes reached the sinks and the agent has not been
     /// asked since (it is also how the agent hears of a batch).
     confirm_due: bool,
@@ -147,7 +147,7 @@ impl Delivery {
                 let confirms = self.gate.as_ref().is_some_and(Gate::confirms);
                 for e in going.events.iter().filter(|_| confirms) {
                     if matches!(e.change, Change::Added | Change::Updated) {
-                        let pending = Pending {
+                        let pending = Unconfirmed {
                             hash: e.entry.hash,
                             good: None,
                             withdrawable: !first,
@@ -673,7 +673,7 @@ impl Delivery {
                 _ => note.to_string(),
             };
             reporter.report(Occurrence {
-                object: report::Object {
+                object: report::Regarding {
                     kind: meta.kind,
                     namespace: namespace.to_string(),
                     name: name.to_string(),
@@ -747,7 +747,7 @@ impl Going<'_> {
 }
 
 /// `--confirm`: a module delivered, not yet confirmed by the agent.
-struct Pending {
+struct Unconfirmed {
     hash: Hash,
     /// What the sinks held before it (read before they replaced it).
     good: Option<Good>,

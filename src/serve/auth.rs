@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 
 use super::issuer::{self, Issuer, Verdict};
 use super::kept::{Budget, Cache};
-use super::status::Refusal;
+use super::status::StatusError;
 pub use super::user::User;
 use crate::backoff::Rng;
 use crate::https::server::Holder;
@@ -104,13 +104,13 @@ pub trait Reviewer: Send + Sync {
 #[derive(Debug)]
 pub enum Halt {
     /// Refused, in the apiserver's words.
-    Refused(Refusal),
+    Refused(StatusError),
     /// It needs work that may wait (a review, a render): ask again on this lane.
     Lane(usize),
 }
 
-impl From<Refusal> for Halt {
-    fn from(r: Refusal) -> Halt {
+impl From<StatusError> for Halt {
+    fn from(r: StatusError) -> Halt {
         Halt::Refused(r)
     }
 }
@@ -220,7 +220,7 @@ impl Auth {
             Verdict::NotYet(why) => {
                 log::debug!("--token-audience: a token for the hub refused for now: {why}");
                 self.decisions.record("authentication", "denied", "local");
-                Some(Err(Refusal::unauthorized().into()))
+                Some(Err(StatusError::unauthorized().into()))
             }
             Verdict::Refused(why) => {
                 log::debug!("--token-audience: a token for the hub refused: {why}");
@@ -228,7 +228,7 @@ impl Auth {
                 lock(&self.known).remove(&key);
                 lock(&self.refused).put(key, (), until, now);
                 self.decisions.record("authentication", "denied", "local");
-                Some(Err(Refusal::unauthorized().into()))
+                Some(Err(StatusError::unauthorized().into()))
             }
         }
     }
@@ -252,7 +252,7 @@ impl Auth {
             .map(Secret::new);
         let Some(token) = token else {
             self.decisions.record("authentication", "denied", "none");
-            return Err(Refusal::unauthorized().into());
+            return Err(StatusError::unauthorized().into());
         };
         let key: [u8; 32] = Sha256::digest(token.expose().as_bytes()).into();
         let holder = Holder(u64::from_be_bytes([
@@ -265,7 +265,7 @@ impl Auth {
         }
         if lock(&self.refused).get(&key, now).is_some() {
             self.decisions.record("authentication", "denied", "hit");
-            return Err(Refusal::unauthorized().into());
+            return Err(StatusError::unauthorized().into());
         }
         if !here {
             return Err(Halt::Lane(AUTHENTICATE));
@@ -281,7 +281,7 @@ impl Auth {
         if let Err(wait) = lock(budget).take(now) {
             // Not a decision: no review was made (cmpoll_serve_turned_away_total counts it).
             self.counts.turned_away(why);
-            let mut r = Refusal::too_many_requests();
+            let mut r = StatusError::too_many_requests();
             r.retry_after = Some(wait.as_secs().max(1));
             return Err(r.into());
         }
@@ -291,7 +291,7 @@ impl Auth {
                 self.decisions.record("authentication", "error", "miss");
                 self.quiet
                     .warn(|n| log::warn!("cannot review a bearer token{n}: {e}"));
-                return Err(Refusal::unavailable(
+                return Err(StatusError::unavailable(
                     format!("cannot authenticate the request: the TokenReview failed: {e}"),
                     REVIEW_RETRY_AFTER,
                 )
@@ -316,7 +316,7 @@ impl Auth {
                 lock(&self.known).remove(&key);
                 lock(&self.refused).put(key, (), until, now);
                 self.decisions.record("authentication", "denied", "miss");
-                Err(Refusal::unauthorized().into())
+                Err(StatusError::unauthorized().into())
             }
         }
     }
@@ -352,7 +352,7 @@ impl Auth {
                         let name = &user.name;
                         self.quiet
                             .warn(|n| log::warn!("cannot review the access of {name}{n}: {e}"));
-                        return Err(Refusal::unavailable(
+                        return Err(StatusError::unavailable(
                             format!(
                                 "cannot authorize the request: the SubjectAccessReview failed: {e}"
                             ),
@@ -383,14 +383,14 @@ impl Auth {
 }
 
 /// The 403 the apiserver sends for `what`.
-fn forbidden(user: &User, what: &Attributes, why: &str) -> Refusal {
+fn forbidden(user: &User, what: &Attributes, why: &str) -> StatusError {
     match what {
         Attributes::Resource {
             verb,
             kind,
             namespace,
             name,
-        } => Refusal::forbidden(
+        } => StatusError::forbidden(
             &user.name,
             verb,
             *kind,
@@ -398,7 +398,7 @@ fn forbidden(user: &User, what: &Attributes, why: &str) -> Refusal {
             name.as_deref(),
             why,
         ),
-        Attributes::Path { verb, path } => Refusal::forbidden_path(&user.name, verb, path, why),
+        Attributes::Path { verb, path } => StatusError::forbidden_path(&user.name, verb, path, why),
     }
 }
 
@@ -515,7 +515,7 @@ mod tests {
         }
     }
 
-    fn refusal<T: std::fmt::Debug>(r: Result<T, Halt>) -> Refusal {
+    fn refusal<T: std::fmt::Debug>(r: Result<T, Halt>) -> StatusError {
         match r.unwrap_err() {
             Halt::Refused(r) => r,
             other => panic!("{other:?}"),

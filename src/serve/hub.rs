@@ -30,7 +30,7 @@ use super::held::{Held, Object, Versions};
 use super::impersonate;
 use super::render::{self, More};
 use super::request::{self, Ask, Form, Route, Target};
-use super::status::Refusal;
+use super::status::StatusError;
 use super::watch::{Timeline, Watch};
 use crate::backoff::Rng;
 use crate::https::http::{Answer, Body, Request};
@@ -169,7 +169,7 @@ impl Hub {
             }
             Route::Unknown => {
                 self.who(req, &route, here)?;
-                Err(Refusal::no_such_path().into())
+                Err(StatusError::no_such_path().into())
             }
             Route::Read(target) => {
                 let who = self.who(req, &route, here)?;
@@ -254,16 +254,16 @@ impl Hub {
     }
 
     /// The last complete poll, if the hub is ready to serve it.
-    fn ready_held(&self) -> Result<Arc<Held>, Refusal> {
+    fn ready_held(&self) -> Result<Arc<Held>, StatusError> {
         let ready =
             (self.health.lock().unwrap_or_else(|p| p.into_inner())).readiness(Instant::now());
         match (ready, self.current()) {
             (Ok(()), Some(held)) => Ok(held),
-            (Err(why), _) => Err(Refusal::unavailable(
+            (Err(why), _) => Err(StatusError::unavailable(
                 format!("cmpoll serve is not ready: {why}"),
                 1,
             )),
-            (Ok(()), None) => Err(Refusal::unavailable(
+            (Ok(()), None) => Err(StatusError::unavailable(
                 "cmpoll serve is not ready: no complete poll yet",
                 1,
             )),
@@ -294,14 +294,14 @@ impl Hub {
                 "DELETE" => "delete",
                 _ => "request",
             };
-            return Err(Refusal::method_not_supported(kind, verb).into());
+            return Err(StatusError::method_not_supported(kind, verb).into());
         }
         // A hub that cannot serve says so to whoever it knows, before it asks the
         // apiserver about them (its reviews fail with its polls when it lost its access).
         let held = self.ready_held()?;
         self.authorize(&user, &ask, here)?;
         if !held.serves(kind) {
-            return Err(Refusal::no_such_path().into());
+            return Err(StatusError::no_such_path().into());
         }
         if ask.watch {
             let watch = {
@@ -324,7 +324,7 @@ impl Hub {
         }
         let ns = ask.target.namespace.as_deref();
         let v = held.versions(kind, ns).ok_or_else(|| {
-            Refusal::unavailable(
+            StatusError::unavailable(
                 format!("cmpoll serve has not listed {} yet", kind.plural()),
                 1,
             )
@@ -333,7 +333,7 @@ impl Hub {
             && v.listed < r
         {
             if wake == Wake::Expired {
-                return Err(Refusal::too_large_resource_version(r, v.listed).into());
+                return Err(StatusError::too_large_resource_version(r, v.listed).into());
             }
             self.behind.store(true, Ordering::SeqCst);
             return Ok(Reply::Wait {
@@ -351,7 +351,7 @@ impl Hub {
                 Some(o) => Ok(Reply::Answer(
                     self.body(&ask, render::object(kind, ask.form, o)),
                 )),
-                None => Err(Refusal::not_found(kind, name).into()),
+                None => Err(StatusError::not_found(kind, name).into()),
             };
         }
         if let (Some(wait), Some(r)) = (ask.wait, ask.not_older_than())
@@ -448,10 +448,11 @@ impl Hub {
         // A page: from the start, or after a continue token's key, of the list at its rv.
         let (rv, after) = match &ask.continue_token {
             Some(t) => {
-                let (rv, key) = render::read_continue(t)
-                    .map_err(|e| Refusal::bad_request(format!("invalid continue token: {e}")))?;
+                let (rv, key) = render::read_continue(t).map_err(|e| {
+                    StatusError::bad_request(format!("invalid continue token: {e}"))
+                })?;
                 if v.changed > rv {
-                    return Err(Refusal::expired(EXPIRED_CONTINUE).into());
+                    return Err(StatusError::expired(EXPIRED_CONTINUE).into());
                 }
                 let key = match ns {
                     Some(ns) => format!("{ns}/{key}"),

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::auth::{Attributes, User};
-use super::status::{Forbidden, Refusal};
+use super::status::{Forbidden, StatusError};
 use crate::names::go_quote;
 
 /// Why the hub refuses what it is asked to be.
@@ -42,13 +42,13 @@ pub fn refused(
     requester: &User,
     headers: &[(String, String)],
     what: &Attributes,
-) -> Option<Refusal> {
+) -> Option<StatusError> {
     let wanted = wanted(headers);
     if wanted.name.is_empty() {
         if wanted.only_name() {
             return None;
         }
-        return Some(Refusal::bad_request(format!(
+        return Some(StatusError::bad_request(format!(
             "requested {} without impersonating a user name",
             go_syntax(&wanted)
         )));
@@ -70,7 +70,7 @@ pub fn refused(
                 namespace: Some(ns),
                 name: Some(name),
             };
-            return Some(Refusal::forbidden_to(
+            return Some(StatusError::forbidden_to(
                 &requester.name,
                 "impersonate",
                 &about,
@@ -85,7 +85,7 @@ pub fn refused(
                 namespace: None,
                 name: Some(wanted.name),
             };
-            return Some(Refusal::forbidden_to(
+            return Some(StatusError::forbidden_to(
                 &requester.name,
                 "impersonate",
                 &about,
@@ -97,7 +97,7 @@ pub fn refused(
 }
 
 /// The 403 of `impersonate-on:MODE:VERB` about the request itself.
-fn on_request(requester: &User, mode: &str, what: &Attributes) -> Refusal {
+fn on_request(requester: &User, mode: &str, what: &Attributes) -> StatusError {
     match what {
         Attributes::Resource {
             verb,
@@ -113,11 +113,11 @@ fn on_request(requester: &User, mode: &str, what: &Attributes) -> Refusal {
                 name: name.as_deref(),
             };
             let verb = format!("impersonate-on:{mode}:{verb}");
-            Refusal::forbidden_to(&requester.name, &verb, &about, REASON)
+            StatusError::forbidden_to(&requester.name, &verb, &about, REASON)
         }
         Attributes::Path { verb, path } => {
             let verb = format!("impersonate-on:{mode}:{verb}");
-            Refusal::forbidden_path(&requester.name, &verb, path, REASON)
+            StatusError::forbidden_path(&requester.name, &verb, path, REASON)
         }
     }
 }

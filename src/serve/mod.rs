@@ -83,7 +83,7 @@ pub const MAX_HELD: usize = 256;
 /// and, between changes, one request waiting; requests whose reviews are kept are
 /// answered on one lane, reviews are waited for on two others (`auth`).
 fn limits(counts: ServerCounts) -> Limits {
-    let busy = |r: status::Refusal| {
+    let busy = |r: status::StatusError| {
         r.answer()
             .with(kube::client::HUB_HEADER, env!("CARGO_PKG_VERSION"))
     };
@@ -91,7 +91,7 @@ fn limits(counts: ServerCounts) -> Limits {
         name,
         workers,
         queue,
-        busy: busy(status::Refusal::too_many_requests()),
+        busy: busy(status::StatusError::too_many_requests()),
     };
     Limits {
         max_connections: 16_384,
@@ -110,7 +110,7 @@ fn limits(counts: ServerCounts) -> Limits {
         ],
         max_held: MAX_HELD,
         inline: true,
-        panicked: busy(status::Refusal::internal_error(
+        panicked: busy(status::StatusError::internal_error(
             "this request caused cmpoll serve to panic; its log has the details",
         )),
         counts,
@@ -200,7 +200,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         .map_err(|e| Error::Config(format!("--listen {}: {e}", opts.listen)))?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [SIGTERM, SIGINT] {
-        // The first signal drains (`Poller::run`); a second one while it does stops at
+        // The first signal drains (`PollLoop::run`); a second one while it does stops at
         // once, as the signal's default action.
         signal_hook::flag::register_conditional_default(sig, stop.clone())
             .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
@@ -216,7 +216,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         opts.jitter,
         opts.source.selection.describe(),
     );
-    let poller = Poller {
+    let poller = PollLoop {
         source,
         hub: hub.clone(),
         handle: handle.clone(),
@@ -250,7 +250,7 @@ fn read_from(client: kube::Client) -> issuer::Fetch {
 }
 
 /// The poll loop.
-struct Poller {
+struct PollLoop {
     source: Box<dyn Source>,
     hub: Arc<Hub>,
     handle: Handle,
@@ -260,7 +260,7 @@ struct Poller {
     drain: Duration,
 }
 
-impl Poller {
+impl PollLoop {
     /// Polls until `stop` (a signal), then drains: not ready, the followers let go over
     /// the drain window (still served meanwhile: a change reaches those not yet gone),
     /// then the server stops.

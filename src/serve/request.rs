@@ -4,19 +4,19 @@
 //! `limit`, `continue`, `resourceVersion`, `resourceVersionMatch`, `watch`), the `Accept`
 //! header (a full list or object, or metadata only: `as=PartialObjectMetadataList`) and
 //! `Accept-Encoding`; and a follower's `x-cmpoll-wait`. A request it cannot read is a
-//! `Refusal` in the apiserver's words.
+//! `StatusError` in the apiserver's words.
 
 use std::time::Duration;
 
 use super::auth::Attributes;
-use super::status::{FieldError, Refusal};
+use super::status::{FieldError, StatusError};
 use crate::http::url::form_decoded;
 use crate::kube::client::{HOLD_HEADER, WAIT_HEADER};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::source::Resource;
 
 /// The longest a follower may be held (`x-cmpoll-wait`); longer asks are cut to it.
-pub const MAX_WAIT: Duration = Duration::from_secs(300);
+pub const MAX_FOLLOWER_WAIT: Duration = Duration::from_secs(300);
 
 /// Where a request goes.
 #[derive(Debug, PartialEq, Eq)]
@@ -70,7 +70,7 @@ pub struct Ask {
     pub exact: bool,
     pub form: Form,
     pub gzip: bool,
-    /// A follower's wait (`x-cmpoll-wait`), cut to `MAX_WAIT`.
+    /// A follower's wait (`x-cmpoll-wait`), cut to `MAX_FOLLOWER_WAIT`.
     pub wait: Option<Duration>,
     /// A follower's watch goes on after each change (`x-cmpoll-hold`, with a wait).
     pub hold: bool,
@@ -296,7 +296,7 @@ pub fn ask(
     target: Target,
     query: &str,
     header: &dyn Fn(&str) -> Option<String>,
-) -> Result<Ask, Refusal> {
+) -> Result<Ask, StatusError> {
     let mut a = Ask {
         watch: target.watch_path,
         target,
@@ -317,17 +317,19 @@ pub fn ask(
     let mut rv_match: Option<String> = None;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = form_decoded(value).map_err(Refusal::bad_request)?;
+        let value = form_decoded(value).map_err(StatusError::bad_request)?;
         match key {
             "labelSelector" => {
-                a.labels = LabelSelector::parse(&value).map_err(Refusal::bad_request)?;
+                a.labels = LabelSelector::parse(&value).map_err(StatusError::bad_request)?;
             }
             "fieldSelector" => {
-                a.fields = FieldSelector::parse(&value).map_err(Refusal::bad_request)?;
+                a.fields = FieldSelector::parse(&value).map_err(StatusError::bad_request)?;
             }
             "limit" => {
                 let n: i64 = value.parse().map_err(|_| {
-                    Refusal::bad_request(format!("limit: Invalid value: \"{value}\": not a number"))
+                    StatusError::bad_request(format!(
+                        "limit: Invalid value: \"{value}\": not a number"
+                    ))
                 })?;
                 a.limit = usize::try_from(n).ok().filter(|n| *n > 0);
             }
@@ -339,7 +341,7 @@ pub fn ask(
             "allowWatchBookmarks" => a.bookmarks = parse_bool(&value),
             "timeoutSeconds" => {
                 let n: i64 = value.parse().map_err(|_| {
-                    Refusal::bad_request(format!(
+                    StatusError::bad_request(format!(
                         "timeoutSeconds: Invalid value: \"{value}\": not a number"
                     ))
                 })?;
@@ -358,13 +360,13 @@ pub fn ask(
         list_options(&a, rv_match.as_deref())
     };
     if !errors.is_empty() {
-        return Err(Refusal::invalid_list_options(&errors));
+        return Err(StatusError::invalid_list_options(&errors));
     }
     a.exact = rv_match.as_deref() == Some("Exact");
     if let Some(rv) = &a.resource_version
         && rv.parse::<u64>().is_err()
     {
-        return Err(Refusal::bad_request(format!(
+        return Err(StatusError::bad_request(format!(
             "resourceVersion: Invalid value: \"{rv}\": must be a number"
         )));
     }
@@ -381,7 +383,7 @@ pub fn ask(
     });
     a.wait = header(WAIT_HEADER)
         .and_then(|w| w.trim().parse::<u64>().ok())
-        .map(|s| Duration::from_secs(s).min(MAX_WAIT));
+        .map(|s| Duration::from_secs(s).min(MAX_FOLLOWER_WAIT));
     a.hold = a.wait.is_some() && header(HOLD_HEADER).is_some_and(|h| h.trim() == "true");
     Ok(a)
 }
@@ -389,7 +391,7 @@ pub fn ask(
 /// The first media range in `accept` the hub serves, in the client's order, as the
 /// apiserver chooses: JSON, whole or (`as=PartialObjectMetadata[List]`) metadata only.
 /// Protobuf and tables are not served; a client that accepts nothing else gets 406.
-fn form(accept: &str, one: bool) -> Result<Form, Refusal> {
+fn form(accept: &str, one: bool) -> Result<Form, StatusError> {
     if accept.trim().is_empty() {
         return Ok(Form::Full);
     }
@@ -421,7 +423,7 @@ fn form(accept: &str, one: bool) -> Result<Form, Refusal> {
             Some(_) => {}
         }
     }
-    Err(Refusal::not_acceptable())
+    Err(StatusError::not_acceptable())
 }
 
 #[cfg(test)]
@@ -471,7 +473,7 @@ mod tests {
         assert_eq!(route("/readyz"), Route::Ops("/readyz"));
     }
 
-    fn ask_of(query: &str, headers: &[(&str, &str)]) -> Result<Ask, Refusal> {
+    fn ask_of(query: &str, headers: &[(&str, &str)]) -> Result<Ask, StatusError> {
         let Route::Read(t) = route("/api/v1/configmaps") else {
             panic!()
         };
@@ -520,7 +522,7 @@ mod tests {
         assert!(ask_of("resourceVersionMatch=Exact", &[]).is_err());
         assert!(ask_of("resourceVersion=x", &[]).is_err());
         let w = ask_of("", &[("X-Cmpoll-Wait", "9999")]).unwrap();
-        assert_eq!(w.wait, Some(MAX_WAIT));
+        assert_eq!(w.wait, Some(MAX_FOLLOWER_WAIT));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Refusals in the apiserver's words: a `Status` object with its code, reason, message and
+//! Failures in the apiserver's words (`StatusError`): a `Status` object with its code, reason, message and
 //! details, written as the apiserver writes it (field order, `\u003c`-style escapes), so
 //! that kubectl, client-go, the Python client and cmpoll read the hub's errors as they
 //! read the apiserver's. The texts are apimachinery's (`k8s.io/apimachinery/pkg/api/
@@ -8,9 +8,10 @@
 use crate::https::http::{Answer, Body};
 use crate::source::Resource;
 
-/// A refused request.
+/// A request the hub answers with a failure `Status` (apimachinery's `StatusError`: a
+/// 401, 403, 404, 410, 429, 503…), not to be confused with a rejected module.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub struct StatusError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
@@ -96,9 +97,9 @@ pub struct Details {
     pub causes: Vec<Cause>,
 }
 
-impl Refusal {
-    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Refusal {
-        Refusal {
+impl StatusError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> StatusError {
+        StatusError {
             code,
             reason,
             message: message.into(),
@@ -107,7 +108,7 @@ impl Refusal {
         }
     }
 
-    fn about(mut self, kind: Resource, name: Option<&str>) -> Refusal {
+    fn about(mut self, kind: Resource, name: Option<&str>) -> StatusError {
         self.details = Some(Box::new(Details {
             name: name.map(str::to_string),
             kind: Some(kind.plural().to_string()),
@@ -116,12 +117,12 @@ impl Refusal {
         self
     }
 
-    pub fn bad_request(message: impl Into<String>) -> Refusal {
-        Refusal::new(400, "BadRequest", message)
+    pub fn bad_request(message: impl Into<String>) -> StatusError {
+        StatusError::new(400, "BadRequest", message)
     }
 
-    pub fn unauthorized() -> Refusal {
-        Refusal::new(401, "Unauthorized", "Unauthorized")
+    pub fn unauthorized() -> StatusError {
+        StatusError::new(401, "Unauthorized", "Unauthorized")
     }
 
     /// 403 for a resource, as the apiserver's authorization filter words it.
@@ -132,7 +133,7 @@ impl Refusal {
         namespace: Option<&str>,
         name: Option<&str>,
         why: &str,
-    ) -> Refusal {
+    ) -> StatusError {
         let what = Forbidden {
             group: "",
             resource: kind.plural(),
@@ -140,12 +141,12 @@ impl Refusal {
             namespace,
             name,
         };
-        Refusal::forbidden_to(user, verb, &what, why)
+        StatusError::forbidden_to(user, verb, &what, why)
     }
 
     /// 403 for `what` in any API group (the impersonation filter's `users`, `uids`,
     /// `userextras/KEY` too): apimachinery's `NewForbidden` of the filter's message.
-    pub fn forbidden_to(user: &str, verb: &str, what: &Forbidden<'_>, why: &str) -> Refusal {
+    pub fn forbidden_to(user: &str, verb: &str, what: &Forbidden<'_>, why: &str) -> StatusError {
         let qualified = match what.group {
             "" => what.resource.to_string(),
             g => format!("{}.{g}", what.resource),
@@ -171,7 +172,7 @@ impl Refusal {
         if !why.is_empty() {
             message += &format!(": {why}");
         }
-        let mut r = Refusal::new(403, "Forbidden", message);
+        let mut r = StatusError::new(403, "Forbidden", message);
         r.details = Some(Box::new(Details {
             name: what.name.map(str::to_string),
             group: (!what.group.is_empty()).then(|| what.group.to_string()),
@@ -182,7 +183,7 @@ impl Refusal {
     }
 
     /// 403 for a path that is not a resource (`/metrics`, `/status`).
-    pub fn forbidden_path(user: &str, verb: &str, path: &str, why: &str) -> Refusal {
+    pub fn forbidden_path(user: &str, verb: &str, path: &str, why: &str) -> StatusError {
         let mut message = format!(
             "forbidden: User {} cannot {verb} path {}",
             go_quote(user),
@@ -191,13 +192,13 @@ impl Refusal {
         if !why.is_empty() {
             message += &format!(": {why}");
         }
-        let mut r = Refusal::new(403, "Forbidden", message);
+        let mut r = StatusError::new(403, "Forbidden", message);
         r.details = Some(Box::default());
         r
     }
 
-    pub fn not_found(kind: Resource, name: &str) -> Refusal {
-        Refusal::new(
+    pub fn not_found(kind: Resource, name: &str) -> StatusError {
+        StatusError::new(
             404,
             "NotFound",
             format!("{} {} not found", kind.plural(), go_quote(name)),
@@ -206,8 +207,8 @@ impl Refusal {
     }
 
     /// A path the hub does not serve.
-    pub fn no_such_path() -> Refusal {
-        let mut r = Refusal::new(
+    pub fn no_such_path() -> StatusError {
+        let mut r = StatusError::new(
             404,
             "NotFound",
             "the server could not find the requested resource",
@@ -217,8 +218,8 @@ impl Refusal {
     }
 
     /// apimachinery's `NewMethodNotSupported`.
-    pub fn method_not_supported(kind: Resource, verb: &str) -> Refusal {
-        Refusal::new(
+    pub fn method_not_supported(kind: Resource, verb: &str) -> StatusError {
+        StatusError::new(
             405,
             "MethodNotAllowed",
             format!(
@@ -229,8 +230,8 @@ impl Refusal {
         .about(kind, None)
     }
 
-    pub fn not_acceptable() -> Refusal {
-        Refusal::new(
+    pub fn not_acceptable() -> StatusError {
+        StatusError::new(
             406,
             "NotAcceptable",
             "only the following media types are accepted: application/json",
@@ -239,7 +240,7 @@ impl Refusal {
 
     /// apimachinery's `NewInvalid` of ListOptions: the 422 of a query whose options do
     /// not go together.
-    pub fn invalid_list_options(errors: &[FieldError]) -> Refusal {
+    pub fn invalid_list_options(errors: &[FieldError]) -> StatusError {
         let words: Vec<String> = (errors.iter())
             .map(|e| format!("{}: {}", e.field(), e.body()))
             .collect();
@@ -247,7 +248,7 @@ impl Refusal {
             [one] => one.clone(),
             many => format!("[{}]", many.join(", ")),
         };
-        let mut r = Refusal::new(
+        let mut r = StatusError::new(
             422,
             "Invalid",
             format!("ListOptions.meta.k8s.io \"\" is invalid: {all}"),
@@ -267,12 +268,12 @@ impl Refusal {
         r
     }
 
-    pub fn expired(message: impl Into<String>) -> Refusal {
-        Refusal::new(410, "Expired", message)
+    pub fn expired(message: impl Into<String>) -> StatusError {
+        StatusError::new(410, "Expired", message)
     }
 
-    pub fn too_many_requests() -> Refusal {
-        let mut r = Refusal::new(
+    pub fn too_many_requests() -> StatusError {
+        let mut r = StatusError::new(
             429,
             "TooManyRequests",
             "Too many requests, please try again later.",
@@ -284,8 +285,8 @@ impl Refusal {
 
     /// What a request gets when the hub fails it by a fault of its own (a handler that
     /// panicked), in apimachinery's `NewInternalError` form.
-    pub fn internal_error(cause: &'static str) -> Refusal {
-        let mut r = Refusal::new(
+    pub fn internal_error(cause: &'static str) -> StatusError {
+        let mut r = StatusError::new(
             500,
             "InternalError",
             format!("Internal error occurred: {cause}"),
@@ -300,15 +301,15 @@ impl Refusal {
         r
     }
 
-    pub fn unavailable(message: impl Into<String>, retry_after: u64) -> Refusal {
-        let mut r = Refusal::new(503, "ServiceUnavailable", message);
+    pub fn unavailable(message: impl Into<String>, retry_after: u64) -> StatusError {
+        let mut r = StatusError::new(503, "ServiceUnavailable", message);
         r.retry_after = Some(retry_after);
         r
     }
 
     /// The watch cache's answer to a list newer than it has.
-    pub fn too_large_resource_version(asked: u64, current: u64) -> Refusal {
-        let mut r = Refusal::new(
+    pub fn too_large_resource_version(asked: u64, current: u64) -> StatusError {
+        let mut r = StatusError::new(
             504,
             "Timeout",
             format!("Timeout: Too large resource version: {asked}, current: {current}"),
@@ -413,11 +414,11 @@ mod tests {
     fn statuses_as_the_apiserver_writes_them() {
         let cases = [
             (
-                Refusal::forbidden("alice", "list", Resource::ConfigMaps, None, None, ""),
+                StatusError::forbidden("alice", "list", Resource::ConfigMaps, None, None, ""),
                 r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps is forbidden: User \"alice\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope","reason":"Forbidden","details":{"kind":"configmaps"},"code":403}"#,
             ),
             (
-                Refusal::forbidden(
+                StatusError::forbidden(
                     "alice",
                     "get",
                     Resource::ConfigMaps,
@@ -428,19 +429,19 @@ mod tests {
                 r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"m1\" is forbidden: User \"alice\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"team-a\"","reason":"Forbidden","details":{"name":"m1","kind":"configmaps"},"code":403}"#,
             ),
             (
-                Refusal::unauthorized(),
+                StatusError::unauthorized(),
                 r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#,
             ),
             (
-                Refusal::not_found(Resource::ConfigMaps, "nope"),
+                StatusError::not_found(Resource::ConfigMaps, "nope"),
                 r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"nope\" not found","reason":"NotFound","details":{"name":"nope","kind":"configmaps"},"code":404}"#,
             ),
             (
-                Refusal::no_such_path(),
+                StatusError::no_such_path(),
                 r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}"#,
             ),
             (
-                Refusal::too_large_resource_version(99999, 222),
+                StatusError::too_large_resource_version(99999, 222),
                 r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: Too large resource version: 99999, current: 222","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#,
             ),
         ];

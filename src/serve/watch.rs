@@ -43,7 +43,7 @@ use super::held::{Held, Object};
 use super::history::{History, Start};
 use super::render;
 use super::request::{Ask, Form};
-use super::status::Refusal;
+use super::status::StatusError;
 use crate::backoff::Rng;
 use crate::https::http::Body;
 use crate::https::server::{Next, Pull, Stream};
@@ -203,7 +203,7 @@ impl Watch {
         match t.history.kind(self.filter.kind).from(rv) {
             Start::Seq(seq) => Phase::Changes { seq },
             Start::TooOld(oldest) => Phase::Failed(
-                Refusal::expired(format!("too old resource version: {rv} ({oldest})")).event(),
+                StatusError::expired(format!("too old resource version: {rv} ({oldest})")).event(),
             ),
         }
     }
@@ -329,7 +329,7 @@ impl Chunks {
 }
 
 fn not_ready() -> Body {
-    Refusal::unavailable("cmpoll serve is not ready: no complete poll yet", 1).event()
+    StatusError::unavailable("cmpoll serve is not ready: no complete poll yet", 1).event()
 }
 
 impl Stream for Watch {
@@ -354,8 +354,9 @@ impl Stream for Watch {
                         self.phase = self.state_now();
                     } else if now >= until {
                         let current = watermark;
-                        self.phase =
-                            Phase::Failed(Refusal::too_large_resource_version(rv, current).event());
+                        self.phase = Phase::Failed(
+                            StatusError::too_large_resource_version(rv, current).event(),
+                        );
                     } else {
                         return Pull {
                             chunks: out.chunks,

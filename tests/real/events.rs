@@ -179,7 +179,7 @@ fn a_secrets_rejection_carries_no_validator_output() {
 /// again. The clock is passed in, so the minute between calls is not waited for.
 #[test]
 fn a_repeat_is_counted_in_the_series_the_apiserver_stores() {
-    use cmpoll::report::{KubeApi, MIN_GAP, Object, Occurrence, Reason, Recorder};
+    use cmpoll::report::{KubeApi, MIN_GAP, Occurrence, Reason, Recorder, Regarding};
     let Some((_one, k)) = cluster() else { return };
     let ns = k.namespace("events-series");
     let token = account(k, &ns, "cmpoll", Some(rules_with_events()));
@@ -206,7 +206,7 @@ fn a_repeat_is_counted_in_the_series_the_apiserver_stores() {
     let results = cmpoll::ops::metrics::Results::default();
     let mut r = Recorder::new(KubeApi(client), "series-test".into(), results.clone());
     let occ = || Occurrence {
-        object: Object {
+        object: Regarding {
             kind: cmpoll::source::Resource::ConfigMaps,
             namespace: ns.clone(),
             name: "web".into(),
