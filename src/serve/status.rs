@@ -1,9 +1,9 @@
 //! Failures in the apiserver's words (`StatusError`): a `Status` object with its code,
 //! reason, message and details, written as the apiserver writes it (field order,
 //! `\u003c`-style escapes), so that kubectl, client-go, the Python client and cmpoll read
-//! the hub's errors as they read the apiserver's. The texts are apimachinery's (`k8s.io/apimachinery/pkg/api/
-//! errors`, the authorization filter's `forbiddenMessage`), checked against the real
-//! apiserver in `tests/serve.rs`.
+//! the hub's errors as they read the apiserver's. The texts are apimachinery's
+//! (`k8s.io/apimachinery/pkg/api/errors`, the authorization filter's `forbiddenMessage`),
+//! checked against the real apiserver in `tests/serve.rs`.
 
 use crate::https::http::{Answer, Body};
 use crate::source::Resource;
