@@ -10,7 +10,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use test_apiserver::Pki;
@@ -24,6 +24,10 @@ pub struct Hubs {
     api_url: String,
     ports: Vec<u16>,
     procs: Vec<Child>,
+    /// Flags every hub gets besides the bench's own.
+    extra: Vec<String>,
+    /// Each hub in the balancer's rotation (`probing`: as its `/readyz` says).
+    ready: Arc<Vec<AtomicBool>>,
     /// Where followers connect.
     pub port: u16,
 }
@@ -57,6 +61,18 @@ impl Hubs {
         interval: &str,
         dir: &Path,
     ) -> Hubs {
+        Hubs::start_with(api, bin, count, interval, dir, &[])
+    }
+
+    /// `start`, each hub with the flags `extra`.
+    pub fn start_with(
+        api: &RealApiserver,
+        bin: &Path,
+        count: usize,
+        interval: &str,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Hubs {
         let pki = Pki::with_server_names("fleet-hub", &["127.0.0.1"]);
         let w = |name: &str, text: &str| {
             let p = dir.join(name);
@@ -69,13 +85,20 @@ impl Hubs {
         w("apiserver-ca.crt", &api.ca_pem());
         w("hub-token", &hub_token(api));
         let ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
+        let ready = Arc::new(
+            (0..count)
+                .map(|_| AtomicBool::new(true))
+                .collect::<Vec<_>>(),
+        );
         let mut hubs = Hubs {
             bin: bin.into(),
             dir: dir.into(),
             interval: interval.into(),
             api_url: api.url.clone(),
             procs: Vec::new(),
-            port: balance(ports.clone()),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            port: balance(ports.clone(), ready.clone()),
+            ready,
             ports,
         };
         for i in 0..count {
@@ -105,6 +128,7 @@ impl Hubs {
             .arg(d.join("hub.crt"))
             .arg("--tls-key-file")
             .arg(d.join("hub.key"))
+            .args(&self.extra)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -124,6 +148,49 @@ impl Hubs {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
+    }
+
+    /// From now on the balancer sends new connections only to hubs whose `/readyz` says
+    /// so (asked every half second), as a Service stops sending to a pod that is not
+    /// ready: the prober runs as long as the bench.
+    pub fn probing(&self) {
+        let (ports, ready) = (self.ports.clone(), self.ready.clone());
+        let ca = self.dir.join("hub-ca.crt");
+        std::thread::spawn(move || {
+            loop {
+                for (i, port) in ports.iter().enumerate() {
+                    ready[i].store(self::ready(*port, &ca), Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+    }
+
+    /// Hub `i` told to stop (SIGTERM: it drains).
+    pub fn terminate(&self, i: usize) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.procs[i].id().to_string()])
+            .status();
+    }
+
+    /// Whether hub `i` has exited.
+    pub fn exited(&mut self, i: usize) -> bool {
+        self.procs[i].try_wait().ok().flatten().is_some()
+    }
+
+    /// Hub `i` started again (after it exited).
+    pub fn respawn(&mut self, i: usize) {
+        self.procs[i] = self.spawn(i);
+    }
+
+    /// Whether hub `i` says it is ready.
+    pub fn is_ready(&self, i: usize) -> bool {
+        ready(self.ports[i], &self.dir.join("hub-ca.crt"))
+    }
+
+    /// How many hubs.
+    pub fn count(&self) -> usize {
+        self.procs.len()
     }
 
     /// Hub `i`'s own port (no balancer) and process id.
@@ -228,17 +295,20 @@ fn ready(port: u16, ca: &Path) -> bool {
         .is_ok_and(|o| o.stdout == b"200")
 }
 
-/// A TCP balancer on a free port: each connection to the next backend that accepts it.
-fn balance(backends: Vec<u16>) -> u16 {
+/// A TCP balancer on a free port: each connection to the next backend that accepts it,
+/// among those `ready` (any, when none is).
+fn balance(backends: Vec<u16>, ready: Arc<Vec<AtomicBool>>) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = l.local_addr().expect("addr").port();
     let next = Arc::new(AtomicUsize::new(0));
     std::thread::spawn(move || {
         for client in l.incoming().map_while(Result::ok) {
             let start = next.fetch_add(1, Ordering::Relaxed);
-            let server = (0..backends.len())
-                .map(|k| backends[(start + k) % backends.len()])
-                .find_map(|p| TcpStream::connect(("127.0.0.1", p)).ok());
+            let order = (0..backends.len()).map(|k| (start + k) % backends.len());
+            let (up, down): (Vec<usize>, Vec<usize>) =
+                order.partition(|&b| ready[b].load(Ordering::Relaxed));
+            let server = (up.into_iter().chain(down))
+                .find_map(|b| TcpStream::connect(("127.0.0.1", backends[b])).ok());
             let Some(server) = server else { continue };
             let _ = client.set_nodelay(true);
             let _ = server.set_nodelay(true);

@@ -23,6 +23,7 @@ mod crossover;
 mod fleet;
 mod hubs;
 mod outdir;
+mod rollout;
 mod sidecar;
 mod simclient;
 mod simfleet;
@@ -692,6 +693,17 @@ fn main() {
         println!();
     }
     // A simulated fleet of one hub (issue 48.5): minutes per size; by name only.
+    // Two hubs replaced in turn under a simulated fleet (issue 49.3); by name only.
+    if a.only.iter().any(|o| o == "hub-rollout") {
+        rollout::run(
+            &cmpoll,
+            &rollout::Plan {
+                n: a.sim_sizes.first().copied().unwrap_or(1000),
+                objects: a.fleet_objects.first().copied().unwrap_or(1000),
+            },
+        );
+        println!();
+    }
     if a.only.iter().any(|o| o == "hub-fleet") {
         simfleet::run(
             &cmpoll,

@@ -16,6 +16,12 @@
 //!   and a GET of each object that changed (the simulator is told which by the churn, as a
 //!   real follower finds it by comparing versions).
 //!
+//! Behind a balancer (`reconnect: true`), a follower whose connection the hub closes (an
+//! answer with `Connection: close`, a drained watch, a hub gone) connects again, as a real
+//! follower does: at once after an answer that closed it, else at a random moment within
+//! 10 s (its backoff after a failed poll); a watch answered `410 Expired` (a hub that
+//! started after the follower's version) is followed by a full list, as a relist.
+//!
 //! A real follower's next request leaves some time after its answer (its batch's delivery
 //! and a 100 ms pause): each simulated follower waits 100 ms plus a random share of 50 ms,
 //! and the first requests are spread over `spread`, so that arrivals at the hub are as
@@ -57,6 +63,9 @@ pub struct Setup {
     pub wait: Duration,
     /// The first requests spread over this.
     pub spread: Duration,
+    /// A lost connection is made again (followers behind a balancer); else it counts as
+    /// broken and the follower stops.
+    pub reconnect: bool,
 }
 
 /// Per follower: when it got each (object name, round).
@@ -72,6 +81,11 @@ pub struct Report {
     pub wire_bytes: u64,
     /// Connections that failed (reset, TLS error, bad framing).
     pub broken: u64,
+    /// Connections made again (`Setup::reconnect`), and relists after a 410.
+    pub reconnects: u64,
+    pub relists: u64,
+    /// Events older than one the follower had of the same object: a change going back.
+    pub backwards: u64,
 }
 
 const ACCEPT_JSON: &str = "application/json";
@@ -109,6 +123,14 @@ struct Follower {
     seen: Seen,
     synced: bool,
     rng: u64,
+    /// The answer being read closes its connection.
+    closing: bool,
+    /// The watch being read said 410: list next.
+    relist: bool,
+    /// The newest round held of each object.
+    newest: HashMap<String, u64>,
+    /// Its connections so far (one more each reconnect).
+    connection: u64,
 }
 
 /// Framing of the response being read.
@@ -137,9 +159,31 @@ pub struct Sim {
     epoll: std::os::fd::OwnedFd,
     followers: Vec<Follower>,
     setup: Arc<Setup>,
+    config: Arc<rustls::ClientConfig>,
     /// The churn's changes not yet seen, for long-poll followers: every change so far.
     changes: Vec<(String, u64)>,
     pub report: Report,
+}
+
+/// A new connection to `addr` for follower `i`, registered with `epoll`.
+fn connect(
+    epoll: &std::os::fd::OwnedFd,
+    addr: std::net::SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+    i: usize,
+) -> std::io::Result<(TcpStream, rustls::ClientConnection)> {
+    let sock = TcpStream::connect(addr)?;
+    sock.set_nonblocking(true)?;
+    let _ = sock.set_nodelay(true);
+    let name = ServerName::try_from("127.0.0.1").expect("name");
+    let tls = rustls::ClientConnection::new(config.clone(), name).map_err(std::io::Error::other)?;
+    epoll::add(
+        epoll,
+        sock.as_fd(),
+        EventData::new_u64(i as u64),
+        EventFlags::IN | EventFlags::OUT | EventFlags::ET | EventFlags::RDHUP,
+    )?;
+    Ok((sock, tls))
 }
 
 fn tls_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
@@ -167,18 +211,7 @@ impl Sim {
         let n = setup.tokens.len().max(1);
         let mut followers = Vec::with_capacity(setup.tokens.len());
         for (i, token) in setup.tokens.iter().enumerate() {
-            let sock = TcpStream::connect(setup.addr).expect("connect to the hub");
-            sock.set_nonblocking(true).expect("nonblocking");
-            let _ = sock.set_nodelay(true);
-            let name = ServerName::try_from("127.0.0.1").expect("name");
-            let tls = rustls::ClientConnection::new(config.clone(), name).expect("tls");
-            epoll::add(
-                &epoll,
-                sock.as_fd(),
-                EventData::new_u64(i as u64),
-                EventFlags::IN | EventFlags::OUT | EventFlags::ET | EventFlags::RDHUP,
-            )
-            .expect("epoll add");
+            let (sock, tls) = connect(&epoll, setup.addr, &config, i).expect("connect to the hub");
             let start = now + setup.spread.mul_f64(i as f64 / n as f64);
             followers.push(Follower {
                 sock,
@@ -193,14 +226,51 @@ impl Sim {
                 seen: Seen::new(),
                 synced: false,
                 rng: (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+                closing: false,
+                relist: false,
+                newest: HashMap::new(),
+                connection: 0,
             });
         }
         Sim {
             epoll,
             followers,
             setup: Arc::new(setup),
+            config,
             changes: Vec::new(),
             report: Report::default(),
+        }
+    }
+
+    /// Follower `i`'s connection is gone: connect again and ask at `at` (if the balancer
+    /// refuses, try again within 10 s); without `reconnect`, it counts as broken.
+    fn lost(&mut self, i: usize, at: Instant) {
+        if !self.setup.reconnect {
+            self.report.broken += 1;
+            return;
+        }
+        let f = &mut self.followers[i];
+        f.inbuf.clear();
+        f.body = None;
+        f.closing = false;
+        let _ = epoll::delete(&self.epoll, f.sock.as_fd());
+        match connect(&self.epoll, self.setup.addr, &self.config, i) {
+            Ok((sock, tls)) => {
+                self.report.reconnects += 1;
+                let f = &mut self.followers[i];
+                (f.sock, f.tls) = (sock, tls);
+                f.connection += 1;
+                f.next_at = Some(at);
+                if f.want == Want::Watch && f.relist {
+                    f.want = Want::List;
+                }
+            }
+            Err(_) => {
+                let f = &mut self.followers[i];
+                let later = Duration::from_millis(next_random(&mut f.rng) % 10_000);
+                f.next_at = Some(Instant::now() + later);
+                f.want = if f.synced { Want::Watch } else { Want::List };
+            }
         }
     }
 
@@ -348,6 +418,7 @@ impl Sim {
     /// The socket is ready: reads and writes what it can, and handles whole answers.
     fn io(&mut self, i: usize) {
         let f = &mut self.followers[i];
+        let mut gone = false;
         loop {
             let mut progressed = false;
             while f.tls.wants_write() {
@@ -357,16 +428,12 @@ impl Sim {
                 }
             }
             match f.tls.read_tls(&mut f.sock) {
-                Ok(0) => {
-                    self.report.broken += 1;
-                    return;
-                }
+                Ok(0) => gone = true,
                 Ok(n) => {
                     self.report.wire_bytes += n as u64;
                     progressed = true;
                     if f.tls.process_new_packets().is_err() {
-                        self.report.broken += 1;
-                        return;
+                        gone = true;
                     }
                     let mut buf = [0u8; 16384];
                     while let Ok(m) = f.tls.reader().read(&mut buf) {
@@ -377,16 +444,24 @@ impl Sim {
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => {
-                    self.report.broken += 1;
-                    return;
-                }
+                Err(_) => gone = true,
             }
-            if !progressed {
+            if !progressed || gone {
                 break;
             }
         }
+        let connection = f.connection;
         self.parse(i);
+        // Gone, unless an answer that closed it was read whole (and it connected again).
+        if gone && self.followers[i].connection == connection {
+            let pause = self.pause(i);
+            self.lost(i, Instant::now() + pause);
+        }
+    }
+
+    /// A follower's pause before its next request (its batch, then 100 ms).
+    fn pause(&mut self, i: usize) -> Duration {
+        Duration::from_millis(100 + next_random(&mut self.followers[i].rng) % 50)
     }
 
     fn parse(&mut self, i: usize) {
@@ -411,6 +486,7 @@ impl Sim {
                             .then(|| v.trim().to_string())
                     })
                 };
+                f.closing = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
                 let framing = match header("content-length").and_then(|v| v.parse().ok()) {
                     Some(n) => Framing::Length(n),
                     None => Framing::Chunked {
@@ -481,8 +557,16 @@ impl Sim {
                     let line = &b.data[b.line_at..b.line_at + nl];
                     if let Some(rv) = bookmark(line) {
                         f.rv = f.rv.max(rv);
+                    } else if line.starts_with(b"{\"type\":\"ERROR\"") {
+                        // 410 Expired (or any error): list again.
+                        f.relist = true;
                     } else if let Some((name, round)) = name_and_round(line) {
-                        f.seen.entry((name, round)).or_insert(now);
+                        f.seen.entry((name.clone(), round)).or_insert(now);
+                        let newest = f.newest.entry(name).or_default();
+                        if round < *newest {
+                            self.report.backwards += 1;
+                        }
+                        *newest = (*newest).max(round);
                     }
                     b.line_at += nl + 1;
                 }
@@ -507,6 +591,17 @@ impl Sim {
         match (&f.want, b.code) {
             (Want::List, 200) => {
                 f.rv = list_rv(&b.data, b.gzip).unwrap_or(0);
+                if f.synced {
+                    // A relist: it holds the newest of every change made so far (about:
+                    // one written while the list was on its way may be counted too).
+                    self.report.relists += 1;
+                    for (name, round) in &changes {
+                        f.seen.entry((name.clone(), *round)).or_insert(now);
+                        let newest = f.newest.entry(name.clone()).or_default();
+                        *newest = (*newest).max(*round);
+                    }
+                }
+                f.relist = false;
                 f.synced = true;
                 f.want = Want::Waiting;
                 f.next_at = Some(now + pause);
@@ -535,6 +630,13 @@ impl Sim {
             (_, 200 | 304) => f.next_at = Some(now + pause),
             // Told to wait (429, 503): as a follower backs off (at least Retry-After 1).
             _ => f.next_at = Some(now + Duration::from_secs(1) + pause),
+        }
+        if f.relist {
+            f.want = Want::List;
+        }
+        if f.closing {
+            let at = f.next_at.unwrap_or(now + pause);
+            self.lost(i, at);
         }
     }
 }

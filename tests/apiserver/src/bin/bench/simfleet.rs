@@ -90,6 +90,11 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
 /// `n` tokens of the fleet's service account, each its own (TokenRequest), as each pod
 /// of a DaemonSet has its own; four connections at once.
 fn tokens(api: &RealApiserver, n: usize) -> Vec<String> {
+    tokens_for(api, n, None)
+}
+
+/// `n` tokens of the fleet's service account, for `audience` (else the apiserver's).
+pub(super) fn tokens_for(api: &RealApiserver, n: usize, audience: Option<&str>) -> Vec<String> {
     let admin = api.client_cert("bench-admin", Some("system:masters"));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let got = std::sync::Mutex::new(vec![String::new(); n]);
@@ -97,7 +102,10 @@ fn tokens(api: &RealApiserver, n: usize) -> Vec<String> {
         for _ in 0..4 {
             s.spawn(|| {
                 let mut c = Https::connect(api, Some(&admin));
-                let body = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":86400}}"#;
+                let body = match audience {
+                    Some(a) => format!(r#"{{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{{"expirationSeconds":86400,"audiences":["{a}"]}}}}"#),
+                    None => r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":86400}}"#.to_string(),
+                };
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if i >= n {
@@ -105,7 +113,7 @@ fn tokens(api: &RealApiserver, n: usize) -> Vec<String> {
                     }
                     let (code, answer) = c.post(
                         "/api/v1/namespaces/fleet-agents/serviceaccounts/agent/token",
-                        body,
+                        &body,
                     );
                     assert_eq!(code, 201, "TokenRequest: {}", String::from_utf8_lossy(&answer));
                     let v: serde_json::Value = serde_json::from_slice(&answer).expect("json");
@@ -338,6 +346,7 @@ fn one(
         protocol,
         wait: WAIT,
         spread: Duration::from_secs(1),
+        reconnect: false,
     });
     let t = Instant::now();
     let mut said = Instant::now();
@@ -538,6 +547,7 @@ fn check(api: &RealApiserver, cmpoll: &Path, tokens: &[String], scraper: &str, p
                 protocol: Protocol::Watch,
                 wait: WAIT,
                 spread: Duration::from_secs(1),
+                reconnect: false,
             }));
         }
         let mut pass = |d: Duration| match sim.as_mut() {
