@@ -217,6 +217,16 @@ impl Auth {
                 self.decisions.record("authentication", "allowed", "local");
                 Some(Ok(Who { user, holder }))
             }
+            Verdict::Unavailable(why) => {
+                self.decisions.record("authentication", "error", "local");
+                self.quiet
+                    .warn(|n| log::warn!("--token-audience: cannot verify a token{n}: {why}"));
+                Some(Err(StatusError::unavailable(
+                    format!("cannot authenticate the request: {why}"),
+                    REVIEW_RETRY_AFTER,
+                )
+                .into()))
+            }
             Verdict::NotYet(why) => {
                 log::debug!("--token-audience: a token for the hub refused for now: {why}");
                 self.decisions.record("authentication", "denied", "local");

@@ -35,6 +35,8 @@ pub enum Verdict {
     /// Signed with a key the hub does not hold (yet: the keys were read less than
     /// `MISS_EVERY` ago): refused now, asked again at the next request.
     NotYet(String),
+    /// The issuer's keys cannot be read: as a review that could not be made, a 503.
+    Unavailable(String),
     /// Not the hub's to decide: the apiserver reviews it.
     Ask,
 }
@@ -64,6 +66,11 @@ impl Issuer {
         }
     }
 
+    /// Reads the keys now (at the hub's start, so that its first followers find them).
+    pub fn prefetch(&self) {
+        self.read_keys(Instant::now());
+    }
+
     /// Decides `token` at `now`; may read the keys (blocking: called where reviews wait).
     pub fn verify(&self, token: &str, now: Instant) -> Verdict {
         let Some(t) = jwt::read(token) else {
@@ -79,8 +86,8 @@ impl Issuer {
         }
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let Some(h) = held.as_ref() else {
-            // The keys cannot be read: the apiserver may still review it.
-            return Verdict::Ask;
+            // The keys cannot be read (yet): as a review the apiserver could not make.
+            return Verdict::Unavailable("cannot read the service-account issuer's keys".into());
         };
         if t.claims.iss != h.issuer {
             return Verdict::Ask;
@@ -123,13 +130,13 @@ impl Issuer {
     /// Reads the issuer and its keys, unless they were asked for within `MISS_EVERY`; a
     /// failure keeps what is held.
     fn read_keys(&self, now: Instant) {
-        {
-            let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
-            if asked.is_some_and(|a| now.saturating_duration_since(a) < MISS_EVERY) {
-                return;
-            }
-            *asked = Some(now);
+        // Held while the keys are read: a review lane's other workers wait for this read
+        // (and then use what it read) rather than find no keys (a hub just started).
+        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        if asked.is_some_and(|a| now.saturating_duration_since(a) < MISS_EVERY) {
+            return;
         }
+        *asked = Some(now);
         match self.discover() {
             Ok((issuer, keys)) => {
                 log::info!(
@@ -284,14 +291,56 @@ mod tests {
         assert_eq!(*reads.lock().unwrap(), 3);
     }
 
+    /// Keys that cannot be read make a token for the hub a review that could not be made
+    /// (503, not kept), never a refusal; a token for another audience is still asked.
     #[test]
-    fn keys_that_cannot_be_read_leave_the_token_to_the_apiserver() {
+    fn keys_that_cannot_be_read_are_an_outage_not_a_refusal() {
         let fetch: Fetch = Box::new(|_: &str, _: &str| Err("connection refused".into()));
         let iss = Issuer::new("cmpoll-hub".into(), fetch);
         let key = Signer::new("k1");
-        assert_eq!(
+        assert!(matches!(
             iss.verify(&key.sign(&claims("cmpoll-hub")), Instant::now()),
+            Verdict::Unavailable(_)
+        ));
+        assert_eq!(
+            iss.verify(&key.sign(&claims("other")), Instant::now()),
             Verdict::Ask
         );
+    }
+
+    /// Requests that come together at a hub that just started all wait for the one read
+    /// of the keys, and none is refused for want of them.
+    #[test]
+    fn concurrent_first_tokens_wait_for_one_read_of_the_keys() {
+        let key = Signer::new("k1");
+        let jwk = key.jwk();
+        let reads = Arc::new(Mutex::new(0));
+        let r = reads.clone();
+        let fetch: Fetch = Box::new(move |path: &str, _: &str| {
+            if path == "/.well-known/openid-configuration" {
+                return Ok(serde_json::json!({"issuer": ISS,
+                    "jwks_uri": "https://x/openid/v1/jwks"})
+                .to_string()
+                .into_bytes());
+            }
+            *r.lock().unwrap() += 1;
+            std::thread::sleep(Duration::from_millis(200));
+            Ok(serde_json::json!({ "keys": [jwk.clone()] })
+                .to_string()
+                .into_bytes())
+        });
+        let iss = Arc::new(Issuer::new("cmpoll-hub".into(), fetch));
+        let token = key.sign(&claims("cmpoll-hub"));
+        let verdicts: Vec<Verdict> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| iss.verify(&token, Instant::now())))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            verdicts.iter().all(|v| matches!(v, Verdict::User(..))),
+            "{verdicts:?}"
+        );
+        assert_eq!(*reads.lock().unwrap(), 1);
     }
 }

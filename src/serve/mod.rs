@@ -164,7 +164,9 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
             log::info!(
                 "--token-audience {audience}: tokens for it are verified here, against the service-account issuer's keys"
             );
-            Some(issuer::Issuer::new(audience.clone(), read_from(client)))
+            let issuer = issuer::Issuer::new(audience.clone(), read_from(client));
+            issuer.prefetch();
+            Some(issuer)
         }
         None => None,
     };
