@@ -202,6 +202,12 @@ impl Health {
         if self.stopping {
             return Err("stopping: letting the followers go to another hub".into());
         }
+        self.serving(now)
+    }
+
+    /// `readiness`, but for a hub that is stopping, which is not ready (no newcomers) and
+    /// still serves those that come before it is gone.
+    pub fn serving(&self, now: Instant) -> Result<(), String> {
         let Some(last) = self.last_success.filter(|_| self.first_batch) else {
             if let Some((done, of)) = self.writing.get() {
                 return Err(format!(

@@ -207,6 +207,12 @@ fn a_stopping_hub_lets_its_watchers_go_spread_over_its_drain_window() {
     let open_then = watchers.iter_mut().map(|w| w.open()).filter(|o| *o).count();
     let (_, body) = readyz();
     assert!(body.contains("stopping"), "{body}");
+    // Not ready, and still serving whoever comes before the Service has moved on: on a
+    // connection it then closes.
+    let list = format!("/api/v1/namespaces/{ns}/configmaps");
+    let (code, headers, _) = get(&hub.url(), &hub.ca, &token, &list, &[]);
+    assert_eq!(code, 200, "a stopping hub still serves");
+    assert!(headers.contains("connection: close"), "{headers}");
     assert!(
         open_then >= 12,
         "not ready before most watchers went: {open_then} open"
