@@ -255,8 +255,7 @@ impl Hub {
 
     /// The last complete poll, if the hub is ready to serve it.
     fn ready_held(&self) -> Result<Arc<Held>, StatusError> {
-        let ready =
-            (self.health.lock().unwrap_or_else(|p| p.into_inner())).serving(Instant::now());
+        let ready = (self.health.lock().unwrap_or_else(|p| p.into_inner())).serving(Instant::now());
         match (ready, self.current()) {
             (Ok(()), Some(held)) => Ok(held),
             (Err(why), _) => Err(StatusError::unavailable(
