@@ -598,6 +598,6 @@ pub const WAIT_HEADER: &str = "x-cmpoll-wait";
 
 /// With `WAIT_HEADER` on a watch: the hub holds the watch past its first change, a
 /// `BOOKMARK` committing each change and one at least every wait committing none (a
-/// follower's held watch, `source::streams`). A hub that does not know it ends the watch
+/// follower's held watch, `source::watching`). A hub that does not know it ends the watch
 /// at its first change, which the follower takes as well.
 pub const HOLD_HEADER: &str = "x-cmpoll-hold";
