@@ -23,6 +23,7 @@ mod crossover;
 mod fleet;
 mod hubs;
 mod outdir;
+mod pollcost;
 mod rollout;
 mod sidecar;
 mod simclient;
@@ -72,6 +73,8 @@ struct Args {
     sim_sizes: Vec<usize>,
     sim_check: usize,
     sim_protocols: Vec<simclient::Protocol>,
+    /// The hub-poll-cost part: unselected ConfigMaps stored beside the selection.
+    unselected: Vec<usize>,
 }
 
 fn parse_count(s: &str) -> usize {
@@ -107,6 +110,7 @@ fn args() -> Args {
         sim_sizes: vec![1000, 5000, 10_000],
         sim_check: 50,
         sim_protocols: vec![simclient::Protocol::LongPoll, simclient::Protocol::Watch],
+        unselected: vec![0, 10_000, 100_000],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -131,6 +135,7 @@ fn args() -> Args {
             "--contenders" => a.contenders = v.split(',').map(str::to_string).collect(),
             "--requests" => a.requests = v.parse().expect("--requests N"),
             "--sim-sizes" => a.sim_sizes = v.split(',').map(parse_count).collect(),
+            "--unselected" => a.unselected = v.split(',').map(parse_count).collect(),
             "--sim-check" => a.sim_check = v.parse().expect("--sim-check N"),
             "--sim-protocols" => {
                 a.sim_protocols = (v.split(','))
@@ -693,6 +698,18 @@ fn main() {
         println!();
     }
     // A simulated fleet of one hub (issue 48.5): minutes per size; by name only.
+    // A hub's poll beside unselected ConfigMaps (issue 49.1); by name only.
+    if a.only.iter().any(|o| o == "hub-poll-cost") {
+        pollcost::run(
+            &cmpoll,
+            &pollcost::Plan {
+                unselected: a.unselected.clone(),
+                objects: a.fleet_objects.first().copied().unwrap_or(1000),
+                phase: Duration::from_secs(a.phase),
+            },
+        );
+        println!();
+    }
     // Two hubs replaced in turn under a simulated fleet (issue 49.3); by name only.
     if a.only.iter().any(|o| o == "hub-rollout") {
         rollout::run(
