@@ -22,7 +22,6 @@ FN_MOST = 120
 LARGER = {
     'selector.rs': (800, "the label and field selector grammar, messages included, as one parser"),
     'source/reader.rs': (800, "the streaming list reader: one parser of the apiserver's JSON"),
-    'batch/delivery.rs': (720, "until issue 50.1 makes one batch's delivery a pipeline of rooms (confirm, rejected, observe)"),
 }
 
 args = [a for a in sys.argv[1:] if not a.startswith('--')]

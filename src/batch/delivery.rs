@@ -10,6 +10,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod confirm;
+
 use super::event::{self, Change, Event, Synced};
 use super::sink::{Batch, Fatal, Sink};
 use crate::fetch::Fetcher;
@@ -47,6 +49,8 @@ pub struct Delivery {
     /// `--confirm`: a batch with changes reached the sinks and the agent has not been
     /// asked since (it is also how the agent hears of a batch).
     confirm_due: bool,
+    /// `--confirm`: put-backs a sink could not take, made again after every poll.
+    owed: HashMap<String, Owed>,
     health: Arc<Mutex<Health>>,
     metrics: Arc<Mutex<Metrics>>,
 }
@@ -68,6 +72,7 @@ impl Delivery {
             ledger: None,
             unconfirmed: HashMap::new(),
             confirm_due: false,
+            owed: HashMap::new(),
             health,
             metrics,
         }
@@ -138,23 +143,11 @@ impl Delivery {
                 self.rejected.retain(|id, _| next.modules.contains_key(id));
                 (None, going.rejected, Vec::new(), goods)
             } else {
-                self.deliver(&mut going, current, spool, &next, number, first)?;
+                let holds = |kept: &_| sinks_hold(kept, current, &next);
+                self.deliver(&mut going, spool, number, first, &holds)?;
                 let synced = self.settle(current, &next, &mut going, number, stats, took, first);
                 self.report(&going, spool, &next);
-                self.confirm_due |= going.events.iter().any(Event::is_change);
-                // `--confirm` only: the agent is asked about what was delivered (without
-                // it, 50,000 first modules kept here cost 14 MB for nothing).
-                let confirms = self.gate.as_ref().is_some_and(Gate::confirms);
-                for e in going.events.iter().filter(|_| confirms) {
-                    if matches!(e.change, Change::Added | Change::Updated) {
-                        let pending = Unconfirmed {
-                            hash: e.entry.hash,
-                            good: None,
-                            withdrawable: !first,
-                        };
-                        self.unconfirmed.insert(e.id.to_string(), pending);
-                    }
-                }
+                self.delivered(&going.events, first);
                 let kept = (going.unwritten_ids().into_iter())
                     .chain(going.rejected)
                     .collect();
@@ -165,6 +158,9 @@ impl Delivery {
         // modules the sinks hold now).
         let held = synced.map_or(store.snapshot.len(), |s| s.modules);
         let reverted = self.confirm(store, &next, goods, held, number)?;
+        // A sink that could not take a module back holds what was refused.
+        let mut unwritten = unwritten;
+        unwritten.extend(reverted.unwritten);
         self.record(&store.snapshot, &next, &unwritten);
         // The store holds what the sinks now hold of them: made part of `next`, so that
         // the commit releases and keeps the spool's contents as it does for any other.
@@ -187,258 +183,6 @@ impl Delivery {
             .collect();
         unwritten.sort();
         Ok(Committed { synced, unwritten })
-    }
-
-    /// `--confirm`: the version the sinks hold now of each module this batch adds or
-    /// updates, read before the sinks replace it (a shelved one is read from the folder).
-    fn goods(&self, going: &Going, current: &Snapshot, spool: &Spool) -> HashMap<String, Good> {
-        let mut goods = HashMap::new();
-        if !self.gate.as_ref().is_some_and(Gate::confirms) {
-            return goods;
-        }
-        for e in &going.events {
-            if e.change != Change::Updated && e.change != Change::Added {
-                continue;
-            }
-            let Some(old) = current.modules.get(e.id) else {
-                continue;
-            };
-            match spool.read(old.loc) {
-                Ok((meta, files)) => {
-                    goods.insert(
-                        e.id.to_string(),
-                        Good {
-                            uid: meta.uid,
-                            resource_version: meta.resource_version,
-                            files,
-                        },
-                    );
-                }
-                Err(err) => log::warn!(
-                    "--confirm: cannot read the last good version of {} back: {err}",
-                    e.id
-                ),
-            }
-        }
-        goods
-    }
-
-    /// `--confirm`: asks the agent about the modules delivered and not yet confirmed.
-    /// Each it refused is rejected (remembered as a validator's refusal is) and goes back
-    /// to its last good version in every sink (the one the sinks held before it, else what
-    /// the gate remembers), or away if it had none; then the agent is asked once more,
-    /// about those, so that it takes the folder as it now is. An agent that cannot be
-    /// asked (down, or unable to start: perhaps because of what the batch brought) gets
-    /// back what it had before the batch, and the batch comes again with the next poll;
-    /// a run's first batch stays (the folder had most of it before), asked about again.
-    /// Until the agent is asked again, `/readyz` fails as after a failed reload.
-    /// What the store must hold instead of `next` for the modules put back.
-    fn confirm(
-        &mut self,
-        store: &mut Store,
-        next: &Snapshot,
-        goods: HashMap<String, Good>,
-        held: usize,
-        number: u64,
-    ) -> Result<Reverted, Fatal> {
-        // Delivered now: asked about, with what the sinks held before.
-        for (id, good) in goods {
-            if let Some(u) = self.unconfirmed.get_mut(&id) {
-                u.good = Some(good);
-            }
-        }
-        // Gone, or changed since (the new version is asked about when delivered).
-        // (A rejected module's last good version, delivered again, is what the store
-        // keeps: `current`.)
-        let current = &store.snapshot;
-        self.unconfirmed.retain(|id, u| {
-            let holds = |s: &Snapshot| s.modules.get(id).is_some_and(|e| e.hash == u.hash);
-            holds(next) || holds(current)
-        });
-        let Some(gate) = self.gate.as_mut().filter(|g| g.confirms()) else {
-            return Ok(Reverted::default());
-        };
-        if self.unconfirmed.is_empty() && !self.confirm_due {
-            return Ok(Reverted::default());
-        }
-        let mut asked: Vec<&str> = self.unconfirmed.keys().map(String::as_str).collect();
-        asked.sort_unstable();
-        let asking = std::time::Instant::now();
-        let answer = gate.confirm(&asked);
-        asked_agent(&self.health, &answer);
-        match answer {
-            Ok(refused) => {
-                log::info!(
-                    "--confirm: the agent took the batch and answered for {} module(s), refusing {} ({:?})",
-                    asked.len(),
-                    refused.len(),
-                    asking.elapsed()
-                );
-                let mut unconfirmed = std::mem::take(&mut self.unconfirmed);
-                self.confirm_due = false;
-                let back = (refused.into_iter())
-                    .filter_map(|(id, why)| {
-                        let entry = next.modules.get(&id)?;
-                        let pending = unconfirmed.remove(&id)?;
-                        if pending.hash != entry.hash {
-                            // Its last good version (a refused one's): nothing to go back to.
-                            log::warn!("--confirm: the agent refuses the last good version of {id} too: {why}");
-                            return None;
-                        }
-                        let good = pending.good;
-                        gate.refuse(&id, entry.hash, &why, good);
-                        lock(&self.metrics).validation("fail");
-                        Some((id.clone(), gate.good(&id).cloned(), Some(why)))
-                    })
-                    .collect();
-                self.put_back(store, next, back, held, number)
-            }
-            Err(why) => {
-                lock(&self.metrics).validation("error");
-                // What a batch brought (not a last good version written again).
-                let (withdrawn, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.unconfirmed)
-                    .into_iter()
-                    .partition(|(id, u)| {
-                        u.withdrawable && next.modules.get(id).is_some_and(|e| e.hash == u.hash)
-                    });
-                self.unconfirmed = kept.into_iter().collect();
-                log::warn!(
-                    "{why}; {} module(s) go back to what the agent had before, and come again with the next poll; {} asked about again",
-                    withdrawn.len(),
-                    self.unconfirmed.len()
-                );
-                let back = (withdrawn.into_iter())
-                    .map(|(id, u)| (id, u.good, None))
-                    .collect();
-                self.put_back(store, next, back, held, number)
-            }
-        }
-    }
-
-    /// Puts `back` (module, the version to go back to or none, why it was refused or none
-    /// when it is only withdrawn) into every sink: the good version spooled for them to
-    /// read, or a removal; a `rejected` event for each refused. A refusal asks the agent
-    /// again, about what went back. What the store must hold for them.
-    fn put_back(
-        &mut self,
-        store: &mut Store,
-        next: &Snapshot,
-        back: Vec<(String, Option<Good>, Option<String>)>,
-        held: usize,
-        number: u64,
-    ) -> Result<Reverted, Fatal> {
-        let mut reverted = Reverted::default();
-        if back.is_empty() {
-            return Ok(reverted);
-        }
-        let (mut goods, mut gone) = (Snapshot::default(), Snapshot::default());
-        let mut kinds = HashMap::new();
-        for (id, good, _) in &back {
-            let Some(entry) = next.modules.get(id) else {
-                continue;
-            };
-            let kind = store.spool.meta(entry.loc).map(|m| m.kind).ok();
-            if let (Some(kind), Some(g)) = (kind, good) {
-                let object = Object::new(kind, &g.uid, &g.resource_version);
-                let loc = (store.spool.put(&object, &g.files)).map_err(|e| {
-                    Fatal(format!(
-                        "--confirm: cannot spool {id}'s last good version: {e}"
-                    ))
-                })?;
-                let hash = Hash::of(g.files.iter().map(|f| (f.key.as_str(), f.content.bytes())));
-                let resource_version = g.resource_version.as_str().into();
-                goods.modules.insert(
-                    id,
-                    Entry {
-                        hash,
-                        loc,
-                        resource_version,
-                    },
-                );
-            }
-            kinds.insert(id.clone(), kind);
-            gone.modules.insert(id, entry.clone());
-        }
-        let mut events = Vec::new();
-        for (id, _, why) in &back {
-            let Some(entry) = gone.modules.get(id) else {
-                continue;
-            };
-            let id = id.as_str();
-            match goods.modules.get(id) {
-                Some(good) => events.push(Event::new(Change::Updated, id, good)),
-                None => events.push(Event::new(Change::Removed, id, entry)),
-            }
-            let Some(why) = why else {
-                continue;
-            };
-            // A Secret's agent output may quote it: the log shows it redacted.
-            let shown = match kinds.get(id) {
-                Some(Some(k)) if k.shows_contents() => Cow::Borrowed(why.as_str()),
-                _ => Cow::Owned(crate::reason::redacted(why)),
-            };
-            log::warn!("module {id} rejected: {shown}; back to its last good version");
-            self.rejected
-                .insert(id.to_string(), (entry.hash, why.clone()));
-            let mut r = Event::new(Change::Added, id, entry);
-            r.reject(why.clone());
-            events.push(r);
-        }
-        // SPEC's order: removals first, then the rest by module name.
-        events.sort_by(|a, b| {
-            (a.change != Change::Removed, a.id).cmp(&(b.change != Change::Removed, b.id))
-        });
-        let modules = held.saturating_sub(
-            (gone.modules.iter())
-                .filter(|(id, _)| !goods.modules.contains_key(id))
-                .count(),
-        );
-        let batch = Batch {
-            synced: counts(&events, modules, number),
-            events,
-            spool: &store.spool,
-            first: false,
-        };
-        for (index, sink) in self.sinks.iter_mut().enumerate() {
-            let outcome = sink.apply(&batch)?;
-            // A delivery like any other, for /status.
-            if let Some(l) = &self.ledger {
-                lock(l).delivered(index, number, batch.events.len(), outcome.unwritten.len());
-            }
-            for (id, why) in outcome.unwritten {
-                log::warn!(
-                    "--confirm: {} could not take {id}'s last good version back: {why}",
-                    sink.name()
-                );
-            }
-        }
-        let going = Going {
-            events: batch.events,
-            ..Going::default()
-        };
-        self.report(&going, &store.spool, next);
-        let refused = back.iter().any(|(_, _, why)| why.is_some());
-        if refused && let Some(gate) = &self.gate {
-            let ids: Vec<&str> = goods.modules.iter().map(|(id, _)| id).collect();
-            let answer = gate.confirm(&ids);
-            asked_agent(&self.health, &answer);
-            match answer {
-                Ok(again) if again.is_empty() => {}
-                Ok(again) => log::warn!(
-                    "--confirm: the agent refuses the last good version of {} too",
-                    (again.iter().map(|(id, _)| id.as_str()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                Err(why) => log::warn!("{why} (after going back to the last good versions)"),
-            }
-        }
-        for (id, _) in gone.modules.iter() {
-            reverted
-                .held
-                .push((id.to_string(), goods.modules.get(id).cloned()));
-        }
-        Ok(reverted)
     }
 
     /// `/status`: the poll's modules (the cluster's content), what is rejected and why,
@@ -562,15 +306,15 @@ impl Delivery {
 
     /// The batch through every sink in order. A module a sink could not write is heard of
     /// by no later sink (and keeps its previous version); one a sink refuses (a `flat`
-    /// name clash) reaches the later sinks as `rejected`.
+    /// name clash) reaches the later sinks as `rejected`. `holds`: how many modules the
+    /// sinks hold once the batch is applied but for the modules given.
     fn deliver<'a>(
         &mut self,
         going: &mut Going<'a>,
-        current: &Snapshot,
         spool: &'a Spool,
-        next: &Snapshot,
         number: u64,
         first: bool,
+        holds: &dyn Fn(&BTreeSet<String>) -> usize,
     ) -> Result<(), Fatal> {
         let mut batch = Batch {
             events: std::mem::take(&mut going.events),
@@ -579,8 +323,7 @@ impl Delivery {
             first,
         };
         for (index, sink) in self.sinks.iter_mut().enumerate() {
-            let modules = sinks_hold(&going.kept(), current, next);
-            batch.synced = counts(&batch.events, modules, number);
+            batch.synced = counts(&batch.events, holds(&going.kept()), number);
             let outcome = sink.apply(&batch)?;
             if let Some(l) = &self.ledger {
                 (l.lock().unwrap_or_else(|p| p.into_inner())).delivered(
@@ -592,9 +335,10 @@ impl Delivery {
             }
             // Not written: later sinks do not hear of it, and the snapshot keeps what was
             // there before, so the next poll tries again.
+            // (A rejection of it is still announced.)
             batch
                 .events
-                .retain(|e| !outcome.unwritten.iter().any(|(u, _)| u == e.id));
+                .retain(|e| !(e.is_change() && outcome.unwritten.iter().any(|(u, _)| u == e.id)));
             going.unwritten.extend(outcome.unwritten);
             for (id, reason) in outcome.rejected {
                 going.rejected.push(id.clone());
@@ -755,11 +499,11 @@ struct Unconfirmed {
     withdrawable: bool,
 }
 
-/// `--confirm`: what the store holds, once a poll is committed, of each module the agent
-/// refused (the good version the sinks went back to, or nothing).
-#[derive(Default)]
-struct Reverted {
-    held: Vec<(String, Option<Entry>)>,
+/// `--confirm`: a put-back a sink could not take: the hash refused, which the sinks may
+/// still hold, and what they go back to (none: away).
+struct Owed {
+    refused: Hash,
+    good: Option<Good>,
 }
 
 /// What `commit` made of a poll.
@@ -771,14 +515,6 @@ pub struct Committed {
     /// The modules a sink could not write (they keep their previous version), in order,
     /// each with why.
     pub unwritten: Vec<(String, String)>,
-}
-
-/// `--confirm` asked the agent, which reloads when asked: readiness hears how, as of a
-/// reload path (the words without the path's name, as the other paths keep them).
-fn asked_agent(health: &Mutex<Health>, answer: &Result<Vec<(String, String)>, String>) {
-    let outcome = (answer.as_ref().map(|_| ()))
-        .map_err(|e| e.strip_prefix("--confirm: ").unwrap_or(e).to_string());
-    lock(health).reloads.set("--confirm", outcome);
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -862,11 +598,13 @@ mod tests {
     type Heard = Arc<Mutex<Vec<String>>>;
 
     /// A sink that writes down what it hears (`name: type id, …`), failing to write the
-    /// modules in `fail` and refusing those in `refuse`.
+    /// modules in `fail` (those in `fail_back` only in a batch that rejects them: a
+    /// `--confirm` put-back) and refusing those in `refuse`.
     struct Recorder {
         name: &'static str,
         heard: Heard,
         fail: Vec<&'static str>,
+        fail_back: Vec<&'static str>,
         refuse: Vec<&'static str>,
     }
 
@@ -888,10 +626,10 @@ mod tests {
                 b.synced.modules
             ));
             let has = |id: &&&str| b.events.iter().any(|e| e.id == **id && e.is_change());
+            let rejects = |id: &&&str| (b.events.iter()).any(|e| e.id == **id && !e.is_change());
+            let back = self.fail_back.iter().filter(|id| rejects(id));
             Ok(Outcome {
-                unwritten: self
-                    .fail
-                    .iter()
+                unwritten: (self.fail.iter().chain(back))
                     .filter(has)
                     .map(|s| (s.to_string(), "no room".to_string()))
                     .collect(),
@@ -907,6 +645,7 @@ mod tests {
             name,
             heard: heard.clone(),
             fail: Vec::new(),
+            fail_back: Vec::new(),
             refuse: Vec::new(),
         }
     }
@@ -1257,6 +996,95 @@ mod tests {
         assert_eq!(held_value(&store, "ns/a").as_deref(), Some("4"));
         assert_eq!(d.rejected_modules(), 1, "ns/c only");
         assert_eq!(asking(&d), [("--confirm".to_string(), true)], "ready again");
+    }
+
+    /// A refused module a sink could not take back is what that sink holds: unwritten
+    /// (`/readyz`, `/status`), held at the refused version, and put back after the next
+    /// poll; later sinks hear only of the rejection until then.
+    #[test]
+    fn a_put_back_a_sink_cannot_take_is_unwritten_and_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let asked = dir.path().join("asked");
+        let confirm = format!(
+            "echo \"$CMPOLL_MODULES\" >> {asked}; for m in $CMPOLL_MODULES; do grep -qx \"$m\" {dir}/refuse 2>/dev/null && echo \"$m it failed to build\"; done; true",
+            asked = asked.display(),
+            dir = dir.path().display(),
+        );
+        let heard = Heard::default();
+        let mut outdir = sink("outdir", &heard);
+        outdir.fail_back = vec!["ns/a"];
+        let mut d = delivery(
+            Some(gate("true", Some(confirm))),
+            vec![outdir, sink("stdout", &heard)],
+        );
+        let mut ledger = Ledger::new(
+            String::new(),
+            String::new(),
+            Duration::from_secs(30),
+            crate::source::Resources::one(Resource::ConfigMaps),
+            Default::default(),
+        );
+        ledger.sinks(vec!["outdir".into(), "stdout".into()]);
+        let ledger = Arc::new(Mutex::new(ledger));
+        d = d.recording(Some(ledger.clone()));
+        let mut store = Store::new(Spool::memory());
+        let asked_lines = || {
+            let s = std::fs::read_to_string(&asked).unwrap_or_default();
+            std::fs::remove_file(&asked).ok();
+            s.lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        commit(&mut d, &mut store, &[("ns/a", "1"), ("ns/b", "1")], 1);
+        take(&heard);
+        asked_lines();
+        std::fs::write(dir.path().join("refuse"), "ns/a\n").unwrap();
+        let unwritten = commit(&mut d, &mut store, &[("ns/a", "2"), ("ns/b", "1")], 2);
+        assert_eq!(unwritten, ["ns/a"], "readiness hears of it");
+        assert_eq!(
+            take(&heard),
+            [
+                "outdir: updated ns/a | 2 modules",
+                "stdout: updated ns/a | 2 modules",
+                "outdir: updated ns/a, rejected ns/a | 2 modules",
+                "stdout: rejected ns/a | 2 modules",
+            ]
+        );
+        assert_eq!(
+            held_value(&store, "ns/a").as_deref(),
+            Some("2"),
+            "as the sink"
+        );
+        assert_eq!(
+            (lock(&ledger).unwritten.keys()).collect::<Vec<_>>(),
+            ["ns/a"],
+            "/status"
+        );
+        assert_eq!(d.rejected_modules(), 1);
+        assert_eq!(
+            asked_lines(),
+            ["ns/a"],
+            "not asked again: nothing went back"
+        );
+        // The next poll (nothing changed in the cluster) puts it back, and asks again.
+        let unwritten = commit(&mut d, &mut store, &[("ns/a", "2"), ("ns/b", "1")], 3);
+        assert!(unwritten.is_empty(), "{unwritten:?}");
+        assert_eq!(
+            take(&heard),
+            [
+                "outdir: updated ns/a | 2 modules",
+                "stdout: updated ns/a | 2 modules",
+            ]
+        );
+        assert_eq!(held_value(&store, "ns/a").as_deref(), Some("1"));
+        assert!(lock(&ledger).unwritten.is_empty());
+        assert_eq!(asked_lines(), ["ns/a"]);
+        assert_eq!(d.rejected_modules(), 1, "still rejected");
+        // Once back, nothing more goes out.
+        commit(&mut d, &mut store, &[("ns/a", "2"), ("ns/b", "1")], 4);
+        assert_eq!(take(&heard), Vec::<String>::new());
+        assert_eq!(asked_lines(), Vec::<String>::new());
     }
 
     /// A run's first batch is not put back when the agent cannot be asked (the folder
