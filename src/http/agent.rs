@@ -55,7 +55,8 @@ pub fn agent(o: AgentOptions) -> ureq::Agent {
         .max_redirects(0)
         .user_agent(format!("cmpoll/{}", env!("CARGO_PKG_VERSION")))
         .timeout_global(Some(o.timeout))
-        .max_idle_connections_per_host(2)
+        // A hub's short watches of several scopes are open together (`source::api`).
+        .max_idle_connections_per_host(8)
         .max_idle_age(o.keep_idle);
     if o.disable_compression {
         builder = builder.accept_encoding(ureq::config::AutoHeaderValue::None);

@@ -406,7 +406,7 @@ impl Client {
     ) -> Result<Waited, Error> {
         let how = How {
             wait: Some(wait),
-            hold: None,
+            ..How::default()
         };
         self.exchange(Method::Get, path, accept, action, how)
     }
@@ -424,13 +424,36 @@ impl Client {
     ) -> Result<Body, Error> {
         let how = How {
             wait: Some(wait),
-            hold: Some(lasts),
+            hold: true,
+            lasts: Some(lasts),
         };
         match self.exchange(Method::Get, path, "application/json", action, how)? {
             Waited::Body(mut body) => {
                 body._mark = None;
                 Ok(*body)
             }
+            Waited::NotModified => Err(Error::Decode {
+                action: action.to_string(),
+                cause: "a 304 to a watch".into(),
+            }),
+        }
+    }
+
+    /// Opens a watch of the apiserver that it ends itself within `lasts` (its
+    /// `timeoutSeconds`): its body, to be read to its end within that plus `--timeout`,
+    /// marked in flight as a list is (it is part of the poll that opened it).
+    pub fn watch_briefly(
+        &mut self,
+        path: &str,
+        action: &str,
+        lasts: Duration,
+    ) -> Result<Body, Error> {
+        let how = How {
+            lasts: Some(lasts),
+            ..How::default()
+        };
+        match self.exchange(Method::Get, path, "application/json", action, how)? {
+            Waited::Body(body) => Ok(*body),
             Waited::NotModified => Err(Error::Decode {
                 action: action.to_string(),
                 cause: "a 304 to a watch".into(),
@@ -466,7 +489,7 @@ impl Client {
     ) -> Result<Waited, Error> {
         let url = format!("{}{path}", self.server);
         let wait = how.wait;
-        let timeout = match how.hold.or(wait) {
+        let timeout = match how.lasts.or(wait) {
             Some(w) => self.options.timeout.saturating_add(w),
             None => self.options.timeout,
         };
@@ -486,11 +509,11 @@ impl Client {
             if let Some(w) = &wait_secs {
                 headers.push((WAIT_HEADER, w));
             }
-            if how.hold.is_some() {
+            if how.hold {
                 headers.push((HOLD_HEADER, "true"));
             }
             let sent = match &method {
-                Method::Get if wait.is_some() => with(self.agent.get(&url), &headers)
+                Method::Get if how.lasts.or(wait).is_some() => with(self.agent.get(&url), &headers)
                     .config()
                     .timeout_global(Some(timeout))
                     .build()
@@ -574,12 +597,16 @@ impl Client {
     }
 }
 
-/// How a request may wait at a hub: a waiting list or watch (`WAIT_HEADER`), a held
-/// watch that lasts up to `hold` (`HOLD_HEADER`).
+/// How long a request may last: a waiting list or watch at a hub (`WAIT_HEADER`), a held
+/// watch there (`HOLD_HEADER`), a watch the apiserver ends itself (`lasts`).
 #[derive(Clone, Copy, Debug, Default)]
 struct How {
+    /// `WAIT_HEADER`: how long a hub may wait.
     wait: Option<Duration>,
-    hold: Option<Duration>,
+    /// `HOLD_HEADER`: a hub holds the watch past its first change.
+    hold: bool,
+    /// How long the answer may last beyond `--timeout` (else `wait`).
+    lasts: Option<Duration>,
 }
 
 /// What a list request that may wait gets.

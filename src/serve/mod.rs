@@ -129,6 +129,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     let in_flight = InFlight::default();
     let mut source_opts = opts.source.clone();
     source_opts.raw = true;
+    source_opts.short_watch = true;
     source_opts.wait = None;
     let handles = kube::client::Handles {
         in_flight: in_flight.clone(),
@@ -318,6 +319,8 @@ impl PollLoop {
         let result = listed
             .map_err(|e| e.to_string())
             .and_then(|()| gather.finish(number));
+        // What a short watch took moves on only with a complete poll.
+        self.source.polled(result.is_ok());
         let took = started.elapsed();
         let metrics = self.hub.metrics.clone();
         match result {
@@ -341,7 +344,9 @@ impl PollLoop {
                     log::debug!("poll {number}: {objects} objects, changed: waking the followers");
                     self.handle.notify();
                 }
-                backoff.after_success()
+                // A short watch heard of changes as the wait would have: part of it.
+                let watched = took.min(self.source.watches_briefly());
+                backoff.after_success().saturating_sub(watched)
             }
             Err(e) => {
                 metrics

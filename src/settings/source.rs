@@ -67,6 +67,7 @@ pub fn source(look: &Lookup) -> Result<Options, Error> {
         namespace_from_context: look.on(&flag::namespace_from_context)?,
         client: client_options(look)?,
         raw: false,
+        short_watch: false,
         wait: None,
     })
 }

@@ -35,6 +35,7 @@ use crate::kube::client::{Failure, Waited};
 use crate::kube::{self, Client};
 
 mod named;
+mod short_watch;
 mod watched;
 
 const ACCEPT_JSON: &str = "application/json";
@@ -42,6 +43,8 @@ const ACCEPT_JSON: &str = "application/json";
 /// list from an apiserver that cannot (the kind tells which): client-go's metadata client
 /// asks the same (k8s.io/client-go/metadata/metadata.go).
 const ACCEPT_METADATA: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+/// A short watch's `timeoutSeconds` (`short_watch.rs`): the apiserver ends it after this.
+const SHORT_WATCH: Duration = Duration::from_secs(1);
 /// The most pages one paged list may take (with the time bound of 10 × `--timeout`).
 const MAX_PAGES: u32 = 10_000;
 
@@ -60,6 +63,12 @@ pub struct ApiSource {
     warned: HashSet<String>,
     /// Keep each object's JSON as served (`Item::raw`): `cmpoll serve`.
     raw: bool,
+    /// A listed scope's changes from a short watch (`short_watch.rs`): `cmpoll serve`.
+    short_watch: bool,
+    /// The ids the last list request selected (a short watch goes on from them).
+    listed_ids: Vec<String>,
+    /// This poll's short watches, opened together at its start, by scope.
+    opened: HashMap<String, Opened>,
     /// Following a `cmpoll serve` hub (`follow.rs`), by its held watches (`watching.rs`).
     follow: Follow,
     streams: Streams,
@@ -67,6 +76,13 @@ pub struct ApiSource {
     /// complete (`Source::polled`).
     taken: Vec<(String, String, Vec<String>)>,
     rng: crate::backoff::Rng,
+}
+
+/// A short watch opened (`short_watch.rs`): the version and ids it goes on from, its body.
+struct Opened {
+    from: u64,
+    ids: Vec<String>,
+    body: kube::client::Body,
 }
 
 /// What one list request gave: the list's own metadata, how many selected items it held,
@@ -91,6 +107,9 @@ impl ApiSource {
             full_only: HashSet::new(),
             warned: HashSet::new(),
             raw: false,
+            short_watch: false,
+            listed_ids: Vec::new(),
+            opened: HashMap::new(),
             follow: Follow::new(None),
             streams: Streams::default(),
             taken: Vec::new(),
@@ -101,6 +120,12 @@ impl ApiSource {
     /// Keeps each object's JSON as the apiserver served it (`Item::raw`).
     pub fn keeping_raw(mut self, raw: bool) -> ApiSource {
         self.raw = raw;
+        self
+    }
+
+    /// Asks for a listed scope's changes with a short watch (`short_watch.rs`).
+    pub fn short_watching(mut self, on: bool) -> ApiSource {
+        self.short_watch = on;
         self
     }
 
@@ -148,6 +173,9 @@ impl ApiSource {
         if let Some(meta) = self.watched(scope, out)? {
             return Ok(meta);
         }
+        if let Some(meta) = self.short_watched(scope, out)? {
+            return Ok(meta);
+        }
         let mut rv = self.last_rv.get(&scope.key()).cloned();
         loop {
             let params = match &rv {
@@ -170,6 +198,10 @@ impl ApiSource {
             }) = &listed
             {
                 self.follow.listed(&scope.key(), v);
+                if self.short_watch && !self.follow.hub() {
+                    let ids = std::mem::take(&mut self.listed_ids);
+                    self.taken.push((scope.key(), v.clone(), ids));
+                }
             }
             match listed {
                 Err(Error::Api(e)) if rv.is_some() && e.is_too_large_resource_version() => {
@@ -388,6 +420,8 @@ impl ApiSource {
         }
         if self.follow.hub() {
             self.follow.selected(std::mem::take(&mut listed.ids));
+        } else if self.short_watch {
+            self.listed_ids = std::mem::take(&mut listed.ids);
         }
         Ok(listed)
     }
@@ -446,7 +480,7 @@ impl ApiSource {
         }
         listed.selected += 1;
         let id = self.id(scope.1, &meta);
-        if self.follow.hub() {
+        if self.follow.hub() || self.short_watch {
             listed.ids.push(id.clone());
         }
         if prev.has(&id, &meta.resource_version) {
@@ -627,18 +661,22 @@ impl Source for ApiSource {
                 .map(Some)
                 .collect()
         };
+        let all: Vec<Scope> = (self.selection.resources.iter())
+            .flat_map(|r| scopes.iter().map(move |ns| Scope(ns.as_deref(), r)))
+            .collect();
         // Each kind from its own endpoint, with its own list mode and RBAC; a failure of
         // either fails the poll.
-        for resource in self.selection.resources.iter() {
-            for ns in &scopes {
-                let scope = Scope(ns.as_deref(), resource);
+        let listed = self.open_short_watches(&all).and_then(|()| {
+            for &scope in &all {
                 match self.named(scope) {
                     Some(names) => self.get_named(scope, &names, out)?,
                     None => self.list_scope(scope, prev, out)?,
                 }
             }
-        }
-        Ok(())
+            Ok(())
+        });
+        self.opened.clear();
+        listed
     }
 
     fn describe(&self) -> String {
@@ -652,6 +690,13 @@ impl Source for ApiSource {
     /// A complete poll: what its watches took is held. A failed one: their watches are
     /// given up, so that the next poll watches again from what is held, and the hub
     /// sends the changes this poll took again (it keeps them in its history).
+    fn watches_briefly(&self) -> Duration {
+        match self.short_watch && !self.follow.hub() && self.page_size == 0 {
+            true => SHORT_WATCH,
+            false => Duration::ZERO,
+        }
+    }
+
     fn polled(&mut self, complete: bool) {
         for (scope, rv, ids) in std::mem::take(&mut self.taken) {
             match complete {

@@ -90,6 +90,12 @@ impl Follow {
         Some(held.clone())
     }
 
+    /// `scope`'s list or watch held (its resourceVersion and ids), whoever served it: what
+    /// a short watch of the apiserver goes on from (`api/short_watch.rs`).
+    pub fn held(&self, scope: &str) -> Option<(String, Vec<String>)> {
+        self.held.get(scope).cloned()
+    }
+
     /// How long a watch of a scope may wait at the hub: the poll's first, its wait; the
     /// others none (they answer with what there is). The watch is being made now.
     pub fn watch_wait(&mut self) -> Duration {

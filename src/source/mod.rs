@@ -114,6 +114,11 @@ pub trait Source: Send {
     /// kept): what a source keeps from one poll to the next (a watch's version) moves on
     /// only with a complete one.
     fn polled(&mut self, _complete: bool) {}
+    /// A poll may spend up to this in short watches of the apiserver, which hear of
+    /// changes as the wait between polls would: counted as part of the interval.
+    fn watches_briefly(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// How the apiserver is listed (`--list-mode`).

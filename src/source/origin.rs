@@ -19,6 +19,9 @@ pub struct Options {
     pub client: kube::client::Options,
     /// Keep each object's JSON as served (`cmpoll serve`).
     pub raw: bool,
+    /// Ask for a listed scope's changes with a short watch (`cmpoll serve`:
+    /// `api/short_watch.rs`).
+    pub short_watch: bool,
     /// How long a `cmpoll serve` hub may hold a poll until it has something newer
     /// (`cmpoll run`: its interval; `None`: never asked).
     pub wait: Option<std::time::Duration>,
@@ -68,6 +71,7 @@ pub fn open(
             Ok(Box::new(
                 ApiSource::new(client, selection, opts.page_size, opts.list_mode)
                     .keeping_raw(opts.raw)
+                    .short_watching(opts.short_watch)
                     .waiting(opts.wait),
             ))
         }

@@ -276,12 +276,13 @@ fn read(body: impl Read, fail: &Failure, id: u64, tx: &Sender<Message>, stop: &A
     let _ = tx.send(Message { id, said });
 }
 
-fn trim(b: &[u8]) -> &[u8] {
+pub fn trim(b: &[u8]) -> &[u8] {
     let b = b.strip_suffix(b"\n").unwrap_or(b);
     b.strip_suffix(b"\r").unwrap_or(b)
 }
 
-enum Line {
+/// One line of a watch, read.
+pub enum Line {
     Change(Event),
     Bookmark(u64),
     Expired,
@@ -289,7 +290,7 @@ enum Line {
 }
 
 /// One line of a watch: `{"type":TYPE,"object":OBJECT}`.
-fn event(line: &[u8]) -> Result<Line, String> {
+pub fn event(line: &[u8]) -> Result<Line, String> {
     #[derive(serde::Deserialize)]
     struct Head {
         #[serde(rename = "type")]

@@ -16,6 +16,7 @@ mod hub;
 mod lists;
 mod manifests;
 mod serve;
+mod short_watch;
 mod tokens;
 mod watch;
 mod webhook;

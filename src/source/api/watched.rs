@@ -9,7 +9,7 @@ use super::ApiSource;
 use crate::kube;
 use crate::source::reader::{ListMeta, read_object};
 use crate::source::scope::Scope;
-use crate::source::watching::{self, Commit, Taken};
+use crate::source::watching::{self, Commit, Event, Taken};
 use crate::source::{Collect, Error, Item};
 
 impl ApiSource {
@@ -35,6 +35,21 @@ impl ApiSource {
         };
         let rv = (commits.iter()).fold(from, |rv, c| rv.max(c.rv));
         let events = commits.into_iter().flat_map(|c| c.events);
+        self.changed(scope, from, rv, events, ids, out).map(Some)
+    }
+
+    /// What a list would have given for `scope`, held at `from` with `ids`, after
+    /// `events` (up to `rv`, or the newest event's version): each id unchanged, delivered
+    /// or gone. Held once the poll is complete (`Source::polled`).
+    pub(super) fn changed(
+        &mut self,
+        scope: Scope,
+        from: u64,
+        rv: u64,
+        events: impl Iterator<Item = Event>,
+        ids: Vec<String>,
+        out: &mut dyn Collect,
+    ) -> Result<ListMeta, Error> {
         let fail = |cause: String| {
             Error::Api(kube::Error::Decode {
                 action: scope.action(),
@@ -42,6 +57,7 @@ impl ApiSource {
             })
         };
         let annotation = self.selection.folder_annotation.clone();
+        let mut rv = rv;
         let mut changed: HashMap<String, Option<Item>> = HashMap::new();
         for e in events {
             let (kind, meta, item) = read_object(
@@ -56,13 +72,10 @@ impl ApiSource {
                 return Err(fail(format!("a watch event about a '{kind}'")));
             }
             let id = self.id(scope.1, &meta);
+            let version = meta.resource_version.parse::<u64>().ok();
+            rv = rv.max(version.unwrap_or(0));
             // Never taken back in time: a change at or before the version held is in it.
-            if !e.deleted
-                && meta
-                    .resource_version
-                    .parse::<u64>()
-                    .is_ok_and(|v| v <= from)
-            {
+            if !e.deleted && version.is_some_and(|v| v <= from) {
                 log::debug!(
                     "{}: an event about {id} not newer than what is held; not taken",
                     scope.action()
@@ -97,12 +110,12 @@ impl ApiSource {
         // Held once the poll is complete (`Source::polled`).
         self.taken.push((scope.key(), rv.clone(), now_ids));
         log::debug!("{}: watched up to resourceVersion {rv}", scope.action());
-        Ok(Some(ListMeta {
+        Ok(ListMeta {
             kind: format!("{}List", scope.1.kind()),
             resource_version: Some(rv),
             continue_token: None,
             remaining_item_count: None,
-        }))
+        })
     }
 
     /// What the held watch of `scope` committed since the last poll, opened from `from`

@@ -73,6 +73,20 @@ impl Hubs {
         dir: &Path,
         extra: &[&str],
     ) -> Hubs {
+        let token = hub_token(api);
+        Hubs::start_as(api, bin, count, interval, dir, extra, &token)
+    }
+
+    /// `start_with`, the hubs polling as `token`.
+    pub fn start_as(
+        api: &RealApiserver,
+        bin: &Path,
+        count: usize,
+        interval: &str,
+        dir: &Path,
+        extra: &[&str],
+        token: &str,
+    ) -> Hubs {
         let pki = Pki::with_server_names("fleet-hub", &["127.0.0.1"]);
         let w = |name: &str, text: &str| {
             let p = dir.join(name);
@@ -83,7 +97,7 @@ impl Hubs {
         w("hub.crt", &pki.server.cert_pem);
         w("hub.key", &pki.server.key_pem);
         w("apiserver-ca.crt", &api.ca_pem());
-        w("hub-token", &hub_token(api));
+        w("hub-token", token);
         let ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
         let ready = Arc::new(
             (0..count)

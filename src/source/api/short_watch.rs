@@ -1,0 +1,131 @@
+//! `cmpoll serve`'s poll of the apiserver once a scope was listed: a short watch — a watch
+//! from the version the hub holds, `timeoutSeconds=1`, answered from the watch cache's
+//! events since then and ended by the apiserver — instead of a list, which visits every
+//! stored object of its scope, selected or not (issue 49.1: beside 100,000 unselected
+//! ConfigMaps, a metadata list each second costs the apiserver +141 m, the short watch
+//! about nothing; docs/performance.md, "What a hub's poll costs"). Nothing is held between
+//! polls: the apiserver ends the watch within the second, and the hub counts that second
+//! as part of its interval (`Source::watches_briefly`). A poll opens the watches of all
+//! its scopes before it reads any, so that it takes a second whatever their number.
+//!
+//! The watch is read to its end or the poll fails (a stream cut mid-way changes nothing,
+//! and the next poll asks from the same version); its events are taken as a list would
+//! have given them (`watched.rs`: each id unchanged, delivered or gone), held once the
+//! poll is complete. A scope is listed instead when it was not listed yet, when the cache
+//! no longer holds the events since that version (`410 Expired`, or a cache behind it:
+//! `504`), and for the rest of the run when the apiserver or the hub's role refuses the
+//! watch (403, 405, or 400 from a server that does not watch: one warning; the role needs
+//! `watch` besides `list` and `get`).
+
+use std::io::{BufRead, BufReader};
+
+use super::{ApiSource, Opened, SHORT_WATCH};
+use crate::kube;
+use crate::source::reader::ListMeta;
+use crate::source::scope::Scope;
+use crate::source::watching::{self, Line};
+use crate::source::{Collect, Error};
+
+impl ApiSource {
+    /// Opens the short watch of each of `scopes` whose version is held, all before any is
+    /// read: each ends a second after it opened, so that a poll of many scopes (namespaces,
+    /// kinds) takes a second, not a second each. A scope that cannot be watched from its
+    /// version is listed; a refused watch turns the short watch off.
+    pub(super) fn open_short_watches(&mut self, scopes: &[Scope]) -> Result<(), Error> {
+        self.opened.clear();
+        if !self.short_watch || self.follow.hub() || self.page_size > 0 {
+            return Ok(());
+        }
+        for &scope in scopes {
+            if self.named(scope).is_some() {
+                continue;
+            }
+            let Some((held, ids)) = self.follow.held(&scope.key()) else {
+                continue;
+            };
+            let Ok(from) = held.parse::<u64>() else {
+                continue;
+            };
+            let params = [
+                ("watch", "true".to_string()),
+                ("allowWatchBookmarks", "true".to_string()),
+                ("resourceVersion", held),
+                ("timeoutSeconds", SHORT_WATCH.as_secs().to_string()),
+            ];
+            let url = self.url(scope, &params);
+            let action = scope.action();
+            match self.client.watch_briefly(&url, &action, SHORT_WATCH) {
+                Ok(body) => {
+                    self.opened.insert(scope.key(), Opened { from, ids, body });
+                }
+                Err(e) if matches!(e.code(), Some(400 | 403 | 405)) => {
+                    let r = scope.1.plural();
+                    let hint = match e.code() {
+                        Some(403) => format!(": grant the hub's role watch on {r}"),
+                        _ => String::new(),
+                    };
+                    log::warn!(
+                        "{e}; listing from now on (a list visits every stored {r} of its scope{hint})"
+                    );
+                    self.short_watch = false;
+                    self.opened.clear();
+                    return Ok(());
+                }
+                Err(e) if e.is_too_large_resource_version() || e.code() == Some(410) => {
+                    log::info!("{e}; listing instead");
+                }
+                Err(e) => return Err(Error::Api(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// `scope`'s change since the version held, from its short watch read to its end;
+    /// `None` when it must be listed instead.
+    pub(super) fn short_watched(
+        &mut self,
+        scope: Scope,
+        out: &mut dyn Collect,
+    ) -> Result<Option<ListMeta>, Error> {
+        let Some(Opened { from, ids, body }) = self.opened.remove(&scope.key()) else {
+            return Ok(None);
+        };
+        let action = scope.action();
+        let fail = body.failure();
+        let (mut lines, mut line) = (BufReader::new(body), Vec::new());
+        let (mut events, mut rv) = (Vec::new(), from);
+        loop {
+            line.clear();
+            let n = (lines.read_until(b'\n', &mut line)).map_err(|e| Error::Api(fail.io(e)))?;
+            if n == 0 {
+                break;
+            }
+            let text = watching::trim(&line);
+            if text.is_empty() {
+                continue;
+            }
+            match watching::event(text).map_err(|e| Error::Api(fail.decode(e)))? {
+                Line::Change(e) => events.push(e),
+                Line::Bookmark(v) => rv = rv.max(v),
+                Line::Expired => {
+                    log::info!(
+                        "{action}: the apiserver's watch cache no longer holds the events since resourceVersion {from}; listing again"
+                    );
+                    return Ok(None);
+                }
+                Line::Error(why) => {
+                    return Err(Error::Api(kube::Error::Decode {
+                        action,
+                        cause: format!("the apiserver's watch said: {why}"),
+                    }));
+                }
+            }
+        }
+        log::debug!(
+            "{action}: {} events since resourceVersion {from}",
+            events.len()
+        );
+        self.changed(scope, from, rv, events.into_iter(), ids, out)
+            .map(Some)
+    }
+}
