@@ -1,7 +1,7 @@
 //! What a running daemon holds, and why: the last poll, each sink's last delivery and
 //! reload, every module of the last complete poll with its state (`delivered`, `rejected`
 //! with the reason, `unwritten` with the error). The loop and the batch write it; `/status`
-//! renders it as `status::answer::Answer`, the JSON shape `cmpoll status` reads back (from
+//! renders it as `status::answer::StatusReport`, the JSON shape `cmpoll status` reads back (from
 //! a daemon, or made from an output folder's own record).
 //!
 //! It guarantees that a Secret's validator output never appears: a Secret's rejection is

@@ -96,7 +96,7 @@ mod tests {
     use super::*;
     use crate::poll::hash::Hash;
     use crate::poll::snapshot::Entry;
-    use crate::poll::spool::Object;
+    use crate::poll::spool::ObjectRef;
     use crate::source::{Content, ModuleFile};
 
     #[test]
@@ -106,7 +106,7 @@ mod tests {
             key: "a.alloy".into(),
             content: Content::Text("x".into()),
         }];
-        let loc = spool.put(&Object::configmap("u", "7"), &files).unwrap();
+        let loc = spool.put(&ObjectRef::configmap("u", "7"), &files).unwrap();
         let mut snap = Snapshot::default();
         snap.modules.insert(
             "monitoring/agent-module",

@@ -21,7 +21,7 @@ use crate::ops::metrics::Metrics;
 use crate::poll::PollStats;
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot, split_id};
-use crate::poll::spool::{Object, Spool};
+use crate::poll::spool::{ObjectRef, Spool};
 use crate::poll::store::Store;
 use crate::report::{self, Occurrence, Reason, Reporter};
 use crate::source::Resource;
@@ -236,7 +236,7 @@ impl Delivery {
                         let Some(files) = fetcher.fetch(&files)? else {
                             return Ok(None);
                         };
-                        let object = Object::new(meta.kind, &meta.uid, &meta.resource_version);
+                        let object = ObjectRef::new(meta.kind, &meta.uid, &meta.resource_version);
                         spool
                             .put(&object, &files)
                             .map(Some)

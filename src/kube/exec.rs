@@ -59,12 +59,12 @@ pub struct Issued {
 struct Output {
     api_version: Option<String>,
     kind: Option<String>,
-    status: Option<Status>,
+    status: Option<ExecStatus>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Status {
+struct ExecStatus {
     expiration_timestamp: Option<String>,
     token: Option<String>,
     client_certificate_data: Option<String>,

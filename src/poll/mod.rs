@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use self::module::{Module, Naming, NotAModule};
 use self::snapshot::{Entry, Modules, Rv, Snapshot};
-use self::spool::{Object, Spool};
+use self::spool::{ObjectRef, Spool};
 pub use crate::source::Error;
 use crate::source::{Collect, Item, Mark, Previous, Source};
 
@@ -235,7 +235,7 @@ impl Collect for Collector<'_> {
             }
         };
         if let Some(full) = &mut self.full {
-            let object = Object::new(module.kind, &module.uid, &module.resource_version);
+            let object = ObjectRef::new(module.kind, &module.uid, &module.resource_version);
             full.unspooled += Spool::record_len(&object, &module.files);
             return Ok(());
         }
@@ -244,7 +244,7 @@ impl Collect for Collector<'_> {
             _ => match self.spool.put_module(
                 &id,
                 &module.hash,
-                &Object::new(module.kind, &module.uid, &module.resource_version),
+                &ObjectRef::new(module.kind, &module.uid, &module.resource_version),
                 &module.files,
             ) {
                 Ok(loc) => loc,
@@ -294,7 +294,7 @@ mod tests;
 pub(crate) mod testing {
     use super::hash::Hash;
     use super::snapshot::Entry;
-    use super::spool::{Object, Spool};
+    use super::spool::{ObjectRef, Spool};
     use crate::source::{Content, ModuleFile};
 
     /// A module of one file, `k`, holding `v`: its contents put in `spool`, its entry as a
@@ -307,7 +307,7 @@ pub(crate) mod testing {
         Entry {
             hash: Hash::of([("k", v.as_bytes())]),
             loc: spool
-                .put(&Object::configmap("u", "1"), &files)
+                .put(&ObjectRef::configmap("u", "1"), &files)
                 .expect("a spool in memory"),
             resource_version: "1".into(),
         }

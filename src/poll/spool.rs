@@ -46,15 +46,15 @@ const SHELVED: u8 = 2;
 /// The object a module's record came from: its kind, and its uid and resourceVersion as
 /// the apiserver gave them (events carry them; a snapshot keeps none of them in memory).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Object<'a> {
+pub struct ObjectRef<'a> {
     pub kind: Resource,
     pub uid: &'a str,
     pub resource_version: &'a str,
 }
 
-impl<'a> Object<'a> {
-    pub fn new(kind: Resource, uid: &'a str, resource_version: &'a str) -> Object<'a> {
-        Object {
+impl<'a> ObjectRef<'a> {
+    pub fn new(kind: Resource, uid: &'a str, resource_version: &'a str) -> ObjectRef<'a> {
+        ObjectRef {
             kind,
             uid,
             resource_version,
@@ -63,12 +63,12 @@ impl<'a> Object<'a> {
 
     /// A ConfigMap's (for tests).
     #[cfg(test)]
-    pub fn configmap(uid: &'a str, resource_version: &'a str) -> Object<'a> {
-        Object::new(Resource::ConfigMaps, uid, resource_version)
+    pub fn configmap(uid: &'a str, resource_version: &'a str) -> ObjectRef<'a> {
+        ObjectRef::new(Resource::ConfigMaps, uid, resource_version)
     }
 }
 
-/// What a record says of its module besides the files: its `Object`, and how many files
+/// What a record says of its module besides the files: its `ObjectRef`, and how many files
 /// and bytes it has.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Meta {
@@ -195,7 +195,7 @@ impl Spool {
     }
 
     /// The bytes `put` appends for a module.
-    pub fn record_len(object: &Object, files: &[ModuleFile]) -> u64 {
+    pub fn record_len(object: &ObjectRef, files: &[ModuleFile]) -> u64 {
         let head = 22 + object.uid.len() as u64 + object.resource_version.len() as u64;
         let files: u64 = (files.iter())
             .map(|f| 13 + f.key.len() as u64 + f.content.bytes().len() as u64)
@@ -204,7 +204,7 @@ impl Spool {
     }
 
     /// Appends a module's files, with the object they came from.
-    pub fn put(&mut self, object: &Object, files: &[ModuleFile]) -> io::Result<Loc> {
+    pub fn put(&mut self, object: &ObjectRef, files: &[ModuleFile]) -> io::Result<Loc> {
         self.append(|buf| {
             buf.reserve(Self::record_len(object, files) as usize);
             encode_head(buf, PLAIN, object, files);
@@ -218,7 +218,7 @@ impl Spool {
         &mut self,
         id: &str,
         hash: &Hash,
-        object: &Object,
+        object: &ObjectRef,
         files: &[ModuleFile],
     ) -> io::Result<Loc> {
         if self.look_on_shelf {
@@ -242,7 +242,7 @@ impl Spool {
             return Ok(None);
         }
         let start = self.len;
-        let object = Object::new(meta.kind, &meta.uid, &meta.resource_version);
+        let object = ObjectRef::new(meta.kind, &meta.uid, &meta.resource_version);
         match self.put_shelved(id, &object, &files) {
             Ok(shelved) => {
                 self.release(loc);
@@ -275,7 +275,12 @@ impl Spool {
     /// Appends only the keys of module `id`'s files, with the digest of their contents
     /// (what the shelf must give back: not always the module's hash, which for a fetched
     /// `.url` key covers the URL, not the body).
-    fn put_shelved(&mut self, id: &str, object: &Object, files: &[ModuleFile]) -> io::Result<Loc> {
+    fn put_shelved(
+        &mut self,
+        id: &str,
+        object: &ObjectRef,
+        files: &[ModuleFile],
+    ) -> io::Result<Loc> {
         let digest = Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes())));
         self.append(|buf| {
             encode_head(buf, SHELVED, object, files);
@@ -505,7 +510,7 @@ fn corrupt(what: &str) -> io::Error {
 
 /// A record's head: plain or shelved, the object's kind, the number of files and their
 /// bytes, the uid and the resourceVersion.
-fn encode_head(buf: &mut Vec<u8>, record: u8, object: &Object, files: &[ModuleFile]) {
+fn encode_head(buf: &mut Vec<u8>, record: u8, object: &ObjectRef, files: &[ModuleFile]) {
     buf.push(record);
     buf.push(u8::from(object.kind == Resource::Secrets));
     buf.extend_from_slice(&(files.len() as u32).to_be_bytes());
@@ -630,15 +635,15 @@ mod tests {
     #[test]
     fn round_trips_on_disk_and_in_memory() {
         for mut s in [Spool::new(None).unwrap(), Spool::memory()] {
-            let a = s.put(&Object::configmap("u", "1"), &files(1)).unwrap();
-            let b = s.put(&Object::configmap("u", "1"), &files(2)).unwrap();
+            let a = s.put(&ObjectRef::configmap("u", "1"), &files(1)).unwrap();
+            let b = s.put(&ObjectRef::configmap("u", "1"), &files(2)).unwrap();
             assert_eq!(s.get(b).unwrap(), files(2));
             assert_eq!(s.get(a).unwrap(), files(1));
             let mark = s.len();
-            s.put(&Object::configmap("u", "1"), &files(3)).unwrap();
+            s.put(&ObjectRef::configmap("u", "1"), &files(3)).unwrap();
             s.truncate(mark).unwrap();
             assert_eq!(s.len(), mark);
-            let empty = s.put(&Object::configmap("u", "1"), &[]).unwrap();
+            let empty = s.put(&ObjectRef::configmap("u", "1"), &[]).unwrap();
             assert_eq!(s.get(empty).unwrap(), vec![]);
             // The uid and resourceVersion (of any length) come back, with the counts.
             let long = "v".repeat(300);
@@ -647,7 +652,7 @@ mod tests {
                 ("", &long[..]),
             ] {
                 let at = s
-                    .put(&Object::new(Resource::Secrets, uid, rv), &files(4))
+                    .put(&ObjectRef::new(Resource::Secrets, uid, rv), &files(4))
                     .unwrap();
                 let want = Meta {
                     kind: Resource::Secrets,
@@ -672,7 +677,7 @@ mod tests {
         };
         let mut s = Spool::new(None).unwrap();
         let locs: Vec<Loc> = (0..20)
-            .map(|i| s.put(&Object::configmap("u", "1"), &big(i)).unwrap())
+            .map(|i| s.put(&ObjectRef::configmap("u", "1"), &big(i)).unwrap())
             .collect();
         let Backing::Disk { file, flushed, .. } = &s.backing else {
             panic!("a disk spool")
@@ -688,12 +693,12 @@ mod tests {
         assert_eq!(s.get(locs[17]).unwrap(), big(17));
         s.truncate(locs[2].off).unwrap();
         assert_eq!(s.len(), locs[2].off);
-        let again = s.put(&Object::configmap("u", "1"), &big(7)).unwrap();
+        let again = s.put(&ObjectRef::configmap("u", "1"), &big(7)).unwrap();
         assert_eq!(again.off, locs[2].off);
         assert_eq!(s.get(again).unwrap(), big(7));
         assert_eq!(s.get(locs[1]).unwrap(), big(1));
         let more: Vec<Loc> = (0..10)
-            .map(|i| s.put(&Object::configmap("u", "1"), &big(i)).unwrap())
+            .map(|i| s.put(&ObjectRef::configmap("u", "1"), &big(i)).unwrap())
             .collect();
         for (i, loc) in more.iter().enumerate() {
             assert_eq!(s.get(*loc).unwrap(), big(i as u8));
@@ -706,7 +711,7 @@ mod tests {
         let mut s = Spool::new(Some(dir.path())).unwrap();
         let mut live = Vec::new();
         for i in 0..10 {
-            let loc = s.put(&Object::configmap("u", "1"), &files(i)).unwrap();
+            let loc = s.put(&ObjectRef::configmap("u", "1"), &files(i)).unwrap();
             if i % 2 == 0 {
                 live.push((i, loc));
             } else {
@@ -728,7 +733,7 @@ mod tests {
         let gone = dir.path().join("gone");
         std::fs::create_dir(&gone).unwrap();
         let mut s = Spool::new(Some(&gone)).unwrap();
-        let loc = s.put(&Object::configmap("u", "1"), &files(1)).unwrap();
+        let loc = s.put(&ObjectRef::configmap("u", "1"), &files(1)).unwrap();
         std::fs::remove_dir(&gone).unwrap();
         let mut locs = [loc];
         let e = s.compact(locs.iter_mut()).unwrap_err();
@@ -748,7 +753,7 @@ mod tests {
         let mut s = Spool::new(Some(dir.path())).unwrap();
         let mut live = Vec::new();
         for i in 0..6 {
-            let loc = s.put(&Object::configmap("u", "1"), &files(i)).unwrap();
+            let loc = s.put(&ObjectRef::configmap("u", "1"), &files(i)).unwrap();
             if i % 2 == 0 {
                 live.push(loc);
             } else {
@@ -822,7 +827,7 @@ mod tests {
             .put_module(
                 "ns/m1",
                 &hash(&files(1)),
-                &Object::configmap("u", "1"),
+                &ObjectRef::configmap("u", "1"),
                 &files(1),
             )
             .unwrap();
@@ -830,7 +835,7 @@ mod tests {
             .put_module(
                 "ns/m2",
                 &hash(&files(2)),
-                &Object::configmap("u", "1"),
+                &ObjectRef::configmap("u", "1"),
                 &files(2),
             )
             .unwrap();
@@ -845,14 +850,14 @@ mod tests {
             .put_module(
                 "ns/m3",
                 &hash(&files(3)),
-                &Object::configmap("u", "1"),
+                &ObjectRef::configmap("u", "1"),
                 &files(3),
             )
             .unwrap();
         assert!(!s.is_shelved(m3).unwrap());
         assert_eq!(
             m3.len,
-            Spool::record_len(&Object::configmap("u", "1"), &files(3))
+            Spool::record_len(&ObjectRef::configmap("u", "1"), &files(3))
         );
         let dead = s.dead;
         let shelved = s.shelve("ns/m3", m3).unwrap().unwrap();
@@ -887,7 +892,7 @@ mod tests {
             .put_module(
                 "ns/m",
                 &hash(&files(1)),
-                &Object::configmap("u", "1"),
+                &ObjectRef::configmap("u", "1"),
                 &files(1),
             )
             .unwrap();
@@ -904,8 +909,8 @@ mod tests {
             key: "k".into(),
             content: Content::Text("x".repeat(100_000)),
         }];
-        let a = s.put(&Object::configmap("u", "1"), &big).unwrap();
-        let _small = s.put(&Object::configmap("u", "1"), &files(1)).unwrap();
+        let a = s.put(&ObjectRef::configmap("u", "1"), &big).unwrap();
+        let _small = s.put(&ObjectRef::configmap("u", "1"), &files(1)).unwrap();
         assert!(!s.wants_compaction());
         s.release(a);
         assert!(s.wants_compaction());

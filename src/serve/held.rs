@@ -19,7 +19,7 @@ use crate::source::{self, Collect, Item, Mark, Previous, RawObject, Resource, Re
 
 /// One object, as served.
 #[derive(Debug)]
-pub struct Object {
+pub struct HeldObject {
     pub namespace: String,
     pub name: String,
     pub resource_version: String,
@@ -30,15 +30,15 @@ pub struct Object {
     pub events: [OnceLock<Body>; 4],
 }
 
-impl Object {
+impl HeldObject {
     pub fn new(
         namespace: String,
         name: String,
         resource_version: String,
         labels: Vec<(String, String)>,
         raw: RawObject,
-    ) -> Object {
-        Object {
+    ) -> HeldObject {
+        HeldObject {
             namespace,
             name,
             resource_version,
@@ -63,7 +63,7 @@ impl Object {
 
 /// A scope the hub lists, and its versions.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Scope {
+pub struct ListedScope {
     pub kind: Resource,
     /// `None`: all namespaces.
     pub namespace: Option<String>,
@@ -73,7 +73,7 @@ pub struct Scope {
     pub changed: u64,
 }
 
-impl Scope {
+impl ListedScope {
     /// Whether it holds objects of `namespace` (`None`: whether it is all of them).
     fn covers(&self, namespace: Option<&str>) -> bool {
         match (&self.namespace, namespace) {
@@ -98,8 +98,8 @@ pub struct Versions {
 pub struct Held {
     kinds: Resources,
     /// Each kind's objects by `namespace/name` (the apiserver's order).
-    objects: [BTreeMap<String, Arc<Object>>; 2],
-    pub scopes: Vec<Scope>,
+    objects: [BTreeMap<String, Arc<HeldObject>>; 2],
+    pub scopes: Vec<ListedScope>,
     /// The poll it came from.
     pub poll: u64,
     /// When that poll ended.
@@ -135,7 +135,7 @@ impl Held {
         &self,
         kind: Resource,
         namespace: Option<&str>,
-    ) -> impl Iterator<Item = &Arc<Object>> {
+    ) -> impl Iterator<Item = &Arc<HeldObject>> {
         let all = &self.objects[slot(kind)];
         let range = match namespace {
             // `/` sorts after every byte a namespace may hold but `-`, `.` and
@@ -152,7 +152,7 @@ impl Held {
         kind: Resource,
         namespace: Option<&str>,
         from: Option<&str>,
-    ) -> impl Iterator<Item = &Arc<Object>> {
+    ) -> impl Iterator<Item = &Arc<HeldObject>> {
         let all = &self.objects[slot(kind)];
         let (lo, hi) = match namespace {
             Some(ns) => (format!("{ns}/"), Some(format!("{ns}0"))),
@@ -168,7 +168,7 @@ impl Held {
     }
 
     /// One object.
-    pub fn get(&self, kind: Resource, namespace: &str, name: &str) -> Option<&Arc<Object>> {
+    pub fn get(&self, kind: Resource, namespace: &str, name: &str) -> Option<&Arc<HeldObject>> {
         self.objects[slot(kind)].get(&format!("{namespace}/{name}"))
     }
 
@@ -181,7 +181,7 @@ impl Held {
     /// every scope of that kind that holds some of it. `None` before any list of it.
     pub fn versions(&self, kind: Resource, namespace: Option<&str>) -> Option<Versions> {
         let scopes = self.scopes.iter().filter(|s| s.kind == kind);
-        let touched: Vec<&Scope> = match namespace {
+        let touched: Vec<&ListedScope> = match namespace {
             Some(ns) => scopes.filter(|s| s.covers(Some(ns))).collect(),
             None => scopes.collect(),
         };
@@ -198,7 +198,7 @@ impl Held {
     }
 
     /// The object a module id names (`NS/NAME`, or `KIND/NS/NAME` with both kinds).
-    fn by_id(&self, id: &str) -> Option<&Arc<Object>> {
+    fn by_id(&self, id: &str) -> Option<&Arc<HeldObject>> {
         let (kind, key) = match Resource::named_in(id).filter(|_| self.kinds.qualified()) {
             Some(kind) => (kind, id.split_once('/').map_or(id, |(_, k)| k)),
             None => (self.kinds.kind_of(id), id),
@@ -217,7 +217,7 @@ impl Previous for Held {
 /// A poll being gathered, against the last complete one.
 pub struct Gather<'a> {
     prev: &'a Held,
-    got: Vec<(Resource, Arc<Object>)>,
+    got: Vec<(Resource, Arc<HeldObject>)>,
     listed: Vec<(Resource, Option<String>, String)>,
 }
 
@@ -254,7 +254,7 @@ impl<'a> Gather<'a> {
                 )
             })?;
             let before = (prev.scopes.iter()).find(|s| s.kind == kind && s.namespace == namespace);
-            let same = |s: &Scope| {
+            let same = |s: &ListedScope| {
                 let ns = s.namespace.as_deref();
                 let now = held
                     .objects(kind, ns)
@@ -268,7 +268,7 @@ impl<'a> Gather<'a> {
                 Some(s) if same(s) => s.changed,
                 _ => listed,
             };
-            held.scopes.push(Scope {
+            held.scopes.push(ListedScope {
                 kind,
                 namespace,
                 listed,
@@ -297,7 +297,7 @@ impl Collect for Gather<'_> {
         };
         self.got.push((
             item.kind,
-            Arc::new(Object::new(
+            Arc::new(HeldObject::new(
                 item.namespace,
                 item.name,
                 item.resource_version,

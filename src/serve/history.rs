@@ -13,14 +13,14 @@
 //! resumed from any version it was given misses nothing. With one scope a kind (all
 //! namespaces, the default) every change is released at its poll.
 //!
-//! Each event's JSON is made once for every watcher (`Object::event`, `Change::deleted`).
+//! Each event's JSON is made once for every watcher (`HeldObject::event`, `Change::deleted`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::event::{Type, frame, trim_newline, with_resource_version};
-use super::held::{Held, Object};
+use super::held::{Held, HeldObject};
 use super::render;
 use super::request::Form;
 use crate::https::http::Body;
@@ -40,9 +40,9 @@ pub struct Change {
     /// Its resourceVersion.
     pub rv: u64,
     /// The state the hub served before (a change or a removal).
-    pub before: Option<Arc<Object>>,
+    pub before: Option<Arc<HeldObject>>,
     /// The state it serves now (an addition or a change).
-    pub after: Option<Arc<Object>>,
+    pub after: Option<Arc<HeldObject>>,
     /// When the poll that found it ended.
     pub at: Instant,
     /// `DELETED` of `before` at `rv`, per form, made once.
@@ -52,8 +52,8 @@ pub struct Change {
 impl Change {
     fn new(
         rv: u64,
-        before: Option<Arc<Object>>,
-        after: Option<Arc<Object>>,
+        before: Option<Arc<HeldObject>>,
+        after: Option<Arc<HeldObject>>,
         at: Instant,
     ) -> Change {
         Change {
@@ -73,7 +73,7 @@ impl Change {
         &self,
         kind: Resource,
         form: Form,
-        passes: impl Fn(&Object) -> bool,
+        passes: impl Fn(&HeldObject) -> bool,
     ) -> Option<Body> {
         let before = self.before.as_deref().is_some_and(&passes);
         let after = self.after.as_deref().is_some_and(&passes);
@@ -229,8 +229,8 @@ impl History {
 
 /// The changes of `kind` from `prev` to `next`, both in the apiserver's order.
 fn diff(prev: &Held, next: &Held, kind: Resource, at: Instant, out: &mut Vec<Change>) {
-    let rv = |o: &Object| o.resource_version.parse::<u64>().unwrap_or(0);
-    let gone_at = |o: &Object| {
+    let rv = |o: &HeldObject| o.resource_version.parse::<u64>().unwrap_or(0);
+    let gone_at = |o: &HeldObject| {
         next.versions(kind, Some(&o.namespace))
             .map_or(0, |v| v.listed)
     };

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::auth::{self, Attributes, Auth, Halt, User, Who};
 use super::discovery;
-use super::held::{Held, Object, Versions};
+use super::held::{Held, HeldObject, Versions};
 use super::impersonate;
 use super::render::{self, More};
 use super::request::{self, Ask, Form, Route, Target};
@@ -432,7 +432,7 @@ impl Hub {
                 rv: v.listed,
             };
             let rendered = self.rendered(held, shape, here, || {
-                let items: Vec<&Arc<Object>> = held
+                let items: Vec<&Arc<HeldObject>> = held
                     .objects(kind, ns)
                     .filter(|o| selected(ask, o))
                     .collect();
@@ -461,7 +461,7 @@ impl Hub {
             }
             None => (v.listed, None),
         };
-        let rest: Vec<&Arc<Object>> = (held.objects(kind, ns))
+        let rest: Vec<&Arc<HeldObject>> = (held.objects(kind, ns))
             .filter(|o| after.as_ref().is_none_or(|a| o.key() > *a))
             .filter(|o| selected(ask, o))
             .collect();
@@ -544,7 +544,7 @@ impl Hub {
 const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
 
 /// Whether `o` is what `ask`'s selectors select.
-fn selected(ask: &Ask, o: &Object) -> bool {
+fn selected(ask: &Ask, o: &HeldObject) -> bool {
     ask.labels.matches(|k| o.label(k)) && ask.fields.matches(&o.namespace, &o.name)
 }
 

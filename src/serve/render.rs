@@ -11,7 +11,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 
 use super::event::{Type, frame, trim_newline};
-use super::held::Object;
+use super::held::HeldObject;
 use super::request::Form;
 use super::status::json_string;
 use crate::https::http::Body;
@@ -26,7 +26,13 @@ pub struct More {
 }
 
 /// A list of `items` at resourceVersion `rv`.
-pub fn list(kind: Resource, form: Form, rv: u64, items: &[&Arc<Object>], more: &More) -> Vec<u8> {
+pub fn list(
+    kind: Resource,
+    form: Form,
+    rv: u64,
+    items: &[&Arc<HeldObject>],
+    more: &More,
+) -> Vec<u8> {
     let size: usize = items.iter().map(|o| o.raw.json.len() + 64).sum();
     let mut out = Vec::with_capacity(size + 256);
     let (list_kind, api_version) = match form {
@@ -65,7 +71,7 @@ pub fn list(kind: Resource, form: Form, rv: u64, items: &[&Arc<Object>], more: &
 }
 
 /// One object.
-pub fn object(kind: Resource, form: Form, o: &Object) -> Vec<u8> {
+pub fn object(kind: Resource, form: Form, o: &HeldObject) -> Vec<u8> {
     let mut out = Vec::with_capacity(o.raw.json.len() + 64);
     match form {
         Form::Full => {
@@ -85,7 +91,7 @@ pub fn object(kind: Resource, form: Form, o: &Object) -> Vec<u8> {
 }
 
 /// `o`'s watch event of type `t` (`ADDED` or `MODIFIED`), made once for every watcher.
-pub fn event(kind: Resource, form: Form, t: Type, o: &Object) -> Body {
+pub fn event(kind: Resource, form: Form, t: Type, o: &HeldObject) -> Body {
     let at = match (form, t) {
         (Form::Full, Type::Added) => 0,
         (Form::Full, _) => 1,
@@ -97,7 +103,7 @@ pub fn event(kind: Resource, form: Form, t: Type, o: &Object) -> Body {
         .clone()
 }
 
-fn metadata_object(out: &mut Vec<u8>, o: &Object) {
+fn metadata_object(out: &mut Vec<u8>, o: &HeldObject) {
     out.extend_from_slice(
         b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":",
     );
@@ -161,10 +167,10 @@ mod tests {
     use super::*;
     use crate::source::RawObject;
 
-    fn object_of(json: &str, ns: &str, name: &str) -> Arc<Object> {
+    fn object_of(json: &str, ns: &str, name: &str) -> Arc<HeldObject> {
         let m = json.find("\"metadata\":").unwrap() + "\"metadata\":".len();
         let end = json[m..].find('}').unwrap() + m + 1;
-        Arc::new(Object::new(
+        Arc::new(HeldObject::new(
             ns.into(),
             name.into(),
             "1".into(),

@@ -39,7 +39,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use super::event::{self, Type};
-use super::held::{Held, Object};
+use super::held::{Held, HeldObject};
 use super::history::{History, Start};
 use super::render;
 use super::request::{Ask, Form};
@@ -77,7 +77,7 @@ struct Filter {
 }
 
 impl Filter {
-    fn passes(&self, o: &Object) -> bool {
+    fn passes(&self, o: &HeldObject) -> bool {
         self.namespace.as_ref().is_none_or(|ns| *ns == o.namespace)
             && self.labels.matches(|k| o.label(k))
             && self.fields.matches(&o.namespace, &o.name)

@@ -40,7 +40,7 @@ mod tests {
     use crate::batch::event::{Change, Event};
     use crate::poll::hash::Hash;
     use crate::poll::snapshot::Entry;
-    use crate::poll::spool::{Object, Spool};
+    use crate::poll::spool::{ObjectRef, Spool};
     use crate::source::{Content, ModuleFile, Resource};
 
     #[test]
@@ -53,7 +53,7 @@ mod tests {
         let mut entry = |kind| Entry {
             resource_version: "1".into(),
             hash: Hash([1; 32]),
-            loc: spool.put(&Object::new(kind, "u", "1"), &files).unwrap(),
+            loc: spool.put(&ObjectRef::new(kind, "u", "1"), &files).unwrap(),
         };
         let (cm, secret) = (entry(Resource::ConfigMaps), entry(Resource::Secrets));
         let batch = Batch {

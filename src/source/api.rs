@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use super::follow::Follow;
 use super::proto::{self, MetaListReader};
 use super::reader::{ListMeta, ListReader, Meta, ReadError, read_object};
-use super::scope::{Request, Scope, encode};
+use super::scope::{ListRequest, Scope, encode};
 use super::watching::Streams;
 use super::{Collect, Error, Item, ListMode, Previous, Resource, Selection, Source};
 use crate::kube::client::{Failure, Waited};
@@ -187,9 +187,9 @@ impl ApiSource {
             };
             // A hub holds the poll's first list until it has a newer one.
             let wait = self.follow.wait_for(&scope.key(), rv.as_deref());
-            let req = Request {
+            let req = ListRequest {
                 wait,
-                ..Request::new(scope, &params, metadata)
+                ..ListRequest::new(scope, &params, metadata)
             };
             let listed = self.fetched_list(req, prev, out);
             if let Ok(ListMeta {
@@ -251,19 +251,24 @@ impl ApiSource {
             if let Some(t) = &token {
                 params.push(("continue", t.clone()));
             }
-            let meta = match self.fetched_list(Request::new(scope, &params, metadata), prev, out) {
-                Ok(meta) => meta,
-                Err(Error::Api(e)) if token.is_some() && e.is_expired() => {
-                    // client-go's pager: one full list, no limit, no continue, no RV.
-                    log::warn!(
-                        "{e}; listing {} again in one unpaged request",
-                        scope.action()
-                    );
-                    out.rewind(scope_start)?;
-                    return self.fetched_list(Request::new(scope, &[], metadata), prev, out);
-                }
-                Err(e) => return Err(e),
-            };
+            let meta =
+                match self.fetched_list(ListRequest::new(scope, &params, metadata), prev, out) {
+                    Ok(meta) => meta,
+                    Err(Error::Api(e)) if token.is_some() && e.is_expired() => {
+                        // client-go's pager: one full list, no limit, no continue, no RV.
+                        log::warn!(
+                            "{e}; listing {} again in one unpaged request",
+                            scope.action()
+                        );
+                        out.rewind(scope_start)?;
+                        return self.fetched_list(
+                            ListRequest::new(scope, &[], metadata),
+                            prev,
+                            out,
+                        );
+                    }
+                    Err(e) => return Err(e),
+                };
             match &meta.continue_token {
                 Some(t) if token.as_ref() == Some(t) => {
                     return Err(unbounded(
@@ -284,7 +289,7 @@ impl ApiSource {
     /// for full objects (only this request's: earlier pages stay).
     fn fetched_list(
         &mut self,
-        req: Request,
+        req: ListRequest,
         prev: &dyn Previous,
         out: &mut dyn Collect,
     ) -> Result<ListMeta, Error> {
@@ -292,10 +297,10 @@ impl ApiSource {
         // A later page of a scope that has just turned to full lists.
         let metadata = req.metadata && !self.full_only.contains(&scope.key());
         let mark = out.mark();
-        let listed = self.list(Request { metadata, ..req }, prev, out)?;
+        let listed = self.list(ListRequest { metadata, ..req }, prev, out)?;
         let again_in_full = |me: &mut Self, out: &mut dyn Collect| {
             out.rewind(mark)?;
-            let full = Request {
+            let full = ListRequest {
                 metadata: false,
                 wait: None,
                 ..req
@@ -344,11 +349,11 @@ impl ApiSource {
     /// One list request; each selected item is unchanged, delivered, or queued for a GET.
     fn list(
         &mut self,
-        req: Request,
+        req: ListRequest,
         prev: &dyn Previous,
         out: &mut dyn Collect,
     ) -> Result<Listed, Error> {
-        let Request {
+        let ListRequest {
             scope,
             params,
             metadata,

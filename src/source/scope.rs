@@ -37,7 +37,7 @@ impl Scope<'_> {
 
 /// One list request: where, with which query parameters, and whether for metadata only.
 #[derive(Clone, Copy)]
-pub struct Request<'a> {
+pub struct ListRequest<'a> {
     pub scope: Scope<'a>,
     pub params: &'a [(&'a str, String)],
     pub metadata: bool,
@@ -45,9 +45,13 @@ pub struct Request<'a> {
     pub wait: Option<Duration>,
 }
 
-impl<'a> Request<'a> {
-    pub fn new(scope: Scope<'a>, params: &'a [(&'a str, String)], metadata: bool) -> Request<'a> {
-        Request {
+impl<'a> ListRequest<'a> {
+    pub fn new(
+        scope: Scope<'a>,
+        params: &'a [(&'a str, String)],
+        metadata: bool,
+    ) -> ListRequest<'a> {
+        ListRequest {
             scope,
             params,
             metadata,

@@ -94,7 +94,7 @@ impl Query {
 
 /// The answer of `/status`: what `ledger` holds, with readiness from `health`, its module
 /// rows as `query` asks.
-pub fn answer(ledger: &Ledger, health: &Health, query: &Query) -> Answer {
+pub fn answer(ledger: &Ledger, health: &Health, query: &Query) -> StatusReport {
     let readiness = health.readiness(std::time::Instant::now());
     let mut modules = Vec::new();
     let mut counts = Counts::default();
@@ -167,7 +167,7 @@ pub fn answer(ledger: &Ledger, health: &Health, query: &Query) -> Answer {
                 .collect(),
         })
         .collect();
-    Answer {
+    StatusReport {
         version: env!("CARGO_PKG_VERSION").into(),
         source: ledger.source.clone(),
         selector: ledger.selector.clone(),
@@ -212,7 +212,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 /// `/status`: what `cmpoll status` prints.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Answer {
+pub struct StatusReport {
     pub version: String,
     pub source: String,
     pub selector: String,
@@ -348,10 +348,10 @@ pub struct ModuleRow {
     pub error: Option<String>,
 }
 
-impl Answer {
+impl StatusReport {
     /// Only the rows `query` asks for, with the counts of every module (counted from the
     /// rows where the answer had none: an older daemon's, or a folder's).
-    pub fn narrowed(mut self, query: &Query) -> Answer {
+    pub fn narrowed(mut self, query: &Query) -> StatusReport {
         if self.counts.is_none() {
             self.counts = Some(Counts::of(&self.modules));
         }
@@ -554,7 +554,7 @@ mod tests {
         );
         // The JSON reads back as it was written.
         let json = serde_json::to_string(&r).unwrap();
-        assert_eq!(serde_json::from_str::<Answer>(&json).unwrap(), r);
+        assert_eq!(serde_json::from_str::<StatusReport>(&json).unwrap(), r);
         assert!(json.contains(r#""state":"unwritten""#), "{json}");
     }
 

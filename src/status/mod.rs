@@ -12,7 +12,7 @@ mod table;
 use std::path::Path;
 use std::time::Duration;
 
-use self::answer::{Answer, ModuleRow, Query, SinkRow, State};
+use self::answer::{ModuleRow, Query, SinkRow, State, StatusReport};
 use crate::error::Error;
 use crate::http::tls::{self, Trust};
 
@@ -71,7 +71,7 @@ fn ask(
     url: &str,
     query: &Query,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(Answer, String), Error> {
+) -> Result<(StatusReport, String), Error> {
     let shown = crate::http::url::redact(&format!("{url}/status"));
     let status_url = match query.to_query() {
         q if q.is_empty() => format!("{url}/status"),
@@ -112,7 +112,7 @@ fn ask(
         let first = body.lines().next().unwrap_or("");
         return Err(Error::Runtime(format!("{shown}: {code}: {first}")));
     }
-    let answer: Answer = serde_json::from_str(&body)
+    let answer: StatusReport = serde_json::from_str(&body)
         .map_err(|e| Error::Runtime(format!("{shown}: not a cmpoll status answer: {e}")))?;
     // An older daemon reads no query: it answers every module, narrowed here.
     Ok((answer.narrowed(query), body))
@@ -120,7 +120,7 @@ fn ask(
 
 /// What an output folder records: every module it holds (delivered), what `--validate`
 /// rejected (`rejected.json`), and what a failed or interrupted write left behind.
-fn from_folder(dir: &Path, query: &Query) -> Result<Answer, Error> {
+fn from_folder(dir: &Path, query: &Query) -> Result<StatusReport, Error> {
     let (written, pending) = crate::sink::outdir::recorded(dir).map_err(Error::Config)?;
     let meta = crate::sink::outdir::meta_dir(dir);
     let rejections = crate::validate::rejections(&meta).map_err(Error::Config)?;
@@ -171,7 +171,7 @@ fn from_folder(dir: &Path, query: &Query) -> Result<Answer, Error> {
         m.reason = Some(crate::reason::redacted(&reason));
     }
     modules.sort_by(|a, b| a.module.cmp(&b.module));
-    let mut answer = Answer {
+    let mut answer = StatusReport {
         version: env!("CARGO_PKG_VERSION").into(),
         source: format!("the record of output folder {}", dir.display()),
         selector: "(not recorded)".into(),

@@ -1,10 +1,10 @@
 //! `cmpoll status`'s table: the answer as kubectl prints objects, left-aligned columns
 //! three spaces apart, one line per sink and per module.
 
-use super::answer::{Answer, Counts, State, first_line};
+use super::answer::{Counts, State, StatusReport, first_line};
 use crate::ops::health::thousands;
 
-impl Answer {
+impl StatusReport {
     /// The kubectl-like table `cmpoll status` prints.
     pub fn table(&self) -> String {
         let mut out = String::new();

@@ -24,7 +24,7 @@ use self::remembered::Remembered;
 pub use self::run::{Options, Stage, Verdict, timed_out};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};
-use crate::poll::spool::{Object, Spool};
+use crate::poll::spool::{ObjectRef, Spool};
 use crate::poll::store::Store;
 
 /// A remembered rejection: the content refused, why, and the last good version.
@@ -121,7 +121,7 @@ impl Gate {
             else {
                 continue;
             };
-            let object = Object::new(self.opts.kinds.kind_of(id), uid, resource_version);
+            let object = ObjectRef::new(self.opts.kinds.kind_of(id), uid, resource_version);
             let loc = store.spool.put(&object, files)?;
             let entry = Entry {
                 hash: Hash::of(files.iter().map(|f| (f.key.as_str(), f.content.bytes()))),

@@ -30,13 +30,13 @@ pub const MAX_MESSAGE: usize = 1024;
 struct Review {
     api_version: Option<String>,
     kind: Option<String>,
-    request: Option<Request>,
+    request: Option<AdmissionRequest>,
 }
 
 /// What the apiserver asks about.
 #[derive(Deserialize, Debug)]
 #[serde(rename_all = "camelCase")]
-pub struct Request {
+pub struct AdmissionRequest {
     pub uid: String,
     #[serde(default)]
     pub resource: GroupResource,
@@ -60,7 +60,7 @@ pub struct GroupResource {
 }
 
 /// Reads an AdmissionReview; the error says what is wrong with it (a 400).
-pub fn decode(body: &[u8]) -> Result<Request, String> {
+pub fn decode(body: &[u8]) -> Result<AdmissionRequest, String> {
     let review: Review =
         serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
     match (review.api_version.as_deref(), review.kind.as_deref()) {
@@ -101,7 +101,7 @@ impl Decision {
 }
 
 /// The module the object under review would be, or why there is nothing to validate.
-pub fn module(req: &Request, selection: &Selection) -> Result<Module, &'static str> {
+pub fn module(req: &AdmissionRequest, selection: &Selection) -> Result<Module, &'static str> {
     if !matches!(req.operation.as_str(), "CREATE" | "UPDATE") {
         return Err("not a CREATE or UPDATE");
     }

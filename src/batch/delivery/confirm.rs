@@ -13,7 +13,7 @@ use crate::batch::sink::Fatal;
 use crate::ops::health::Health;
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};
-use crate::poll::spool::{Object, Spool};
+use crate::poll::spool::{ObjectRef, Spool};
 use crate::poll::store::Store;
 use crate::source::Resource;
 use crate::validate::{Gate, Good};
@@ -217,7 +217,7 @@ impl Delivery {
             };
             let kind = store.spool.meta(entry.loc).map(|m| m.kind).ok();
             if let (Some(kind), Some(g)) = (kind, &b.good) {
-                let object = Object::new(kind, &g.uid, &g.resource_version);
+                let object = ObjectRef::new(kind, &g.uid, &g.resource_version);
                 let loc = (store.spool.put(&object, &g.files)).map_err(|e| {
                     Fatal(format!(
                         "--confirm: cannot spool {}'s last good version: {e}",

@@ -136,7 +136,7 @@ fn a_watchers_selector_turns_a_change_into_what_it_sees() {
     let p3 = poll(&p2, 3, &[(None, 30)], vec![item("a", "x", 25, &team)]);
     h.record(&p2, &p3);
     let kept = h.kind(Resource::ConfigMaps);
-    let of_team = |o: &Object| o.label("team") == Some("a");
+    let of_team = |o: &HeldObject| o.label("team") == Some("a");
     let seen: Vec<serde_json::Value> = (kept.after(0).unwrap())
         .filter_map(|c| c.event(Resource::ConfigMaps, Form::Full, of_team))
         .map(|b| serde_json::from_slice(&b).unwrap())

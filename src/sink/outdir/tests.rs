@@ -5,7 +5,7 @@ use crate::atomic;
 use crate::batch::{Batch, Change, Event, Outcome, Sink, Synced};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::Entry;
-use crate::poll::spool::{Object, Spool};
+use crate::poll::spool::{ObjectRef, Spool};
 use crate::source::{Content, ModuleFile, Resources};
 use record::Record;
 use std::collections::{BTreeMap, BTreeSet};
@@ -71,7 +71,7 @@ impl Fixture {
             .collect();
         let loc = self
             .spool
-            .put(&Object::configmap("u", "1"), &files)
+            .put(&ObjectRef::configmap("u", "1"), &files)
             .unwrap();
         let entry = Entry {
             resource_version: "1".into(),
