@@ -4,6 +4,8 @@
 //! after an update, an addition, a relabel and a deletion is what the apiserver lists; a
 //! role without `watch` gets lists, with one warning.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 use test_apiserver::real::RealApiserver;
 
@@ -209,4 +211,66 @@ fn a_hub_whose_role_cannot_watch_lists() {
         "{}",
         warned[0]
     );
+}
+
+/// When the watch cache no longer holds the events since the hub's version (nothing it
+/// selects changed for over 75 s while others were written: its version stays where its
+/// list left it), the apiserver answers the short watch with `410 Expired`: the hub lists
+/// again, serves what it lists, and goes on with short watches.
+#[test]
+fn a_hub_whose_version_left_the_watch_cache_lists_again() {
+    let Some((_one, k)) = cluster() else { return };
+    let ns = k.namespace("hub-expired");
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
+    let token = hub_account(k, &ns, "hub");
+    let reader = follower(k, &ns, "reader", cm_rules(), false);
+    let mark = k.audit_mark();
+    let hub = start_hub(k, &token, &["--namespace", &ns, "--interval", "1s"]);
+    let relisted = || {
+        let log = hub.d.stderr();
+        log.contains("no longer holds the events since") || log.contains("; listing instead")
+    };
+    // Past the cache's freshness (75 s), then writes it does not select until the cache
+    // has dropped the events after the hub's version (its size grows with the suite's
+    // writes: as many rounds as it takes, at most 40 of 250).
+    std::thread::sleep(Duration::from_secs(80));
+    let mut round = 0;
+    while !relisted() && round < 40 {
+        let items: Vec<Value> = (0..250)
+            .map(|i| {
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("other-{i}"), "namespace": ns},
+                    "data": {"k": format!("{round}")}})
+            })
+            .collect();
+        k.apply(&json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string());
+        round += 1;
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert!(
+        relisted(),
+        "no 410 after {round} rounds: {}",
+        hub.d.stderr()
+    );
+    // A change after it is served, by short watch again.
+    k.put_configmap(&ns, "a", &[LABEL], &[("k", "2")]);
+    eventually_explained(
+        "the change after the relist served",
+        SOON,
+        || served(&hub, &reader, &ns) == listed(k, &ns),
+        || hub.d.stderr(),
+    );
+    let asked = hub_requests(k, mark, &ns, "hub");
+    let lists: Vec<_> = asked.iter().filter(|r| r.0 == "list").collect();
+    assert_eq!(
+        lists.len(),
+        2,
+        "the first list, the one after the 410: {asked:#?}"
+    );
+    let last_list = asked.iter().rposition(|r| r.0 == "list").unwrap();
+    assert!(
+        asked[last_list..].iter().any(|r| r.0 == "watch"),
+        "watches again after: {asked:#?}"
+    );
+    assert!(!hub.d.stderr().contains("WARN"), "{}", hub.d.stderr());
 }

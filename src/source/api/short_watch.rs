@@ -9,7 +9,8 @@
 //! its scopes before it reads any, so that it takes a second whatever their number.
 //!
 //! The watch is read to its end or the poll fails (a stream cut mid-way changes nothing,
-//! and the next poll asks from the same version); its events are taken as a list would
+//! and the next poll asks from the same version; one longer than `--max-response-bytes`
+//! is listed instead); its events are taken as a list would
 //! have given them (`watched.rs`: each id unchanged, delivered or gone), held once the
 //! poll is complete. A scope is listed instead when it was not listed yet, when the cache
 //! no longer holds the events since that version (`410 Expired`, or a cache behind it:
@@ -96,7 +97,18 @@ impl ApiSource {
         let (mut events, mut rv) = (Vec::new(), from);
         loop {
             line.clear();
-            let n = (lines.read_until(b'\n', &mut line)).map_err(|e| Error::Api(fail.io(e)))?;
+            let n = match lines.read_until(b'\n', &mut line) {
+                Ok(n) => n,
+                Err(e) => match fail.io(e) {
+                    // More changed since than a list holds: listed instead (else every
+                    // poll would ask again from the same version and fail again).
+                    e @ kube::Error::TooLarge { .. } => {
+                        log::info!("{e}; listing instead");
+                        return Ok(None);
+                    }
+                    e => return Err(Error::Api(e)),
+                },
+            };
             if n == 0 {
                 break;
             }
