@@ -2,8 +2,8 @@
 //! from the version the hub holds, `timeoutSeconds=1`, answered from the watch cache's
 //! events since then and ended by the apiserver — instead of a list, which visits every
 //! stored object of its scope, selected or not (issue 49.1: beside 100,000 unselected
-//! ConfigMaps, a metadata list each second costs the apiserver +141 m, the short watch
-//! about nothing; docs/performance.md, "What a hub's poll costs"). Nothing is held between
+//! ConfigMaps, a metadata list each second costs the apiserver +89 m idle, the short
+//! watch +1 m; docs/performance.md, "What a hub's poll costs"). Nothing is held between
 //! polls: the apiserver ends the watch within the second, and the hub counts that second
 //! as part of its interval (`Source::watches_briefly`). A poll opens the watches of all
 //! its scopes before it reads any, so that it takes a second whatever their number.
