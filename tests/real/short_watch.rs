@@ -274,3 +274,70 @@ fn a_hub_whose_version_left_the_watch_cache_lists_again() {
     );
     assert!(!hub.d.stderr().contains("WARN"), "{}", hub.d.stderr());
 }
+
+/// `served`, or `None` while the hub does not answer 200.
+fn served_now(hub: &Hub, token: &str, ns: &str) -> Option<Vec<Value>> {
+    let path =
+        format!("/api/v1/namespaces/{ns}/configmaps?labelSelector=cmpoll.io%2Fmodule%3Dtrue");
+    let (code, _, body) = get(&hub.url(), &hub.ca, token, &path, &[]);
+    (code == 200).then(|| items(&body))
+}
+
+/// A short watch longer than `--max-response-bytes` (more changed since the last poll than
+/// a list holds) is listed instead, not failed again poll after poll from the same version.
+#[test]
+fn a_short_watch_over_the_cap_is_listed_instead() {
+    let Some((_one, k)) = cluster() else { return };
+    let ns = k.namespace("hub-capped");
+    // Server-side apply: no last-applied annotation, which would put each object's data in
+    // its metadata too.
+    let put_all = |data: &str| {
+        let items: Vec<Value> = (0..10)
+            .map(|i| {
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("m{i}"), "namespace": ns, "labels": {LABEL.0: LABEL.1}},
+                    "data": {"k": data}})
+            })
+            .collect();
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+        let args = [
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=cmpoll-tests",
+            "-f",
+            "-",
+        ];
+        k.ok_in(&args, Some(&list));
+    };
+    put_all("small");
+    let token = hub_account(k, &ns, "hub");
+    let reader = follower(k, &ns, "reader", cm_rules(), false);
+    // Ten events of 8 KB do not fit, however the ten writes fall into polls (one poll has
+    // at least five); a metadata list and ten GETs do.
+    let hub = start_hub(
+        k,
+        &token,
+        &[
+            "--namespace",
+            &ns,
+            "--interval",
+            "1s",
+            "--max-response-bytes",
+            "30000",
+        ],
+    );
+    put_all(&"x".repeat(8000));
+    eventually_explained(
+        "the ten changes served",
+        SOON,
+        || served_now(&hub, &reader, &ns) == Some(listed(k, &ns)),
+        || hub.d.stderr(),
+    );
+    let log = hub.d.stderr();
+    assert!(
+        log.contains("larger than 30000 bytes") && log.contains("listing instead"),
+        "{log}"
+    );
+    assert!(!log.contains("WARN"), "{log}");
+}
