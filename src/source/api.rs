@@ -23,11 +23,11 @@
 //! selection: the answer is checked, not trusted.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::follow::Follow;
 use super::proto::{self, MetaListReader};
-use super::reader::{ListMeta, ListReader, Meta, ReadError, read_object};
+use super::reader::{ListMeta, ListReader, Meta, ReadError};
 use super::scope::{ListRequest, Scope, encode};
 use super::watching::Streams;
 use super::{Collect, Error, Item, ListMode, Previous, Resource, Selection, Source};
@@ -35,6 +35,7 @@ use crate::kube::client::{Failure, Waited};
 use crate::kube::{self, Client};
 
 mod named;
+mod paged;
 mod short_watch;
 mod watched;
 
@@ -213,74 +214,6 @@ impl ApiSource {
                 other => return other,
             }
         }
-    }
-
-    /// Every page of a scope, bounded in pages and in time.
-    fn list_paged(
-        &mut self,
-        scope: Scope,
-        metadata: bool,
-        prev: &dyn Previous,
-        out: &mut dyn Collect,
-        scope_start: crate::source::Mark,
-    ) -> Result<ListMeta, Error> {
-        let timeout = self.client.timeout();
-        let deadline = crate::backoff::after(Instant::now(), timeout.saturating_mul(10));
-        let unbounded = |cause: String| {
-            Error::Api(kube::Error::Unbounded {
-                action: scope.action(),
-                cause,
-            })
-        };
-        let mut token: Option<String> = None;
-        let mut first: Option<ListMeta> = None;
-        for pages in 0.. {
-            if pages >= MAX_PAGES {
-                return Err(unbounded(format!(
-                    "more than {MAX_PAGES} pages of {} (raise --page-size, or 0 for one unpaged list)",
-                    self.page_size
-                )));
-            }
-            if pages > 0 && Instant::now() >= deadline {
-                return Err(unbounded(format!(
-                    "{pages} pages took more than 10 × --timeout ({}) in all (raise --page-size or --timeout)",
-                    humantime::format_duration(timeout.saturating_mul(10))
-                )));
-            }
-            let mut params = vec![("limit", self.page_size.to_string())];
-            if let Some(t) = &token {
-                params.push(("continue", t.clone()));
-            }
-            let meta =
-                match self.fetched_list(ListRequest::new(scope, &params, metadata), prev, out) {
-                    Ok(meta) => meta,
-                    Err(Error::Api(e)) if token.is_some() && e.is_expired() => {
-                        // client-go's pager: one full list, no limit, no continue, no RV.
-                        log::warn!(
-                            "{e}; listing {} again in one unpaged request",
-                            scope.action()
-                        );
-                        out.rewind(scope_start)?;
-                        return self.fetched_list(
-                            ListRequest::new(scope, &[], metadata),
-                            prev,
-                            out,
-                        );
-                    }
-                    Err(e) => return Err(e),
-                };
-            match &meta.continue_token {
-                Some(t) if token.as_ref() == Some(t) => {
-                    return Err(unbounded(
-                        "the apiserver returned the same continue token twice".into(),
-                    ));
-                }
-                Some(t) => token = Some(t.clone()),
-                None => return Ok(first.unwrap_or(meta)),
-            }
-            first.get_or_insert(meta);
-        }
-        unreachable!("the page loop returns")
     }
 
     /// One list request, and the GETs it calls for. With `metadata`, when more changed than
@@ -563,73 +496,6 @@ impl ApiSource {
         }
         self.last_rv.insert(scope.key(), rv);
         Ok(())
-    }
-
-    /// GETs one object from the cache, not older than its listed resourceVersion; `None`
-    /// if it was deleted or relabelled since the list: a 404 `Status` NotFound that names
-    /// this very object, or the object no longer selected. Any other 404 (a proxy's text
-    /// page, a Status about another object or path) fails the poll.
-    fn get_one(&mut self, resource: Resource, m: &Meta) -> Result<Option<Item>, Error> {
-        let action = format!("get {} {}", resource.singular(), m.id());
-        let path = format!(
-            "/api/v1/namespaces/{}/{}/{}",
-            encode(&m.namespace),
-            resource.plural(),
-            encode(&m.name)
-        );
-        let mut url = format!("{path}?resourceVersion={}", encode(&m.resource_version));
-        loop {
-            let got = self
-                .client
-                .get(&url, ACCEPT_JSON, &action)
-                .and_then(|body| {
-                    let fail = body.failure();
-                    let annotation = self.selection.folder_annotation.as_deref();
-                    read_object(body, &self.selection.keys, resource, annotation, self.raw)
-                        .map_err(|e| read_error(&fail, "not a valid object", e))
-                });
-            match got {
-                Ok((kind, got, item)) if kind == resource.kind() => {
-                    if got.namespace != m.namespace || got.name != m.name {
-                        // Not a deletion: an answer about another object says nothing
-                        // about this one.
-                        return Err(Error::Api(kube::Error::Decode {
-                            action,
-                            cause: format!("asked for {}, got {}", m.id(), got.id()),
-                        }));
-                    }
-                    // Older than the list said (another apiserver, or hub, behind this one:
-                    // the GET from storage above is the newest, a hub's is its own): kept as
-                    // the last poll had it, never taken back in time.
-                    if let (Ok(have), Ok(want)) = (
-                        got.resource_version.parse::<u64>(),
-                        m.resource_version.parse::<u64>(),
-                    ) && have < want
-                    {
-                        log::debug!(
-                            "{action}: resourceVersion {have} is older than the list's {want}; kept until it catches up"
-                        );
-                        return Ok(None);
-                    }
-                    let admitted = self
-                        .selection
-                        .admits(&got.namespace, &got.name, &got.labels);
-                    return Ok(admitted.then(|| self.qualify(item)));
-                }
-                Ok((kind, _, _)) => {
-                    return Err(Error::Api(kube::Error::Decode {
-                        action,
-                        cause: format!("expected a {}, got kind '{kind}'", resource.kind()),
-                    }));
-                }
-                Err(e) if e.is_not_found(resource.plural(), &m.name) => return Ok(None),
-                Err(e) if e.is_too_large_resource_version() && url != path => {
-                    log::info!("{e}; reading it from the apiserver's storage instead");
-                    url = path.clone();
-                }
-                Err(e) => return Err(Error::Api(e)),
-            }
-        }
     }
 }
 
