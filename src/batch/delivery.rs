@@ -688,6 +688,17 @@ mod tests {
             .collect()
     }
 
+    /// A `/status` ledger of ConfigMaps (its sinks named by `recording`).
+    fn ledger() -> Ledger {
+        Ledger::new(
+            String::new(),
+            String::new(),
+            Duration::from_secs(30),
+            crate::source::Resources::one(Resource::ConfigMaps),
+            Default::default(),
+        )
+    }
+
     fn take(heard: &Heard) -> Vec<String> {
         std::mem::take(&mut *heard.lock().unwrap())
     }
@@ -881,15 +892,7 @@ mod tests {
             Some(gate),
             vec![sink("outdir", &heard), sink("stdout", &heard)],
         );
-        let mut ledger = Ledger::new(
-            String::new(),
-            String::new(),
-            Duration::from_secs(30),
-            crate::source::Resources::one(Resource::ConfigMaps),
-            Default::default(),
-        );
-        ledger.sinks(vec!["outdir".into(), "stdout".into()]);
-        let ledger = Arc::new(Mutex::new(ledger));
+        let ledger = Arc::new(Mutex::new(ledger()));
         d = d.recording(Some(ledger.clone()));
         // What /status says each sink was last given (poll, events), and how asking went.
         let last_given = || {
@@ -1017,15 +1020,7 @@ mod tests {
             Some(gate("true", Some(confirm))),
             vec![outdir, sink("stdout", &heard)],
         );
-        let mut ledger = Ledger::new(
-            String::new(),
-            String::new(),
-            Duration::from_secs(30),
-            crate::source::Resources::one(Resource::ConfigMaps),
-            Default::default(),
-        );
-        ledger.sinks(vec!["outdir".into(), "stdout".into()]);
-        let ledger = Arc::new(Mutex::new(ledger));
+        let ledger = Arc::new(Mutex::new(ledger()));
         d = d.recording(Some(ledger.clone()));
         let mut store = Store::new(Spool::memory());
         let asked_lines = || {
