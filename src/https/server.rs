@@ -18,7 +18,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -27,92 +27,12 @@ use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::event::{EventfdFlags, Timespec, eventfd};
 use rustls::ServerConfig;
 
+pub use self::limits::Limits;
 use super::conn::{Bounds, Conn, Dispatch, Kind};
 use super::drain::Drain;
 pub use super::handler::{Call, Handler, Holder, Next, Peer, Pull, Reply, Stream, Wake};
-use super::http::Answer;
-use super::lanes::{Done, Job, Lane, Lanes, Results};
-use super::transport::{self, Io, Plain, Tls, Transport};
-use crate::ops::metrics::ServerCounts;
-
-/// How the server holds its clients.
-#[derive(Clone, Debug)]
-pub struct Limits {
-    /// Connections open at once (never more than the open-file limit less `FILES_KEPT`).
-    pub max_connections: usize,
-    /// From accept (TLS handshake included), or from a request's first byte after an idle
-    /// keep-alive, to its last byte.
-    pub request_deadline: Duration,
-    /// Between two requests of one keep-alive connection.
-    pub idle: Duration,
-    /// From a complete answer to its last byte on the wire; what a stream queued may
-    /// wait this long for the client.
-    pub write_deadline: Duration,
-    /// A request head at most (`http::MAX_HEAD` at most).
-    pub max_head: usize,
-    /// A request body at most.
-    pub max_body: usize,
-    /// Connections stay open between requests (else every answer closes its own).
-    pub keep_alive: bool,
-    /// The lanes of workers; new requests go to the first.
-    pub lanes: Vec<Lane>,
-    /// Parked or streaming requests one identity may hold.
-    pub max_held: usize,
-    /// The handler answers its first lane on the server's own thread, without a worker
-    /// (it promises not to block there: what might, it sends to another lane). Saves two
-    /// thread hand-offs a request, most of what an idle fleet's requests cost.
-    pub inline: bool,
-    /// What a request gets when its handler panics (the worker goes on).
-    pub panicked: Answer,
-    /// What the server did itself.
-    pub counts: ServerCounts,
-}
-
-impl Limits {
-    /// One lane of `workers`, `queue` waiting at most, `busy` beyond.
-    pub fn one_lane(workers: usize, queue: usize, busy: Answer) -> Vec<Lane> {
-        vec![Lane {
-            name: "w",
-            workers,
-            queue,
-            busy,
-        }]
-    }
-
-    fn bounds(&self) -> Bounds {
-        Bounds {
-            request_deadline: self.request_deadline,
-            idle: self.idle,
-            write_deadline: self.write_deadline,
-            max_head: self.max_head,
-            max_body: self.max_body,
-            keep_alive: self.keep_alive,
-        }
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_connections: 1024,
-            request_deadline: Duration::from_secs(5),
-            idle: Duration::from_secs(90),
-            write_deadline: Duration::from_secs(10),
-            max_head: super::http::MAX_HEAD,
-            max_body: 1 << 20,
-            keep_alive: true,
-            lanes: Limits::one_lane(
-                4,
-                256,
-                Answer::text(503, "too many requests at once; try again\n"),
-            ),
-            max_held: usize::MAX,
-            inline: false,
-            panicked: Answer::text(500, "internal error\n"),
-            counts: ServerCounts::default(),
-        }
-    }
-}
+use super::lanes::{Done, Job, Lanes, Results};
+use super::transport::{Io, Transport};
 
 /// A running server: notifies parked requests and streams, stops it.
 #[derive(Clone)]
@@ -568,106 +488,6 @@ impl Server {
         self.free.push(i);
         self.open -= 1;
     }
-
-    /// Accepts waiting connections (a bounded number a round, so that a storm of new ones
-    /// does not hold up the others).
-    fn accept_all(&mut self) {
-        for _ in 0..512 {
-            let (sock, addr) = match self.listener.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // WouldBlock: all taken. Anything else (EMFILE…): again at the next wake.
-                Err(_) => return,
-            };
-            let now = Instant::now();
-            if self.open >= self.limits.max_connections && !self.make_room(now) {
-                log::debug!("https: every connection is busy: closing {addr}'s");
-                self.limits.counts.turned_away("connections");
-                continue;
-            }
-            match self.admit(sock, addr, now) {
-                Ok(()) => self.limits.counts.accepted(),
-                Err(e) => log::debug!("https: {addr}: {e}"),
-            }
-        }
-    }
-
-    /// Frees a place: the oldest connection still reading or idle, else the oldest held
-    /// request of the identity that holds the most. `false` when nothing can go.
-    fn make_room(&mut self, now: Instant) -> bool {
-        let leaving = (self.slots.iter().flatten()).filter(|e| e.leaving).count();
-        if leaving >= MAX_LEAVING {
-            return false;
-        }
-        let reading = (self.slots.iter().enumerate())
-            .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
-            .filter(|(_, e)| e.conn.kind() == Kind::Reading)
-            .min_by_key(|(_, e)| e.conn.since)
-            .map(|(i, e)| key_of(i, e.epoch));
-        if let Some(key) = reading {
-            log::debug!("https: {} connections: dropping the oldest idle", self.open);
-            self.limits.counts.turned_away("evicted");
-            self.evict(key, now);
-            return true;
-        }
-        let most = (self.holders.values())
-            .max_by_key(|set| set.len())
-            .and_then(|set| set.iter().next().map(|(_, k)| *k));
-        match most {
-            Some(key) => {
-                log::debug!(
-                    "https: {} connections: the identity that holds the most gives way",
-                    self.open
-                );
-                self.limits.counts.turned_away("evicted");
-                self.evict(key, now);
-                // It leaves once answered: the newcomer may come in meanwhile (within
-                // `FILES_KEPT`).
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn admit(&mut self, sock: TcpStream, addr: SocketAddr, now: Instant) -> io::Result<()> {
-        sock.set_nonblocking(true)?;
-        let _ = sock.set_nodelay(true);
-        // What the kernel holds for a client that does not read: bounded (Linux doubles
-        // it for its bookkeeping).
-        let _ = rustix::net::sockopt::set_socket_send_buffer_size(&sock, transport::SEND_BUFFER);
-        let io = match &self.config {
-            Some(config) => Io::Tls(Box::new(Tls::new(sock, config.clone())?)),
-            None => Io::Plain(Plain::new(sock)),
-        };
-        let i = self.free.pop().unwrap_or_else(|| {
-            self.slots.push(None);
-            self.epochs.push(0);
-            self.slots.len() - 1
-        });
-        self.epochs[i] = self.epochs[i].wrapping_add(1);
-        let epoch = self.epochs[i];
-        let key = key_of(i, epoch);
-        epoll::add(
-            &self.epoll,
-            io.sock(),
-            EventData::new_u64(key),
-            EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET,
-        )?;
-        self.slots[i] = Some(Entry {
-            epoch,
-            conn: Conn::new(io, now, &self.bounds),
-            addr,
-            armed: None,
-            held: None,
-            leaving: false,
-        });
-        self.open += 1;
-        if let Some(d) = &mut self.draining {
-            d.schedule(key, now);
-        }
-        self.settle(key, now);
-        Ok(())
-    }
 }
 
 /// Connections asked to make room and not yet gone, at most (each is over the cap until
@@ -699,5 +519,7 @@ fn raise_open_files() -> u64 {
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
+mod admit;
+mod limits;
 #[cfg(test)]
 mod tests;

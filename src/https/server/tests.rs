@@ -7,7 +7,8 @@ use std::net::TcpStream;
 use std::sync::atomic::AtomicUsize;
 
 use super::*;
-use crate::https::http::Request;
+use crate::https::http::{Answer, Request};
+use crate::ops::metrics::ServerCounts;
 
 /// `/panic` panics; `/wait?h=N` waits 30 s as holder N (a 304 when its time is up or it
 /// must give way); anything else is 200.
