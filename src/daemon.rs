@@ -13,8 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::backoff::{self, Backoff, Rng};
-use crate::batch::event::Synced;
-use crate::batch::{Committed, Delivery};
+use crate::batch::Delivery;
 use crate::batch::{Control, View};
 use crate::error::Error;
 use crate::ledger::Ledger;
@@ -288,7 +287,7 @@ impl Daemon {
         let stats = polled.stats;
         let committed =
             (self.delivery).commit(&mut store, polled.snapshot, done.number, &stats, done.took);
-        let Committed { synced, unwritten } = match committed {
+        let record = match committed {
             Ok(c) => c,
             Err(e) => {
                 self.shutdown(None);
@@ -297,9 +296,8 @@ impl Daemon {
         };
         self.last_poll = done.number;
         self.ledger(|l| l.polled(done.number, done.took, Ok(())));
-        self.polled_ok(&store, &stats, synced, done.took);
-        self.metrics().unwritten(unwritten.len());
-        self.health().unwritten = unwritten.clone();
+        self.polled_ok(&store, &stats, done.took);
+        let unwritten = record.unwritten;
         if self.opts.once {
             // Everything delivered, reload calls included, or exit 1 (SPEC).
             let mut problems: Vec<String> = (self.delivery.sinks.iter_mut())
@@ -321,7 +319,7 @@ impl Daemon {
                     format!(
                         "{} module(s) could not be written: {} (see the warnings above)",
                         unwritten.len(),
-                        (unwritten.iter().map(|(id, _)| id.as_str()))
+                        (unwritten.iter().map(|u| u.module.as_str()))
                             .collect::<Vec<_>>()
                             .join(", ")
                     ),
@@ -348,40 +346,10 @@ impl Daemon {
         self.ops.health.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn metrics(&self) -> MutexGuard<'_, Metrics> {
-        self.ops.metrics.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn polled_ok(
-        &mut self,
-        store: &Store,
-        stats: &PollStats,
-        synced: Option<Synced>,
-        took: Duration,
-    ) {
+    fn polled_ok(&mut self, store: &Store, stats: &PollStats, took: Duration) {
         let modules = store.snapshot.len();
-        let first = {
-            let mut h = self.health();
-            let first = !h.first_batch;
-            h.first_batch = true;
-            h.last_success = Some(Instant::now());
-            h.last_error = None;
-            h.modules = modules;
-            first
-        };
-        {
-            let m = self.metrics();
-            m.poll_succeeded(took, modules, stats.invalid);
-            if let Some(s) = synced {
-                m.events(&[
-                    ("added", s.added),
-                    ("updated", s.updated),
-                    ("removed", s.removed),
-                    ("rejected", s.rejected),
-                ]);
-            }
-            m.rejected_modules(self.delivery.rejected_modules());
-        }
+        let observers = &self.delivery.observers;
+        let first = observers.poll_succeeded(took, modules, stats.invalid);
         let status = format!("STATUS={modules} modules");
         if first {
             self.ops.notifier.send(&format!("READY=1\n{status}"));
@@ -391,12 +359,8 @@ impl Daemon {
     }
 
     fn polled_err(&mut self, e: &poll::Error, took: Duration) {
-        self.metrics().poll_failed(took);
-        let modules = {
-            let mut h = self.health();
-            h.last_error = Some(e.to_string());
-            h.modules
-        };
+        (self.delivery.observers).poll_failed(took, e.to_string());
+        let modules = self.health().modules;
         self.ops
             .notifier
             .send(&format!("STATUS={modules} modules; last poll failed: {e}"));

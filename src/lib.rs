@@ -7,7 +7,8 @@
 //!     source::manifests) → source (list, all pages, all namespaces) → poll (module:
 //!     filter keys, validate, hash) → snapshot → batch::Delivery [diff → screen (.url
 //!     fetches, --validate) → the sinks in order: outdir → child (stdin/signal) →
-//!     on_change → reload_url → stdout → settle] → ledger, ops (health, metrics, sd_notify)
+//!     on_change → reload_url → stdout → settle → --confirm] → a Record, which
+//!     batch::Observers reads → log, ledger, report (Events), ops (health, metrics, sd_notify)
 //! ```
 //!
 //! `cmpoll serve` (a hub) polls with the same source, keeps each object's JSON as served
@@ -264,7 +265,7 @@ fn daemon(
                     status::answer::answer(&l, &h, &query)
                 };
                 Ok(serde_json::to_string_pretty(&answer).unwrap_or_default() + "\n")
-            }) as https::endpoints::Status
+            }) as https::endpoints::StatusReporter
         });
         let endpoints = https::endpoints::Endpoints {
             health: health.clone(),
@@ -311,10 +312,11 @@ fn daemon(
         Some(o) => Some(fetch::Fetcher::new(o.clone(), env).map_err(Error::Config)?),
         None => None,
     };
-    let delivery = batch::Delivery::new(gate, sinks, ops.health.clone(), ops.metrics.clone())
-        .fetching(fetcher)
+    let names = batch::Delivery::sink_names(&sinks);
+    let observers = batch::Observers::new(ops.health.clone(), ops.metrics.clone())
         .reporting(reporter)
-        .recording(ledger);
+        .recording(ledger, names);
+    let delivery = batch::Delivery::new(gate, sinks, observers).fetching(fetcher);
     daemon::Daemon::new(run.daemon.clone(), delivery, ops).run(poller, store)
 }
 

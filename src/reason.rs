@@ -1,9 +1,45 @@
-//! Why a module is rejected, as people read it. A reason is at most `MAX_REASON` bytes,
-//! cut on a character boundary with a mark where text was left out (`cut`, which other
-//! bounded messages use too); a Kubernetes Secret's module shows only the validator's exit
-//! status, never its output, which may quote the Secret (`redacted`).
+//! Why a module is kept from the agent. It is **rejected** (`Rejection`: by the validator, a
+//! failed `.url` fetch, a sink's refusal such as a `flat` name clash, or the agent's answer
+//! to `--confirm`) or **unwritten** (`Unwritten`: a sink could not write it). A reason is
+//! at most `MAX_REASON` bytes, cut on a character boundary with a mark where text was left
+//! out (`cut`, which other bounded messages use too); a Kubernetes Secret's module shows
+//! only the validator's exit status, never its output, which may quote the Secret
+//! (`redacted`).
 
 use std::borrow::Cow;
+
+/// A module kept from the agent as it is, and why (the `rejected` event's `reason`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    pub module: String,
+    pub reason: String,
+}
+
+impl Rejection {
+    pub fn new(module: impl Into<String>, reason: impl Into<String>) -> Rejection {
+        Rejection {
+            module: module.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A module a sink could not write, and the sink's error (it keeps its previous version and
+/// is tried again at the next poll).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Unwritten {
+    pub module: String,
+    pub error: String,
+}
+
+impl Unwritten {
+    pub fn new(module: impl Into<String>, error: impl ToString) -> Unwritten {
+        Unwritten {
+            module: module.into(),
+            error: error.to_string(),
+        }
+    }
+}
 
 /// The most bytes of a `rejected` event's reason (SPEC: "at most 4 KiB in all").
 pub const MAX_REASON: usize = 4096;

@@ -2,30 +2,30 @@
 //! sinks hold into the poll's snapshot (every module `added` in a run's first batch), the
 //! gate (`--validate`) rejecting what it refuses, the sinks in SPEC's order, and the new
 //! snapshot made current except for what was rejected or left unwritten (which keeps its
-//! previous version, so the next poll tries again). A rejection is announced once per
-//! content, not once per poll. Never called for a failed poll.
+//! previous version, so the next poll tries again). Never called for a failed poll.
+//!
+//! The delivery only does the work and writes down what happened (`observe::Record`): the
+//! rejected modules have a room of their own (`rejected.rs`), `--confirm` another
+//! (`delivery/confirm.rs`), and the observers (log, metrics, readiness, Events, `/status`)
+//! read the record once per commit (`observe.rs`).
 
-use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 mod confirm;
 
 use super::event::{self, Change, Event, Synced};
+use super::observe::{Observers, Record, SinkTook};
+use super::rejected::{self, Rejected};
 use super::sink::{Batch, Fatal, Sink};
 use crate::fetch::Fetcher;
-use crate::ledger::Ledger;
-use crate::ops::health::Health;
-use crate::ops::metrics::Metrics;
 use crate::poll::PollStats;
 use crate::poll::hash::Hash;
-use crate::poll::snapshot::{Entry, Snapshot, split_id};
+use crate::poll::snapshot::{Entry, Snapshot};
 use crate::poll::spool::{ObjectRef, Spool};
 use crate::poll::store::Store;
-use crate::report::{self, Occurrence, Reason, Reporter};
-use crate::source::Resource;
-use crate::validate::{Gate, Good, Runnable};
+use crate::reason::{Rejection, Unwritten};
+use crate::validate::{Gate, Good};
 
 /// What delivers the batches of one run.
 pub struct Delivery {
@@ -37,12 +37,10 @@ pub struct Delivery {
     pub sinks: Vec<Box<dyn Sink>>,
     /// Batches so far (the first one always reaches the sinks).
     batches: u64,
-    /// Modules rejected now: the hash rejected, and why.
-    rejected: HashMap<String, (Hash, String)>,
-    /// `--report-events`.
-    reporter: Option<Reporter>,
-    /// `/status`.
-    ledger: Option<Arc<Mutex<Ledger>>>,
+    /// Modules rejected now.
+    rejected: Rejected,
+    /// Who hears what each commit did.
+    pub observers: Observers,
     /// `--confirm`: delivered modules the agent could not be asked about yet (asked again
     /// after every poll until it answers), each with the hash delivered.
     unconfirmed: HashMap<String, Unconfirmed>,
@@ -51,47 +49,21 @@ pub struct Delivery {
     confirm_due: bool,
     /// `--confirm`: put-backs a sink could not take, made again after every poll.
     owed: HashMap<String, Owed>,
-    health: Arc<Mutex<Health>>,
-    metrics: Arc<Mutex<Metrics>>,
 }
 
 impl Delivery {
-    pub fn new(
-        gate: Option<Gate>,
-        sinks: Vec<Box<dyn Sink>>,
-        health: Arc<Mutex<Health>>,
-        metrics: Arc<Mutex<Metrics>>,
-    ) -> Delivery {
+    pub fn new(gate: Option<Gate>, sinks: Vec<Box<dyn Sink>>, observers: Observers) -> Delivery {
         Delivery {
             fetcher: None,
             gate,
             sinks,
             batches: 0,
-            rejected: HashMap::new(),
-            reporter: None,
-            ledger: None,
+            rejected: Rejected::default(),
+            observers,
             unconfirmed: HashMap::new(),
             confirm_due: false,
             owed: HashMap::new(),
-            health,
-            metrics,
         }
-    }
-
-    /// Reports rejections, acceptances and write failures as Kubernetes Events.
-    pub fn reporting(mut self, reporter: Option<Reporter>) -> Delivery {
-        self.reporter = reporter;
-        self
-    }
-
-    /// Records what the sinks hold, and why, in `ledger` (`/status`).
-    pub fn recording(mut self, ledger: Option<Arc<Mutex<Ledger>>>) -> Delivery {
-        if let Some(l) = &ledger {
-            let names = self.sinks.iter().map(|s| s.name().to_string()).collect();
-            l.lock().unwrap_or_else(|p| p.into_inner()).sinks(names);
-        }
-        self.ledger = ledger;
-        self
     }
 
     /// Fetches `.url` keys of added and updated modules with `fetcher`.
@@ -100,16 +72,17 @@ impl Delivery {
         self
     }
 
-    /// Modules rejected now (`cmpoll_rejected_modules`).
-    pub fn rejected_modules(&self) -> usize {
-        self.rejected.len()
+    /// The sinks' names, in order (`/status`).
+    pub fn sink_names(sinks: &[Box<dyn Sink>]) -> Vec<String> {
+        sinks.iter().map(|s| s.name().to_string()).collect()
     }
 
     /// Turns a successful poll into a batch, applies it to the sinks in order, and makes
     /// the new snapshot current (except for modules rejected or left unwritten, which keep
-    /// their previous version). Three steps: `screen` (the events, through `--validate`),
-    /// `deliver` (the sinks in SPEC's order), `settle` (what is no longer rejected, the log
-    /// line, the snapshot).
+    /// their previous version). The steps: `fetch` (`.url` keys), `screen` (the events,
+    /// through `--validate`), `deliver` (the sinks in SPEC's order), `settle` (what is no
+    /// longer rejected, the counts), `confirm` (`--confirm`), then the observers read the
+    /// record, which is returned.
     pub fn commit(
         &mut self,
         store: &mut Store,
@@ -117,54 +90,65 @@ impl Delivery {
         number: u64,
         stats: &PollStats,
         took: Duration,
-    ) -> Result<Committed, Fatal> {
+    ) -> Result<Record, Fatal> {
         let first = self.batches == 0;
         self.batches += 1;
+        let mut record = Record {
+            poll: number,
+            first,
+            objects: stats.items,
+            not_modules: stats.invalid,
+            poll_took: took,
+            ..Record::default()
+        };
         let unfetched = self.fetch(store, &mut next, first);
         // The batch's events borrow both snapshots; the store takes `next` once they are
         // gone, with the modules that keep their previous version.
         // The first batch has every module as added (the output folder reconciles with
         // it), whatever the store was seeded with (a rejected module's last good version).
         let empty = Snapshot::default();
-        let (synced, kept, unwritten, goods) = {
+        let (kept, goods) = {
             let (current, spool) = (&store.snapshot, &store.spool);
             let base = if first { &empty } else { current };
-            let mut going = self.screen(base, current, spool, &next, first, unfetched);
+            let mut going = Going::new(event::diff(base, &next));
+            self.screen(&mut going, current, spool, &next, unfetched, &mut record);
             // `--confirm`: what the sinks go back to if the agent refuses a module.
             let goods = self.goods(&going, current, spool);
             // No change, or only rejections already announced: no sink hears of this
             // poll, and what is rejected keeps its previous version.
             if going.events.is_empty() && !first {
-                log::debug!(
-                    "poll {number}: no changes ({} modules, {took:?})",
-                    next.len()
-                );
                 // A module gone from the cluster is no longer rejected.
-                self.rejected.retain(|id, _| next.modules.contains_key(id));
-                (None, going.rejected, Vec::new(), goods)
+                self.rejected.forget_gone(&next);
             } else {
                 let holds = |kept: &_| sinks_hold(kept, current, &next);
-                self.deliver(&mut going, spool, number, first, &holds)?;
-                let synced = self.settle(current, &next, &mut going, number, stats, took, first);
-                self.report(&going, spool, &next);
+                self.deliver(&mut going, spool, &holds, &mut record)?;
+                let modules = sinks_hold(&going.kept(), current, &next);
+                record.synced = Some(counts(&going.events, modules, number));
+                record.accepted = self.rejected.settle(&going.events, &next);
                 self.delivered(&going.events, first);
-                let kept = (going.unwritten_ids().into_iter())
-                    .chain(going.rejected)
-                    .collect();
-                (Some(synced), kept, going.unwritten, goods)
             }
+            let kept: Vec<String> = going.kept().into_iter().collect();
+            record.unwritten = going.unwritten;
+            (kept, goods)
         };
         // What the agent refused goes back to its last good version (`held`: how many
         // modules the sinks hold now).
-        let held = synced.map_or(store.snapshot.len(), |s| s.modules);
-        let reverted = self.confirm(store, &next, goods, held, number)?;
-        // A sink that could not take a module back holds what was refused.
-        let mut unwritten = unwritten;
-        unwritten.extend(reverted.unwritten);
-        self.record(&store.snapshot, &next, &unwritten);
+        let held = record.synced.map_or(store.snapshot.len(), |s| s.modules);
+        let reverted = self.confirm(store, &next, goods, held, &mut record)?;
+        // A sink that could not take a module back holds what was refused. Two sinks that
+        // failed: the first one's error.
+        let mut seen = BTreeSet::new();
+        let unwritten = std::mem::take(&mut record.unwritten);
+        record.unwritten = (unwritten.into_iter())
+            .filter(|u| seen.insert(u.module.clone()))
+            .collect();
+        record.unwritten.sort();
+        record.rejected = self.rejected.all();
+        self.observers
+            .committed(&record, &store.spool, &next, &store.snapshot);
         // The store holds what the sinks now hold of them: made part of `next`, so that
         // the commit releases and keeps the spool's contents as it does for any other.
-        for (id, holds) in reverted.held {
+        for (id, holds) in reverted {
             let refused = match holds {
                 Some(good) => next.modules.insert(&id, good),
                 None => next.modules.remove(&id),
@@ -176,44 +160,14 @@ impl Delivery {
             }
         }
         store.commit(next, &kept, first);
-        // Two sinks that failed: the first one's reason.
-        let mut seen = BTreeSet::new();
-        let mut unwritten: Vec<(String, String)> = (unwritten.into_iter())
-            .filter(|(id, _)| seen.insert(id.clone()))
-            .collect();
-        unwritten.sort();
-        Ok(Committed { synced, unwritten })
-    }
-
-    /// `/status`: the poll's modules (the cluster's content), what is rejected and why,
-    /// what a sink could not write and why (`current` has what a failed removal removed).
-    fn record(&self, current: &Snapshot, next: &Snapshot, unwritten_now: &[(String, String)]) {
-        let Some(ledger) = &self.ledger else {
-            return;
-        };
-        let rejected = (self.rejected.iter())
-            .map(|(id, (_, why))| (id.clone(), why.clone()))
-            .collect();
-        let mut unwritten = std::collections::BTreeMap::new();
-        for (id, why) in unwritten_now {
-            let at = (next.modules.get(id))
-                .or_else(|| current.modules.get(id))
-                .map(|e| (e.hash, e.resource_version));
-            // Two sinks that failed: the first one's error.
-            unwritten.entry(id.clone()).or_insert((at, why.clone()));
-        }
-        (ledger.lock().unwrap_or_else(|p| p.into_inner())).modules(
-            next.modules.clone(),
-            rejected,
-            unwritten,
-        );
+        Ok(record)
     }
 
     /// `--fetch-url-keys`: the `.url` keys of each module added or updated since what the
     /// sinks hold (every module, in a run's first batch) are fetched, and the module's
     /// contents in `next` replaced by what they fetched (its hash stays: it covers the
     /// URL). The modules whose fetch failed, and why: they are rejected.
-    fn fetch(&self, store: &mut Store, next: &mut Snapshot, first: bool) -> Vec<(String, String)> {
+    fn fetch(&self, store: &mut Store, next: &mut Snapshot, first: bool) -> Vec<Rejection> {
         let mut failed = Vec::new();
         let Some(fetcher) = &self.fetcher else {
             return failed;
@@ -251,57 +205,56 @@ impl Delivery {
                     entry.loc = loc;
                 }
                 Ok(None) => {}
-                Err(why) => failed.push((id.to_string(), why)),
+                Err(why) => failed.push(Rejection::new(id, why)),
             }
         });
         failed
     }
 
-    /// The events that turn `base` (what the sinks hold) into `next`, screened: what could
-    /// not be fetched (`unfetched`) and what the gate refuses is rejected.
+    /// The batch's events, screened: what could not be fetched (`unfetched`) and what the
+    /// gate refuses is rejected.
     fn screen<'a>(
         &mut self,
-        base: &'a Snapshot,
+        going: &mut Going<'a>,
         current: &'a Snapshot,
         spool: &Spool,
         next: &'a Snapshot,
-        first: bool,
-        unfetched: Vec<(String, String)>,
-    ) -> Going<'a> {
-        let mut going = Going {
-            events: event::diff(base, next),
-            ..Going::default()
-        };
-        for (id, reason) in unfetched {
-            going.rejected.push(id.clone());
-            reject(spool, &mut self.rejected, &mut going.events, &id, reason);
-            announce_last_good(&mut going, current, &id, first);
+        unfetched: Vec<Rejection>,
+        record: &mut Record,
+    ) {
+        let mut refused = unfetched;
+        if let Some(gate) = &mut self.gate {
+            let wanted: Vec<(&str, &Entry)> = (going.events.iter())
+                .filter(|e| matches!(e.change, Change::Added | Change::Updated))
+                .map(|e| (e.id, e.entry))
+                .collect();
+            let screened = gate.screen(&wanted, spool, current, next);
+            record.validations.extend(screened.runs);
+            record.runnable = screened.runnable;
+            refused.extend(screened.rejected);
         }
-        let Some(gate) = &mut self.gate else {
-            return going;
-        };
-        let wanted: Vec<(&str, &Entry)> = (going.events.iter())
-            .filter(|e| matches!(e.change, Change::Added | Change::Updated))
-            .map(|e| (e.id, e.entry))
-            .collect();
-        let screened = gate.screen(&wanted, spool, current, next);
-        {
-            let m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
-            for r in &screened.runs {
-                m.validation(r);
+        for r in refused {
+            let id = r.module.clone();
+            going.rejected.push(id.clone());
+            self.reject(&mut going.events, spool, r, record);
+            if record.first {
+                rejected::announce_last_good(&mut going.events, current, &id);
             }
         }
-        match screened.runnable {
-            Runnable::NotRun => {}
-            Runnable::Ran => self.health().validator = None,
-            Runnable::Cannot(why) => self.health().validator = Some(why),
+    }
+
+    /// `rejection`'s event becomes `rejected` (the record hears of it), or goes if this
+    /// content was announced already.
+    fn reject(
+        &mut self,
+        events: &mut Vec<Event>,
+        spool: &Spool,
+        r: Rejection,
+        record: &mut Record,
+    ) {
+        if self.rejected.reject(spool, events, r.clone()) {
+            record.announced.push(r);
         }
-        for (id, reason) in screened.rejected {
-            going.rejected.push(id.clone());
-            reject(spool, &mut self.rejected, &mut going.events, &id, reason);
-            announce_last_good(&mut going, current, &id, first);
-        }
-        going
     }
 
     /// The batch through every sink in order. A module a sink could not write is heard of
@@ -312,39 +265,34 @@ impl Delivery {
         &mut self,
         going: &mut Going<'a>,
         spool: &'a Spool,
-        number: u64,
-        first: bool,
         holds: &dyn Fn(&BTreeSet<String>) -> usize,
+        record: &mut Record,
     ) -> Result<(), Fatal> {
         let mut batch = Batch {
             events: std::mem::take(&mut going.events),
             synced: Synced::default(),
             spool,
-            first,
+            first: record.first,
         };
-        for (index, sink) in self.sinks.iter_mut().enumerate() {
-            batch.synced = counts(&batch.events, holds(&going.kept()), number);
-            let outcome = sink.apply(&batch)?;
-            if let Some(l) = &self.ledger {
-                (l.lock().unwrap_or_else(|p| p.into_inner())).delivered(
-                    index,
-                    number,
-                    batch.events.len(),
-                    outcome.unwritten.len(),
-                );
-            }
+        for index in 0..self.sinks.len() {
+            batch.synced = counts(&batch.events, holds(&going.kept()), record.poll);
+            let outcome = self.sinks[index].apply(&batch)?;
+            record.took.push(SinkTook {
+                sink: index,
+                events: batch.events.len(),
+                unwritten: outcome.unwritten.len(),
+            });
             // Not written: later sinks do not hear of it, and the snapshot keeps what was
             // there before, so the next poll tries again.
             // (A rejection of it is still announced.)
-            batch
-                .events
-                .retain(|e| !(e.is_change() && outcome.unwritten.iter().any(|(u, _)| u == e.id)));
+            let unwritten = |e: &Event| outcome.unwritten.iter().any(|u| u.module == e.id);
+            batch.events.retain(|e| !(e.is_change() && unwritten(e)));
             going.unwritten.extend(outcome.unwritten);
-            for (id, reason) in outcome.rejected {
-                going.rejected.push(id.clone());
-                reject(spool, &mut self.rejected, &mut batch.events, &id, reason);
+            for r in outcome.rejected {
+                going.rejected.push(r.module.clone());
+                self.reject(&mut batch.events, spool, r, record);
             }
-            if batch.events.is_empty() && !first {
+            if batch.events.is_empty() && !record.first {
                 break;
             }
         }
@@ -352,113 +300,15 @@ impl Delivery {
         Ok(())
     }
 
-    /// After the sinks: what is no longer rejected, and the batch's log line.
-    #[allow(clippy::too_many_arguments)]
-    fn settle(
-        &mut self,
-        current: &Snapshot,
-        next: &Snapshot,
-        going: &mut Going,
-        number: u64,
-        stats: &PollStats,
-        took: Duration,
-        first: bool,
-    ) -> Synced {
-        let applied = &going.events;
-        let modules = sinks_hold(&going.kept(), current, next);
-        let synced = counts(applied, modules, number);
-        // A module whose cluster content was published, or that is gone, is no longer
-        // rejected (a last good version announced at start is not its cluster content).
-        let published = |id: &String| {
-            applied.iter().any(|e| {
-                e.id == id
-                    && e.is_change()
-                    && next.modules.get(id).map(|n| n.hash) == Some(e.entry.hash)
-            })
-        };
-        going.accepted = (self.rejected.keys())
-            .filter(|id| next.modules.contains_key(id) && published(id))
-            .cloned()
-            .collect();
-        self.rejected
-            .retain(|id, _| next.modules.contains_key(id) && !published(id));
-        let line = format!(
-            "poll {number}: {} modules, {} added, {} updated, {} removed, {} rejected ({} objects, {} not modules, {took:?})",
-            synced.modules,
-            synced.added,
-            synced.updated,
-            synced.removed,
-            synced.rejected,
-            stats.items,
-            stats.invalid,
-        );
-        if applied.is_empty() && !first {
-            log::debug!("{line}");
-        } else {
-            log::info!("{line}");
-        }
-        synced
-    }
-
-    /// `--report-events`: what the objects' authors hear of this batch (handed to the
-    /// reporter's thread, never waited for).
-    fn report(&self, going: &Going, spool: &Spool, next: &Snapshot) {
-        let Some(reporter) = &self.reporter else {
-            return;
-        };
-        let at = std::time::SystemTime::now();
-        let occur = |id: &str, entry: &Entry, reason: Reason, note: &str| {
-            let Ok(meta) = spool.meta(entry.loc) else {
-                return;
-            };
-            let (namespace, name) = split_id(id);
-            let note = match (meta.kind, reason) {
-                (Resource::Secrets, Reason::Rejected) => crate::reason::redacted(note),
-                _ => note.to_string(),
-            };
-            reporter.report(Occurrence {
-                object: report::Regarding {
-                    kind: meta.kind,
-                    namespace: namespace.to_string(),
-                    name: name.to_string(),
-                    uid: meta.uid,
-                    resource_version: meta.resource_version,
-                },
-                reason,
-                note,
-                at,
-            });
-        };
-        for e in going.events.iter().filter(|e| !e.is_change()) {
-            occur(
-                e.id,
-                e.entry,
-                Reason::Rejected,
-                e.reason.as_deref().unwrap_or(""),
-            );
-        }
-        for id in &going.accepted {
-            if let Some(entry) = next.modules.get(id) {
-                let note = format!("delivered again: {}", entry.hash);
-                occur(id, entry, Reason::Accepted, &note);
-            }
-        }
-        for (id, why) in &going.unwritten {
-            if let Some(entry) = next.modules.get(id) {
-                occur(id, entry, Reason::WriteFailed, why);
-            }
-        }
+    /// Modules rejected now (`cmpoll_rejected_modules`).
+    #[cfg(test)]
+    pub fn rejected_modules(&self) -> usize {
+        self.rejected.len()
     }
 
     /// Sends what `--report-events` still holds, for at most `within` (at a stop).
     pub fn finish_reports(&mut self, within: Duration) {
-        if let Some(r) = &mut self.reporter {
-            r.finish(within);
-        }
-    }
-
-    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
-        self.health.lock().unwrap_or_else(|p| p.into_inner())
+        self.observers.finish_reports(within);
     }
 }
 
@@ -467,19 +317,23 @@ impl Delivery {
 #[derive(Debug, Default)]
 struct Going<'a> {
     events: Vec<Event<'a>>,
-    /// A sink could not write them, and why: retried next poll (`--report-events`'
-    /// `WriteFailed`).
-    unwritten: Vec<(String, String)>,
+    /// A sink could not write them, and why: retried next poll.
+    unwritten: Vec<Unwritten>,
     /// Rejected (by the gate, or a sink): announced once per content.
     rejected: Vec<String>,
-    /// Rejected before, published now (`--report-events`' `Accepted`).
-    accepted: Vec<String>,
 }
 
-impl Going<'_> {
+impl<'a> Going<'a> {
+    fn new(events: Vec<Event<'a>>) -> Going<'a> {
+        Going {
+            events,
+            ..Going::default()
+        }
+    }
+
     /// The modules left unwritten, each once.
     fn unwritten_ids(&self) -> BTreeSet<String> {
-        self.unwritten.iter().map(|(id, _)| id.clone()).collect()
+        self.unwritten.iter().map(|u| u.module.clone()).collect()
     }
 
     /// The modules that keep their previous version: unwritten or rejected, each once.
@@ -504,60 +358,6 @@ struct Unconfirmed {
 struct Owed {
     refused: Hash,
     good: Option<Good>,
-}
-
-/// What `commit` made of a poll.
-#[derive(Debug, Default)]
-pub struct Committed {
-    /// The counts that closed the batch; `None` when no sink heard of the poll (nothing
-    /// changed, or only rejections already announced).
-    pub synced: Option<Synced>,
-    /// The modules a sink could not write (they keep their previous version), in order,
-    /// each with why.
-    pub unwritten: Vec<(String, String)>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A restart seeded the last good version of rejected `id`: that is what the sinks hold,
-/// so this run's first batch announces it, before the rejection.
-fn announce_last_good<'a>(going: &mut Going<'a>, current: &'a Snapshot, id: &str, first: bool) {
-    if first
-        && let Some(good) = current.modules.get(id)
-        && let Some(at) = going.events.iter().position(|e| e.id == id)
-    {
-        let id = going.events[at].id;
-        going.events.insert(at, Event::new(Change::Added, id, good));
-    }
-}
-
-/// The gate or a sink rejected `id`: its event becomes `rejected` (announced and logged
-/// once per content), or goes if this content was already announced.
-fn reject(
-    spool: &Spool,
-    rejected: &mut HashMap<String, (Hash, String)>,
-    events: &mut Vec<Event>,
-    id: &str,
-    reason: String,
-) {
-    let Some(i) = events.iter().position(|e| e.id == id) else {
-        return;
-    };
-    let hash = events[i].entry.hash;
-    if rejected.get(id).map(|(h, _)| h) == Some(&hash) {
-        events.remove(i);
-        return;
-    }
-    // A Secret's validator output may quote it: the log shows its exit status only.
-    let shown = match spool.meta(events[i].entry.loc) {
-        Ok(m) if m.kind.shows_contents() => Cow::Borrowed(reason.as_str()),
-        _ => Cow::Owned(crate::reason::redacted(&reason)),
-    };
-    log::warn!("module {id} rejected: {shown}");
-    rejected.insert(id.to_string(), (hash, reason.clone()));
-    events[i].reject(reason);
 }
 
 /// How many modules the sinks hold once `next` is applied but for `kept` (unwritten or
@@ -591,9 +391,14 @@ fn counts(events: &[event::Event], modules: usize, poll: u64) -> Synced {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use super::*;
     use crate::batch::Outcome;
-    use crate::ops::health::InFlight;
+    use crate::ledger::Ledger;
+    use crate::ops::health::{Health, InFlight};
+    use crate::ops::metrics::Metrics;
+    use crate::source::Resource;
 
     type Heard = Arc<Mutex<Vec<String>>>;
 
@@ -631,10 +436,10 @@ mod tests {
             Ok(Outcome {
                 unwritten: (self.fail.iter().chain(back))
                     .filter(has)
-                    .map(|s| (s.to_string(), "no room".to_string()))
+                    .map(|s| Unwritten::new(*s, "no room"))
                     .collect(),
                 rejected: (self.refuse.iter().filter(has))
-                    .map(|s| (s.to_string(), format!("{s} clashes")))
+                    .map(|s| Rejection::new(*s, format!("{s} clashes")))
                     .collect(),
             })
         }
@@ -654,12 +459,22 @@ mod tests {
         let sinks: Vec<Box<dyn Sink>> = sinks.into_iter().map(|s| Box::new(s) as _).collect();
         let d = Duration::from_secs(30);
         let health = Health::new(d, d, d, InFlight::default());
-        Delivery::new(
-            gate,
-            sinks,
-            Arc::new(Mutex::new(health)),
-            Arc::new(Mutex::new(Metrics::new())),
-        )
+        let metrics = Metrics::new();
+        let observers = Observers::new(Arc::new(Mutex::new(health)), Arc::new(Mutex::new(metrics)));
+        Delivery::new(gate, sinks, observers)
+    }
+
+    /// `d`, recording what its sinks hold in `ledger` (`/status`).
+    fn recording(mut d: Delivery, ledger: &Arc<Mutex<Ledger>>) -> Delivery {
+        let o = &d.observers;
+        let observers = Observers::new(o.health.clone(), o.metrics.clone());
+        let names = Delivery::sink_names(&d.sinks);
+        d.observers = observers.recording(Some(ledger.clone()), names);
+        d
+    }
+
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap()
     }
 
     /// A poll's snapshot: (id, value of key `k`), contents in `store`'s spool.
@@ -684,7 +499,7 @@ mod tests {
             .unwrap()
             .unwritten)
             .into_iter()
-            .map(|(id, _)| id)
+            .map(|u| u.module)
             .collect()
     }
 
@@ -795,6 +610,60 @@ mod tests {
         assert_eq!(d.rejected_modules(), 0);
     }
 
+    /// What a commit returns is what happened, for the observers: each sink's take, the
+    /// rejections announced now (not those announced before), what was published again,
+    /// what a sink could not write, and every module rejected now.
+    #[test]
+    fn a_commit_records_what_happened() {
+        let heard = Heard::default();
+        let mut first = sink("outdir", &heard);
+        first.refuse = vec!["ns/c"];
+        first.fail = vec!["ns/b"];
+        let mut d = delivery(None, vec![first, sink("stdout", &heard)]);
+        let mut store = Store::new(Spool::memory());
+        let stats = PollStats::default();
+        let poll_n = |d: &mut Delivery, store: &mut Store, m: &[(&str, &str)], n| {
+            let next = poll(store, m);
+            d.commit(store, next, n, &stats, Duration::ZERO).unwrap()
+        };
+        let modules = [("ns/a", "1"), ("ns/b", "1"), ("ns/c", "1")];
+        let r = poll_n(&mut d, &mut store, &modules, 1);
+        let took: Vec<_> = (r.took.iter())
+            .map(|t| (t.sink, t.events, t.unwritten))
+            .collect();
+        assert_eq!(
+            took,
+            [(0, 3, 1), (1, 2, 0)],
+            "outdir: 3 events, 1 unwritten; stdout: 2"
+        );
+        assert_eq!(r.announced, [Rejection::new("ns/c", "ns/c clashes")]);
+        assert_eq!(r.unwritten, [Unwritten::new("ns/b", "no room")]);
+        assert_eq!(r.rejected, [Rejection::new("ns/c", "ns/c clashes")]);
+        assert_eq!(
+            r.synced.map(|s| (s.modules, s.added, s.rejected)),
+            Some((1, 1, 1))
+        );
+        assert!(r.accepted.is_empty());
+        // The same refusal again: not announced again, still rejected; ns/b written now.
+        d.sinks[0] = Box::new(Recorder {
+            refuse: vec!["ns/c"],
+            ..sink("outdir", &heard)
+        });
+        let r = poll_n(&mut d, &mut store, &modules, 2);
+        assert!(r.announced.is_empty(), "{:?}", r.announced);
+        assert_eq!(r.rejected.len(), 1);
+        assert!(r.unwritten.is_empty());
+        // No longer refused: published again.
+        d.sinks[0] = Box::new(sink("outdir", &heard));
+        let modules = [("ns/a", "1"), ("ns/b", "1"), ("ns/c", "2")];
+        let r = poll_n(&mut d, &mut store, &modules, 3);
+        assert_eq!(r.accepted, ["ns/c"]);
+        assert!(r.rejected.is_empty());
+        // Nothing changed: no sink hears of it, and the record says so.
+        let r = poll_n(&mut d, &mut store, &modules, 4);
+        assert!(r.synced.is_none() && r.took.is_empty());
+    }
+
     /// The first batch always reaches the sinks, even empty; a later poll without changes
     /// reaches none.
     #[test]
@@ -845,7 +714,7 @@ mod tests {
         let mut store = Store::new(Spool::memory());
         commit(&mut d, &mut store, &[("ns/a", "good"), ("ns/b", "good")], 1);
         take(&heard);
-        d.health().validator = Some("stale".into());
+        d.observers.health().validator = Some("stale".into());
         commit(
             &mut d,
             &mut store,
@@ -858,7 +727,7 @@ mod tests {
         );
         assert_eq!(held_value(&store, "ns/a").as_deref(), Some("good"));
         assert_eq!(held_value(&store, "ns/b").as_deref(), Some("good 2"));
-        assert_eq!(d.health().validator, None, "it ran");
+        assert_eq!(d.observers.health().validator, None, "it ran");
         commit(
             &mut d,
             &mut store,
@@ -893,7 +762,7 @@ mod tests {
             vec![sink("outdir", &heard), sink("stdout", &heard)],
         );
         let ledger = Arc::new(Mutex::new(ledger()));
-        d = d.recording(Some(ledger.clone()));
+        d = recording(d, &ledger);
         // What /status says each sink was last given (poll, events), and how asking went.
         let last_given = || {
             (lock(&ledger).sinks.iter())
@@ -901,7 +770,7 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         let asking = |d: &Delivery| {
-            (lock(&d.health).reloads.all().into_iter())
+            (lock(&d.observers.health).reloads.all().into_iter())
                 .map(|(path, r, _)| (path, r.is_ok()))
                 .collect::<Vec<_>>()
         };
@@ -1021,7 +890,7 @@ mod tests {
             vec![outdir, sink("stdout", &heard)],
         );
         let ledger = Arc::new(Mutex::new(ledger()));
-        d = d.recording(Some(ledger.clone()));
+        d = recording(d, &ledger);
         let mut store = Store::new(Spool::memory());
         let asked_lines = || {
             let s = std::fs::read_to_string(&asked).unwrap_or_default();

@@ -7,17 +7,25 @@
 //!   and the `Sink` trait; the sinks themselves live in `crate::sink`, above;
 //! - `delivery.rs`: `Delivery`, which makes a poll into a batch and delivers it: screen
 //!   (`.url` keys fetched, `--validate`), deliver (the sinks in SPEC's order), settle (what
-//!   is rejected or unwritten keeps its previous version; the new snapshot is current).
+//!   is rejected or unwritten keeps its previous version; the new snapshot is current);
+//!   `delivery/confirm.rs`, `--confirm`. It returns a `Record` of what happened;
+//! - `rejected.rs`: the modules rejected now, as the delivery remembers them;
+//! - `observe.rs`: `Observers` (the log, metrics, readiness, Events, `/status`), which read
+//!   the `Record`, and a poll's outcome (the hub's loop tells them too).
 //!
 //! Words: a module kept from the agent is **rejected** (by the validator, a failed `.url`
-//! fetch, or a sink's refusal such as a `flat` name clash; announced once per content); a
-//! module a sink could not write is **unwritten** (retried every poll).
+//! fetch, a sink's refusal such as a `flat` name clash, or the agent's answer to
+//! `--confirm`; announced once per content; `reason::Rejection`); a module a sink could not
+//! write is **unwritten** (retried every poll; `reason::Unwritten`).
 
 mod delivery;
 pub mod event;
 pub mod lines;
+mod observe;
+mod rejected;
 pub mod sink;
 
-pub use self::delivery::{Committed, Delivery};
+pub use self::delivery::Delivery;
 pub use self::event::{Change, Event, Synced};
+pub use self::observe::Observers;
 pub use self::sink::{Batch, Control, Fatal, Outcome, Sink, View};

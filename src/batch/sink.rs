@@ -11,6 +11,7 @@ use super::event::{Event, Synced};
 use crate::ops::signals::Signal;
 use crate::poll::snapshot::Snapshot;
 use crate::poll::spool::Spool;
+use crate::reason::{Rejection, Unwritten};
 use crate::source::ModuleFile;
 
 /// The events of one poll, closed by `synced`.
@@ -50,8 +51,8 @@ pub struct Fatal(pub String);
 /// reason; later sinks hear a `rejected` event instead).
 #[derive(Debug, Default)]
 pub struct Outcome {
-    pub unwritten: Vec<(String, String)>,
-    pub rejected: Vec<(String, String)>,
+    pub unwritten: Vec<Unwritten>,
+    pub rejected: Vec<Rejection>,
 }
 
 /// The current modules, for a sink that needs all of them (a restarted child).

@@ -25,8 +25,8 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 const MAX_HEAD: usize = 8 * 1024;
 
-/// `/status`: the answer to a query string.
-pub type Status = Arc<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
+/// What writes `/status`'s report (`cmpoll status`'s `StatusReport`) for a query string.
+pub type StatusReporter = Arc<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
 
 /// What the endpoints read.
 #[derive(Clone)]
@@ -35,7 +35,7 @@ pub struct Endpoints {
     pub metrics: Arc<Mutex<Metrics>>,
     /// `/status`'s JSON for a query string, where the command has one (`cmpoll run`); an
     /// error is a bad query, answered 400.
-    pub status: Option<Status>,
+    pub status: Option<StatusReporter>,
 }
 
 fn limits() -> Limits {

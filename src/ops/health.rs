@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::reason::Unwritten;
+
 /// How long past `--timeout` a request may run before the loop counts as stuck.
 const REQUEST_SLACK: Duration = Duration::from_secs(30);
 /// How long the main loop may go without running (it wakes at least every minute).
@@ -139,7 +141,7 @@ pub struct Health {
     /// The output folder writing a batch.
     pub writing: Writing,
     /// What the last batch left unwritten, and why (empty: it wrote everything).
-    pub unwritten: Vec<(String, String)>,
+    pub unwritten: Vec<Unwritten>,
     /// `/healthz` fails until the first batch is written (`cmpoll sidecar`).
     pub live_after_first_batch: bool,
     /// The last poll asked a `cmpoll serve` hub: a failed one fails readiness at once
@@ -245,7 +247,11 @@ impl Health {
         if let Some(e) = &self.validator {
             return Err(e.clone());
         }
-        if let Some((id, why)) = self.unwritten.first() {
+        if let Some(Unwritten {
+            module: id,
+            error: why,
+        }) = self.unwritten.first()
+        {
             let others = match self.unwritten.len() - 1 {
                 0 => String::new(),
                 1 => " (and 1 other module)".to_string(),
@@ -281,8 +287,8 @@ mod tests {
         assert_eq!(h.readiness(Instant::now()), Ok(()));
         let why = "No space left on device (os error 28): it needs about 1.5 MiB and the volume mounted at '/out' has 900.0 KiB free";
         h.unwritten = vec![
-            ("apps/m0".into(), why.into()),
-            ("apps/m1".into(), why.into()),
+            Unwritten::new("apps/m0", why),
+            Unwritten::new("apps/m1", why),
         ];
         assert_eq!(
             h.readiness(Instant::now()),

@@ -41,6 +41,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use self::held::{Gather, Held};
 use self::hub::Hub;
 use crate::backoff::{self, Backoff, Rng};
+use crate::batch::Observers;
 use crate::error::Error;
 use crate::https::lanes::Lane;
 use crate::https::server::{Handle, Limits, Server};
@@ -221,6 +222,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     );
     let poller = PollLoop {
         source,
+        observers: Observers::new(hub.health.clone(), hub.metrics.clone()),
         hub: hub.clone(),
         handle: handle.clone(),
         kinds,
@@ -255,6 +257,8 @@ fn read_from(client: kube::Client) -> issuer::Fetch {
 /// The poll loop.
 struct PollLoop {
     source: Box<dyn Source>,
+    /// What a poll's outcome tells readiness and metrics (as `cmpoll run`'s loop does).
+    observers: Observers,
     hub: Arc<Hub>,
     handle: Handle,
     kinds: Resources,
@@ -322,23 +326,11 @@ impl PollLoop {
         // What a short watch took moves on only with a complete poll.
         self.source.polled(result.is_ok());
         let took = started.elapsed();
-        let metrics = self.hub.metrics.clone();
         match result {
             Ok(held) => {
                 let objects = held.len();
-                metrics
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .poll_succeeded(took, objects, 0);
-                {
-                    let mut h = self.health();
-                    if !h.first_batch {
-                        log::info!("poll {number}: serving {objects} objects");
-                    }
-                    h.first_batch = true;
-                    h.last_success = Some(Instant::now());
-                    h.last_error = None;
-                    h.modules = objects;
+                if self.observers.poll_succeeded(took, objects, 0) {
+                    log::info!("poll {number}: serving {objects} objects");
                 }
                 if self.hub.publish(held) {
                     log::debug!("poll {number}: {objects} objects, changed: waking the followers");
@@ -349,11 +341,7 @@ impl PollLoop {
                 backoff.after_success().saturating_sub(watched)
             }
             Err(e) => {
-                metrics
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .poll_failed(took);
-                self.health().last_error = Some(e.clone());
+                self.observers.poll_failed(took, e.clone());
                 let wait = backoff.after_failure(retry_after);
                 log::warn!(
                     "poll {number} failed: {e}; serving the last complete poll; next attempt in {}",

@@ -157,7 +157,7 @@ fn from_folder(dir: &Path, query: &Query) -> Result<StatusReport, Error> {
         modules[at].error =
             Some("a batch was interrupted while writing it; cmpoll completes it at start".into());
     }
-    for (id, hash, reason) in rejections {
+    for (id, refused) in rejections {
         let at = match modules.iter().position(|m| m.module == id) {
             Some(i) => i,
             None => {
@@ -166,9 +166,9 @@ fn from_folder(dir: &Path, query: &Query) -> Result<StatusReport, Error> {
             }
         };
         let m = &mut modules[at];
-        m.hash = hash.to_string();
+        m.hash = refused.hash.to_string();
         m.state = State::Rejected;
-        m.reason = Some(crate::reason::redacted(&reason));
+        m.reason = Some(crate::reason::redacted(&refused.reason));
     }
     modules.sort_by(|a, b| a.module.cmp(&b.module));
     let mut answer = StatusReport {

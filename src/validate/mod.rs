@@ -21,25 +21,42 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use self::remembered::Good;
 use self::remembered::Remembered;
-pub use self::run::{Options, Stage, Verdict, timed_out};
+pub use self::run::{Options, Stage, Unasked, Verdict, timed_out};
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};
 use crate::poll::spool::{ObjectRef, Spool};
 use crate::poll::store::Store;
+use crate::reason::Rejection;
 
-/// A remembered rejection: the content refused, why, and the last good version.
+/// A rejection remembered: the content refused, and why (by the gate, and by the delivery,
+/// which announces a rejection once per content).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub hash: Hash,
+    pub reason: String,
+}
+
+/// What the gate keeps of a rejected module: the content refused, and the last good version.
 #[derive(Clone, Debug)]
-struct Rejection {
-    hash: Hash,
-    reason: String,
+struct Kept {
+    refused: Refused,
     good: Option<Good>,
+}
+
+impl Kept {
+    fn new(hash: Hash, reason: String, good: Option<Good>) -> Kept {
+        Kept {
+            refused: Refused { hash, reason },
+            good,
+        }
+    }
 }
 
 /// What screening one batch decided.
 #[derive(Debug, Default)]
 pub struct Screened {
     /// Modules rejected, with why (announced, or not, by the delivery).
-    pub rejected: Vec<(String, String)>,
+    pub rejected: Vec<Rejection>,
     /// Validator runs by result: `pass`, `fail`, `error`.
     pub runs: Vec<&'static str>,
     /// Whether the validator could run, as far as this batch tells.
@@ -70,17 +87,17 @@ pub struct Gate {
     opts: Options,
     stage: run::Stage,
     /// The modules rejected, remembered by content.
-    rejected: HashMap<String, Rejection>,
+    rejected: HashMap<String, Kept>,
     /// `rejected.json`, with `--out-dir`.
     remembered: Option<Remembered>,
 }
 
 /// What `DIR/.cmpoll/rejected.json` holds (`cmpoll status --out-dir`): each module
 /// `--validate` rejected, with the hash refused and why.
-pub fn rejections(meta_dir: &std::path::Path) -> Result<Vec<(String, Hash, String)>, String> {
+pub fn rejections(meta_dir: &std::path::Path) -> Result<Vec<(String, Refused)>, String> {
     let (_, entries) = Remembered::open(meta_dir)?;
     Ok((entries.into_iter())
-        .map(|(id, (hash, reason, _))| (id, hash, reason))
+        .map(|(id, (hash, reason, _))| (id, Refused { hash, reason }))
         .collect())
 }
 
@@ -94,7 +111,7 @@ impl Gate {
                 let (file, entries) = Remembered::open(dir)?;
                 let rejected = entries
                     .into_iter()
-                    .map(|(id, (hash, reason, good))| (id, Rejection { hash, reason, good }))
+                    .map(|(id, (hash, reason, good))| (id, Kept::new(hash, reason, good)))
                     .collect();
                 (Some(file), rejected)
             }
@@ -156,8 +173,9 @@ impl Gate {
         let mut todo = Vec::new();
         for &(id, entry) in wanted {
             match self.rejected.get(id) {
-                Some(f) if f.hash == entry.hash => {
-                    out.rejected.push((id.to_string(), f.reason.clone()));
+                Some(f) if f.refused.hash == entry.hash => {
+                    out.rejected
+                        .push(Rejection::new(id, f.refused.reason.as_str()));
                 }
                 _ => todo.push((id, entry)),
             }
@@ -183,21 +201,15 @@ impl Gate {
                     });
                     // The good version is the one the sinks hold now, or the one kept.
                     let good = good.or_else(|| self.rejected.get(id).and_then(|f| f.good.clone()));
-                    self.rejected.insert(
-                        id.to_string(),
-                        Rejection {
-                            hash: entry.hash,
-                            reason: reason.clone(),
-                            good,
-                        },
-                    );
+                    let kept = Kept::new(entry.hash, reason.clone(), good);
+                    self.rejected.insert(id.to_string(), kept);
                     changed = true;
-                    out.rejected.push((id.to_string(), reason));
+                    out.rejected.push(Rejection::new(id, reason));
                 }
                 Verdict::Error(reason) => {
                     out.runs.push("error");
                     out.runnable = Runnable::Cannot(reason.clone());
-                    out.rejected.push((id.to_string(), reason));
+                    out.rejected.push(Rejection::new(id, reason));
                 }
             }
         }
@@ -209,10 +221,14 @@ impl Gate {
 
     fn save(&self) {
         if let Some(file) = &self.remembered {
-            let entries = self
-                .rejected
-                .iter()
-                .map(|(id, f)| (id.as_str(), &f.hash, f.reason.as_str(), f.good.as_ref()));
+            let entries = self.rejected.iter().map(|(id, f)| {
+                (
+                    id.as_str(),
+                    &f.refused.hash,
+                    f.refused.reason.as_str(),
+                    f.good.as_ref(),
+                )
+            });
             if let Err(e) = file.save(entries) {
                 log::warn!("--validate: {e}; rejections are remembered until cmpoll stops");
             }
@@ -226,7 +242,7 @@ impl Gate {
 
     /// `--confirm`: which of `modules` (just delivered) the agent refused, and why; `Err`:
     /// it could not be asked. `Ok(empty)` without `--confirm`.
-    pub fn confirm(&self, modules: &[&str]) -> Result<Vec<(String, String)>, String> {
+    pub fn confirm(&self, modules: &[&str]) -> Result<Vec<Rejection>, Unasked> {
         match &self.opts.confirm {
             Some(cmd) => run::confirm(&self.opts, cmd, modules),
             None => Ok(Vec::new()),
@@ -243,14 +259,8 @@ impl Gate {
     /// `--out-dir`), `good` being what the sinks go back to.
     pub fn refuse(&mut self, id: &str, hash: Hash, reason: &str, good: Option<Good>) {
         let good = good.or_else(|| self.rejected.get(id).and_then(|f| f.good.clone()));
-        self.rejected.insert(
-            id.to_string(),
-            Rejection {
-                hash,
-                reason: reason.to_string(),
-                good,
-            },
-        );
+        let kept = Kept::new(hash, reason.to_string(), good);
+        self.rejected.insert(id.to_string(), kept);
         self.save();
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::ops::process;
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{STEM_MAX, stem};
-use crate::reason::{MAX_REASON, REFUSED, cut};
+use crate::reason::{MAX_REASON, REFUSED, Rejection, cut};
 use crate::source::{ModuleFile, Resources};
 use crate::template;
 
@@ -48,11 +48,7 @@ const CONFIRM_KEEP: usize = 256 * 1024;
 /// refused, each with the rest of its line (or why it refused with no word), or why the
 /// agent could not be asked (a non-zero exit, a signal, the timeout). Lines naming a
 /// module not asked about are ignored; stderr goes to the log.
-pub fn confirm(
-    o: &Options,
-    command: &str,
-    modules: &[&str],
-) -> Result<Vec<(String, String)>, String> {
+pub fn confirm(o: &Options, command: &str, modules: &[&str]) -> Result<Vec<Rejection>, Unasked> {
     let mut cmd = std::process::Command::new("/bin/sh");
     let mut list = modules.join("\n");
     list.push('\n');
@@ -71,27 +67,18 @@ pub fn confirm(
         o.timeout,
         process::Capture::Split(CONFIRM_KEEP, stderr),
     )
-    .map_err(|e| format!("--confirm: /bin/sh: {e}"))?;
+    .map_err(|e| Unasked::CannotRun(format!("/bin/sh: {e}")))?;
     match done.exit {
         Some(exit) if exit.success() => {}
-        Some(exit) => {
-            return Err(format!(
-                "--confirm: the agent could not be asked: it {exit}"
-            ));
-        }
-        None => {
-            return Err(format!(
-                "--confirm: killed after --validate-timeout {}",
-                humantime::format_duration(o.timeout)
-            ));
-        }
+        Some(exit) => return Err(Unasked::Failed(exit.to_string())),
+        None => return Err(Unasked::TimedOut(o.timeout)),
     }
     let out = String::from_utf8_lossy(&done.output);
-    let mut refused: Vec<(String, String)> = Vec::new();
+    let mut refused: Vec<Rejection> = Vec::new();
     for line in out.lines() {
         let line = line.trim();
         let (id, why) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
-        if !modules.contains(&id) || refused.iter().any(|(r, _)| r == id) {
+        if !modules.contains(&id) || refused.iter().any(|r| r.module == id) {
             continue;
         }
         let why = why.trim();
@@ -101,9 +88,42 @@ pub fn confirm(
             why
         };
         let why = format!("{REFUSED}{why}");
-        refused.push((id.to_string(), cut(&why, MAX_REASON).into_owned()));
+        refused.push(Rejection::new(id, cut(&why, MAX_REASON)));
     }
     Ok(refused)
+}
+
+/// Why the agent could not be asked (`--confirm`): typed for the caller, which tells
+/// readiness the reason without the flag's name, and the log with it (`Display`: today's
+/// one-line message).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unasked {
+    /// The command could not be started.
+    CannotRun(String),
+    /// It ended with a failure (a non-zero exit, a signal): how.
+    Failed(String),
+    /// It ran past `--validate-timeout` and was killed.
+    TimedOut(std::time::Duration),
+}
+
+impl Unasked {
+    /// Why, without the flag's name (as readiness words every reload path's failure).
+    pub fn reason(&self) -> String {
+        match self {
+            Unasked::CannotRun(why) => why.clone(),
+            Unasked::Failed(exit) => format!("the agent could not be asked: it {exit}"),
+            Unasked::TimedOut(t) => format!(
+                "killed after --validate-timeout {}",
+                humantime::format_duration(*t)
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Unasked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--confirm: {}", self.reason())
+    }
 }
 
 /// What the validator said.

@@ -3,20 +3,20 @@
 //! its last good version (or away), and what a sink could not take back is owed: the
 //! record says it is unwritten (`/readyz`, `cmpoll status`) and the next poll tries again.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
-use super::{Delivery, Going, Owed, Unconfirmed, lock};
+use super::{Delivery, Going, Owed, Unconfirmed};
 use crate::batch::event::{Change, Event};
+use crate::batch::observe::Record;
+use crate::batch::rejected::Rejected;
 use crate::batch::sink::Fatal;
-use crate::ops::health::Health;
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};
 use crate::poll::spool::{ObjectRef, Spool};
 use crate::poll::store::Store;
+use crate::reason::Rejection;
 use crate::source::Resource;
-use crate::validate::{Gate, Good};
+use crate::validate::{Gate, Good, Unasked};
 
 impl Delivery {
     /// `--confirm`: the version the sinks hold now of each module this batch adds or
@@ -89,14 +89,15 @@ impl Delivery {
     /// Until the agent is asked again, `/readyz` fails as after a failed reload. A
     /// put-back a sink could not take (`owed`) is made again after every poll, as long as
     /// the cluster holds what was refused.
-    /// What the store must hold instead of `next` for the modules put back.
+    /// What the store must hold instead of `next` for the modules put back (`record`
+    /// hears what the agent said and what a sink could not take back).
     pub(super) fn confirm(
         &mut self,
         store: &mut Store,
         next: &Snapshot,
         goods: HashMap<String, Good>,
         held: usize,
-        number: u64,
+        record: &mut Record,
     ) -> Result<Reverted, Fatal> {
         // Delivered now: asked about, with what the sinks held before.
         for (id, good) in goods {
@@ -125,16 +126,16 @@ impl Delivery {
             .collect();
         back.sort_by(|a, b| a.id.cmp(&b.id));
         let Some(gate) = self.gate.as_mut().filter(|g| g.confirms()) else {
-            return self.put_back(store, next, back, held, number);
+            return self.put_back(store, next, back, held, record);
         };
         if self.unconfirmed.is_empty() && !self.confirm_due {
-            return self.put_back(store, next, back, held, number);
+            return self.put_back(store, next, back, held, record);
         }
         let mut asked: Vec<&str> = self.unconfirmed.keys().map(String::as_str).collect();
         asked.sort_unstable();
         let asking = std::time::Instant::now();
         let answer = gate.confirm(&asked);
-        asked_agent(&self.health, &answer);
+        record.asked.push(asked_agent(&answer));
         match answer {
             Ok(refused) => {
                 log::info!(
@@ -145,7 +146,8 @@ impl Delivery {
                 );
                 let mut unconfirmed = std::mem::take(&mut self.unconfirmed);
                 self.confirm_due = false;
-                back.extend(refused.into_iter().filter_map(|(id, why)| {
+                back.extend(refused.into_iter().filter_map(|r| {
+                    let (id, why) = (r.module, r.reason);
                     let entry = next.modules.get(&id)?;
                     let pending = unconfirmed.remove(&id)?;
                     if pending.hash != entry.hash {
@@ -156,7 +158,7 @@ impl Delivery {
                         return None;
                     }
                     gate.refuse(&id, entry.hash, &why, pending.good);
-                    lock(&self.metrics).validation("fail");
+                    record.validations.push("fail");
                     Some(Back {
                         good: gate.good(&id).cloned(),
                         id,
@@ -164,10 +166,10 @@ impl Delivery {
                         ask_again: true,
                     })
                 }));
-                self.put_back(store, next, back, held, number)
+                self.put_back(store, next, back, held, record)
             }
             Err(why) => {
-                lock(&self.metrics).validation("error");
+                record.validations.push("error");
                 // What a batch brought (not a last good version written again).
                 let (withdrawn, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.unconfirmed)
                     .into_iter()
@@ -186,7 +188,7 @@ impl Delivery {
                     why: None,
                     ask_again: false,
                 }));
-                self.put_back(store, next, back, held, number)
+                self.put_back(store, next, back, held, record)
             }
         }
     }
@@ -203,9 +205,9 @@ impl Delivery {
         next: &Snapshot,
         back: Vec<Back>,
         held: usize,
-        number: u64,
+        record: &mut Record,
     ) -> Result<Reverted, Fatal> {
-        let mut reverted = Reverted::default();
+        let mut reverted = Reverted::new();
         if back.is_empty() {
             return Ok(reverted);
         }
@@ -238,22 +240,26 @@ impl Delivery {
             kinds.insert(b.id.clone(), kind);
             gone.modules.insert(&b.id, entry.clone());
         }
-        let mut going = Going {
-            events: back_events(&back, &gone, &goods, &kinds, &mut self.rejected),
-            ..Going::default()
-        };
+        let events = back_events(&back, &gone, &goods, &kinds, &mut self.rejected, record);
+        let mut going = Going::new(events);
         // What the sinks hold but for what this batch takes back.
         let others = held.saturating_sub(gone.len());
         let holds = |kept: &_| others + super::sinks_hold(kept, &gone, &goods);
-        self.deliver(&mut going, &store.spool, number, false, &holds)?;
+        let first = std::mem::replace(&mut record.first, false);
+        let delivered = self.deliver(&mut going, &store.spool, &holds, record);
+        record.first = first;
+        delivered?;
         let unwritten = going.unwritten_ids();
-        for (id, why) in &going.unwritten {
+        for u in &going.unwritten {
             log::warn!(
-                "--confirm: {id} could not be put back to its last good version: {why}; tried again after the next poll"
+                "--confirm: {} could not be put back to its last good version: {}; tried again after the next poll",
+                u.module,
+                u.error
             );
         }
-        self.report(&going, &store.spool, next);
-        reverted.unwritten = std::mem::take(&mut going.unwritten);
+        record
+            .unwritten
+            .extend(std::mem::take(&mut going.unwritten));
         drop(going);
         let ask_again = back
             .iter()
@@ -264,12 +270,12 @@ impl Delivery {
                 .filter(|id| !unwritten.contains(*id))
                 .collect();
             let answer = gate.confirm(&ids);
-            asked_agent(&self.health, &answer);
+            record.asked.push(asked_agent(&answer));
             match answer {
                 Ok(again) if again.is_empty() => {}
                 Ok(again) => log::warn!(
                     "--confirm: the agent refuses the last good version of {} too",
-                    (again.iter().map(|(id, _)| id.as_str()))
+                    (again.iter().map(|r| r.module.as_str()))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
@@ -293,7 +299,7 @@ impl Delivery {
                 self.owed.insert(b.id.clone(), owed);
                 continue;
             }
-            reverted.held.push((b.id.clone(), good));
+            reverted.push((b.id.clone(), good));
         }
         Ok(reverted)
     }
@@ -307,7 +313,8 @@ fn back_events<'a>(
     gone: &'a Snapshot,
     goods: &'a Snapshot,
     kinds: &HashMap<String, Option<Resource>>,
-    rejected: &mut HashMap<String, (Hash, String)>,
+    rejected: &mut Rejected,
+    record: &mut Record,
 ) -> Vec<Event<'a>> {
     let mut events = Vec::new();
     for b in back {
@@ -322,13 +329,10 @@ fn back_events<'a>(
         let Some(why) = &b.why else {
             continue;
         };
-        // A Secret's agent output may quote it: the log shows it redacted.
-        let shown = match kinds.get(id) {
-            Some(Some(k)) if k.shows_contents() => Cow::Borrowed(why.as_str()),
-            _ => Cow::Owned(crate::reason::redacted(why)),
-        };
-        log::warn!("module {id} rejected: {shown}; back to its last good version");
-        rejected.insert(id.to_string(), (entry.hash, why.clone()));
+        let shows = matches!(kinds.get(id), Some(Some(k)) if k.shows_contents());
+        let then = "; back to its last good version";
+        rejected.remember(id, entry.hash, why, shows, then);
+        record.announced.push(Rejection::new(id, why.as_str()));
         let mut r = Event::new(Change::Added, id, entry);
         r.reject(why.clone());
         events.push(r);
@@ -350,17 +354,10 @@ struct Back {
 
 /// `--confirm`: what the store holds, once a poll is committed, of each module the agent
 /// refused (the good version the sinks went back to, or nothing).
-#[derive(Default)]
-pub(super) struct Reverted {
-    pub(super) held: Vec<(String, Option<Entry>)>,
-    /// What a sink could not take back, and why.
-    pub(super) unwritten: Vec<(String, String)>,
-}
+pub(super) type Reverted = Vec<(String, Option<Entry>)>;
 
-/// `--confirm` asked the agent, which reloads when asked: readiness hears how, as of a
-/// reload path (the words without the path's name, as the other paths keep them).
-fn asked_agent(health: &Mutex<Health>, answer: &Result<Vec<(String, String)>, String>) {
-    let outcome = (answer.as_ref().map(|_| ()))
-        .map_err(|e| e.strip_prefix("--confirm: ").unwrap_or(e).to_string());
-    lock(health).reloads.set("--confirm", outcome);
+/// `--confirm` asked the agent, which reloads when asked: readiness hears whether it could
+/// be asked, as of a reload path.
+fn asked_agent(answer: &Result<Vec<Rejection>, Unasked>) -> Result<(), String> {
+    answer.as_ref().map(|_| ()).map_err(Unasked::reason)
 }

@@ -22,6 +22,7 @@ use crate::atomic::{self, fsync_dir, remove_if_exists};
 use crate::batch::Batch;
 use crate::batch::event::Event;
 use crate::names::go_quote;
+use crate::reason::Rejection;
 use crate::source::ModuleFile;
 
 impl OutDir {
@@ -44,7 +45,7 @@ impl OutDir {
         batch: &Batch,
         writes: Vec<&'a Event<'b>>,
         removals: &[String],
-    ) -> (Vec<&'a Event<'b>>, Vec<(String, String)>) {
+    ) -> (Vec<&'a Event<'b>>, Vec<Rejection>) {
         let mut holders = self.holders();
         holders.retain(|_, id| !removals.contains(id));
         let holds =
@@ -65,21 +66,19 @@ impl OutDir {
                 }
             };
             if let Some(why) = keys.iter().find_map(|k| self.unplaceable(k)) {
-                rejected.push((e.id.to_string(), why));
+                rejected.push(Rejection::new(e.id, why));
                 continue;
             }
             let clash = keys
                 .iter()
                 .find_map(|k| holders.get(k).filter(|h| **h != e.id).map(|h| (k, h)));
             if let Some((key, holder)) = clash {
-                rejected.push((
-                    e.id.to_string(),
-                    format!(
-                        "--layout flat: key {} is already published by module {holder}; {} waits until {holder} no longer has it",
-                        go_quote(key),
-                        e.id
-                    ),
-                ));
+                let why = format!(
+                    "--layout flat: key {} is already published by module {holder}; {} waits until {holder} no longer has it",
+                    go_quote(key),
+                    e.id
+                );
+                rejected.push(Rejection::new(e.id, why));
                 continue;
             }
             holders.retain(|_, id| *id != e.id);

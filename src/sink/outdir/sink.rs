@@ -12,6 +12,7 @@ use super::paths::{Found, found};
 use super::written::Placed;
 use crate::batch::{Batch, Change, Control, Event, Fatal, Outcome, Sink, View};
 use crate::poll::snapshot::{Entry, folder_of};
+use crate::reason::Rejection;
 
 impl OutDir {
     /// Whether `id` is on disk as recorded, with this hash, layout and mode.
@@ -54,7 +55,7 @@ impl OutDir {
         &self,
         batch: &Batch,
         writes: Vec<&'e Event<'e>>,
-    ) -> (Vec<&'e Event<'e>>, Vec<(String, String)>) {
+    ) -> (Vec<&'e Event<'e>>, Vec<Rejection>) {
         let Some(t) = self.opts.template.as_deref().filter(|t| t.is_alloy()) else {
             return (writes, Vec::new());
         };
@@ -65,7 +66,7 @@ impl OutDir {
                 let why = batch.files(e).ok().and_then(|files| t.refuses(&files));
                 match why {
                     Some(why) => {
-                        rejected.push((e.id.to_string(), why));
+                        rejected.push(Rejection::new(e.id, why));
                         false
                     }
                     None => true,

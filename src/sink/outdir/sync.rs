@@ -23,12 +23,13 @@ use crate::atomic::{self, fsync_dir, remove_if_exists};
 use crate::batch::{Batch, Event};
 use crate::ops::health::thousands;
 use crate::ops::volume::{Volume, size};
+use crate::reason::Unwritten;
 use crate::source::ModuleFile;
 
 /// How a batch's writes are going: what could not be written and why, the bytes of the
 /// modules that found no room on the volume, and how far it is.
 struct Progress {
-    unwritten: Vec<(String, String)>,
+    unwritten: Vec<Unwritten>,
     no_room: Vec<u64>,
     /// The folder's volume (`None`: unknown), asked once, when a write first failed.
     volume: OnceCell<Option<Volume>>,
@@ -54,7 +55,7 @@ impl Progress {
         log::warn!(
             "--out-dir: cannot write {id}: {why}; keeping the previous version, retrying next poll"
         );
-        self.unwritten.push((id.to_string(), why.to_string()));
+        self.unwritten.push(Unwritten::new(id, why));
     }
 }
 
@@ -72,7 +73,7 @@ impl OutDir {
         batch: &Batch,
         writes: Vec<&Event>,
         removals: Vec<String>,
-    ) -> Vec<(String, String)> {
+    ) -> Vec<Unwritten> {
         let mut progress = Progress::new(writes.len());
         let mut chunks: Vec<&[&Event]> = writes.chunks(self.chunk).collect();
         if chunks.is_empty() {
@@ -92,7 +93,7 @@ impl OutDir {
                     if let Err(e) = self.remove(id) {
                         log::warn!("--out-dir: cannot remove {id}: {e}");
                         let why = format!("cannot remove it: {e}");
-                        progress.unwritten.push((id.clone(), why));
+                        progress.unwritten.push(Unwritten::new(id.as_str(), why));
                     }
                 }
             }
@@ -144,7 +145,7 @@ impl OutDir {
         let why = format!("cannot record the writes to come: {e}");
         let pending = self.record.pending.drain(..).map(|p| p.module);
         let waiting = waiting.map(str::to_string);
-        (progress.unwritten).extend(pending.chain(waiting).map(|id| (id, why.clone())));
+        (progress.unwritten).extend(pending.chain(waiting).map(|id| Unwritten::new(id, &why)));
         if let Err(e) = self.save_all() {
             log::warn!("--out-dir: cannot save the record: {e}");
         }
@@ -178,7 +179,7 @@ impl OutDir {
             for (p, s) in staged.drain(..) {
                 self.discard(&p, &s);
                 let why = format!("cannot sync the written files: {err}");
-                progress.unwritten.push((p.module, why));
+                progress.unwritten.push(Unwritten::new(p.module, why));
             }
         }
         for (p, s) in staged {
@@ -246,7 +247,7 @@ impl OutDir {
         &mut self,
         mut progress: Progress,
         made: impl Iterator<Item = &'a str>,
-    ) -> Vec<(String, String)> {
+    ) -> Vec<Unwritten> {
         self.record.pending.clear();
         self.writing.clear();
         if let Err(e) = self.expire(true) {
@@ -268,10 +269,10 @@ impl OutDir {
             let why = format!("cannot save the record '{}': {e}", path.display());
             log::warn!("--out-dir: {why}; writing the batch again next poll");
             let failed: HashSet<String> = (progress.unwritten.iter())
-                .map(|(id, _)| id.clone())
+                .map(|u| u.module.clone())
                 .collect();
             let done: Vec<&str> = made.filter(|id| !failed.contains(*id)).collect();
-            (progress.unwritten).extend(done.into_iter().map(|id| (id.to_string(), why.clone())));
+            (progress.unwritten).extend(done.into_iter().map(|id| Unwritten::new(id, &why)));
         }
         progress.unwritten
     }

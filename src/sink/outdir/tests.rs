@@ -87,7 +87,7 @@ impl Fixture {
 
     fn apply(&self, out: &mut OutDir, events: Vec<Ev>) -> Vec<String> {
         let failed = self.apply_all(out, events).unwritten;
-        failed.into_iter().map(|(id, _)| id).collect()
+        failed.into_iter().map(|u| u.module).collect()
     }
 
     fn apply_all(&self, out: &mut OutDir, events: Vec<Ev>) -> Outcome {
@@ -109,7 +109,7 @@ impl Fixture {
             first: true,
         };
         let failed = out.apply(&batch).unwrap().unwritten;
-        failed.into_iter().map(|(id, _)| id).collect()
+        failed.into_iter().map(|u| u.module).collect()
     }
 
     fn path(&self, p: &str) -> PathBuf {
@@ -416,7 +416,7 @@ fn a_record_pointing_outside_is_a_start_up_error() {
 }
 
 fn rejected_ids(o: &Outcome) -> Vec<&str> {
-    o.rejected.iter().map(|(id, _)| id.as_str()).collect()
+    o.rejected.iter().map(|r| r.module.as_str()).collect()
 }
 
 #[test]
@@ -441,7 +441,7 @@ fn flat_layout_writes_keys_and_the_first_holder_keeps_a_key() {
         ["ns/b"],
         "within a poll: the first in name order"
     );
-    let why = &o.rejected[0].1;
+    let why = &o.rejected[0].reason;
     assert!(
         why.contains("\"shared.yaml\"") && why.contains("ns/a") && why.contains("ns/b"),
         "names both and the key: {why}"

@@ -1,0 +1,278 @@
+//! Who hears what happened, outside the delivery: the log, metrics, readiness, Kubernetes
+//! Events (`--report-events`) and `/status` (the ledger). The delivery does its work and
+//! writes down what happened in a `Record`; `Observers::committed` reads that record once
+//! per commit. A poll's own outcome (`poll_succeeded`, `poll_failed`) is told here too, by
+//! the daemon's loop and by a hub's (`cmpoll serve`), which delivers no batch.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::event::Synced;
+use crate::ledger::Ledger;
+use crate::ops::health::Health;
+use crate::ops::metrics::Metrics;
+use crate::poll::snapshot::{Entry, Snapshot, split_id};
+use crate::poll::spool::Spool;
+use crate::reason::{Rejection, Unwritten};
+use crate::report::{self, Occurrence, Reason, Reporter};
+use crate::source::Resource;
+use crate::validate::Runnable;
+
+/// What one commit did, for the observers: written by the delivery as it goes.
+#[derive(Debug, Default)]
+pub struct Record {
+    pub poll: u64,
+    /// The run's first batch (it always reaches the sinks).
+    pub first: bool,
+    /// The counts that closed the batch; `None` when no sink heard of the poll.
+    pub synced: Option<Synced>,
+    /// Each time a sink took a batch of this commit (a `--confirm` put-back too): which
+    /// sink, how many events, how many of them it could not write.
+    pub took: Vec<SinkTook>,
+    /// Rejections announced now (a `rejected` event went out).
+    pub announced: Vec<Rejection>,
+    /// Rejected before, published now.
+    pub accepted: Vec<String>,
+    /// Modules a sink could not write (they keep their previous version), each once, in
+    /// order, with the first failing sink's error.
+    pub unwritten: Vec<Unwritten>,
+    /// Every module rejected now, and why.
+    pub rejected: Vec<Rejection>,
+    /// Validator runs (and `--confirm` answers) by result: `pass`, `fail`, `error`.
+    pub validations: Vec<&'static str>,
+    /// What the runs say about the validator itself.
+    pub runnable: Runnable,
+    /// `--confirm`: each time the agent was asked, whether it could be (why not, without
+    /// the flag's name, as readiness words every reload path's failure).
+    pub asked: Vec<Result<(), String>>,
+    /// What the poll listed (the batch's log line).
+    pub objects: usize,
+    pub not_modules: usize,
+    /// How long the poll took.
+    pub poll_took: Duration,
+}
+
+/// Sink `sink` (its index, in SPEC's order) took a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct SinkTook {
+    pub sink: usize,
+    pub events: usize,
+    pub unwritten: usize,
+}
+
+/// The observers of one run.
+pub struct Observers {
+    pub(super) health: Arc<Mutex<Health>>,
+    pub(super) metrics: Arc<Mutex<Metrics>>,
+    /// `--report-events`.
+    reporter: Option<Reporter>,
+    /// `/status`.
+    ledger: Option<Arc<Mutex<Ledger>>>,
+}
+
+impl Observers {
+    pub fn new(health: Arc<Mutex<Health>>, metrics: Arc<Mutex<Metrics>>) -> Observers {
+        Observers {
+            health,
+            metrics,
+            reporter: None,
+            ledger: None,
+        }
+    }
+
+    /// Tells the objects' authors of rejections, acceptances and write failures.
+    pub fn reporting(mut self, reporter: Option<Reporter>) -> Observers {
+        self.reporter = reporter;
+        self
+    }
+
+    /// Records what the sinks (`names`, in order) hold, and why, in `ledger`.
+    pub fn recording(
+        mut self,
+        ledger: Option<Arc<Mutex<Ledger>>>,
+        names: Vec<String>,
+    ) -> Observers {
+        if let Some(l) = &ledger {
+            lock(l).sinks(names);
+        }
+        self.ledger = ledger;
+        self
+    }
+
+    pub fn health(&self) -> MutexGuard<'_, Health> {
+        lock(&self.health)
+    }
+
+    pub fn metrics(&self) -> MutexGuard<'_, Metrics> {
+        lock(&self.metrics)
+    }
+
+    /// A poll succeeded with `modules` (`invalid` objects were not modules): readiness and
+    /// metrics. Whether it was the first.
+    pub fn poll_succeeded(&self, took: Duration, modules: usize, invalid: usize) -> bool {
+        self.metrics().poll_succeeded(took, modules, invalid);
+        let mut h = self.health();
+        let first = !h.first_batch;
+        h.first_batch = true;
+        h.last_success = Some(Instant::now());
+        h.last_error = None;
+        h.modules = modules;
+        first
+    }
+
+    /// A poll failed for `why`: readiness and metrics.
+    pub fn poll_failed(&self, took: Duration, why: String) {
+        self.metrics().poll_failed(took);
+        self.health().last_error = Some(why);
+    }
+
+    /// A commit's `record`: `polled` is the poll's snapshot (the cluster's content) and
+    /// `held` what the store held before the commit; `spool` has both's contents.
+    pub fn committed(&self, record: &Record, spool: &Spool, polled: &Snapshot, held: &Snapshot) {
+        self.log(record, polled.len());
+        {
+            let m = self.metrics();
+            for r in &record.validations {
+                m.validation(r);
+            }
+            if let Some(s) = &record.synced {
+                m.events(&[
+                    ("added", s.added),
+                    ("updated", s.updated),
+                    ("removed", s.removed),
+                    ("rejected", s.rejected),
+                ]);
+            }
+            m.rejected_modules(record.rejected.len());
+            m.unwritten(record.unwritten.len());
+        }
+        {
+            let mut h = self.health();
+            match &record.runnable {
+                Runnable::NotRun => {}
+                Runnable::Ran => h.validator = None,
+                Runnable::Cannot(why) => h.validator = Some(why.clone()),
+            }
+            for answer in &record.asked {
+                h.reloads.set("--confirm", answer.clone());
+            }
+            h.unwritten = record.unwritten.clone();
+        }
+        self.report(record, spool, polled);
+        self.ledger_modules(record, polled, held);
+    }
+
+    /// The batch's log line (`debug` when no sink heard of the poll).
+    fn log(&self, r: &Record, modules: usize) {
+        let Some(s) = &r.synced else {
+            log::debug!(
+                "poll {}: no changes ({} modules, {:?})",
+                r.poll,
+                modules,
+                r.poll_took
+            );
+            return;
+        };
+        let line = format!(
+            "poll {}: {} modules, {} added, {} updated, {} removed, {} rejected ({} objects, {} not modules, {:?})",
+            r.poll,
+            s.modules,
+            s.added,
+            s.updated,
+            s.removed,
+            s.rejected,
+            r.objects,
+            r.not_modules,
+            r.poll_took,
+        );
+        let changes = s.added + s.updated + s.removed + s.rejected;
+        if changes == 0 && !r.first {
+            log::debug!("{line}");
+        } else {
+            log::info!("{line}");
+        }
+    }
+
+    /// `--report-events`: what the objects' authors hear of this commit (handed to the
+    /// reporter's thread, never waited for).
+    fn report(&self, record: &Record, spool: &Spool, polled: &Snapshot) {
+        let Some(reporter) = &self.reporter else {
+            return;
+        };
+        let at = std::time::SystemTime::now();
+        let occur = |id: &str, entry: &Entry, reason: Reason, note: &str| {
+            let Ok(meta) = spool.meta(entry.loc) else {
+                return;
+            };
+            let (namespace, name) = split_id(id);
+            let note = match (meta.kind, reason) {
+                (Resource::Secrets, Reason::Rejected) => crate::reason::redacted(note),
+                _ => note.to_string(),
+            };
+            reporter.report(Occurrence {
+                object: report::Regarding {
+                    kind: meta.kind,
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    uid: meta.uid,
+                    resource_version: meta.resource_version,
+                },
+                reason,
+                note,
+                at,
+            });
+        };
+        for r in &record.announced {
+            if let Some(entry) = polled.modules.get(&r.module) {
+                occur(&r.module, entry, Reason::Rejected, &r.reason);
+            }
+        }
+        for id in &record.accepted {
+            if let Some(entry) = polled.modules.get(id) {
+                let note = format!("delivered again: {}", entry.hash);
+                occur(id, entry, Reason::Accepted, &note);
+            }
+        }
+        for u in &record.unwritten {
+            if let Some(entry) = polled.modules.get(&u.module) {
+                occur(&u.module, entry, Reason::WriteFailed, &u.error);
+            }
+        }
+    }
+
+    /// `/status`: the sinks' deliveries, the poll's modules (the cluster's content), what is
+    /// rejected and why, what a sink could not write and why (`held` has what a failed
+    /// removal kept).
+    fn ledger_modules(&self, record: &Record, polled: &Snapshot, held: &Snapshot) {
+        let Some(ledger) = &self.ledger else {
+            return;
+        };
+        let mut l = lock(ledger);
+        for t in &record.took {
+            l.delivered(t.sink, record.poll, t.events, t.unwritten);
+        }
+        let rejected = (record.rejected.iter())
+            .map(|r| (r.module.clone(), r.reason.clone()))
+            .collect();
+        let mut unwritten = BTreeMap::new();
+        for u in &record.unwritten {
+            let at = (polled.modules.get(&u.module))
+                .or_else(|| held.modules.get(&u.module))
+                .map(|e| (e.hash, e.resource_version));
+            unwritten.insert(u.module.clone(), (at, u.error.clone()));
+        }
+        l.modules(polled.modules.clone(), rejected, unwritten);
+    }
+
+    /// Sends what `--report-events` still holds, for at most `within` (at a stop).
+    pub fn finish_reports(&mut self, within: Duration) {
+        if let Some(r) = &mut self.reporter {
+            r.finish(within);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
