@@ -121,7 +121,7 @@ impl Delivery {
                 self.rejected.forget_gone(&next);
             } else {
                 let holds = |kept: &_| sinks_hold(kept, current, &next);
-                self.deliver(&mut going, spool, &holds, &mut record)?;
+                self.deliver(&mut going, spool, first, &holds, &mut record)?;
                 let modules = sinks_hold(&going.kept(), current, &next);
                 record.synced = Some(counts(&going.events, modules, number));
                 record.accepted = self.rejected.settle(&going.events, &next);
@@ -259,12 +259,14 @@ impl Delivery {
 
     /// The batch through every sink in order. A module a sink could not write is heard of
     /// by no later sink (and keeps its previous version); one a sink refuses (a `flat`
-    /// name clash) reaches the later sinks as `rejected`. `holds`: how many modules the
-    /// sinks hold once the batch is applied but for the modules given.
+    /// name clash) reaches the later sinks as `rejected`. `first`: a run's first batch
+    /// (every sink hears of it); `holds`: how many modules the sinks hold once the batch
+    /// is applied but for the modules given.
     fn deliver<'a>(
         &mut self,
         going: &mut Going<'a>,
         spool: &'a Spool,
+        first: bool,
         holds: &dyn Fn(&BTreeSet<String>) -> usize,
         record: &mut Record,
     ) -> Result<(), Fatal> {
@@ -272,7 +274,7 @@ impl Delivery {
             events: std::mem::take(&mut going.events),
             synced: Synced::default(),
             spool,
-            first: record.first,
+            first,
         };
         for index in 0..self.sinks.len() {
             batch.synced = counts(&batch.events, holds(&going.kept()), record.poll);
@@ -292,7 +294,7 @@ impl Delivery {
                 going.rejected.push(r.module.clone());
                 self.reject(&mut batch.events, spool, r, record);
             }
-            if batch.events.is_empty() && !record.first {
+            if batch.events.is_empty() && !first {
                 break;
             }
         }

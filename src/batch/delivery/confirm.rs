@@ -245,10 +245,7 @@ impl Delivery {
         // What the sinks hold but for what this batch takes back.
         let others = held.saturating_sub(gone.len());
         let holds = |kept: &_| others + super::sinks_hold(kept, &gone, &goods);
-        let first = std::mem::replace(&mut record.first, false);
-        let delivered = self.deliver(&mut going, &store.spool, &holds, record);
-        record.first = first;
-        delivered?;
+        self.deliver(&mut going, &store.spool, false, &holds, record)?;
         let unwritten = going.unwritten_ids();
         for u in &going.unwritten {
             log::warn!(
