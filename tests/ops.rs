@@ -17,8 +17,9 @@ pub fn reload_target(ok: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Strin
     std::thread::spawn(move || {
         for c in l.incoming() {
             let mut c = c.unwrap();
-            let mut buf = [0u8; 1024];
-            let _ = c.read(&mut buf);
+            // The whole request before the answer: closing with a part of it unread
+            // resets the connection, and the daemon would see that instead of the code.
+            read_request(&mut c);
             let code = if ok.load(std::sync::atomic::Ordering::SeqCst) {
                 200
             } else {
@@ -31,6 +32,33 @@ pub fn reload_target(ok: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Strin
         }
     });
     url
+}
+
+/// Reads one request from `c`: its head, then as many body bytes as it says it has.
+fn read_request(c: &mut std::net::TcpStream) {
+    let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    let head_end = loop {
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+    let length: usize = (head.lines())
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while got.len() < head_end + length {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
 }
 
 #[test]

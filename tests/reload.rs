@@ -158,6 +158,56 @@ fn once_waits_for_the_reload_and_fails_when_it_is_not_delivered() {
     );
 }
 
+/// A reload call without a body is framed as Python's requests frames it (k8s-sidecar's
+/// client for REQ_URL; Go's client does the same): a POST says `Content-Length: 0`, a GET
+/// sends no body; never `Transfer-Encoding: chunked`, whose terminator an endpoint that
+/// reads only the head leaves unread (closing on it resets the connection, and a reload
+/// the agent made looked failed: seen on a loaded CI machine).
+#[test]
+fn an_empty_reload_is_framed_as_requests_frames_it() {
+    let (_s, c) = cluster(&[("ns", "m", "v1")]);
+    let (url, seen) = reload_server_with_headers(vec![]);
+    let framing = |calls: Vec<Call>| -> Vec<(String, Option<String>, Option<String>)> {
+        (calls.into_iter())
+            .map(|(line, h)| {
+                let te = h.get("transfer-encoding").cloned();
+                (line, h.get("content-length").cloned(), te)
+            })
+            .collect()
+    };
+    for method in ["POST", "GET"] {
+        let oracle = std::process::Command::new(crate::util::tools::python())
+            .args([
+                "-c",
+                "import requests, sys; requests.request(sys.argv[1], sys.argv[2], timeout=10).raise_for_status()",
+                method,
+                &url,
+            ])
+            .status()
+            .unwrap();
+        assert!(oracle.success(), "python requests {method}");
+    }
+    let oracle = framing(std::mem::take(&mut *seen.lock().unwrap()));
+    for method in ["POST", "GET"] {
+        let args = [
+            "run",
+            "--once",
+            "--reload-url",
+            &url,
+            "--reload-method",
+            method,
+        ];
+        c.with_args(&args).run().success();
+    }
+    let ours = framing(calls(&seen));
+    assert_eq!(
+        oracle[0].1.as_deref(),
+        Some("0"),
+        "requests' POST: {oracle:?}"
+    );
+    assert_eq!(ours, oracle);
+}
+
 /// `--on-change` (k8s-sidecar's SCRIPT): after each batch with changes, once the folder is
 /// written, with the counts and the absolute folder; a failure or a hang (killed with its
 /// process group after --reload-timeout) is a failed reload; `--once` fails with it.

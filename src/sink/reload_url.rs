@@ -168,6 +168,12 @@ impl ReloadUrl {
 }
 
 /// The HTTP client of the reload URLs: TLS from `--reload-ca-file` or the platform's CAs.
+/// Whether a request of `method` carries a body (an empty one is then sent as
+/// `Content-Length: 0`), as Go's client decides for POST, PUT and PATCH.
+fn carries_body(method: &str) -> bool {
+    ["POST", "PUT", "PATCH"].contains(&method.to_ascii_uppercase().as_str())
+}
+
 fn http_agent(o: &Options, env: &dyn Fn(&str) -> Option<String>) -> Result<ureq::Agent, String> {
     let trust = match &o.ca_file {
         Some(p) => Trust::Pem {
@@ -248,6 +254,16 @@ fn caller_for(
             Some(b) => {
                 let request = (request.header("Content-Type", "application/json"))
                     .body(b.clone())
+                    .map_err(|_| "a header value is not valid in HTTP".to_string())?;
+                agent.run(request)
+            }
+            // No body: `Content-Length: 0` where the method carries one, as Go's client
+            // and Python's requests send it (an empty body sent chunked leaves a
+            // terminator that simple reload endpoints never read; closing on it resets
+            // the connection, and the reload they made looks failed).
+            None if carries_body(&method) => {
+                let request = request
+                    .body(Vec::<u8>::new())
                     .map_err(|_| "a header value is not valid in HTTP".to_string())?;
                 agent.run(request)
             }
