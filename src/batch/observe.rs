@@ -37,7 +37,7 @@ pub struct Record {
     /// Modules a sink could not write (they keep their previous version), each once, in
     /// order, with the first failing sink's error.
     pub unwritten: Vec<Unwritten>,
-    /// Every module rejected now, and why.
+    /// Every module rejected now, and why, in module order.
     pub rejected: Vec<Rejection>,
     /// Validator runs (and `--confirm` answers) by result: `pass`, `fail`, `error`.
     pub validations: Vec<&'static str>,

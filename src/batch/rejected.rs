@@ -27,11 +27,13 @@ impl Rejected {
         self.by_module.len()
     }
 
-    /// Each module rejected now, and why (`/status`), in no order.
+    /// Each module rejected now, and why (`/status`), in module order.
     pub fn all(&self) -> Vec<Rejection> {
-        (self.by_module.iter())
+        let mut all: Vec<Rejection> = (self.by_module.iter())
             .map(|(id, r)| Rejection::new(id.as_str(), r.reason.as_str()))
-            .collect()
+            .collect();
+        all.sort_by(|a, b| a.module.cmp(&b.module));
+        all
     }
 
     /// `rejection`'s module's event becomes `rejected` (announced and logged once per
