@@ -590,6 +590,38 @@ pub struct FieldSelector {
 impl FieldSelector {
     /// Parses `text` as the apiserver does for ConfigMaps; the error is its message.
     pub fn parse(text: &str) -> Result<FieldSelector, String> {
+        let selector = FieldSelector::parse_syntax(text)?;
+        for t in &selector.terms {
+            if t.field != FIELD_NAME && t.field != FIELD_NAMESPACE {
+                return Err(format!(
+                    "{} is not a known field selector: only \"{FIELD_NAME}\", \"{FIELD_NAMESPACE}\"",
+                    names::go_quote(&t.field)
+                ));
+            }
+        }
+        Ok(selector)
+    }
+
+    /// `metadata.name=NAME`, as apimachinery's `fields.OneTermEqualSelector` (the
+    /// selector the apiserver gives a request about one name).
+    pub fn name(name: &str) -> FieldSelector {
+        let escaped = (name.replace('\\', "\\\\"))
+            .replace(',', "\\,")
+            .replace('=', "\\=");
+        FieldSelector {
+            text: format!("{FIELD_NAME}={escaped}"),
+            terms: vec![FieldTerm {
+                field: FIELD_NAME.to_string(),
+                value: name.to_string(),
+                negate: false,
+            }],
+        }
+    }
+
+    /// Parses `text` as `fields.ParseSelector` does: its syntax only, whatever fields it
+    /// names (the apiserver's request-info resolver reads a request's name so, before
+    /// the handler checks the fields the kind has).
+    pub fn parse_syntax(text: &str) -> Result<FieldSelector, String> {
         let mut parts = split_terms(text);
         parts.sort();
         let mut terms = Vec::new();
@@ -604,14 +636,6 @@ impl FieldSelector {
                 value: unescape_value(rhs)?,
                 negate: op == "!=",
             });
-        }
-        for t in &terms {
-            if t.field != FIELD_NAME && t.field != FIELD_NAMESPACE {
-                return Err(format!(
-                    "{} is not a known field selector: only \"{FIELD_NAME}\", \"{FIELD_NAMESPACE}\"",
-                    names::go_quote(&t.field)
-                ));
-            }
         }
         Ok(FieldSelector {
             text: text.to_string(),

@@ -331,19 +331,6 @@ impl Auth {
         }
     }
 
-    /// Whether a decision still kept allows `user` to do one of `any`; asks no one.
-    pub fn allowed_already(&self, user: &Arc<User>, any: &[Attributes]) -> bool {
-        let now = Instant::now();
-        let access = lock(&self.access);
-        let allowed = (any.iter())
-            .any(|what| access.get(&(user.clone(), what.clone()), now) == Some(Decision::Allowed));
-        drop(access);
-        if allowed {
-            self.decisions.record("authorization", "allowed", "hit");
-        }
-        allowed
-    }
-
     /// Whether `user` may do `what`: `Ok`, or the 403 the apiserver would send. A decision
     /// not kept is reviewed only `here` (a review lane); elsewhere the request is sent
     /// there.
@@ -591,29 +578,6 @@ mod tests {
         assert_eq!((e.code, e.retry_after), (503, Some(REVIEW_RETRY_AFTER)));
         assert_eq!(code(auth.authenticate(Some("Bearer other"), true)), 503);
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 4);
-    }
-
-    #[test]
-    fn only_a_kept_allowed_decision_is_taken_without_asking() {
-        let fake = Arc::new(Fake::default());
-        let auth = hub_auth(&fake, &Decisions::default());
-        let alice = auth.authenticate(Some("Bearer good"), true).unwrap().user;
-        let team_a = list(Resource::ConfigMaps, Some("team-a"));
-        let everywhere = list(Resource::ConfigMaps, None);
-        assert!(
-            !auth.allowed_already(&alice, std::slice::from_ref(&team_a)),
-            "never asked"
-        );
-        auth.authorize(&alice, &team_a, true).unwrap();
-        assert!(auth.authorize(&alice, &everywhere, true).is_err());
-        let asked = fake.access.load(Ordering::SeqCst);
-        assert!(auth.allowed_already(&alice, &[everywhere.clone(), team_a.clone()]));
-        assert!(
-            !auth.allowed_already(&alice, &[everywhere]),
-            "a kept refusal"
-        );
-        assert!(!auth.allowed_already(&alice, &[list(Resource::Secrets, Some("team-a"))]));
-        assert_eq!(fake.access.load(Ordering::SeqCst), asked, "no one asked");
     }
 
     #[test]

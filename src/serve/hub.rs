@@ -1,12 +1,14 @@
 //! The hub's answers to each request (the HTTPS server's `Handler`): probes and metrics,
 //! discovery, and the read API over the last complete poll (`Held`), in the apiserver's
-//! order: its bearer token authenticated (401) and no impersonation asked (403), the
-//! request read (400, 406, 422), the hub's readiness checked (503: no complete poll, or
-//! one older than the readiness bound; before authorization, since a hub that lost its
-//! access fails its reviews with its polls), what it asks authorized (403), then the
-//! answer: the list or object, 404, a watch (`watch.rs`), 410 for a continue token whose
-//! list changed since. A request whose review is not kept is sent to a review lane
-//! (`auth.rs`) before anything is answered.
+//! order: its bearer token authenticated (401) and no impersonation asked (403), the hub's
+//! readiness checked (503: no complete poll, or one older than the readiness bound; before
+//! authorization, since a hub that lost its access fails its reviews with its polls), what
+//! it does authorized for its own verb and name as the apiserver's request-info resolver
+//! names them (403: `request::attributes`), then its options read as the apiserver's
+//! handlers read them (406, 400, 422: `request::ask`), then the answer: the list or object,
+//! 404, a watch (`watch.rs`), 410 for a continue token whose list changed since. A request
+//! whose review is not kept is sent to a review lane (`auth.rs`) before anything is
+//! answered.
 //!
 //! A list that asks `resourceVersion=R&resourceVersionMatch=NotOlderThan` of a hub whose
 //! last list of that scope is older than R (two hubs behind one Service, this one behind)
@@ -29,7 +31,7 @@ use super::discovery;
 use super::held::{Held, HeldObject, Versions};
 use super::impersonate;
 use super::render::{self, More};
-use super::request::{self, Ask, Form, Route, Target};
+use super::request::{self, Ask, Form, Query, Route, Target};
 use super::status::StatusError;
 use super::watch::{Timeline, Watch};
 use crate::backoff::Rng;
@@ -60,6 +62,15 @@ pub struct Hub {
     /// A request waits because this hub is behind it: the next poll wakes the waiters.
     behind: AtomicBool,
     rng: Mutex<Rng>,
+}
+
+/// What a read asks, besides its request: the query as the apiserver reads it, what it
+/// does as its authorizer is asked, why it is handled now, and whether it may wait here.
+struct Asked<'a> {
+    query: &'a Query,
+    what: Attributes,
+    wake: Wake,
+    here: bool,
 }
 
 /// A whole list as rendered once for a poll.
@@ -129,13 +140,20 @@ impl Hub {
     }
 
     /// Who asks, authenticated (401 first, as in the apiserver's filters), and not asking
-    /// to be someone else (`impersonate`: a refusal about the request itself).
-    fn who(&self, req: &Request, route: &Route, here: bool) -> Result<Who, Halt> {
+    /// to be someone else (`impersonate`: a refusal about the request itself); and what
+    /// the request does, as the apiserver's authorizer would be asked.
+    fn who(
+        &self,
+        req: &Request,
+        route: &Route,
+        query: &Query,
+        here: bool,
+    ) -> Result<(Who, Attributes), Halt> {
         let who = self.auth.authenticate(req.header("authorization"), here)?;
-        let what = request::attributes(&req.method, &req.path, &req.query, route);
+        let what = request::attributes(&req.method, &req.path, query, route);
         match impersonate::refused(&who.user, &req.headers, &what) {
             Some(r) => Err(r.into()),
-            None => Ok(who),
+            None => Ok((who, what)),
         }
     }
 
@@ -143,11 +161,12 @@ impl Hub {
         // Reviews are made on their own lanes only.
         let here = call.lane != auth::ANSWER;
         let route = request::route(&req.path);
+        let query = Query::parse(&req.query);
         match &route {
-            Route::Ops(path) => self.ops(req, path, &route, here).map(Reply::Answer),
+            Route::Ops(path) => self.ops(req, path, &route, &query, here).map(Reply::Answer),
             Route::Discovery(d) => {
                 let d = *d;
-                let who = self.who(req, &route, here)?;
+                let (who, _) = self.who(req, &route, &query, here)?;
                 self.auth.authorize(
                     &who.user,
                     &Attributes::Path {
@@ -168,12 +187,18 @@ impl Hub {
                 )))
             }
             Route::Unknown => {
-                self.who(req, &route, here)?;
+                self.who(req, &route, &query, here)?;
                 Err(StatusError::no_such_path().into())
             }
             Route::Read(target) => {
-                let who = self.who(req, &route, here)?;
-                self.read(req, target.clone(), who, call.wake, here)
+                let (who, what) = self.who(req, &route, &query, here)?;
+                let call = Asked {
+                    query: &query,
+                    what,
+                    wake: call.wake,
+                    here,
+                };
+                self.read(req, target.clone(), who, call)
             }
         }
     }
@@ -185,6 +210,7 @@ impl Hub {
         req: &Request,
         path: &'static str,
         route: &Route,
+        query: &Query,
         here: bool,
     ) -> Result<Answer, Halt> {
         let health = || self.health.lock().unwrap_or_else(|p| p.into_inner());
@@ -200,7 +226,7 @@ impl Hub {
                 Err(why) => Answer::text(503, format!("{why}\n")),
             }),
             _ => {
-                let who = self.who(req, route, here)?;
+                let (who, _) = self.who(req, route, query, here)?;
                 self.auth.authorize(
                     &who.user,
                     &Attributes::Path {
@@ -269,27 +295,25 @@ impl Hub {
         }
     }
 
-    /// The read API.
     /// The read API, for `who` (authenticated first, as in the apiserver's filters: an
-    /// anonymous request is a 401 whatever else is wrong with it).
-    fn read(
-        &self,
-        req: &Request,
-        target: Target,
-        who: Who,
-        wake: Wake,
-        here: bool,
-    ) -> Result<Reply, Halt> {
+    /// anonymous request is a 401 whatever else is wrong with it), in the apiserver's
+    /// order: what the request does is authorized (403) before its options are read (400,
+    /// 406, 422), as the apiserver's handlers read them only once its filters let it in.
+    fn read(&self, req: &Request, target: Target, who: Who, call: Asked) -> Result<Reply, Halt> {
         let Who { user, holder } = who;
-        let header = |name: &str| req.header(name).map(str::to_string);
-        let ask = request::ask(target, &req.query, &header)?;
-        let kind = ask.target.kind;
+        let Asked {
+            query,
+            what,
+            wake,
+            here,
+        } = call;
+        let kind = target.kind;
         if req.method != "GET" {
             let verb = match req.method.as_str() {
                 "POST" => "create",
                 "PUT" => "update",
                 "PATCH" => "patch",
-                "DELETE" if ask.target.name.is_none() => "deletecollection",
+                "DELETE" if target.name.is_none() => "deletecollection",
                 "DELETE" => "delete",
                 _ => "request",
             };
@@ -298,7 +322,9 @@ impl Hub {
         // A hub that cannot serve says so to whoever it knows, before it asks the
         // apiserver about them (its reviews fail with its polls when it lost its access).
         let held = self.ready_held()?;
-        self.authorize(&user, &ask, here)?;
+        self.authorize(&user, &what, here)?;
+        let header = |name: &str| req.header(name).map(str::to_string);
+        let ask = request::ask(target, query, &header)?;
         if !held.serves(kind) {
             return Err(StatusError::no_such_path().into());
         }
@@ -378,45 +404,34 @@ impl Hub {
         Ok(Reply::Answer(self.list(&held, &ask, v, here)?))
     }
 
-    /// Authorizes exactly what `ask` does. A GET of one object is allowed at once to a user
-    /// whose `list` of that kind, cluster-wide or in its namespace, was allowed and is still
-    /// kept: a list there (`fieldSelector=metadata.name=…`) answers the same object, so the
-    /// GET shows nothing more, and a follower's GETs of what changed in any namespace cost no
-    /// review at all. Otherwise a GET is asked of the whole namespace (`get` of every object
-    /// there): allowed, it covers each name; refused, the object itself is asked, and a 403
-    /// names it, as the apiserver's does.
-    fn authorize(&self, user: &Arc<User>, ask: &Ask, here: bool) -> Result<(), Halt> {
-        // A list or watch of one name (`fieldSelector=metadata.name=…`) is authorized for
-        // that name, as the apiserver's request info reads it.
-        let named =
-            (ask.target.name.clone()).or_else(|| ask.fields.exact_name().map(str::to_string));
-        let what = |name: Option<String>| Attributes::Resource {
-            verb: ask.verb(),
-            kind: ask.target.kind,
-            namespace: ask.target.namespace.clone(),
-            name,
-        };
-        if ask.target.name.is_some() {
-            let list = |namespace: Option<String>| Attributes::Resource {
-                verb: "list",
-                kind: ask.target.kind,
-                namespace,
+    /// Authorizes exactly what the request does (`what`, as the apiserver's authorizer is
+    /// asked), for its verb alone: a `list` decision never admits a `get` or a `watch`. A
+    /// request about one name is first asked for every name of its scope (`get`, `list` or
+    /// `watch` of the whole namespace, which a fleet's roles grant and which is kept for
+    /// each name); refused, the name itself is asked, and a 403 names it, as the
+    /// apiserver's does.
+    fn authorize(&self, user: &Arc<User>, what: &Attributes, here: bool) -> Result<(), Halt> {
+        if let Attributes::Resource {
+            verb,
+            kind,
+            namespace,
+            name: Some(_),
+        } = what
+        {
+            let every = Attributes::Resource {
+                verb,
+                kind: *kind,
+                namespace: namespace.clone(),
                 name: None,
             };
-            let covering = [list(None), list(ask.target.namespace.clone())];
-            if self.auth.allowed_already(user, &covering) {
-                return Ok(());
-            }
-        }
-        if ask.target.name.is_some() {
-            match self.auth.authorize(user, &what(None), here) {
+            match self.auth.authorize(user, &every, here) {
                 Ok(()) => return Ok(()),
                 Err(Halt::Lane(lane)) => return Err(Halt::Lane(lane)),
-                // Refused for the namespace: the object itself is asked.
+                // Refused for the whole scope: the object itself is asked.
                 Err(Halt::Refused(_)) => {}
             }
         }
-        self.auth.authorize(user, &what(named), here)
+        self.auth.authorize(user, what, here)
     }
 
     /// A list: a whole one rendered once per poll, or a page.

@@ -21,6 +21,7 @@ pub mod impersonate;
 pub mod issuer;
 pub mod jwt;
 pub mod kept;
+pub mod query;
 pub mod render;
 pub mod request;
 pub mod reviews;

@@ -9,6 +9,8 @@
 use std::time::Duration;
 
 use super::auth::Attributes;
+pub use super::query::Query;
+use super::query::is_path_segment_name;
 use super::status::{FieldError, StatusError};
 use crate::http::url::form_decoded;
 use crate::kube::client::{HOLD_HEADER, WAIT_HEADER};
@@ -82,15 +84,6 @@ pub struct Ask {
 }
 
 impl Ask {
-    /// The verb RBAC knows it by.
-    pub fn verb(&self) -> &'static str {
-        match (self.watch, &self.target.name) {
-            (true, _) => "watch",
-            (false, Some(_)) => "get",
-            (false, None) => "list",
-        }
-    }
-
     /// The resourceVersion a list must not be older than (`None`: any).
     pub fn not_older_than(&self) -> Option<u64> {
         let rv = self.resource_version.as_deref()?;
@@ -102,9 +95,14 @@ impl Ask {
 }
 
 /// What a request does, as the apiserver's request-info resolver names it for its
-/// authorizer (and its impersonation filter), before anything else of it is read: the
-/// read API's verb from its method, name and `watch`; any other path as a path.
-pub fn attributes(method: &str, path: &str, query: &str, route: &Route) -> Attributes {
+/// authorizer (and its impersonation filter), before anything else of it is read
+/// (k8s.io/apiserver `NewRequestInfo`): the legacy `/watch/` path is `watch`, of the
+/// object it names if any; a GET that names an object is `get` whatever its query says
+/// (`…/NAME?watch=true` included: the apiserver answers it with the object); a GET of a
+/// collection is `watch` or `list` by its `watch` parameter, and is about one name when its
+/// `fieldSelector` requires `metadata.name=NAME` — unless any list option fails to decode,
+/// when it is about no name. Any other path is a path.
+pub fn attributes(method: &str, path: &str, query: &Query, route: &Route) -> Attributes {
     let Route::Read(target) = route else {
         let verb = match method {
             "POST" => "post",
@@ -119,40 +117,48 @@ pub fn attributes(method: &str, path: &str, query: &str, route: &Route) -> Attri
             path: path.to_string(),
         };
     };
-    let watch = target.watch_path
-        || form_pairs(query).any(|(k, v)| k == "watch" && matches!(v.as_str(), "true" | "1"));
-    let verb = match (method, &target.name) {
-        ("GET" | "HEAD", _) if watch => "watch",
-        ("GET" | "HEAD", Some(_)) => "get",
-        ("GET" | "HEAD", None) => "list",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", Some(_)) => "delete",
-        ("DELETE", None) => "deletecollection",
+    let by_method = |collection: bool| match method {
+        "GET" | "HEAD" => "get",
+        "POST" => "create",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" if collection => "deletecollection",
+        "DELETE" => "delete",
         _ => "request",
+    };
+    let (verb, name) = match (&target.name, target.watch_path) {
+        (name, true) => ("watch", name.clone()),
+        (Some(name), false) => (by_method(false), Some(name.clone())),
+        (None, false) if matches!(method, "GET" | "HEAD") => {
+            let verb = match query.flag("watch") {
+                Some(true) => "watch",
+                _ => "list",
+            };
+            let name = decoded_fields(query)
+                .and_then(|f| f.exact_name().map(str::to_string))
+                .filter(|n| is_path_segment_name(n));
+            (verb, name)
+        }
+        (None, false) => (by_method(true), None),
     };
     Attributes::Resource {
         verb,
         kind: target.kind,
         namespace: target.namespace.clone(),
-        name: target.name.clone(),
+        name,
     }
 }
 
-/// A query's pairs, decoded (those that do not decode are left out).
-fn form_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
-    (query.split('&'))
-        .filter(|p| !p.is_empty())
-        .filter_map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            Some((form_decoded(k).ok()?, form_decoded(v).ok()?))
-        })
-}
-
-/// Go's `strconv.ParseBool`, as the apiserver reads its boolean parameters.
-fn parse_bool(v: &str) -> bool {
-    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+/// The field selector of a list's options, when every option decodes (the parameter
+/// codec's conversions: both selectors' syntax, `limit` and `timeoutSeconds` numbers).
+fn decoded_fields(query: &Query) -> Option<FieldSelector> {
+    let labels = LabelSelector::parse(query.first("labelSelector").unwrap_or(""));
+    let fields = FieldSelector::parse_syntax(query.first("fieldSelector").unwrap_or(""));
+    let numbers = query.int("limit").is_ok() && query.int("timeoutSeconds").is_ok();
+    match (labels, fields, numbers) {
+        (Ok(_), Ok(f), true) => Some(f),
+        _ => None,
+    }
 }
 
 /// apimachinery's `ValidateListOptions` for a list.
@@ -291,12 +297,32 @@ pub fn route(path: &str) -> Route {
     }
 }
 
-/// Reads the query and headers of a request for `target`.
+/// Reads the query and headers of a request for `target`, as the apiserver's handlers do,
+/// in their order: the `Accept` header (406), then a GET of one object's options (its
+/// `resourceVersion`: selectors and list options mean nothing to a GET), or a list's or
+/// watch's (a decode error is 400, an invalid combination 422, a field the kind does not
+/// have 400); a request about one name (the legacy `/watch/…/NAME` path, or a list whose
+/// `fieldSelector` requires `metadata.name`) joins that name to its field selector, and a
+/// field selector that requires another one is 400.
 pub fn ask(
     target: Target,
-    query: &str,
+    query: &Query,
     header: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Ask, StatusError> {
+    let form = form(
+        header("accept").as_deref().unwrap_or(""),
+        target.name.is_some(),
+    )?;
+    let gzip = (header("accept-encoding").unwrap_or_default().split(',')).any(|e| {
+        e.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .eq_ignore_ascii_case("gzip")
+    });
+    let wait = header(WAIT_HEADER)
+        .and_then(|w| w.trim().parse::<u64>().ok())
+        .map(|s| Duration::from_secs(s).min(MAX_FOLLOWER_WAIT));
     let mut a = Ask {
         watch: target.watch_path,
         target,
@@ -304,65 +330,21 @@ pub fn ask(
         fields: FieldSelector::default(),
         limit: None,
         continue_token: None,
-        resource_version: None,
+        resource_version: nonempty(query.first("resourceVersion")),
         exact: false,
-        form: Form::Full,
-        gzip: false,
-        wait: None,
-        hold: false,
+        form,
+        gzip,
+        wait,
+        hold: wait.is_some() && header(HOLD_HEADER).is_some_and(|h| h.trim() == "true"),
         send_initial_events: None,
         bookmarks: false,
         timeout: None,
     };
-    let mut rv_match: Option<String> = None;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = form_decoded(value).map_err(StatusError::bad_request)?;
-        match key {
-            "labelSelector" => {
-                a.labels = LabelSelector::parse(&value).map_err(StatusError::bad_request)?;
-            }
-            "fieldSelector" => {
-                a.fields = FieldSelector::parse(&value).map_err(StatusError::bad_request)?;
-            }
-            "limit" => {
-                let n: i64 = value.parse().map_err(|_| {
-                    StatusError::bad_request(format!(
-                        "limit: Invalid value: \"{value}\": not a number"
-                    ))
-                })?;
-                a.limit = usize::try_from(n).ok().filter(|n| *n > 0);
-            }
-            "continue" => a.continue_token = Some(value).filter(|v| !v.is_empty()),
-            "resourceVersion" => a.resource_version = Some(value).filter(|v| !v.is_empty()),
-            "resourceVersionMatch" => rv_match = Some(value).filter(|v| !v.is_empty()),
-            "watch" => a.watch |= parse_bool(&value),
-            "sendInitialEvents" => a.send_initial_events = Some(parse_bool(&value)),
-            "allowWatchBookmarks" => a.bookmarks = parse_bool(&value),
-            "timeoutSeconds" => {
-                let n: i64 = value.parse().map_err(|_| {
-                    StatusError::bad_request(format!(
-                        "timeoutSeconds: Invalid value: \"{value}\": not a number"
-                    ))
-                })?;
-                a.timeout = u64::try_from(n)
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .map(Duration::from_secs);
-            }
-            // Read by the apiserver and harmless here.
-            _ => {}
-        }
-    }
-    let errors = if a.watch {
-        watch_options(&a, rv_match.as_deref())
+    if a.target.name.is_some() && !a.target.watch_path {
+        get_options(query)?;
     } else {
-        list_options(&a, rv_match.as_deref())
-    };
-    if !errors.is_empty() {
-        return Err(StatusError::invalid_list_options(&errors));
+        list_options_of(&mut a, query)?;
     }
-    a.exact = rv_match.as_deref() == Some("Exact");
     if let Some(rv) = &a.resource_version
         && rv.parse::<u64>().is_err()
     {
@@ -370,22 +352,78 @@ pub fn ask(
             "resourceVersion: Invalid value: \"{rv}\": must be a number"
         )));
     }
-    a.form = form(
-        header("accept").as_deref().unwrap_or(""),
-        a.target.name.is_some(),
-    )?;
-    a.gzip = (header("accept-encoding").unwrap_or_default().split(',')).any(|e| {
-        e.split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .eq_ignore_ascii_case("gzip")
-    });
-    a.wait = header(WAIT_HEADER)
-        .and_then(|w| w.trim().parse::<u64>().ok())
-        .map(|s| Duration::from_secs(s).min(MAX_FOLLOWER_WAIT));
-    a.hold = a.wait.is_some() && header(HOLD_HEADER).is_some_and(|h| h.trim() == "true");
     Ok(a)
+}
+
+fn nonempty(v: Option<&str>) -> Option<String> {
+    v.filter(|v| !v.is_empty()).map(str::to_string)
+}
+
+/// A GET's options (`GetResource`): only `resourceVersion`, and the long-gone `export`.
+fn get_options(query: &Query) -> Result<(), StatusError> {
+    if query.flag("export") == Some(true) {
+        return Err(StatusError::bad_request(
+            "the export parameter, deprecated since v1.14, is no longer supported",
+        ));
+    }
+    Ok(())
+}
+
+/// A list's or watch's options (`listOpts`): decoded, defaulted
+/// (`SetListOptionsDefaults`: a watch from no version or `0` is a streaming list),
+/// validated, its fields checked, and the request's name joined to them.
+fn list_options_of(a: &mut Ask, query: &Query) -> Result<(), StatusError> {
+    let labels = query.first("labelSelector").unwrap_or("");
+    a.labels = LabelSelector::parse(labels).map_err(StatusError::bad_request)?;
+    let fields = query.first("fieldSelector").unwrap_or("");
+    let syntax = FieldSelector::parse_syntax(fields).map_err(StatusError::bad_request)?;
+    let number = |key| query.int(key).map_err(StatusError::bad_request);
+    a.limit = number("limit")?
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| *n > 0);
+    a.timeout = number("timeoutSeconds")?
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|n| *n > 0)
+        .map(Duration::from_secs);
+    a.watch |= query.flag("watch") == Some(true);
+    a.continue_token = nonempty(query.first("continue"));
+    a.send_initial_events = query.flag("sendInitialEvents");
+    a.bookmarks = query.flag("allowWatchBookmarks") == Some(true);
+    let mut rv_match = nonempty(query.first("resourceVersionMatch"));
+    let legacy = matches!(a.resource_version.as_deref(), None | Some("0"));
+    if a.watch && a.send_initial_events.is_none() && rv_match.is_none() && legacy {
+        a.send_initial_events = Some(true);
+        rv_match = Some("NotOlderThan".to_string());
+    }
+    let errors = if a.watch {
+        watch_options(a, rv_match.as_deref())
+    } else {
+        list_options(a, rv_match.as_deref())
+    };
+    if !errors.is_empty() {
+        return Err(StatusError::invalid_list_options(&errors));
+    }
+    a.exact = rv_match.as_deref() == Some("Exact");
+    a.fields = FieldSelector::parse(fields).map_err(StatusError::bad_request)?;
+    // The request's name: the legacy path's, or (not on that path) the one its field
+    // selector requires, as the request-info resolver takes it.
+    let name = match (&a.target.name, a.target.watch_path) {
+        (Some(name), _) => Some(name.clone()),
+        (None, false) => (syntax.exact_name())
+            .filter(|n| is_path_segment_name(n))
+            .map(str::to_string),
+        (None, true) => None,
+    };
+    if let Some(name) = name {
+        if a.fields.is_empty() {
+            a.fields = FieldSelector::name(&name);
+        } else if a.fields.exact_name() != Some(name.as_str()) {
+            return Err(StatusError::bad_request(
+                "fieldSelector metadata.name doesn't match requested name",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The first media range in `accept` the hub serves, in the client's order, as the
@@ -480,7 +518,7 @@ mod tests {
         let headers: Vec<(String, String)> = (headers.iter())
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        ask(t, query, &|name| {
+        ask(t, &Query::parse(query), &|name| {
             (headers.iter())
                 .find(|(k, _)| k.eq_ignore_ascii_case(name))
                 .map(|(_, v)| v.clone())
@@ -498,7 +536,6 @@ mod tests {
         assert_eq!(a.limit, Some(2));
         assert_eq!(a.not_older_than(), Some(12));
         assert!(a.gzip);
-        assert_eq!(a.verb(), "list");
         assert_eq!(a.form, Form::Full);
         assert!(ask_of("watch=true", &[]).unwrap().watch);
         assert!(!ask_of("watch=false", &[]).unwrap().watch);
@@ -523,6 +560,163 @@ mod tests {
         assert!(ask_of("resourceVersion=x", &[]).is_err());
         let w = ask_of("", &[("X-Cmpoll-Wait", "9999")]).unwrap();
         assert_eq!(w.wait, Some(MAX_FOLLOWER_WAIT));
+    }
+
+    fn what(method: &str, path: &str, query: &str) -> (&'static str, Option<String>) {
+        let route = route(path);
+        match attributes(method, path, &Query::parse(query), &route) {
+            Attributes::Resource { verb, name, .. } => (verb, name),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn ask_at(path: &str, query: &str) -> Result<Ask, StatusError> {
+        let Route::Read(t) = route(path) else {
+            panic!("{path}")
+        };
+        ask(t, &Query::parse(query), &|_| None)
+    }
+
+    #[test]
+    fn what_a_request_does_as_the_request_info_resolver_says() {
+        let one = "/api/v1/namespaces/t/configmaps/a";
+        let all = "/api/v1/namespaces/t/configmaps";
+        let a = Some("a".to_string());
+        // The legacy watch path: a watch, of the name it carries.
+        assert_eq!(
+            what("GET", "/api/v1/watch/namespaces/t/configmaps/a", ""),
+            ("watch", a.clone())
+        );
+        assert_eq!(
+            what("GET", "/api/v1/watch/namespaces/t/configmaps", ""),
+            ("watch", None)
+        );
+        // ... whose field selector never names the request (only a GET's does).
+        assert_eq!(
+            what(
+                "GET",
+                "/api/v1/watch/namespaces/t/configmaps",
+                "fieldSelector=metadata.name%3Da"
+            ),
+            ("watch", None)
+        );
+        // A GET that names an object is a get, whatever `watch` says.
+        for q in ["", "watch=true", "watch=1", "labelSelector=x"] {
+            assert_eq!(what("GET", one, q), ("get", a.clone()), "{q}");
+        }
+        // A collection: watch by apimachinery's booleans, a name from the field selector.
+        assert_eq!(what("GET", all, "watch=yes"), ("watch", None));
+        assert_eq!(what("GET", all, "watch=false"), ("list", None));
+        assert_eq!(what("GET", all, "watch=0&watch=1"), ("list", None));
+        assert_eq!(
+            what("GET", all, "fieldSelector=metadata.name%3Da"),
+            ("list", a.clone())
+        );
+        assert_eq!(
+            what(
+                "GET",
+                all,
+                "watch=1&fieldSelector=metadata.name%3D%3Da,metadata.namespace%3Dt"
+            ),
+            ("watch", a.clone())
+        );
+        // An option that does not decode: no name (and the verb from `watch` still).
+        for bad in ["limit=x", "timeoutSeconds=1.5", "labelSelector=a%20b"] {
+            assert_eq!(
+                what(
+                    "GET",
+                    all,
+                    &format!("watch=1&fieldSelector=metadata.name%3Da&{bad}")
+                ),
+                ("watch", None),
+                "{bad}"
+            );
+        }
+        // A name that is no path segment is no request's name.
+        assert_eq!(what("GET", all, "fieldSelector=metadata.name%3D..").1, None);
+        // An unknown field is the handler's 400, not a decode error: the name stands.
+        assert_eq!(
+            what("GET", all, "fieldSelector=metadata.name%3Da,spec.x%3Dy"),
+            ("list", a.clone())
+        );
+        assert_eq!(what("DELETE", all, ""), ("deletecollection", None));
+        assert_eq!(
+            what("POST", "/api/v1/watch/namespaces/t/configmaps", "").0,
+            "watch"
+        );
+    }
+
+    #[test]
+    fn a_request_about_one_name_is_answered_for_that_name_alone() {
+        // The legacy named watch: the name joins the field selector.
+        let w = ask_at("/api/v1/watch/namespaces/t/configmaps/a", "").unwrap();
+        assert!(w.watch);
+        assert!(w.fields.matches("t", "a") && !w.fields.matches("t", "b"));
+        let w = ask_at(
+            "/api/v1/watch/namespaces/t/configmaps/a",
+            "fieldSelector=metadata.name%3Da",
+        )
+        .unwrap();
+        assert!(!w.fields.matches("t", "b"));
+        for other in [
+            "metadata.name%3Db",
+            "metadata.namespace%3Dt",
+            "metadata.name!%3Da",
+        ] {
+            let e = ask_at(
+                "/api/v1/watch/namespaces/t/configmaps/a",
+                &format!("fieldSelector={other}"),
+            )
+            .unwrap_err();
+            assert_eq!(
+                (e.code, e.message.as_str()),
+                (
+                    400,
+                    "fieldSelector metadata.name doesn't match requested name"
+                ),
+                "{other}"
+            );
+        }
+        // `…/NAME?watch=true` is a GET: no stream, and selectors are not read.
+        let g = ask_at(
+            "/api/v1/namespaces/t/configmaps/a",
+            "watch=true&labelSelector=a%20b&fieldSelector=metadata.name%3Db&limit=x",
+        )
+        .unwrap();
+        assert!(!g.watch);
+        assert!(g.fields.matches("t", "a") && g.labels.as_str().is_empty());
+        let e = ask_at("/api/v1/namespaces/t/configmaps/a", "export=1").unwrap_err();
+        assert_eq!(e.code, 400);
+        // A watch from no version or 0 is a streaming list (SetListOptionsDefaults); one
+        // that says `sendInitialEvents=false` is not.
+        let all = "/api/v1/namespaces/t/configmaps";
+        assert_eq!(
+            ask_at(all, "watch=1").unwrap().send_initial_events,
+            Some(true)
+        );
+        assert_eq!(
+            ask_at(all, "watch=1&resourceVersion=0")
+                .unwrap()
+                .send_initial_events,
+            Some(true)
+        );
+        assert_eq!(
+            ask_at(all, "watch=1&resourceVersion=5")
+                .unwrap()
+                .send_initial_events,
+            None
+        );
+        assert_eq!(
+            ask_at(
+                all,
+                "watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan"
+            )
+            .unwrap()
+            .send_initial_events,
+            Some(false)
+        );
+        // The first of a repeated option is the one read.
+        assert!(!ask_at(all, "watch=false&watch=true").unwrap().watch);
     }
 
     #[test]

@@ -159,16 +159,17 @@ impl Watch {
             // Held, a commit at least every second: a wait of 0 would be one a pull.
             hold: (ask.wait.filter(|_| ask.hold)).map(|w| w.max(Duration::from_secs(1))),
         };
-        let state_first = initial || rv == 0;
-        w.phase = if state_first && rv > 0 {
-            Phase::Behind {
+        // The state first only for a streaming list (which the apiserver makes of a
+        // watch from no version or `0` that says nothing of `sendInitialEvents`:
+        // `request::ask`); `sendInitialEvents=false` from no version starts now.
+        w.phase = match (initial, rv) {
+            (true, 0) => w.state_now(),
+            (true, rv) => Phase::Behind {
                 rv,
                 until: now + BEHIND_WAIT,
-            }
-        } else if state_first {
-            w.state_now()
-        } else {
-            w.changes_from(rv)
+            },
+            (false, 0) => w.changes_now(),
+            (false, rv) => w.changes_from(rv),
         };
         w
     }
@@ -195,6 +196,17 @@ impl Watch {
             from: None,
             end_bookmark: (self.initial && self.bookmarks).then_some(kept.watermark),
             then: kept.end(),
+        }
+    }
+
+    /// The changes from now on.
+    fn changes_now(&self) -> Phase {
+        let t = self.read();
+        if t.held.is_none() {
+            return Phase::Failed(not_ready());
+        }
+        Phase::Changes {
+            seq: t.history.kind(self.filter.kind).end(),
         }
     }
 

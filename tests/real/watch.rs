@@ -282,3 +282,193 @@ fn a_watchs_refusals_are_the_apiservers() {
         "{e}"
     );
 }
+
+/// The events of a watch's whole answer (one JSON object a line), as `types` shows them.
+fn answer_events(body: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(body);
+    let events: Vec<Value> = (text.lines())
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    types(&events)
+}
+
+/// Issue 56.1: a request that names one object is about that object alone, and is
+/// authorized for its own verb, as the apiserver does: a watch of `…/watch/…/a` by a
+/// token whose role names only `a` streams `a`'s changes and never `b`'s; a field
+/// selector naming another object is the apiserver's 400; `…/a?watch=true` is a GET of
+/// `a`; and a kept `list` decision admits neither a `watch` nor a `get`. Each answer is
+/// compared with the real apiserver's to the same request and token.
+#[test]
+fn a_request_about_one_object_is_about_that_object_alone() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-named");
+    put_module(k, &ns, "a", "k.yaml", "0");
+    put_module(k, &ns, "b", "k.yaml", "0");
+    let hub = start_hub(k, &hub_account(k, &ns, "hub"), &["--namespace", &ns]);
+    let named = follower(
+        k,
+        &ns,
+        "named",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "watch"],
+                "resourceNames": ["a"]}]),
+        false,
+    );
+    let lister = follower(
+        k,
+        &ns,
+        "lister",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]),
+        false,
+    );
+    let module = ("cmpoll.io/module", "true");
+    let start = write(k, &ns, "a", &[module], "1");
+    hub_reaches(&hub, &lister, &ns, start);
+
+    // The named watch streams a, never b.
+    let path = format!("/api/v1/watch/namespaces/{ns}/configmaps/a?resourceVersion={start}");
+    let api = Watching::start(&k.url, &k.ca_file(), &named, &path, &[], 30);
+    let at_hub = Watching::start(&hub.url(), &hub.ca, &named, &path, &[], 30);
+    std::thread::sleep(Duration::from_millis(500));
+    write(k, &ns, "b", &[module], "2");
+    write(k, &ns, "a", &[module], "2");
+    write(k, &ns, "b", &[module], "3");
+    // Past the last write's poll: whatever the hub would send of it is sent.
+    let last: u64 = k
+        .put_configmap(&ns, "a", &[module], &[("k", "3")])
+        .parse()
+        .unwrap();
+    hub_reaches(&hub, &lister, &ns, last);
+    let (a, h) = (
+        api.until(2, Duration::from_secs(10)),
+        at_hub.until(2, Duration::from_secs(10)),
+    );
+    assert_eq!(types(&a), ["MODIFIED a", "MODIFIED a"], "the apiserver's");
+    assert_eq!(
+        types(&h),
+        types(&a),
+        "the hub's named watch is the apiserver's"
+    );
+    for (x, y) in a.iter().zip(&h) {
+        assert_eq!(comparable(y), comparable(x));
+    }
+    drop((api, at_hub));
+
+    // The lister's list is allowed, and kept at the hub, before it asks anything else.
+    let list = format!("/api/v1/namespaces/{ns}/configmaps");
+    assert_eq!(get(&hub.url(), &hub.ca, &lister, &list, &[]).0, 200);
+    let t = "timeoutSeconds=1";
+    for (who, token, path) in [
+        (
+            "named",
+            &named,
+            format!(
+                "/api/v1/watch/namespaces/{ns}/configmaps/a?fieldSelector=metadata.name%3Db&{t}"
+            ),
+        ),
+        (
+            "named",
+            &named,
+            format!(
+                "/api/v1/watch/namespaces/{ns}/configmaps/a?fieldSelector=metadata.namespace%3D{ns}&{t}"
+            ),
+        ),
+        (
+            "named",
+            &named,
+            format!(
+                "/api/v1/watch/namespaces/{ns}/configmaps/a?fieldSelector=metadata.name%3Da&{t}"
+            ),
+        ),
+        (
+            "named",
+            &named,
+            format!("/api/v1/namespaces/{ns}/configmaps/a?watch=true&{t}"),
+        ),
+        (
+            "named",
+            &named,
+            format!("/api/v1/namespaces/{ns}/configmaps/a?watch=1&labelSelector=no%3Dmatch"),
+        ),
+        (
+            "named",
+            &named,
+            format!("/api/v1/watch/namespaces/{ns}/configmaps/b?{t}"),
+        ),
+        (
+            "named",
+            &named,
+            format!(
+                "/api/v1/namespaces/{ns}/configmaps?watch=true&fieldSelector=metadata.name%3Da&{t}"
+            ),
+        ),
+        (
+            "named",
+            &named,
+            format!("/api/v1/watch/namespaces/{ns}/configmaps?fieldSelector=metadata.name%3Da&{t}"),
+        ),
+        (
+            "named",
+            &named,
+            format!("/api/v1/namespaces/{ns}/configmaps?fieldSelector=metadata.name%3Da"),
+        ),
+        (
+            "lister",
+            &lister,
+            format!("/api/v1/watch/namespaces/{ns}/configmaps/a?{t}"),
+        ),
+        (
+            "lister",
+            &lister,
+            format!("/api/v1/namespaces/{ns}/configmaps?watch=true&{t}"),
+        ),
+        (
+            "lister",
+            &lister,
+            format!("/api/v1/namespaces/{ns}/configmaps/a"),
+        ),
+        (
+            "lister",
+            &lister,
+            format!("/api/v1/namespaces/{ns}/configmaps?fieldSelector=metadata.name%3Da"),
+        ),
+    ] {
+        let (api_code, _, api_body) = get(&k.url, &k.ca_file(), token, &path, &[]);
+        let (hub_code, _, hub_body) = get(&hub.url(), &hub.ca, token, &path, &[]);
+        let show = |b: &[u8]| {
+            String::from_utf8_lossy(b)
+                .chars()
+                .take(400)
+                .collect::<String>()
+        };
+        assert_eq!(
+            hub_code,
+            api_code,
+            "{who} {path}: the apiserver said {}; the hub said {}",
+            show(&api_body),
+            show(&hub_body)
+        );
+        if path.contains("watch") && api_code == 200 && !path.contains("/a?watch") {
+            assert_eq!(
+                answer_events(&hub_body),
+                answer_events(&api_body),
+                "{who} {path}"
+            );
+            continue;
+        }
+        let parse = |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap_or(Value::Null);
+        let (x, y) = (parse(&api_body), parse(&hub_body));
+        if api_code == 200 && x["kind"] == "ConfigMapList" {
+            let names = |v: &Value| -> Vec<String> {
+                (v["items"].as_array().unwrap().iter())
+                    .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+                    .collect()
+            };
+            assert_eq!(names(&y), names(&x), "{who} {path}");
+        } else {
+            assert_eq!(y, x, "{who} {path}");
+        }
+    }
+}

@@ -35,7 +35,7 @@ fn ask(query: &str) -> Ask {
     let Route::Read(target) = request::route("/api/v1/namespaces/a/configmaps") else {
         panic!()
     };
-    request::ask(target, query, &|_| None).unwrap()
+    request::ask(target, &request::Query::parse(query), &|_| None).unwrap()
 }
 
 /// Pulls everything there is now: the events as (type, name, rv) and what comes next.
