@@ -29,7 +29,7 @@ use super::follow::Follow;
 use super::proto::{self, MetaListReader};
 use super::reader::{ListMeta, ListReader, Meta, ReadError};
 use super::scope::{ListRequest, Scope, encode};
-use super::watching::Streams;
+use super::watching::{self, Streams};
 use super::{Collect, Error, Item, ListMode, Previous, Resource, Selection, Source};
 use crate::kube::client::{Failure, Waited};
 use crate::kube::{self, Client};
@@ -68,8 +68,9 @@ pub struct ApiSource {
     short_watch: bool,
     /// The ids the last list request selected (a short watch goes on from them).
     listed_ids: Vec<String>,
-    /// This poll's short watches, opened together at its start, by scope.
-    opened: HashMap<String, Opened>,
+    /// This poll's short watches by scope: opened together at its start, then read
+    /// (`short_watch.rs`).
+    opened: HashMap<String, Short>,
     /// Following a `cmpoll serve` hub (`follow.rs`), by its held watches (`watching.rs`).
     follow: Follow,
     streams: Streams,
@@ -79,11 +80,23 @@ pub struct ApiSource {
     rng: crate::backoff::Rng,
 }
 
-/// A short watch opened (`short_watch.rs`): the version and ids it goes on from, its body.
-struct Opened {
-    from: u64,
-    ids: Vec<String>,
-    body: kube::client::Body,
+/// A scope's short watch in this poll (`short_watch.rs`).
+enum Short {
+    /// Opened: the version and ids it goes on from, its body.
+    Open {
+        from: u64,
+        ids: Vec<String>,
+        body: kube::client::Body,
+    },
+    /// Read to its end: from where, up to which version, with which events.
+    Read {
+        from: u64,
+        ids: Vec<String>,
+        rv: u64,
+        events: Vec<watching::Event>,
+    },
+    /// Behind another scope of its kind: listed instead, at least as new as this.
+    Behind(u64),
 }
 
 /// What one list request gave: the list's own metadata, how many selected items it held,
@@ -178,6 +191,11 @@ impl ApiSource {
             return Ok(meta);
         }
         let mut rv = self.last_rv.get(&scope.key()).cloned();
+        if let Some(Short::Behind(floor)) = self.opened.remove(&scope.key()) {
+            // Listed to be at least as new as the other scopes of its kind.
+            let held = rv.as_deref().and_then(|v| v.parse::<u64>().ok());
+            rv = Some(held.unwrap_or(0).max(floor).to_string());
+        }
         loop {
             let params = match &rv {
                 Some(v) => vec![
@@ -537,12 +555,21 @@ impl Source for ApiSource {
             .collect();
         // Each kind from its own endpoint, with its own list mode and RBAC; a failure of
         // either fails the poll.
+        // A short watch's scopes are taken last, once every other scope is listed: a
+        // scope the others moved past is listed too (`short_watch.rs`, `level`).
         let listed = self.open_short_watches(&all).and_then(|()| {
+            self.read_short_watches(&all)?;
+            let mut watched = Vec::new();
             for &scope in &all {
                 match self.named(scope) {
                     Some(names) => self.get_named(scope, &names, out)?,
+                    None if self.opened.contains_key(&scope.key()) => watched.push(scope),
                     None => self.list_scope(scope, prev, out)?,
                 }
+            }
+            self.level(&all);
+            for scope in watched {
+                self.list_scope(scope, prev, out)?;
             }
             Ok(())
         });

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use test_apiserver::real::RealApiserver;
 
 use super::hub::*;
 use super::*;
@@ -248,4 +249,184 @@ fn a_stopping_hub_lets_its_watchers_go_spread_over_its_drain_window() {
         "it served until its window was over: {:?}",
         sent.elapsed()
     );
+}
+
+/// How long after the apiserver's own watcher a `cmpoll run` following `hub` (in `ns`)
+/// and a watcher of the hub hold each of three writes, each at another moment of the
+/// hub's poll: (follower, watcher) delays, each sorted.
+fn after_the_apiserver(
+    k: &RealApiserver,
+    hub: &Hub,
+    token: &str,
+    ns: &str,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let c = Cmpoll::new();
+    let kubeconfig = hub_kubeconfig(&c, hub, token, "hub.kubeconfig");
+    let d = Daemon::start(
+        c.env("KUBECONFIG", kubeconfig.to_str().unwrap()),
+        &["--namespace", ns, "--interval", "1s"],
+    );
+    assert_eq!(d.batch(SOON).len(), 2, "m and synced");
+    let list = format!("/api/v1/namespaces/{ns}/configmaps");
+    let version = |base: &str, ca: &std::path::Path| {
+        let (code, _, body) = get(base, ca, token, &list, &[]);
+        assert_eq!(code, 200);
+        let list: Value = serde_json::from_slice(&body).unwrap();
+        list["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (mut follower, mut watcher) = (Vec::new(), Vec::new());
+    for (v, pause) in [("three", 1300), ("four", 1700), ("five", 2100)] {
+        // The quiet namespace (if any) stays quiet for more than one of the hub's polls.
+        std::thread::sleep(Duration::from_millis(pause));
+        let watch = |base: &str, ca: &std::path::Path| {
+            let path = format!("{list}?watch=true&resourceVersion={}", version(base, ca));
+            super::watch::Watching::start(base, ca, token, &path, &[], 30)
+        };
+        let (api, at_hub) = (watch(&k.url, &k.ca_file()), watch(&hub.url(), &hub.ca));
+        std::thread::sleep(Duration::from_millis(300));
+        put_module(k, ns, "m", "k.yaml", v);
+        let batch = d.batch(Duration::from_secs(30));
+        let held = Instant::now();
+        assert_eq!(batch[0]["type"], "updated", "{batch:?}");
+        assert_eq!(batch[0]["files"]["k.yaml"], v, "{batch:?}");
+        let seen = api.first_event_at(Duration::from_secs(10));
+        follower.push(held.saturating_duration_since(seen));
+        let event = at_hub.first_event_at(Duration::from_secs(30));
+        watcher.push(event.saturating_duration_since(seen));
+        assert_eq!(at_hub.events()[0]["type"], "MODIFIED");
+    }
+    let log = d.stderr();
+    assert!(!log.contains("WARN"), "{log}");
+    d.stop();
+    follower.sort();
+    watcher.sort();
+    (follower, watcher)
+}
+
+/// Issue 56.2: a hub of two namespaces delivers a change in one of them about one poll
+/// after its write, however quiet the other: a watcher of the hub and a `cmpoll run`
+/// follower of the busy namespace hold it within about a second of the apiserver's own
+/// watcher (on 55fa4de they waited for a write to the quiet namespace: nothing in 120 s,
+/// while `/readyz` was green). A follower of a one-scope hub polling every second holds
+/// a change within 1.5 s of its write (the median of three).
+#[test]
+fn a_change_in_one_namespace_does_not_wait_for_a_quiet_neighbour() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let (a, b) = (k.namespace("hub-busy"), k.namespace("hub-quiet"));
+    put_module(k, &a, "m", "k.yaml", "one");
+    put_module(k, &b, "n", "k.yaml", "one");
+    let token = follower(k, &a, "reader", watch_rules(), false);
+    let hub = start_hub(
+        k,
+        &hub_account(k, &a, "hub"),
+        &["--namespace", &a, "--namespace", &b, "--interval", "1s"],
+    );
+    // Idle, the hub of two namespaces asks the apiserver its short watches alone: no list.
+    std::thread::sleep(Duration::from_secs(2));
+    let mark = k.audit_mark();
+    std::thread::sleep(Duration::from_secs(4));
+    let hub_user = format!("system:serviceaccount:{a}:hub");
+    let asked: Vec<Value> = (k.audit_since(mark).into_iter())
+        .filter(|e| e["user"]["username"] == hub_user.as_str() && e["stage"] == "ResponseComplete")
+        .collect();
+    let verbs: Vec<&str> = asked.iter().filter_map(|e| e["verb"].as_str()).collect();
+    assert!(verbs.len() >= 4, "short watches in 4 s: {verbs:?}");
+    assert!(verbs.iter().all(|v| *v == "watch"), "{:?}", show(&asked));
+    let (follower, watcher) = after_the_apiserver(k, &hub, &token, &a);
+    eprintln!(
+        "two scopes, one quiet: the apiserver's watcher to the follower {follower:?}, to a watcher of the hub {watcher:?}"
+    );
+    // About one poll: well within 5 s even on a busy machine (55fa4de: never).
+    assert!(follower[2] < Duration::from_secs(5), "{follower:?}");
+    assert!(watcher[2] < Duration::from_secs(5), "{watcher:?}");
+    drop(hub);
+    let one = start_hub(
+        k,
+        &hub_account(k, &a, "hub-one"),
+        &["--namespace", &a, "--interval", "1s"],
+    );
+    let (follower, _) = after_the_apiserver(k, &one, &token, &a);
+    eprintln!("one scope: the apiserver's watcher to the follower {follower:?}");
+    assert!(follower[1] < Duration::from_millis(1500), "{follower:?}");
+}
+
+/// Issue 56.3: a follower never takes a deletion older than what it holds. On 55fa4de, a
+/// hub of two namespaces held `a/x`'s deletion and re-creation back (the other namespace
+/// quiet); a follower started afterwards listed `x` at its new version, then got the
+/// deletion when a write to the quiet namespace released it, removed `x` and dropped its
+/// re-creation as old: `x` gone from the follower while the hub served it. The next change
+/// after that write is the proof the moment passed: it arrives alone.
+#[test]
+fn a_follower_never_takes_a_deletion_older_than_what_it_holds() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let (a, b) = (k.namespace("hub-gone"), k.namespace("hub-still"));
+    put_module(k, &a, "x", "k.yaml", "one");
+    put_module(k, &a, "y", "k.yaml", "one");
+    put_module(k, &b, "n", "k.yaml", "one");
+    let token = follower(k, &a, "reader", watch_rules(), false);
+    let hub = start_hub(
+        k,
+        &hub_account(k, &a, "hub"),
+        &["--namespace", &a, "--namespace", &b, "--interval", "1s"],
+    );
+    let list = format!("/api/v1/namespaces/{a}/configmaps");
+    let served = |name: &str| {
+        let (code, _, body) = get(&hub.url(), &hub.ca, &token, &list, &[]);
+        assert_eq!(code, 200);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        (v["items"].as_array().unwrap().iter()).any(|i| i["metadata"]["name"] == name)
+    };
+    k.delete("configmap", &a, "x");
+    crate::util::eventually("the hub without x", SOON, || !served("x"));
+    put_module(k, &a, "x", "k.yaml", "two");
+    crate::util::eventually("the hub with x again", SOON, || served("x"));
+    let c = Cmpoll::new();
+    let kubeconfig = hub_kubeconfig(&c, &hub, &token, "hub.kubeconfig");
+    let d = Daemon::start(
+        c.env("KUBECONFIG", kubeconfig.to_str().unwrap()),
+        &["--namespace", &a, "--interval", "1s"],
+    );
+    let first = d.batch(SOON);
+    assert_eq!(first.len(), 3, "x, y and synced: {first:?}");
+    // A write to the other namespace, and the hub past it.
+    let rv: u64 = k
+        .put_configmap(&b, "n", &[LABEL], &[("k.yaml", "two")])
+        .parse()
+        .unwrap();
+    let other = format!("/api/v1/namespaces/{b}/configmaps");
+    let other_token = follower(k, &b, "reader", watch_rules(), false);
+    crate::util::eventually("the hub past the write", SOON, || {
+        let (_, _, body) = get(&hub.url(), &hub.ca, &other_token, &other, &[]);
+        serde_json::from_slice::<Value>(&body).ok().and_then(|v| {
+            v["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+        }) >= Some(rv)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    put_module(k, &a, "y", "k.yaml", "two");
+    let next = d.batch(Duration::from_secs(30));
+    let types: Vec<String> = (next.iter())
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["type"].as_str().unwrap(),
+                e["module"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(
+        types,
+        [format!("updated {a}/y"), "synced ".to_string()],
+        "{next:?}"
+    );
+    assert!(served("x"));
+    d.stop();
 }

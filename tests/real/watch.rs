@@ -68,6 +68,17 @@ impl Watching {
             .collect()
     }
 
+    /// When its first event arrived (waited for up to `within`): the last change of the
+    /// file curl writes the events to, for a watch that gets one event.
+    pub(crate) fn first_event_at(&self, within: Duration) -> Instant {
+        assert_eq!(self.until(1, within).len(), 1, "one event");
+        let modified = std::fs::metadata(&self.out).unwrap().modified().unwrap();
+        let ago = std::time::SystemTime::now()
+            .duration_since(modified)
+            .unwrap_or_default();
+        Instant::now() - ago
+    }
+
     /// Waits until it has `n` events (or `within` passes): the events.
     fn until(&self, n: usize, within: Duration) -> Vec<Value> {
         let started = Instant::now();

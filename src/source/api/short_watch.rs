@@ -18,14 +18,15 @@
 //! watch (403, 405, or 400 from a server that does not watch: one warning; the role needs
 //! `watch` besides `list` and `get`).
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 
-use super::{ApiSource, Opened, SHORT_WATCH};
+use super::{ApiSource, SHORT_WATCH, Short};
 use crate::kube;
 use crate::source::reader::ListMeta;
 use crate::source::scope::Scope;
 use crate::source::watching::{self, Line};
-use crate::source::{Collect, Error};
+use crate::source::{Collect, Error, Resource};
 
 impl ApiSource {
     /// Opens the short watch of each of `scopes` whose version is held, all before any is
@@ -57,7 +58,8 @@ impl ApiSource {
             let action = scope.action();
             match self.client.watch_briefly(&url, &action, SHORT_WATCH) {
                 Ok(body) => {
-                    self.opened.insert(scope.key(), Opened { from, ids, body });
+                    self.opened
+                        .insert(scope.key(), Short::Open { from, ids, body });
                 }
                 Err(e) if matches!(e.code(), Some(400 | 403 | 405)) => {
                     let r = scope.1.plural();
@@ -81,6 +83,64 @@ impl ApiSource {
         Ok(())
     }
 
+    /// Reads each of `scopes`' short watches to its end, keeping what it said for
+    /// `short_watched`; a scope whose watch says it must be listed is listed instead.
+    pub(super) fn read_short_watches(&mut self, scopes: &[Scope]) -> Result<(), Error> {
+        for &scope in scopes {
+            let Some(Short::Open { from, ids, body }) = self.opened.remove(&scope.key()) else {
+                continue;
+            };
+            if let Some((rv, events)) = read_to_end(scope, from, body)? {
+                let read = Short::Read {
+                    from,
+                    ids,
+                    rv,
+                    events,
+                };
+                self.opened.insert(scope.key(), read);
+            }
+        }
+        Ok(())
+    }
+
+    /// Levels the scopes of each kind: a short-watched scope older than the newest
+    /// version a scope of its kind reached in this poll — by a change its short watch
+    /// saw, or by a list — is listed instead, at least as new as that version. A hub
+    /// releases a change to its watchers only once every scope of the kind is past it
+    /// (`serve::history`), and a quiet scope's short watch does not move (the apiserver
+    /// sends no bookmark on a watch of one second): without this, a change in one
+    /// namespace would wait for a write in every other. A poll that finds no change lists
+    /// nothing more; one that finds one lists each other scope of its kind once
+    /// (a metadata list, as any list after the first).
+    pub(super) fn level(&mut self, scopes: &[Scope]) {
+        let mut newest: HashMap<Resource, u64> = HashMap::new();
+        for &scope in scopes {
+            let reached = match self.opened.get(&scope.key()) {
+                Some(Short::Read { rv, events, .. }) if !events.is_empty() => Some(*rv),
+                Some(_) => None,
+                None => (self.last_rv.get(&scope.key())).and_then(|v| v.parse().ok()),
+            };
+            if let Some(rv) = reached {
+                let n = newest.entry(scope.1).or_insert(rv);
+                *n = (*n).max(rv);
+            }
+        }
+        for &scope in scopes {
+            let Some(&target) = newest.get(&scope.1) else {
+                continue;
+            };
+            if let Some(Short::Read { rv, .. }) = self.opened.get(&scope.key())
+                && *rv < target
+            {
+                log::debug!(
+                    "{}: behind resourceVersion {target} of another scope; listed instead",
+                    scope.action()
+                );
+                self.opened.insert(scope.key(), Short::Behind(target));
+            }
+        }
+    }
+
     /// `scope`'s change since the version held, from its short watch read to its end;
     /// `None` when it must be listed instead.
     pub(super) fn short_watched(
@@ -88,56 +148,92 @@ impl ApiSource {
         scope: Scope,
         out: &mut dyn Collect,
     ) -> Result<Option<ListMeta>, Error> {
-        let Some(Opened { from, ids, body }) = self.opened.remove(&scope.key()) else {
+        let Some(Short::Read {
+            from,
+            ids,
+            rv,
+            events,
+        }) = self.opened.remove(&scope.key())
+        else {
             return Ok(None);
         };
-        let action = scope.action();
-        let fail = body.failure();
-        let (mut lines, mut line) = (BufReader::new(body), Vec::new());
-        let (mut events, mut rv) = (Vec::new(), from);
-        loop {
-            line.clear();
-            let n = match lines.read_until(b'\n', &mut line) {
-                Ok(n) => n,
-                Err(e) => match fail.io(e) {
-                    // More changed since than a list holds: listed instead (else every
-                    // poll would ask again from the same version and fail again).
-                    e @ kube::Error::TooLarge { .. } => {
-                        log::info!("{e}; listing instead");
-                        return Ok(None);
-                    }
-                    e => return Err(Error::Api(e)),
-                },
-            };
-            if n == 0 {
-                break;
-            }
-            let text = watching::trim(&line);
-            if text.is_empty() {
-                continue;
-            }
-            match watching::event(text).map_err(|e| Error::Api(fail.decode(e)))? {
-                Line::Change(e) => events.push(e),
-                Line::Bookmark(v) => rv = rv.max(v),
-                Line::Expired => {
-                    log::info!(
-                        "{action}: the apiserver's watch cache no longer holds the events since resourceVersion {from}; listing again"
-                    );
-                    return Ok(None);
-                }
-                Line::Error(why) => {
-                    return Err(Error::Api(kube::Error::Decode {
-                        action,
-                        cause: format!("the apiserver's watch said: {why}"),
-                    }));
-                }
-            }
-        }
         log::debug!(
-            "{action}: {} events since resourceVersion {from}",
+            "{}: {} events since resourceVersion {from}",
+            scope.action(),
             events.len()
         );
         self.changed(scope, from, rv, events.into_iter(), ids, out)
             .map(Some)
     }
+}
+
+/// A short watch of `scope` from `from`, read to its end: the version it reached and its
+/// events; `None` when the scope must be listed instead.
+fn read_to_end(
+    scope: Scope,
+    from: u64,
+    body: kube::client::Body,
+) -> Result<Option<(u64, Vec<watching::Event>)>, Error> {
+    let action = scope.action();
+    let fail = body.failure();
+    let (mut lines, mut line) = (BufReader::new(body), Vec::new());
+    let (mut events, mut rv) = (Vec::new(), from);
+    loop {
+        line.clear();
+        let n = match lines.read_until(b'\n', &mut line) {
+            Ok(n) => n,
+            Err(e) => match fail.io(e) {
+                // More changed since than a list holds: listed instead (else every
+                // poll would ask again from the same version and fail again).
+                e @ kube::Error::TooLarge { .. } => {
+                    log::info!("{e}; listing instead");
+                    return Ok(None);
+                }
+                e => return Err(Error::Api(e)),
+            },
+        };
+        if n == 0 {
+            return Ok(Some((rv, events)));
+        }
+        let text = watching::trim(&line);
+        if text.is_empty() {
+            continue;
+        }
+        match watching::event(text).map_err(|e| Error::Api(fail.decode(e)))? {
+            Line::Change(e) => {
+                rv = rv.max(version_of(&e.object));
+                events.push(e);
+            }
+            Line::Bookmark(v) => rv = rv.max(v),
+            Line::Expired => {
+                log::info!(
+                    "{action}: the apiserver's watch cache no longer holds the events since resourceVersion {from}; listing again"
+                );
+                return Ok(None);
+            }
+            Line::Error(why) => {
+                return Err(Error::Api(kube::Error::Decode {
+                    action,
+                    cause: format!("the apiserver's watch said: {why}"),
+                }));
+            }
+        }
+    }
+}
+
+/// An event's object's `resourceVersion` (0 where it has none that is a number: the
+/// event is read in full, and refused if it must be, by `changed`).
+fn version_of(object: &[u8]) -> u64 {
+    #[derive(serde::Deserialize)]
+    struct Object {
+        metadata: Meta,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(rename = "resourceVersion")]
+        resource_version: String,
+    }
+    (serde_json::from_slice::<Object>(object).ok())
+        .and_then(|o| o.metadata.resource_version.parse().ok())
+        .unwrap_or(0)
 }
