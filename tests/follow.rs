@@ -62,8 +62,8 @@ fn changes(batch: &[serde_json::Value]) -> Vec<(String, String, String)> {
 
 /// Every Never of a watching follower, in one sequence: a watch cut in the middle of an
 /// event changes nothing (the next watch asks from the same version, and the complete
-/// event before the cut was not taken either); an event and a bookmark older than what it
-/// holds are not taken; a 410 is a relist, taken whole.
+/// event before the cut was not taken either); an event (a deletion too) and a bookmark
+/// older than what it holds are not taken; a 410 is a relist, taken whole.
 #[test]
 fn a_watching_follower_takes_only_complete_changes_and_never_goes_back() {
     let lists = Arc::new(Mutex::new(0));
@@ -94,11 +94,14 @@ fn a_watching_follower_takes_only_complete_changes_and_never_goes_back() {
                 ],
                 Some(30),
             ),
-            // An event older than what it holds, then a change, committed.
+            // An event older than what it holds, then a change, then a deletion older
+            // than what it holds (issue 56.3: a hub that held a change back released it
+            // to a follower past it), committed.
             2 => watch(
                 &[
                     event("MODIFIED", &configmap("team", "a", 9, "old")),
                     event("MODIFIED", &configmap("team", "a", 12, "3")),
+                    event("DELETED", &configmap("team", "a", 10, "3")),
                     bookmark(12),
                 ],
                 None,
@@ -121,7 +124,7 @@ fn a_watching_follower_takes_only_complete_changes_and_never_goes_back() {
     assert_eq!(
         changes(&d.batch(within)),
         vec![("updated".into(), "team/a".into(), hash("3"))],
-        "neither the cut watch's complete event nor the older one"
+        "neither the cut watch's complete event nor the older ones"
     );
     assert_eq!(
         changes(&d.batch(within)),

@@ -45,6 +45,9 @@ pub struct Change {
     pub after: Option<Arc<HeldObject>>,
     /// When the poll that found it ended.
     pub at: Instant,
+    /// The number of the poll that found it: a state served from that poll or a later
+    /// one already shows it.
+    pub poll: u64,
     /// `DELETED` of `before` at `rv`, per form, made once.
     deleted: [OnceLock<Body>; 2],
 }
@@ -54,14 +57,15 @@ impl Change {
         rv: u64,
         before: Option<Arc<HeldObject>>,
         after: Option<Arc<HeldObject>>,
-        at: Instant,
+        found: (Instant, u64),
     ) -> Change {
         Change {
             seq: 0,
             rv,
             before,
             after,
-            at,
+            at: found.0,
+            poll: found.1,
             deleted: Default::default(),
         }
     }
@@ -220,7 +224,7 @@ impl History {
                 kept.watermark = v.listed;
                 continue;
             }
-            diff(prev, next, kind, now, &mut kept.pending);
+            diff(prev, next, kind, (now, next.poll), &mut kept.pending);
             kept.release(v.listed, now);
         }
         self.begun |= next.poll > 0 && !next.scopes.is_empty();
@@ -228,7 +232,7 @@ impl History {
 }
 
 /// The changes of `kind` from `prev` to `next`, both in the apiserver's order.
-fn diff(prev: &Held, next: &Held, kind: Resource, at: Instant, out: &mut Vec<Change>) {
+fn diff(prev: &Held, next: &Held, kind: Resource, at: (Instant, u64), out: &mut Vec<Change>) {
     let rv = |o: &HeldObject| o.resource_version.parse::<u64>().unwrap_or(0);
     let gone_at = |o: &HeldObject| {
         next.versions(kind, Some(&o.namespace))

@@ -118,6 +118,11 @@ pub struct Watch {
     ends: Instant,
     /// The newest version the watcher was told (never goes back).
     told: u64,
+    /// What the watcher holds already, whose changes it is never sent: those not newer
+    /// than the version it watches from (as the apiserver's watch), and those of the poll
+    /// its state came from or before (a change still held back when the state was made,
+    /// `history.rs`, is in the state).
+    holds: (u64, u64),
     /// A streaming list (`sendInitialEvents=true`): the state, then its bookmark.
     initial: bool,
     /// A follower's watch: it ends at its first complete change, or then.
@@ -154,6 +159,7 @@ impl Watch {
             next_bookmark: now + BOOKMARK_EVERY.mul_f64(0.5 + 0.5 * rng.unit()),
             ends,
             told: rv,
+            holds: (rv, 0),
             initial,
             commit_by: ask.wait.map(|w| now + w),
             // Held, a commit at least every second: a wait of 0 would be one a pull.
@@ -185,12 +191,14 @@ impl Watch {
     }
 
     /// The state now, to be sent first.
-    fn state_now(&self) -> Phase {
-        let t = self.read();
+    fn state_now(&mut self) -> Phase {
+        let timeline = self.timeline.clone();
+        let t = timeline.read().unwrap_or_else(|p| p.into_inner());
         let kept = t.history.kind(self.filter.kind);
         let Some(held) = t.held.clone() else {
             return Phase::Failed(not_ready());
         };
+        self.holds.1 = held.poll;
         Phase::State {
             held,
             from: None,
@@ -288,6 +296,9 @@ impl Watch {
                 return Some(false);
             }
             *seq = c.seq + 1;
+            if c.rv <= self.holds.0 || c.poll <= self.holds.1 {
+                continue;
+            }
             if let Some(e) = c.event(f.kind, self.form, |o| f.passes(o)) {
                 out.push(e);
                 self.told = self.told.max(c.rv);

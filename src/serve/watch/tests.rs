@@ -312,3 +312,62 @@ fn a_held_followers_watch_commits_each_change_and_goes_on() {
         "a DELETED carries the version of the poll that saw it gone"
     );
 }
+
+/// Issue 56.3: a change a hub of two namespaces held back (the other namespace not yet
+/// listed past it) is never sent to a watcher that already holds it, when it is released:
+/// not to one watching from a version past it (a list of its namespace at that version
+/// showed it), nor to a streaming list whose state came from the poll that found it.
+#[test]
+fn a_change_held_back_reaches_no_one_who_holds_it_already() {
+    let t = Arc::new(RwLock::new(Timeline::default()));
+    let polls: [(&[(Option<&str>, u64)], Vec<crate::source::Item>); 3] = [
+        (
+            &[(Some("a"), 10), (Some("b"), 10)],
+            vec![item("a", "x", 5, &[])],
+        ),
+        // x deleted: seen at a's 30, held back while b is at 20.
+        (&[(Some("a"), 30), (Some("b"), 20)], vec![]),
+        // x made again at 35: held back too.
+        (
+            &[(Some("a"), 40), (Some("b"), 20)],
+            vec![item("a", "x", 35, &[])],
+        ),
+    ];
+    let mut prev = Arc::new(Held::empty(kinds()));
+    for (n, (scopes, items)) in polls.into_iter().enumerate() {
+        let next = Arc::new(poll(&prev, n as u64 + 1, scopes, items));
+        let mut w = t.write().unwrap();
+        w.history.record(&prev, &next);
+        w.held = Some(next.clone());
+        prev = next;
+    }
+    let mut rng = Rng::new(1);
+    let now = Instant::now();
+    // A client that listed namespace a (at 40: x at 35) and watches from there; another
+    // whose streaming list shows x at 35.
+    let mut from = Watch::start(t.clone(), &ask("watch=1&resourceVersion=40"), &mut rng);
+    let mut streamed = Watch::start(t.clone(), &ask("watch=1"), &mut rng);
+    assert_eq!(pull_all(&mut from, now).0, vec![]);
+    assert_eq!(pull_all(&mut streamed, now).0, vec![ev("ADDED", "x", 35)]);
+    // b is listed past both: the changes are released, to watchers that do not hold them.
+    {
+        let mut w = t.write().unwrap();
+        let prev = w.held.clone().unwrap();
+        let next = poll(
+            &prev,
+            4,
+            &[(Some("a"), 40), (Some("b"), 50)],
+            vec![item("a", "x", 35, &[])],
+        );
+        w.history.record(&prev, &next);
+        w.held = Some(Arc::new(next));
+    }
+    let mut older = Watch::start(t.clone(), &ask("watch=1&resourceVersion=10"), &mut rng);
+    assert_eq!(
+        pull_all(&mut older, now).0,
+        vec![ev("DELETED", "x", 30), ev("ADDED", "x", 35)],
+        "a watcher from before them gets both"
+    );
+    assert_eq!(pull_all(&mut from, now).0, vec![], "from 40");
+    assert_eq!(pull_all(&mut streamed, now).0, vec![], "after its state");
+}

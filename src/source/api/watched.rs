@@ -74,8 +74,10 @@ impl ApiSource {
             let id = self.id(scope.1, &meta);
             let version = meta.resource_version.parse::<u64>().ok();
             rv = rv.max(version.unwrap_or(0));
-            // Never taken back in time: a change at or before the version held is in it.
-            if !e.deleted && version.is_some_and(|v| v <= from) {
+            // Never taken back in time: a change at or before the version held is in it,
+            // a deletion too (a hub that held a change back may release it late: issue
+            // 56.3, where a deletion older than a re-creation the follower held removed it).
+            if version.is_some_and(|v| v <= from) {
                 log::debug!(
                     "{}: an event about {id} not newer than what is held; not taken",
                     scope.action()
