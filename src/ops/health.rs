@@ -207,6 +207,16 @@ impl Health {
         self.serving(now)
     }
 
+    /// `readiness` for anyone to read (a hub's open `/readyz`): why only when it says
+    /// nothing of the hub's account or apiserver (stopping); `None` for a reason withheld.
+    pub fn withheld_readiness(&self, now: Instant) -> Result<(), Option<String>> {
+        match self.readiness(now) {
+            Ok(()) => Ok(()),
+            Err(why) if self.stopping => Err(Some(why)),
+            Err(_) => Err(None),
+        }
+    }
+
     /// `readiness`, but for a hub that is stopping, which is not ready (no newcomers) and
     /// still serves those that come before it is gone.
     pub fn serving(&self, now: Instant) -> Result<(), String> {

@@ -221,9 +221,16 @@ impl Hub {
                     Err(why) => Answer::text(503, format!("{why}\n")),
                 })
             }
-            "/readyz" => Ok(match health().readiness(Instant::now()) {
+            // Open to anyone, as the apiserver's: the reason is withheld (a poll's error
+            // names the hub's account and the apiserver's address), as the apiserver
+            // withholds its checks' reasons; `/status` and the log have it.
+            "/readyz" => Ok(match health().withheld_readiness(Instant::now()) {
                 Ok(()) => Answer::text(200, "ready\n"),
-                Err(why) => Answer::text(503, format!("{why}\n")),
+                Err(Some(why)) => Answer::text(503, format!("{why}\n")),
+                Err(None) => Answer::text(
+                    503,
+                    "not ready: reason withheld (the hub's /status and log say why)\n",
+                ),
             }),
             _ => {
                 let (who, _) = self.who(req, route, query, here)?;
@@ -354,7 +361,17 @@ impl Hub {
                 1,
             )
         })?;
-        if let Some(r) = ask.not_older_than()
+        // `Exact`: the state at R, which the hub holds when nothing changed in the scope
+        // between R and its last list (R at least its `changed`); older is the
+        // apiserver's 410 for a compacted version, newer waits as a list newer than the
+        // hub does.
+        let exact = (ask.exact)
+            .then(|| ask.resource_version.as_deref()?.parse::<u64>().ok())
+            .flatten();
+        if exact.is_some_and(|r| r < v.changed) {
+            return Err(StatusError::too_old_for_exact().into());
+        }
+        if let Some(r) = ask.not_older_than().or(exact)
             && v.listed < r
         {
             if wake == Wake::Expired {
@@ -401,7 +418,8 @@ impl Hub {
                 self.served.waited("newer");
             }
         }
-        Ok(Reply::Answer(self.list(&held, &ask, v, here)?))
+        let at = exact.unwrap_or(v.listed);
+        Ok(Reply::Answer(self.list(&held, &ask, v, at, here)?))
     }
 
     /// Authorizes exactly what the request does (`what`, as the apiserver's authorizer is
@@ -434,11 +452,19 @@ impl Hub {
         self.auth.authorize(user, what, here)
     }
 
-    /// A list: a whole one rendered once per poll, or a page.
-    fn list(&self, held: &Held, ask: &Ask, v: Versions, here: bool) -> Result<Answer, Halt> {
+    /// A list at version `at`: a whole one rendered once per poll, or one made for this
+    /// request (a page, or a list at a version the client chose: `Exact`).
+    fn list(
+        &self,
+        held: &Held,
+        ask: &Ask,
+        v: Versions,
+        at: u64,
+        here: bool,
+    ) -> Result<Answer, Halt> {
         let kind = ask.target.kind;
         let ns = ask.target.namespace.as_deref();
-        if ask.limit.is_none() && ask.continue_token.is_none() {
+        if ask.limit.is_none() && ask.continue_token.is_none() && at == v.listed {
             let shape = Shape {
                 target: (kind, ask.target.namespace.clone()),
                 labels: ask.labels.as_str().to_string(),
@@ -474,7 +500,7 @@ impl Hub {
                 };
                 (rv, Some(key))
             }
-            None => (v.listed, None),
+            None => (at, None),
         };
         let rest: Vec<&Arc<HeldObject>> = (held.objects(kind, ns))
             .filter(|o| after.as_ref().is_none_or(|a| o.key() > *a))

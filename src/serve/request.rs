@@ -346,11 +346,10 @@ pub fn ask(
         list_options_of(&mut a, query)?;
     }
     if let Some(rv) = &a.resource_version
-        && rv.parse::<u64>().is_err()
+        && !(rv.bytes().all(|b| b.is_ascii_digit()) && rv.parse::<u64>().is_ok())
     {
-        return Err(StatusError::bad_request(format!(
-            "resourceVersion: Invalid value: \"{rv}\": must be a number"
-        )));
+        let list = !a.watch && (a.target.name.is_none() || a.target.watch_path);
+        return Err(StatusError::invalid_resource_version(rv, list));
     }
     Ok(a)
 }

@@ -121,6 +121,36 @@ impl StatusError {
         StatusError::new(400, "BadRequest", message)
     }
 
+    /// A `resourceVersion` that is no version, as the apiserver refuses it: a list's is a
+    /// 400 (`invalid resource version: …`), a GET's or a watch's an error the storage
+    /// layer gives back unclassified (500, no reason).
+    pub fn invalid_resource_version(rv: &str, list: bool) -> StatusError {
+        // Go's strconv.ParseUint: digits only, within 64 bits.
+        let why = match !rv.is_empty() && rv.bytes().all(|b| b.is_ascii_digit()) {
+            true => "value out of range",
+            false => "invalid syntax",
+        };
+        let message = format!(
+            "resourceVersion: Invalid value: {}: strconv.ParseUint: parsing {}: {why}",
+            go_quote(rv),
+            go_quote(rv)
+        );
+        match list {
+            true => StatusError::bad_request(format!("invalid resource version: {message}")),
+            false => StatusError::new(500, "", message),
+        }
+    }
+
+    /// A list's `resourceVersionMatch=Exact` of a version the hub no longer holds, in the
+    /// apiserver's words for one etcd compacted.
+    pub fn too_old_for_exact() -> StatusError {
+        StatusError::new(
+            410,
+            "Expired",
+            "The resourceVersion for the provided list is too old.",
+        )
+    }
+
     pub fn unauthorized() -> StatusError {
         StatusError::new(401, "Unauthorized", "Unauthorized")
     }
@@ -332,13 +362,15 @@ impl StatusError {
         super::event::frame("ERROR", super::event::trim_newline(&status))
     }
 
-    /// The `Status` object, as the apiserver writes it.
+    /// The `Status` object, as the apiserver writes it (no `reason` when it has none).
     pub fn body(&self) -> Vec<u8> {
         let mut out = format!(
-            "{{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{{}},\"status\":\"Failure\",\"message\":{},\"reason\":{}",
+            "{{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{{}},\"status\":\"Failure\",\"message\":{}",
             json_string(&self.message),
-            json_string(self.reason)
         );
+        if !self.reason.is_empty() {
+            out.push_str(&format!(",\"reason\":{}", json_string(self.reason)));
+        }
         if let Some(d) = &self.details {
             let mut fields = Vec::new();
             if let Some(n) = &d.name {

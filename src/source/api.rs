@@ -86,7 +86,7 @@ enum Short {
     Open {
         from: u64,
         ids: Vec<String>,
-        body: kube::client::Body,
+        body: Box<kube::client::Body>,
     },
     /// Read to its end: from where, up to which version, with which events.
     Read {

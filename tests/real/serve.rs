@@ -626,6 +626,15 @@ fn a_hub_that_cannot_poll_answers_503_and_its_followers_keep_what_they_hold() {
             .starts_with("cmpoll serve is not ready: the last successful poll was"),
         "{status}"
     );
+    // Its open /readyz is not ready, and withholds why (issue 56.9: the poll's error names
+    // the hub's account and the apiserver's address).
+    let (code, _, body) = get(&hub.url(), &hub.ca, "", "/readyz", &[]);
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("reason withheld"), "{body}");
+    for secret in [format!("{ns}:hub"), k.url.replace("https://", "")] {
+        assert!(!body.contains(&secret), "{secret} in {body}");
+    }
     // The follower keeps its file and says why.
     let why = eventually_status(&Cmpoll::new(), &listen);
     assert!(why.contains("503") || why.contains("not ready"), "{why}");

@@ -483,3 +483,85 @@ fn a_request_about_one_object_is_about_that_object_alone() {
         }
     }
 }
+
+/// Issue 56.9: a list at an `Exact` version is the state at that version, which the hub
+/// holds when nothing it selects changed since (the same list as the apiserver's, at that
+/// version), and a 410 in the apiserver's words for a compacted version when it does not
+/// (it answered its current state); a `resourceVersion` that is no version is refused in
+/// the apiserver's words for each kind of request.
+#[test]
+fn exact_and_malformed_versions_are_answered_as_the_apiserver_answers_them() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-exact");
+    put_module(k, &ns, "m", "k.yaml", "0");
+    let hub = start_hub(k, &hub_account(k, &ns, "hub"), &["--namespace", &ns]);
+    let token = follower(
+        k,
+        &ns,
+        "watcher",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "get", "watch"]}]),
+        false,
+    );
+    let module = ("cmpoll.io/module", "true");
+    let before = write(k, &ns, "m", &[module], "1");
+    hub_reaches(&hub, &token, &ns, before);
+    let base = format!("/api/v1/namespaces/{ns}/configmaps");
+    let parse = |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap();
+    // At the version of the last change of what it selects: the same list. (A version
+    // past it that the hub has not been told of, an unselected write's, waits for the
+    // hub to reach it, then is the watch cache's 504: the hub's short watch sees only
+    // what it selects.)
+    {
+        let rv = before;
+        let path = format!(
+            "{base}?labelSelector=cmpoll.io%2Fmodule%3Dtrue&resourceVersion={rv}&resourceVersionMatch=Exact"
+        );
+        let (api_code, _, api) = get(&k.url, &k.ca_file(), &token, &path, &[]);
+        let (hub_code, _, at_hub) = get(&hub.url(), &hub.ca, &token, &path, &[]);
+        assert_eq!((hub_code, api_code), (200, 200), "{path}");
+        let (api, at_hub) = (parse(&api), parse(&at_hub));
+        assert_eq!(at_hub["metadata"]["resourceVersion"], rv.to_string());
+        assert_eq!(
+            at_hub["metadata"]["resourceVersion"],
+            api["metadata"]["resourceVersion"]
+        );
+        assert_eq!(at_hub["items"], api["items"], "{path}");
+    }
+    // Before that change: the hub cannot show it; it answers as for a compacted version.
+    let path = format!(
+        "{base}?resourceVersion={}&resourceVersionMatch=Exact",
+        before - 1
+    );
+    let (code, _, body) = get(&hub.url(), &hub.ca, &token, &path, &[]);
+    assert_eq!(code, 410, "{}", String::from_utf8_lossy(&body));
+    let (api_code, _, api) = get(
+        &k.url,
+        &k.ca_file(),
+        &token,
+        &format!("{base}?resourceVersion=1&resourceVersionMatch=Exact"),
+        &[],
+    );
+    if api_code == 410 {
+        assert_eq!(parse(&body), parse(&api), "the apiserver's words");
+    }
+    // No version at all: a list's 400, a GET's and a watch's 500, word for word.
+    for path in [
+        format!("{base}?resourceVersion=abc"),
+        format!("{base}?resourceVersion=%2B5"),
+        format!("{base}?resourceVersion=-1"),
+        format!("{base}/m?resourceVersion=abc"),
+        format!("{base}?watch=1&resourceVersion=99999999999999999999999"),
+    ] {
+        let (api_code, _, api) = get(&k.url, &k.ca_file(), &token, &path, &[]);
+        let (hub_code, _, at_hub) = get(&hub.url(), &hub.ca, &token, &path, &[]);
+        assert_eq!(
+            hub_code,
+            api_code,
+            "{path}: {}",
+            String::from_utf8_lossy(&api)
+        );
+        assert_eq!(parse(&at_hub), parse(&api), "{path}");
+    }
+}

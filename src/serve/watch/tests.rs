@@ -320,7 +320,8 @@ fn a_held_followers_watch_commits_each_change_and_goes_on() {
 #[test]
 fn a_change_held_back_reaches_no_one_who_holds_it_already() {
     let t = Arc::new(RwLock::new(Timeline::default()));
-    let polls: [(&[(Option<&str>, u64)], Vec<crate::source::Item>); 3] = [
+    type Scopes<'a> = &'a [(Option<&'a str>, u64)];
+    let polls: [(Scopes, Vec<crate::source::Item>); 3] = [
         (
             &[(Some("a"), 10), (Some("b"), 10)],
             vec![item("a", "x", 5, &[])],

@@ -58,8 +58,14 @@ impl ApiSource {
             let action = scope.action();
             match self.client.watch_briefly(&url, &action, SHORT_WATCH) {
                 Ok(body) => {
-                    self.opened
-                        .insert(scope.key(), Short::Open { from, ids, body });
+                    self.opened.insert(
+                        scope.key(),
+                        Short::Open {
+                            from,
+                            ids,
+                            body: Box::new(body),
+                        },
+                    );
                 }
                 Err(e) if matches!(e.code(), Some(400 | 403 | 405)) => {
                     let r = scope.1.plural();
@@ -90,7 +96,7 @@ impl ApiSource {
             let Some(Short::Open { from, ids, body }) = self.opened.remove(&scope.key()) else {
                 continue;
             };
-            if let Some((rv, events)) = read_to_end(scope, from, body)? {
+            if let Some((rv, events)) = read_to_end(scope, from, *body)? {
                 let read = Short::Read {
                     from,
                     ids,
