@@ -58,6 +58,9 @@ pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// How long a streaming list newer than the hub waits for it.
 pub const BEHIND_WAIT: Duration = Duration::from_secs(3);
+/// Objects or changes one pull looks at, at most (then it is cut, and pulled again once
+/// the server has served the others).
+pub const VISITS: usize = 2048;
 
 /// What the hub serves now, and what changed before: one lock, so that a watch's state
 /// and the changes after it are one view.
@@ -258,8 +261,16 @@ impl Watch {
         };
         let f = &self.filter;
         let mut stopped = None;
-        for o in held.objects_from(f.kind, f.namespace.as_deref(), from.as_deref()) {
-            if out.size >= room {
+        let objects: Box<dyn Iterator<Item = &Arc<HeldObject>>> =
+            match (f.namespace.as_deref(), f.fields.exact_name()) {
+                // A watch of one object (a name in a namespace) looks at that one.
+                (Some(ns), Some(name)) => Box::new(held.get(f.kind, ns, name).into_iter()),
+                (ns, _) => Box::new(held.objects_from(f.kind, ns, from.as_deref())),
+            };
+        for (visited, o) in objects.enumerate() {
+            // A pull's work is bounded by what it looks at, not only what it sends: a
+            // selector that matches nothing must not scan every object in one go.
+            if out.size >= room || visited >= VISITS {
                 stopped = Some(o.key());
                 break;
             }
@@ -291,8 +302,8 @@ impl Watch {
         let t = self.timeline.read().unwrap_or_else(|p| p.into_inner());
         let kept = t.history.kind(self.filter.kind);
         let f = &self.filter;
-        for c in kept.after(*seq)? {
-            if out.size >= room {
+        for (visited, c) in kept.after(*seq)?.enumerate() {
+            if out.size >= room || visited >= VISITS {
                 return Some(false);
             }
             *seq = c.seq + 1;

@@ -372,3 +372,56 @@ fn a_change_held_back_reaches_no_one_who_holds_it_already() {
     assert_eq!(pull_all(&mut from, now).0, vec![], "from 40");
     assert_eq!(pull_all(&mut streamed, now).0, vec![], "after its state");
 }
+
+/// Issue 56.6: one pull looks at no more than `VISITS` objects or changes, whatever it
+/// sends: a watch whose selector matches nothing of a large namespace (or a long history)
+/// is cut and pulled again, rather than holding the server's one thread for all of it.
+#[test]
+fn a_pull_looks_at_a_bounded_number_of_objects() {
+    let n = VISITS * 2 + 100;
+    let many: Vec<crate::source::Item> = (0..n)
+        .map(|i| item("a", &format!("o{i:05}"), 5, &[]))
+        .collect();
+    let t = timeline(vec![(10, many)]);
+    let mut w = Watch::start(
+        t.clone(),
+        &ask("watch=1&labelSelector=x%3Dy"),
+        &mut Rng::new(1),
+    );
+    let now = Instant::now();
+    let mut cuts = 0;
+    loop {
+        let p = w.pull(now, 1 << 20);
+        assert!(p.chunks.is_empty(), "nothing matches");
+        if p.next != Next::At(now) {
+            break;
+        }
+        cuts += 1;
+        assert!(cuts < 10, "it ends");
+    }
+    assert_eq!(cuts, n.div_ceil(VISITS) - 1, "cut after each {VISITS}");
+    // The same for the changes: all of them touched, none of them selected.
+    let changed: Vec<crate::source::Item> = (0..n)
+        .map(|i| item("a", &format!("o{i:05}"), 15, &[]))
+        .collect();
+    then(&t, 20, changed);
+    let mut cuts = 0;
+    loop {
+        let p = w.pull(now, 1 << 20);
+        assert!(p.chunks.is_empty());
+        if p.next != Next::At(now) {
+            break;
+        }
+        cuts += 1;
+        assert!(cuts < 10, "it ends");
+    }
+    assert_eq!(cuts, n.div_ceil(VISITS) - 1);
+    // A watch of one name looks at that object alone.
+    let mut one = Watch::start(
+        t,
+        &ask("watch=1&fieldSelector=metadata.name%3Do00007"),
+        &mut Rng::new(1),
+    );
+    let (got, _) = pull_all(&mut one, now);
+    assert_eq!(got, vec![ev("ADDED", "o00007", 15)]);
+}
