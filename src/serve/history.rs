@@ -31,6 +31,10 @@ use crate::source::Resource;
 pub const MAX_CHANGES: usize = 10_000;
 pub const KEEP_ALWAYS: usize = 1_000;
 pub const MAX_AGE: Duration = Duration::from_secs(300);
+/// What the changes of a kind may keep alive, at most, in bytes (each the JSON of the
+/// version it brings, twice: the object, and its event made for watchers), the newest
+/// always kept: 300 changes of a 900 KiB ConfigMap once kept 542 MiB (issue 56.4).
+pub const MAX_BYTES: usize = 64 << 20;
 
 /// One change between two polls.
 #[derive(Debug)]
@@ -50,6 +54,14 @@ pub struct Change {
     pub poll: u64,
     /// `DELETED` of `before` at `rv`, per form, made once.
     deleted: [OnceLock<Body>; 2],
+}
+
+impl Change {
+    /// The bytes it keeps alive, as the history counts them (`MAX_BYTES`).
+    pub fn weight(&self) -> usize {
+        let json = self.after.as_ref().map_or(0, |o| o.raw.json.len());
+        2 * json + 256
+    }
 }
 
 impl Change {
@@ -119,6 +131,8 @@ pub struct Kept {
     /// A watch from a version older than this misses changes: too old.
     pub oldest: u64,
     next_seq: u64,
+    /// What `changes` keep alive (`Change::weight`).
+    bytes: usize,
 }
 
 /// Where a watch from a version starts, or why it cannot.
@@ -171,9 +185,11 @@ impl Kept {
         for mut c in ready {
             c.seq = self.next_seq;
             self.next_seq += 1;
+            self.bytes += c.weight();
             self.changes.push_back(Arc::new(c));
         }
         while self.changes.len() > MAX_CHANGES
+            || (self.bytes > MAX_BYTES && self.changes.len() > 1)
             || (self.changes.len() > KEEP_ALWAYS
                 && self
                     .changes
@@ -181,9 +197,20 @@ impl Kept {
                     .is_some_and(|c| now.saturating_duration_since(c.at) > MAX_AGE))
         {
             if let Some(gone) = self.changes.pop_front() {
+                self.bytes = self.bytes.saturating_sub(gone.weight());
                 self.oldest = self.oldest.max(gone.rv);
             }
         }
+    }
+
+    /// The bytes its changes keep alive (`Change::weight`).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The changes it keeps.
+    pub fn count(&self) -> usize {
+        self.changes.len()
     }
 }
 

@@ -21,7 +21,6 @@
 //! `x-cmpoll-hub`, so a follower knows it may ask to wait or watch.
 //! Whole lists are rendered once per poll and request shape, and gzipped once.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -31,11 +30,12 @@ use super::discovery;
 use super::held::{Held, HeldObject, Versions};
 use super::impersonate;
 use super::render::{self, More};
-use super::request::{self, Ask, Form, Query, Route, Target};
+use super::renders::{Rendered, Renders, Shape};
+use super::request::{self, Ask, Query, Route, Target};
 use super::status::StatusError;
 use super::watch::{Timeline, Watch};
 use crate::backoff::Rng;
-use crate::https::http::{Answer, Body, Request};
+use crate::https::http::{Answer, Request};
 use crate::https::server::{Call, Handler, Peer, Reply, Wake};
 use crate::kube::client::HUB_HEADER;
 use crate::ops::health::Health;
@@ -47,8 +47,6 @@ use crate::source::Resources;
 pub const BEHIND_WAIT: Duration = Duration::from_secs(3);
 /// Bodies from this size are gzipped for a client that accepts it.
 const GZIP_FROM: usize = 16 * 1024;
-/// Whole-list renders kept per poll at most.
-const MAX_RENDERS: usize = 64;
 
 /// What every request shares.
 pub struct Hub {
@@ -58,7 +56,7 @@ pub struct Hub {
     pub metrics: Arc<Mutex<Metrics>>,
     auth: Auth,
     served: Served,
-    renders: Mutex<Renders>,
+    renders: Renders,
     /// A request waits because this hub is behind it: the next poll wakes the waiters.
     behind: AtomicBool,
     rng: Mutex<Rng>,
@@ -71,27 +69,6 @@ struct Asked<'a> {
     what: Attributes,
     wake: Wake,
     here: bool,
-}
-
-/// A whole list as rendered once for a poll.
-struct Rendered {
-    plain: Body,
-    gzip: Option<Body>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Shape {
-    target: (crate::source::Resource, Option<String>),
-    labels: String,
-    fields: String,
-    form: Form,
-    rv: u64,
-}
-
-#[derive(Default)]
-struct Renders {
-    poll: u64,
-    bodies: HashMap<Shape, Arc<Rendered>>,
 }
 
 impl Hub {
@@ -109,7 +86,7 @@ impl Hub {
             metrics,
             auth,
             served,
-            renders: Mutex::new(Renders::default()),
+            renders: Renders::default(),
             behind: AtomicBool::new(false),
             rng: Mutex::new(Rng::from_time()),
         }
@@ -274,7 +251,20 @@ impl Hub {
                 })
             })
             .collect();
+        let history: Vec<serde_json::Value> = {
+            let t = self.timeline.read().unwrap_or_else(|p| p.into_inner());
+            (self.kinds.iter())
+                .map(|k| {
+                    let kept = t.history.kind(k);
+                    serde_json::json!({"resource": k.plural(), "changes": kept.count(),
+                        "bytes": kept.bytes(), "oldest": kept.oldest.to_string()})
+                })
+                .collect()
+        };
+        let (renders, render_bytes) = self.renders.size();
         let json = serde_json::json!({
+            "history": history,
+            "renders": {"kept": renders, "bytes": render_bytes, "made": self.renders.made()},
             "ready": ready.is_ok(),
             "notReady": ready.err(),
             "poll": held.as_ref().map(|h| h.poll),
@@ -464,22 +454,33 @@ impl Hub {
     ) -> Result<Answer, Halt> {
         let kind = ask.target.kind;
         let ns = ask.target.namespace.as_deref();
-        if ask.limit.is_none() && ask.continue_token.is_none() && at == v.listed {
+        if ask.continue_token.is_none() && at == v.listed {
             let shape = Shape {
                 target: (kind, ask.target.namespace.clone()),
-                labels: ask.labels.as_str().to_string(),
+                labels: ask.labels.canonical(),
                 fields: ask.fields.as_str().to_string(),
                 form: ask.form,
-                rv: v.listed,
+                versions: (v.listed, v.changed),
             };
-            let rendered = self.rendered(held, shape, here, || {
-                let items: Vec<&Arc<HeldObject>> = held
-                    .objects(kind, ns)
-                    .filter(|o| selected(ask, o))
-                    .collect();
-                render::list(kind, ask.form, v.listed, &items, &More::default())
-            })?;
-            return Ok(self.answer(ask, &rendered));
+            let kept = self.renders.get(&shape);
+            // A limit the whole list fits in is the whole list, as the apiserver answers
+            // it (no continue token): its render is the one kept for everyone.
+            let fits = |items: usize| ask.limit.is_none_or(|limit| items <= limit);
+            match kept {
+                Some(r) if fits(r.items) => return Ok(self.answer(ask, &r)),
+                Some(_) => {}
+                None if !here => return Err(Halt::Lane(auth::RENDER)),
+                None => {
+                    let items: Vec<&Arc<HeldObject>> = (held.objects(kind, ns))
+                        .filter(|o| selected(ask, o))
+                        .collect();
+                    if fits(items.len()) {
+                        let plain = render::list(kind, ask.form, at, &items, &More::default());
+                        let rendered = self.rendered(shape, plain, items.len());
+                        return Ok(self.answer(ask, &rendered));
+                    }
+                }
+            }
         }
         if !here {
             // A page is made for this request alone.
@@ -526,43 +527,16 @@ impl Hub {
         Ok(self.body(ask, plain))
     }
 
-    /// A whole list's render for this poll, made once.
-    /// A whole list's render for this poll, made once; where nothing may wait (`here`
-    /// false), only if it is made already, else the request goes to the render lane.
-    fn rendered(
-        &self,
-        held: &Held,
-        shape: Shape,
-        here: bool,
-        make: impl FnOnce() -> Vec<u8>,
-    ) -> Result<Arc<Rendered>, Halt> {
-        {
-            let mut r = self.renders.lock().unwrap_or_else(|p| p.into_inner());
-            if r.poll != held.poll {
-                r.poll = held.poll;
-                r.bodies.clear();
-            }
-            if let Some(b) = r.bodies.get(&shape) {
-                return Ok(b.clone());
-            }
-        }
-        if !here {
-            return Err(Halt::Lane(auth::RENDER));
-        }
-        let plain = make();
+    /// A whole list's render, gzipped if large, kept for whoever asks the same.
+    fn rendered(&self, shape: Shape, plain: Vec<u8>, items: usize) -> Arc<Rendered> {
         let gzip = (plain.len() >= GZIP_FROM).then(|| render::gzip(&plain).into());
         let rendered = Arc::new(Rendered {
             plain: plain.into(),
             gzip,
+            items,
         });
-        let mut r = self.renders.lock().unwrap_or_else(|p| p.into_inner());
-        if r.poll == held.poll {
-            if r.bodies.len() >= MAX_RENDERS {
-                r.bodies.clear();
-            }
-            r.bodies.insert(shape, rendered.clone());
-        }
-        Ok(rendered)
+        self.renders.put(shape, rendered.clone());
+        rendered
     }
 
     fn answer(&self, ask: &Ask, r: &Rendered) -> Answer {

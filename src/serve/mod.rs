@@ -23,6 +23,7 @@ pub mod jwt;
 pub mod kept;
 pub mod query;
 pub mod render;
+pub mod renders;
 pub mod request;
 pub mod reviews;
 pub mod status;

@@ -6,6 +6,7 @@
 //! (tokens, 401s, kubeconfigs, impersonation), `flow.rs` (APF) and `manifests.rs` (the
 //! shipped manifests and the label policy).
 
+mod bounds;
 mod clients;
 mod credentials;
 mod events;

@@ -184,3 +184,45 @@ fn the_resource_version_is_set_where_apimachinery_writes_it() {
         r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"resourceVersion","resourceVersion":"99","labels":{"resourceVersion":"x"}},"data":{"resourceVersion":"7"}}"#
     );
 }
+
+/// An object whose JSON is `size` bytes.
+fn big(name: &str, rv: u64, size: usize) -> crate::source::Item {
+    let mut i = item("a", name, rv, &[]);
+    if let Some(raw) = i.raw.as_mut() {
+        let mut json = raw.json.to_vec();
+        json.truncate(json.len() - 1);
+        json.extend_from_slice(format!(",\"pad\":\"{}\"}}", "x".repeat(size)).as_bytes());
+        raw.json = json.into();
+    }
+    i
+}
+
+/// Issue 56.4: the history is bounded in bytes, not only in changes: a large object
+/// changed again and again keeps at most `MAX_BYTES` of its versions alive (the newest
+/// always), and a watch from a version it dropped is too old.
+#[test]
+fn the_history_keeps_a_bounded_number_of_bytes() {
+    let mut h = History::default();
+    let mut prev = Held::empty(kinds());
+    let size = 900 << 10;
+    for n in 1..=300u64 {
+        let next = poll(&prev, n, &[(None, 100 + n)], vec![big("x", 100 + n, size)]);
+        h.record(&prev, &next);
+        prev = next;
+    }
+    let kept = h.kind(Resource::ConfigMaps);
+    assert!(kept.bytes() <= MAX_BYTES, "{} bytes", kept.bytes());
+    let changes = kept.count();
+    let each = 2 * size;
+    assert!(
+        changes >= MAX_BYTES / each - 1 && changes <= MAX_BYTES / each + 1,
+        "{changes}"
+    );
+    assert_eq!(kept.from(150), Start::TooOld(kept.oldest));
+    assert!(matches!(kept.from(399), Start::Seq(_)));
+    // One change larger than the bound alone is still kept: the newest always is.
+    let next = poll(&prev, 301, &[(None, 500)], vec![big("x", 500, MAX_BYTES)]);
+    h.record(&prev, &next);
+    let kept = h.kind(Resource::ConfigMaps);
+    assert_eq!(kept.from(499), Start::Seq(kept.end() - 1));
+}
