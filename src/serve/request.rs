@@ -384,17 +384,21 @@ fn list_options_of(a: &mut Ask, query: &Query) -> Result<(), StatusError> {
         .and_then(|n| u64::try_from(n).ok())
         .filter(|n| *n > 0)
         .map(Duration::from_secs);
-    a.watch |= query.flag("watch") == Some(true);
+    // Options are defaulted and checked by the `watch` parameter alone: the legacy
+    // `/watch/` path is a watch (`ListResource`'s forceWatch) whose options are read as a
+    // list's, as the apiserver reads them.
+    let watch = query.flag("watch") == Some(true);
+    a.watch |= watch;
     a.continue_token = nonempty(query.first("continue"));
     a.send_initial_events = query.flag("sendInitialEvents");
     a.bookmarks = query.flag("allowWatchBookmarks") == Some(true);
     let mut rv_match = nonempty(query.first("resourceVersionMatch"));
     let legacy = matches!(a.resource_version.as_deref(), None | Some("0"));
-    if a.watch && a.send_initial_events.is_none() && rv_match.is_none() && legacy {
+    if watch && a.send_initial_events.is_none() && rv_match.is_none() && legacy {
         a.send_initial_events = Some(true);
         rv_match = Some("NotOlderThan".to_string());
     }
-    let errors = if a.watch {
+    let errors = if watch {
         watch_options(a, rv_match.as_deref())
     } else {
         list_options(a, rv_match.as_deref())
@@ -716,6 +720,30 @@ mod tests {
         );
         // The first of a repeated option is the one read.
         assert!(!ask_at(all, "watch=false&watch=true").unwrap().watch);
+        // The legacy path watches with a list's options: no defaults, a list's checks.
+        let legacy = "/api/v1/watch/namespaces/t/configmaps";
+        let w = ask_at(legacy, "allowWatchBookmarks=true").unwrap();
+        assert!(w.watch && w.send_initial_events.is_none());
+        let e = ask_at(
+            legacy,
+            "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=1",
+        )
+        .unwrap_err();
+        assert_eq!(e.code, 422);
+        assert!(
+            e.message
+                .contains("sendInitialEvents is forbidden for list"),
+            "{}",
+            e.message
+        );
+        // ... unless it says `watch=true` too.
+        assert!(
+            ask_at(
+                legacy,
+                "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -168,17 +168,19 @@ impl Watch {
             // Held, a commit at least every second: a wait of 0 would be one a pull.
             hold: (ask.wait.filter(|_| ask.hold)).map(|w| w.max(Duration::from_secs(1))),
         };
-        // The state first only for a streaming list (which the apiserver makes of a
-        // watch from no version or `0` that says nothing of `sendInitialEvents`:
-        // `request::ask`); `sendInitialEvents=false` from no version starts now.
-        w.phase = match (initial, rv) {
-            (true, 0) => w.state_now(),
-            (true, rv) => Phase::Behind {
+        // The state first from no version or `0` (a streaming list's, which the
+        // apiserver makes of a `watch=true` from there that says nothing of
+        // `sendInitialEvents`: `request::ask`; or the legacy `/watch/` path's, ended by no
+        // bookmark), or from any version for a streaming list; `sendInitialEvents=false`
+        // from no version starts now.
+        w.phase = match (ask.send_initial_events, rv) {
+            (Some(false), 0) => w.changes_now(),
+            (_, 0) => w.state_now(),
+            (Some(true), rv) => Phase::Behind {
                 rv,
                 until: now + BEHIND_WAIT,
             },
-            (false, 0) => w.changes_now(),
-            (false, rv) => w.changes_from(rv),
+            (Some(false) | None, rv) => w.changes_from(rv),
         };
         w
     }
