@@ -113,8 +113,9 @@ fn shape(w: &World, c: &Case) -> (String, Facts) {
         rv: rv.as_deref().and_then(|v| v.parse().ok()),
         hub_rv: w.hub_rv(r.hub, r.kind, r.ns),
         hub_first: w.hub_first[r.hub],
-        state_first: matches!(r.rv, None | Some(Rv::Zero))
-            || r.send_initial.is_some_and(|v| !apiserver_false(v)),
+        state: (matches!(r.rv, None | Some(Rv::Zero))
+            || r.send_initial.is_some_and(|v| !apiserver_false(v)))
+        .then(|| w.api_rv()),
     };
     (r.path(&w.ns, rv.as_deref()), facts)
 }
@@ -239,7 +240,10 @@ impl Outcome {
             text += &format!("  through the hub's selection: {e}\n");
         }
         text += &format!("  hub:       {}\n", hub.show());
-        if class == compare::REFUSED_SERVED && c.req.name.is_some() && !c.req.may_stream() {
+        // A named path is a GET at the apiserver, `?watch=true` or not.
+        let get = c.req.name.is_some() && !matches!(c.req.watch, draw::Watch::Path(_));
+        let stream = matches!(hub.body, compare::Body::Stream { .. });
+        if get && api.code == 403 && (hub.code == 404 || hub.code == 200 && !stream) {
             let (what, quote) = compare::NOT_ALLOWED[0];
             text += &format!(
                 "  (docs/serve.md documents {what}: \"{quote}\"; SPEC and this test do not allow it)\n"

@@ -98,7 +98,8 @@ pub enum Body {
         pages: usize,
         cont: Option<String>,
     },
-    /// Events, the first `prefix` of them before the script's first write.
+    /// Events, the first `prefix` of them read before the script's first write (shown,
+    /// not compared: when each server sends them is its own).
     Stream {
         events: Vec<Event>,
         prefix: usize,
@@ -197,7 +198,7 @@ impl Answer {
     /// A short account, for a failure's message.
     pub fn show(&self) -> String {
         let keys = |v: Vec<String>| v.join(", ");
-        match (&self.body, shape(self, false)) {
+        match (&self.body, shape(self, None)) {
             (Body::Status { reason, message }, _) => {
                 format!("{} {reason}: {message}", self.code)
             }
@@ -207,12 +208,15 @@ impl Answer {
                 keys(items.into_iter().collect())
             ),
             (_, Shape::One(kind, key)) => format!("{} {kind} {key}", self.code),
-            (_, Shape::Events(before, after)) => format!(
-                "{} stream: before the script [{}]; during it [{}]",
-                self.code,
-                keys(before),
-                keys(after)
-            ),
+            (Body::Stream { events, prefix }, _) => {
+                let k = |e: &[Event]| keys(e.iter().filter_map(Event::key).collect());
+                format!(
+                    "{} stream: before the script [{}]; during it [{}]",
+                    self.code,
+                    k(&events[..*prefix]),
+                    k(&events[*prefix..])
+                )
+            }
             (_, s) => format!("{} {s:?}", self.code),
         }
     }
@@ -336,26 +340,37 @@ enum Shape {
     Refusal(String),
     One(String, String),
     Many(String, BTreeSet<String>),
-    /// Before the script (sorted when the watch starts with the state), during it.
-    Events(Vec<String>, Vec<String>),
+    /// In order, but for the state a watch may start with (sorted).
+    Events(Vec<String>),
     Other(String),
 }
 
-fn shape(a: &Answer, state_first: bool) -> Shape {
+/// An answer as compared; `state`: the watch starts with the state at that version (its
+/// `ADDED` events at or before it, and the bookmark that may end them, are in no order).
+fn shape(a: &Answer, state: Option<u64>) -> Shape {
     match &a.body {
         Body::Status { reason, .. } => Shape::Refusal(reason.clone()),
         Body::Object { kind, obj } => Shape::One(kind.clone(), obj.key()),
         Body::List { kind, items, .. } => {
             Shape::Many(kind.clone(), items.iter().map(Obj::key).collect())
         }
-        Body::Stream { events, prefix } => {
-            let keys = |e: &[Event]| -> Vec<String> { e.iter().filter_map(Event::key).collect() };
-            let mut before = keys(&events[..*prefix]);
-            if state_first {
-                // The state's order is each server's; its end bookmark comes last.
-                before.sort_by_key(|k| (k.starts_with("BOOKMARK"), k.clone()));
+        Body::Stream { events, .. } => {
+            let mut keys: Vec<String> = events.iter().filter_map(Event::key).collect();
+            let initial = |e: &Event| {
+                e.typ == "ADDED"
+                    && state.is_some_and(|s| e.obj.rv.parse().is_ok_and(|v: u64| v <= s))
+            };
+            let mut n = events
+                .iter()
+                .filter(|e| e.key().is_some())
+                .take_while(|e| initial(e))
+                .count();
+            if keys.get(n).is_some_and(|k| k.starts_with("BOOKMARK")) {
+                n += 1;
             }
-            Shape::Events(before, keys(&events[*prefix..]))
+            // The state's order is each server's; its end bookmark comes last.
+            keys[..n].sort_by_key(|k| (k.starts_with("BOOKMARK"), k.clone()));
+            Shape::Events(keys)
         }
         Body::Other(t) => Shape::Other(t.clone()),
     }
@@ -374,8 +389,9 @@ pub struct Facts {
     pub hub_rv: u64,
     /// The version of the hub's first poll.
     pub hub_first: u64,
-    /// A watch that starts with the state (no version, `0`, or the streaming list).
-    pub state_first: bool,
+    /// A watch that starts with the state (no version, `0`, or the streaming list): the
+    /// apiserver's version when it was opened.
+    pub state: Option<u64>,
 }
 
 /// A deviation from the apiserver that docs/serve.md documents, and when an answer is it.
@@ -476,7 +492,7 @@ pub const MORE_EVENTS: &str = "the hub sends events the apiserver does not";
 pub const VERSIONS: &str = "the hub's objects are at other versions than the apiserver's";
 pub const FEWER_OBJECTS: &str = "the hub shows fewer objects than the apiserver";
 pub const FEWER_EVENTS: &str = "the hub's events are fewer or in another order";
-pub const LATER: &str = "the hub sends the apiserver's events, later or in another order";
+pub const LATER: &str = "the hub sends the apiserver's events in another order";
 pub const ERROR_EVENT: &str = "the hub ends a watch with an ERROR the apiserver does not send";
 pub const REFUSES: &str = "the hub refuses what the apiserver serves";
 pub const VALIDATES_FIRST: &str =
@@ -494,7 +510,7 @@ pub fn is_leak(class: &str) -> bool {
 /// answered (the apiserver's, through the selection).
 pub fn judge(f: &Facts, api: &Answer, hub: &Answer, sel: &Selection) -> (Verdict, Answer) {
     let want = project(api, sel);
-    let (w, h) = (shape(&want, f.state_first), shape(hub, f.state_first));
+    let (w, h) = (shape(&want, f.state), shape(hub, f.state));
     if want.code == hub.code && w == h {
         return (Verdict::Same, want);
     }
@@ -524,15 +540,13 @@ fn more(api: &Answer, want: &Answer, hub: &Answer, w: &Shape, h: &Shape) -> Opti
             .collect()
     };
     match (w, h) {
-        (Shape::Events(..), Shape::Events(b, a)) => {
+        (Shape::Events(wk), Shape::Events(hk)) => {
             let mut left: BTreeMap<&String, usize> = BTreeMap::new();
-            if let Shape::Events(wb, wa) = w {
-                for k in wb.iter().chain(wa) {
-                    *left.entry(k).or_default() += 1;
-                }
+            for k in wk {
+                *left.entry(k).or_default() += 1;
             }
             // An ERROR is a refusal, not more (`fewer` names it).
-            for k in b.iter().chain(a).filter(|k| !k.starts_with("ERROR")) {
+            for k in hk.iter().filter(|k| !k.starts_with("ERROR")) {
                 match left.get_mut(k) {
                     Some(n) if *n > 0 => *n -= 1,
                     _ => return Some(MORE_EVENTS),
@@ -564,18 +578,16 @@ fn fewer(want: &Answer, hub: &Answer, w: &Shape, h: &Shape) -> &'static str {
         (false, true) => return OTHER,
         (true, true) => {}
     }
-    let all = |b: &[String], a: &[String]| -> Vec<String> {
-        let mut all: Vec<String> = b.iter().chain(a).cloned().collect();
-        all.sort();
-        all
+    let sorted = |k: &[String]| -> Vec<String> {
+        let mut k = k.to_vec();
+        k.sort();
+        k
     };
     match (w, h) {
-        (Shape::Events(..), Shape::Events(hb, ha))
-            if hb.iter().chain(ha).any(|k| k.starts_with("ERROR")) =>
-        {
+        (Shape::Events(_), Shape::Events(hk)) if hk.iter().any(|k| k.starts_with("ERROR")) => {
             ERROR_EVENT
         }
-        (Shape::Events(wb, wa), Shape::Events(hb, ha)) if all(wb, wa) == all(hb, ha) => LATER,
+        (Shape::Events(wk), Shape::Events(hk)) if sorted(wk) == sorted(hk) => LATER,
         (Shape::Events(..), Shape::Events(..)) => FEWER_EVENTS,
         (Shape::Events(..), _) => ANSWERS,
         (Shape::Many(_, ws), Shape::Many(_, hs)) if hs.len() < ws.len() => FEWER_OBJECTS,
@@ -719,6 +731,39 @@ mod tests {
         let hub = status(504, "Timeout");
         assert_eq!(verdict(&list(&[]), &hub, &newer), None);
         assert_eq!(verdict(&list(&[]), &hub, &older), Some(REFUSES));
+    }
+
+    #[test]
+    fn a_watchs_state_is_in_no_order_and_when_events_come_is_not_compared() {
+        let f = Facts {
+            state: Some(6),
+            ..Facts::default()
+        };
+        let (a5, b6, a7) = (
+            obj("n", "a", "5", true),
+            obj("n", "b", "6", true),
+            obj("n", "a", "7", true),
+        );
+        let api = events(
+            &[
+                ("ADDED", a5.clone()),
+                ("ADDED", b6.clone()),
+                ("MODIFIED", a7.clone()),
+            ],
+            2,
+        );
+        let hub = events(
+            &[
+                ("ADDED", b6.clone()),
+                ("ADDED", a5.clone()),
+                ("MODIFIED", a7.clone()),
+            ],
+            0,
+        );
+        assert_eq!(verdict(&api, &hub, &f), None);
+        // What came after the state keeps its order.
+        let hub = events(&[("ADDED", a5), ("MODIFIED", a7), ("ADDED", b6)], 3);
+        assert_eq!(verdict(&api, &hub, &f), Some(LATER));
     }
 
     #[test]

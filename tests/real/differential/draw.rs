@@ -325,10 +325,22 @@ pub fn cases(seed: u64, n: usize) -> Vec<Case> {
     let mut rng = Rng::new(seed);
     let mut out: Vec<Case> = Vec::with_capacity(n);
     let mut drawn: Vec<Who> = Vec::new();
+    // A GET that follows a list by the same token (what a follower does: a list, then
+    // the objects that changed), drawn with the list.
+    let mut then: Option<Request> = None;
     for i in 0..n {
-        // Most cases reuse a role asked before (so that decisions the hub keeps meet
-        // later requests of the same token), the others draw one.
-        let who = if !drawn.is_empty() && rng.chance(65) {
+        if let Some(req) = then.take() {
+            let who = out[i - 1].who.clone();
+            out.push(Case { n: i, who, req });
+            continue;
+        }
+        // Most cases reuse a role asked before, often the last case's (so that
+        // decisions the hub keeps meet later requests of the same token), the others
+        // draw one.
+        let roll = rng.below(100);
+        let who = if roll < 20 && i > 0 {
+            out[i - 1].who.clone()
+        } else if roll < 70 && !drawn.is_empty() {
             drawn[rng.below(drawn.len())].clone()
         } else {
             let w = who(&mut rng);
@@ -337,11 +349,22 @@ pub fn cases(seed: u64, n: usize) -> Vec<Case> {
             }
             w
         };
-        out.push(Case {
-            n: i,
-            who,
-            req: request(&mut rng),
-        });
+        let req = request(&mut rng);
+        if req.ns.is_some() && req.name.is_none() && req.watch == Watch::No && rng.chance(15) {
+            then = Some(Request {
+                name: Some(rng.weighted(&[(3, "a"), (1, "b"), (1, "u")])),
+                labels: None,
+                fields: None,
+                rv: None,
+                rv_match: None,
+                limit: None,
+                continue_token: None,
+                send_initial: None,
+                bookmarks: None,
+                ..req.clone()
+            });
+        }
+        out.push(Case { n: i, who, req });
     }
     out
 }
