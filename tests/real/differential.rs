@@ -248,15 +248,6 @@ impl Outcome {
             text += &format!("  through the hub's selection: {e}\n");
         }
         text += &format!("  hub:       {}\n", hub.show());
-        // A named path is a GET at the apiserver, `?watch=true` or not.
-        let get = c.req.name.is_some() && !matches!(c.req.watch, draw::Watch::Path(_));
-        let stream = matches!(hub.body, compare::Body::Stream { .. });
-        if get && api.code == 403 && (hub.code == 404 || hub.code == 200 && !stream) {
-            let (what, quote) = compare::NOT_ALLOWED[0];
-            text += &format!(
-                "  (docs/serve.md documents {what}: \"{quote}\"; SPEC and this test do not allow it)\n"
-            );
-        }
         self.failures.entry(class).or_default().push((c.n, text));
     }
 
