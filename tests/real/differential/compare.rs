@@ -420,8 +420,11 @@ pub const DEVIATIONS: &[Deviation] = &[
     Deviation {
         name: "a version newer than the hub's poll: 504",
         quote: "504 for a resourceVersion newer than the hub's poll",
+        // (Whatever the apiserver found at that version, the object or its absence.)
         applies: |f, api, hub| {
-            f.rv.is_some_and(|r| r > f.hub_rv) && api.ok() && refused_with(hub, 504)
+            f.rv.is_some_and(|r| r > f.hub_rv)
+                && (api.ok() || api.code == 404)
+                && refused_with(hub, 504)
         },
     },
     Deviation {
