@@ -111,6 +111,7 @@ fn shape(w: &World, c: &Case) -> (String, Facts) {
         token: c.who != Who::Anonymous,
         type_field: r.fields.is_some_and(|f| f.contains("type=")),
         rv: rv.as_deref().and_then(|v| v.parse().ok()),
+        exact: r.rv_match == Some("Exact") && r.name.is_none() && !r.may_stream(),
         hub_rv: w.hub_rv(r.hub, r.kind, r.ns),
         hub_first: w.hub_first[r.hub],
         state: (matches!(r.rv, None | Some(Rv::Zero))

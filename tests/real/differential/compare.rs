@@ -385,6 +385,8 @@ pub struct Facts {
     pub type_field: bool,
     /// The resourceVersion asked, if a number.
     pub rv: Option<u64>,
+    /// A list with `resourceVersionMatch=Exact`.
+    pub exact: bool,
     /// The hub's version of the collection asked, when the case was made.
     pub hub_rv: u64,
     /// The version of the hub's first poll.
@@ -426,6 +428,11 @@ pub const DEVIATIONS: &[Deviation] = &[
                 && (api.ok() || api.code == 404)
                 && refused_with(hub, 504)
         },
+    },
+    Deviation {
+        name: "Exact at a version the hub does not hold: 410",
+        quote: "a list's `Exact` R is the state at R where the hub holds it (nothing it selects changed between R and its last list: the list at R), else the apiserver's 410 `Expired` for a compacted version",
+        applies: |f, api, hub| f.exact && api.ok() && hub.code == 410,
     },
     Deviation {
         name: "a version older than the hub's first poll: 410",
