@@ -10,10 +10,10 @@
 //!
 //! `CMPOLL_DIFF_SEED` (default: from the clock) and `CMPOLL_DIFF_CASES` (default 300)
 //! choose the cases (`CMPOLL_DIFF_VERBOSE=1` prints each as it is judged); both are
-//! printed first, and every failure with the seed, the case,
-//! the role, the request and both answers. Rooms: `draw.rs` (the PRNG, roles and
-//! requests), `world.rs` (namespaces, objects, accounts, hubs, the writes), `compare.rs`
-//! (the answers' shapes, the selection, the verdict).
+//! printed first, and every failure with the seed, the case, the role, the request and
+//! both answers. Rooms: `draw.rs` (the PRNG, roles and requests), `world.rs` (namespaces,
+//! objects, accounts, hubs, the writes), `compare.rs` (the answers' shapes, the
+//! selection, the verdict).
 
 mod compare;
 mod draw;
@@ -35,8 +35,9 @@ const DEFAULT_CASES: usize = 300;
 const BATCH: usize = 80;
 /// From opening a batch's watches to the script's first write.
 const SETTLE: Duration = Duration::from_secs(4);
-/// From the script's end to the watches' end: what a hub of several namespaces may
-/// take longer (docs/serve.md: at most one more poll).
+/// From the script's end (a step after its last write) to the watches' end: room for
+/// the poll that finds the last write (docs/serve.md: its watchers have it at the end of
+/// that poll, in a hub of one scope or several).
 const FINAL: Duration = Duration::from_secs(5);
 /// Failures printed whole per class (the others by case number).
 const SHOWN: usize = 4;
