@@ -308,3 +308,96 @@ impl Switch {
 pub(crate) fn d_event(d: &Daemon, within: Duration) -> Result<Value, ()> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.event(within))).map_err(|_| ())
 }
+
+/// `hub_account`, with Secrets added to the shipped role's first rule, as its comment says
+/// to serve them too (`--resource configmaps,secrets`); its token.
+pub(crate) fn hub_account_with_secrets(k: &RealApiserver, ns: &str, name: &str) -> String {
+    let text = std::fs::read_to_string(root().join("k8s/serve/clusterrole.yaml")).unwrap();
+    let mut role: Value = serde_saphyr::from_str(&text).unwrap();
+    let resources = role["rules"][0]["resources"].as_array_mut().unwrap();
+    assert_eq!(resources, &vec![json!("configmaps")], "{text}");
+    resources.push(json!("secrets"));
+    let role_name = format!("cmpoll-hub-{ns}-{name}");
+    role["metadata"] = json!({"name": role_name});
+    k.apply(&role.to_string());
+    k.apply(
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": role_name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]})
+        .to_string(),
+    );
+    k.token(ns, name, "2h")
+}
+
+/// A request held open (a watch, or what may be one) with `curl -N` into a file, ended by
+/// curl's own `--max-time` (so that it writes out all it read and the head), the status
+/// code read from the head.
+pub(crate) struct HeldOpen {
+    child: std::process::Child,
+    head: PathBuf,
+    out: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl HeldOpen {
+    /// `GET base+path` (as `token`, when not empty), read until `secs` pass.
+    pub fn open(base: &str, ca: &Path, token: &str, path: &str, secs: f64) -> HeldOpen {
+        let dir = tempfile::tempdir().unwrap();
+        let (head, out) = (dir.path().join("h"), dir.path().join("b"));
+        let mut cmd = Command::new("curl");
+        cmd.args([
+            "-sN",
+            "-A",
+            "cmpoll-test",
+            "--max-time",
+            &format!("{secs:.1}"),
+        ])
+        .arg("--cacert")
+        .arg(ca)
+        .arg("-D")
+        .arg(&head)
+        .arg("-o")
+        .arg(&out);
+        if !token.is_empty() {
+            cmd.args(["-H", &format!("Authorization: Bearer {token}")]);
+        }
+        let child = cmd
+            .arg(format!("{base}{path}"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        HeldOpen {
+            child,
+            head,
+            out,
+            _dir: dir,
+        }
+    }
+
+    /// Whole lines read so far.
+    pub fn lines(&self) -> usize {
+        let body = std::fs::read(&self.out).unwrap_or_default();
+        body.iter().filter(|b| **b == b'\n').count()
+    }
+
+    /// Waits for curl to end (its `--max-time`; killed after `grace` more): the status
+    /// code (0 without a head) and the body.
+    pub fn end(mut self, grace: Duration) -> (u16, Vec<u8>) {
+        let until = std::time::Instant::now() + grace;
+        while self.child.try_wait().unwrap().is_none() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let head = std::fs::read_to_string(&self.head).unwrap_or_default();
+        let code = (head.lines())
+            .rfind(|l| l.starts_with("HTTP/"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (code, std::fs::read(&self.out).unwrap_or_default())
+    }
+}

@@ -9,6 +9,9 @@
 mod bounds;
 mod clients;
 mod credentials;
+// The hub against the apiserver, request by request: generated roles × requests, both
+// answers compared (never more than the apiserver); `CMPOLL_DIFF_SEED`, `CMPOLL_DIFF_CASES`.
+mod differential;
 mod events;
 mod flow;
 mod following;
