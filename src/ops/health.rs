@@ -217,6 +217,19 @@ impl Health {
         }
     }
 
+    /// `serving` for a hub's clients, who are told why it cannot serve but not the poll's
+    /// error (it names the hub's account and the apiserver's address; `/status` and the
+    /// log have it).
+    pub fn serving_withheld(&self, now: Instant) -> Result<(), String> {
+        self.serving(now).map_err(|_| match self.last_success {
+            None => "no complete poll yet".to_string(),
+            Some(last) => format!(
+                "the last successful poll was {}s ago",
+                now.saturating_duration_since(last).as_secs()
+            ),
+        })
+    }
+
     /// `readiness`, but for a hub that is stopping, which is not ready (no newcomers) and
     /// still serves those that come before it is gone.
     pub fn serving(&self, now: Instant) -> Result<(), String> {

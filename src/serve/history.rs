@@ -32,8 +32,9 @@ pub const MAX_CHANGES: usize = 10_000;
 pub const KEEP_ALWAYS: usize = 1_000;
 pub const MAX_AGE: Duration = Duration::from_secs(300);
 /// What the changes of a kind may keep alive, at most, in bytes (each the JSON of the
-/// version it brings, twice: the object, and its event made for watchers), the newest
-/// always kept: 300 changes of a 900 KiB ConfigMap once kept 542 MiB (issue 56.4).
+/// version it brings and of the one it replaced, each twice: the object, and its event
+/// made for watchers), the newest always kept: 300 changes of a 900 KiB ConfigMap once
+/// kept 542 MiB (issue 56.4).
 pub const MAX_BYTES: usize = 64 << 20;
 
 /// One change between two polls.
@@ -59,8 +60,10 @@ pub struct Change {
 impl Change {
     /// The bytes it keeps alive, as the history counts them (`MAX_BYTES`).
     pub fn weight(&self) -> usize {
-        let json = self.after.as_ref().map_or(0, |o| o.raw.json.len());
-        2 * json + 256
+        let json = |o: &Option<Arc<HeldObject>>| o.as_ref().map_or(0, |o| o.raw.json.len());
+        // The version it brings, and its event; the one it replaced (a deletion's `DELETED`
+        // is made of it), which an older change may count too: a bound, not a sum.
+        2 * json(&self.after) + 2 * json(&self.before) + 256
     }
 }
 
@@ -211,6 +214,11 @@ impl Kept {
     /// The changes it keeps.
     pub fn count(&self) -> usize {
         self.changes.len()
+    }
+
+    /// The newest change held back (a scope of the kind not yet listed past it).
+    pub fn held_back(&self) -> Option<u64> {
+        self.pending.iter().map(|c| c.rv).max()
     }
 }
 

@@ -40,7 +40,7 @@ use crate::https::server::{Call, Handler, Peer, Reply, Wake};
 use crate::kube::client::HUB_HEADER;
 use crate::ops::health::Health;
 use crate::ops::metrics::{Metrics, Served};
-use crate::source::Resources;
+use crate::source::{Resource, Resources};
 
 /// How long a list newer than this hub's poll waits for the next one (the watch cache's
 /// own wait for a resourceVersion it has not seen).
@@ -114,6 +114,14 @@ impl Hub {
         t.held = Some(Arc::new(held));
         drop(t);
         changed | self.behind.swap(false, Ordering::SeqCst)
+    }
+
+    /// Each kind's newest change held back by the history (a scope not listed past it).
+    pub fn held_back(&self) -> Vec<(Resource, u64)> {
+        let t = self.timeline.read().unwrap_or_else(|p| p.into_inner());
+        (self.kinds.iter())
+            .filter_map(|k| Some((k, t.history.kind(k).held_back()?)))
+            .collect()
     }
 
     /// Who asks, authenticated (401 first, as in the apiserver's filters), and not asking
@@ -278,7 +286,8 @@ impl Hub {
 
     /// The last complete poll, if the hub is ready to serve it.
     fn ready_held(&self) -> Result<Arc<Held>, StatusError> {
-        let ready = (self.health.lock().unwrap_or_else(|p| p.into_inner())).serving(Instant::now());
+        let ready = (self.health.lock().unwrap_or_else(|p| p.into_inner()))
+            .serving_withheld(Instant::now());
         match (ready, self.current()) {
             (Ok(()), Some(held)) => Ok(held),
             (Err(why), _) => Err(StatusError::unavailable(

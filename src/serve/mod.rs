@@ -338,6 +338,15 @@ impl PollLoop {
                     log::debug!("poll {number}: {objects} objects, changed: waking the followers");
                     self.handle.notify();
                 }
+                // A change held back (a scope listed before a write another one saw):
+                // the next poll takes every scope of its kind past it.
+                for (kind, rv) in self.hub.held_back() {
+                    log::debug!(
+                        "poll {number}: a change of {} at {rv} held back",
+                        kind.plural()
+                    );
+                    self.source.behind(kind, rv);
+                }
                 // A short watch heard of changes as the wait would have: part of it.
                 let watched = took.min(self.source.watches_briefly());
                 backoff.after_success().saturating_sub(watched)

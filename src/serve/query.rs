@@ -33,10 +33,10 @@ impl Query {
     }
 
     /// apimachinery's boolean of `key`: `None` when absent, else true unless `0` or
-    /// `false` (any case).
+    /// `false` in any case, as Go's `strings.EqualFold` folds it.
     pub fn flag(&self, key: &str) -> Option<bool> {
         self.first(key)
-            .map(|v| !(v == "0" || v.eq_ignore_ascii_case("false")))
+            .map(|v| !(v == "0" || go_equal_fold(v, "false")))
     }
 
     /// The number `key` holds, as the codec's `string_to_int64`: `Ok(None)` when absent,
@@ -66,6 +66,24 @@ fn unescape(s: &str) -> Option<String> {
     }
     let spaced = s.replace('+', " ");
     Some(percent_decode_str(&spaced).decode_utf8_lossy().into_owned())
+}
+
+/// Go's `strings.EqualFold` of `v` and `lower` (ASCII lowercase letters): the same under
+/// Unicode simple case folding. Of the letters such a word may hold, only `k` and `s` fold
+/// with more than their upper case: `K` (the Kelvin sign, U+212A) and `ſ` (long s,
+/// U+017F) — `fal\u{17f}e` is `false` to the apiserver.
+fn go_equal_fold(v: &str, lower: &str) -> bool {
+    let mut v = v.chars();
+    for want in lower.chars() {
+        let Some(c) = v.next() else { return false };
+        let same = c.to_ascii_lowercase() == want
+            || (want == 'k' && c == '\u{212a}')
+            || (want == 's' && c == '\u{17f}');
+        if !same {
+            return false;
+        }
+    }
+    v.next().is_none()
 }
 
 /// Go's `%q` of a short string, for the codec's messages.
@@ -113,6 +131,12 @@ mod tests {
             assert_eq!(q.flag("watch"), Some(want), "watch={v}");
         }
         assert_eq!(Query::parse("watchx=1").flag("watch"), None);
+        // strings.EqualFold's Unicode folding: the long s is an s (and nothing else is).
+        assert_eq!(Query::parse("watch=fal%C5%BFe").flag("watch"), Some(false));
+        assert_eq!(Query::parse("watch=FAL%C5%BFE").flag("watch"), Some(false));
+        assert_eq!(Query::parse("watch=fals").flag("watch"), Some(true));
+        assert_eq!(Query::parse("watch=falsee").flag("watch"), Some(true));
+        assert_eq!(Query::parse("watch=f%C3%A4lse").flag("watch"), Some(true));
         // A bare key is an empty value: true.
         assert_eq!(Query::parse("watch").flag("watch"), Some(true));
     }

@@ -309,10 +309,10 @@ pub fn ask(
     query: &Query,
     header: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Ask, StatusError> {
-    let form = form(
-        header("accept").as_deref().unwrap_or(""),
-        target.name.is_some(),
-    )?;
+    // One object's metadata for a GET, and for each event of a watch; a list's for a list.
+    let get = target.name.is_some() && !target.watch_path;
+    let watching = !get && (target.watch_path || query.flag("watch") == Some(true));
+    let form = form(header("accept").as_deref().unwrap_or(""), get || watching)?;
     let gzip = (header("accept-encoding").unwrap_or_default().split(',')).any(|e| {
         e.split(';')
             .next()
@@ -380,10 +380,12 @@ fn list_options_of(a: &mut Ask, query: &Query) -> Result<(), StatusError> {
     a.limit = number("limit")?
         .and_then(|n| usize::try_from(n).ok())
         .filter(|n| *n > 0);
-    a.timeout = number("timeoutSeconds")?
-        .and_then(|n| u64::try_from(n).ok())
-        .filter(|n| *n > 0)
-        .map(Duration::from_secs);
+    // 0: the apiserver's own timeout (30 to 60 minutes); below 0: one already past (the
+    // watch ends with what it sends at once).
+    a.timeout = number("timeoutSeconds")?.and_then(|n| match n {
+        0 => None,
+        n => Some(Duration::from_secs(u64::try_from(n).unwrap_or(0))),
+    });
     // Options are defaulted and checked by the `watch` parameter alone: the legacy
     // `/watch/` path is a watch (`ListResource`'s forceWatch) whose options are read as a
     // list's, as the apiserver reads them.
@@ -406,7 +408,15 @@ fn list_options_of(a: &mut Ask, query: &Query) -> Result<(), StatusError> {
     if !errors.is_empty() {
         return Err(StatusError::invalid_list_options(&errors));
     }
-    a.exact = rv_match.as_deref() == Some("Exact");
+    // A list with a limit and a version but no match is read at exactly that version,
+    // the legacy meaning the apiserver keeps (`resourceVersionMatch` unset, `limit` set).
+    let paged_at = a.limit.is_some() && !legacy && a.continue_token.is_none();
+    a.exact = rv_match.as_deref() == Some("Exact") || (!watch && rv_match.is_none() && paged_at);
+    if !watch && a.continue_token.is_some() && !legacy {
+        return Err(StatusError::bad_request(
+            "specifying resource version is not allowed when using continue",
+        ));
+    }
     a.fields = FieldSelector::parse(fields).map_err(StatusError::bad_request)?;
     // The request's name: the legacy path's, or (not on that path) the one its field
     // selector requires, as the request-info resolver takes it.

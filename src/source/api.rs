@@ -71,6 +71,8 @@ pub struct ApiSource {
     /// This poll's short watches by scope: opened together at its start, then read
     /// (`short_watch.rs`).
     opened: HashMap<String, Short>,
+    /// How far each kind's scopes must be taken this poll (`Source::behind`).
+    floors: HashMap<Resource, u64>,
     /// Following a `cmpoll serve` hub (`follow.rs`), by its held watches (`watching.rs`).
     follow: Follow,
     streams: Streams,
@@ -124,6 +126,7 @@ impl ApiSource {
             short_watch: false,
             listed_ids: Vec::new(),
             opened: HashMap::new(),
+            floors: HashMap::new(),
             follow: Follow::new(None),
             streams: Streams::default(),
             taken: Vec::new(),
@@ -595,7 +598,15 @@ impl Source for ApiSource {
         }
     }
 
+    fn behind(&mut self, kind: Resource, resource_version: u64) {
+        let floor = self.floors.entry(kind).or_insert(0);
+        *floor = (*floor).max(resource_version);
+    }
+
     fn polled(&mut self, complete: bool) {
+        if complete {
+            self.floors.clear();
+        }
         for (scope, rv, ids) in std::mem::take(&mut self.taken) {
             match complete {
                 true => self.follow.hold(&scope, &rv, ids),

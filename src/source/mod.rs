@@ -119,6 +119,10 @@ pub trait Source: Send {
     fn watches_briefly(&self) -> std::time::Duration {
         std::time::Duration::ZERO
     }
+    /// `cmpoll serve` holds a change of `kind` at `resource_version` back until every
+    /// scope of the kind is listed past it: the next poll must take each scope at least
+    /// that far (a short-watched one is listed then).
+    fn behind(&mut self, _kind: Resource, _resource_version: u64) {}
 }
 
 /// How the apiserver is listed (`--list-mode`).

@@ -18,8 +18,9 @@ fn status(hub: &Hub, scraper: &str) -> Value {
     serde_json::from_slice(&body).unwrap()
 }
 
-/// A large ConfigMap changed 40 times (1 MB each: 40 MB of versions, twice that with
-/// their events) leaves the hub's history within its 64 MiB, the newest changes kept and
+/// A large ConfigMap changed 40 times (1 MB each: 40 MB of versions, each counted with the
+/// one it replaced and their events) leaves the hub's history within its 64 MiB, the
+/// newest changes kept and
 /// a watch from the first version too old; a hundred clients each with a selector of
 /// its own, and a limit larger than the list, leave its renders within theirs, a limit
 /// the whole list fits in sharing the one render of the list.
@@ -68,7 +69,7 @@ fn a_large_object_changed_again_and_again_keeps_a_bounded_history() {
     eprintln!("history: {changes} changes, {bytes} bytes");
     assert!(bytes <= 64 << 20, "{s}");
     assert!(
-        (20..40).contains(&changes),
+        (10..40).contains(&changes),
         "some dropped, the newest kept: {s}"
     );
     // A watch from the first version is too old; from a recent one, it has the rest.

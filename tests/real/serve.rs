@@ -626,6 +626,12 @@ fn a_hub_that_cannot_poll_answers_503_and_its_followers_keep_what_they_hold() {
             .starts_with("cmpoll serve is not ready: the last successful poll was"),
         "{status}"
     );
+    // ... and says nothing of the poll's error, which names the hub's account and the
+    // apiserver's address (issue 56.9; `/status` and the log have it).
+    let message = status["message"].as_str().unwrap();
+    for secret in [format!("{ns}:hub"), k.url.replace("https://", "")] {
+        assert!(!message.contains(&secret), "{secret} in {message}");
+    }
     // Its open /readyz is not ready, and withholds why (issue 56.9: the poll's error names
     // the hub's account and the apiserver's address).
     let (code, _, body) = get(&hub.url(), &hub.ca, "", "/readyz", &[]);

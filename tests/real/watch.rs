@@ -509,6 +509,43 @@ fn exact_and_malformed_versions_are_answered_as_the_apiserver_answers_them() {
     hub_reaches(&hub, &token, &ns, before);
     let base = format!("/api/v1/namespaces/{ns}/configmaps");
     let parse = |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap();
+    // A boolean as Go folds it (`fal\u{17f}e` is false): a list, not a watch.
+    let path = format!("{base}?watch=fal%C5%BFe&labelSelector=cmpoll.io%2Fmodule%3Dtrue");
+    let (api_code, _, api) = get(&k.url, &k.ca_file(), &token, &path, &[]);
+    let (hub_code, _, at_hub) = get(&hub.url(), &hub.ca, &token, &path, &[]);
+    assert_eq!((hub_code, api_code), (200, 200));
+    assert_eq!(parse(&at_hub)["items"], parse(&api)["items"], "{path}");
+    // A version with a limit and no match is exact (the legacy meaning), and a continue
+    // token with a version is the apiserver's 400.
+    let path =
+        format!("{base}?labelSelector=cmpoll.io%2Fmodule%3Dtrue&limit=5&resourceVersion={before}");
+    let (api_code, _, api) = get(&k.url, &k.ca_file(), &token, &path, &[]);
+    let (hub_code, _, at_hub) = get(&hub.url(), &hub.ca, &token, &path, &[]);
+    assert_eq!((hub_code, api_code), (200, 200));
+    assert_eq!(
+        parse(&at_hub)["metadata"]["resourceVersion"],
+        before.to_string()
+    );
+    assert_eq!(parse(&at_hub)["items"], parse(&api)["items"], "{path}");
+    k.put_configmap(&ns, "n", &[], &[("k", "1")]);
+    let (_, _, page) = get(
+        &k.url,
+        &k.ca_file(),
+        &token,
+        &format!("{base}?limit=1"),
+        &[],
+    );
+    // (Two objects: a page of one has a continue token.)
+    {
+        let token_of_page = (parse(&page)["metadata"]["continue"].as_str())
+            .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&page)))
+            .to_string();
+        let path = format!("{base}?limit=1&continue={token_of_page}&resourceVersion=5");
+        let (api_code, _, api) = get(&k.url, &k.ca_file(), &token, &path, &[]);
+        let (hub_code, _, at_hub) = get(&hub.url(), &hub.ca, &token, &path, &[]);
+        assert_eq!((hub_code, api_code), (400, 400), "{path}");
+        assert_eq!(parse(&at_hub), parse(&api), "{path}");
+    }
     // At the version of the last change of what it selects: the same list. (A version
     // past it that the hub has not been told of, an unselected write's, waits for the
     // hub to reach it, then is the watch cache's 504: the hub's short watch sees only

@@ -213,7 +213,7 @@ fn the_history_keeps_a_bounded_number_of_bytes() {
     let kept = h.kind(Resource::ConfigMaps);
     assert!(kept.bytes() <= MAX_BYTES, "{} bytes", kept.bytes());
     let changes = kept.count();
-    let each = 2 * size;
+    let each = 4 * size;
     assert!(
         changes >= MAX_BYTES / each - 1 && changes <= MAX_BYTES / each + 1,
         "{changes}"

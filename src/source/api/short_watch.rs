@@ -119,31 +119,27 @@ impl ApiSource {
     /// nothing more; one that finds one lists each other scope of its kind once
     /// (a metadata list, as any list after the first).
     pub(super) fn level(&mut self, scopes: &[Scope]) {
-        let mut newest: HashMap<Resource, u64> = HashMap::new();
-        for &scope in scopes {
-            let reached = match self.opened.get(&scope.key()) {
-                Some(Short::Read { rv, events, .. }) if !events.is_empty() => Some(*rv),
-                Some(_) => None,
-                None => (self.last_rv.get(&scope.key())).and_then(|v| v.parse().ok()),
-            };
-            if let Some(rv) = reached {
-                let n = newest.entry(scope.1).or_insert(rv);
-                *n = (*n).max(rv);
-            }
-        }
-        for &scope in scopes {
-            let Some(&target) = newest.get(&scope.1) else {
-                continue;
-            };
-            if let Some(Short::Read { rv, .. }) = self.opened.get(&scope.key())
-                && *rv < target
-            {
-                log::debug!(
-                    "{}: behind resourceVersion {target} of another scope; listed instead",
-                    scope.action()
-                );
-                self.opened.insert(scope.key(), Short::Behind(target));
-            }
+        let reached: Vec<Reached> = (scopes.iter())
+            .map(|scope| match self.opened.get(&scope.key()) {
+                Some(Short::Read { rv, events, .. }) => Reached::Watched {
+                    kind: scope.1,
+                    rv: *rv,
+                    changed: !events.is_empty(),
+                },
+                Some(_) => Reached::Other,
+                None => match (self.last_rv.get(&scope.key())).and_then(|v| v.parse().ok()) {
+                    Some(rv) => Reached::Listed { kind: scope.1, rv },
+                    None => Reached::Other,
+                },
+            })
+            .collect();
+        for (i, target) in behind(&reached, &self.floors) {
+            let scope = scopes[i];
+            log::debug!(
+                "{}: behind resourceVersion {target} of another scope; listed instead",
+                scope.action()
+            );
+            self.opened.insert(scope.key(), Short::Behind(target));
         }
     }
 
@@ -154,6 +150,11 @@ impl ApiSource {
         scope: Scope,
         out: &mut dyn Collect,
     ) -> Result<Option<ListMeta>, Error> {
+        // Only a watch read to its end is taken here: a scope behind the others stays for
+        // its list (`list_cached`), at least as new as they are.
+        if !matches!(self.opened.get(&scope.key()), Some(Short::Read { .. })) {
+            return Ok(None);
+        }
         let Some(Short::Read {
             from,
             ids,
@@ -242,4 +243,114 @@ fn version_of(object: &[u8]) -> u64 {
     (serde_json::from_slice::<Object>(object).ok())
         .and_then(|o| o.metadata.resource_version.parse().ok())
         .unwrap_or(0)
+}
+
+/// Where a scope of this poll got to, for `behind`.
+#[derive(Clone, Copy, Debug)]
+enum Reached {
+    /// Its short watch, read to its end: the version it reached, and whether it saw a
+    /// change.
+    Watched {
+        kind: Resource,
+        rv: u64,
+        changed: bool,
+    },
+    /// Listed in this poll, at this version.
+    Listed { kind: Resource, rv: u64 },
+    /// Neither (read by name, or already behind).
+    Other,
+}
+
+/// The short-watched scopes (by index in `reached`) that must be listed instead, and how
+/// new that list must be: those older than the newest version a scope of their kind
+/// reached by a change its short watch saw, by a list, or by what the hub still holds
+/// back (`floors`, `Source::behind`). A poll where nothing changed and nothing is held
+/// back lists nothing.
+fn behind(reached: &[Reached], floors: &HashMap<Resource, u64>) -> Vec<(usize, u64)> {
+    let mut newest = floors.clone();
+    for r in reached {
+        let (kind, rv) = match *r {
+            Reached::Watched {
+                kind,
+                rv,
+                changed: true,
+            }
+            | Reached::Listed { kind, rv } => (kind, rv),
+            _ => continue,
+        };
+        let n = newest.entry(kind).or_insert(rv);
+        *n = (*n).max(rv);
+    }
+    (reached.iter().enumerate())
+        .filter_map(|(i, r)| match *r {
+            Reached::Watched { kind, rv, .. } => {
+                let target = *newest.get(&kind)?;
+                (rv < target).then_some((i, target))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CM: Resource = Resource::ConfigMaps;
+
+    fn watched(rv: u64, changed: bool) -> Reached {
+        Reached::Watched {
+            kind: CM,
+            rv,
+            changed,
+        }
+    }
+
+    #[test]
+    fn a_scope_is_listed_when_another_of_its_kind_moved_past_it() {
+        let none = HashMap::new();
+        // Idle: quiet scopes at versions of their own stay where they are.
+        assert_eq!(
+            behind(&[watched(500, false), watched(600, false)], &none),
+            vec![]
+        );
+        // A change in one: the quiet ones behind it are listed, at least as new.
+        assert_eq!(
+            behind(
+                &[watched(650, true), watched(600, false), watched(700, false)],
+                &none
+            ),
+            vec![(1, 650)]
+        );
+        // Two changes: the older one is behind the newer.
+        assert_eq!(
+            behind(&[watched(650, true), watched(660, true)], &none),
+            vec![(0, 660)]
+        );
+        // A scope listed in this poll (its first, or after a 410) moved too.
+        let listed = Reached::Listed { kind: CM, rv: 800 };
+        assert_eq!(
+            behind(&[watched(700, false), listed, Reached::Other], &none),
+            vec![(0, 800)]
+        );
+        // Another kind is no one's measure.
+        let secret = Reached::Watched {
+            kind: Resource::Secrets,
+            rv: 900,
+            changed: true,
+        };
+        assert_eq!(behind(&[watched(700, false), secret], &none), vec![]);
+    }
+
+    #[test]
+    fn what_the_hub_holds_back_takes_every_scope_past_it() {
+        // A write another scope's list saw after this one's short watch ended: held back
+        // until the next poll takes this one past it, though that poll is quiet.
+        let floors = HashMap::from([(CM, 107)]);
+        assert_eq!(
+            behind(&[watched(105, false), watched(107, false)], &floors),
+            vec![(0, 107)]
+        );
+        assert_eq!(behind(&[watched(108, false)], &floors), vec![]);
+    }
 }
