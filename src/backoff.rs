@@ -3,7 +3,8 @@
 //!
 //! Every wait is `base × (1 + random in [0, jitter))`. After each failure the base doubles,
 //! from `initial` up to `max`; a floor (the apiserver's `Retry-After`) raises one wait, but
-//! never past `max`; a success starts over. Polls wait `interval` between successes and back
+//! never past `max`; a success starts over. A hub that turns a follower away to admit it
+//! later (its 429 with `Retry-After`) is `told`: that wait, and no failure counted. Polls wait `interval` between successes and back
 //! off from the interval to min(10 × interval, 5 min) (`Backoff::polls`), with jitter so a
 //! fleet started together does not poll in lock-step; the agent and reload URLs back off from
 //! 1 s to 30 s. All arithmetic saturates: no interval or `Retry-After` can overflow the clock.
@@ -130,6 +131,15 @@ impl Backoff {
         wait.max(floor.unwrap_or_default().min(self.max))
     }
 
+    /// The wait a server asked for when it turned a request away to admit it later (a
+    /// hub's 429 with `Retry-After`): `after` (never beyond the cap) and up to a second
+    /// more at random, so that those told the same second do not all come back at its
+    /// start. Not a failure: the waits after failures go on from where they were.
+    pub fn told(&mut self, after: Duration) -> Duration {
+        let more = Duration::from_secs_f64(self.rng.unit());
+        after.min(self.max).saturating_add(more)
+    }
+
     pub fn reset(&mut self) {
         self.failures = 0;
     }
@@ -254,5 +264,28 @@ mod tests {
         let mut b = Backoff::polls(Duration::from_secs(30), 0.1, Rng::new(1));
         let floored = b.after_failure_spread(Some(Duration::from_secs(9)), span);
         assert!(floored >= Duration::from_secs(9), "{floored:?}");
+    }
+
+    /// Issue 56.8: a hub's "come back in N s" is waited N s and up to a second more, the
+    /// failures before it neither reset nor doubled, and never beyond the cap.
+    #[test]
+    fn a_hubs_retry_after_is_waited_as_told_without_a_failure() {
+        let mut b = Backoff::polls(secs(30.0), 0.1, Rng::new(7));
+        let first = b.after_failure(None);
+        assert!(first >= secs(30.0) && first < secs(33.0), "{first:?}");
+        let waits: Vec<Duration> = (0..200).map(|_| b.told(secs(2.0))).collect();
+        assert!(waits.iter().all(|w| *w >= secs(2.0) && *w < secs(3.0)));
+        let spread = waits
+            .iter()
+            .max()
+            .unwrap()
+            .saturating_sub(*waits.iter().min().unwrap());
+        assert!(spread > secs(0.8), "spread over the second: {spread:?}");
+        let second = b.after_failure(None);
+        assert!(
+            second >= secs(60.0),
+            "the next failure doubles from the first: {second:?}"
+        );
+        assert!(b.told(secs(1e6)) <= b.cap() + secs(1.0), "capped");
     }
 }

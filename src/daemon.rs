@@ -267,14 +267,17 @@ impl Daemon {
                 if self.opts.once {
                     return Next::Stop(Err(Error::Runtime(e.to_string())));
                 }
-                // A hub that restarts cuts every follower's waiting list at once: each
-                // tries again at a moment of its own within 10 s (then 20, 40…), not
-                // together, and soon after the hub is back.
-                let wait = match done.hub {
-                    true => self
-                        .backoff
-                        .after_failure_spread(e.retry_after(), HUB_SPREAD),
-                    false => self.backoff.after_failure(e.retry_after()),
+                // A hub that turned this follower away to admit it later (its review
+                // budgets: a hub that just started) says when: as told, no failure. A hub
+                // that restarts cuts every follower's waiting list at once: each tries
+                // again at a moment of its own within 10 s (then 20, 40…), not together,
+                // and soon after the hub is back.
+                let wait = match (e.hub_asks_to_wait(), done.hub) {
+                    (Some(after), _) => self.backoff.told(after),
+                    (None, true) => {
+                        (self.backoff).after_failure_spread(e.retry_after(), HUB_SPREAD)
+                    }
+                    (None, false) => self.backoff.after_failure(e.retry_after()),
                 };
                 log::warn!(
                     "poll {} failed: {e}; next attempt in {}",

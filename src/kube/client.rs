@@ -476,7 +476,9 @@ impl Client {
                     .reader()
                     .read_to_end(&mut text);
                 self.handles.counters.bytes(text.len() as u64);
-                return Err(api_error(action, code, &reason_phrase, &text, retry_after));
+                return Err(
+                    api_error(action, code, &reason_phrase, &text, retry_after).with_hub(hub)
+                );
             }
             let limit = self.options.max_response_bytes;
             return Ok(Waited::Body(Box::new(Body {

@@ -26,6 +26,8 @@ pub enum Error {
         /// `details.kind` and `details.name` of a `Status` body: the object it is about
         /// (a 404 NotFound names the resource and the object's name).
         about: Option<Box<(String, String)>>,
+        /// A `cmpoll serve` hub answered (it said so: `x-cmpoll-hub`).
+        hub: bool,
     },
     /// No usable answer: the connection or TLS failed.
     Transport {
@@ -68,6 +70,28 @@ impl Error {
             Error::Api { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+
+    /// A hub's 429 with `Retry-After`: not a failure but its admission (a review budget,
+    /// a lane's queue), saying when to come back (docs/serve.md, "Who may read what").
+    pub fn hub_asks_to_wait(&self) -> Option<Duration> {
+        match self {
+            Error::Api {
+                code: 429,
+                hub: true,
+                retry_after,
+                ..
+            } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The same error, answered by a hub (`hub`) or not.
+    pub(crate) fn with_hub(mut self, hub: bool) -> Error {
+        if let Error::Api { hub: h, .. } = &mut self {
+            *h = hub;
+        }
+        self
     }
 
     /// 504 "Too large resource version": the serving apiserver's cache is behind.
@@ -280,6 +304,7 @@ pub(crate) fn api_error(
         retry_after: retry_after.or(detail_retry.map(Duration::from_secs)),
         causes,
         about,
+        hub: false,
     }
 }
 
@@ -298,6 +323,7 @@ mod tests {
             retry_after: None,
             causes: Box::default(),
             about: None,
+            hub: false,
         };
         assert_eq!(
             e.to_string(),
@@ -324,6 +350,7 @@ mod tests {
             retry_after: None,
             causes: Box::new(["ResourceVersionTooLarge".into()]),
             about: None,
+            hub: false,
         };
         assert!(e.is_too_large_resource_version());
         let timeout = Error::Api {
@@ -334,8 +361,28 @@ mod tests {
             retry_after: None,
             causes: Box::default(),
             about: None,
+            hub: false,
         };
         assert!(!timeout.is_too_large_resource_version());
+    }
+
+    /// Issue 56.8: only a hub's 429 with Retry-After asks a follower to come back then;
+    /// an apiserver's (APF) or a hub's without one is a failure as before.
+    #[test]
+    fn a_hubs_429_says_when_to_come_back() {
+        let busy = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{},"code":429}"#;
+        let after = Some(Duration::from_secs(3));
+        let e =
+            |code, hub, ra| api_error("list", code, "Too Many Requests", busy, ra).with_hub(hub);
+        assert_eq!(e(429, true, after).hub_asks_to_wait(), after);
+        assert_eq!(
+            e(429, false, after).hub_asks_to_wait(),
+            None,
+            "an apiserver's"
+        );
+        assert_eq!(e(429, true, None).hub_asks_to_wait(), None);
+        assert_eq!(e(503, true, after).hub_asks_to_wait(), None, "an outage");
+        assert_eq!(e(429, false, after).retry_after(), after, "still a floor");
     }
 
     /// Issue 23.2: only the apiserver's NotFound about this very object means "gone".

@@ -50,6 +50,14 @@ impl Error {
             _ => None,
         }
     }
+
+    /// A hub's 429 with `Retry-After` (`kube::Error::hub_asks_to_wait`).
+    pub fn hub_asks_to_wait(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::Api(e) => e.hub_asks_to_wait(),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Error {
