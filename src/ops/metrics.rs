@@ -111,7 +111,7 @@ fn server_metrics(r: &mut Registry, served: &Served) -> ServerCounts {
     );
     r.register(
         "serve_turned_away",
-        "Connections and requests cmpoll serve turned away or cut short to keep room for others, by why: connections (full, nothing to make room), evicted (made room), held (over one identity's bound), queue (a lane's queue full), renewals (over the renewal rate), reviews (over the review rate)",
+        "Connections and requests cmpoll serve turned away or cut short to keep room for others, by why: connections (full, nothing to make room), evicted (made room), held (over one identity's bound), queue (a lane's queue full), renewals (over the renewal rate), reviews (over the review rate of unknown tokens), signed (over the review rate of tokens the cluster signed), access (a user over its access-review rate), access_all (over the access-review rate of all users)",
         server.turned_away.clone(),
     );
     server
@@ -219,13 +219,16 @@ impl ServerCounts {
 }
 
 /// Why a server turns a connection or request away (`ServerCounts::turned_away`).
-pub const TURNED_AWAY: [&str; 6] = [
+pub const TURNED_AWAY: [&str; 9] = [
+    "access",
+    "access_all",
     "connections",
     "evicted",
     "held",
     "queue",
     "renewals",
     "reviews",
+    "signed",
 ];
 
 /// The features whose metric families `Metrics::expect` exports at 0 from the start.

@@ -1,10 +1,11 @@
 //! A service-account token for the hub's own audience, verified by the hub (`--token-audience`,
 //! docs/serve.md "Tokens for the hub"): a JWT (`HEADER.CLAIMS.SIGNATURE`, base64url) signed
 //! by one of the cluster's service-account issuer keys (`issuer.rs`), with the claims the
-//! apiserver's service-account authenticator checks — issuer, audience, expiry and
-//! not-before with go-jose's one-minute leeway — and the user it makes of them, as a
-//! TokenReview would return it. Nothing read from the token is trusted before its
-//! signature is; the time arithmetic on its claims is done in `f64` and cannot overflow.
+//! apiserver's service-account authenticator checks — issuer, audience, expiry, not-before
+//! and issued-at with go-jose's one-minute leeway — and the user it makes of them, as a
+//! TokenReview would return it; and its lifetime (`exp` − `iat`, else `nbf`), which the hub
+//! bounds. Nothing read from the token is trusted before its signature is; the time
+//! arithmetic on its claims is done in `f64` and cannot overflow.
 
 use std::collections::BTreeMap;
 
@@ -52,6 +53,7 @@ pub struct Claims {
     pub aud: Vec<String>,
     pub exp: Option<f64>,
     pub nbf: Option<f64>,
+    pub iat: Option<f64>,
     pub jti: Option<String>,
     #[serde(rename = "kubernetes.io")]
     pub kubernetes: Option<Private>,
@@ -175,6 +177,9 @@ impl Token<'_> {
         if c.nbf.is_some_and(|nbf| now < nbf - LEEWAY_SECS) {
             return Err("service account token is not valid yet".into());
         }
+        if c.iat.is_some_and(|iat| now < iat - LEEWAY_SECS) {
+            return Err("service account token is issued in the future".into());
+        }
         let private = c.kubernetes.as_ref().ok_or("not a service account token")?;
         if private.namespace.is_empty() || private.serviceaccount.name.is_empty() {
             return Err("not a service account token".into());
@@ -222,6 +227,21 @@ impl Token<'_> {
     /// Until when it may be trusted (Unix seconds): its expiry, leeway included.
     pub fn expires(&self) -> f64 {
         self.claims.exp.unwrap_or(0.0) + LEEWAY_SECS
+    }
+
+    /// Whether its time claims hold at `now` (Unix seconds), whatever else it says: it
+    /// may still be valid.
+    pub fn fresh(&self, now: f64) -> bool {
+        let c = &self.claims;
+        c.exp.is_some_and(|exp| now <= exp + LEEWAY_SECS)
+            && !c.nbf.is_some_and(|nbf| now < nbf - LEEWAY_SECS)
+    }
+
+    /// How long it was issued to live, in seconds: `exp` − `iat` (else `nbf`, the same
+    /// moment in the tokens the apiserver issues); `None` without either.
+    pub fn lifetime(&self) -> Option<f64> {
+        let c = &self.claims;
+        Some(c.exp? - c.iat.or(c.nbf)?)
     }
 }
 
@@ -350,6 +370,13 @@ mod tests {
             t.valid(ISS, "cmpoll-hub", 900.0),
             Err("service account token is not valid yet".into())
         );
+        let mut future = claims("cmpoll-hub", 5000.0);
+        future["iat"] = serde_json::json!(3000.0);
+        let future = s.sign(&future);
+        assert_eq!(
+            read(&future).unwrap().valid(ISS, "cmpoll-hub", 2000.0),
+            Err("service account token is issued in the future".into())
+        );
         // A claim too large for any clock is compared, never added to one.
         let huge = s.sign(&claims("cmpoll-hub", 1.8e19));
         assert_eq!(
@@ -367,6 +394,23 @@ mod tests {
         assert!(read("opaque-token").is_none());
         let none = format!("{}.{}.", enc(br#"{"alg":"none"}"#), enc(b"{}"));
         assert_eq!(read(&none).unwrap().signed_by(&s.key()), None);
+    }
+
+    #[test]
+    fn a_tokens_lifetime_is_exp_less_iat_else_nbf() {
+        let s = Signer::new("k1");
+        let mut c = claims("cmpoll-hub", 4600.0);
+        let t = s.sign(&c);
+        assert_eq!(read(&t).unwrap().lifetime(), Some(3600.0), "from nbf");
+        c["iat"] = serde_json::json!(4000.0);
+        let t = s.sign(&c);
+        assert_eq!(read(&t).unwrap().lifetime(), Some(600.0), "from iat");
+        c.as_object_mut().unwrap().remove("iat");
+        c.as_object_mut().unwrap().remove("nbf");
+        let t = s.sign(&c);
+        assert_eq!(read(&t).unwrap().lifetime(), None);
+        let t = read(&t).unwrap();
+        assert!(t.fresh(4600.0 + LEEWAY_SECS) && !t.fresh(4600.0 + LEEWAY_SECS + 1.0));
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //! file runs the poll loop beside the HTTPS server (`crate::https`): a failed poll changes
 //! nothing; a complete one is published whole and wakes the followers waiting for it.
 
+pub mod accounts;
 pub mod auth;
+pub mod authn;
+pub mod authz;
 pub mod discovery;
 pub mod event;
 pub mod held;
@@ -25,6 +28,7 @@ pub mod query;
 pub mod render;
 pub mod renders;
 pub mod request;
+pub mod reviewer;
 pub mod reviews;
 pub mod status;
 #[cfg(test)]
@@ -157,22 +161,23 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
                 .map_err(Error::Config)?,
         );
     }
-    let issuer = match &opts.token_audience {
-        Some(audience) => {
-            let handles = kube::client::Handles {
-                in_flight: InFlight::default(),
-                counters: metrics.api(),
-            };
-            let client = kube::Client::new(&config, opts.source.client.clone(), handles, env)
-                .map_err(Error::Config)?;
+    // Always: which tokens the cluster signed decides the budget their reviews draw on;
+    // with --token-audience, tokens for it are verified here.
+    let issuer = {
+        let handles = kube::client::Handles {
+            in_flight: InFlight::default(),
+            counters: metrics.api(),
+        };
+        let client = kube::Client::new(&config, opts.source.client.clone(), handles, env)
+            .map_err(Error::Config)?;
+        if let Some(audience) = &opts.token_audience {
             log::info!(
                 "--token-audience {audience}: tokens for it are verified here, against the service-account issuer's keys"
             );
-            let issuer = issuer::Issuer::new(audience.clone(), read_from(client));
-            issuer.prefetch();
-            Some(issuer)
         }
-        None => None,
+        let issuer = issuer::Issuer::new(opts.token_audience.clone(), read_from(client));
+        issuer.prefetch();
+        Some(issuer)
     };
     let auth = auth::Auth::new(
         Box::new(reviews::ApiReviewer::new(clients)),

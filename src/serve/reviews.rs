@@ -1,6 +1,7 @@
-//! The reviews `auth.rs` asks for, made by the apiserver: `POST` of a TokenReview
-//! (`authentication.k8s.io/v1`) and of a SubjectAccessReview (`authorization.k8s.io/v1`)
-//! with the hub's own credentials, from a small pool of clients so that the hub's workers
+//! The reviews `authn.rs` and `authz.rs` ask for, made by the apiserver: `POST` of a
+//! TokenReview (`authentication.k8s.io/v1`) and of a SubjectAccessReview
+//! (`authorization.k8s.io/v1`), and `GET` of a service account (`--token-audience`), with
+//! the hub's own credentials, from a small pool of clients so that the hub's workers
 //! review in parallel. The token travels only in the TokenReview's body.
 
 use std::collections::BTreeMap;
@@ -9,7 +10,8 @@ use std::sync::{Condvar, Mutex};
 
 use serde::Deserialize;
 
-use super::auth::{Attributes, Decision, Reviewer, User};
+use super::reviewer::{Account, Attributes, Decision, Reviewer};
+use super::user::User;
 use crate::kube::Client;
 use crate::kube::client::Method;
 use crate::secret::Secret;
@@ -31,13 +33,8 @@ impl ApiReviewer {
         }
     }
 
-    /// Posts `body` to `path` with a free client and reads the answer's `status`.
-    fn post<T: for<'de> Deserialize<'de>>(
-        &self,
-        path: &str,
-        body: Vec<u8>,
-        action: &str,
-    ) -> Result<T, String> {
+    /// `f` with a free client.
+    fn with_client<T>(&self, f: impl FnOnce(&mut Client) -> T) -> T {
         let mut client = {
             let mut pool = self.clients.lock().unwrap_or_else(|p| p.into_inner());
             loop {
@@ -47,31 +44,7 @@ impl ApiReviewer {
                 pool = self.free.wait(pool).unwrap_or_else(|p| p.into_inner());
             }
         };
-        let got = client
-            .request(
-                Method::Post {
-                    content_type: "application/json",
-                    body,
-                },
-                path,
-                "application/json",
-                action,
-            )
-            .map_err(|e| e.to_string())
-            .and_then(|b| {
-                let mut text = Vec::new();
-                b.take(MAX_ANSWER)
-                    .read_to_end(&mut text)
-                    .map_err(|e| format!("cannot {action}: {e}"))?;
-                #[derive(Deserialize)]
-                struct Review<T> {
-                    status: Option<T>,
-                }
-                let r: Review<T> = serde_json::from_slice(&text)
-                    .map_err(|e| format!("cannot {action}: unexpected answer: {e}"))?;
-                r.status
-                    .ok_or_else(|| format!("cannot {action}: the answer has no status"))
-            });
+        let got = f(&mut client);
         self.clients
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -79,48 +52,144 @@ impl ApiReviewer {
         self.free.notify_one();
         got
     }
+
+    /// Posts `body` to `path` with a free client and reads the answer's `status`.
+    fn post<T: for<'de> Deserialize<'de>>(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        action: &str,
+    ) -> Result<T, String> {
+        self.with_client(|client| {
+            client
+                .request(
+                    Method::Post {
+                        content_type: "application/json",
+                        body,
+                    },
+                    path,
+                    "application/json",
+                    action,
+                )
+                .map_err(|e| e.to_string())
+                .and_then(|b| {
+                    let mut text = Vec::new();
+                    b.take(MAX_ANSWER)
+                        .read_to_end(&mut text)
+                        .map_err(|e| format!("cannot {action}: {e}"))?;
+                    #[derive(Deserialize)]
+                    struct Review<T> {
+                        status: Option<T>,
+                    }
+                    let r: Review<T> = serde_json::from_slice(&text)
+                        .map_err(|e| format!("cannot {action}: unexpected answer: {e}"))?;
+                    r.status
+                        .ok_or_else(|| format!("cannot {action}: the answer has no status"))
+                })
+        })
+    }
 }
 
 /// Whether a review's `error` (TokenReview) or `evaluationError` (SubjectAccessReview)
 /// says the apiserver could not make it, rather than that it refused: an authenticator or
 /// authorizer webhook it could not reach, that timed out or failed. Every refused token
 /// carries an error too (`invalid bearer token`, `service account token has expired`,
-/// RBAC's `clusterrole … not found`), so only the words of a failed call count: Go's
-/// `net/http` and `net` errors (`Post "URL": dial tcp …: connect: connection refused`,
-/// `i/o timeout`, `context deadline exceeded`…) and client-go's words for a webhook that
-/// answered 5xx or 429. The apiserver answers 401 or 403 for both; the hub answers a
-/// review it could not have made 503, so that an outage never looks like every follower
-/// refused (docs/serve.md).
+/// RBAC's `clusterrole … not found`), and some echo what the client sent (`token issuer
+/// "…" is invalid`: a token's own `iss`), so only an error that *begins* as a failed call
+/// does (`failed_call`), each error of the apiserver's aggregate (`[a, b]`) on its own,
+/// split outside the quoted strings in which the apiserver echoes a client's text. The
+/// apiserver answers 401 or 403 for both; the hub answers a review it could not have made
+/// 503, so that an outage never looks like every follower refused (docs/serve.md).
 pub fn could_not_check(error: &str) -> bool {
-    const FAILED_CALL: [&str; 20] = [
-        "Post \"",
-        "dial tcp",
-        "connect: ",
-        "connection refused",
-        "connection reset",
-        "broken pipe",
-        "i/o timeout",
-        "context deadline exceeded",
-        "context canceled",
-        "Client.Timeout exceeded",
-        "no such host",
-        "TLS handshake",
-        "tls: ",
-        "x509: ",
-        "unexpected EOF",
-        "http2: ",
-        "an error on the server",
-        "the server is currently unable to handle the request",
-        "the server was unable to return a response",
-        "Too many requests",
-    ];
-    let error = error.trim();
-    !error.is_empty()
-        && (FAILED_CALL.iter().any(|w| error.contains(w))
-            || error
-                .trim_matches(['[', ']'])
-                .split(", ")
-                .any(|part| part == "EOF"))
+    let mut parts = Vec::new();
+    split_aggregate(error, &mut parts);
+    parts.into_iter().any(failed_call)
+}
+
+/// How a failed call's error begins: Go's `net` (`dial tcp …`, `read tcp …: connection
+/// reset by peer`), a context's end, a connection cut (`EOF`), TLS, and client-go's words
+/// for a webhook that answered 5xx or 429; besides Go's `*url.Error` (`Post "URL": …`).
+const FAILED_CALL: [&str; 15] = [
+    "dial tcp",
+    "read tcp",
+    "write tcp",
+    "context deadline exceeded",
+    "context canceled",
+    "net/http: ",
+    "http2: ",
+    "tls: ",
+    "x509: ",
+    "unexpected EOF",
+    "an error on the server",
+    "the server is currently unable to handle the request",
+    "the server was unable to return a response",
+    "the server has received too many requests",
+    "Too many requests",
+];
+
+/// Whether one error (of an aggregate) is a failed call.
+fn failed_call(error: &str) -> bool {
+    let e = error.trim();
+    e == "EOF" || url_error(e) || FAILED_CALL.iter().any(|w| e.starts_with(w))
+}
+
+/// Go's `*url.Error`: `Op "URL": cause`, the op an HTTP method (`Post`, `Get`…).
+fn url_error(e: &str) -> bool {
+    let Some((op, rest)) = e.split_once(' ') else {
+        return false;
+    };
+    matches!(op, "Post" | "Get" | "Put" | "Patch" | "Delete")
+        && quoted_len(rest).is_some_and(|n| rest[n..].starts_with(": "))
+}
+
+/// The length of the Go-quoted string `s` begins with (`"…"`, with backslash escapes).
+fn quoted_len(s: &str) -> Option<usize> {
+    let mut chars = s.char_indices();
+    if chars.next()?.1 != '"' {
+        return None;
+    }
+    let mut escaped = false;
+    for (i, c) in chars {
+        match (escaped, c) {
+            (true, _) => escaped = false,
+            (false, '\\') => escaped = true,
+            (false, '"') => return Some(i + 1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The errors of an apimachinery aggregate (`[a, b, [c, d]]`, or one error alone), split
+/// at the `, ` between them and never inside a quoted string.
+fn split_aggregate<'a>(error: &'a str, out: &mut Vec<&'a str>) {
+    let e = error.trim();
+    let inner = match e.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+        Some(inner) => inner,
+        None => {
+            out.push(e);
+            return;
+        }
+    };
+    let (mut depth, mut start, mut i) = (0usize, 0usize, 0usize);
+    let bytes = inner.as_bytes();
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += quoted_len(&inner[i..]).unwrap_or(inner.len() - i);
+                continue;
+            }
+            b'[' => depth += 1,
+            b']' => depth = depth.saturating_sub(1),
+            b',' if depth == 0 && bytes.get(i + 1) == Some(&b' ') => {
+                split_aggregate(&inner[start..i], out);
+                start = i + 2;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    split_aggregate(&inner[start..], out);
 }
 
 #[derive(Deserialize, Default)]
@@ -150,12 +219,15 @@ struct AccessStatus {
 }
 
 impl Reviewer for ApiReviewer {
-    fn token(&self, token: &Secret) -> Result<Option<User>, String> {
-        let body = serde_json::json!({
+    fn token(&self, token: &Secret, audience: Option<&str>) -> Result<Option<User>, String> {
+        let mut body = serde_json::json!({
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
             "spec": {"token": token.expose()},
         });
+        if let Some(a) = audience {
+            body["spec"]["audiences"] = serde_json::json!([a]);
+        }
         let s: TokenStatus = self.post(
             "/apis/authentication.k8s.io/v1/tokenreviews",
             body.to_string().into_bytes(),
@@ -244,6 +316,48 @@ impl Reviewer for ApiReviewer {
         }
         Ok(Decision::Denied(s.reason))
     }
+
+    fn account(&self, namespace: &str, name: &str) -> Result<Account, String> {
+        #[derive(Deserialize, Default)]
+        #[serde(default, rename_all = "camelCase")]
+        struct Meta {
+            uid: String,
+            deletion_timestamp: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct ServiceAccount {
+            metadata: Meta,
+        }
+        let path = format!("/api/v1/namespaces/{namespace}/serviceaccounts/{name}");
+        let action = format!("get serviceaccount {namespace}/{name}");
+        let got = self.with_client(|c| {
+            let body = c.get(&path, "application/json", &action)?;
+            let mut text = Vec::new();
+            (body.take(MAX_ANSWER).read_to_end(&mut text)).map_err(|e| {
+                crate::kube::Error::Decode {
+                    action: action.clone(),
+                    cause: e.to_string(),
+                }
+            })?;
+            Ok::<_, crate::kube::Error>(text)
+        });
+        let text = match got {
+            Ok(text) => text,
+            Err(e) if e.code() == Some(404) => return Ok(Account::Gone),
+            Err(e) if e.code() == Some(403) => return Ok(Account::Unreadable),
+            Err(e) => return Err(e.to_string()),
+        };
+        let sa: ServiceAccount = serde_json::from_slice(&text)
+            .map_err(|e| format!("cannot {action}: unexpected answer: {e}"))?;
+        let deleted = (sa.metadata.deletion_timestamp.as_deref())
+            .map(|t| humantime::parse_rfc3339(t).map(super::issuer::unix))
+            .transpose()
+            .map_err(|e| format!("cannot {action}: its deletionTimestamp: {e}"))?;
+        Ok(Account::Exists {
+            uid: sa.metadata.uid,
+            deleted,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -258,6 +372,13 @@ mod tests {
             "invalid bearer token",
             "service account token has expired",
             "[invalid bearer token, token issuer \"x\" is invalid]",
+            // Issue 56.9: what a client wrote, echoed by the apiserver (quoted), is never
+            // read as a failed call, wherever it stands.
+            "[invalid bearer token, token issuer \"dial tcp\" is invalid]",
+            "token issuer \"Post \\\"http://x/\\\": dial tcp 1.2.3.4:5: connect: connection refused\" is invalid",
+            "[invalid bearer token, token issuer \"x, Post \\\"h\\\": EOF, EOF\" is invalid]",
+            "token audiences [\"i/o timeout\" \"context deadline exceeded\"] is invalid for the target audiences [\"api\"]",
+            "[invalid bearer token, oidc: verify token: oidc: expected audience \"EOF\" got [\"x509: \"]]",
             "invalid signature, no keys found",
             "token audiences [\"hub\"] is invalid for the target audiences [\"api\"]",
             "clusterrole.rbac.authorization.k8s.io \"gone\" not found",
@@ -271,6 +392,9 @@ mod tests {
             "[invalid bearer token, EOF]",
             "an error on the server (\"\") has prevented the request from succeeding (post tokenreviews.authentication.k8s.io)",
             "Post \"https://10.0.0.9/\": tls: failed to verify certificate: x509: certificate signed by unknown authority",
+            "[invalid bearer token, [Post \"http://h/\": EOF, token issuer \"x\" is invalid]]",
+            "the server is currently unable to handle the request (post tokenreviews.authentication.k8s.io)",
+            "[clusterrole.rbac.authorization.k8s.io \"gone\" not found, Post \"http://127.0.0.1:1/authz?timeout=30s\": context deadline exceeded]",
         ] {
             assert!(could_not_check(failed), "{failed}");
         }

@@ -1,5 +1,6 @@
-//! Made-up polls for the hub's unit tests (`history`, `watch`), and a made-up issuer's
-//! signing key (`jwt`, `issuer`).
+//! Made-up polls for the hub's unit tests (`history`, `watch`), a made-up issuer's
+//! signing key (`jwt`, `issuer`) and a made-up apiserver's reviews (`authn`, `authz`,
+//! `auth`).
 
 use std::collections::BTreeMap;
 
@@ -90,5 +91,75 @@ impl Signer {
         let rng = ring::rand::SystemRandom::new();
         let sig = self.0.sign(&rng, signed.as_bytes()).unwrap();
         format!("{signed}.{}", enc(sig.as_ref()))
+    }
+}
+
+/// A made-up apiserver's reviews: token "good" is alice (every token, with `anyone`), who
+/// may list configmaps in "team-a" only; every service account exists with uid "sa-uid";
+/// how many reviews it made of each kind, and, with `fail`, reviews it cannot make.
+#[derive(Default)]
+pub struct Fake {
+    pub tokens: std::sync::atomic::AtomicUsize,
+    pub access: std::sync::atomic::AtomicUsize,
+    pub accounts: std::sync::atomic::AtomicUsize,
+    pub fail: std::sync::atomic::AtomicBool,
+    pub anyone: bool,
+    /// The audience the last TokenReview asked for.
+    pub audience: std::sync::Mutex<Option<String>>,
+}
+
+impl super::reviewer::Reviewer for std::sync::Arc<Fake> {
+    fn token(
+        &self,
+        token: &crate::secret::Secret,
+        audience: Option<&str>,
+    ) -> Result<Option<super::user::User>, String> {
+        use std::sync::atomic::Ordering;
+        self.tokens.fetch_add(1, Ordering::SeqCst);
+        *self.audience.lock().unwrap() = audience.map(str::to_string);
+        if self.fail.load(Ordering::SeqCst) {
+            return Err("connection refused".into());
+        }
+        Ok((self.anyone || token.expose() == "good").then(alice))
+    }
+
+    fn access(
+        &self,
+        _user: &super::user::User,
+        what: &super::reviewer::Attributes,
+    ) -> Result<super::reviewer::Decision, String> {
+        use super::reviewer::{Attributes, Decision};
+        use std::sync::atomic::Ordering;
+        self.access.fetch_add(1, Ordering::SeqCst);
+        if self.fail.load(Ordering::SeqCst) {
+            return Err("connection refused".into());
+        }
+        Ok(match what {
+            Attributes::Resource {
+                verb: "list",
+                kind: Resource::ConfigMaps,
+                namespace: Some(ns),
+                ..
+            } if ns == "team-a" => Decision::Allowed,
+            _ => Decision::Denied(String::new()),
+        })
+    }
+
+    fn account(&self, _ns: &str, _name: &str) -> Result<super::reviewer::Account, String> {
+        use std::sync::atomic::Ordering;
+        self.accounts.fetch_add(1, Ordering::SeqCst);
+        Ok(super::reviewer::Account::Exists {
+            uid: "sa-uid".into(),
+            deleted: None,
+        })
+    }
+}
+
+pub fn alice() -> super::user::User {
+    super::user::User {
+        name: "alice".into(),
+        uid: "u1".into(),
+        groups: vec!["system:authenticated".into()],
+        extra: BTreeMap::new(),
     }
 }

@@ -1,0 +1,712 @@
+//! Who a request is: its bearer token authenticated with a TokenReview (the `Reviewer`),
+//! as the apiserver's webhook authenticator does, with its cache: a token's review is kept
+//! 2 minutes (10 seconds when it was refused, never past the token's own `exp`), each a
+//! random 75–100 % of that, so that a fleet reviewed at once (a hub's start) does not come
+//! back at once. With `--token-audience`, a token for the hub is verified here instead
+//! (`issuer.rs`), and its service account checked (`accounts.rs`).
+//!
+//! What a review costs is bounded (docs/serve.md, "Hostile clients"): tokens are reviewed
+//! only on a lane of their own (`Halt::Lane`), and tokens not kept draw on budgets —
+//! `RENEW_RATE` for a token whose kept review expired (a follower renewing), `SIGNED_RATE`
+//! for one the cluster's issuer signed (a fleet arriving: it admits ten thousand followers
+//! at once), `REVIEW_RATE` for anything else (garbage, and the tokens the hub refuses
+//! itself) — each beyond its rate a 429 whose Retry-After spreads the refused over the
+//! budget's time, never to a kept token. Refused tokens are kept apart from known ones, so
+//! a flood of them cannot push a follower out. A review the apiserver could not make is a
+//! 503 with Retry-After and is not kept. A token is kept by its SHA-256, never as itself;
+//! no token reaches a log line or an error.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
+use super::accounts::{ACCOUNT_TTL, Accounts, Check};
+use super::issuer::{self, AccountRef, Issuer, Verdict};
+use super::kept::{Budget, Cache};
+use super::reviewer::{self, AUTHENTICATE, Halt, Quiet, Reviewer};
+use super::status::StatusError;
+use super::user::User;
+use crate::backoff::Rng;
+use crate::https::server::Holder;
+use crate::ops::metrics::{Decisions, ServerCounts};
+use crate::secret::Secret;
+
+/// How long a review is kept.
+pub const TOKEN_TTL: Duration = Duration::from_secs(120);
+pub const TOKEN_REFUSED_TTL: Duration = Duration::from_secs(10);
+/// The share of an entry's time it may lose at random.
+pub const SPREAD: f64 = 0.25;
+/// Entries each cache holds at most (known tokens, refused tokens).
+pub const MAX_ENTRIES: usize = 65_536;
+/// TokenReviews of tokens nobody knows and the cluster did not sign (and the refusals the
+/// hub makes itself), a second at most, and at once.
+pub const REVIEW_RATE: f64 = 100.0;
+pub const REVIEW_BURST: f64 = 200.0;
+/// TokenReviews of tokens nobody knows that the cluster's issuer signed and that have not
+/// expired, a second, and at once: a fleet after a hub's start or rollout (10,000
+/// followers arriving at 500 a second) is reviewed as it arrives, while garbage stays at
+/// `REVIEW_RATE`.
+pub const SIGNED_RATE: f64 = 1000.0;
+pub const SIGNED_BURST: f64 = 2000.0;
+/// TokenReviews of tokens whose kept review expired (a follower renewing), a second at
+/// most, and at once: a budget of their own, so that a flood of unknown tokens never
+/// holds up a fleet's renewals and a fleet's renewals (10,000 followers: about 100 a
+/// second) never use up the room of new followers.
+pub const RENEW_RATE: f64 = 500.0;
+pub const RENEW_BURST: f64 = 1000.0;
+/// What a follower is told to wait after a review the apiserver could not make.
+pub const REVIEW_RETRY_AFTER: u64 = 5;
+
+/// Who a request is: the user, and the key its connections are held under (its token's
+/// digest: each pod's token is its own).
+#[derive(Clone, Debug)]
+pub struct Who {
+    pub user: Arc<User>,
+    pub holder: Holder,
+}
+
+/// Which budget a token's review draws on.
+#[derive(Clone, Copy)]
+enum Class {
+    Unknown,
+    Signed,
+}
+
+/// Authentication with its caches and budgets.
+pub struct Authenticator {
+    reviewer: Arc<dyn Reviewer>,
+    known: Mutex<Cache<[u8; 32], Arc<User>>>,
+    refused: Mutex<Cache<[u8; 32], ()>>,
+    budget: Mutex<Budget>,
+    signed: Mutex<Budget>,
+    renewals: Mutex<Budget>,
+    decisions: Decisions,
+    counts: ServerCounts,
+    rng: Mutex<Rng>,
+    quiet: Quiet,
+    /// The cluster's issuer: which tokens it signed; with `--token-audience`, tokens for
+    /// the hub verified here.
+    issuer: Option<Issuer>,
+    accounts: Accounts,
+    /// `--authorize-per-service-account`: a service account's pods share their access
+    /// reviews (their users kept without `extra`).
+    per_account: bool,
+}
+
+impl Authenticator {
+    /// Unknown tokens reviewed at `rate` a second (a burst of `burst`).
+    pub fn new(
+        reviewer: Arc<dyn Reviewer>,
+        decisions: Decisions,
+        counts: ServerCounts,
+        (rate, burst): (f64, f64),
+    ) -> Self {
+        let now = Instant::now();
+        Authenticator {
+            reviewer,
+            known: Mutex::new(Cache::new(MAX_ENTRIES)),
+            refused: Mutex::new(Cache::new(MAX_ENTRIES)),
+            budget: Mutex::new(Budget::new(rate, burst, now)),
+            signed: Mutex::new(Budget::new(SIGNED_RATE, SIGNED_BURST, now)),
+            renewals: Mutex::new(Budget::new(RENEW_RATE, RENEW_BURST, now)),
+            decisions,
+            counts,
+            rng: Mutex::new(Rng::from_time()),
+            quiet: Quiet::default(),
+            issuer: None,
+            accounts: Accounts::default(),
+            per_account: false,
+        }
+    }
+
+    pub fn verifying(mut self, issuer: Option<Issuer>) -> Self {
+        self.issuer = issuer;
+        self
+    }
+
+    pub fn per_service_account(mut self, on: bool) -> Self {
+        self.per_account = on;
+        self
+    }
+
+    /// The user as its access is reviewed and kept: with `per_account`, a service
+    /// account's without `extra` (its pod, node and credential), which RBAC never reads,
+    /// so that its pods share one review per scope.
+    fn as_reviewed(&self, mut user: User) -> User {
+        if self.per_account && user.name.starts_with("system:serviceaccount:") {
+            user.extra.clear();
+        }
+        user
+    }
+
+    /// `ttl` less a random share of it, up to `SPREAD`.
+    pub fn spread(&self, ttl: Duration) -> Duration {
+        let r = lock(&self.rng).unit();
+        ttl.mul_f64(1.0 - SPREAD * r)
+    }
+
+    /// The user behind an `Authorization` header; 401 without a bearer token or when the
+    /// token is not authenticated. A token not kept is reviewed only `here` (a review
+    /// lane); elsewhere the request is sent there.
+    pub fn authenticate(&self, authorization: Option<&str>, here: bool) -> Result<Who, Halt> {
+        let token = authorization
+            .and_then(|h| {
+                let (scheme, rest) = h.trim().split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+            })
+            .filter(|t| !t.is_empty())
+            .map(Secret::new);
+        let Some(token) = token else {
+            self.decisions.record("authentication", "denied", "none");
+            return Err(StatusError::unauthorized().into());
+        };
+        let key: [u8; 32] = Sha256::digest(token.expose().as_bytes()).into();
+        let holder = holder(&key);
+        let now = Instant::now();
+        if let Some(user) = lock(&self.known).get(&key, now) {
+            self.decisions.record("authentication", "allowed", "hit");
+            return Ok(Who { user, holder });
+        }
+        if lock(&self.refused).get(&key, now).is_some() {
+            self.decisions.record("authentication", "denied", "hit");
+            return Err(StatusError::unauthorized().into());
+        }
+        if !here {
+            return Err(Halt::Lane(AUTHENTICATE));
+        }
+        let verdict = (self.issuer.as_ref()).map_or(Verdict::Ask { signed: false }, |i| {
+            i.verify(token.expose(), now)
+        });
+        let user = match verdict {
+            Verdict::User(user, expires, account) => {
+                return self.verified(&token, key, user, (expires, account), now);
+            }
+            Verdict::Refused(why) => return Err(self.refused_here(key, &why, true, now)),
+            Verdict::NotYet(why) => return Err(self.refused_here(key, &why, false, now)),
+            Verdict::Unavailable(why) => return Err(self.unavailable(&why)),
+            Verdict::Recheck => self.reviewed(&token, key, Class::Signed, true, now)?,
+            Verdict::Ask { signed: true } => {
+                self.reviewed(&token, key, Class::Signed, false, now)?
+            }
+            Verdict::Ask { signed: false } => {
+                self.reviewed(&token, key, Class::Unknown, false, now)?
+            }
+        };
+        Ok(Who { user, holder })
+    }
+
+    /// A token for the hub its issuer signed (`--token-audience`): its service account
+    /// checked as the apiserver checks it, then kept while both hold (the account's read is
+    /// a minute old at most), never past the token's expiry.
+    fn verified(
+        &self,
+        token: &Secret,
+        key: [u8; 32],
+        user: User,
+        (expires, (ns, name)): (f64, AccountRef),
+        now: Instant,
+    ) -> Result<Who, Halt> {
+        let unix = issuer::unix(std::time::SystemTime::now());
+        let holder = holder(&key);
+        let check = self
+            .accounts
+            .check(self.reviewer.as_ref(), (&ns, &name, &user.uid), now, unix);
+        match check {
+            Check::Holds => {}
+            Check::Refused(why) => return Err(self.refused_here(key, &why, true, now)),
+            Check::Unavailable(why) => return Err(self.unavailable(&why)),
+            Check::Unreadable => {
+                self.quiet.warn(|n| {
+                    log::warn!(
+                        "--token-audience: the hub may not get serviceaccounts{n}, so it cannot check that a token's account still exists: tokens for it are reviewed by the apiserver instead (k8s/serve/clusterrole.yaml grants get serviceaccounts)"
+                    )
+                });
+                let user = self.reviewed(token, key, Class::Signed, true, now)?;
+                return Ok(Who { user, holder });
+            }
+        }
+        let user = Arc::new(self.as_reviewed(user));
+        let left = (expires - unix).clamp(0.0, ACCOUNT_TTL.as_secs_f64());
+        let lives = self.spread(Duration::try_from_secs_f64(left).unwrap_or_default());
+        lock(&self.known).put(key, user.clone(), crate::backoff::after(now, lives), now);
+        self.decisions.record("authentication", "allowed", "local");
+        Ok(Who { user, holder })
+    }
+
+    /// A token the hub refuses itself (`--token-audience`: not what the issuer signed, not
+    /// valid, its account gone): a 401, kept (`keep`) as a refusal — from the budget of
+    /// unknown tokens, as a review would be, so that forged tokens cost what garbage costs
+    /// and fill the refusal cache no faster (beyond it, 429).
+    fn refused_here(&self, key: [u8; 32], why: &str, keep: bool, now: Instant) -> Halt {
+        log::debug!("--token-audience: a token for the hub refused: {why}");
+        if let Err(wait) = lock(&self.budget).take(now) {
+            self.counts.turned_away("reviews");
+            return reviewer::over_budget(wait);
+        }
+        if keep {
+            let until = crate::backoff::after(now, self.spread(TOKEN_REFUSED_TTL));
+            lock(&self.known).remove(&key);
+            lock(&self.refused).put(key, (), until, now);
+        }
+        self.decisions.record("authentication", "denied", "local");
+        StatusError::unauthorized().into()
+    }
+
+    fn unavailable(&self, why: &str) -> Halt {
+        self.decisions.record("authentication", "error", "local");
+        self.quiet
+            .warn(|n| log::warn!("--token-audience: cannot verify a token{n}: {why}"));
+        StatusError::unavailable(
+            format!("cannot authenticate the request: {why}"),
+            REVIEW_RETRY_AFTER,
+        )
+        .into()
+    }
+
+    /// A TokenReview of `token` (for the hub's audience: `for_hub`), from its budget; the
+    /// user it is, kept.
+    fn reviewed(
+        &self,
+        token: &Secret,
+        key: [u8; 32],
+        class: Class,
+        for_hub: bool,
+        now: Instant,
+    ) -> Result<Arc<User>, Halt> {
+        let renewal = lock(&self.known).had(&key);
+        let (budget, why) = match (renewal, class) {
+            (true, _) => (&self.renewals, "renewals"),
+            (false, Class::Signed) => (&self.signed, "signed"),
+            (false, Class::Unknown) => (&self.budget, "reviews"),
+        };
+        if let Err(wait) = lock(budget).take(now) {
+            // Not a decision: no review was made (cmpoll_serve_turned_away_total counts it).
+            self.counts.turned_away(why);
+            return Err(reviewer::over_budget(wait));
+        }
+        let audience = (self.issuer.as_ref())
+            .and_then(Issuer::audience)
+            .filter(|_| for_hub);
+        let user = self.reviewer.token(token, audience).map_err(|e| {
+            self.decisions.record("authentication", "error", "miss");
+            self.quiet
+                .warn(|n| log::warn!("cannot review a bearer token{n}: {e}"));
+            Halt::from(StatusError::unavailable(
+                format!("cannot authenticate the request: the TokenReview failed: {e}"),
+                REVIEW_RETRY_AFTER,
+            ))
+        })?;
+        match user {
+            Some(user) => {
+                let user = Arc::new(self.as_reviewed(user));
+                // A token's own claims are read only once the review vouched for it, and
+                // only to keep its review no longer than the token lives.
+                let ttl = self.spread(TOKEN_TTL);
+                let lives = lifetime(token).map_or(ttl, |l| l.min(ttl));
+                let until = crate::backoff::after(now, lives);
+                lock(&self.known).put(key, user.clone(), until, now);
+                self.decisions.record("authentication", "allowed", "miss");
+                Ok(user)
+            }
+            None => {
+                let until = crate::backoff::after(now, self.spread(TOKEN_REFUSED_TTL));
+                // Refused now: no longer one to renew.
+                lock(&self.known).remove(&key);
+                lock(&self.refused).put(key, (), until, now);
+                self.decisions.record("authentication", "denied", "miss");
+                Err(StatusError::unauthorized().into())
+            }
+        }
+    }
+}
+
+/// The key a token's connections are held under.
+fn holder(key: &[u8; 32]) -> Holder {
+    Holder(u64::from_be_bytes([
+        key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7],
+    ]))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How long an authenticated JWT still lives (its `exp`, as the TokenReview left it
+/// unchecked by us: only to keep its review no longer). Any `exp`, however large or
+/// small, is a duration and never overflows.
+fn lifetime(token: &Secret) -> Option<Duration> {
+    let payload = token.expose().split('.').nth(1)?;
+    let bytes = (base64::engine::general_purpose::URL_SAFE_NO_PAD)
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        exp: Option<serde_json::Number>,
+    }
+    let exp = serde_json::from_slice::<Claims>(&bytes).ok()?.exp?;
+    // An `exp` of any JSON number: a float, a negative or one past u64 is read as what it
+    // bounds (past: now; beyond u64: the largest).
+    let exp = exp
+        .as_u64()
+        .or_else(|| exp.as_f64().map(|f| if f <= 0.0 { 0 } else { f as u64 }))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    Some(Duration::from_secs(exp.saturating_sub(now)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::testing::{Fake, Signer};
+    use std::sync::atomic::Ordering;
+
+    fn authn(fake: &Arc<Fake>, rate: f64, burst: f64) -> (ServerCounts, Authenticator) {
+        let counts = ServerCounts::default();
+        let a = Authenticator::new(
+            Arc::new(fake.clone()),
+            Decisions::default(),
+            counts.clone(),
+            (rate, burst),
+        );
+        (counts, a)
+    }
+
+    /// The code of a refusal (0: sent to a lane).
+    fn code<T: std::fmt::Debug>(r: Result<T, Halt>) -> u16 {
+        match r.unwrap_err() {
+            Halt::Refused(r) => r.code,
+            Halt::Lane(_) => 0,
+        }
+    }
+
+    fn refusal<T: std::fmt::Debug>(r: Result<T, Halt>) -> StatusError {
+        match r.unwrap_err() {
+            Halt::Refused(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn tokens_are_reviewed_once_and_kept() {
+        let fake = Arc::new(Fake::default());
+        let (_, a) = authn(&fake, REVIEW_RATE, REVIEW_BURST);
+        assert_eq!(code(a.authenticate(None, true)), 401);
+        assert_eq!(code(a.authenticate(Some("Basic eDp5"), true)), 401);
+        assert_eq!(code(a.authenticate(Some("Bearer bad"), true)), 401);
+        assert_eq!(code(a.authenticate(Some("Bearer bad"), false)), 401);
+        assert_eq!(
+            fake.tokens.load(Ordering::SeqCst),
+            1,
+            "a refusal is kept too"
+        );
+        // Where requests are answered, a token not kept goes to be reviewed.
+        assert!(matches!(
+            a.authenticate(Some("Bearer good"), false),
+            Err(Halt::Lane(AUTHENTICATE))
+        ));
+        let alice = a.authenticate(Some("Bearer good"), true).unwrap();
+        let again = a.authenticate(Some("bearer  good "), false).unwrap();
+        assert_eq!((alice.user, alice.holder), (again.user, again.holder));
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 2);
+        assert_eq!(*fake.audience.lock().unwrap(), None, "the apiserver's own");
+        // A review that cannot be made is a 503, and not kept.
+        fake.fail.store(true, Ordering::SeqCst);
+        let e = refusal(a.authenticate(Some("Bearer other"), true));
+        assert_eq!((e.code, e.retry_after), (503, Some(REVIEW_RETRY_AFTER)));
+        assert_eq!(code(a.authenticate(Some("Bearer other"), true)), 503);
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn entries_reviewed_at_once_do_not_expire_at_once() {
+        let (_, a) = authn(&Arc::new(Fake::default()), 1.0, 1.0);
+        let lives: Vec<Duration> = (0..200).map(|_| a.spread(TOKEN_TTL)).collect();
+        let (min, max) = (lives.iter().min().unwrap(), lives.iter().max().unwrap());
+        assert!(*min >= TOKEN_TTL.mul_f64(1.0 - SPREAD), "{min:?}");
+        assert!(*max <= TOKEN_TTL, "{max:?}");
+        assert!(*max - *min > Duration::from_secs(20), "{min:?}..{max:?}");
+    }
+
+    /// Issue 47.3: a flood of tokens nobody knows costs the apiserver a bounded rate of
+    /// reviews (beyond it, a 429 with Retry-After); it never reaches a known token, and
+    /// the refused ones it leaves behind never push a known one out.
+    #[test]
+    fn unknown_tokens_are_reviewed_at_a_bounded_rate_and_never_crowd_out_known_ones() {
+        let fake = Arc::new(Fake::default());
+        let (counts, a) = authn(&fake, 1.0, 10.0);
+        let alice = a.authenticate(Some("Bearer good"), true).unwrap();
+        let mut turned = 0;
+        for i in 0..(MAX_ENTRIES + 100) {
+            match a.authenticate(Some(&format!("Bearer flood-{i}")), true) {
+                Err(Halt::Refused(r)) if r.code == 429 => {
+                    assert!(r.retry_after.is_some_and(|s| s >= 1));
+                    turned += 1;
+                }
+                Err(Halt::Refused(r)) => assert_eq!(r.code, 401),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(fake.tokens.load(Ordering::SeqCst) <= 12, "reviews bounded");
+        assert!(turned >= MAX_ENTRIES, "{turned}");
+        assert_eq!(counts.turned_away_for("reviews"), turned as u64);
+        // The known token is still known, without a review and without the budget.
+        let asked = fake.tokens.load(Ordering::SeqCst);
+        let again = a.authenticate(Some("Bearer good"), false).unwrap();
+        assert_eq!(again.user, alice.user);
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), asked);
+        // Refused tokens fill their own cache, never the known one's.
+        let fake = Arc::new(Fake::default());
+        let (_, a) = authn(&fake, 1e9, 1e9);
+        a.authenticate(Some("Bearer good"), true).unwrap();
+        for i in 0..(MAX_ENTRIES + 10) {
+            let _ = a.authenticate(Some(&format!("Bearer refused-{i}")), true);
+        }
+        assert_eq!(lock(&a.refused).len(), MAX_ENTRIES);
+        let asked = fake.tokens.load(Ordering::SeqCst);
+        a.authenticate(Some("Bearer good"), false).unwrap();
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), asked, "still kept");
+    }
+
+    /// A follower renewing its token (its kept review expired) is reviewed on a budget
+    /// of its own: unknown tokens that used up theirs never hold it up (at 10,000
+    /// followers the renewals alone are about the review rate).
+    #[test]
+    fn a_token_whose_review_expired_is_renewed_whatever_unknown_tokens_used() {
+        let fake = Arc::new(Fake::default());
+        let (counts, a) = authn(&fake, 0.001, 1.0);
+        let alice = a.authenticate(Some("Bearer good"), true).unwrap();
+        let e = refusal(a.authenticate(Some("Bearer flood"), true));
+        assert_eq!(e.code, 429, "the budget of unknown tokens is used up");
+        // Its review expires.
+        let key: [u8; 32] = Sha256::digest(b"good").into();
+        let now = Instant::now();
+        lock(&a.known).put(key, alice.user.clone(), now, now);
+        assert!(matches!(
+            a.authenticate(Some("Bearer good"), false),
+            Err(Halt::Lane(AUTHENTICATE))
+        ));
+        let asked = fake.tokens.load(Ordering::SeqCst);
+        let again = a.authenticate(Some("Bearer good"), true).unwrap();
+        assert_eq!(again.user, alice.user);
+        assert_eq!(
+            fake.tokens.load(Ordering::SeqCst),
+            asked + 1,
+            "reviewed again"
+        );
+        assert_eq!(counts.turned_away_for("renewals"), 0);
+        // Still the review budget for the others; a refused renewal is no longer known.
+        assert_eq!(refusal(a.authenticate(Some("Bearer x"), true)).code, 429);
+        lock(&a.known).put(Sha256::digest(b"bad").into(), alice.user, now, now);
+        assert_eq!(refusal(a.authenticate(Some("Bearer bad"), true)).code, 401);
+        assert!(!lock(&a.known).had(&Sha256::digest(b"bad").into()));
+    }
+
+    fn jwt(claims: &str) -> Secret {
+        let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        Secret::new(format!("{}.{}.sig", b("{\"alg\":\"RS256\"}"), b(claims)))
+    }
+
+    #[test]
+    fn a_jwt_is_not_trusted_past_its_exp() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let soon = lifetime(&jwt(&format!("{{\"exp\":{}}}", now + 5))).unwrap();
+        assert!(soon <= Duration::from_secs(5));
+        assert_eq!(
+            lifetime(&jwt(&format!("{{\"exp\":{}}}", now - 5))),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(lifetime(&Secret::new("opaque")), None);
+    }
+
+    /// Issue 47: a token's claims reached `Instant + Duration`, which panics past the
+    /// clock's range; eight such requests took every worker. No `exp` a client may write
+    /// panics, authenticated or not.
+    #[test]
+    fn no_exp_a_client_writes_panics() {
+        let fake = Arc::new(Fake::default());
+        let (_, a) = authn(&fake, REVIEW_RATE, REVIEW_BURST);
+        for exp in [
+            "18446744073709551615",
+            "10000000000000000000",
+            "1e300",
+            "-1",
+            "-1e300",
+            "0.5",
+            "99999999999999999999999999999999",
+        ] {
+            let token = jwt(&format!("{{\"exp\":{exp}}}"));
+            let header = format!("Bearer {}", token.expose());
+            assert_eq!(code(a.authenticate(Some(&header), true)), 401, "{exp}");
+        }
+        // Authenticated, with an exp past u64: kept for the review's own time.
+        let fake = Arc::new(Fake {
+            anyone: true,
+            ..Fake::default()
+        });
+        let (_, a) = authn(&fake, REVIEW_RATE, REVIEW_BURST);
+        for exp in ["18446744073709551615", "1e300", "-1e300"] {
+            let header = format!("Bearer {}", jwt(&format!("{{\"exp\":{exp}}}")).expose());
+            a.authenticate(Some(&header), true).unwrap();
+            a.authenticate(Some(&header), true).unwrap();
+        }
+        assert_eq!(
+            fake.tokens.load(Ordering::SeqCst),
+            4,
+            "kept, but for the expired one"
+        );
+    }
+
+    const ISS: &str = "https://kubernetes.default.svc";
+
+    /// The issuer of the keys `key` signs with, for `audience` (`--token-audience`).
+    fn issuer_of(key: &Signer, audience: Option<&str>) -> Issuer {
+        let jwk = key.jwk();
+        let fetch: issuer::Fetch = Box::new(move |path: &str, _: &str| {
+            Ok(match path {
+                "/.well-known/openid-configuration" => {
+                    serde_json::json!({"issuer": ISS, "jwks_uri": "https://x/openid/v1/jwks"})
+                        .to_string()
+                        .into_bytes()
+                }
+                _ => serde_json::json!({ "keys": [jwk.clone()] })
+                    .to_string()
+                    .into_bytes(),
+            })
+        });
+        Issuer::new(audience.map(str::to_string), fetch)
+    }
+
+    /// Claims as the apiserver issues them for `aud`, living `secs`.
+    fn claims(aud: &str, secs: f64) -> serde_json::Value {
+        let now = issuer::unix(std::time::SystemTime::now());
+        serde_json::json!({"iss": ISS, "aud": aud, "exp": now + secs, "nbf": now, "iat": now,
+            "kubernetes.io": {"namespace": "team",
+                "serviceaccount": {"name": "agent", "uid": "sa-uid"}}})
+    }
+
+    fn bearer(t: String) -> String {
+        format!("Bearer {t}")
+    }
+
+    /// Issue 49.2: with `--token-audience`, a token the issuer signed for the hub is
+    /// verified without a TokenReview, one it did not sign is refused without one, and any
+    /// other token is reviewed by the apiserver as before.
+    #[test]
+    fn tokens_for_the_hub_are_verified_here() {
+        let key = Signer::new("k1");
+        let fake = Arc::new(Fake::default());
+        let (_, a) = authn(&fake, REVIEW_RATE, REVIEW_BURST);
+        let a = a.verifying(Some(issuer_of(&key, Some("cmpoll-hub"))));
+        let who =
+            (a.authenticate(Some(&bearer(key.sign(&claims("cmpoll-hub", 600.0)))), true)).unwrap();
+        assert_eq!(who.user.name, "system:serviceaccount:team:agent");
+        let forged = Signer::new("k1").sign(&claims("cmpoll-hub", 600.0));
+        assert_eq!(code(a.authenticate(Some(&bearer(forged)), true)), 401);
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 0, "no TokenReview");
+        assert_eq!(fake.accounts.load(Ordering::SeqCst), 1, "its account read");
+        // The apiserver's audience: reviewed by the apiserver (which knows it as "good"
+        // here only when it is "good").
+        let theirs = key.sign(&claims(ISS, 600.0));
+        assert_eq!(code(a.authenticate(Some(&bearer(theirs)), true)), 401);
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 1);
+        assert!(a.authenticate(Some("Bearer good"), true).is_ok());
+    }
+
+    /// Issue 56.7: a token for the hub whose service account is gone or has another uid
+    /// is refused, as the apiserver's authenticator refuses it; one issued to live longer
+    /// than `MAX_LIFETIME` is reviewed by the apiserver, for the hub's audience; and where
+    /// the hub may not read service accounts, so is every token for the hub.
+    #[test]
+    fn a_token_for_the_hub_is_checked_as_the_apiserver_checks_it() {
+        let key = Signer::new("k1");
+        let fake = Arc::new(Fake {
+            anyone: true,
+            ..Fake::default()
+        });
+        let (_, a) = authn(&fake, REVIEW_RATE, REVIEW_BURST);
+        let a = a.verifying(Some(issuer_of(&key, Some("cmpoll-hub"))));
+        let mut other_uid = claims("cmpoll-hub", 600.0);
+        other_uid["kubernetes.io"]["serviceaccount"]["uid"] = serde_json::json!("old-uid");
+        assert_eq!(
+            code(a.authenticate(Some(&bearer(key.sign(&other_uid))), true)),
+            401
+        );
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 0, "refused here");
+        let long = key.sign(&claims("cmpoll-hub", 8760.0 * 3600.0));
+        a.authenticate(Some(&bearer(long)), true).unwrap();
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 1, "reviewed");
+        assert_eq!(
+            fake.audience.lock().unwrap().as_deref(),
+            Some("cmpoll-hub"),
+            "for the hub's audience"
+        );
+    }
+
+    /// Issue 56.7: tokens the hub refuses itself (forged for its audience) draw on the
+    /// budget of unknown tokens, as garbage reviewed by the apiserver does: beyond it a
+    /// 429, and no more of them kept than of garbage.
+    #[test]
+    fn forged_tokens_for_the_hub_cost_what_garbage_costs() {
+        let key = Signer::new("k1");
+        let fake = Arc::new(Fake::default());
+        let (counts, a) = authn(&fake, 0.001, 5.0);
+        let a = a.verifying(Some(issuer_of(&key, Some("cmpoll-hub"))));
+        let forger = Signer::new("k1");
+        let codes: Vec<u16> = (0..50)
+            .map(|i| {
+                let t = forger.sign(&claims("cmpoll-hub", 600.0 + f64::from(i)));
+                code(a.authenticate(Some(&bearer(t)), true))
+            })
+            .collect();
+        assert_eq!(codes.iter().filter(|c| **c == 401).count(), 5, "{codes:?}");
+        assert_eq!(codes.iter().filter(|c| **c == 429).count(), 45);
+        assert_eq!(lock(&a.refused).len(), 5, "kept: as many as refused");
+        assert_eq!(counts.turned_away_for("reviews"), 45);
+        // The issuer's own token for the hub meets no budget.
+        let good = key.sign(&claims("cmpoll-hub", 600.0));
+        assert!(a.authenticate(Some(&bearer(good)), true).is_ok());
+    }
+
+    /// Issue 56.8: a token the cluster signed is reviewed from a budget of its own, so a
+    /// fleet arriving after a hub's start is admitted as it comes while garbage (and
+    /// expired or forged tokens) stays at the rate of unknown tokens.
+    #[test]
+    fn tokens_the_cluster_signed_are_reviewed_from_a_larger_budget() {
+        let key = Signer::new("k1");
+        let fake = Arc::new(Fake {
+            anyone: true,
+            ..Fake::default()
+        });
+        let (counts, a) = authn(&fake, 0.001, 3.0);
+        let a = a.verifying(Some(issuer_of(&key, None)));
+        let admitted = (0..1000)
+            .filter(|i| {
+                let t = key.sign(&claims(ISS, 600.0 + f64::from(*i)));
+                a.authenticate(Some(&bearer(t)), true).is_ok()
+            })
+            .count();
+        assert_eq!(admitted, 1000, "within SIGNED_BURST");
+        assert_eq!(counts.turned_away_for("signed"), 0);
+        let garbage = (0..20)
+            .filter(|i| a.authenticate(Some(&format!("Bearer g{i}")), true).is_ok())
+            .count();
+        assert_eq!(garbage, 3, "garbage: its own budget");
+        let forged = Signer::new("k1").sign(&claims(ISS, 600.0));
+        assert_eq!(code(a.authenticate(Some(&bearer(forged)), true)), 429);
+        let mut expired = claims(ISS, 600.0);
+        expired["exp"] = serde_json::json!(1000.0);
+        assert_eq!(
+            code(a.authenticate(Some(&bearer(key.sign(&expired))), true)),
+            429
+        );
+        assert_eq!(counts.turned_away_for("reviews"), 19);
+        assert_eq!(*fake.audience.lock().unwrap(), None, "reviewed as before");
+    }
+}
