@@ -7,6 +7,7 @@
 //! shipped manifests and the label policy).
 
 mod bounds;
+mod budgets;
 mod clients;
 mod credentials;
 // The hub against the apiserver, request by request: generated roles × requests, both

@@ -321,3 +321,138 @@ fn a_service_accounts_pods_share_one_access_review_when_asked() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A token of `ns/name` for `audience`, issued to live `duration`.
+fn token_living(k: &RealApiserver, ns: &str, name: &str, audience: &str, duration: &str) -> String {
+    (k.ok(&[
+        "create",
+        "token",
+        name,
+        "-n",
+        ns,
+        "--duration",
+        duration,
+        "--audience",
+        audience,
+    ]))
+    .trim()
+    .to_string()
+}
+
+/// Issue 56.7: with `--token-audience` the hub checks a token for it as the apiserver's
+/// service-account authenticator does. A token whose account was deleted and made again
+/// (another uid) is refused, as the apiserver's own TokenReview for that audience refuses
+/// it, while the new account's token is accepted; a token issued to live a year is not
+/// trusted on its signature: the apiserver reviews it (for the hub's audience) and refuses
+/// it once its account is gone. (On 55fa4de both old tokens were accepted.)
+#[test]
+fn a_token_for_the_hub_is_refused_once_its_account_is_gone() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-account");
+    put_module(k, &ns, "m", "k.yaml", "one");
+    let hub = start_hub(
+        k,
+        &hub_account(k, &ns, "hub"),
+        &["--token-audience", AUDIENCE, "--namespace", &ns],
+    );
+    let _ = follower(k, &ns, "reader", cm_rules(), false);
+    let scraper = scraper(k, &ns);
+    let list = format!("/api/v1/namespaces/{ns}/configmaps");
+    let status = |t: &str| get(&hub.url(), &hub.ca, t, &list, &[]).0;
+    let reviewed = || {
+        decisions(
+            &hub,
+            &scraper,
+            &[("check", "authentication"), ("cache", "miss")],
+        )
+    };
+    let local = || {
+        decisions(
+            &hub,
+            &scraper,
+            &[("check", "authentication"), ("cache", "local")],
+        )
+    };
+    // A year's token: reviewed by the apiserver, not verified here.
+    let year = token_living(k, &ns, "reader", AUDIENCE, "8760h");
+    let (_, claims) = parts(&year);
+    assert!(claims["exp"].as_f64().unwrap() - claims["iat"].as_f64().unwrap() > 8000.0 * 3600.0);
+    let (before, here) = (reviewed(), local());
+    assert_eq!(status(&year), 200, "{}", hub.d.stderr());
+    assert_eq!(
+        reviewed() - before,
+        1.0,
+        "a TokenReview for the hub's audience"
+    );
+    assert_eq!(local(), here, "not verified here");
+    // Tokens made before the account is deleted and made again, first shown after.
+    let old = token_for(k, &ns, "reader", AUDIENCE);
+    let old_year = token_living(k, &ns, "reader", AUDIENCE, "8760h");
+    let uid = |k: &RealApiserver| {
+        k.ok(&[
+            "get",
+            "serviceaccount",
+            "reader",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+    };
+    let was = uid(k);
+    k.ok(&["delete", "serviceaccount", "reader", "-n", &ns]);
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "reader", "namespace": ns}})
+        .to_string(),
+    );
+    assert_ne!(uid(k), was, "made again: another uid");
+    assert!(!apiserver_says(k, &old), "the oracle refuses the old token");
+    assert!(!apiserver_says(k, &old_year));
+    assert_eq!(status(&old), 401, "{}", hub.d.stderr());
+    assert_eq!(status(&old_year), 401, "{}", hub.d.stderr());
+    let new = token_for(k, &ns, "reader", AUDIENCE);
+    assert!(apiserver_says(k, &new));
+    assert_eq!(status(&new), 200, "{}", hub.d.stderr());
+    let log = hub.d.stderr();
+    assert!(!log.contains(&old) && !log.contains(&new) && !log.contains(&year));
+}
+
+/// Issue 56.9: the apiserver echoes what a client wrote in a refusal (`token audiences
+/// ["…"] is invalid for the target audiences …`); a token whose audience reads like a
+/// failed call (`dial tcp …`, `i/o timeout`) is a 401 at the hub, as at the apiserver,
+/// never a 503 that tells the follower the cluster is down. (On 55fa4de: 503.)
+#[test]
+fn a_refusal_that_echoes_a_clients_words_is_not_an_outage() {
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-echo");
+    put_module(k, &ns, "m", "k.yaml", "one");
+    let hub = start_hub(k, &hub_account(k, &ns, "hub"), &["--namespace", &ns]);
+    let _ = follower(k, &ns, "reader", cm_rules(), false);
+    let list = format!("/api/v1/namespaces/{ns}/configmaps");
+    for audience in [
+        "dial tcp 10.0.0.1:443: connect: connection refused",
+        "Post \"https://10.0.0.1/\": i/o timeout",
+    ] {
+        let token = token_for(k, &ns, "reader", audience);
+        let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": token}});
+        let out = k.ok_in(
+            &["create", "-f", "-", "-o", "json"],
+            Some(&review.to_string()),
+        );
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let error = v["status"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(v["status"]["authenticated"], Value::Null, "{v}");
+        assert!(error.contains("token audiences"), "echoed: {error}");
+        let (code, _, body) = get(&hub.url(), &hub.ca, &token, &list, &[]);
+        assert_eq!(code, 401, "{audience}: {}", String::from_utf8_lossy(&body));
+    }
+}
