@@ -17,6 +17,7 @@
 
 mod apifleet;
 mod apirequests;
+mod coldstart;
 #[path = "../common/mod.rs"]
 mod common;
 mod crossover;
@@ -73,6 +74,9 @@ struct Args {
     sim_sizes: Vec<usize>,
     sim_check: usize,
     sim_protocols: Vec<simclient::Protocol>,
+    /// The hub-cold part: followers arriving a second, and how long a run may take.
+    arrival: f64,
+    cold_limit: u64,
     /// The hub-poll-cost part: unselected ConfigMaps stored beside the selection.
     unselected: Vec<usize>,
 }
@@ -110,6 +114,8 @@ fn args() -> Args {
         sim_sizes: vec![1000, 5000, 10_000],
         sim_check: 50,
         sim_protocols: vec![simclient::Protocol::LongPoll, simclient::Protocol::Watch],
+        arrival: 500.0,
+        cold_limit: 300,
         unselected: vec![0, 10_000, 100_000],
     };
     let mut it = std::env::args().skip(1);
@@ -137,6 +143,8 @@ fn args() -> Args {
             "--sim-sizes" => a.sim_sizes = v.split(',').map(parse_count).collect(),
             "--unselected" => a.unselected = v.split(',').map(parse_count).collect(),
             "--sim-check" => a.sim_check = v.parse().expect("--sim-check N"),
+            "--arrival" => a.arrival = v.parse().expect("--arrival FOLLOWERS_A_SECOND"),
+            "--cold-limit" => a.cold_limit = v.parse().expect("--cold-limit SECONDS"),
             "--sim-protocols" => {
                 a.sim_protocols = (v.split(','))
                     .map(|p| match p {
@@ -152,7 +160,7 @@ fn args() -> Args {
             }
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-keys 2] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH] [--sim-sizes 1k,5k,10k] [--sim-check 50] [--sim-protocols longpoll,watch]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-keys 2] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH] [--sim-sizes 1k,5k,10k] [--sim-check 50] [--sim-protocols longpoll,watch] [--arrival 500] [--cold-limit 300]"
                 );
                 std::process::exit(2);
             }
@@ -717,6 +725,20 @@ fn main() {
             &rollout::Plan {
                 n: a.sim_sizes.first().copied().unwrap_or(1000),
                 objects: a.fleet_objects.first().copied().unwrap_or(1000),
+            },
+        );
+        println!();
+    }
+    // A cold hub admitting a fleet that arrives (issue 56.8); by name only.
+    if a.only.iter().any(|o| o == "hub-cold") {
+        coldstart::run(
+            &cmpoll,
+            a.baseline.as_deref(),
+            &coldstart::Plan {
+                n: a.sim_sizes.first().copied().unwrap_or(10_000),
+                arrival: a.arrival,
+                objects: a.fleet_objects.first().copied().unwrap_or(1000),
+                limit: Duration::from_secs(a.cold_limit),
             },
         );
         println!();

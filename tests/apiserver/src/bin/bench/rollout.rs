@@ -24,7 +24,7 @@ use test_apiserver::real::RealApiserver;
 use super::apifleet;
 use super::hubs::Hubs;
 use super::sidecar::apply;
-use super::simclient::{Protocol, Setup, Sim};
+use super::simclient::{Protocol, Retry, Setup, Sim};
 
 pub struct Plan {
     pub n: usize,
@@ -138,6 +138,8 @@ fn one(
         wait: WAIT,
         spread: Duration::from_secs(1),
         reconnect: true,
+        arrival: None,
+        retry: Retry::Fixed,
     });
     let t = Instant::now();
     while sim.synced() < n && t.elapsed() < Duration::from_secs(600) {

@@ -26,6 +26,14 @@
 //! and a 100 ms pause): each simulated follower waits 100 ms plus a random share of 50 ms,
 //! and the first requests are spread over `spread`, so that arrivals at the hub are as
 //! scattered as a real fleet's (an event loop woken once per arrival, not once per burst).
+//! With `arrival`, followers come at that rate instead, each connecting when it arrives (a
+//! fleet coming to a hub that just started, issue 56.8).
+//!
+//! Told to wait (429, 503), a follower waits as `retry` says: a second (`Fixed`, the
+//! simulator before issue 56), as `cmpoll run` did before 56 (`Backoff`: its interval,
+//! doubling up to five minutes, `Retry-After` a floor) or as it does since (`Told`: a hub's
+//! 429 with `Retry-After` waited as told and up to a second more; anything else as
+//! `Backoff`).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -66,6 +74,24 @@ pub struct Setup {
     /// A lost connection is made again (followers behind a balancer); else it counts as
     /// broken and the follower stops.
     pub reconnect: bool,
+    /// Followers arriving at this rate (a second), each connecting as it comes; `None`:
+    /// all connected at the start, their first requests over `spread`.
+    pub arrival: Option<f64>,
+    /// How a follower told to wait waits.
+    pub retry: Retry,
+}
+
+/// How a follower told to wait (429, 503) waits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Retry {
+    /// A second (and its pause).
+    Fixed,
+    /// `cmpoll run` before issue 56: a failed poll, its wait from the interval doubling up
+    /// to `min(10 × interval, 5 min)`, 10 % jitter, `Retry-After` a floor.
+    Backoff { interval: Duration },
+    /// `cmpoll run` since: a hub's 429 with `Retry-After` waited as told and up to a
+    /// second more (no failure counted); anything else as `Backoff`.
+    Told { interval: Duration },
 }
 
 /// Per follower: when it got each (object name, round).
@@ -131,11 +157,16 @@ struct Follower {
     newest: HashMap<String, u64>,
     /// Its connections so far (one more each reconnect).
     connection: u64,
+    /// Failed polls in a row (`Retry::Backoff`).
+    failures: u32,
+    /// When its first list was answered.
+    pub listed_at: Option<Instant>,
 }
 
 /// Framing of the response being read.
 struct Body {
     code: u16,
+    retry_after: Option<u64>,
     gzip: bool,
     framing: Framing,
     /// Decoded body so far (for chunked: the chunks' data).
@@ -162,6 +193,10 @@ pub struct Sim {
     config: Arc<rustls::ClientConfig>,
     /// The churn's changes not yet seen, for long-poll followers: every change so far.
     changes: Vec<(String, u64)>,
+    /// Followers still to arrive (`Setup::arrival`): when the first did, and when the
+    /// next one does.
+    arrivals_from: Option<Instant>,
+    next_arrival: Option<Instant>,
     pub report: Report,
 }
 
@@ -202,44 +237,80 @@ fn tls_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
 }
 
 impl Sim {
-    /// Connects every follower (each its own connection) and schedules its first list.
+    /// Connects every follower (each its own connection) and schedules its first list;
+    /// with `Setup::arrival`, followers connect as they arrive (`arrive`).
     pub fn start(setup: Setup) -> Sim {
         raise_files(setup.tokens.len() as u64 + 256);
         let config = tls_config(&setup.ca_pem);
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll");
         let now = Instant::now();
-        let n = setup.tokens.len().max(1);
-        let mut followers = Vec::with_capacity(setup.tokens.len());
-        for (i, token) in setup.tokens.iter().enumerate() {
-            let (sock, tls) = connect(&epoll, setup.addr, &config, i).expect("connect to the hub");
-            let start = now + setup.spread.mul_f64(i as f64 / n as f64);
-            followers.push(Follower {
-                sock,
-                tls,
-                token: token.clone(),
-                want: Want::List,
-                inbuf: Vec::new(),
-                body: None,
-                rv: 0,
-                next_at: Some(start),
-                to_get: Vec::new(),
-                seen: Seen::new(),
-                synced: false,
-                rng: (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
-                closing: false,
-                relist: false,
-                newest: HashMap::new(),
-                connection: 0,
-            });
-        }
-        Sim {
+        let mut sim = Sim {
             epoll,
-            followers,
-            setup: Arc::new(setup),
+            followers: Vec::with_capacity(setup.tokens.len()),
             config,
             changes: Vec::new(),
+            arrivals_from: setup.arrival.map(|_| now),
+            next_arrival: setup.arrival.map(|_| now),
             report: Report::default(),
+            setup: Arc::new(setup),
+        };
+        if sim.setup.arrival.is_none() {
+            let n = sim.setup.tokens.len().max(1);
+            for i in 0..sim.setup.tokens.len() {
+                let start = now + sim.setup.spread.mul_f64(i as f64 / n as f64);
+                sim.join(start);
+            }
         }
+        sim
+    }
+
+    /// The next follower joins, its first list due at `start`.
+    fn join(&mut self, start: Instant) {
+        let i = self.followers.len();
+        let (sock, tls) =
+            connect(&self.epoll, self.setup.addr, &self.config, i).expect("connect to the hub");
+        self.followers.push(Follower {
+            sock,
+            tls,
+            token: self.setup.tokens[i].clone(),
+            want: Want::List,
+            inbuf: Vec::new(),
+            body: None,
+            rv: 0,
+            next_at: Some(start),
+            to_get: Vec::new(),
+            seen: Seen::new(),
+            synced: false,
+            rng: (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            closing: false,
+            relist: false,
+            newest: HashMap::new(),
+            connection: 0,
+            failures: 0,
+            listed_at: None,
+        });
+    }
+
+    /// Followers whose moment came (`Setup::arrival`) join, each on a connection of its
+    /// own, and ask at once.
+    fn arrive(&mut self, now: Instant) {
+        let (Some(rate), Some(from)) = (self.setup.arrival, self.arrivals_from) else {
+            return;
+        };
+        let n = self.setup.tokens.len();
+        let at = |i: usize| from + Duration::from_secs_f64(i as f64 / rate.max(1e-9));
+        while self.followers.len() < n && at(self.followers.len()) <= now {
+            self.join(at(self.followers.len()));
+        }
+        self.next_arrival = (self.followers.len() < n).then(|| at(self.followers.len()));
+    }
+
+    /// Every follower's first list, when it was answered (`None`: not yet, or not
+    /// arrived).
+    pub fn listed(&self) -> Vec<Option<Instant>> {
+        let mut out: Vec<Option<Instant>> = self.followers.iter().map(|f| f.listed_at).collect();
+        out.resize(self.setup.tokens.len(), None);
+        out
     }
 
     /// Follower `i`'s connection is gone: connect again and ask at `at` (if the balancer
@@ -286,8 +357,10 @@ impl Sim {
         let mut events = Vec::with_capacity(4096);
         while Instant::now() < until {
             let now = Instant::now();
+            self.arrive(now);
             let next = (self.followers.iter())
                 .filter_map(|f| f.next_at)
+                .chain(self.next_arrival)
                 .min()
                 .map_or(Duration::from_millis(50), |t| {
                     t.saturating_duration_since(now)
@@ -497,6 +570,7 @@ impl Sim {
                 };
                 f.body = Some(Body {
                     code,
+                    retry_after: header("retry-after").and_then(|v| v.parse().ok()),
                     gzip: header("content-encoding").is_some_and(|v| v == "gzip"),
                     framing,
                     data: Vec::new(),
@@ -588,8 +662,12 @@ impl Sim {
         let pause = Duration::from_millis(100 + next_random(&mut self.followers[i].rng) % 50);
         let changes = self.changes.clone();
         let f = &mut self.followers[i];
+        if matches!(b.code, 200 | 304) {
+            f.failures = 0;
+        }
         match (&f.want, b.code) {
             (Want::List, 200) => {
+                f.listed_at.get_or_insert(now);
                 f.rv = list_rv(&b.data, b.gzip).unwrap_or(0);
                 if f.synced {
                     // A relist: it holds the newest of every change made so far (about:
@@ -628,8 +706,11 @@ impl Sim {
                 f.next_at = Some(now + pause);
             }
             (_, 200 | 304) => f.next_at = Some(now + pause),
-            // Told to wait (429, 503): as a follower backs off (at least Retry-After 1).
-            _ => f.next_at = Some(now + Duration::from_secs(1) + pause),
+            // Told to wait (429, 503): as `Setup::retry` says.
+            (_, code) => {
+                let wait = retry_wait(self.setup.retry, f, code, b.retry_after);
+                f.next_at = Some(now + wait + pause);
+            }
         }
         if f.relist {
             f.want = Want::List;
@@ -638,6 +719,31 @@ impl Sim {
             let at = f.next_at.unwrap_or(now + pause);
             self.lost(i, at);
         }
+    }
+}
+
+/// How long follower `f`, told `code` (with `Retry-After` `retry_after`), waits before
+/// its next poll (its pause after).
+fn retry_wait(retry: Retry, f: &mut Follower, code: u16, retry_after: Option<u64>) -> Duration {
+    let unit = |f: &mut Follower| (next_random(&mut f.rng) % 1_000_000) as f64 / 1e6;
+    let floor = Duration::from_secs(retry_after.unwrap_or(0));
+    let backoff = |f: &mut Follower, interval: Duration| {
+        // `backoff::Backoff::polls` and `after_failure`, as `cmpoll run` waits.
+        let cap = (interval * 10).min(Duration::from_secs(300)).max(interval);
+        let base = (interval * (1u32 << f.failures.min(16))).min(cap);
+        f.failures += 1;
+        base.mul_f64(1.0 + 0.1 * unit(f)).max(floor.min(cap))
+    };
+    match retry {
+        Retry::Fixed => Duration::from_secs(1),
+        Retry::Backoff { interval } => backoff(f, interval),
+        Retry::Told { interval } => match (code, retry_after) {
+            (429, Some(_)) => {
+                let cap = (interval * 10).min(Duration::from_secs(300)).max(interval);
+                floor.min(cap) + Duration::from_secs_f64(unit(f))
+            }
+            _ => backoff(f, interval),
+        },
     }
 }
 

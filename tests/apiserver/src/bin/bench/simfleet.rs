@@ -28,7 +28,7 @@ use test_apiserver::real::{RealApiserver, metric_sum};
 use super::apifleet::{self, NAMESPACES};
 use super::hubs::Hubs;
 use super::sidecar::apply;
-use super::simclient::{Protocol, Setup, Sim};
+use super::simclient::{Protocol, Retry, Setup, Sim};
 
 pub struct Plan {
     pub sizes: Vec<usize>,
@@ -126,7 +126,7 @@ pub(super) fn tokens_for(api: &RealApiserver, n: usize, audience: Option<&str>) 
 }
 
 /// A token allowed `get` on the hub's `/metrics`.
-fn scraper_token(api: &RealApiserver) -> String {
+pub(super) fn scraper_token(api: &RealApiserver) -> String {
     apply(
         api,
         vec![
@@ -286,7 +286,7 @@ fn own_cpu() -> f64 {
 /// The hub's `/metrics`, asked again while it answers anything but 200 (a 429: its
 /// review budget, the scraper's kept review having expired), so that a figure is never
 /// read from an empty page.
-fn scrape(port: u16, ca: &str, scraper: &str) -> String {
+pub(super) fn scrape(port: u16, ca: &str, scraper: &str) -> String {
     for _ in 0..30 {
         let mut h = Https::to(&format!("127.0.0.1:{port}"), ca, None);
         let (code, m) = h.get("/metrics", scraper);
@@ -347,6 +347,8 @@ fn one(
         wait: WAIT,
         spread: Duration::from_secs(1),
         reconnect: false,
+        arrival: None,
+        retry: Retry::Fixed,
     });
     let t = Instant::now();
     let mut said = Instant::now();
@@ -548,6 +550,8 @@ fn check(api: &RealApiserver, cmpoll: &Path, tokens: &[String], scraper: &str, p
                 wait: WAIT,
                 spread: Duration::from_secs(1),
                 reconnect: false,
+                arrival: None,
+                retry: Retry::Fixed,
             }));
         }
         let mut pass = |d: Duration| match sim.as_mut() {
