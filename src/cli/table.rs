@@ -281,7 +281,7 @@ flags! {
         validating: no, listening: yes, polling: yes, tls: yes] {
         /// on SIGTERM, fail /readyz and let the followers go over this window, spread (each connection ends at a moment of its own, so they reconnect to the other hubs spread), then exit; a second signal stops at once; 0s: at once
         drain_window: Option<String> [option, arg_name = "DURATION"] = "15s";
-        /// verify followers' service-account tokens requested for this audience here, against the cluster's service-account issuer keys (/.well-known/openid-configuration), without a TokenReview; a deleted pod's token then works until it expires (keep expirationSeconds short); other tokens are reviewed as before
+        /// verify followers' service-account tokens requested for this audience here, against the cluster's service-account issuer keys (/.well-known/openid-configuration), without a TokenReview, their service account read (get serviceaccounts) and kept a minute; a token living over an hour is reviewed by the apiserver instead; a deleted pod's token then works until it expires (keep expirationSeconds short); other tokens are reviewed as before
         token_audience: Option<String> [option, arg_name = "AUDIENCE"];
         /// review a service account's access once for all its pods (its SubjectAccessReview without the pod's extra, which RBAC never reads): only where the cluster authorizes with RBAC
         authorize_per_service_account: bool [switch];
