@@ -119,7 +119,16 @@ fn shape(w: &World, c: &Case) -> (String, Facts) {
         token: c.who != Who::Anonymous,
         type_field: r.fields.is_some_and(|f| f.contains("type=")),
         rv: rv.as_deref().and_then(|v| v.parse().ok()),
-        exact: r.rv_match == Some("Exact") && r.name.is_none() && !r.may_stream(),
+        // `Exact`, or what the apiserver reads so: a list with a limit and a version but
+        // no match, and no continue token.
+        exact: r.name.is_none()
+            && !r.may_stream()
+            && (r.rv_match == Some("Exact")
+                || (r.rv_match.is_none()
+                    && r.continue_token.is_none()
+                    && r.limit
+                        .is_some_and(|l| l.parse::<i64>().is_ok_and(|n| n > 0))
+                    && rv.as_deref().is_some_and(|v| !v.is_empty() && v != "0"))),
         hub_rv: w.hub_rv(r.hub, r.kind, r.ns),
         hub_first: w.hub_first[r.hub],
         state: (matches!(r.rv, None | Some(Rv::Zero))

@@ -385,7 +385,8 @@ pub struct Facts {
     pub type_field: bool,
     /// The resourceVersion asked, if a number.
     pub rv: Option<u64>,
-    /// A list with `resourceVersionMatch=Exact`.
+    /// A list read at exactly its version: `resourceVersionMatch=Exact`, or a `limit` and
+    /// a version with no match.
     pub exact: bool,
     /// The hub's version of the collection asked, when the case was made.
     pub hub_rv: u64,
