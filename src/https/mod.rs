@@ -12,6 +12,7 @@ pub mod conn;
 pub mod drain;
 pub mod endpoints;
 pub mod handler;
+pub mod handshakes;
 pub mod http;
 pub mod lanes;
 pub mod server;

@@ -6,6 +6,12 @@
 //! of records not yet on the wire, and the kernel's send buffer is set to `SEND_BUFFER`
 //! too, so a client that stops reading holds that much of the hub's memory (and of the
 //! kernel's, charged to the pod) and no more.
+//!
+//! A TLS handshake's bytes are read and written here, on the server's thread, but what
+//! they say is worked out elsewhere (its crypto: a signature, a key exchange): while bytes
+//! of a handshake wait to be processed, `Tls::handshake_step` hands its rustls state to a
+//! handshake worker (`handshakes.rs`), and `Tls::back` takes it back. Meanwhile the
+//! connection reads, writes and says nothing.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -40,54 +46,101 @@ pub trait Transport {
 /// HTTPS: rustls over a socket.
 pub struct Tls {
     sock: TcpStream,
-    tls: ServerConnection,
+    /// Its rustls state; `None` while a handshake worker has it.
+    tls: Option<ServerConnection>,
+    /// Bytes of the handshake were read and wait to be processed.
+    unprocessed: bool,
 }
 
 impl Tls {
     pub fn new(sock: TcpStream, config: Arc<ServerConfig>) -> io::Result<Tls> {
         let mut tls = ServerConnection::new(config).map_err(io::Error::other)?;
         tls.set_buffer_limit(Some(SEND_BUFFER));
-        Ok(Tls { sock, tls })
+        Ok(Tls {
+            sock,
+            tls: Some(tls),
+            unprocessed: false,
+        })
     }
 
     pub fn sock(&self) -> &TcpStream {
         &self.sock
     }
+
+    /// Its rustls state, for a handshake worker to process what was read of the handshake
+    /// (if bytes of it wait); the connection is idle until it is `back`.
+    pub fn handshake_step(&mut self) -> Option<ServerConnection> {
+        if !self.unprocessed {
+            return None;
+        }
+        self.unprocessed = false;
+        self.tls.take()
+    }
+
+    /// Its rustls state back from the worker that processed its handshake's bytes; what
+    /// that made (the server's flight, an alert) goes out at the next flush.
+    pub fn back(&mut self, tls: ServerConnection) {
+        self.tls = Some(tls);
+    }
+
+    /// Writes what rustls has for the wire now (an alert before a close), as far as the
+    /// socket takes it.
+    pub fn alert(&mut self) {
+        if let Some(tls) = &mut self.tls {
+            let _ = tls.write_tls(&mut self.sock);
+        }
+    }
 }
 
 impl Transport for Tls {
     fn receive(&mut self, into: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
+        // Away at a handshake worker: what arrived is read once it is back.
+        let Some(tls) = &mut self.tls else {
+            return Ok(false);
+        };
         let mut eof = false;
-        while into.len() < cap && !eof {
-            match self.tls.read_tls(&mut self.sock) {
+        loop {
+            if !tls.is_handshaking() {
+                // Cheap when nothing new came: what a worker decrypted with the
+                // handshake's last flight is taken here too.
+                let state = match tls.process_new_packets() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // Tell the client why (an alert), then close.
+                        let _ = tls.write_tls(&mut self.sock);
+                        return Err(io::Error::other(e));
+                    }
+                };
+                let n = state.plaintext_bytes_to_read();
+                if n > 0 {
+                    let at = into.len();
+                    into.resize(at + n, 0);
+                    let got = tls.reader().read(&mut into[at..]).unwrap_or(0);
+                    into.truncate(at + got);
+                }
+                eof |= state.peer_has_closed();
+            }
+            if into.len() >= cap || eof {
+                break;
+            }
+            match tls.read_tls(&mut self.sock) {
                 Ok(0) => eof = true,
-                Ok(_) => {}
+                Ok(_) => self.unprocessed |= tls.is_handshaking(),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A handshake's buffer is full: a worker makes room.
+                Err(e) if e.kind() == io::ErrorKind::InvalidData && self.unprocessed => break,
                 Err(e) => return Err(e),
             }
-            let state = match self.tls.process_new_packets() {
-                Ok(s) => s,
-                Err(e) => {
-                    // Tell the client why (an alert), then close.
-                    let _ = self.tls.write_tls(&mut self.sock);
-                    return Err(io::Error::other(e));
-                }
-            };
-            let n = state.plaintext_bytes_to_read();
-            if n > 0 {
-                let at = into.len();
-                into.resize(at + n, 0);
-                let got = self.tls.reader().read(&mut into[at..]).unwrap_or(0);
-                into.truncate(at + got);
-            }
-            eof |= state.peer_has_closed();
         }
         Ok(eof)
     }
 
     fn send(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        match self.tls.writer().write(bytes) {
+        let Some(tls) = &mut self.tls else {
+            return Ok(0);
+        };
+        match tls.writer().write(bytes) {
             Ok(n) => Ok(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
             Err(e) => Err(e),
@@ -95,8 +148,11 @@ impl Transport for Tls {
     }
 
     fn flush(&mut self) -> io::Result<bool> {
-        while self.tls.wants_write() {
-            match self.tls.write_tls(&mut self.sock) {
+        let Some(tls) = &mut self.tls else {
+            return Ok(false);
+        };
+        while tls.wants_write() {
+            match tls.write_tls(&mut self.sock) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
@@ -108,15 +164,18 @@ impl Transport for Tls {
     }
 
     fn handshaking(&self) -> bool {
-        self.tls.is_handshaking()
+        self.tls.as_ref().is_none_or(|t| t.is_handshaking())
     }
 
     fn close(&mut self) {
-        self.tls.send_close_notify();
+        if let Some(tls) = &mut self.tls {
+            tls.send_close_notify();
+        }
     }
 
     fn peer_cert(&self) -> Option<CertificateDer<'static>> {
-        (self.tls.peer_certificates())
+        (self.tls.as_ref())
+            .and_then(|t| t.peer_certificates())
             .and_then(|certs| certs.first())
             .map(|c| c.clone().into_owned())
     }
@@ -249,6 +308,8 @@ pub mod fake {
         /// A buffer of this size before the wire, as rustls has (`None`: none).
         pub buffer: Option<usize>,
         pub buffered: Vec<u8>,
+        /// The client presented a certificate.
+        pub cert: bool,
     }
 
     impl Fake {
@@ -295,7 +356,8 @@ pub mod fake {
         }
 
         fn peer_cert(&self) -> Option<CertificateDer<'static>> {
-            None
+            self.cert
+                .then(|| CertificateDer::from(b"a client".to_vec()))
         }
     }
 }
