@@ -209,7 +209,9 @@ pub struct Conn<T> {
     stalled: Option<Instant>,
     /// How long queued bytes may wait for the client (`Bounds::write_deadline`).
     write_deadline: Duration,
-    /// Accepted, or last idle, at: the oldest makes room first.
+    /// Accepted, or last heard from (its socket was ready: bytes came, or the client took
+    /// some), or last idle, at: of the connections that may give way, the one silent for
+    /// longest goes first (a client that stalled, not one in the middle of its handshake).
     pub since: Instant,
     /// A head whose body is being read.
     awaiting: Option<Awaiting>,
@@ -314,6 +316,7 @@ impl<T: Transport> Conn<T> {
 
     /// The socket can be read or written: does what it can.
     pub fn ready(&mut self, now: Instant, b: &Bounds) -> Option<Dispatch> {
+        self.since = now;
         self.read(now, b);
         self.progress(now, b)
     }

@@ -11,7 +11,9 @@
 //! they say is worked out elsewhere (its crypto: a signature, a key exchange): while bytes
 //! of a handshake wait to be processed, `Tls::handshake_step` hands its rustls state to a
 //! handshake worker (`handshakes.rs`), and `Tls::back` takes it back. Meanwhile the
-//! connection reads, writes and says nothing.
+//! connection reads, writes and says nothing. A step waits for a whole TLS record
+//! (`Records` follows their framing as the bytes come): a client that stalls halfway
+//! through its ClientHello costs a worker nothing.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -37,6 +39,8 @@ pub trait Transport {
     fn flush(&mut self) -> io::Result<bool>;
     /// Still in its handshake.
     fn handshaking(&self) -> bool;
+    /// The client has sent something whole (a TLS record; without TLS, anything).
+    fn started(&self) -> bool;
     /// Says goodbye (TLS `close_notify`) after what is queued.
     fn close(&mut self);
     /// The certificate the client presented (its leaf), if any.
@@ -48,8 +52,10 @@ pub struct Tls {
     sock: TcpStream,
     /// Its rustls state; `None` while a handshake worker has it.
     tls: Option<ServerConnection>,
-    /// Bytes of the handshake were read and wait to be processed.
+    /// A whole record of the handshake was read and waits to be processed.
     unprocessed: bool,
+    /// Where the handshake's bytes stand in their records.
+    records: Records,
 }
 
 impl Tls {
@@ -60,6 +66,7 @@ impl Tls {
             sock,
             tls: Some(tls),
             unprocessed: false,
+            records: Records::default(),
         })
     }
 
@@ -123,9 +130,17 @@ impl Transport for Tls {
             if into.len() >= cap || eof {
                 break;
             }
-            match tls.read_tls(&mut self.sock) {
+            let handshaking = tls.is_handshaking();
+            let read = match handshaking {
+                true => tls.read_tls(&mut Observed {
+                    sock: &mut self.sock,
+                    records: &mut self.records,
+                }),
+                false => tls.read_tls(&mut self.sock),
+            };
+            match read {
                 Ok(0) => eof = true,
-                Ok(_) => self.unprocessed |= tls.is_handshaking(),
+                Ok(_) => self.unprocessed |= handshaking && self.records.take_whole(),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // A handshake's buffer is full: a worker makes room.
@@ -167,6 +182,10 @@ impl Transport for Tls {
         self.tls.as_ref().is_none_or(|t| t.is_handshaking())
     }
 
+    fn started(&self) -> bool {
+        self.records.any
+    }
+
     fn close(&mut self) {
         if let Some(tls) = &mut self.tls {
             tls.send_close_notify();
@@ -180,6 +199,70 @@ impl Transport for Tls {
             .map(|c| c.clone().into_owned())
     }
 }
+
+/// The socket as rustls reads a handshake from it, each byte seen by `Records`.
+struct Observed<'a> {
+    sock: &'a mut TcpStream,
+    records: &'a mut Records,
+}
+
+impl Read for Observed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.records.take(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// TLS's records as their bytes come (RFC 8446 §5.1: a type, a version, a 16-bit length,
+/// then that many bytes): whether a whole one came. What cannot be a record (another type,
+/// a length past any record's) counts as whole, for rustls to refuse at once.
+#[derive(Debug, Default)]
+struct Records {
+    head: [u8; 5],
+    /// Bytes of the head in.
+    have: usize,
+    /// Bytes of the record's body still to come.
+    left: usize,
+    /// A record came whole since the last `take_whole`.
+    whole: bool,
+    /// A record came whole.
+    any: bool,
+}
+
+impl Records {
+    fn take(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.left > 0 {
+                let n = self.left.min(bytes.len());
+                self.left -= n;
+                bytes = &bytes[n..];
+                self.whole |= self.left == 0;
+                continue;
+            }
+            let n = (self.head.len() - self.have).min(bytes.len());
+            self.head[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+            self.have += n;
+            bytes = &bytes[n..];
+            if self.have == self.head.len() {
+                self.have = 0;
+                self.left = usize::from(u16::from_be_bytes([self.head[3], self.head[4]]));
+                let record = (20..=23).contains(&self.head[0]) && self.left <= MAX_RECORD;
+                self.whole |= self.left == 0 || !record;
+            }
+        }
+    }
+
+    /// Whether a whole record came since the last time it was asked.
+    fn take_whole(&mut self) -> bool {
+        self.any |= self.whole;
+        std::mem::take(&mut self.whole)
+    }
+}
+
+/// The longest a TLS record may be on the wire (RFC 8446 §5.2: 2^14 + 256 bytes of
+/// ciphertext; TLS 1.2's compressed records, 2^14 + 2048).
+const MAX_RECORD: usize = (1 << 14) + 2048;
 
 /// Plain HTTP (`cmpoll run --listen`: probes and scrapes on the pod network).
 pub struct Plain {
@@ -229,6 +312,10 @@ impl Transport for Plain {
 
     fn handshaking(&self) -> bool {
         false
+    }
+
+    fn started(&self) -> bool {
+        true
     }
 
     fn close(&mut self) {}
@@ -282,11 +369,46 @@ impl Transport for Io {
     fn handshaking(&self) -> bool {
         self.inner_ref().handshaking()
     }
+    fn started(&self) -> bool {
+        self.inner_ref().started()
+    }
     fn close(&mut self) {
         self.inner().close()
     }
     fn peer_cert(&self) -> Option<CertificateDer<'static>> {
         self.inner_ref().peer_cert()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record's bytes in any pieces make one whole record, once the last comes; what
+    /// cannot be a record is whole at once.
+    #[test]
+    fn records_are_whole_once_their_last_byte_comes() {
+        let mut wire = vec![22, 3, 1, 0, 10];
+        wire.extend([7u8; 10]);
+        wire.extend([20, 3, 3, 0, 1, 1]);
+        for cut in 1..wire.len() {
+            let mut r = Records::default();
+            r.take(&wire[..cut]);
+            let first = r.take_whole();
+            assert_eq!(first, cut >= 15, "cut at {cut}");
+            r.take(&wire[cut..]);
+            assert!(r.take_whole(), "the last record, cut at {cut}");
+            assert!(!r.take_whole(), "asked once");
+        }
+        let mut r = Records::default();
+        r.take(b"GET / HTTP/1.1\r\n");
+        assert!(r.take_whole(), "not TLS");
+        let mut r = Records::default();
+        r.take(&[22, 3, 1, 0xff, 0xff, 1]);
+        assert!(r.take_whole(), "longer than a record may be");
+        let mut r = Records::default();
+        r.take(&[22, 3, 1, 2, 0, 1, 0, 1]);
+        assert!(!r.take_whole(), "a ClientHello begun");
     }
 }
 
@@ -349,6 +471,10 @@ pub mod fake {
 
         fn handshaking(&self) -> bool {
             false
+        }
+
+        fn started(&self) -> bool {
+            true
         }
 
         fn close(&mut self) {
