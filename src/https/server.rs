@@ -328,7 +328,7 @@ impl Server {
         if self.handshakes.is_none() {
             return;
         }
-        let Some(e) = self.entry_mut(key) else {
+        let Some(e) = self.entry_mut(key).filter(|e| !e.conn.done()) else {
             return;
         };
         let (from, until) = (e.addr.ip(), e.conn.deadline().unwrap_or(now));

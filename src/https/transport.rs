@@ -432,6 +432,8 @@ pub mod fake {
         pub buffered: Vec<u8>,
         /// The client presented a certificate.
         pub cert: bool,
+        /// The client sent nothing whole yet.
+        pub unstarted: bool,
     }
 
     impl Fake {
@@ -474,7 +476,7 @@ pub mod fake {
         }
 
         fn started(&self) -> bool {
-            true
+            !self.unstarted
         }
 
         fn close(&mut self) {

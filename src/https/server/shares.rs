@@ -6,15 +6,16 @@
 //! rendered once for a thousand followers) counts once per share however many of its
 //! connections keep it alive, whole, since any one of them keeps all of it alive.
 //!
-//! The orders in which connections are let go, the least valuable first: the token-less
-//! (those that never sent a whole TLS record first — a stalled handshake before a client
-//! in the middle of its own —, then the one silent for longest); then connections of
-//! identities that are open (idle, or writing an answer no one holds), silent for longest
-//! first; then the held requests (parked, streaming, writing for their holder) of the
-//! identity that holds the most, oldest first.
+//! The orders in which connections are let go, the least valuable first: the token-less,
+//! the one silent for longest first (one that never sent a whole TLS record counts as
+//! silent a second longer than it is: a stalled handshake goes before a client in the
+//! middle of its own, not before a newcomer); then connections of identities that are open
+//! (idle, or writing an answer no one holds), silent for longest first; then the held
+//! requests (parked, streaming, writing for their holder) of the identity that holds the
+//! most, oldest first.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::https::conn::{Conn, Footprint, Kind};
 use crate::https::handler::Holder;
@@ -31,9 +32,9 @@ pub(super) struct Counted {
 impl Counted {
     pub fn of<T: Transport>(conn: &Conn<T>) -> Counted {
         let place = match conn.kind() {
-            Kind::Reading | Kind::Writing => Place::Open(Since {
-                started: conn.io.started(),
-                at: conn.since,
+            Kind::Reading | Kind::Writing => Place::Open(match conn.io.started() {
+                true => conn.since,
+                false => conn.since.checked_sub(UNSTARTED).unwrap_or(conn.since),
             }),
             Kind::Held(_, at) => Place::Held(at),
             Kind::Working | Kind::Done => Place::Working,
@@ -49,22 +50,18 @@ impl Counted {
 /// Where a connection stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Place {
-    /// Handshaking, reading, idle, or writing an answer no one holds: the first to give
-    /// way.
-    Open(Since),
+    /// Handshaking, reading, idle, or writing an answer no one holds, silent since then:
+    /// the first to give way.
+    Open(Instant),
     /// Parked, streaming or writing for its owner, since then.
     Held(Instant),
     /// With a worker: it stays.
     Working,
 }
 
-/// Where an open connection stands in line to give way: one that never sent anything
-/// whole first, then the one silent for longest (`Conn::since`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Since {
-    pub started: bool,
-    pub at: Instant,
-}
+/// How much longer than it is a connection that never sent a whole TLS record counts as
+/// silent.
+const UNSTARTED: Duration = Duration::from_secs(1);
 
 /// Bytes held by a group of connections: their own, and each shared body once.
 #[derive(Debug, Default)]
@@ -109,7 +106,7 @@ impl Tally {
 #[derive(Debug, Default)]
 pub(super) struct Share {
     /// Open connections, in line to give way.
-    pub open: BTreeSet<(Since, u64)>,
+    pub open: BTreeSet<(Instant, u64)>,
     /// Held requests, oldest first.
     pub held: BTreeSet<(Instant, u64)>,
     tally: Tally,
@@ -130,7 +127,7 @@ pub(super) struct Shares {
     /// Each identity's.
     pub identities: HashMap<Holder, Share>,
     /// Every identity's open connections, in line to give way.
-    owned_open: BTreeSet<(Since, u64)>,
+    owned_open: BTreeSet<(Instant, u64)>,
 }
 
 impl Shares {
@@ -250,11 +247,6 @@ impl Shares {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    fn heard(at: Instant) -> Since {
-        Since { started: true, at }
-    }
 
     fn counted(
         owner: Option<u64>,
@@ -291,16 +283,12 @@ mod tests {
         // Its answers written: idle, holding only its own.
         for key in 0..150 {
             let before = counted(Some(1), Place::Held(t), 100, list);
-            let after = counted(Some(1), Place::Open(heard(t)), 50, None);
+            let after = counted(Some(1), Place::Open(t), 50, None);
             s.recount(key, Some(&before), Some(&after));
         }
         assert_eq!(s.identities[&Holder(1)].bytes(), 150 * 50);
         for key in 0..150 {
-            s.recount(
-                key,
-                Some(&counted(Some(1), Place::Open(heard(t)), 50, None)),
-                None,
-            );
+            s.recount(key, Some(&counted(Some(1), Place::Open(t), 50, None)), None);
         }
         assert!(!s.identities.contains_key(&Holder(1)), "gone with its last");
         assert_eq!(s.loose.bytes(), 0);
@@ -332,36 +320,14 @@ mod tests {
         s.recount(
             4,
             None,
-            Some(&counted(Some(8), Place::Open(heard(at(5))), 10, None)),
+            Some(&counted(Some(8), Place::Open(at(5)), 10, None)),
         );
         assert_eq!(s.room(), Some(4), "an identity's open connection");
-        s.recount(
-            5,
-            None,
-            Some(&counted(None, Place::Open(heard(at(9))), 10, None)),
-        );
-        s.recount(
-            6,
-            None,
-            Some(&counted(None, Place::Open(heard(at(8))), 10, None)),
-        );
+        s.recount(5, None, Some(&counted(None, Place::Open(at(9)), 10, None)));
+        s.recount(6, None, Some(&counted(None, Place::Open(at(8)), 10, None)));
         s.recount(7, None, Some(&counted(None, Place::Working, 10, None)));
         assert_eq!(s.room(), Some(6), "the token-less one silent for longest");
-        let stalled = Since {
-            started: false,
-            at: at(20),
-        };
-        s.recount(
-            8,
-            None,
-            Some(&counted(None, Place::Open(stalled), 10, None)),
-        );
-        assert_eq!(
-            s.room(),
-            Some(8),
-            "one that never sent anything whole, first"
-        );
-        assert_eq!(s.loose.bytes(), 40, "one at a worker counts, and stays");
+        assert_eq!(s.loose.bytes(), 30, "one at a worker counts, and stays");
         assert_eq!((s.held(Holder(7)), s.oldest_held(Holder(7))), (2, Some(1)));
     }
 
@@ -392,7 +358,7 @@ mod tests {
         s.recount(
             3,
             None,
-            Some(&counted(Some(1), Place::Open(heard(at(2))), 2_000, None)),
+            Some(&counted(Some(1), Place::Open(at(2)), 2_000, None)),
         );
         assert_eq!(
             s.over(Holder(1), 1_000, |k| sizes[&k]),
@@ -402,7 +368,7 @@ mod tests {
         assert_eq!(s.over(Holder(1), 10_000, |k| sizes[&k]), None);
         s.recount(
             3,
-            Some(&counted(Some(1), Place::Open(heard(at(2))), 2_000, None)),
+            Some(&counted(Some(1), Place::Open(at(2)), 2_000, None)),
             None,
         );
         assert_eq!(
@@ -410,5 +376,28 @@ mod tests {
             Some(1),
             "then held, not 2"
         );
+    }
+
+    /// A connection that never sent a whole TLS record counts as silent a second longer
+    /// than it is.
+    #[test]
+    fn a_stalled_handshake_counts_as_silent_longer() {
+        use crate::https::conn::Bounds;
+        use crate::https::transport::fake::Fake;
+        let t = Instant::now() + Duration::from_secs(10);
+        let b = Bounds {
+            request_deadline: Duration::from_secs(5),
+            idle: Duration::from_secs(5),
+            write_deadline: Duration::from_secs(5),
+            max_head: 1024,
+            max_body: 0,
+            keep_alive: true,
+            bodies: crate::https::conn::Bodies::None,
+            budget: crate::https::http::Budget::new(0),
+        };
+        let mut c = Conn::new(Fake::default(), t, &b);
+        assert_eq!(Counted::of(&c).place, Place::Open(t));
+        c.io.unstarted = true;
+        assert_eq!(Counted::of(&c).place, Place::Open(t - UNSTARTED));
     }
 }
