@@ -111,7 +111,7 @@ fn server_metrics(r: &mut Registry, served: &Served) -> ServerCounts {
     );
     r.register(
         "serve_turned_away",
-        "Connections and requests cmpoll serve turned away or cut short to keep room for others, by why: connections (full, nothing to make room), evicted (made room), held (over one identity's bound), queue (a lane's queue full), renewals (over the renewal rate), reviews (over the review rate)",
+        "Connections and requests cmpoll serve turned away or cut short to keep room for others, by why: connections (full, nothing to make room), evicted (made room), handshakes (a ClientHello over the handshake workers' queue), held (over one identity's bound), memory (over one identity's bytes, or the token-less connections'), queue (a lane's queue full), renewals (over the renewal rate), reviews (over the review rate)",
         server.turned_away.clone(),
     );
     server
@@ -219,10 +219,12 @@ impl ServerCounts {
 }
 
 /// Why a server turns a connection or request away (`ServerCounts::turned_away`).
-pub const TURNED_AWAY: [&str; 6] = [
+pub const TURNED_AWAY: [&str; 8] = [
     "connections",
     "evicted",
+    "handshakes",
     "held",
+    "memory",
     "queue",
     "renewals",
     "reviews",
