@@ -36,6 +36,11 @@ pub const WATERMARK: usize = 64 * 1024;
 /// start).
 const MAX_BUFFERED: usize = 2 * http::MAX_HEAD;
 
+/// How long a connection whose body was not read is drained after its answer before it
+/// closes (a lingering close: closed at once with bytes unread, the kernel would reset it,
+/// and the client could lose the answer).
+const LINGER: Duration = Duration::from_secs(1);
+
 /// A receive buffer keeps at most this much room once a request is out of it.
 const KEPT_ROOM: usize = 4 * 1024;
 
@@ -157,6 +162,11 @@ enum Phase {
         /// Ask it again at this moment (`None`: at a notify).
         due: Option<Instant>,
     },
+    /// Answered, closing: what still arrives of a body not read is dropped until the
+    /// client closes or `LINGER` passes; `shut` once the end of our side is sent.
+    Lingering {
+        shut: bool,
+    },
     Done,
 }
 
@@ -184,6 +194,7 @@ impl Piece {
 /// What `progress` does next.
 enum Step {
     Written,
+    Shut,
     Pull,
     Parse,
     Stop,
@@ -260,6 +271,7 @@ impl<T: Transport> Conn<T> {
                 Some((h, at)) => Kind::Held(h, at),
                 None => Kind::Writing,
             },
+            Phase::Lingering { .. } => Kind::Writing,
             Phase::Parked { holder, parked, .. } => Kind::Held(*holder, parked.at),
             Phase::Streaming { holder, at, .. } => Kind::Held(*holder, *at),
             Phase::Done => Kind::Done,
@@ -295,7 +307,7 @@ impl<T: Transport> Conn<T> {
     /// The nearest moment something must happen to it.
     pub fn deadline(&self) -> Option<Instant> {
         match &self.phase {
-            Phase::Reading { .. } | Phase::Writing => self.deadline,
+            Phase::Reading { .. } | Phase::Writing | Phase::Lingering { .. } => self.deadline,
             Phase::Parked { parked, .. } => Some(parked.until),
             // A stream whose queue is full is asked again once it drains, not by a timer.
             Phase::Streaming { due, .. } => [
@@ -415,7 +427,7 @@ impl<T: Transport> Conn<T> {
                 self.phase = Phase::Done;
                 None
             }
-            Phase::Writing if late => {
+            Phase::Writing | Phase::Lingering { .. } if late => {
                 self.phase = Phase::Done;
                 None
             }
@@ -451,6 +463,10 @@ impl<T: Transport> Conn<T> {
                 None
             }
             Phase::Writing if now_ => {
+                self.phase = Phase::Done;
+                None
+            }
+            Phase::Lingering { .. } => {
                 self.phase = Phase::Done;
                 None
             }
@@ -490,6 +506,7 @@ impl<T: Transport> Conn<T> {
             }
             let step = match &self.phase {
                 Phase::Writing if self.out.is_empty() => Step::Written,
+                Phase::Lingering { shut: false } => Step::Shut,
                 Phase::Streaming { due, .. }
                     if self.queued < WATERMARK && due.is_some_and(|d| d <= now) =>
                 {
@@ -504,6 +521,15 @@ impl<T: Transport> Conn<T> {
                         return None;
                     }
                 }
+                Step::Shut => match self.io.flush() {
+                    Ok(true) => {
+                        self.io.shutdown();
+                        self.phase = Phase::Lingering { shut: true };
+                    }
+                    // The rest goes once the socket drains (a writable edge).
+                    Ok(false) => break,
+                    Err(_) => self.phase = Phase::Done,
+                },
                 Step::Pull => self.pull(now, b),
                 Step::Parse => {
                     if self.unread && self.inbuf.len() < self.cap() {
@@ -533,7 +559,10 @@ impl<T: Transport> Conn<T> {
         }
         let gone = matches!(
             self.phase,
-            Phase::Reading { .. } | Phase::Parked { .. } | Phase::Streaming { .. }
+            Phase::Reading { .. }
+                | Phase::Parked { .. }
+                | Phase::Streaming { .. }
+                | Phase::Lingering { .. }
         );
         if self.eof && gone {
             // Nothing to answer: a request cut short, a long poll or a watch given up.
@@ -656,6 +685,12 @@ impl<T: Transport> Conn<T> {
             if self.close {
                 self.io.close();
                 let _ = self.io.flush();
+            }
+            if self.discard && !self.eof {
+                // Part of a body not read may still come: dropped a moment longer.
+                self.phase = Phase::Lingering { shut: false };
+                self.deadline = Some(now + LINGER);
+                return true;
             }
             self.phase = Phase::Done;
             return false;

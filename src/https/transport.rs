@@ -43,6 +43,9 @@ pub trait Transport {
     fn started(&self) -> bool;
     /// Says goodbye (TLS `close_notify`) after what is queued.
     fn close(&mut self);
+    /// Sends the end of this side (TCP's FIN), once all is on the wire; what comes may
+    /// still be read.
+    fn shutdown(&mut self);
     /// The certificate the client presented (its leaf), if any.
     fn peer_cert(&self) -> Option<CertificateDer<'static>>;
 }
@@ -192,6 +195,10 @@ impl Transport for Tls {
         }
     }
 
+    fn shutdown(&mut self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+    }
+
     fn peer_cert(&self) -> Option<CertificateDer<'static>> {
         (self.tls.as_ref())
             .and_then(|t| t.peer_certificates())
@@ -320,6 +327,10 @@ impl Transport for Plain {
 
     fn close(&mut self) {}
 
+    fn shutdown(&mut self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+    }
+
     fn peer_cert(&self) -> Option<CertificateDer<'static>> {
         None
     }
@@ -374,6 +385,9 @@ impl Transport for Io {
     }
     fn close(&mut self) {
         self.inner().close()
+    }
+    fn shutdown(&mut self) {
+        self.inner().shutdown()
     }
     fn peer_cert(&self) -> Option<CertificateDer<'static>> {
         self.inner_ref().peer_cert()
@@ -434,6 +448,8 @@ pub mod fake {
         pub cert: bool,
         /// The client sent nothing whole yet.
         pub unstarted: bool,
+        /// The end of the server's side was sent.
+        pub shut: bool,
     }
 
     impl Fake {
@@ -481,6 +497,10 @@ pub mod fake {
 
         fn close(&mut self) {
             self.said_goodbye = true;
+        }
+
+        fn shutdown(&mut self) {
+            self.shut = true;
         }
 
         fn peer_cert(&self) -> Option<CertificateDer<'static>> {
