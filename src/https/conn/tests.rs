@@ -480,6 +480,13 @@ fn a_receive_buffer_gives_its_room_back() {
     c.reply(d.req, d.wake, None, ok("ok\n"), t, &b);
     out(&mut c);
     assert_eq!(c.kind(), Kind::Reading);
+    assert_eq!(c.footprint().bytes(), CONN_COST);
+    // A large head, no body: its room given back too.
+    let head = format!("GET / HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "p".repeat(12_000));
+    c.io.incoming = head.into_bytes();
+    let d = c.ready(t, &b).unwrap();
+    c.reply(d.req, d.wake, None, ok("ok\n"), t, &b);
+    out(&mut c);
     assert_eq!(
         c.footprint(),
         Footprint {
