@@ -6,16 +6,17 @@
 //! rendered once for a thousand followers) counts once per share however many of its
 //! connections keep it alive, whole, since any one of them keeps all of it alive.
 //!
-//! The orders in which connections are let go, the least valuable first: the token-less,
-//! the one silent for longest first (one that never sent a whole TLS record counts as
-//! silent a second longer than it is: a stalled handshake goes before a client in the
-//! middle of its own, not before a newcomer); then connections of identities that are open
-//! (idle, or writing an answer no one holds), silent for longest first; then the held
-//! requests (parked, streaming, writing for their holder) of the identity that holds the
-//! most, oldest first.
+//! The orders in which connections are let go, the least valuable first. For a place
+//! (`room`): the token-less that never sent a whole TLS record, oldest first (a stalled
+//! handshake goes before a client in the middle of its own, whose first record came within
+//! a round trip); then the other token-less, silent for longest first; then connections of
+//! identities that are open (idle, or writing an answer no one holds), silent for longest
+//! first; then the held requests (parked, streaming, writing for their holder) of the
+//! identity that holds the most, oldest first. For the token-less connections' bytes
+//! (`oldest_loose`): the one silent for longest (a newcomer is never the one).
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::https::conn::{Conn, Footprint, Kind};
 use crate::https::handler::Holder;
@@ -32,10 +33,10 @@ pub(super) struct Counted {
 impl Counted {
     pub fn of<T: Transport>(conn: &Conn<T>) -> Counted {
         let place = match conn.kind() {
-            Kind::Reading | Kind::Writing => Place::Open(match conn.io.started() {
-                true => conn.since,
-                false => conn.since.checked_sub(UNSTARTED).unwrap_or(conn.since),
-            }),
+            Kind::Reading | Kind::Writing => Place::Open {
+                since: conn.since,
+                started: conn.io.started(),
+            },
             Kind::Held(_, at) => Place::Held(at),
             Kind::Working | Kind::Done => Place::Working,
         };
@@ -50,18 +51,14 @@ impl Counted {
 /// Where a connection stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Place {
-    /// Handshaking, reading, idle, or writing an answer no one holds, silent since then:
-    /// the first to give way.
-    Open(Instant),
+    /// Handshaking, reading, idle, or writing an answer no one holds, silent since then
+    /// (`started`: once it sent a whole TLS record): the first to give way.
+    Open { since: Instant, started: bool },
     /// Parked, streaming or writing for its owner, since then.
     Held(Instant),
     /// With a worker: it stays.
     Working,
 }
-
-/// How much longer than it is a connection that never sent a whole TLS record counts as
-/// silent.
-const UNSTARTED: Duration = Duration::from_secs(1);
 
 /// Bytes held by a group of connections: their own, and each shared body once.
 #[derive(Debug, Default)]
@@ -105,7 +102,7 @@ impl Tally {
 /// A share: its connections by place, and what they hold.
 #[derive(Debug, Default)]
 pub(super) struct Share {
-    /// Open connections, in line to give way.
+    /// Open connections, silent for longest first.
     pub open: BTreeSet<(Instant, u64)>,
     /// Held requests, oldest first.
     pub held: BTreeSet<(Instant, u64)>,
@@ -126,8 +123,10 @@ pub(super) struct Shares {
     pub loose: Share,
     /// Each identity's.
     pub identities: HashMap<Holder, Share>,
-    /// Every identity's open connections, in line to give way.
+    /// Every identity's open connections, silent for longest first.
     owned_open: BTreeSet<(Instant, u64)>,
+    /// The token-less that never sent a whole TLS record, oldest first.
+    unstarted: BTreeSet<(Instant, u64)>,
 }
 
 impl Shares {
@@ -149,10 +148,12 @@ impl Shares {
         share.tally.add(&c.footprint);
         share.connections += 1;
         match c.place {
-            Place::Open(t) => {
+            Place::Open { since: t, started } => {
                 share.open.insert((t, key));
                 if c.owner.is_some() {
                     self.owned_open.insert((t, key));
+                } else if !started {
+                    self.unstarted.insert((t, key));
                 }
             }
             Place::Held(t) => {
@@ -173,9 +174,10 @@ impl Shares {
         share.tally.remove(&c.footprint);
         share.connections = share.connections.saturating_sub(1);
         match c.place {
-            Place::Open(t) => {
+            Place::Open { since: t, .. } => {
                 share.open.remove(&(t, key));
                 self.owned_open.remove(&(t, key));
+                self.unstarted.remove(&(t, key));
             }
             Place::Held(t) => {
                 share.held.remove(&(t, key));
@@ -207,15 +209,19 @@ impl Shares {
             .collect()
     }
 
-    /// The oldest token-less connection that may give way.
+    /// The token-less connection silent for longest that may give way.
     pub fn oldest_loose(&self) -> Option<u64> {
         self.loose.open.first().map(|(_, k)| *k)
     }
 
-    /// Who gives way for a newcomer: the oldest token-less connection, else the oldest
-    /// open connection of an identity, else the oldest held request of the identity that
-    /// holds the most.
+    /// Who gives way for a newcomer: the oldest token-less connection that never sent a
+    /// whole TLS record, else the token-less one silent for longest, else the open
+    /// connection of an identity silent for longest, else the oldest held request of the
+    /// identity that holds the most.
     pub fn room(&self) -> Option<u64> {
+        if let Some((_, k)) = self.unstarted.first() {
+            return Some(*k);
+        }
         if let Some(k) = self.oldest_loose() {
             return Some(k);
         }
@@ -247,6 +253,14 @@ impl Shares {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    fn open(since: Instant) -> Place {
+        Place::Open {
+            since,
+            started: true,
+        }
+    }
 
     fn counted(
         owner: Option<u64>,
@@ -283,12 +297,12 @@ mod tests {
         // Its answers written: idle, holding only its own.
         for key in 0..150 {
             let before = counted(Some(1), Place::Held(t), 100, list);
-            let after = counted(Some(1), Place::Open(t), 50, None);
+            let after = counted(Some(1), open(t), 50, None);
             s.recount(key, Some(&before), Some(&after));
         }
         assert_eq!(s.identities[&Holder(1)].bytes(), 150 * 50);
         for key in 0..150 {
-            s.recount(key, Some(&counted(Some(1), Place::Open(t), 50, None)), None);
+            s.recount(key, Some(&counted(Some(1), open(t), 50, None)), None);
         }
         assert!(!s.identities.contains_key(&Holder(1)), "gone with its last");
         assert_eq!(s.loose.bytes(), 0);
@@ -317,16 +331,28 @@ mod tests {
             Some(&counted(Some(7), Place::Held(at(2)), 10, None)),
         );
         assert_eq!(s.room(), Some(1), "7 holds the most: its oldest");
-        s.recount(
-            4,
-            None,
-            Some(&counted(Some(8), Place::Open(at(5)), 10, None)),
-        );
+        s.recount(4, None, Some(&counted(Some(8), open(at(5)), 10, None)));
         assert_eq!(s.room(), Some(4), "an identity's open connection");
-        s.recount(5, None, Some(&counted(None, Place::Open(at(9)), 10, None)));
-        s.recount(6, None, Some(&counted(None, Place::Open(at(8)), 10, None)));
+        s.recount(5, None, Some(&counted(None, open(at(9)), 10, None)));
+        s.recount(6, None, Some(&counted(None, open(at(8)), 10, None)));
         s.recount(7, None, Some(&counted(None, Place::Working, 10, None)));
         assert_eq!(s.room(), Some(6), "the token-less one silent for longest");
+        let stalled = Place::Open {
+            since: at(20),
+            started: false,
+        };
+        s.recount(9, None, Some(&counted(None, stalled, 10, None)));
+        assert_eq!(
+            s.room(),
+            Some(9),
+            "one that never sent a whole record, first"
+        );
+        assert_eq!(
+            s.oldest_loose(),
+            Some(6),
+            "for bytes: the one silent for longest"
+        );
+        s.recount(9, Some(&counted(None, stalled, 10, None)), None);
         assert_eq!(s.loose.bytes(), 30, "one at a worker counts, and stays");
         assert_eq!((s.held(Holder(7)), s.oldest_held(Holder(7))), (2, Some(1)));
     }
@@ -355,49 +381,18 @@ mod tests {
             None,
             "within, beyond the largest"
         );
-        s.recount(
-            3,
-            None,
-            Some(&counted(Some(1), Place::Open(at(2)), 2_000, None)),
-        );
+        s.recount(3, None, Some(&counted(Some(1), open(at(2)), 2_000, None)));
         assert_eq!(
             s.over(Holder(1), 1_000, |k| sizes[&k]),
             Some(3),
             "open first"
         );
         assert_eq!(s.over(Holder(1), 10_000, |k| sizes[&k]), None);
-        s.recount(
-            3,
-            Some(&counted(Some(1), Place::Open(at(2)), 2_000, None)),
-            None,
-        );
+        s.recount(3, Some(&counted(Some(1), open(at(2)), 2_000, None)), None);
         assert_eq!(
             s.over(Holder(1), 500, |k| sizes[&k]),
             Some(1),
             "then held, not 2"
         );
-    }
-
-    /// A connection that never sent a whole TLS record counts as silent a second longer
-    /// than it is.
-    #[test]
-    fn a_stalled_handshake_counts_as_silent_longer() {
-        use crate::https::conn::Bounds;
-        use crate::https::transport::fake::Fake;
-        let t = Instant::now() + Duration::from_secs(10);
-        let b = Bounds {
-            request_deadline: Duration::from_secs(5),
-            idle: Duration::from_secs(5),
-            write_deadline: Duration::from_secs(5),
-            max_head: 1024,
-            max_body: 0,
-            keep_alive: true,
-            bodies: crate::https::conn::Bodies::None,
-            budget: crate::https::http::Budget::new(0),
-        };
-        let mut c = Conn::new(Fake::default(), t, &b);
-        assert_eq!(Counted::of(&c).place, Place::Open(t));
-        c.io.unstarted = true;
-        assert_eq!(Counted::of(&c).place, Place::Open(t - UNSTARTED));
     }
 }
