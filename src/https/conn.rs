@@ -39,7 +39,7 @@ const MAX_BUFFERED: usize = 2 * http::MAX_HEAD;
 /// How long a connection whose body was not read is drained after its answer before it
 /// closes (a lingering close: closed at once with bytes unread, the kernel would reset it,
 /// and the client could lose the answer).
-const LINGER: Duration = Duration::from_secs(1);
+const LINGER: Duration = Duration::from_millis(500);
 
 /// A receive buffer keeps at most this much room once a request is out of it.
 const KEPT_ROOM: usize = 4 * 1024;
