@@ -76,10 +76,10 @@ pub struct Options {
 /// at once at most, each with a client of its own.
 const REVIEWERS: usize = 4;
 
-/// Parked (waiting) or streaming (watching) requests one follower's token may hold: a
-/// follower holds a watch of each scope it follows (each namespace of each kind: 128
-/// namespaces of both kinds), and one token no more than a sixty-fourth of the hub's
-/// connections.
+/// Parked (waiting), streaming (watching) or being-written requests one follower's token
+/// may hold: a follower holds a watch of each scope it follows (each namespace of each
+/// kind: 128 namespaces of both kinds), and one token no more than a sixty-fourth of the
+/// hub's connections.
 pub const MAX_HELD: usize = 256;
 
 /// What one identity's connections may hold together beyond its largest (the answers they
