@@ -14,14 +14,15 @@
 //!
 //! Room is kept for the well-behaved (`server/shares.rs` counts who holds what): at most
 //! `max_connections` are open (never more than files may be opened); a new connection
-//! takes the place of the oldest token-less one (handshaking, reading, refused), else of
-//! the oldest idle one of an identity, else of the oldest held request (parked,
+//! takes the place of the token-less one (handshaking, reading, refused) silent for
+//! longest (a stalled handshake before a client in the middle of its own), else of the
+//! idle one of an identity silent for longest, else of the oldest held request (parked,
 //! streaming, or written for it) of the identity that holds the most (answered early: a
 //! long poll's 304, a watch's end; an answer being written is cut off), else it is closed
 //! at once. No identity holds more than `max_held` held requests: one more lets its oldest
 //! go. Memory is bounded in bytes too: what one identity's connections hold beyond its
 //! largest one (`max_pinned`), and what the token-less connections hold together
-//! (`max_loose`); past either, the oldest of them is let go.
+//! (`max_loose`); past either, the oldest (the silent for longest) of them is let go.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -3,13 +3,15 @@
 //! would refuse is denied on the author's terminal with the validator's own words.
 //!
 //! HTTPS from `crate::https` (the certificate re-read when it changes; with
-//! `--client-ca-file`, only the apiserver's client certificate is reviewed; probes need
-//! none): one thread holds
-//! every connection within short deadlines and a worker pool validates, so a client that
-//! opens connections and stalls them cannot keep the apiserver's reviews waiting. Each review (`review.rs`) is staged and validated as `cmpoll
-//! run` does it. It fails open (allowed, with a warning) when the validator cannot run or
-//! times out: the daemon's own `--validate` still guards the agent. `/healthz`, `/readyz`
-//! (503 while the validator cannot run) and `/metrics` on the same port, over HTTPS.
+//! `--client-ca-file`, only the apiserver's client certificate is reviewed, any other
+//! client refused from its request's head, its body never read; probes need none): one
+//! thread holds every connection within short deadlines and a worker pool validates, so a
+//! client that opens connections and stalls them cannot keep the apiserver's reviews
+//! waiting; the bodies read take `MAX_BODIES` at most together. Each review (`review.rs`)
+//! is staged and validated as `cmpoll run` does it. It fails open (allowed, with a
+//! warning) when the validator cannot run or times out: the daemon's own `--validate` still
+//! guards the agent. `/healthz`, `/readyz` (503 while the validator cannot run) and
+//! `/metrics` on the same port, over HTTPS.
 
 pub mod review;
 
