@@ -11,15 +11,22 @@
 //! deadline (a long poll), streaming (a watch: chunks pulled from its `Stream` while what
 //! it has queued is under `WATERMARK`, so a watcher that does not read holds no more than
 //! that and is cut off once it has not taken a byte for `write_deadline`), and writing an
-//! answer (`write_deadline`). A parked or streaming connection is held for an identity
-//! (`Holder`), which the server bounds.
+//! answer (`write_deadline`). A parked or streaming connection, or one writing an answer
+//! for an identity (`Reply::Held`), is held for that identity (`Holder`), which the server
+//! bounds; the connection is the identity's (`owner`) from then on.
+//!
+//! A body is read only when the server's rule (`Bodies`) says the request needs it and
+//! the server's `Budget` has room for it (else 503); any other body is never kept: the
+//! request is answered without it (a 401, a 405), what arrives of it is dropped, and the
+//! connection closes after the answer. A receive buffer gives its room back once a
+//! request is out of it, and what the connection holds is counted (`footprint`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::handler::{Holder, Next, Reply, Stream, Wake};
-use super::http::{self, Answer, Body, Parsed, Request};
-use super::transport::Transport;
+use super::http::{self, Answer, Body, Budget, Request};
+use super::transport::{SEND_BUFFER, Transport};
 
 /// What a stream may have queued, not yet taken by the transport, before it is asked for
 /// more.
@@ -28,6 +35,24 @@ pub const WATERMARK: usize = 64 * 1024;
 /// Bytes buffered for a connection beyond a body at most (a head, and the next request's
 /// start).
 const MAX_BUFFERED: usize = 2 * http::MAX_HEAD;
+
+/// How long a connection whose body was not read is drained after its answer before it
+/// closes (a lingering close: closed at once with bytes unread, the kernel would reset it,
+/// and the client could lose the answer).
+const LINGER: Duration = Duration::from_millis(500);
+
+/// A receive buffer keeps at most this much room once a request is out of it.
+const KEPT_ROOM: usize = 4 * 1024;
+
+/// What a connection costs besides its buffers, as the server counts it: its state and its
+/// transport's at rest (a TLS connection idle after a request: 8.5 KiB measured) and a TLS
+/// record partly received.
+pub const CONN_COST: usize = 16 * 1024;
+
+/// The longest TLS record (16 KiB of plaintext and its framing): what rustls may keep of
+/// the bytes a request came in until its next read (a connection stalled halfway through a
+/// 15 KB head: 33 KiB measured, 8.5 of them at rest).
+const RECORD: usize = 17 * 1024;
 
 /// How a connection is held.
 #[derive(Clone, Debug)]
@@ -39,6 +64,51 @@ pub struct Bounds {
     pub max_body: usize,
     /// Connections stay open between requests (else every answer closes its own).
     pub keep_alive: bool,
+    /// Which requests' bodies are read.
+    pub bodies: Bodies,
+    /// What the bodies read take together, at most.
+    pub budget: Budget,
+}
+
+/// Which requests' bodies a server reads; the others are answered without theirs (a
+/// handler that serves only GETs refuses them with 401 or 405 whatever their body), what
+/// arrives of it is dropped, and the connection closes after the answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bodies {
+    /// Every one's.
+    All,
+    /// No one's.
+    None,
+    /// Only a `POST` to this path's, and when `cert`, only from a client that presented a
+    /// certificate (the webhook's reviews, from the apiserver).
+    Post { path: &'static str, cert: bool },
+}
+
+/// What a connection holds in memory, as the server counts it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Bytes of its own: `CONN_COST`, its receive buffer (less a body the `Budget` counts)
+    /// and the record what it holds came in, what it queued (heads, chunks) and what its
+    /// transport holds for the wire.
+    pub own: usize,
+    /// The largest shared body it keeps alive (an answer's, a watch event's): its address
+    /// and length, so that one kept alive by several connections of an identity is
+    /// counted once for it.
+    pub body: Option<(usize, usize)>,
+}
+
+impl Footprint {
+    /// All it holds, its body counted whole.
+    pub fn bytes(&self) -> usize {
+        self.own + self.body.map_or(0, |(_, n)| n)
+    }
+}
+
+/// A head whose body is being read (its length taken from the budget).
+struct Awaiting {
+    req: Request,
+    head: usize,
+    length: usize,
 }
 
 /// A request to hand to a worker.
@@ -58,14 +128,25 @@ pub struct Parked {
     pub until: Instant,
 }
 
+/// How a connection is let go (`Conn::evict`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evict {
+    /// A drain: an answer being written is finished first.
+    Politely,
+    /// Its place or its memory is needed now.
+    Now,
+}
+
 /// What a connection is doing, as the server sees it (who may make room, and for whom).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// Handshaking, reading a request, or idle: the first to make room.
     Reading,
-    /// With a worker, or writing an answer.
-    Busy,
-    /// Parked or streaming for a holder, since then.
+    /// With a worker.
+    Working,
+    /// Writing an answer no identity holds.
+    Writing,
+    /// Parked, streaming, or writing an answer for a holder, since then.
     Held(Holder, Instant),
     Done,
 }
@@ -87,6 +168,11 @@ enum Phase {
         at: Instant,
         /// Ask it again at this moment (`None`: at a notify).
         due: Option<Instant>,
+    },
+    /// Answered, closing: what still arrives of a body not read is dropped until the
+    /// client closes or `LINGER` passes; `shut` once the end of our side is sent.
+    Lingering {
+        shut: bool,
     },
     Done,
 }
@@ -115,6 +201,7 @@ impl Piece {
 /// What `progress` does next.
 enum Step {
     Written,
+    Shut,
     Pull,
     Parse,
     Stop,
@@ -140,8 +227,22 @@ pub struct Conn<T> {
     stalled: Option<Instant>,
     /// How long queued bytes may wait for the client (`Bounds::write_deadline`).
     write_deadline: Duration,
-    /// Accepted, or last idle, at: the oldest makes room first.
+    /// Accepted, or last heard from (its socket was ready: bytes came, or the client took
+    /// some), or last idle, at: of the connections that may give way, the one silent for
+    /// longest goes first (a client that stalled, not one in the middle of its handshake).
     pub since: Instant,
+    /// A head whose body is being read.
+    awaiting: Option<Awaiting>,
+    /// A body not read is arriving: what comes is dropped (the connection closes after the
+    /// answer).
+    discard: bool,
+    /// The identity whose connection this is (the last to hold it), if any.
+    pub owner: Option<Holder>,
+    /// The answer being written is held for this holder, since then.
+    writing_for: Option<(Holder, Instant)>,
+    /// Bytes handed to the transport since it last had nothing left for the wire (what it
+    /// holds is at most that, and at most `SEND_BUFFER`).
+    in_transport: usize,
 }
 
 impl<T: Transport> Conn<T> {
@@ -161,17 +262,51 @@ impl<T: Transport> Conn<T> {
             stalled: None,
             write_deadline: b.write_deadline,
             since: now,
+            awaiting: None,
+            discard: false,
+            owner: None,
+            writing_for: None,
+            in_transport: 0,
         }
     }
 
     pub fn kind(&self) -> Kind {
         match &self.phase {
             Phase::Reading { .. } => Kind::Reading,
-            Phase::Working | Phase::Writing => Kind::Busy,
+            Phase::Working => Kind::Working,
+            Phase::Writing => match self.writing_for {
+                Some((h, at)) => Kind::Held(h, at),
+                None => Kind::Writing,
+            },
+            Phase::Lingering { .. } => Kind::Writing,
             Phase::Parked { holder, parked, .. } => Kind::Held(*holder, parked.at),
             Phase::Streaming { holder, at, .. } => Kind::Held(*holder, *at),
             Phase::Done => Kind::Done,
         }
+    }
+
+    /// What it holds in memory now.
+    pub fn footprint(&self) -> Footprint {
+        let awaited = self.awaiting.as_ref().map_or(0, |a| a.length);
+        // A request received is counted twice: in its buffer, and in the record it came in.
+        let mut own = CONN_COST
+            + self.inbuf.capacity().saturating_sub(awaited)
+            + self.inbuf.len().saturating_sub(awaited).min(RECORD)
+            + self.in_transport.min(SEND_BUFFER);
+        let mut body: Option<(usize, usize)> = None;
+        for p in &self.out {
+            match &p.bytes {
+                Bytes::Own(v) => own += v.capacity(),
+                Bytes::Shared(b) => match body {
+                    Some((_, n)) if n >= b.len() => own += b.len(),
+                    _ => {
+                        own += body.map_or(0, |(_, n)| n);
+                        body = Some((b.addr(), b.len()));
+                    }
+                },
+            }
+        }
+        Footprint { own, body }
     }
 
     pub fn done(&self) -> bool {
@@ -181,7 +316,7 @@ impl<T: Transport> Conn<T> {
     /// The nearest moment something must happen to it.
     pub fn deadline(&self) -> Option<Instant> {
         match &self.phase {
-            Phase::Reading { .. } | Phase::Writing => self.deadline,
+            Phase::Reading { .. } | Phase::Writing | Phase::Lingering { .. } => self.deadline,
             Phase::Parked { parked, .. } => Some(parked.until),
             // A stream whose queue is full is asked again once it drains, not by a timer.
             Phase::Streaming { due, .. } => [
@@ -202,6 +337,7 @@ impl<T: Transport> Conn<T> {
 
     /// The socket can be read or written: does what it can.
     pub fn ready(&mut self, now: Instant, b: &Bounds) -> Option<Dispatch> {
+        self.since = now;
         self.read(now, b);
         self.progress(now, b)
     }
@@ -221,6 +357,11 @@ impl<T: Transport> Conn<T> {
         }
         match reply {
             Reply::Answer(a) => self.answer(&a, req.close, now, b),
+            Reply::Held { answer, holder } => {
+                self.owner = Some(holder);
+                self.answer(&answer, req.close, now, b);
+                self.writing_for = Some((holder, now));
+            }
             Reply::Wait { .. } if wake == Wake::Expired => {
                 // Its time is up: a handler that would wait on is answered for.
                 let late = Answer::text(503, "no answer within the request's wait\n");
@@ -234,6 +375,7 @@ impl<T: Transport> Conn<T> {
                     },
                     None => Parked { at: now, until },
                 };
+                self.owner = Some(holder);
                 self.phase = Phase::Parked {
                     req,
                     parked,
@@ -246,6 +388,7 @@ impl<T: Transport> Conn<T> {
                 holder,
             } => {
                 self.close |= req.close;
+                self.owner = Some(holder);
                 self.queue(Bytes::Own(head.stream_head(self.close)));
                 self.deadline = None;
                 self.phase = Phase::Streaming {
@@ -293,7 +436,7 @@ impl<T: Transport> Conn<T> {
                 self.phase = Phase::Done;
                 None
             }
-            Phase::Writing if late => {
+            Phase::Writing | Phase::Lingering { .. } if late => {
                 self.phase = Phase::Done;
                 None
             }
@@ -306,17 +449,33 @@ impl<T: Transport> Conn<T> {
         }
     }
 
-    /// The server needs its place: a parked request is answered now (and the connection
-    /// closed after), a stream ends now, anything still reading is dropped.
-    pub fn evict(&mut self, now: Instant, b: &Bounds) -> Option<Dispatch> {
+    /// The server lets it go: a parked request is answered now (and the connection
+    /// closed after), a stream ends now, anything still reading is dropped, an answer is
+    /// written and the connection closed after (`Evict::Politely`), or cut off
+    /// (`Evict::Now`: its place or its memory is needed now; so is a stream's that has
+    /// bytes queued).
+    pub fn evict(&mut self, now: Instant, b: &Bounds, how: Evict) -> Option<Dispatch> {
         self.close = true;
+        let now_ = how == Evict::Now;
         match &mut self.phase {
             Phase::Parked { .. } => self.unpark(Wake::Expired),
+            Phase::Streaming { .. } if now_ && !self.out.is_empty() => {
+                self.phase = Phase::Done;
+                None
+            }
             Phase::Streaming { .. } => {
                 self.end_stream(now, b);
                 self.progress(now, b)
             }
             Phase::Reading { .. } => {
+                self.phase = Phase::Done;
+                None
+            }
+            Phase::Writing if now_ => {
+                self.phase = Phase::Done;
+                None
+            }
+            Phase::Lingering { .. } => {
                 self.phase = Phase::Done;
                 None
             }
@@ -344,32 +503,6 @@ impl<T: Transport> Conn<T> {
         }
     }
 
-    /// Reads what has arrived, up to the buffer's cap.
-    fn read(&mut self, now: Instant, b: &Bounds) {
-        if self.done() {
-            return;
-        }
-        let cap = MAX_BUFFERED + b.max_body;
-        let before = self.inbuf.len();
-        match self.io.receive(&mut self.inbuf, cap) {
-            Ok(eof) => self.eof |= eof,
-            Err(e) => {
-                log::debug!("https: {e}");
-                self.phase = Phase::Done;
-                return;
-            }
-        }
-        self.unread = self.inbuf.len() >= cap;
-        if self.inbuf.len() > before
-            && let Phase::Reading { started: false } = self.phase
-        {
-            // A request began after an idle keep-alive: its deadline runs from its first
-            // byte.
-            self.phase = Phase::Reading { started: true };
-            self.deadline = Some(now + b.request_deadline);
-        }
-    }
-
     /// Moves the connection on as far as it goes now; at most one request comes out.
     fn progress(&mut self, now: Instant, b: &Bounds) -> Option<Dispatch> {
         for _ in 0..64 {
@@ -382,6 +515,7 @@ impl<T: Transport> Conn<T> {
             }
             let step = match &self.phase {
                 Phase::Writing if self.out.is_empty() => Step::Written,
+                Phase::Lingering { shut: false } => Step::Shut,
                 Phase::Streaming { due, .. }
                     if self.queued < WATERMARK && due.is_some_and(|d| d <= now) =>
                 {
@@ -396,16 +530,27 @@ impl<T: Transport> Conn<T> {
                         return None;
                     }
                 }
+                Step::Shut => match self.io.flush() {
+                    Ok(true) => {
+                        self.io.shutdown();
+                        self.phase = Phase::Lingering { shut: true };
+                    }
+                    // The rest goes once the socket drains (a writable edge).
+                    Ok(false) => break,
+                    Err(_) => self.phase = Phase::Done,
+                },
                 Step::Pull => self.pull(now, b),
                 Step::Parse => {
-                    if self.unread && self.inbuf.len() < MAX_BUFFERED + b.max_body {
+                    if self.unread && self.inbuf.len() < self.cap() {
                         self.read(now, b);
                     }
-                    match http::parse_within(&self.inbuf, b.max_head, b.max_body) {
-                        Parsed::Partial => break,
-                        Parsed::Bad(a) => self.answer(&a, true, now, b),
-                        Parsed::Complete(mut req, n) => {
-                            self.inbuf.drain(..n);
+                    match self.parse(b) {
+                        // A body to read, and more of it waits (no edge will say so).
+                        None if self.unread && self.inbuf.len() < self.cap() => {}
+                        None => break,
+                        Some(Err(a)) => self.answer(&a, true, now, b),
+                        Some(Ok(mut req)) => {
+                            self.shrink();
                             req.close |= !b.keep_alive;
                             self.phase = Phase::Working;
                             self.deadline = None;
@@ -423,7 +568,10 @@ impl<T: Transport> Conn<T> {
         }
         let gone = matches!(
             self.phase,
-            Phase::Reading { .. } | Phase::Parked { .. } | Phase::Streaming { .. }
+            Phase::Reading { .. }
+                | Phase::Parked { .. }
+                | Phase::Streaming { .. }
+                | Phase::Lingering { .. }
         );
         if self.eof && gone {
             // Nothing to answer: a request cut short, a long poll or a watch given up.
@@ -458,6 +606,9 @@ impl<T: Transport> Conn<T> {
     }
 
     fn end_stream(&mut self, now: Instant, b: &Bounds) {
+        if let Phase::Streaming { holder, at, .. } = &self.phase {
+            self.writing_for = Some((*holder, *at));
+        }
         self.queue(Bytes::Own(http::LAST_CHUNK.to_vec()));
         self.phase = Phase::Writing;
         self.deadline = Some(now + b.write_deadline);
@@ -488,6 +639,7 @@ impl<T: Transport> Conn<T> {
                 sent = true;
                 p.at += n;
                 self.queued -= n;
+                self.in_transport += n;
                 if p.rest().is_empty() {
                     self.out.pop_front();
                 }
@@ -499,6 +651,9 @@ impl<T: Transport> Conn<T> {
                     return false;
                 }
             };
+            if flushed {
+                self.in_transport = 0;
+            }
             moved |= sent;
             empty_rounds = if sent { 0 } else { empty_rounds + 1 };
             // Done, or the wire is full (a writable edge comes when it drains).
@@ -523,6 +678,7 @@ impl<T: Transport> Conn<T> {
     /// Queues `a` (closing after it if `close`) and starts writing.
     fn answer(&mut self, a: &Answer, close: bool, now: Instant, b: &Bounds) {
         self.close |= close;
+        self.writing_for = None;
         self.queue(Bytes::Own(a.head(self.close)));
         if !a.body.is_empty() {
             self.queue(Bytes::Shared(a.body.clone()));
@@ -539,10 +695,17 @@ impl<T: Transport> Conn<T> {
                 self.io.close();
                 let _ = self.io.flush();
             }
+            if self.discard && !self.eof {
+                // Part of a body not read may still come: dropped a moment longer.
+                self.phase = Phase::Lingering { shut: false };
+                self.deadline = Some(now + LINGER);
+                return true;
+            }
             self.phase = Phase::Done;
             return false;
         }
         self.phase = Phase::Reading { started: false };
+        self.writing_for = None;
         self.since = now;
         self.deadline = Some(now + b.idle);
         if !self.inbuf.is_empty() {
@@ -554,5 +717,6 @@ impl<T: Transport> Conn<T> {
     }
 }
 
+mod receive;
 #[cfg(test)]
 mod tests;

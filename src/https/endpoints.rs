@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::http::{Answer, Request};
-use super::server::{Call, Handler, Limits, Peer, Reply, Server};
+use super::server::{Bodies, Call, Handler, Limits, Peer, Reply, Server, Sizes};
 use crate::ops::health::Health;
 use crate::ops::metrics::{Metrics, ServerCounts};
 
@@ -46,9 +46,18 @@ fn limits() -> Limits {
         write_deadline: REQUEST_DEADLINE,
         max_head: MAX_HEAD,
         max_body: 0,
+        bodies: Bodies::None,
+        max_bodies: 0,
         keep_alive: false,
         lanes: Limits::one_lane(2, 64, Answer::text(503, "busy\n")),
         max_held: usize::MAX,
+        max_pinned: 16 << 20,
+        // Every connection is token-less: at most what 64 stalled ones hold.
+        max_loose: 16 << 20,
+        handshakes: Sizes {
+            workers: 1,
+            queue: 1,
+        },
         inline: false,
         panicked: Answer::text(500, "internal error\n"),
         counts: ServerCounts::default(),

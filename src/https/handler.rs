@@ -42,19 +42,51 @@ pub enum Wake {
     Expired,
 }
 
-/// Who holds a parked or streaming connection: a key the handler chose for the identity
-/// behind it (the hub: its bearer token's digest).
+/// Who holds a connection (parked, streaming, or writing an answer) and what it pins: a
+/// key for the identity behind it (the hub: its bearer token's digest, `Holder::bearer`;
+/// a client certificate's, `Holder::certificate`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Holder(pub u64);
 
+impl Holder {
+    /// The holder of a bearer token: the first 8 bytes of its SHA-256, as the hub's
+    /// `auth` names who parks and watches.
+    pub fn token(token: &str) -> Holder {
+        Holder::digest(token.as_bytes())
+    }
+
+    /// The holder of the bearer token an `Authorization` header carries, if any.
+    pub fn bearer(authorization: Option<&str>) -> Option<Holder> {
+        let (scheme, rest) = authorization?.trim().split_once(' ')?;
+        let token = rest.trim();
+        (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| Holder::token(token))
+    }
+
+    /// The holder of a client certificate the TLS layer verified.
+    pub fn certificate(der: &[u8]) -> Holder {
+        Holder::digest(der)
+    }
+
+    fn digest(bytes: &[u8]) -> Holder {
+        use sha2::{Digest, Sha256};
+        let d: [u8; 32] = Sha256::digest(bytes).into();
+        Holder(u64::from_be_bytes([
+            d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7],
+        ]))
+    }
+}
+
 /// A handler's reply.
 pub enum Reply {
+    /// An answer no identity holds (a probe's, a refusal's): what it pins while it is
+    /// written counts toward the connections that have no holder.
     Answer(Answer),
+    /// An answer written for `holder` (the hub's, to a request it authenticated): what it
+    /// pins while it is written counts toward the holder's share, and the connection is the
+    /// holder's from then on.
+    Held { answer: Answer, holder: Holder },
     /// Ask again when notified, or at this deadline at the latest (a long poll).
-    Wait {
-        until: Instant,
-        holder: Holder,
-    },
+    Wait { until: Instant, holder: Holder },
     /// An answer whose body is streamed (`Transfer-Encoding: chunked`): `head`'s status
     /// and headers, then what `stream` gives, pulled on the server's loop.
     Stream {
@@ -71,6 +103,7 @@ impl std::fmt::Debug for Reply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Reply::Answer(a) => write!(f, "Answer({})", a.status),
+            Reply::Held { answer, holder } => write!(f, "Held({}, {holder:?})", answer.status),
             Reply::Wait { until, holder } => write!(f, "Wait({until:?}, {holder:?})"),
             Reply::Stream { head, holder, .. } => write!(f, "Stream({}, {holder:?})", head.status),
             Reply::Lane(l) => write!(f, "Lane({l})"),
@@ -98,4 +131,29 @@ pub enum Next {
     At(Instant),
     /// Never: the stream is over.
     End,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bearer token's holder is its digest's, as `serve::auth` keys who parks and
+    /// watches; anything else in the header holds nothing.
+    #[test]
+    fn a_bearer_tokens_holder() {
+        let h = Holder::token("abc");
+        // SHA-256("abc") = ba7816bf8f01cfea…
+        assert_eq!(h, Holder(0xba78_16bf_8f01_cfea));
+        assert_eq!(Holder::bearer(Some("Bearer abc")), Some(h));
+        assert_eq!(Holder::bearer(Some(" bearer   abc ")), Some(h));
+        for other in [
+            None,
+            Some("Basic abc"),
+            Some("Bearer "),
+            Some("Bearer"),
+            Some(""),
+        ] {
+            assert_eq!(Holder::bearer(other), None, "{other:?}");
+        }
+    }
 }

@@ -3,7 +3,13 @@
 //! heads parsed by `httparse` (hyper's parser) from whatever bytes have arrived, bodies
 //! framed by `Content-Length` only, keep-alive unless the client says `close` (or speaks
 //! HTTP/1.0). Every limit is explicit: a head of at most `MAX_HEAD`, a body of at most the
-//! server's `max_body`. What breaks a rule gets its status code and the connection closes.
+//! server's `max_body`, and all the bodies the server holds at once at most its `Budget`.
+//! What breaks a rule gets its status code and the connection closes. A head is parsed
+//! apart from its body (`parse_head`), so that the connection decides whether the body is
+//! read at all before a byte of it is kept.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A request head at most.
 pub const MAX_HEAD: usize = 16 * 1024;
@@ -20,9 +26,13 @@ pub struct Request {
     pub query: String,
     /// Headers as sent (names as the client wrote them).
     pub headers: Vec<(String, String)>,
+    /// Its body: empty when it had none, or when the server did not read it (`Bodies`).
     pub body: Vec<u8>,
     /// The client asked to close after this answer (or spoke HTTP/1.0).
     pub close: bool,
+    /// What its body takes of the server's `Budget`, given back when the last copy of the
+    /// request is dropped (a worker's, a parked request's).
+    pub taken: Taken,
 }
 
 impl Request {
@@ -46,6 +56,14 @@ impl Body {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+impl Body {
+    /// Where its bytes are: one address for every copy of it (what a connection that
+    /// holds it keeps alive is counted once per identity, `server/shares.rs`).
+    pub fn addr(&self) -> usize {
+        self.0.as_ptr() as usize
     }
 }
 
@@ -184,7 +202,8 @@ fn reason(status: u16) -> &'static str {
         .unwrap_or("")
 }
 
-/// What the bytes received so far hold.
+/// What the bytes received so far hold (`parse`).
+#[cfg(test)]
 #[derive(Debug)]
 pub enum Parsed {
     /// Not a whole request yet.
@@ -196,33 +215,64 @@ pub enum Parsed {
 }
 
 /// Parses the request at the start of `buf`, whose body may be `max_body` bytes at most
-/// (and its head `MAX_HEAD`).
+/// (and its head `MAX_HEAD`), body and all.
 #[cfg(test)]
 pub fn parse(buf: &[u8], max_body: usize) -> Parsed {
-    parse_within(buf, MAX_HEAD, max_body)
+    match parse_head(buf, MAX_HEAD, max_body) {
+        Head::Partial => Parsed::Partial,
+        Head::Bad(a) => Parsed::Bad(a),
+        Head::Complete {
+            mut req,
+            head,
+            body,
+        } => match buf.get(head..head + body) {
+            Some(b) => {
+                req.body = b.to_vec();
+                Parsed::Complete(req, head + body)
+            }
+            None => Parsed::Partial,
+        },
+    }
 }
 
-/// `parse`, with a head of at most `max_head` bytes.
-pub fn parse_within(buf: &[u8], max_head: usize, max_body: usize) -> Parsed {
+/// What the bytes received so far hold of a request's head.
+#[derive(Debug)]
+pub enum Head {
+    /// Not a whole head yet.
+    Partial,
+    /// A head (`req`, its body still empty) of `head` bytes, and the length of the body
+    /// that follows it.
+    Complete {
+        req: Request,
+        head: usize,
+        body: usize,
+    },
+    /// A request that breaks a rule: answer this, then close.
+    Bad(Answer),
+}
+
+/// Parses the head at the start of `buf`, of at most `max_head` bytes (`MAX_HEAD` at
+/// most), whose body may be `max_body` bytes at most.
+pub fn parse_head(buf: &[u8], max_head: usize, max_body: usize) -> Head {
     let max_head = max_head.min(MAX_HEAD);
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() < max_head => return Parsed::Partial,
+        Ok(httparse::Status::Partial) if buf.len() < max_head => return Head::Partial,
         Ok(httparse::Status::Partial) => {
-            return Parsed::Bad(Answer::text(431, "request head too large\n"));
+            return Head::Bad(Answer::text(431, "request head too large\n"));
         }
         Err(httparse::Error::TooManyHeaders) => {
-            return Parsed::Bad(Answer::text(
+            return Head::Bad(Answer::text(
                 431,
                 format!("more than {MAX_HEADERS} header fields\n"),
             ));
         }
-        Err(e) => return Parsed::Bad(Answer::text(400, format!("{e}\n"))),
+        Err(e) => return Head::Bad(Answer::text(400, format!("{e}\n"))),
     };
     if head_len > max_head {
-        return Parsed::Bad(Answer::text(431, "request head too large\n"));
+        return Head::Bad(Answer::text(431, "request head too large\n"));
     }
     let mut length: Option<usize> = None;
     let mut close = req.version == Some(0);
@@ -239,12 +289,12 @@ pub fn parse_within(buf: &[u8], max_head: usize, max_body: usize) -> Parsed {
                 (Some(n), None) => length = Some(n),
                 (Some(n), Some(before)) if n == before => {}
                 (Some(_), Some(_)) => {
-                    return Parsed::Bad(Answer::text(400, "two different Content-Lengths\n"));
+                    return Head::Bad(Answer::text(400, "two different Content-Lengths\n"));
                 }
-                (None, _) => return Parsed::Bad(Answer::text(400, "bad Content-Length\n")),
+                (None, _) => return Head::Bad(Answer::text(400, "bad Content-Length\n")),
             }
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            return Parsed::Bad(Answer::text(411, "a body needs Content-Length\n"));
+            return Head::Bad(Answer::text(411, "a body needs Content-Length\n"));
         } else if h.name.eq_ignore_ascii_case("connection") {
             close |= value.eq_ignore_ascii_case("close");
         }
@@ -252,25 +302,105 @@ pub fn parse_within(buf: &[u8], max_head: usize, max_body: usize) -> Parsed {
     }
     let length = length.unwrap_or(0);
     if length > max_body {
-        return Parsed::Bad(Answer::text(
+        return Head::Bad(Answer::text(
             413,
             format!("a body of at most {max_body} bytes\n"),
         ));
     }
-    if buf.len() < head_len + length {
-        return Parsed::Partial;
-    }
     let target = req.path.unwrap_or("");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let request = Request {
+    let req = Request {
         method: req.method.unwrap_or("").to_string(),
         path: path.to_string(),
         query: query.to_string(),
         headers: kept,
-        body: buf[head_len..head_len + length].to_vec(),
+        body: Vec::new(),
         close,
+        taken: Taken::default(),
     };
-    Parsed::Complete(request, head_len + length)
+    Head::Complete {
+        req,
+        head: head_len,
+        body: length,
+    }
+}
+
+/// What the request bodies a server holds at once may take together: a body is read only
+/// once its length is taken (`take`), and its bytes are given back when the last copy of
+/// its request is dropped.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    used: Arc<AtomicUsize>,
+    cap: usize,
+}
+
+impl Budget {
+    pub fn new(cap: usize) -> Budget {
+        Budget {
+            used: Arc::new(AtomicUsize::new(0)),
+            cap,
+        }
+    }
+
+    /// `n` bytes, if that many are left.
+    pub fn take(&self, n: usize) -> Option<Taken> {
+        let mut used = self.used.load(Ordering::SeqCst);
+        loop {
+            let after = used.checked_add(n).filter(|a| *a <= self.cap)?;
+            match (self.used).compare_exchange(used, after, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => {
+                    let held = Arc::new(Held {
+                        used: self.used.clone(),
+                        n,
+                    });
+                    return Some(Taken { _held: Some(held) });
+                }
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// What is taken now.
+    #[cfg(test)]
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::SeqCst)
+    }
+}
+
+/// A share of a `Budget`, given back when its last copy is dropped. Two requests are equal
+/// whatever they took.
+#[derive(Clone, Debug, Default)]
+pub struct Taken {
+    /// Kept for what its drop does.
+    _held: Option<Arc<Held>>,
+}
+
+#[cfg(test)]
+impl Taken {
+    /// The bytes it holds.
+    pub fn len(&self) -> usize {
+        self._held.as_ref().map_or(0, |h| h.n)
+    }
+}
+
+impl PartialEq for Taken {
+    fn eq(&self, _: &Taken) -> bool {
+        true
+    }
+}
+
+impl Eq for Taken {}
+
+#[derive(Debug)]
+struct Held {
+    used: Arc<AtomicUsize>,
+    n: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.used.fetch_sub(self.n, Ordering::SeqCst);
+    }
 }
 
 #[cfg(test)]
@@ -367,6 +497,25 @@ mod tests {
         assert!(matches!(parse(cut, 1024), Parsed::Partial));
         // HTTP/1.0 closes.
         assert!(matches!(parse(b"GET / HTTP/1.0\r\n\r\n", 0), Parsed::Complete(r, _) if r.close));
+    }
+
+    /// Bodies take from a budget what they hold, and give it back with the last copy of
+    /// their request; what would pass the cap is not taken.
+    #[test]
+    fn a_budget_is_given_back_by_the_last_copy() {
+        let budget = Budget::new(100);
+        let a = budget.take(60).unwrap();
+        assert!(budget.take(41).is_none(), "past the cap");
+        let b = budget.take(40).unwrap();
+        assert_eq!((budget.used(), a.len(), b.len()), (100, 60, 40));
+        let copy = a.clone();
+        drop(a);
+        assert_eq!(budget.used(), 100, "a copy still holds it");
+        drop(copy);
+        assert_eq!(budget.used(), 40);
+        assert!(budget.take(usize::MAX).is_none(), "no overflow");
+        drop(b);
+        assert_eq!(budget.used(), 0);
     }
 
     #[test]

@@ -8,15 +8,24 @@
 //! its own (`conn.rs`); handlers run on lanes of workers (`lanes.rs`); streamed answers
 //! (watches) are pulled on this thread, so ten thousand watchers need no worker each.
 //!
-//! Room is kept for the well-behaved: at most `max_connections` are open (never more
-//! than files may be opened); a new connection takes the place of the oldest one still
-//! handshaking, reading or idle, else of the oldest parked or streaming request of the
-//! identity that holds the most (which is answered early: a long poll's 304, a watch's
-//! end), else it is closed at once. No identity holds more than `max_held` parked or
-//! streaming requests: one more answers its oldest early.
+//! TLS handshakes are worked out by workers of their own (`handshakes.rs`): this thread
+//! only reads and writes their bytes, so a flood of ClientHellos never holds up the
+//! clients it has.
+//!
+//! Room is kept for the well-behaved (`server/shares.rs` counts who holds what): at most
+//! `max_connections` are open (never more than files may be opened); a new connection
+//! takes the place of the token-less one (handshaking, reading, refused) silent for
+//! longest (a stalled handshake before a client in the middle of its own), else of the
+//! idle one of an identity silent for longest, else of the oldest held request (parked,
+//! streaming, or written for it) of the identity that holds the most (answered early: a
+//! long poll's 304, a watch's end; an answer being written is cut off), else it is closed
+//! at once. No identity holds more than `max_held` held requests: one more lets its oldest
+//! go. Memory is bounded in bytes too: what one identity's connections hold beyond its
+//! largest one (`max_pinned`), and what the token-less connections hold together
+//! (`max_loose`); past either, the oldest (the silent for longest) of them is let go.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -28,9 +37,13 @@ use rustix::event::{EventfdFlags, Timespec, eventfd};
 use rustls::ServerConfig;
 
 pub use self::limits::Limits;
-use super::conn::{Bounds, Conn, Dispatch, Kind};
+use self::shares::{Counted, Shares};
+pub use super::conn::Bodies;
+use super::conn::{Bounds, Conn, Dispatch, Evict};
 use super::drain::Drain;
 pub use super::handler::{Call, Handler, Holder, Next, Peer, Pull, Reply, Stream, Wake};
+pub use super::handshakes::Sizes;
+use super::handshakes::{Handshakes, Step, Stepped};
 use super::lanes::{Done, Job, Lanes, Results};
 use super::transport::{Io, Transport};
 
@@ -76,8 +89,11 @@ struct Entry {
     addr: SocketAddr,
     /// The deadline its timer is set for.
     armed: Option<Instant>,
-    /// The holder it is counted for, since when.
-    held: Option<(Holder, Instant)>,
+    /// How it is counted now (`shares.rs`).
+    counted: Option<Counted>,
+    /// Its client certificate, if any, was looked at (its owner, once the handshake is
+    /// over).
+    looked: bool,
     /// Asked to make room: it closes once its answer is out.
     leaving: bool,
 }
@@ -100,7 +116,11 @@ pub struct Server {
     open: usize,
     epochs: Vec<u32>,
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
-    holders: HashMap<Holder, BTreeSet<(Instant, u64)>>,
+    shares: Shares,
+    /// Connections asked to make room and not yet gone.
+    leaving: usize,
+    /// The TLS handshakes' workers (none for plain HTTP).
+    handshakes: Option<Handshakes>,
     generation: u64,
     draining: Option<Drain>,
 }
@@ -144,6 +164,10 @@ impl Server {
             limits.panicked.clone(),
             limits.counts.clone(),
         )?;
+        let handshakes = match &config {
+            Some(_) => Some(Handshakes::start(limits.handshakes, results.clone())?),
+            None => None,
+        };
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(
             &epoll,
@@ -171,7 +195,9 @@ impl Server {
             open: 0,
             epochs: Vec::new(),
             timers: BinaryHeap::new(),
-            holders: HashMap::new(),
+            shares: Shares::default(),
+            leaving: 0,
+            handshakes,
             generation: 0,
             draining: None,
         };
@@ -235,6 +261,10 @@ impl Server {
         for d in self.shared.results.take() {
             self.answered(d, now);
         }
+        let stepped = self.handshakes.as_ref().map(Handshakes::take);
+        for s in stepped.unwrap_or_default() {
+            self.stepped(s);
+        }
         let asked = (self.shared.drain.lock())
             .map(|mut d| d.take())
             .unwrap_or_default();
@@ -244,10 +274,7 @@ impl Server {
         let generation = self.shared.generation.load(Ordering::SeqCst);
         if generation != self.generation {
             self.generation = generation;
-            let held: Vec<u64> = (self.holders.values())
-                .flat_map(|set| set.iter().map(|(_, k)| *k))
-                .collect();
-            for key in held {
+            for key in self.shares.all_held() {
                 self.with(key, |conn, b, now| conn.notify(now, b), now);
             }
         }
@@ -271,6 +298,67 @@ impl Server {
     /// A connection's socket is ready.
     fn ready(&mut self, key: u64) {
         self.with(key, |conn, b, now| conn.ready(now, b), Instant::now());
+    }
+
+    /// A handshake step back from its worker: the connection goes on (its flight goes
+    /// out, what came meanwhile is read), or, refused, says why (an alert) and closes.
+    fn stepped(&mut self, s: Stepped) {
+        let Stepped { key, tls, result } = s;
+        let Some(e) = self.entry_mut(key) else {
+            return;
+        };
+        let Io::Tls(t) = &mut e.conn.io else {
+            return;
+        };
+        t.back(tls);
+        match result {
+            Some(Ok(())) => self.ready(key),
+            Some(Err(err)) => {
+                log::debug!("https: {}: TLS handshake: {err}", e.addr);
+                t.alert();
+                self.drop_now(key);
+            }
+            None => self.drop_now(key),
+        }
+    }
+
+    /// A connection whose handshake bytes wait to be processed goes to a handshake
+    /// worker; one given up for room (the newcomer itself, or the newest of the address
+    /// with the most waiting) is closed.
+    fn offload(&mut self, key: u64, now: Instant) {
+        if self.handshakes.is_none() {
+            return;
+        }
+        let Some(e) = self.entry_mut(key).filter(|e| !e.conn.done()) else {
+            return;
+        };
+        let (from, until) = (e.addr.ip(), e.conn.deadline().unwrap_or(now));
+        let Io::Tls(t) = &mut e.conn.io else {
+            return;
+        };
+        let Some(tls) = t.handshake_step() else {
+            return;
+        };
+        let step = Step {
+            key,
+            from,
+            tls,
+            until,
+        };
+        let given_up = (self.handshakes.as_ref()).and_then(|h| h.give(step));
+        if let Some(s) = given_up {
+            log::debug!("https: too many handshakes waiting: closing one");
+            self.limits.counts.turned_away("handshakes");
+            self.drop_now(s.key);
+        }
+    }
+
+    /// Closes a connection now, without a word.
+    fn drop_now(&mut self, key: u64) {
+        if let Some(e) = self.entry_mut(key) {
+            e.conn.drop_now();
+            self.remove(key);
+        }
     }
 
     /// From now on every answer closes its connection, and each connection is let go at
@@ -299,7 +387,7 @@ impl Server {
             .map(|d| d.due(now))
             .unwrap_or_default();
         for key in drained {
-            self.evict(key, now);
+            self.evict(key, now, Evict::Politely);
         }
         while let Some(Reverse((t, key))) = self.timers.peek().copied() {
             if t > now {
@@ -390,6 +478,7 @@ impl Server {
                 );
             }
         }
+        self.offload(key, now);
         self.settle(key, now);
     }
 
@@ -412,7 +501,8 @@ impl Server {
         })
     }
 
-    /// After a connection moved: its timer, its holder, its end.
+    /// After a connection moved: its timer, how it is counted, its end; then the bounds
+    /// its share may have passed.
     fn settle(&mut self, key: u64, now: Instant) {
         let (i, epoch) = split(key);
         let Some(e) = self
@@ -434,46 +524,77 @@ impl Server {
                 self.timers.push(Reverse((d, key)));
             }
         }
-        let held = match e.conn.kind() {
-            Kind::Held(h, at) => Some((h, at)),
-            _ => None,
-        };
-        if held == e.held {
+        if !e.looked && !e.conn.io.handshaking() {
+            // A client certificate the TLS layer verified names who this is.
+            e.looked = true;
+            if let Some(cert) = e.conn.io.peer_cert() {
+                e.conn.owner = e.conn.owner.or(Some(Holder::certificate(&cert)));
+            }
+        }
+        let counted = Counted::of(&e.conn);
+        if Some(counted) == e.counted {
             return;
         }
-        let before = std::mem::replace(&mut e.held, held);
-        if let Some((h, at)) = before {
-            self.unhold(h, at, key);
+        let before = e.counted.replace(counted);
+        self.shares.recount(key, before.as_ref(), Some(&counted));
+        let held_before = before.is_some_and(|b| matches!(b.place, shares::Place::Held(_)));
+        if let (Some(h), shares::Place::Held(_), false) =
+            (counted.owner, counted.place, held_before)
+            && self.shares.held(h) > self.limits.max_held
+        {
+            // One identity holds too many: its oldest is let go now.
+            if let Some(k) = self.shares.oldest_held(h) {
+                self.limits.counts.turned_away("held");
+                self.evict(k, now, Evict::Now);
+            }
         }
-        if let Some((h, at)) = held {
-            let set = self.holders.entry(h).or_default();
-            set.insert((at, key));
-            if set.len() > self.limits.max_held {
-                // One identity holds too many: its oldest is answered now.
-                let oldest = set.iter().next().map(|(_, k)| *k);
-                if let Some(k) = oldest {
-                    self.limits.counts.turned_away("held");
-                    self.evict(k, now);
+        let grew = before.is_none_or(|b| {
+            b.owner != counted.owner || b.footprint.bytes() < counted.footprint.bytes()
+        });
+        if grew {
+            self.bound(counted.owner, now);
+        }
+    }
+
+    /// Lets connections of `owner`'s share go, oldest first, while it holds more than its
+    /// bound in bytes.
+    fn bound(&mut self, owner: Option<Holder>, now: Instant) {
+        let mut last = None;
+        for _ in 0..1024 {
+            let over = match owner {
+                None if self.shares.loose.bytes() > self.limits.max_loose => {
+                    self.shares.oldest_loose()
                 }
+                None => None,
+                Some(h) => self.shares.over(h, self.limits.max_pinned, |k| {
+                    (self.entry(k))
+                        .and_then(|e| e.counted)
+                        .map_or(0, |c| c.footprint.bytes())
+                }),
+            };
+            let Some(key) = over else {
+                return;
+            };
+            log::debug!("https: a share over its bytes: letting its oldest connection go");
+            self.limits.counts.turned_away("memory");
+            self.evict(key, now, Evict::Now);
+            if last == Some(key) {
+                // It cannot go now (it waits for a worker's answer).
+                return;
             }
+            last = Some(key);
         }
     }
 
-    fn unhold(&mut self, h: Holder, at: Instant, key: u64) {
-        if let Some(set) = self.holders.get_mut(&h) {
-            set.remove(&(at, key));
-            if set.is_empty() {
-                self.holders.remove(&h);
-            }
-        }
-    }
-
-    /// Asks a connection to make room.
-    fn evict(&mut self, key: u64, now: Instant) {
-        if let Some(e) = self.entry_mut(key) {
+    /// Asks a connection to go (`how`), or, one with a worker, to close once answered.
+    fn evict(&mut self, key: u64, now: Instant, how: Evict) {
+        if let Some(e) = self.entry_mut(key)
+            && !e.leaving
+        {
             e.leaving = true;
+            self.leaving += 1;
         }
-        self.with(key, |conn, b, now| conn.evict(now, b), now);
+        self.with(key, |conn, b, now| conn.evict(now, b, how), now);
     }
 
     fn remove(&mut self, key: u64) {
@@ -482,9 +603,8 @@ impl Server {
             return;
         };
         let _ = epoll::delete(&self.epoll, e.conn.io.sock());
-        if let Some((h, at)) = e.held {
-            self.unhold(h, at, key);
-        }
+        self.shares.recount(key, e.counted.as_ref(), None);
+        self.leaving -= usize::from(e.leaving);
         self.free.push(i);
         self.open -= 1;
     }
@@ -521,5 +641,6 @@ fn raise_open_files() -> u64 {
 
 mod admit;
 mod limits;
+mod shares;
 #[cfg(test)]
 mod tests;

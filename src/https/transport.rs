@@ -6,6 +6,14 @@
 //! of records not yet on the wire, and the kernel's send buffer is set to `SEND_BUFFER`
 //! too, so a client that stops reading holds that much of the hub's memory (and of the
 //! kernel's, charged to the pod) and no more.
+//!
+//! A TLS handshake's bytes are read and written here, on the server's thread, but what
+//! they say is worked out elsewhere (its crypto: a signature, a key exchange): while bytes
+//! of a handshake wait to be processed, `Tls::handshake_step` hands its rustls state to a
+//! handshake worker (`handshakes.rs`), and `Tls::back` takes it back. Meanwhile the
+//! connection reads, writes and says nothing. A step waits for a whole TLS record
+//! (`Records` follows their framing as the bytes come): a client that stalls halfway
+//! through its ClientHello costs a worker nothing.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -31,8 +39,13 @@ pub trait Transport {
     fn flush(&mut self) -> io::Result<bool>;
     /// Still in its handshake.
     fn handshaking(&self) -> bool;
+    /// The client has sent something whole (a TLS record; without TLS, anything).
+    fn started(&self) -> bool;
     /// Says goodbye (TLS `close_notify`) after what is queued.
     fn close(&mut self);
+    /// Sends the end of this side (TCP's FIN), once all is on the wire; what comes may
+    /// still be read.
+    fn shutdown(&mut self);
     /// The certificate the client presented (its leaf), if any.
     fn peer_cert(&self) -> Option<CertificateDer<'static>>;
 }
@@ -40,54 +53,112 @@ pub trait Transport {
 /// HTTPS: rustls over a socket.
 pub struct Tls {
     sock: TcpStream,
-    tls: ServerConnection,
+    /// Its rustls state; `None` while a handshake worker has it.
+    tls: Option<ServerConnection>,
+    /// A whole record of the handshake was read and waits to be processed.
+    unprocessed: bool,
+    /// Where the handshake's bytes stand in their records.
+    records: Records,
 }
 
 impl Tls {
     pub fn new(sock: TcpStream, config: Arc<ServerConfig>) -> io::Result<Tls> {
         let mut tls = ServerConnection::new(config).map_err(io::Error::other)?;
         tls.set_buffer_limit(Some(SEND_BUFFER));
-        Ok(Tls { sock, tls })
+        Ok(Tls {
+            sock,
+            tls: Some(tls),
+            unprocessed: false,
+            records: Records::default(),
+        })
     }
 
     pub fn sock(&self) -> &TcpStream {
         &self.sock
     }
+
+    /// Its rustls state, for a handshake worker to process what was read of the handshake
+    /// (if bytes of it wait); the connection is idle until it is `back`.
+    pub fn handshake_step(&mut self) -> Option<ServerConnection> {
+        if !self.unprocessed {
+            return None;
+        }
+        self.unprocessed = false;
+        self.tls.take()
+    }
+
+    /// Its rustls state back from the worker that processed its handshake's bytes; what
+    /// that made (the server's flight, an alert) goes out at the next flush.
+    pub fn back(&mut self, tls: ServerConnection) {
+        self.tls = Some(tls);
+    }
+
+    /// Writes what rustls has for the wire now (an alert before a close), as far as the
+    /// socket takes it.
+    pub fn alert(&mut self) {
+        if let Some(tls) = &mut self.tls {
+            let _ = tls.write_tls(&mut self.sock);
+        }
+    }
 }
 
 impl Transport for Tls {
     fn receive(&mut self, into: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
+        // Away at a handshake worker: what arrived is read once it is back.
+        let Some(tls) = &mut self.tls else {
+            return Ok(false);
+        };
         let mut eof = false;
-        while into.len() < cap && !eof {
-            match self.tls.read_tls(&mut self.sock) {
+        loop {
+            if !tls.is_handshaking() {
+                // Cheap when nothing new came: what a worker decrypted with the
+                // handshake's last flight is taken here too.
+                let state = match tls.process_new_packets() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // Tell the client why (an alert), then close.
+                        let _ = tls.write_tls(&mut self.sock);
+                        return Err(io::Error::other(e));
+                    }
+                };
+                let n = state.plaintext_bytes_to_read();
+                if n > 0 {
+                    let at = into.len();
+                    into.resize(at + n, 0);
+                    let got = tls.reader().read(&mut into[at..]).unwrap_or(0);
+                    into.truncate(at + got);
+                }
+                eof |= state.peer_has_closed();
+            }
+            if into.len() >= cap || eof {
+                break;
+            }
+            let handshaking = tls.is_handshaking();
+            let read = match handshaking {
+                true => tls.read_tls(&mut Observed {
+                    sock: &mut self.sock,
+                    records: &mut self.records,
+                }),
+                false => tls.read_tls(&mut self.sock),
+            };
+            match read {
                 Ok(0) => eof = true,
-                Ok(_) => {}
+                Ok(_) => self.unprocessed |= handshaking && self.records.take_whole(),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A handshake's buffer is full: a worker makes room.
+                Err(e) if e.kind() == io::ErrorKind::InvalidData && self.unprocessed => break,
                 Err(e) => return Err(e),
             }
-            let state = match self.tls.process_new_packets() {
-                Ok(s) => s,
-                Err(e) => {
-                    // Tell the client why (an alert), then close.
-                    let _ = self.tls.write_tls(&mut self.sock);
-                    return Err(io::Error::other(e));
-                }
-            };
-            let n = state.plaintext_bytes_to_read();
-            if n > 0 {
-                let at = into.len();
-                into.resize(at + n, 0);
-                let got = self.tls.reader().read(&mut into[at..]).unwrap_or(0);
-                into.truncate(at + got);
-            }
-            eof |= state.peer_has_closed();
         }
         Ok(eof)
     }
 
     fn send(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        match self.tls.writer().write(bytes) {
+        let Some(tls) = &mut self.tls else {
+            return Ok(0);
+        };
+        match tls.writer().write(bytes) {
             Ok(n) => Ok(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
             Err(e) => Err(e),
@@ -95,8 +166,11 @@ impl Transport for Tls {
     }
 
     fn flush(&mut self) -> io::Result<bool> {
-        while self.tls.wants_write() {
-            match self.tls.write_tls(&mut self.sock) {
+        let Some(tls) = &mut self.tls else {
+            return Ok(false);
+        };
+        while tls.wants_write() {
+            match tls.write_tls(&mut self.sock) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
@@ -108,19 +182,94 @@ impl Transport for Tls {
     }
 
     fn handshaking(&self) -> bool {
-        self.tls.is_handshaking()
+        self.tls.as_ref().is_none_or(|t| t.is_handshaking())
+    }
+
+    fn started(&self) -> bool {
+        self.records.any
     }
 
     fn close(&mut self) {
-        self.tls.send_close_notify();
+        if let Some(tls) = &mut self.tls {
+            tls.send_close_notify();
+        }
+    }
+
+    fn shutdown(&mut self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
     }
 
     fn peer_cert(&self) -> Option<CertificateDer<'static>> {
-        (self.tls.peer_certificates())
+        (self.tls.as_ref())
+            .and_then(|t| t.peer_certificates())
             .and_then(|certs| certs.first())
             .map(|c| c.clone().into_owned())
     }
 }
+
+/// The socket as rustls reads a handshake from it, each byte seen by `Records`.
+struct Observed<'a> {
+    sock: &'a mut TcpStream,
+    records: &'a mut Records,
+}
+
+impl Read for Observed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.records.take(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// TLS's records as their bytes come (RFC 8446 §5.1: a type, a version, a 16-bit length,
+/// then that many bytes): whether a whole one came. What cannot be a record (another type,
+/// a length past any record's) counts as whole, for rustls to refuse at once.
+#[derive(Debug, Default)]
+struct Records {
+    head: [u8; 5],
+    /// Bytes of the head in.
+    have: usize,
+    /// Bytes of the record's body still to come.
+    left: usize,
+    /// A record came whole since the last `take_whole`.
+    whole: bool,
+    /// A record came whole.
+    any: bool,
+}
+
+impl Records {
+    fn take(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.left > 0 {
+                let n = self.left.min(bytes.len());
+                self.left -= n;
+                bytes = &bytes[n..];
+                self.whole |= self.left == 0;
+                continue;
+            }
+            let n = (self.head.len() - self.have).min(bytes.len());
+            self.head[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+            self.have += n;
+            bytes = &bytes[n..];
+            if self.have == self.head.len() {
+                self.have = 0;
+                self.left = usize::from(u16::from_be_bytes([self.head[3], self.head[4]]));
+                let record = (20..=23).contains(&self.head[0]) && self.left <= MAX_RECORD;
+                self.whole |= self.left == 0 || !record;
+            }
+        }
+    }
+
+    /// Whether a whole record came since the last time it was asked.
+    fn take_whole(&mut self) -> bool {
+        self.any |= self.whole;
+        std::mem::take(&mut self.whole)
+    }
+}
+
+/// The longest a TLS record may be on the wire (RFC 8446 §5.2: 2^14 + 256 bytes of
+/// ciphertext; TLS 1.2's compressed records, 2^14 + 2048).
+const MAX_RECORD: usize = (1 << 14) + 2048;
 
 /// Plain HTTP (`cmpoll run --listen`: probes and scrapes on the pod network).
 pub struct Plain {
@@ -172,7 +321,15 @@ impl Transport for Plain {
         false
     }
 
+    fn started(&self) -> bool {
+        true
+    }
+
     fn close(&mut self) {}
+
+    fn shutdown(&mut self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+    }
 
     fn peer_cert(&self) -> Option<CertificateDer<'static>> {
         None
@@ -223,11 +380,49 @@ impl Transport for Io {
     fn handshaking(&self) -> bool {
         self.inner_ref().handshaking()
     }
+    fn started(&self) -> bool {
+        self.inner_ref().started()
+    }
     fn close(&mut self) {
         self.inner().close()
     }
+    fn shutdown(&mut self) {
+        self.inner().shutdown()
+    }
     fn peer_cert(&self) -> Option<CertificateDer<'static>> {
         self.inner_ref().peer_cert()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record's bytes in any pieces make one whole record, once the last comes; what
+    /// cannot be a record is whole at once.
+    #[test]
+    fn records_are_whole_once_their_last_byte_comes() {
+        let mut wire = vec![22, 3, 1, 0, 10];
+        wire.extend([7u8; 10]);
+        wire.extend([20, 3, 3, 0, 1, 1]);
+        for cut in 1..wire.len() {
+            let mut r = Records::default();
+            r.take(&wire[..cut]);
+            let first = r.take_whole();
+            assert_eq!(first, cut >= 15, "cut at {cut}");
+            r.take(&wire[cut..]);
+            assert!(r.take_whole(), "the last record, cut at {cut}");
+            assert!(!r.take_whole(), "asked once");
+        }
+        let mut r = Records::default();
+        r.take(b"GET / HTTP/1.1\r\n");
+        assert!(r.take_whole(), "not TLS");
+        let mut r = Records::default();
+        r.take(&[22, 3, 1, 0xff, 0xff, 1]);
+        assert!(r.take_whole(), "longer than a record may be");
+        let mut r = Records::default();
+        r.take(&[22, 3, 1, 2, 0, 1, 0, 1]);
+        assert!(!r.take_whole(), "a ClientHello begun");
     }
 }
 
@@ -249,6 +444,12 @@ pub mod fake {
         /// A buffer of this size before the wire, as rustls has (`None`: none).
         pub buffer: Option<usize>,
         pub buffered: Vec<u8>,
+        /// The client presented a certificate.
+        pub cert: bool,
+        /// The client sent nothing whole yet.
+        pub unstarted: bool,
+        /// The end of the server's side was sent.
+        pub shut: bool,
     }
 
     impl Fake {
@@ -290,12 +491,21 @@ pub mod fake {
             false
         }
 
+        fn started(&self) -> bool {
+            !self.unstarted
+        }
+
         fn close(&mut self) {
             self.said_goodbye = true;
         }
 
+        fn shutdown(&mut self) {
+            self.shut = true;
+        }
+
         fn peer_cert(&self) -> Option<CertificateDer<'static>> {
-            None
+            self.cert
+                .then(|| CertificateDer::from(b"a client".to_vec()))
         }
     }
 }

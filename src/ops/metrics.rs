@@ -111,7 +111,7 @@ fn server_metrics(r: &mut Registry, served: &Served) -> ServerCounts {
     );
     r.register(
         "serve_turned_away",
-        "Connections and requests cmpoll serve turned away or cut short to keep room for others, by why: connections (full, nothing to make room), evicted (made room), held (over one identity's bound), queue (a lane's queue full), renewals (over the renewal rate), reviews (over the review rate of unknown tokens), signed (over the review rate of tokens the cluster signed), access (a user over its access-review rate), access_all (over the access-review rate of all users)",
+        "Connections and requests cmpoll serve turned away or cut short to keep room for others, by why: connections (full, nothing to make room), evicted (made room), handshakes (a ClientHello over the handshake workers' queue), held (over one identity's bound), memory (over one identity's bytes, or the token-less connections'), queue (a lane's queue full), renewals (over the renewal rate), reviews (over the review rate of unknown tokens), signed (over the review rate of tokens the cluster signed), access (a user over its access-review rate), access_all (over the access-review rate of all users)",
         server.turned_away.clone(),
     );
     server
@@ -219,12 +219,14 @@ impl ServerCounts {
 }
 
 /// Why a server turns a connection or request away (`ServerCounts::turned_away`).
-pub const TURNED_AWAY: [&str; 9] = [
+pub const TURNED_AWAY: [&str; 11] = [
     "access",
     "access_all",
     "connections",
     "evicted",
+    "handshakes",
     "held",
+    "memory",
     "queue",
     "renewals",
     "reviews",

@@ -36,7 +36,7 @@ use super::status::StatusError;
 use super::watch::{Timeline, Watch};
 use crate::backoff::Rng;
 use crate::https::http::{Answer, Request};
-use crate::https::server::{Call, Handler, Peer, Reply, Wake};
+use crate::https::server::{Call, Handler, Holder, Peer, Reply, Wake};
 use crate::kube::client::HUB_HEADER;
 use crate::ops::health::Health;
 use crate::ops::metrics::{Metrics, Served};
@@ -591,7 +591,14 @@ impl Handler for Hub {
         match reply {
             Reply::Answer(a) => {
                 self.served.answered(a.status);
-                Reply::Answer(stamp(a))
+                let answer = stamp(a);
+                // An answer to an authenticated request (the probes aside) is written for
+                // its token: what it pins counts toward that identity's share.
+                let read = !matches!(request::route(&req.path), Route::Ops(_));
+                match Holder::bearer(req.header("authorization")) {
+                    Some(holder) if answer.status < 400 && read => Reply::Held { answer, holder },
+                    _ => Reply::Answer(answer),
+                }
             }
             Reply::Stream {
                 head,

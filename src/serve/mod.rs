@@ -50,7 +50,7 @@ use crate::backoff::{self, Backoff, Rng};
 use crate::batch::Observers;
 use crate::error::Error;
 use crate::https::lanes::Lane;
-use crate::https::server::{Handle, Limits, Server};
+use crate::https::server::{Bodies, Handle, Limits, Server, Sizes};
 use crate::https::tls;
 use crate::kube;
 use crate::ops::health::{Health, InFlight};
@@ -80,11 +80,24 @@ pub struct Options {
 /// at once at most, each with a client of its own.
 const REVIEWERS: usize = 4;
 
-/// Parked (waiting) or streaming (watching) requests one follower's token may hold: a
-/// follower holds a watch of each scope it follows (each namespace of each kind: 128
-/// namespaces of both kinds), and one token no more than a sixty-fourth of the hub's
-/// connections.
+/// Parked (waiting), streaming (watching) or being-written requests one follower's token
+/// may hold: a follower holds a watch of each scope it follows (each namespace of each
+/// kind: 128 namespaces of both kinds), and one token no more than a sixty-fourth of the
+/// hub's connections.
 pub const MAX_HELD: usize = 256;
+
+/// What one identity's connections may hold together beyond its largest (the answers they
+/// are written, a render shared by several of them counted once, 16 KiB a connection at
+/// least): a token that never reads its answers holds this much and one answer more.
+pub const MAX_PINNED: usize = 32 << 20;
+
+/// What the connections no identity holds (token-less: handshaking, not authenticated,
+/// refused) may hold together: 4,096 of them at 16 KiB each.
+pub const MAX_LOOSE: usize = 64 << 20;
+
+/// Workers that make the TLS handshakes (their crypto), at a lower priority than the
+/// server's thread.
+const HANDSHAKERS: usize = 2;
 
 /// How the hub holds its clients: a fleet of followers, each with a keep-alive connection
 /// and, between changes, one request waiting; requests whose reviews are kept are
@@ -107,6 +120,9 @@ fn limits(counts: ServerCounts) -> Limits {
         write_deadline: Duration::from_secs(60),
         max_head: crate::https::http::MAX_HEAD,
         max_body: 64 * 1024,
+        // It serves GETs: a body is never read (a POST is a 401 or a 405 without it).
+        bodies: Bodies::None,
+        max_bodies: 0,
         keep_alive: true,
         lanes: vec![
             // Answered on the server's thread (`inline`): a worker for nothing.
@@ -116,6 +132,12 @@ fn limits(counts: ServerCounts) -> Limits {
             lane("render", 2, 4096),
         ],
         max_held: MAX_HELD,
+        max_pinned: MAX_PINNED,
+        max_loose: MAX_LOOSE,
+        handshakes: Sizes {
+            workers: HANDSHAKERS,
+            queue: 128,
+        },
         inline: true,
         panicked: busy(status::StatusError::internal_error(
             "this request caused cmpoll serve to panic; its log has the details",

@@ -3,13 +3,15 @@
 //! would refuse is denied on the author's terminal with the validator's own words.
 //!
 //! HTTPS from `crate::https` (the certificate re-read when it changes; with
-//! `--client-ca-file`, only the apiserver's client certificate is reviewed; probes need
-//! none): one thread holds
-//! every connection within short deadlines and a worker pool validates, so a client that
-//! opens connections and stalls them cannot keep the apiserver's reviews waiting. Each review (`review.rs`) is staged and validated as `cmpoll
-//! run` does it. It fails open (allowed, with a warning) when the validator cannot run or
-//! times out: the daemon's own `--validate` still guards the agent. `/healthz`, `/readyz`
-//! (503 while the validator cannot run) and `/metrics` on the same port, over HTTPS.
+//! `--client-ca-file`, only the apiserver's client certificate is reviewed, any other
+//! client refused from its request's head, its body never read; probes need none): one
+//! thread holds every connection within short deadlines and a worker pool validates, so a
+//! client that opens connections and stalls them cannot keep the apiserver's reviews
+//! waiting; the bodies read take `MAX_BODIES` at most together. Each review (`review.rs`)
+//! is staged and validated as `cmpoll run` does it. It fails open (allowed, with a
+//! warning) when the validator cannot run or times out: the daemon's own `--validate` still
+//! guards the agent. `/healthz`, `/readyz` (503 while the validator cannot run) and
+//! `/metrics` on the same port, over HTTPS.
 
 pub mod review;
 
@@ -25,7 +27,7 @@ use self::review::Decision;
 use crate::error::Error;
 use crate::https::http::{Answer, Request};
 use crate::https::lanes::Lane;
-use crate::https::server::{Call, Handler, Limits, Peer, Reply, Server};
+use crate::https::server::{Bodies, Call, Handler, Limits, Peer, Reply, Server, Sizes};
 use crate::https::tls;
 use crate::ops::metrics::{Metrics, Results, ServerCounts};
 use crate::source::Selection;
@@ -34,6 +36,11 @@ use crate::validate::{self, Stage, Verdict};
 /// A review's body at most: an AdmissionReview of a 1 MiB ConfigMap and its old version,
 /// as JSON.
 pub const MAX_BODY: usize = 16 << 20;
+
+/// What all the reviews' bodies take at once, from their head until they are answered:
+/// two of the largest, or hundreds of ordinary ones (decoded, a body takes about three
+/// times its bytes: well within the chart's 256 Mi).
+pub const MAX_BODIES: usize = 32 << 20;
 
 /// What the webhook runs with (from `settings::webhook`).
 #[derive(Debug)]
@@ -50,8 +57,11 @@ pub struct Options {
 
 /// How the webhook holds its clients: the apiserver opens a few keep-alive connections and
 /// sends each review at once; whatever else connects is held to short deadlines and gives
-/// way (see `https::server`).
-fn limits(counts: ServerCounts) -> Limits {
+/// way (see `https::server`). A body is read only for `POST /validate`, and with
+/// `--client-ca-file` (`cert`) only from a client that presented a certificate the CA
+/// signed: the apiserver's connections are then its own identity, never let go for
+/// token-less ones, and nothing else can make the webhook hold a body.
+fn limits(counts: ServerCounts, cert: bool) -> Limits {
     Limits {
         max_connections: 1024,
         request_deadline: Duration::from_secs(5),
@@ -59,6 +69,11 @@ fn limits(counts: ServerCounts) -> Limits {
         write_deadline: Duration::from_secs(10),
         max_head: crate::https::http::MAX_HEAD,
         max_body: MAX_BODY,
+        bodies: Bodies::Post {
+            path: "/validate",
+            cert,
+        },
+        max_bodies: MAX_BODIES,
         keep_alive: true,
         // Probes and scrapes on one lane, reviews (the validator may take its timeout)
         // on another: a validator that hangs never holds up /healthz.
@@ -77,6 +92,13 @@ fn limits(counts: ServerCounts) -> Limits {
             },
         ],
         max_held: usize::MAX,
+        max_pinned: 32 << 20,
+        // 1,024 stalled connections with a whole head each would hold 48 MiB.
+        max_loose: 32 << 20,
+        handshakes: Sizes {
+            workers: 1,
+            queue: 64,
+        },
         inline: false,
         panicked: Answer::text(
             500,
@@ -146,7 +168,8 @@ pub fn run(opts: Options) -> Result<(), Error> {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
     }
-    let (server, _handle) = Server::new(listener, Some(config), hook, limits(counts))
+    let cert = hook.needs_client_cert;
+    let (server, _handle) = Server::new(listener, Some(config), hook, limits(counts, cert))
         .map_err(|e| Error::Runtime(format!("--listen {bound}: {e}")))?;
     server.run(&stop);
     log::info!("stopping");
@@ -155,11 +178,9 @@ pub fn run(opts: Options) -> Result<(), Error> {
 
 impl Handler for Webhook {
     fn handle(&self, req: &Request, peer: &Peer, call: Call) -> Reply {
-        if req.path == "/validate" && call.lane != REVIEWS {
-            return Reply::Lane(REVIEWS);
-        }
         // The TLS layer checked any certificate presented; a review needs one (probes and
-        // scrapes need none).
+        // scrapes need none). Refused before its body is read (`Bodies::Post`) and before
+        // it waits for a reviewer.
         if self.needs_client_cert && req.path == "/validate" && peer.cert.is_none() {
             log::warn!(
                 "/validate from {} without a client certificate: refused",
@@ -169,6 +190,9 @@ impl Handler for Webhook {
                 403,
                 "a client certificate signed by --client-ca-file is needed\n",
             ));
+        }
+        if req.path == "/validate" && req.method == "POST" && call.lane != REVIEWS {
+            return Reply::Lane(REVIEWS);
         }
         Reply::Answer(self.answer(&req.method, &req.path, &req.body))
     }

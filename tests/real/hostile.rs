@@ -420,7 +420,7 @@ fn tcp_memory() -> u64 {
 }
 
 /// A process's resident memory (`VmRSS`), in bytes.
-fn rss(pid: u32) -> u64 {
+pub(super) fn rss(pid: u32) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kb: u64 = (text.lines())
         .find_map(|l| l.strip_prefix("VmRSS:"))

@@ -9,6 +9,7 @@
 mod bounds;
 mod budgets;
 mod clients;
+mod connections;
 mod credentials;
 // The hub against the apiserver, request by request: generated roles × requests, both
 // answers compared (never more than the apiserver); `CMPOLL_DIFF_SEED`, `CMPOLL_DIFF_CASES`.

@@ -39,6 +39,44 @@ pub fn tls_with_small_window(
     tls_over(TcpStream::from(fd), ca)
 }
 
+/// A connection to `addr` from the local address `from` (another loopback address, say
+/// 127.0.0.2: a client elsewhere, as the server sees it).
+pub fn connect_from(addr: &str, from: std::net::IpAddr) -> Option<TcpStream> {
+    use rustix::net::{AddressFamily, SocketType, bind, connect, socket};
+    let to: std::net::SocketAddr = addr.parse().ok()?;
+    let fd = socket(AddressFamily::INET, SocketType::STREAM, None).ok()?;
+    bind(&fd, &std::net::SocketAddr::new(from, 0)).ok()?;
+    connect(&fd, &to).ok()?;
+    Some(TcpStream::from(fd))
+}
+
+/// A ClientHello for a server `ca` signed (as rustls sends it first): sent as it is on
+/// many connections, each makes the server do a whole handshake's first flight.
+pub fn client_hello(ca: &str) -> Vec<u8> {
+    let mut tls = tls_over_nothing(ca);
+    let mut hello = Vec::new();
+    while tls.wants_write() {
+        tls.write_tls(&mut hello).unwrap();
+    }
+    hello
+}
+
+fn tls_over_nothing(ca: &str) -> rustls::ClientConnection {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    rustls::ClientConnection::new(Arc::new(config), name).unwrap()
+}
+
 /// A TLS client over `sock`, trusting `ca`.
 pub fn tls_over(
     sock: TcpStream,

@@ -15,6 +15,8 @@ fn bounds() -> Bounds {
         max_head: http::MAX_HEAD,
         max_body: 1024,
         keep_alive: true,
+        bodies: Bodies::All,
+        budget: Budget::new(4096),
     }
 }
 
@@ -47,7 +49,7 @@ fn a_request_in_pieces_then_a_pipelined_one_on_a_kept_connection() {
         (d.req.path.as_str(), d.wake, d.lane),
         ("/a", Wake::First, 0)
     );
-    assert_eq!(c.kind(), Kind::Busy);
+    assert_eq!(c.kind(), Kind::Working);
     assert_eq!(c.deadline(), None, "a worker has it");
     // The answer goes out, and the pipelined request comes next.
     let d = c.reply(d.req, d.wake, None, ok("a\n"), t, &b).unwrap();
@@ -119,7 +121,7 @@ fn a_slow_reader_holds_what_the_wire_took_and_is_cut_off_at_its_write_deadline()
     let big = Answer::json(200, vec![b'x'; 100_000]);
     c.reply(d.req, d.wake, None, Reply::Answer(big), t, &b);
     assert_eq!(c.io.sent.len(), 100);
-    assert_eq!(c.kind(), Kind::Busy);
+    assert_eq!(c.kind(), Kind::Writing);
     assert_eq!(c.deadline(), Some(t + b.write_deadline));
     // It reads a little: more goes, the deadline stays.
     c.io.room = Some(1000);
@@ -197,7 +199,7 @@ fn a_parked_request_made_to_give_way_is_answered_then_closed() {
         holder: Holder(1),
     };
     c.reply(d.req, d.wake, None, wait, t, &b);
-    let d = c.evict(t, &b).unwrap();
+    let d = c.evict(t, &b, Evict::Now).unwrap();
     assert_eq!(d.wake, Wake::Expired);
     let not_modified = Reply::Answer(Answer::text(304, ""));
     c.reply(d.req, d.wake, d.parked, not_modified, t, &b);
@@ -328,7 +330,205 @@ fn a_stream_made_to_give_way_ends_and_closes() {
     let mut c = conn(t);
     stream(&mut c, vec![Body::from(&b"x\n"[..])], false, t);
     out(&mut c);
-    assert!(c.evict(t, &b).is_none());
+    assert!(c.evict(t, &b, Evict::Politely).is_none());
     assert_eq!(out(&mut c), "0\r\n\r\n");
     assert!(c.done() && c.io.said_goodbye);
+}
+
+/// `POST /p` with a body of `n` bytes, its head and its first `sent` bytes.
+fn post(path: &str, n: usize, sent: usize) -> Vec<u8> {
+    let mut wire = format!("POST {path} HTTP/1.1\r\nContent-Length: {n}\r\n\r\n").into_bytes();
+    wire.extend(std::iter::repeat_n(b'x', sent));
+    wire
+}
+
+/// Issue 56.4: a server that needs no body (the hub serves GETs) never keeps one: the
+/// request is answered from its head (a 401, a 405), what arrives of its body is dropped
+/// as it comes, and the connection closes after the answer.
+#[test]
+fn a_body_not_needed_is_never_kept() {
+    let t = Instant::now();
+    let b = Bounds {
+        bodies: Bodies::None,
+        max_body: 1 << 20,
+        ..bounds()
+    };
+    let mut c = Conn::new(Fake::default(), t, &b);
+    c.io.incoming = post("/api/v1/configmaps", 600_000, 30_000);
+    let d = c.ready(t, &b).unwrap();
+    assert!(d.req.body.is_empty() && d.req.close, "{:?}", d.req);
+    assert_eq!(c.inbuf.capacity(), 0);
+    // More of it comes while the handler answers: read, and dropped.
+    c.io.incoming = vec![b'x'; 200_000];
+    c.ready(t, &b);
+    assert!(c.io.incoming.is_empty() && c.inbuf.capacity() == 0);
+    assert_eq!(c.footprint().own, CONN_COST);
+    c.reply(
+        d.req,
+        d.wake,
+        None,
+        Reply::Answer(Answer::text(405, "no\n")),
+        t,
+        &b,
+    );
+    let wire = out(&mut c);
+    assert!(
+        wire.starts_with("HTTP/1.1 405 ") && wire.contains("Connection: close"),
+        "{wire}"
+    );
+    // A lingering close: its side ended, what still comes dropped until the client
+    // closes (a close with bytes unread would reset the connection, and the client could
+    // lose the answer), or a moment passes.
+    assert!(c.io.said_goodbye && c.io.shut && !c.done());
+    assert_eq!(c.kind(), Kind::Writing);
+    assert_eq!(c.deadline(), Some(t + LINGER));
+    c.io.incoming = vec![b'x'; 100_000];
+    c.io.closed = true;
+    c.ready(t, &b);
+    assert!(c.done() && c.io.incoming.is_empty());
+    let mut late = Conn::new(Fake::default(), t, &b);
+    late.io.incoming = post("/", 10, 0);
+    let d = late.ready(t, &b).unwrap();
+    late.reply(d.req, d.wake, None, ok("x"), t, &b);
+    late.tick(t + LINGER, &b);
+    assert!(late.done(), "not past its moment");
+}
+
+/// The webhook's rule: a body is read only for `POST /validate`, and only from a client
+/// that presented a certificate; every other request is answered without its body.
+#[test]
+fn a_body_is_read_only_where_the_rule_says() {
+    let t = Instant::now();
+    let b = Bounds {
+        bodies: Bodies::Post {
+            path: "/validate",
+            cert: true,
+        },
+        ..bounds()
+    };
+    let asked = |path: &str, cert: bool| {
+        let mut c = Conn::new(Fake::default(), t, &b);
+        c.io.cert = cert;
+        c.io.incoming = post(path, 10, 10);
+        c.ready(t, &b).unwrap().req.body.len()
+    };
+    assert_eq!(asked("/validate", true), 10);
+    assert_eq!(asked("/validate", false), 0, "no certificate");
+    assert_eq!(asked("/metrics", true), 0, "another path");
+    let mut c = Conn::new(Fake::default(), t, &b);
+    c.io.cert = true;
+    c.io.incoming = b"PUT /validate HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc".to_vec();
+    assert!(
+        c.ready(t, &b).unwrap().req.body.is_empty(),
+        "another method"
+    );
+}
+
+/// Issue 56.4: the bodies read take from the server's budget from their head until their
+/// request is dropped; one that does not fit is a 503 that closes its connection, its
+/// body never read.
+#[test]
+fn bodies_take_from_the_budget_and_one_that_does_not_fit_waits_for_none() {
+    let t = Instant::now();
+    let b = Bounds {
+        max_body: 4096,
+        ..bounds()
+    };
+    let mut first = Conn::new(Fake::default(), t, &b);
+    first.io.incoming = post("/v", 1000, 400);
+    assert!(first.ready(t, &b).is_none(), "its body is still coming");
+    assert_eq!(b.budget.used(), 1000, "taken at its head");
+    let mut second = Conn::new(Fake::default(), t, &b);
+    second.io.incoming = post("/v", 3500, 0);
+    assert!(second.ready(t, &b).is_none());
+    let wire = out(&mut second);
+    assert!(
+        wire.starts_with("HTTP/1.1 503 ") && wire.contains("Retry-After: 1"),
+        "{wire}"
+    );
+    assert!(
+        second.io.said_goodbye && second.io.shut,
+        "closing, its body not read"
+    );
+    first.io.incoming = vec![b'x'; 600];
+    let d = first.ready(t, &b).unwrap();
+    assert_eq!(d.req.body.len(), 1000);
+    assert_eq!(b.budget.used(), 1000, "while its request lives");
+    first.reply(d.req, d.wake, None, ok("done\n"), t, &b);
+    assert_eq!(b.budget.used(), 0, "given back once answered");
+}
+
+/// Issue 56.4: a receive buffer gives its room back once a request is out of it: a
+/// connection idle after a large body holds what an idle one holds.
+#[test]
+fn a_receive_buffer_gives_its_room_back() {
+    let t = Instant::now();
+    let b = Bounds {
+        max_body: 100_000,
+        budget: Budget::new(100_000),
+        ..bounds()
+    };
+    let mut c = Conn::new(Fake::default(), t, &b);
+    c.io.incoming = post("/v", 60_000, 60_000);
+    let d = c.ready(t, &b).unwrap();
+    assert_eq!(d.req.body.len(), 60_000);
+    assert!(
+        c.footprint().own <= CONN_COST + KEPT_ROOM,
+        "{:?}",
+        c.footprint()
+    );
+    c.reply(d.req, d.wake, None, ok("ok\n"), t, &b);
+    out(&mut c);
+    assert_eq!(c.kind(), Kind::Reading);
+    assert_eq!(c.footprint().bytes(), CONN_COST);
+    // A large head, no body: its room given back too.
+    let head = format!("GET / HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "p".repeat(12_000));
+    c.io.incoming = head.into_bytes();
+    let d = c.ready(t, &b).unwrap();
+    c.reply(d.req, d.wake, None, ok("ok\n"), t, &b);
+    out(&mut c);
+    assert_eq!(
+        c.footprint(),
+        Footprint {
+            own: CONN_COST,
+            body: None
+        }
+    );
+}
+
+/// An answer written for a holder makes the connection the holder's, and what it holds
+/// is counted: its own bytes, and the shared body once, by its address.
+#[test]
+fn an_answer_held_for_an_identity_counts_its_body() {
+    let t = Instant::now();
+    let b = bounds();
+    let mut c = conn(t);
+    let d = send(&mut c, b"GET /list HTTP/1.1\r\n\r\n", t).unwrap();
+    c.io.room = Some(100);
+    let list = Body::from(vec![b'x'; 100_000]);
+    let held = Reply::Held {
+        answer: Answer::json(200, list.clone()),
+        holder: Holder(9),
+    };
+    c.reply(d.req, d.wake, None, held, t, &b);
+    assert_eq!(c.kind(), Kind::Held(Holder(9), t));
+    assert_eq!(c.owner, Some(Holder(9)));
+    let f = c.footprint();
+    assert_eq!(f.body, Some((list.addr(), 100_000)));
+    assert!(f.own >= CONN_COST && f.own < CONN_COST + 1024, "{f:?}");
+    // Written: idle, still the holder's, holding nothing but itself.
+    c.io.room = None;
+    c.ready(t, &b);
+    assert_eq!((c.kind(), c.owner), (Kind::Reading, Some(Holder(9))));
+    assert_eq!(c.footprint().bytes(), CONN_COST);
+    // Made to go while its answer is written: cut off at once (its memory is needed).
+    let d = send(&mut c, b"GET /list HTTP/1.1\r\n\r\n", t).unwrap();
+    c.io.room = Some(0);
+    let held = Reply::Held {
+        answer: Answer::json(200, list),
+        holder: Holder(9),
+    };
+    c.reply(d.req, d.wake, None, held, t, &b);
+    assert!(c.evict(t, &b, Evict::Now).is_none());
+    assert!(c.done());
 }

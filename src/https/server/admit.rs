@@ -1,7 +1,7 @@
 //! Who gets in: the server accepts waiting connections a bounded number a round, makes
-//! room when every place is taken (the oldest connection still reading or idle, else the
-//! oldest held request of the identity that holds the most), and admits a connection
-//! (non-blocking, a bounded send buffer, TLS when configured, registered once with epoll).
+//! room when every place is taken (the least valuable connection: `Shares::room`), and
+//! admits a connection (non-blocking, a bounded send buffer, TLS when configured,
+//! registered once with epoll).
 
 use std::io;
 use std::net::{SocketAddr, TcpStream};
@@ -10,7 +10,7 @@ use std::time::Instant;
 use rustix::event::epoll::{self, EventData, EventFlags};
 
 use super::{Entry, MAX_LEAVING, Server, key_of};
-use crate::https::conn::{Conn, Kind};
+use crate::https::conn::{Conn, Evict};
 use crate::https::transport::{self, Io, Plain, Tls};
 
 impl Server {
@@ -37,41 +37,21 @@ impl Server {
         }
     }
 
-    /// Frees a place: the oldest connection still reading or idle, else the oldest held
-    /// request of the identity that holds the most. `false` when nothing can go.
+    /// Frees a place: the least valuable connection (`Shares::room`). `false` when nothing
+    /// can go.
     pub(super) fn make_room(&mut self, now: Instant) -> bool {
-        let leaving = (self.slots.iter().flatten()).filter(|e| e.leaving).count();
-        if leaving >= MAX_LEAVING {
+        if self.leaving >= MAX_LEAVING {
             return false;
         }
-        let reading = (self.slots.iter().enumerate())
-            .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
-            .filter(|(_, e)| e.conn.kind() == Kind::Reading)
-            .min_by_key(|(_, e)| e.conn.since)
-            .map(|(i, e)| key_of(i, e.epoch));
-        if let Some(key) = reading {
-            log::debug!("https: {} connections: dropping the oldest idle", self.open);
-            self.limits.counts.turned_away("evicted");
-            self.evict(key, now);
-            return true;
-        }
-        let most = (self.holders.values())
-            .max_by_key(|set| set.len())
-            .and_then(|set| set.iter().next().map(|(_, k)| *k));
-        match most {
-            Some(key) => {
-                log::debug!(
-                    "https: {} connections: the identity that holds the most gives way",
-                    self.open
-                );
-                self.limits.counts.turned_away("evicted");
-                self.evict(key, now);
-                // It leaves once answered: the newcomer may come in meanwhile (within
-                // `FILES_KEPT`).
-                true
-            }
-            None => false,
-        }
+        let Some(key) = self.shares.room() else {
+            return false;
+        };
+        log::debug!("https: {} connections: one gives way", self.open);
+        self.limits.counts.turned_away("evicted");
+        self.evict(key, now, Evict::Now);
+        // It leaves once answered: the newcomer may come in meanwhile (within
+        // `FILES_KEPT`).
+        true
     }
 
     fn admit(&mut self, sock: TcpStream, addr: SocketAddr, now: Instant) -> io::Result<()> {
@@ -103,7 +83,8 @@ impl Server {
             conn: Conn::new(io, now, &self.bounds),
             addr,
             armed: None,
-            held: None,
+            counted: None,
+            looked: false,
             leaving: false,
         });
         self.open += 1;

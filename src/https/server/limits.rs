@@ -1,11 +1,13 @@
 //! How the server holds its clients (`Limits`): how many connections, the deadlines of a
-//! request, an idle keep-alive and a write, the bounds of a request's head and body, the
-//! lanes of workers, what one identity may hold; and the defaults.
+//! request, an idle keep-alive and a write, the bounds of a request's head and body and
+//! which bodies are read, the lanes of workers and the handshakes', what one identity and
+//! what the token-less connections may hold; and the defaults.
 
 use std::time::Duration;
 
-use crate::https::conn::Bounds;
-use crate::https::http::Answer;
+use crate::https::conn::{Bodies, Bounds};
+use crate::https::handshakes::Sizes;
+use crate::https::http::{Answer, Budget};
 use crate::https::lanes::Lane;
 use crate::ops::metrics::ServerCounts;
 
@@ -26,12 +28,24 @@ pub struct Limits {
     pub max_head: usize,
     /// A request body at most.
     pub max_body: usize,
+    /// Which requests' bodies are read (the others are answered without theirs).
+    pub bodies: Bodies,
+    /// What the bodies read take together at most, from their head until their request
+    /// is answered (one that does not fit: 503).
+    pub max_bodies: usize,
     /// Connections stay open between requests (else every answer closes its own).
     pub keep_alive: bool,
     /// The lanes of workers; new requests go to the first.
     pub lanes: Vec<Lane>,
-    /// Parked or streaming requests one identity may hold.
+    /// Held requests (parked, streaming, written for it) one identity may hold.
     pub max_held: usize,
+    /// What one identity's connections may hold together, in bytes, beyond its largest
+    /// (`Footprint`; a shared body once).
+    pub max_pinned: usize,
+    /// What the connections no identity holds (token-less) may hold together, in bytes.
+    pub max_loose: usize,
+    /// The TLS handshakes' workers and the steps that may wait for them.
+    pub handshakes: Sizes,
     /// The handler answers its first lane on the server's own thread, without a worker
     /// (it promises not to block there: what might, it sends to another lane). Saves two
     /// thread hand-offs a request, most of what an idle fleet's requests cost.
@@ -61,6 +75,8 @@ impl Limits {
             max_head: self.max_head,
             max_body: self.max_body,
             keep_alive: self.keep_alive,
+            bodies: self.bodies.clone(),
+            budget: Budget::new(self.max_bodies),
         }
     }
 }
@@ -74,6 +90,8 @@ impl Default for Limits {
             write_deadline: Duration::from_secs(10),
             max_head: crate::https::http::MAX_HEAD,
             max_body: 1 << 20,
+            bodies: Bodies::All,
+            max_bodies: 64 << 20,
             keep_alive: true,
             lanes: Limits::one_lane(
                 4,
@@ -81,6 +99,12 @@ impl Default for Limits {
                 Answer::text(503, "too many requests at once; try again\n"),
             ),
             max_held: usize::MAX,
+            max_pinned: 64 << 20,
+            max_loose: 256 << 20,
+            handshakes: Sizes {
+                workers: 1,
+                queue: 64,
+            },
             inline: false,
             panicked: Answer::text(500, "internal error\n"),
             counts: ServerCounts::default(),

@@ -22,6 +22,7 @@ mod coldstart;
 mod common;
 mod crossover;
 mod fleet;
+mod hostile;
 mod hubs;
 mod outdir;
 mod pollcost;
@@ -160,7 +161,7 @@ fn args() -> Args {
             }
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-keys 2] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH] [--sim-sizes 1k,5k,10k] [--sim-check 50] [--sim-protocols longpoll,watch] [--arrival 500] [--cold-limit 300]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency,hub-hostile] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-keys 2] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH] [--sim-sizes 1k,5k,10k] [--sim-check 50] [--sim-protocols longpoll,watch] [--arrival 500] [--cold-limit 300]"
                 );
                 std::process::exit(2);
             }
@@ -741,6 +742,17 @@ fn main() {
                 limit: Duration::from_secs(a.cold_limit),
             },
         );
+        println!();
+    }
+    // A hub beside hostile clients (issue 56.4, 56.6): minutes; by name only.
+    if a.only.iter().any(|o| o == "hub-hostile") {
+        hostile::run(&hostile::Plan {
+            phase: Duration::from_secs(a.phase),
+            builds: (a.baseline.iter())
+                .map(|b| ("before".to_string(), b.clone()))
+                .chain([("this build".to_string(), cmpoll.clone())])
+                .collect(),
+        });
         println!();
     }
     if a.only.iter().any(|o| o == "hub-fleet") {
