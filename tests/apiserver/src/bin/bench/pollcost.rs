@@ -121,10 +121,39 @@ enum Contender {
     ShortWatch,
 }
 
-const CONTENDERS: [(&str, Contender); 4] = [
+/// The fleet's ten namespaces, each a scope of its own (issue 56.2: a change in one has
+/// the others listed once, to be as new).
+const TEN: &[&str] = &[
+    "--namespace",
+    "fleet-0",
+    "--namespace",
+    "fleet-1",
+    "--namespace",
+    "fleet-2",
+    "--namespace",
+    "fleet-3",
+    "--namespace",
+    "fleet-4",
+    "--namespace",
+    "fleet-5",
+    "--namespace",
+    "fleet-6",
+    "--namespace",
+    "fleet-7",
+    "--namespace",
+    "fleet-8",
+    "--namespace",
+    "fleet-9",
+];
+
+const CONTENDERS: [(&str, Contender); 5] = [
     (
         "cmpoll serve: short watch (the shipped role)",
         Contender::Hub(&[], true),
+    ),
+    (
+        "cmpoll serve --namespace × 10: a short watch each",
+        Contender::Hub(TEN, true),
     ),
     (
         "cmpoll serve, role without watch: metadata list",
