@@ -91,10 +91,36 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
     })
 }
 
+/// base64url as RFC 7515 §2 writes it: no padding, no stray bits (one spelling a token).
 fn b64(part: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(part.trim_end_matches('='))
+        .decode(part)
         .ok()
+}
+
+/// base64url as a lenient reader takes it (Go's `RawURLEncoding` ignores stray bits, and
+/// go-jose trims any padding first): several spellings of the same bytes.
+const LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::URL_SAFE,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+/// A key's part from the issuer's JWKS (the apiserver's own, read leniently).
+fn key_b64(part: &str) -> Option<Vec<u8>> {
+    LENIENT.decode(part).ok()
+}
+
+/// Whether `token` is a JWT spelled otherwise than canonically: three parts that a lenient
+/// reader decodes, one of them padded or with stray bits. A reader that takes such a
+/// spelling sees one token where the hub, which keys what it knows of a token (its review,
+/// the connections it holds) by its bytes, would see many: the hub refuses it.
+pub fn noncanonical(token: &str) -> bool {
+    let parts: Vec<&str> = token.split('.').collect();
+    parts.len() == 3
+        && (parts.iter()).all(|p| LENIENT.decode(p.trim_end_matches('=')).is_ok())
+        && parts.iter().any(|p| b64(p).is_none())
 }
 
 /// Splits and reads `token`; `None` when it is not a JWT at all.
@@ -268,7 +294,7 @@ pub fn keys(jwks: &[u8]) -> Result<BTreeMap<String, Key>, String> {
     let mut out = BTreeMap::new();
     for k in set.keys {
         let key = match (k.kty.as_str(), k.crv.as_str()) {
-            ("RSA", _) => match (b64(&k.n), b64(&k.e)) {
+            ("RSA", _) => match (key_b64(&k.n), key_b64(&k.e)) {
                 (Some(n), Some(e)) => Key::Rsa { n, e },
                 _ => continue,
             },
@@ -277,7 +303,7 @@ pub fn keys(jwks: &[u8]) -> Result<BTreeMap<String, Key>, String> {
                     "P-256" => Curve::P256,
                     _ => Curve::P384,
                 };
-                let (Some(x), Some(y)) = (b64(&k.x), b64(&k.y)) else {
+                let (Some(x), Some(y)) = (key_b64(&k.x), key_b64(&k.y)) else {
                     continue;
                 };
                 let point = [&[4u8][..], &x, &y].concat();
@@ -431,5 +457,35 @@ mod tests {
             }
         );
         assert!(keys(b"{}").is_err());
+    }
+
+    #[test]
+    fn a_token_spelled_otherwise_than_canonically_is_told_apart() {
+        let t = Signer::new("k1").sign(&claims("https://kubernetes.default.svc", 2e9));
+        assert!(!noncanonical(&t), "{t}");
+        assert!(read(&t).is_some());
+        let (rest, sig) = t.rsplit_once('.').unwrap();
+        // Padded: what go-jose trims.
+        let padded = format!("{rest}.{sig}==");
+        assert!(noncanonical(&padded));
+        assert!(read(&padded).is_none());
+        // A stray bit in the last character: the same bytes to Go's RawURLEncoding.
+        let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let last = sig.as_bytes()[sig.len() - 1];
+        let i = alphabet.iter().position(|c| *c == last).unwrap();
+        let stray = format!(
+            "{rest}.{}{}",
+            &sig[..sig.len() - 1],
+            alphabet[i ^ 1] as char
+        );
+        assert_eq!(
+            LENIENT.decode(&stray[rest.len() + 1..]).unwrap(),
+            b64(sig).unwrap()
+        );
+        assert!(noncanonical(&stray));
+        // Not a JWT at all: opaque, as a static or bootstrap token is.
+        for opaque in ["abcdef.0123456789abcdef", "a.b.c==", "x.y.z", "not a token"] {
+            assert!(!noncanonical(opaque), "{opaque}");
+        }
     }
 }
