@@ -162,6 +162,11 @@ impl Authenticator {
             self.decisions.record("authentication", "denied", "none");
             return Err(StatusError::unauthorized().into());
         };
+        if super::jwt::noncanonical(token.expose()) {
+            // One token in many spellings would be many to the hub: refused, unreviewed.
+            self.decisions.record("authentication", "denied", "none");
+            return Err(StatusError::unauthorized().into());
+        }
         let key: [u8; 32] = Sha256::digest(token.expose().as_bytes()).into();
         let holder = holder(&key);
         let now = Instant::now();
@@ -230,7 +235,7 @@ impl Authenticator {
         let user = Arc::new(self.as_reviewed(user));
         let left = (expires - unix).clamp(0.0, ACCOUNT_TTL.as_secs_f64());
         let lives = self.spread(Duration::try_from_secs_f64(left).unwrap_or_default());
-        lock(&self.known).put(key, user.clone(), crate::backoff::after(now, lives), now);
+        lock(&self.known).put(key, user.clone(), crate::backoff::after(now, lives));
         self.decisions.record("authentication", "allowed", "local");
         Ok(Who { user, holder })
     }
@@ -248,7 +253,7 @@ impl Authenticator {
         if keep {
             let until = crate::backoff::after(now, self.spread(TOKEN_REFUSED_TTL));
             lock(&self.known).remove(&key);
-            lock(&self.refused).put(key, (), until, now);
+            lock(&self.refused).put(key, (), until);
         }
         self.decisions.record("authentication", "denied", "local");
         StatusError::unauthorized().into()
@@ -306,7 +311,7 @@ impl Authenticator {
                 let ttl = self.spread(TOKEN_TTL);
                 let lives = lifetime(token).map_or(ttl, |l| l.min(ttl));
                 let until = crate::backoff::after(now, lives);
-                lock(&self.known).put(key, user.clone(), until, now);
+                lock(&self.known).put(key, user.clone(), until);
                 self.decisions.record("authentication", "allowed", "miss");
                 Ok(user)
             }
@@ -314,7 +319,7 @@ impl Authenticator {
                 let until = crate::backoff::after(now, self.spread(TOKEN_REFUSED_TTL));
                 // Refused now: no longer one to renew.
                 lock(&self.known).remove(&key);
-                lock(&self.refused).put(key, (), until, now);
+                lock(&self.refused).put(key, (), until);
                 self.decisions.record("authentication", "denied", "miss");
                 Err(StatusError::unauthorized().into())
             }
@@ -421,6 +426,25 @@ mod tests {
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 4);
     }
 
+    /// One token in other spellings (padded, stray bits: the same to go-jose) is not
+    /// many identities to the hub: refused, and never reviewed.
+    #[test]
+    fn a_token_spelled_otherwise_is_refused_unreviewed() {
+        let fake = Arc::new(Fake {
+            anyone: true,
+            ..Fake::default()
+        });
+        let (_, a) = authn(&fake, REVIEW_RATE, REVIEW_BURST);
+        let t = Signer::new("k1").sign(&serde_json::json!({"sub": "x", "exp": 2e9}));
+        assert!(a.authenticate(Some(&format!("Bearer {t}")), true).is_ok());
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 1);
+        for n in 1..=3 {
+            let padded = format!("Bearer {t}{}", "=".repeat(n));
+            assert_eq!(code(a.authenticate(Some(&padded), true)), 401);
+        }
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), 1, "none reviewed");
+    }
+
     #[test]
     fn entries_reviewed_at_once_do_not_expire_at_once() {
         let (_, a) = authn(&Arc::new(Fake::default()), 1.0, 1.0);
@@ -484,7 +508,7 @@ mod tests {
         // Its review expires.
         let key: [u8; 32] = Sha256::digest(b"good").into();
         let now = Instant::now();
-        lock(&a.known).put(key, alice.user.clone(), now, now);
+        lock(&a.known).put(key, alice.user.clone(), now);
         assert!(matches!(
             a.authenticate(Some("Bearer good"), false),
             Err(Halt::Lane(AUTHENTICATE))
@@ -500,7 +524,7 @@ mod tests {
         assert_eq!(counts.turned_away_for("renewals"), 0);
         // Still the review budget for the others; a refused renewal is no longer known.
         assert_eq!(refusal(a.authenticate(Some("Bearer x"), true)).code, 429);
-        lock(&a.known).put(Sha256::digest(b"bad").into(), alice.user, now, now);
+        lock(&a.known).put(Sha256::digest(b"bad").into(), alice.user, now);
         assert_eq!(refusal(a.authenticate(Some("Bearer bad"), true)).code, 401);
         assert!(!lock(&a.known).had(&Sha256::digest(b"bad").into()));
     }
