@@ -74,7 +74,6 @@ impl Accounts {
                         key,
                         a.clone(),
                         until,
-                        now,
                     );
                     a
                 }

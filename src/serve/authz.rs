@@ -102,7 +102,7 @@ impl Authorizer {
                 });
                 let keep = !matches!(&d, Decision::Denied(why) if why.len() > MAX_REASON);
                 if keep {
-                    lock(&self.kept).put(key, d.clone(), now + ttl, now);
+                    lock(&self.kept).put(key, d.clone(), now + ttl);
                 }
                 (d, "miss")
             }

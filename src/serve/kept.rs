@@ -6,12 +6,17 @@
 //! `Retry-After`), so that a crowd refused at once comes back spread at the budget's rate,
 //! not together; and `Budgets`, one budget per key (a user's access reviews), bounded.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-/// A bounded map whose entries expire.
+/// A bounded map whose entries expire. Kept in order of expiry too, so that making room
+/// costs a lookup, not a scan: a cache full of live entries is met on every miss of a
+/// busy hub, under a lock its loop takes for every request.
 pub struct Cache<K, V> {
-    map: HashMap<K, (V, Instant)>,
+    map: HashMap<K, (V, Instant, u64)>,
+    /// Each entry by (expiry, the order it was put in).
+    order: BTreeMap<(Instant, u64), K>,
+    next: u64,
     max: usize,
 }
 
@@ -19,6 +24,8 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
     pub fn new(max: usize) -> Self {
         Cache {
             map: HashMap::new(),
+            order: BTreeMap::new(),
+            next: 0,
             max,
         }
     }
@@ -26,24 +33,23 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
     pub fn get(&self, k: &K, now: Instant) -> Option<V> {
         self.map
             .get(k)
-            .filter(|(_, until)| *until > now)
-            .map(|(v, _)| v.clone())
+            .filter(|(_, until, _)| *until > now)
+            .map(|(v, _, _)| v.clone())
     }
 
-    pub fn put(&mut self, k: K, v: V, until: Instant, now: Instant) {
-        if self.map.len() >= self.max && !self.map.contains_key(&k) {
-            self.map.retain(|_, (_, u)| *u > now);
-            if self.map.len() >= self.max {
-                // Still full of live entries: the one closest to expiring goes.
-                let first = (self.map.iter())
-                    .min_by_key(|(_, (_, u))| *u)
-                    .map(|(k, _)| k.clone());
-                if let Some(first) = first {
-                    self.map.remove(&first);
-                }
-            }
+    pub fn put(&mut self, k: K, v: V, until: Instant) {
+        self.remove(&k);
+        while self.map.len() >= self.max.max(1) {
+            // The first to expire goes: an expired one if any, else the closest to it.
+            let Some((_, first)) = self.order.pop_first() else {
+                break;
+            };
+            self.map.remove(&first);
         }
-        self.map.insert(k, (v, until));
+        let n = self.next;
+        self.next += 1;
+        self.order.insert((until, n), k.clone());
+        self.map.insert(k, (v, until, n));
     }
 
     /// Whether `k` is held, live or expired (an expired entry stays until room is needed).
@@ -52,7 +58,9 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
     }
 
     pub fn remove(&mut self, k: &K) {
-        self.map.remove(k);
+        if let Some((_, until, n)) = self.map.remove(k) {
+            self.order.remove(&(until, n));
+        }
     }
 
     #[cfg(test)]
@@ -188,12 +196,35 @@ mod tests {
         let mut c: Cache<u32, u32> = Cache::new(1000);
         let now = Instant::now();
         for i in 0..1100u32 {
-            c.put(i, i, now + Duration::from_secs(60 + u64::from(i)), now);
+            c.put(i, i, now + Duration::from_secs(60 + u64::from(i)));
         }
         assert_eq!(c.len(), 1000);
         assert_eq!(c.get(&0, now), None, "the nearest to expiring went first");
         assert_eq!(c.get(&1099, now), Some(1099));
         assert_eq!(c.get(&200, now + Duration::from_secs(400)), None, "expired");
+    }
+
+    #[test]
+    fn a_full_cache_lets_the_first_to_expire_go_whatever_the_order_of_puts() {
+        let mut c: Cache<u32, u32> = Cache::new(3);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        c.put(1, 1, at(30));
+        c.put(2, 2, at(10));
+        c.put(3, 3, at(20));
+        // Put again: its old expiry is forgotten, not left behind in the order.
+        c.put(2, 2, at(40));
+        assert_eq!((c.len(), c.order.len()), (3, 3));
+        c.put(4, 4, at(50));
+        assert!(!c.had(&3), "20 s, the first to expire");
+        assert!(c.had(&2) && c.had(&1) && c.had(&4));
+        // An expired entry stays until room is needed, then goes before any live one.
+        assert_eq!(c.get(&1, at(35)), None);
+        assert!(c.had(&1));
+        c.put(5, 5, at(60));
+        assert!(!c.had(&1) && c.had(&2));
+        c.remove(&2);
+        assert_eq!((c.len(), c.order.len()), (2, 2));
     }
 
     #[test]
