@@ -334,17 +334,36 @@ fn a_body_is_read_only_from_the_apiserver_and_only_so_much_at_once() {
     let apiserver = clients.client_cert("kube-apiserver");
     let me = Some((apiserver.cert_pem.as_str(), apiserver.key_pem.as_str()));
     let mib = vec![b'{'; 1 << 20];
+    // Heads that announce the most a body may be, then stall, hold none of the bodies'
+    // room (a body is taken as it arrives): ten of them beside what follows.
+    let stalled: Vec<_> = (0..10)
+        .map(|_| {
+            let mut tls = tls_as(&addr, &pki.ca_pem(), me);
+            tls.write_all(head(16 << 20).as_bytes()).unwrap();
+            tls
+        })
+        .collect();
+    // Three bodies of 10 MiB, 9 MiB of each sent: 27 of the 32 MiB.
     let mut reading: Vec<_> = (0..3)
         .map(|_| {
             let mut tls = tls_as(&addr, &pki.ca_pem(), me);
             tls.write_all(head(10 << 20).as_bytes()).unwrap();
-            tls.write_all(&mib).unwrap();
+            for _ in 0..9 {
+                tls.write_all(&mib).unwrap();
+            }
             tls
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
+    // A fourth does not fit: a 503 once it outgrows what is left (its writes may meet
+    // the closed connection).
     let mut fourth = tls_as(&addr, &pki.ca_pem(), me);
     fourth.write_all(head(10 << 20).as_bytes()).unwrap();
+    for _ in 0..10 {
+        if fourth.write_all(&mib).is_err() {
+            break;
+        }
+    }
     let got = answer(&mut fourth);
     assert!(
         got.starts_with("HTTP/1.1 503 ") && got.contains("Retry-After: 1"),
@@ -353,9 +372,7 @@ fn a_body_is_read_only_from_the_apiserver_and_only_so_much_at_once() {
     // The three are read whole and answered (400: not AdmissionReviews), their bodies
     // given back: the next is read.
     for tls in &mut reading {
-        for _ in 0..9 {
-            tls.write_all(&mib).unwrap();
-        }
+        tls.write_all(&mib).unwrap();
         let got = answer(tls);
         assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
     }
@@ -369,5 +386,6 @@ fn a_body_is_read_only_from_the_apiserver_and_only_so_much_at_once() {
         got.starts_with("HTTP/1.1 400 "),
         "read, once there was room: {got}"
     );
+    drop(stalled);
     d.stop();
 }

@@ -41,6 +41,12 @@ const MAX_BUFFERED: usize = 2 * http::MAX_HEAD;
 /// and the client could lose the answer).
 const LINGER: Duration = Duration::from_millis(500);
 
+/// What a connection's body not read may drop while its request is answered (Go's
+/// server's `maxPostHandlerReadBytes`): beyond it the connection is not read until its
+/// answer is out, so a client sending without end on a request held open (a watch, a long
+/// poll) meets its own TCP window, not the server's loop.
+const MAX_DROPPED: usize = 256 * 1024;
+
 /// A receive buffer keeps at most this much room once a request is out of it.
 const KEPT_ROOM: usize = 4 * 1024;
 
@@ -48,6 +54,10 @@ const KEPT_ROOM: usize = 4 * 1024;
 /// transport's at rest (a TLS connection idle after a request: 8.5 KiB measured) and a TLS
 /// record partly received.
 pub const CONN_COST: usize = 16 * 1024;
+
+/// The most a handshake in progress may hold of what the client sent: a handshake message
+/// rustls joins across records (64 KiB at most) and the record it is joining.
+const HANDSHAKE_HELD: usize = 64 * 1024 + RECORD;
 
 /// The longest TLS record (16 KiB of plaintext and its framing): what rustls may keep of
 /// the bytes a request came in until its next read (a connection stalled halfway through a
@@ -104,7 +114,7 @@ impl Footprint {
     }
 }
 
-/// A head whose body is being read (its length taken from the budget).
+/// A head whose body is being read (what arrived of it taken from the budget).
 struct Awaiting {
     req: Request,
     head: usize,
@@ -236,6 +246,8 @@ pub struct Conn<T> {
     /// A body not read is arriving: what comes is dropped (the connection closes after the
     /// answer).
     discard: bool,
+    /// Bytes dropped so, while its request is answered (at most `MAX_DROPPED`).
+    dropped: usize,
     /// The identity whose connection this is (the last to hold it), if any.
     pub owner: Option<Holder>,
     /// The answer being written is held for this holder, since then.
@@ -264,6 +276,7 @@ impl<T: Transport> Conn<T> {
             since: now,
             awaiting: None,
             discard: false,
+            dropped: 0,
             owner: None,
             writing_for: None,
             in_transport: 0,
@@ -287,9 +300,10 @@ impl<T: Transport> Conn<T> {
 
     /// What it holds in memory now.
     pub fn footprint(&self) -> Footprint {
-        let awaited = self.awaiting.as_ref().map_or(0, |a| a.length);
+        let awaited = self.awaiting.as_ref().map_or(0, |a| a.req.taken.len());
         // A request received is counted twice: in its buffer, and in the record it came in.
         let mut own = CONN_COST
+            + self.io.handshake_bytes().min(HANDSHAKE_HELD)
             + self.inbuf.capacity().saturating_sub(awaited)
             + self.inbuf.len().saturating_sub(awaited).min(RECORD)
             + self.in_transport.min(SEND_BUFFER);
@@ -696,9 +710,11 @@ impl<T: Transport> Conn<T> {
                 let _ = self.io.flush();
             }
             if self.discard && !self.eof {
-                // Part of a body not read may still come: dropped a moment longer.
+                // Part of a body not read may still come: dropped a moment longer (what
+                // waits already, too: no edge may say so).
                 self.phase = Phase::Lingering { shut: false };
                 self.deadline = Some(now + LINGER);
+                self.drop_incoming();
                 return true;
             }
             self.phase = Phase::Done;

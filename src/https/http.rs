@@ -325,9 +325,9 @@ pub fn parse_head(buf: &[u8], max_head: usize, max_body: usize) -> Head {
     }
 }
 
-/// What the request bodies a server holds at once may take together: a body is read only
-/// once its length is taken (`take`), and its bytes are given back when the last copy of
-/// its request is dropped.
+/// What the request bodies a server holds at once may take together: a body is taken as
+/// its bytes arrive (`Taken::grow`: a head that announces a body and stalls takes
+/// nothing), and its bytes are given back when the last copy of its request is dropped.
 #[derive(Clone, Debug)]
 pub struct Budget {
     used: Arc<AtomicUsize>,
@@ -343,18 +343,21 @@ impl Budget {
     }
 
     /// `n` bytes, if that many are left.
+    #[cfg(test)]
     pub fn take(&self, n: usize) -> Option<Taken> {
+        let mut t = Taken::default();
+        t.grow(self, n).then_some(t)
+    }
+
+    /// Counts `n` more bytes, if that many are left.
+    fn reserve(&self, n: usize) -> bool {
         let mut used = self.used.load(Ordering::SeqCst);
         loop {
-            let after = used.checked_add(n).filter(|a| *a <= self.cap)?;
+            let Some(after) = used.checked_add(n).filter(|a| *a <= self.cap) else {
+                return false;
+            };
             match (self.used).compare_exchange(used, after, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => {
-                    let held = Arc::new(Held {
-                        used: self.used.clone(),
-                        n,
-                    });
-                    return Some(Taken { _held: Some(held) });
-                }
+                Ok(_) => return true,
                 Err(now) => used = now,
             }
         }
@@ -375,11 +378,36 @@ pub struct Taken {
     _held: Option<Arc<Held>>,
 }
 
-#[cfg(test)]
 impl Taken {
     /// The bytes it holds.
     pub fn len(&self) -> usize {
-        self._held.as_ref().map_or(0, |h| h.n)
+        self._held
+            .as_ref()
+            .map_or(0, |h| h.n.load(Ordering::SeqCst))
+    }
+
+    /// Holds `to` bytes of `budget` in all, if that many more are left (a body taken as
+    /// it arrives; `to` at most what it holds leaves it as it is).
+    pub fn grow(&mut self, budget: &Budget, to: usize) -> bool {
+        let more = to.saturating_sub(self.len());
+        if more == 0 {
+            return true;
+        }
+        if !budget.reserve(more) {
+            return false;
+        }
+        match &self._held {
+            Some(h) => {
+                h.n.fetch_add(more, Ordering::SeqCst);
+            }
+            None => {
+                self._held = Some(Arc::new(Held {
+                    used: budget.used.clone(),
+                    n: AtomicUsize::new(more),
+                }));
+            }
+        }
+        true
     }
 }
 
@@ -394,12 +422,13 @@ impl Eq for Taken {}
 #[derive(Debug)]
 struct Held {
     used: Arc<AtomicUsize>,
-    n: usize,
+    n: AtomicUsize,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.used.fetch_sub(self.n, Ordering::SeqCst);
+        self.used
+            .fetch_sub(self.n.load(Ordering::SeqCst), Ordering::SeqCst);
     }
 }
 

@@ -48,6 +48,11 @@ pub trait Transport {
     fn shutdown(&mut self);
     /// The certificate the client presented (its leaf), if any.
     fn peer_cert(&self) -> Option<CertificateDer<'static>>;
+    /// What its handshake may hold of what the client sent (rustls joins a handshake
+    /// message of up to 64 KiB across records): the bytes read while handshaking.
+    fn handshake_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// HTTPS: rustls over a socket.
@@ -199,6 +204,14 @@ impl Transport for Tls {
         let _ = self.sock.shutdown(std::net::Shutdown::Write);
     }
 
+    fn handshake_bytes(&self) -> usize {
+        if self.handshaking() {
+            self.records.seen
+        } else {
+            0
+        }
+    }
+
     fn peer_cert(&self) -> Option<CertificateDer<'static>> {
         (self.tls.as_ref())
             .and_then(|t| t.peer_certificates())
@@ -235,10 +248,13 @@ struct Records {
     whole: bool,
     /// A record came whole.
     any: bool,
+    /// Bytes seen.
+    seen: usize,
 }
 
 impl Records {
     fn take(&mut self, mut bytes: &[u8]) {
+        self.seen = self.seen.saturating_add(bytes.len());
         while !bytes.is_empty() {
             if self.left > 0 {
                 let n = self.left.min(bytes.len());
@@ -450,6 +466,8 @@ pub mod fake {
         pub unstarted: bool,
         /// The end of the server's side was sent.
         pub shut: bool,
+        /// Bytes read while handshaking.
+        pub handshake: usize,
     }
 
     impl Fake {
@@ -485,6 +503,10 @@ pub mod fake {
             let n = self.wire(&pending);
             self.buffered = pending[n..].to_vec();
             Ok(self.buffered.is_empty())
+        }
+
+        fn handshake_bytes(&self) -> usize {
+            self.handshake
         }
 
         fn handshaking(&self) -> bool {

@@ -1,11 +1,11 @@
 //! What a connection reads (`Conn`'s receive side): a request's head, and its body where
-//! the server's rule (`Bodies`) says the request needs one and the server's `Budget` has
-//! room for it (else a 503); a body not read is dropped as it comes, a bounded amount at a
-//! time; the receive buffer gives its room back once a request is out of it.
+//! the server's rule (`Bodies`) says the request needs one, taken from the server's
+//! `Budget` as it arrives (past it, a 503); a body not read is dropped as it comes, a bounded amount at a
+//! time and `MAX_DROPPED` while its request is answered; the receive buffer gives its room back once a request is out of it.
 
 use std::time::Instant;
 
-use super::{Awaiting, Bodies, Bounds, Conn, KEPT_ROOM, MAX_BUFFERED, Phase};
+use super::{Awaiting, Bodies, Bounds, Conn, KEPT_ROOM, MAX_BUFFERED, MAX_DROPPED, Phase};
 use crate::https::http::{self, Answer, Head, Request};
 use crate::https::transport::Transport;
 
@@ -36,6 +36,7 @@ impl<T: Transport> Conn<T> {
                 }
             }
             let got = !self.inbuf.is_empty();
+            self.dropped = self.dropped.saturating_add(self.inbuf.len());
             self.inbuf.clear();
             if !got || self.eof {
                 break;
@@ -57,10 +58,19 @@ impl<T: Transport> Conn<T> {
             return;
         }
         if self.discard {
-            self.drop_incoming();
+            if self.dropped < MAX_DROPPED || matches!(self.phase, Phase::Lingering { .. }) {
+                self.drop_incoming();
+            }
             return;
         }
         let cap = self.cap();
+        if self.awaiting.is_some() {
+            // A body grows its buffer toward its length, never past it (a buffer doubling
+            // on its own could take twice it).
+            let want = (2 * self.inbuf.len()).max(KEPT_ROOM * 16).min(cap);
+            self.inbuf
+                .reserve_exact(want.saturating_sub(self.inbuf.len()));
+        }
         let before = self.inbuf.len();
         match self.io.receive(&mut self.inbuf, cap) {
             Ok(eof) => self.eof |= eof,
@@ -88,7 +98,13 @@ impl<T: Transport> Conn<T> {
             let (mut req, head, length) =
                 match http::parse_head(&self.inbuf, b.max_head, b.max_body) {
                     Head::Partial => return None,
-                    Head::Bad(a) => return Some(Err(a)),
+                    Head::Bad(a) => {
+                        // Answered, then closed: what may follow is dropped meanwhile,
+                        // so that the client reads its answer (a 413's too).
+                        self.inbuf.clear();
+                        self.discard = true;
+                        return Some(Err(a));
+                    }
                     Head::Complete { req, head, body } => (req, head, body),
                 };
             if length == 0 {
@@ -103,20 +119,20 @@ impl<T: Transport> Conn<T> {
                 req.close = true;
                 return Some(Ok(req));
             }
-            let Some(taken) = b.budget.take(length) else {
-                self.inbuf.clear();
-                self.discard = true;
-                let busy = Answer::text(503, "too many request bodies at once; try again\n");
-                return Some(Err(busy.with("Retry-After", "1")));
-            };
-            req.taken = taken;
-            // Room for the body once, not twice its size as a growing buffer would take.
-            let room = (head + length + MAX_BUFFERED).saturating_sub(self.inbuf.len());
-            self.inbuf.reserve_exact(room);
             self.awaiting = Some(Awaiting { req, head, length });
         }
-        let a = self.awaiting.as_ref()?;
+        let a = self.awaiting.as_mut()?;
         let end = a.head + a.length;
+        // The body is taken from the budget as it arrives: a head that announces one and
+        // stalls holds none of it.
+        let arrived = self.inbuf.len().min(end).saturating_sub(a.head);
+        if !a.req.taken.grow(&b.budget, arrived) {
+            self.awaiting = None;
+            self.inbuf.clear();
+            self.discard = true;
+            let busy = Answer::text(503, "too many request bodies at once; try again\n");
+            return Some(Err(busy.with("Retry-After", "1")));
+        }
         if self.inbuf.len() < end {
             return None;
         }

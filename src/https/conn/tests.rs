@@ -93,7 +93,10 @@ fn a_request_that_dribbles_is_cut_off_with_408_and_a_bad_one_with_its_code() {
         wire.starts_with("HTTP/1.1 400 ") && wire.contains("Connection: close"),
         "{wire}"
     );
-    assert!(c.done() && c.io.said_goodbye);
+    // Closing: what may follow a bad head is dropped a moment, so that its answer is read.
+    assert!(c.io.said_goodbye && c.io.shut && !c.done());
+    c.tick(t + LINGER, &b);
+    assert!(c.done());
 }
 
 #[test]
@@ -394,6 +397,60 @@ fn a_body_not_needed_is_never_kept() {
     assert!(late.done(), "not past its moment");
 }
 
+/// A body not read, sent without end on a request held open (a watch, a long poll): past
+/// `MAX_DROPPED` it is no longer read (the client meets its own TCP window, not the
+/// server's loop), and once the answer is out what waits is dropped as the close lingers.
+#[test]
+fn a_body_not_read_is_dropped_a_bounded_amount_while_its_request_is_held() {
+    let t = Instant::now();
+    let b = Bounds {
+        bodies: Bodies::None,
+        max_body: 1 << 30,
+        ..bounds()
+    };
+    let mut c = Conn::new(Fake::default(), t, &b);
+    let mut wire =
+        b"GET /api/v1/configmaps?watch=1 HTTP/1.1\r\nContent-Length: 1000000000\r\n\r\n".to_vec();
+    wire.extend(vec![b'x'; 100_000]);
+    c.io.incoming = wire;
+    let d = c.ready(t, &b).unwrap();
+    for _ in 0..3 {
+        c.io.incoming = vec![b'x'; 100_000];
+        c.ready(t, &b);
+    }
+    // Read while under the bound (the third read passes it).
+    assert_eq!((c.dropped, c.io.incoming.len()), (300_000, 0));
+    assert!(c.dropped >= MAX_DROPPED);
+    c.io.incoming = vec![b'x'; 100_000];
+    c.ready(t, &b);
+    assert_eq!(c.io.incoming.len(), 100_000, "no longer read");
+    c.io.incoming.extend(vec![b'x'; 100_000]);
+    c.ready(t, &b);
+    assert_eq!(c.io.incoming.len(), 200_000, "still not read");
+    c.reply(d.req, d.wake, None, ok("x"), t, &b);
+    assert!(out(&mut c).starts_with("HTTP/1.1 200 "));
+    assert_eq!(c.deadline(), Some(t + LINGER));
+    assert!(c.io.incoming.is_empty(), "dropped as the close lingers");
+}
+
+/// A request refused from its head (a 413: too large a body) is answered, and what
+/// follows is dropped as the close lingers, so that the client reads its answer.
+#[test]
+fn a_refused_head_lingers_so_that_its_answer_is_read() {
+    let t = Instant::now();
+    let mut c = conn(t);
+    c.io.incoming = post("/validate", 1 << 20, 5_000);
+    assert!(c.ready(t, &bounds()).is_none());
+    let wire = out(&mut c);
+    assert!(wire.starts_with("HTTP/1.1 413 "), "{wire}");
+    assert!(!c.done() && c.io.shut);
+    assert_eq!(c.deadline(), Some(t + LINGER));
+    c.io.incoming = vec![b'x'; 10_000];
+    c.io.closed = true;
+    c.ready(t, &bounds());
+    assert!(c.done() && c.io.incoming.is_empty());
+}
+
 /// The webhook's rule: a body is read only for `POST /validate`, and only from a client
 /// that presented a certificate; every other request is answered without its body.
 #[test]
@@ -428,7 +485,7 @@ fn a_body_is_read_only_where_the_rule_says() {
 /// request is dropped; one that does not fit is a 503 that closes its connection, its
 /// body never read.
 #[test]
-fn bodies_take_from_the_budget_and_one_that_does_not_fit_waits_for_none() {
+fn bodies_take_from_the_budget_as_they_arrive_and_one_that_does_not_fit_waits_for_none() {
     let t = Instant::now();
     let b = Bounds {
         max_body: 4096,
@@ -437,9 +494,19 @@ fn bodies_take_from_the_budget_and_one_that_does_not_fit_waits_for_none() {
     let mut first = Conn::new(Fake::default(), t, &b);
     first.io.incoming = post("/v", 1000, 400);
     assert!(first.ready(t, &b).is_none(), "its body is still coming");
-    assert_eq!(b.budget.used(), 1000, "taken at its head");
+    assert_eq!(b.budget.used(), 400, "what arrived of it");
+    // Heads that announce the most a body may be and stall take nothing.
+    let mut stalled: Vec<Conn<Fake>> = (0..10)
+        .map(|_| {
+            let mut c = Conn::new(Fake::default(), t, &b);
+            c.io.incoming = post("/v", 4096, 0);
+            assert!(c.ready(t, &b).is_none());
+            c
+        })
+        .collect();
+    assert_eq!(b.budget.used(), 400);
     let mut second = Conn::new(Fake::default(), t, &b);
-    second.io.incoming = post("/v", 3500, 0);
+    second.io.incoming = post("/v", 3800, 3800);
     assert!(second.ready(t, &b).is_none());
     let wire = out(&mut second);
     assert!(
@@ -448,14 +515,17 @@ fn bodies_take_from_the_budget_and_one_that_does_not_fit_waits_for_none() {
     );
     assert!(
         second.io.said_goodbye && second.io.shut,
-        "closing, its body not read"
+        "closing, the rest of its body not read"
     );
+    assert_eq!(b.budget.used(), 400, "what it took given back");
     first.io.incoming = vec![b'x'; 600];
     let d = first.ready(t, &b).unwrap();
     assert_eq!(d.req.body.len(), 1000);
     assert_eq!(b.budget.used(), 1000, "while its request lives");
     first.reply(d.req, d.wake, None, ok("done\n"), t, &b);
     assert_eq!(b.budget.used(), 0, "given back once answered");
+    stalled[0].io.incoming = vec![b'x'; 4096];
+    assert!(stalled[0].ready(t, &b).is_some(), "a whole body fits now");
 }
 
 /// Issue 56.4: a receive buffer gives its room back once a request is out of it: a
@@ -531,4 +601,17 @@ fn an_answer_held_for_an_identity_counts_its_body() {
     c.reply(d.req, d.wake, None, held, t, &b);
     assert!(c.evict(t, &b, Evict::Now).is_none());
     assert!(c.done());
+}
+
+/// A connection in its handshake counts what rustls may hold of it (a ClientHello of up to
+/// 64 KiB joined across records), not its state alone.
+#[test]
+fn a_handshake_counts_what_it_was_sent() {
+    let t = Instant::now();
+    let mut c = conn(t);
+    assert_eq!(c.footprint().own, CONN_COST);
+    c.io.handshake = 60_000;
+    assert_eq!(c.footprint().own, CONN_COST + 60_000);
+    c.io.handshake = 10 << 20;
+    assert_eq!(c.footprint().own, CONN_COST + HANDSHAKE_HELD);
 }
