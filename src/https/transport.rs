@@ -129,6 +129,7 @@ impl Transport for Tls {
                 let n = state.plaintext_bytes_to_read();
                 if n > 0 {
                     let at = into.len();
+                    make_room(into, n, cap);
                     into.resize(at + n, 0);
                     let got = tls.reader().read(&mut into[at..]).unwrap_or(0);
                     into.truncate(at + got);
@@ -287,6 +288,16 @@ impl Records {
 /// ciphertext; TLS 1.2's compressed records, 2^14 + 2048).
 const MAX_RECORD: usize = (1 << 14) + 2048;
 
+/// Room for `n` more bytes in `into`: doubling as a `Vec` does, but never past `cap` (a
+/// body's buffer grows toward its length, not to twice it).
+fn make_room(into: &mut Vec<u8>, n: usize, cap: usize) {
+    let need = into.len().saturating_add(n);
+    if into.capacity() < need {
+        let want = (2 * into.capacity()).max(need).min(cap.max(need));
+        into.reserve_exact(want - into.len());
+    }
+}
+
 /// Plain HTTP (`cmpoll run --listen`: probes and scrapes on the pod network).
 pub struct Plain {
     sock: TcpStream,
@@ -309,7 +320,10 @@ impl Transport for Plain {
             let room = buf.len().min(cap - into.len());
             match self.sock.read(&mut buf[..room]) {
                 Ok(0) => return Ok(true),
-                Ok(n) => into.extend_from_slice(&buf[..n]),
+                Ok(n) => {
+                    make_room(into, n, cap);
+                    into.extend_from_slice(&buf[..n]);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -413,6 +427,24 @@ impl Transport for Io {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A body's buffer grows as a `Vec` does, by doubling, but never past its cap (an
+    /// AdmissionReview of 1 MiB arriving a record at a time took 2 MiB before).
+    #[test]
+    fn a_buffer_grows_toward_its_cap_never_past_it() {
+        let cap = 1_000_000;
+        let mut v: Vec<u8> = Vec::new();
+        let mut grew = 0;
+        while v.len() < cap {
+            let n = 16_384.min(cap - v.len());
+            let before = v.capacity();
+            make_room(&mut v, n, cap);
+            grew += usize::from(v.capacity() != before);
+            v.resize(v.len() + n, 0);
+        }
+        assert!(v.capacity() <= cap + 16_384, "{}", v.capacity());
+        assert!(grew < 12, "doubling, not a record at a time: {grew}");
+    }
 
     /// A record's bytes in any pieces make one whole record, once the last comes; what
     /// cannot be a record is whole at once.

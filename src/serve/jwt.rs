@@ -117,10 +117,18 @@ fn key_b64(part: &str) -> Option<Vec<u8>> {
 /// spelling sees one token where the hub, which keys what it knows of a token (its review,
 /// the connections it holds) by its bytes, would see many: the hub refuses it.
 pub fn noncanonical(token: &str) -> bool {
-    let parts: Vec<&str> = token.split('.').collect();
-    parts.len() == 3
-        && (parts.iter()).all(|p| LENIENT.decode(p.trim_end_matches('=')).is_ok())
-        && parts.iter().any(|p| b64(p).is_none())
+    // go-jose strips whitespace anywhere before it splits a compact JWS.
+    let bare: String = token.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    let parts: Vec<&str> = bare.split('.').collect();
+    let lenient = |p: &str| LENIENT.decode(p.trim_end_matches('=')).ok();
+    // A JWT: three parts, its header a JSON object (an opaque token of three parts, a
+    // static one, is its own bytes).
+    let jwt = parts.len() == 3
+        && (parts.iter()).all(|p| lenient(p).is_some())
+        && lenient(parts[0]).is_some_and(|h| {
+            serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&h).is_ok()
+        });
+    jwt && (bare.len() != token.len() || parts.iter().any(|p| b64(p).is_none()))
 }
 
 /// Splits and reads `token`; `None` when it is not a JWT at all.
@@ -483,8 +491,18 @@ mod tests {
             b64(sig).unwrap()
         );
         assert!(noncanonical(&stray));
-        // Not a JWT at all: opaque, as a static or bootstrap token is.
-        for opaque in ["abcdef.0123456789abcdef", "a.b.c==", "x.y.z", "not a token"] {
+        // Whitespace anywhere: what go-jose strips.
+        let spaced = format!("{} {}", &t[..5], &t[5..]);
+        assert!(noncanonical(&spaced));
+        // Not a JWT at all: opaque, as a static or bootstrap token is (three parts of
+        // base64url with stray bits, but no JSON header, included).
+        assert!(LENIENT.decode("baz").is_ok() && b64("baz").is_none());
+        for opaque in [
+            "abcdef.0123456789abcdef",
+            "a.b.c==",
+            "foo.bar.baz",
+            "not a token",
+        ] {
             assert!(!noncanonical(opaque), "{opaque}");
         }
     }

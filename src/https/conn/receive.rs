@@ -64,13 +64,6 @@ impl<T: Transport> Conn<T> {
             return;
         }
         let cap = self.cap();
-        if self.awaiting.is_some() {
-            // A body grows its buffer toward its length, never past it (a buffer doubling
-            // on its own could take twice it).
-            let want = (2 * self.inbuf.len()).max(KEPT_ROOM * 16).min(cap);
-            self.inbuf
-                .reserve_exact(want.saturating_sub(self.inbuf.len()));
-        }
         let before = self.inbuf.len();
         match self.io.receive(&mut self.inbuf, cap) {
             Ok(eof) => self.eof |= eof,
