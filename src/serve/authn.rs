@@ -162,11 +162,6 @@ impl Authenticator {
             self.decisions.record("authentication", "denied", "none");
             return Err(StatusError::unauthorized().into());
         };
-        if super::jwt::noncanonical(token.expose()) {
-            // One token in many spellings would be many to the hub: refused, unreviewed.
-            self.decisions.record("authentication", "denied", "none");
-            return Err(StatusError::unauthorized().into());
-        }
         let key: [u8; 32] = Sha256::digest(token.expose().as_bytes()).into();
         let holder = holder(&key);
         let now = Instant::now();
@@ -176,6 +171,12 @@ impl Authenticator {
         }
         if lock(&self.refused).get(&key, now).is_some() {
             self.decisions.record("authentication", "denied", "hit");
+            return Err(StatusError::unauthorized().into());
+        }
+        if super::jwt::noncanonical(token.expose()) {
+            // One token in many spellings would be many to the hub: refused, unreviewed
+            // (never kept, so a token found above is canonical).
+            self.decisions.record("authentication", "denied", "none");
             return Err(StatusError::unauthorized().into());
         }
         if !here {

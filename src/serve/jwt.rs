@@ -117,8 +117,9 @@ fn key_b64(part: &str) -> Option<Vec<u8>> {
 /// spelling sees one token where the hub, which keys what it knows of a token (its review,
 /// the connections it holds) by its bytes, would see many: the hub refuses it.
 pub fn noncanonical(token: &str) -> bool {
-    // go-jose strips whitespace anywhere before it splits a compact JWS.
-    let bare: String = token.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    // go-jose strips whitespace anywhere before it splits a compact JWS (Go's
+    // `unicode.IsSpace`: Unicode's White_Space, as `char::is_whitespace`).
+    let bare: String = token.chars().filter(|c| !c.is_whitespace()).collect();
     let parts: Vec<&str> = bare.split('.').collect();
     let lenient = |p: &str| LENIENT.decode(p.trim_end_matches('=')).ok();
     // A JWT: three parts, its header a JSON object (an opaque token of three parts, a
@@ -492,8 +493,10 @@ mod tests {
         );
         assert!(noncanonical(&stray));
         // Whitespace anywhere: what go-jose strips.
-        let spaced = format!("{} {}", &t[..5], &t[5..]);
-        assert!(noncanonical(&spaced));
+        for space in [" ", "\u{a0}", "\u{3000}", "\u{b}"] {
+            let spaced = format!("{}{space}{}", &t[..5], &t[5..]);
+            assert!(noncanonical(&spaced), "{space:?}");
+        }
         // Not a JWT at all: opaque, as a static or bootstrap token is (three parts of
         // base64url with stray bits, but no JSON header, included).
         assert!(LENIENT.decode("baz").is_ok() && b64("baz").is_none());
