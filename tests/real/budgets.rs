@@ -281,11 +281,13 @@ fn a_follower_turned_away_comes_back_when_the_hub_says() {
     let ns = k.namespace("hub-told");
     put_module(k, &ns, "m", "k.yaml", "v");
     let hub = start_hub(k, &hub_account(k, &ns, "hub"), &["--namespace", &ns]);
-    let token = follower(k, &ns, "reader", cm_rules(), false);
     let addr = format!("127.0.0.1:{}", hub.port);
     let mut tries = 0;
     loop {
         tries += 1;
+        // An identity of its own each time: one whose follower found a review left has
+        // its decisions kept, and could never be turned away again.
+        let token = follower(k, &ns, &format!("reader-{tries}"), cm_rules(), false);
         // The identity's own flood keeps its budget used up while its follower starts.
         let stop = Arc::new(AtomicBool::new(false));
         let flood = {
