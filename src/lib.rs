@@ -86,7 +86,7 @@ pub fn run(
         Command::List(args) => {
             let s = settings::list(&args, env)?;
             ops::logging::init(s.logging, journal);
-            warn_unknown(names);
+            warn_unknown(names, env);
             let metrics = Metrics::new();
             let handles = kube::client::Handles {
                 in_flight: InFlight::default(),
@@ -98,13 +98,13 @@ pub fn run(
         Command::Webhook(args) => {
             let w = settings::webhook(&args, env)?;
             ops::logging::init(w.logging, journal);
-            warn_unknown(names);
+            warn_unknown(names, env);
             webhook::run(w.webhook)
         }
         Command::Serve(args) => {
             let s = settings::serve(&args, env)?;
             ops::logging::init(s.logging, journal);
-            warn_unknown(names);
+            warn_unknown(names, env);
             serve::run(s.serve, env)
         }
         Command::Status(args) => status::run(settings::status(&args, env)?, env),
@@ -120,7 +120,7 @@ fn run_daemon(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), Error> {
     ops::logging::init(settings.logging, journal);
-    warn_unknown(names);
+    warn_unknown(names, env);
     for (level, note) in &settings.notes {
         log::log!(*level, "{note}");
     }
@@ -179,8 +179,12 @@ fn run_daemon(
 }
 
 /// A `CMPOLL_*` variable that names no flag: a typo must not pass silently.
-fn warn_unknown(names: &[String]) {
-    for warning in cli::unknown_variables(names.iter().map(String::as_str)) {
+fn warn_unknown(names: &[String], env: &dyn Fn(&str) -> Option<String>) {
+    let vars: Vec<(&str, String)> = (names.iter())
+        .filter_map(|name| Some((name.as_str(), env(name)?)))
+        .collect();
+    let vars = vars.iter().map(|(name, value)| (*name, value.as_str()));
+    for warning in cli::unknown_variables(vars) {
         log::warn!("{warning}");
     }
 }

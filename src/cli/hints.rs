@@ -140,13 +140,17 @@ pub fn with_suggestion(error: &str) -> String {
     }
 }
 
-/// Warnings for `CMPOLL_*` variables that name no flag (a typo must not pass silently).
-pub fn unknown_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+/// Warnings for `CMPOLL_*` variables that name no flag (a typo must not pass silently),
+/// given as name and value: a kubelet's link to a Service named `cmpoll-…` is no typo.
+pub fn unknown_variables<'a>(vars: impl Iterator<Item = (&'a str, &'a str)>) -> Vec<String> {
     let mut out = Vec::new();
-    for name in names {
+    for (name, value) in vars {
         let Some(rest) = name.strip_prefix("CMPOLL_") else {
             continue;
         };
+        if super::service_link::is_service_link(name, value) {
+            continue;
+        }
         // `cmpoll status` reads CMPOLL_SERVER_URL (not a flag of the table): set beside the
         // daemon so that `kubectl exec … cmpoll status` finds it, it is no typo.
         if flag::ALL.iter().any(|f| f.var() == name) || name == StatusArgs::SERVER_URL_VAR {
@@ -180,10 +184,12 @@ mod tests {
         );
         let warned = unknown_variables(
             [
-                "CMPOLL_INTERVL",
-                "CMPOLL_INTERVAL",
-                "PATH",
-                "CMPOLL_SERVER_URL",
+                ("CMPOLL_INTERVL", "1m"),
+                ("CMPOLL_INTERVAL", "1m"),
+                ("PATH", "/bin"),
+                ("CMPOLL_SERVER_URL", "https://x"),
+                ("CMPOLL_HUB_PORT_443_TCP_ADDR", "10.96.0.7"),
+                ("CMPOLL_HUB_SERVICE_PORT", "443"),
             ]
             .into_iter(),
         );

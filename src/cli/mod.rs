@@ -10,10 +10,12 @@
 #[macro_use]
 mod entry;
 mod hints;
+mod service_link;
 mod table;
 
 pub use self::entry::{COMMANDS, Flag, Given, Group, Kind, Needs, Raw};
 pub use self::hints::{help_with_variables, unknown_variables, with_suggestion};
+pub use self::service_link::is_service_link;
 pub use self::table::{
     Command, ListArgs, RunArgs, ServeArgs, SidecarArgs, StatusArgs, TopLevel, WebhookArgs, flag,
 };

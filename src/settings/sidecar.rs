@@ -71,8 +71,10 @@ impl Mapping {
 struct Vars<'a>(&'a dyn Fn(&str) -> Option<String>);
 
 impl Vars<'_> {
+    /// A variable's value; one the kubelet wrote as a link to a Service (`HEALTH_PORT` =
+    /// `tcp://10.96.0.9:8080` beside a Service named `health`) is not the user's: unset.
     fn get(&self, k: &str) -> Option<String> {
-        (self.0)(k).filter(|v| !v.trim().is_empty())
+        (self.0)(k).filter(|v| !v.trim().is_empty() && !crate::cli::is_service_link(k, v))
     }
 
     /// A variable k8s-sidecar cannot run without: `what` it is, when it is not set.
@@ -337,6 +339,14 @@ fn listeners(vars: &Vars, m: &mut Mapping) -> Result<(), Error> {
 /// Operations: `HEALTH_PORT`, `HEALTH_HOST`, `LOG_LEVEL`, `LOG_FORMAT`, `SKIP_TLS_VERIFY`,
 /// and the variables that mean nothing here.
 fn operations(vars: &Vars, m: &mut Mapping) -> Result<(), Error> {
+    if let Some(link) = (vars.0)("HEALTH_PORT")
+        .filter(|v| vars.get("HEALTH_PORT").is_none() && !v.trim().is_empty())
+    {
+        m.notes.push((
+            log::Level::Info,
+            format!("HEALTH_PORT={link} is the kubelet's link to a Service named `health`, not a port: ignored"),
+        ));
+    }
     let port = vars.get("HEALTH_PORT").unwrap_or_else(|| "8080".into());
     let port: u16 = (port.trim().parse())
         .map_err(|_| usage("HEALTH_PORT", format!("'{port}' is not a port")))?;
@@ -627,6 +637,17 @@ mod tests {
         assert!(r.naming.unique);
         let s = with(&[("HEALTH_HOST", "127.0.0.1"), ("HEALTH_PORT", "18080")]);
         assert_eq!(run(&s).listen, Some("127.0.0.1:18080".parse().unwrap()));
+        // A Service named `health` in the pod's namespace: the kubelet's link, not a port.
+        let s = with(&[
+            ("HEALTH_HOST", "127.0.0.1"),
+            ("HEALTH_PORT", "tcp://10.96.0.9:80"),
+        ]);
+        assert_eq!(run(&s).listen, Some("127.0.0.1:8080".parse().unwrap()));
+        assert!(
+            s.notes.iter().any(|(_, n)| n.contains("link to a Service")),
+            "{:?}",
+            s.notes
+        );
         assert_eq!(run(&s).health.fallback, None);
         let s = with(&[("LOG_LEVEL", "critical"), ("LOG_FORMAT", "LOGFMT")]);
         assert_eq!(s.logging.level, Some(log::LevelFilter::Error));
