@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real kube-apiserver, kubectl and etcd of go.mod into tests/kube/bin (git-ignored),
-# and the fleet benchmark's client-go informer (informer/) and short-watch poller (shortwatch/):
+# the rest of a node for tests/cluster (kube-controller-manager, kube-scheduler, kubelet,
+# kube-proxy), and the fleet benchmark's client-go informer (informer/) and short-watch
+# poller (shortwatch/):
 # from the Go module proxy, with Go's own module and build caches, so a second run is a link
 # step or nothing. Prints the versions it built. Used by .ci/run and by the tests' README
 # command; `tests/kube/build.sh --check` only says whether the binaries are up to date.
@@ -16,14 +18,20 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ld="$ld -X $p.gitVersion=$k8s -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
 done
 stamp="bin/.built-$(sha256sum go.mod go.sum build.sh informer/main.go shortwatch/main.go | sha256sum | cut -c1-16)"
+kube="kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy"
+built() {
+  [ -e "$stamp" ] && [ -x bin/etcd ] && [ -x bin/informer ] && [ -x bin/shortwatch ] || return 1
+  for b in $kube; do [ -x "bin/$b" ] || return 1; done
+}
 if [ "${1:-}" = "--check" ]; then
-  [ -e "$stamp" ] && [ -x bin/kube-apiserver ] && [ -x bin/kubectl ] && [ -x bin/etcd ] && [ -x bin/informer ] && [ -x bin/shortwatch ]
+  built
   exit
 fi
-if [ ! -e "$stamp" ] || [ ! -x bin/kube-apiserver ] || [ ! -x bin/kubectl ] || [ ! -x bin/etcd ] || [ ! -x bin/informer ] || [ ! -x bin/shortwatch ]; then
+if ! built; then
   tags=selinux,notest,grpcnotrace
-  go build -trimpath -tags "$tags" -ldflags "$ld" -o bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
-  go build -trimpath -tags "$tags" -ldflags "$ld" -o bin/kubectl k8s.io/kubernetes/cmd/kubectl
+  for b in $kube; do
+    go build -trimpath -tags "$tags" -ldflags "$ld" -o "bin/$b" "k8s.io/kubernetes/cmd/$b"
+  done
   go build -trimpath -ldflags "-s -w" -o bin/etcd go.etcd.io/etcd/server/v3
   # The fleet benchmark's client-go informer (informer/main.go).
   go build -trimpath -ldflags "-s -w" -o bin/informer ./informer
