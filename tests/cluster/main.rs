@@ -10,6 +10,9 @@
 //! binaries one after another): the node takes fixed ports, /run/containerd and CPU the
 //! suite's timings would feel. Needs root; under `CI=true` a missing assumption fails.
 
+// A test binary: unwrapping is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
