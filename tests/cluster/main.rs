@@ -165,71 +165,33 @@ fn eventually<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Resul
     }
 }
 
-/// A CA and a serving certificate for `names`, made with openssl: (CA PEM, cert, key) paths.
+/// A serving certificate for `names`, made with openssl, signed by the CA of `dir` (made
+/// the first time): (CA PEM, cert, key) paths. Each call a new key and serial.
 fn serving_cert(dir: &Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
     std::fs::create_dir_all(dir).unwrap();
-    let run = |args: &[&str]| {
+    let run = |args: &str| {
         let out = Command::new("openssl")
-            .args(args)
+            .args(args.split(' '))
             .current_dir(dir)
             .output()
             .unwrap();
-        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        assert!(out.status.success(), "openssl {args}: {out:?}");
     };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-subj",
-        "/CN=hub-ca",
-        "-days",
-        "2",
-        "-out",
-        "ca.crt",
-    ]);
-    run(&[
-        "req",
-        "-new",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "tls.key",
-        "-subj",
-        "/CN=cmpoll-hub",
-        "-out",
-        "tls.csr",
-    ]);
+    if !dir.join("ca.crt").exists() {
+        run(
+            "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -subj /CN=hub-ca -days 2 -out ca.crt",
+        );
+    }
+    run("req -new -newkey rsa:2048 -nodes -keyout tls.key -subj /CN=cmpoll-hub -out tls.csr");
     let sans: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
-    std::fs::write(
-        dir.join("tls.ext"),
-        format!(
-            "subjectAltName={}\nextendedKeyUsage=serverAuth\n",
-            sans.join(",")
-        ),
-    )
-    .unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "tls.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "tls.ext",
-        "-out",
-        "tls.crt",
-    ]);
+    let ext = format!(
+        "subjectAltName={}\nextendedKeyUsage=serverAuth\n",
+        sans.join(",")
+    );
+    std::fs::write(dir.join("tls.ext"), ext).unwrap();
+    run(
+        "x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile tls.ext -out tls.crt",
+    );
     (dir.join("ca.crt"), dir.join("tls.crt"), dir.join("tls.key"))
 }
 
@@ -243,13 +205,20 @@ fn claims(token: &str) -> Value {
 }
 
 mod chart;
+mod fleet;
 mod follower;
 
 #[test]
 fn the_shapes_users_install_run_under_a_real_kubelet() {
     let Some(node) = Node::up() else { return };
+    let step = Instant::now();
+    let took = |what: &str| eprintln!("{what}: {:?} in", step.elapsed());
     let hubs = chart::installed(&node);
+    took("the chart installed, its hubs Ready");
     chart::the_process_is_as_runc_started_it(&node, &hubs);
     chart::the_projected_token_is_the_kubelets(&node, &hubs);
     follower::lists_through_the_service(&node);
+    took("a follower listed through the Service");
+    fleet::followers_ride_out_a_rotation_and_an_eviction(&node);
+    took("followers rode out a rotation and an eviction");
 }

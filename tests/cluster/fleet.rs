@@ -1,0 +1,289 @@
+//! A fleet on the chart's hubs: followers that follow `cmpoll-hub` through its Service while
+//! the hubs' TLS Secret rotates and a hub is evicted (its PodDisruptionBudget keeps the
+//! other), and a change that reaches every follower afterwards, no module lost or going
+//! back on the way.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Node, eventually, serving_cert};
+
+/// What one follower printed (`--stdout-events`): each module's events, in order, as
+/// `(type, hash)`.
+type Heard = BTreeMap<String, Vec<(String, String)>>;
+
+pub fn followers_ride_out_a_rotation_and_an_eviction(node: &Node) {
+    let hub = node.json(&["-n", "cmpoll", "get", "service", "cmpoll-hub"]);
+    let cluster_ip = hub["spec"]["clusterIP"].as_str().unwrap().to_string();
+    node.apply(&followers(&cluster_ip));
+    let selected = selected(node);
+    let pods = eventually(
+        "both followers to hear every module",
+        Duration::from_secs(120),
+        || {
+            let pods = follower_pods(node);
+            let heard: Vec<Heard> = pods.iter().map(|p| heard(node, p)).collect();
+            let all = heard
+                .iter()
+                .all(|h| selected.keys().all(|m| h.contains_key(m)));
+            if pods.len() == 2 && all {
+                Ok(pods)
+            } else {
+                Err(format!("{pods:?}: {heard:?}"))
+            }
+        },
+    );
+
+    // The Secret rotates (the same CA, a new serial): the kubelet swaps the volume, each
+    // hub re-reads it.
+    let dir = node.dir.join("hub-tls");
+    let before = serial(&dir.join("tls.crt"));
+    let (_, crt, key) = serving_cert(
+        &dir,
+        &[
+            "cmpoll-hub.cmpoll.svc",
+            "cmpoll-hub.cmpoll.svc.cluster.local",
+        ],
+    );
+    let rotated = serial(&crt);
+    assert_ne!(before, rotated);
+    let secret = node
+        .try_kubectl(
+            &[
+                "-n",
+                "cmpoll",
+                "create",
+                "secret",
+                "tls",
+                "cmpoll-hub-tls",
+                "--cert",
+                crt.to_str().unwrap(),
+                "--key",
+                key.to_str().unwrap(),
+                "--dry-run=client",
+                "-o",
+                "yaml",
+            ],
+            None,
+        )
+        .unwrap();
+    node.apply(&secret);
+
+    // One hub evicted; the other may not be while the first is not back (minAvailable 1).
+    let hubs = hub_pods(node);
+    assert_eq!(hubs.len(), 2);
+    let evict = |pod: &str| {
+        node.try_kubectl(
+            &[
+                "create",
+                "--raw",
+                &format!("/api/v1/namespaces/cmpoll/pods/{pod}/eviction"),
+                "-f",
+                "-",
+            ],
+            Some(&eviction(pod)),
+        )
+    };
+    evict(&hubs[0]).unwrap_or_else(|e| panic!("the first eviction: {e}"));
+    let refused = evict(&hubs[1]).expect_err("the PodDisruptionBudget lets the last hub go");
+    assert!(refused.contains("disruption budget"), "{refused}");
+
+    // A change, after: every follower hears it, through whichever hub the Service gives it.
+    let changed = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: status-page\n  namespace: web\n  labels: {cmpoll.io/module: 'true'}\ndata:\n  status.conf: 'server { listen 8081; }'\n";
+    node.apply(changed);
+    let new_hash = eventually(
+        "the change to reach both followers",
+        Duration::from_secs(120),
+        || {
+            let heard: Vec<Heard> = pods.iter().map(|p| heard(node, p)).collect();
+            let last: Vec<Option<&(String, String)>> = heard
+                .iter()
+                .map(|h| h.get("web/status-page").and_then(|e| e.last()))
+                .collect();
+            match last.as_slice() {
+                [Some(a), Some(b)] if a.0 == "updated" && a == b => Ok(a.1.clone()),
+                _ => Err(format!("{last:?}")),
+            }
+        },
+    );
+    // Nothing lost, nothing back: every module only added once, status-page updated once,
+    // by followers that never restarted.
+    for pod in &pods {
+        let status = node.json(&["-n", "cmpoll", "get", "pod", pod]);
+        assert_eq!(
+            status["status"]["containerStatuses"][0]["restartCount"], 0,
+            "{pod}"
+        );
+        let h = heard(node, pod);
+        for (module, events) in &h {
+            let kinds: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
+            let want: &[&str] = if module == "web/status-page" {
+                &["added", "updated"]
+            } else {
+                &["added"]
+            };
+            assert_eq!(kinds, want, "{pod}: {module}: {events:?}");
+            assert_eq!(
+                events[0].1, selected[module],
+                "{pod}: {module} began as the apiserver's"
+            );
+        }
+        assert_eq!(h["web/status-page"][1].1, new_hash);
+    }
+
+    // Both hubs, the one that stayed and the new one, serve the rotated certificate.
+    eventually(
+        "both hubs to serve the rotated certificate",
+        Duration::from_secs(150),
+        || {
+            let hubs = ready_hub_ips(node);
+            let served: Vec<String> = hubs.iter().map(|ip| served_serial(ip)).collect();
+            if served.len() == 2 && served.iter().all(|s| *s == rotated) {
+                Ok(())
+            } else {
+                Err(format!("{served:?}, want {rotated}"))
+            }
+        },
+    );
+}
+
+/// Each selected module's hash, as `cmpoll list` against the real apiserver prints it.
+fn selected(node: &Node) -> BTreeMap<String, String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_cmpoll"))
+        .args(["list", "--json", "--kubeconfig"])
+        .arg(&node.kubeconfig)
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let list: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (list.as_array().unwrap().iter())
+        .map(|m| {
+            (
+                m["module"].as_str().unwrap().to_string(),
+                m["hash"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn heard(node: &Node, pod: &str) -> Heard {
+    let log = node
+        .try_kubectl(&["-n", "cmpoll", "logs", pod], None)
+        .unwrap_or_default();
+    let mut heard = Heard::new();
+    for line in log.lines().filter(|l| l.starts_with("{\"type\":")) {
+        let e: Value = serde_json::from_str(line).unwrap();
+        // `synced` closes a batch: about no module.
+        let Some(module) = e["module"].as_str().map(str::to_string) else {
+            continue;
+        };
+        let hash = e["hash"].as_str().unwrap_or("").to_string();
+        heard
+            .entry(module)
+            .or_default()
+            .push((e["type"].as_str().unwrap().to_string(), hash));
+    }
+    heard
+}
+
+fn names(list: &Value) -> Vec<String> {
+    (list["items"].as_array().unwrap().iter())
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn follower_pods(node: &Node) -> Vec<String> {
+    names(&node.json(&["-n", "cmpoll", "get", "pods", "-l", "app=followers"]))
+}
+
+fn hub_pods(node: &Node) -> Vec<String> {
+    names(&node.json(&[
+        "-n",
+        "cmpoll",
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=cmpoll-hub",
+    ]))
+}
+
+/// The hubs the Service sends to now: its EndpointSlice's ready addresses.
+fn ready_hub_ips(node: &Node) -> Vec<String> {
+    let slices = node.json(&[
+        "-n",
+        "cmpoll",
+        "get",
+        "endpointslices",
+        "-l",
+        "kubernetes.io/service-name=cmpoll-hub",
+    ]);
+    (slices["items"].as_array().unwrap().iter())
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["conditions"]["ready"] == true)
+        .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn serial(cert: &std::path::Path) -> String {
+    let out = Command::new("openssl")
+        .args(["x509", "-noout", "-serial", "-in"])
+        .arg(cert)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The serial of the certificate the hub at `ip` serves (from the node: pod IPs route).
+fn served_serial(ip: &str) -> String {
+    let pem = Command::new("sh")
+        .arg("-c")
+        .arg(format!("openssl s_client -connect {ip}:8443 -servername cmpoll-hub.cmpoll.svc </dev/null 2>/dev/null | openssl x509 -noout -serial"))
+        .output()
+        .unwrap();
+    String::from_utf8(pem.stdout).unwrap().trim().to_string()
+}
+
+fn eviction(pod: &str) -> String {
+    format!(
+        "{{\"apiVersion\":\"policy/v1\",\"kind\":\"Eviction\",\"metadata\":{{\"name\":\"{pod}\",\"namespace\":\"cmpoll\"}}}}"
+    )
+}
+
+/// Two followers of the hubs (the follower account of follower.rs), each printing what it
+/// hears.
+fn followers(cluster_ip: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: followers, namespace: cmpoll}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: followers}}}}
+  template:
+    metadata: {{labels: {{app: followers}}}}
+    spec:
+      serviceAccountName: follower
+      hostAliases: [{{ip: '{cluster_ip}', hostnames: [cmpoll-hub.cmpoll.svc]}}]
+      securityContext: {{runAsNonRoot: true, runAsUser: 65532, seccompProfile: {{type: RuntimeDefault}}}}
+      containers:
+        - name: follower
+          image: ghcr.io/cmpoll/cmpoll:0.1.0
+          imagePullPolicy: Never
+          args: [run, --server, 'https://cmpoll-hub.cmpoll.svc', --ca-file, /ca/ca.crt, --token-file, /var/run/secrets/kubernetes.io/serviceaccount/token, --interval, 1s, --stdout-events]
+          securityContext: {{readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}
+          volumeMounts:
+            - {{name: ca, mountPath: /ca}}
+            - {{name: tmp, mountPath: /tmp}}
+      volumes:
+        - {{name: ca, configMap: {{name: cmpoll-hub-ca}}}}
+        - {{name: tmp, emptyDir: {{}}}}
+"
+    )
+}
