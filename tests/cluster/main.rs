@@ -204,6 +204,7 @@ fn claims(token: &str) -> Value {
     serde_json::from_slice(&bytes).unwrap()
 }
 
+mod alloy;
 mod chart;
 mod fleet;
 mod follower;
@@ -212,7 +213,7 @@ mod follower;
 fn the_shapes_users_install_run_under_a_real_kubelet() {
     let Some(node) = Node::up() else { return };
     let step = Instant::now();
-    let took = |what: &str| eprintln!("{what}: {:?} in", step.elapsed());
+    let took = |what: &str| eprintln!("{:?}: {what}", step.elapsed());
     let hubs = chart::installed(&node);
     took("the chart installed, its hubs Ready");
     chart::the_process_is_as_runc_started_it(&node, &hubs);
@@ -221,4 +222,6 @@ fn the_shapes_users_install_run_under_a_real_kubelet() {
     took("a follower listed through the Service");
     fleet::followers_ride_out_a_rotation_and_an_eviction(&node);
     took("followers rode out a rotation and an eviction");
+    alloy::serve_alloy_runs_what_the_hub_serves(&node);
+    took("k8s/serve-alloy ran a module, its update and its delete");
 }

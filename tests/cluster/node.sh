@@ -183,19 +183,40 @@ EOF
 # The pause image from the Kubernetes module's own pause.c, and cmpoll's three.
 images() {
   local k8s; k8s=$(cd "$repo/tests/kube" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' k8s.io/kubernetes)
-  local img=$W/img; mkdir -p "$img"
+  img=$W/img; mkdir -p "$img"
   gcc -Os -Wall -Werror -static -DVERSION=v3.10.2-cmpoll -o "$img/pause" "$k8s/build/pause/linux/pause.c"
   strip "$img/pause"
-  local bah=(buildah --storage-driver vfs --root "$img/root" --runroot "$img/run")
+  bah=(buildah --storage-driver vfs --root "$img/root" --runroot "$img/run")
   local c; c=$("${bah[@]}" from scratch)
   "${bah[@]}" copy "$c" "$img/pause" /pause >/dev/null
   "${bah[@]}" config --entrypoint '["/pause"]' --user 65535:65535 --os linux --arch amd64 "$c"
   "${bah[@]}" commit -q --rm "$c" registry.k8s.io/pause:3.10.2 >/dev/null
   "${bah[@]}" push -q registry.k8s.io/pause:3.10.2 "oci-archive:$img/pause.oci.tar:registry.k8s.io/pause:3.10.2"
   "$repo/packaging/image/build.sh" "$BIN" "$img/cmpoll-store" >/dev/null
-  for a in "$img/pause.oci.tar" "$img"/cmpoll-*.oci.tar; do
-    ctr -n k8s.io images import "$a" >/dev/null
+  alloy_image
+  for a in "$img/pause.oci.tar" "$img"/cmpoll-*.oci.tar "$img"/alloy.oci.tar; do
+    [ ! -e "$a" ] || ctr -n k8s.io images import "$a" >/dev/null
   done
+}
+
+# Grafana Alloy's image as k8s/alloy's pods use it: tests/alloy's alloy at /bin/alloy, and
+# Debian's static busybox as the /bin/cp and /bin/sh its init containers and scripts run;
+# named as CRI names `grafana/alloy:v1.19.2`. Uncompressed: gzip of a 400 MB binary costs
+# more CPU than the copy.
+alloy_image() {
+  local alloy=$repo/tests/alloy/bin/alloy
+  if [ ! -x "$alloy" ]; then
+    echo "node.sh: $alloy missing (tests/alloy/build.sh): no Alloy image" >&2
+    return 0
+  fi
+  local c; c=$("${bah[@]}" from scratch)
+  "${bah[@]}" copy "$c" "$alloy" /bin/alloy >/dev/null
+  "${bah[@]}" copy "$c" /bin/busybox /bin/cp >/dev/null
+  "${bah[@]}" copy "$c" /bin/busybox /bin/sh >/dev/null
+  "${bah[@]}" config --entrypoint '["/bin/alloy"]' --cmd run --os linux --arch amd64 "$c"
+  "${bah[@]}" commit -q --disable-compression --rm "$c" docker.io/grafana/alloy:v1.19.2 >/dev/null
+  "${bah[@]}" push -q --disable-compression docker.io/grafana/alloy:v1.19.2 \
+    "oci-archive:$img/alloy.oci.tar:docker.io/grafana/alloy:v1.19.2"
 }
 
 node_up() {
