@@ -208,6 +208,7 @@ mod alloy;
 mod chart;
 mod fleet;
 mod follower;
+mod prometheus;
 
 #[test]
 fn the_shapes_users_install_run_under_a_real_kubelet() {
@@ -224,4 +225,6 @@ fn the_shapes_users_install_run_under_a_real_kubelet() {
     took("followers rode out a rotation and an eviction");
     alloy::serve_alloy_runs_what_the_hub_serves(&node);
     took("k8s/serve-alloy ran a module, its update and its delete");
+    prometheus::the_primary_shape_serves_the_rules(&node);
+    took("k8s/ served its rules");
 }

@@ -32,8 +32,8 @@ check() {
   for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
     [ -x "$B/$b" ] || die "$B/$b: missing (tests/kube/build.sh builds it)"
   done
-  for t in containerd ctr containerd-shim-runc-v2 runc iptables-save iptables-restore ip6tables-save ip6tables-restore buildah gcc openssl ip ss; do
-    command -v "$t" >/dev/null 2>&1 || die "$t: not on PATH (Debian: containerd, runc, iptables, buildah, gcc, openssl, iproute2)"
+  for t in containerd ctr containerd-shim-runc-v2 runc iptables-save iptables-restore ip6tables-save ip6tables-restore buildah gcc openssl ip ss /usr/bin/prometheus /usr/bin/promtool /bin/busybox; do
+    command -v "$t" >/dev/null 2>&1 || die "$t: not on PATH (Debian: containerd, runc, iptables, buildah, gcc, openssl, iproute2, prometheus, busybox-static)"
   done
   for p in ptp host-local portmap loopback; do
     [ -x "/usr/lib/cni/$p" ] || die "/usr/lib/cni/$p: missing (Debian: containernetworking-plugins)"
@@ -194,9 +194,26 @@ images() {
   "${bah[@]}" push -q registry.k8s.io/pause:3.10.2 "oci-archive:$img/pause.oci.tar:registry.k8s.io/pause:3.10.2"
   "$repo/packaging/image/build.sh" "$BIN" "$img/cmpoll-store" >/dev/null
   alloy_image
-  for a in "$img/pause.oci.tar" "$img"/cmpoll-*.oci.tar "$img"/alloy.oci.tar; do
+  prometheus_image
+  for a in "$img/pause.oci.tar" "$img"/cmpoll-*.oci.tar "$img"/alloy.oci.tar "$img"/prometheus.oci.tar; do
     [ ! -e "$a" ] || ctr -n k8s.io images import "$a" >/dev/null
   done
+}
+
+# Prometheus's image as k8s/prometheus's pod and k8s/webhook's init container use it:
+# Debian's prometheus and promtool (linked against glibc alone: its two files come along),
+# busybox as /bin/cp; named as CRI names `prom/prometheus:v2.53.2`, the tag k8s/ pins,
+# though Debian's Prometheus is older.
+prometheus_image() {
+  local c; c=$("${bah[@]}" from scratch)
+  for f in /usr/bin/prometheus /usr/bin/promtool; do "${bah[@]}" copy "$c" "$f" "/bin/${f##*/}" >/dev/null; done
+  "${bah[@]}" copy "$c" /lib/x86_64-linux-gnu/libc.so.6 /lib/x86_64-linux-gnu/libc.so.6 >/dev/null
+  "${bah[@]}" copy "$c" /lib64/ld-linux-x86-64.so.2 /lib64/ld-linux-x86-64.so.2 >/dev/null
+  "${bah[@]}" copy "$c" /bin/busybox /bin/cp >/dev/null
+  "${bah[@]}" config --entrypoint '["/bin/prometheus"]' --os linux --arch amd64 "$c"
+  "${bah[@]}" commit -q --rm "$c" docker.io/prom/prometheus:v2.53.2 >/dev/null
+  "${bah[@]}" push -q docker.io/prom/prometheus:v2.53.2 \
+    "oci-archive:$img/prometheus.oci.tar:docker.io/prom/prometheus:v2.53.2"
 }
 
 # Grafana Alloy's image as k8s/alloy's pods use it: tests/alloy's alloy at /bin/alloy, and
