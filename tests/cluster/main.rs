@@ -209,6 +209,7 @@ mod chart;
 mod fleet;
 mod follower;
 mod prometheus;
+mod webhook;
 
 #[test]
 fn the_shapes_users_install_run_under_a_real_kubelet() {
@@ -227,4 +228,6 @@ fn the_shapes_users_install_run_under_a_real_kubelet() {
     took("k8s/serve-alloy ran a module, its update and its delete");
     prometheus::the_primary_shape_serves_the_rules(&node);
     took("k8s/ served its rules");
+    webhook::the_webhook_reviews_in_the_admission_chain(&node);
+    took("the webhook reviewed in the admission chain");
 }

@@ -1,0 +1,102 @@
+//! The chart's admission webhook on the real node (`webhook.enabled`, the CA given as
+//! `caBundle`, promtool copied out of Prometheus's image by its init container): the
+//! apiserver's admission chain calls it through its Service; a broken rule module is denied
+//! at `kubectl apply` with promtool's words, a good one admitted, an unlabelled ConfigMap
+//! never reviewed.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+
+use super::{Node, eventually, root, serving_cert};
+
+const BROKEN: &str =
+    "groups:\n  - name: broken\n    rules:\n      - record: x:sum\n        expr: sum(rate(x[5m])\n";
+const GOOD: &str =
+    "groups:\n  - name: good\n    rules:\n      - record: x:sum\n        expr: sum(rate(x[5m]))\n";
+
+pub fn the_webhook_reviews_in_the_admission_chain(node: &Node) {
+    let (ca, crt, key) = serving_cert(
+        &node.dir.join("webhook-tls"),
+        &["cmpoll-webhook.cmpoll.svc"],
+    );
+    let (crt, key) = (crt.to_str().unwrap(), key.to_str().unwrap());
+    node.kubectl(&[
+        "-n",
+        "cmpoll",
+        "create",
+        "secret",
+        "tls",
+        "cmpoll-webhook-tls",
+        "--cert",
+        crt,
+        "--key",
+        key,
+    ]);
+    let bundle = base64::engine::general_purpose::STANDARD.encode(std::fs::read(ca).unwrap());
+    let chart = root().join("charts/cmpoll");
+    let set = format!(
+        "webhook.enabled=true,webhook.certManager.enabled=false,webhook.failurePolicy=Fail,webhook.caBundle={bundle}"
+    );
+    let args = [
+        "upgrade",
+        "cmpoll",
+        chart.to_str().unwrap(),
+        "-n",
+        "cmpoll",
+        "--reuse-values",
+        "--set",
+        &set,
+        "--wait",
+        "--timeout",
+        "3m",
+    ];
+    if let Err(e) = node.helm(&args) {
+        let pods = node.try_kubectl(&["-n", "cmpoll", "get", "pods,events", "-o", "wide"], None);
+        panic!("helm upgrade with the webhook failed: {e}\n{pods:?}");
+    }
+    node.kubectl(&["create", "namespace", "rules"]);
+    let module = |name: &str, labelled: bool, rules: &str| {
+        let labels = if labelled {
+            "\n  labels: {cmpoll.io/module: 'true'}"
+        } else {
+            ""
+        };
+        let indented = rules.replace('\n', "\n    ");
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: rules{labels}\ndata:\n  team.rules.yaml: |\n    {indented}\n"
+        )
+    };
+    // Until the webhook's Service has endpoints the apiserver fails the call (Fail): that
+    // is not an answer, so wait for one.
+    let denied = eventually(
+        "the webhook to answer",
+        Duration::from_secs(60),
+        || match node.try_kubectl(&["apply", "-f", "-"], Some(&module("broken", true, BROKEN))) {
+            Ok(out) => Ok(Err(out)),
+            Err(e) if e.contains("failed calling webhook") => Err(e),
+            Err(e) => Ok(Ok(e)),
+        },
+    );
+    let denied = denied.unwrap_or_else(|out| panic!("a broken rule admitted: {out}"));
+    assert!(
+        denied.contains("admission webhook \"validate.cmpoll.io\" denied the request"),
+        "{denied}"
+    );
+    assert!(
+        denied.contains("unclosed left parenthesis") || denied.contains("parse error"),
+        "promtool's words: {denied}"
+    );
+    assert!(
+        node.try_kubectl(&["-n", "rules", "get", "configmap", "broken"], None)
+            .is_err(),
+        "not stored"
+    );
+    node.try_kubectl(&["apply", "-f", "-"], Some(&module("good", true, GOOD)))
+        .unwrap_or_else(|e| panic!("a good rule refused: {e}"));
+    node.try_kubectl(
+        &["apply", "-f", "-"],
+        Some(&module("unlabelled", false, BROKEN)),
+    )
+    .unwrap_or_else(|e| panic!("an unlabelled ConfigMap reviewed: {e}"));
+}
