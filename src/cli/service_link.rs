@@ -27,14 +27,17 @@ fn host(name: &str, value: &str) -> bool {
 }
 
 /// `P_SERVICE_PORT` (the first port) and `P_SERVICE_PORT_NAME` (each named one): a number.
+/// Every place the suffix could start is tried: a port named `service-portal` makes
+/// `P_SERVICE_PORT_SERVICE_PORTAL`.
 fn port(name: &str, value: &str) -> bool {
-    let Some(at) = name.rfind("_SERVICE_PORT") else {
-        return false;
-    };
-    let (service, port_name) = (&name[..at], &name[at + "_SERVICE_PORT".len()..]);
-    let named = port_name.is_empty()
-        || (port_name.strip_prefix('_')).is_some_and(|n| !n.is_empty() && is_upper(n));
-    is_prefix(service) && named && value.parse::<u16>().is_ok()
+    let tail = "_SERVICE_PORT";
+    value.parse::<u16>().is_ok()
+        && name.match_indices(tail).any(|(at, _)| {
+            let (service, port_name) = (&name[..at], &name[at + tail.len()..]);
+            let named = port_name.is_empty()
+                || (port_name.strip_prefix('_')).is_some_and(|n| !n.is_empty() && is_upper(n));
+            is_prefix(service) && named
+        })
 }
 
 /// `P_PORT`: the first port's URL.
@@ -42,12 +45,14 @@ fn link(name: &str, value: &str) -> bool {
     (name.strip_suffix("_PORT")).is_some_and(is_prefix) && link_url(value).is_some()
 }
 
-/// `P_PORT_<port>_<PROTO>` (the URL), and it with `_PROTO`, `_PORT` or `_ADDR`.
+/// `P_PORT_<port>_<PROTO>` (the URL), and it with `_PROTO`, `_PORT` or `_ADDR`; every
+/// `_PORT_` is tried, as a Service's own name may hold one.
 fn port_link(name: &str, value: &str) -> bool {
-    let Some(at) = name.rfind("_PORT_") else {
-        return false;
-    };
-    let (service, rest) = (&name[..at], &name[at + "_PORT_".len()..]);
+    name.match_indices("_PORT_")
+        .any(|(at, _)| port_link_at(&name[..at], &name[at + "_PORT_".len()..], value))
+}
+
+fn port_link_at(service: &str, rest: &str, value: &str) -> bool {
     let mut parts = rest.splitn(3, '_');
     let (Some(port), Some(protocol)) = (parts.next(), parts.next()) else {
         return false;
@@ -115,6 +120,9 @@ mod tests {
             ("A_PORT_8_TCP_PORT", "tcp://10.96.0.3:80"),
             ("X_SERVICE_PORT_PORT", "tcp://10.96.0.4:80"),
             ("X_SERVICE_PORT_SERVICE_PORT", "80"),
+            // A port named `service-portal`; a Service `a-port-80-tcp` with port 8080.
+            ("X_SERVICE_PORT_SERVICE_PORTAL", "80"),
+            ("A_PORT_80_TCP_PORT_8080_TCP", "tcp://10.96.0.3:8080"),
         ];
         for (name, value) in kubelet {
             assert!(is_service_link(name, value), "{name}={value}");

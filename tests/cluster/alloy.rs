@@ -103,6 +103,19 @@ pub fn serve_alloy_runs_what_the_hub_serves(node: &Node) {
             other => Err(format!("{other:?}")),
         },
     );
+    // Gone for good, from an Alloy that still runs: a poll later (the follower's interval
+    // is 60 s, but it watches its hub) it is still gone and Alloy is ready.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(matches!(scrape(), Ok(None)), "{:?}", scrape());
+    let ready = Command::new("curl")
+        .args(["-sf", "-m", "5"])
+        .arg(format!("http://{ip}:12345/-/ready"))
+        .output()
+        .unwrap();
+    assert!(
+        ready.status.success(),
+        "Alloy ready after the delete: {ready:?}"
+    );
     let pods = node.json(&[
         "-n",
         "cmpoll",

@@ -46,7 +46,17 @@ pub fn lists_through_the_service(node: &Node) {
     // The links were there, and cmpoll neither read nor warned about them.
     assert!(log.contains("CMPOLL_INTERVAL_SERVICE_HOST="), "{log}");
     assert!(log.contains("CMPOLL_HUB_PORT_443_TCP_ADDR="), "{log}");
-    assert!(!log.contains("names no flag"), "{log}");
+    assert!(
+        !log.contains("CMPOLL_INTERVAL_SERVICE_HOST names no flag")
+            && !log.contains("CMPOLL_HUB_PORT names no flag"),
+        "{log}"
+    );
+    // The warning is alive: the typo the pod also carries gets one.
+    assert!(
+        log.contains("CMPOLL_INTERVL names no flag of cmpoll"),
+        "{log}"
+    );
+    assert_eq!(log.matches("names no flag").count(), 1, "{log}");
 }
 
 /// The follower's account (what a hub authorizes a follower for), its pod: the -webhook
@@ -80,6 +90,7 @@ spec:
     - name: follower
       image: ghcr.io/cmpoll/cmpoll:0.1.0-webhook
       imagePullPolicy: Never
+      env: [{{name: CMPOLL_INTERVL, value: 1s}}]
       command: [/bin/sh, -c]
       args:
         - env | grep -E '^CMPOLL_(INTERVAL|HUB)_' | sort; exec cmpoll list --server https://cmpoll-hub.cmpoll.svc --ca-file /ca/ca.crt --token-file /var/run/secrets/kubernetes.io/serviceaccount/token 2>&1

@@ -32,7 +32,7 @@ check() {
   for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
     [ -x "$B/$b" ] || die "$B/$b: missing (tests/kube/build.sh builds it)"
   done
-  for t in containerd ctr containerd-shim-runc-v2 runc iptables-save iptables-restore ip6tables-save ip6tables-restore buildah gcc openssl ip ss /usr/bin/prometheus /usr/bin/promtool /bin/busybox; do
+  for t in go strip curl containerd ctr containerd-shim-runc-v2 runc iptables-save iptables-restore ip6tables-save ip6tables-restore buildah gcc openssl ip ss /usr/bin/prometheus /usr/bin/promtool /bin/busybox; do
     command -v "$t" >/dev/null 2>&1 || die "$t: not on PATH (Debian: containerd, runc, iptables, buildah, gcc, openssl, iproute2, prometheus, busybox-static)"
   done
   for p in ptp host-local portmap loopback; do
@@ -55,6 +55,9 @@ check() {
     ! ss -Hltn "sport = :$port" | grep -q . || die "port $port is taken: another cluster runs here?"
   done
   [ ! -e /run/containerd/containerd.sock ] || die "/run/containerd/containerd.sock exists: another containerd runs here"
+  for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+    [ ! -d "$h" ] || die "$h exists: another kubelet runs, or ran, here"
+  done
   # overlayfs, containerd's snapshotter.
   local o; o=$(mktemp -d)
   mkdir -p "$o/l" "$o/u" "$o/w" "$o/m"
@@ -279,9 +282,6 @@ EOF
 }
 
 up() {
-  check
-  [ -d "$W" ] && [ -z "$(ls -A "$W")" ] || die "$W: not an empty folder"
-  W=$(cd "$W" && pwd)
   mkdir -p "$W/log" "$W/pid" "$W/before"
   NODE_IP=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
   [ -n "$NODE_IP" ] || NODE_IP=$(ip -4 -o addr show scope global | awk '{sub("/.*", "", $4); print $4; exit}')
@@ -289,7 +289,8 @@ up() {
   # What down puts back.
   for fam in iptables ip6tables; do "$fam-save" >"$W/before/$fam"; rules "$fam" >"$W/before/$fam.rules"; done
   for s in $SYSCTLS; do echo "$s=$(sysctl -n "$s")"; done >"$W/before/sysctl"
-  for d in /var/log/pods /var/log/containers /var/lib/cni; do [ -e "$d" ] || echo "$d"; done >"$W/before/absent"
+  for d in /var/log/pods /var/log/containers /var/lib/cni /run/containerd; do [ -e "$d" ] || echo "$d"; done >"$W/before/absent"
+  cni_netns >"$W/before/netns"
   pki
   control_plane
   containerd_up
@@ -299,10 +300,20 @@ up() {
   echo "$W/kubeconfig"
 }
 
+# The pods' network namespaces, as CNI names them.
+cni_netns() {
+  ip netns list 2>/dev/null | awk '/^cni-/ {print $1}' | sort
+}
+
+# Stops what `start NAME` started: by its pid, while that pid is still NAME run from here
+# (its command line names $B/NAME or a file of $W: a reused pid is someone else's).
 stop_pid() {
   local f=$W/pid/$1
   [ -f "$f" ] || return 0
   local pid; pid=$(cat "$f")
+  if ! tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -e "$B/$1" -e "$W/"; then
+    rm -f "$f"; return 0
+  fi
   for sig in TERM TERM KILL; do
     kill -"$sig" -- "-$pid" 2>/dev/null || kill -"$sig" "$pid" 2>/dev/null || break
     for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break 2; sleep 0.25; done
@@ -334,8 +345,8 @@ rules() {
 leftovers() {
   local pids; pids=$(cat "$W/pid/"* 2>/dev/null || true)
   for p in $pids; do kill -0 "$p" 2>/dev/null && echo "process $p still runs"; done
-  awk -v w="$W/" '$2 ~ "^"w || $2 ~ "^/run/containerd/" {print "mount " $2}' /proc/self/mounts
-  ip netns list 2>/dev/null | awk '/^cni-/ {print "netns " $1}'
+  awk -v w="$W/" 'index($2, w) == 1 || index($2, "/run/containerd/") == 1 {print "mount " $2}' /proc/self/mounts
+  new_netns | sed 's/^/netns /'
   for fam in iptables ip6tables; do
     [ -f "$W/before/$fam.rules" ] || continue
     diff <(cat "$W/before/$fam.rules") <(rules "$fam") | sed -n "s/^> /$fam rule left: /p"
@@ -350,9 +361,16 @@ leftovers() {
   true
 }
 
+# The pods' network namespaces `up` did not find.
+new_netns() {
+  cni_netns | comm -13 "$W/before/netns" - 2>/dev/null || true
+}
+
 down() {
   [ -d "$W" ] || return 0
-  W=$(cd "$W" && pwd)
+  W=$(cd "$W" && pwd -P)
+  # Only a folder `up` made: whatever else it is, it is not this script's to take down.
+  [ -f "$W/.cmpoll-node" ] || die "$W: not a folder node.sh up made (no .cmpoll-node): nothing done"
   stop_pid kubelet
   # Every container the kubelet left, then containerd.
   if [ -S /run/containerd/containerd.sock ]; then
@@ -369,9 +387,9 @@ down() {
   stop_pid kube-apiserver
   stop_pid etcd
   # Mounts: the kubelet's and containerd's, deepest first.
-  awk -v w="$W/" '$2 ~ "^"w || $2 ~ "^/run/containerd/" {print $2}' /proc/self/mounts | sort -r |
+  awk -v w="$W/" 'index($2, w) == 1 || index($2, "/run/containerd/") == 1 {print $2}' /proc/self/mounts | sort -r |
     while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-  for ns in $(ip netns list 2>/dev/null | awk '/^cni-/ {print $1}'); do ip netns delete "$ns" 2>/dev/null || true; done
+  for ns in $(new_netns); do ip netns delete "$ns" 2>/dev/null || true; done
   restore_rules iptables
   restore_rules ip6tables
   if [ -f "$W/before/sysctl" ]; then
@@ -380,7 +398,7 @@ down() {
   for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
     [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
-  rm -rf "/var/lib/cni/networks/$NET" /var/lib/cni/results/"$NET"-* /run/containerd
+  rm -rf "/var/lib/cni/networks/$NET" /var/lib/cni/results/"$NET"-*
   if [ -f "$W/before/absent" ]; then
     while IFS= read -r d; do rm -rf "$d"; done <"$W/before/absent"
   fi
@@ -403,6 +421,12 @@ case "${1:-}" in
   check) check ;;
   up)
     W=${2:?a folder}; BIN=${3:-$repo/target/release/cmpoll}
+    [ -d "$W" ] || die "$W: no such folder"
+    W=$(cd "$W" && pwd -P)
+    [ "$W" != / ] && [ -z "$(ls -A "$W")" ] || die "$W: not an empty folder"
+    check
+    # From here on, what fails is torn down: the marker says the folder is ours.
+    echo "cmpoll-node" >"$W/.cmpoll-node"
     trap up_failed EXIT
     up ;;
   down) W=${2:?a folder}; down ;;

@@ -1,7 +1,7 @@
 //! The primary shape, `kubectl apply -k k8s/`, on the real node: cmpoll beside Prometheus
 //! (its image Debian's Prometheus), the init container's `cmpoll run --once` before
 //! Prometheus starts, both Ready under the kubelet's probes; Prometheus serves the rule
-//! module cmpoll wrote and reloaded it for.
+//! module cmpoll wrote.
 
 use std::process::Command;
 use std::time::Duration;

@@ -73,12 +73,15 @@ pub fn the_webhook_reviews_in_the_admission_chain(node: &Node) {
         "the webhook to answer",
         Duration::from_secs(60),
         || match node.try_kubectl(&["apply", "-f", "-"], Some(&module("broken", true, BROKEN))) {
-            Ok(out) => Ok(Err(out)),
+            // Admitted: the apiserver may not have loaded the configuration yet; again.
+            Ok(out) => {
+                node.kubectl(&["-n", "rules", "delete", "configmap", "broken"]);
+                Err(format!("a broken rule admitted: {out}"))
+            }
             Err(e) if e.contains("failed calling webhook") => Err(e),
-            Err(e) => Ok(Ok(e)),
+            Err(e) => Ok(e),
         },
     );
-    let denied = denied.unwrap_or_else(|out| panic!("a broken rule admitted: {out}"));
     assert!(
         denied.contains("admission webhook \"validate.cmpoll.io\" denied the request"),
         "{denied}"
@@ -94,9 +97,35 @@ pub fn the_webhook_reviews_in_the_admission_chain(node: &Node) {
     );
     node.try_kubectl(&["apply", "-f", "-"], Some(&module("good", true, GOOD)))
         .unwrap_or_else(|e| panic!("a good rule refused: {e}"));
+    // With no webhook running (Fail), a module cannot be created: the apiserver calls; an
+    // unlabelled ConfigMap can: it never calls.
+    node.kubectl(&[
+        "-n",
+        "cmpoll",
+        "scale",
+        "deployment",
+        "cmpoll-webhook",
+        "--replicas=0",
+    ]);
+    let refused = eventually(
+        "no webhook to answer",
+        Duration::from_secs(60),
+        || match node.try_kubectl(
+            &["apply", "-f", "-"],
+            Some(&module("unreviewed", true, GOOD)),
+        ) {
+            Err(e) if e.contains("failed calling webhook") => Ok(e),
+            other => {
+                let _ =
+                    node.try_kubectl(&["-n", "rules", "delete", "configmap", "unreviewed"], None);
+                Err(format!("{other:?}"))
+            }
+        },
+    );
+    assert!(refused.contains("validate.cmpoll.io"), "{refused}");
     node.try_kubectl(
         &["apply", "-f", "-"],
         Some(&module("unlabelled", false, BROKEN)),
     )
-    .unwrap_or_else(|e| panic!("an unlabelled ConfigMap reviewed: {e}"));
+    .unwrap_or_else(|e| panic!("an unlabelled ConfigMap sent to the webhook: {e}"));
 }
