@@ -10,6 +10,9 @@ use serde_json::Value;
 
 use super::{Node, eventually, in_ci, root};
 
+/// The DaemonSet's pods.
+const LABEL: &str = "app.kubernetes.io/name=cmpoll";
+
 /// The scrape of k8s/examples' `monitoring/payments-scrape`, as Alloy names it.
 const SCRAPE: &str = "monitoring_S_payments_scrape.module%2Fprometheus.scrape.payments";
 
@@ -19,8 +22,7 @@ pub fn serve_alloy_runs_what_the_hub_serves(node: &Node) {
         eprintln!("SKIPPED: k8s/serve-alloy (no tests/alloy/bin/alloy: tests/alloy/build.sh)");
         return;
     }
-    let hub = node.json(&["-n", "cmpoll", "get", "service", "cmpoll-hub"]);
-    let cluster_ip = hub["spec"]["clusterIP"].as_str().unwrap().to_string();
+    let cluster_ip = node.cluster_ip("cmpoll", "cmpoll-hub");
     // A user's overlay of the shape; its one addition, the hub's name by hostAliases,
     // stands in for cluster DNS, which this node does not run.
     let overlay = node.dir.join("serve-alloy");
@@ -50,20 +52,15 @@ pub fn serve_alloy_runs_what_the_hub_serves(node: &Node) {
         || {
             let ds = node.json(&["-n", "cmpoll", "get", "daemonset", "cmpoll"]);
             let ready = ds["status"]["numberReady"].as_i64().unwrap_or(0);
-            let pods = node.json(&[
-                "-n",
-                "cmpoll",
-                "get",
-                "pods",
-                "-l",
-                "app.kubernetes.io/name=cmpoll",
-            ]);
-            let ip = pods["items"][0]["status"]["podIP"]
-                .as_str()
-                .map(str::to_string);
+            let pods = node.pods("cmpoll", LABEL);
+            let status = pods
+                .first()
+                .map(|p| p["status"].clone())
+                .unwrap_or_default();
+            let ip = status["podIP"].as_str().map(str::to_string);
             match (ready, ip) {
                 (1, Some(ip)) => Ok(ip),
-                _ => Err(format!("{}", pods["items"][0]["status"])),
+                _ => Err(format!("{status}")),
             }
         },
     );
@@ -76,7 +73,10 @@ pub fn serve_alloy_runs_what_the_hub_serves(node: &Node) {
             other => Err(format!("{other:?}")),
         },
     );
-    assert!(running.to_string().contains("payments-api"), "{running}");
+    assert!(
+        running.to_string().contains("\"payments-api\""),
+        "the job: {running}"
+    );
 
     let updated = CHANGED_SCRAPE.replace("payments-api\"", "payments-api-v2\"");
     assert_ne!(updated, CHANGED_SCRAPE);
@@ -116,18 +116,9 @@ pub fn serve_alloy_runs_what_the_hub_serves(node: &Node) {
         ready.status.success(),
         "Alloy ready after the delete: {ready:?}"
     );
-    let pods = node.json(&[
-        "-n",
-        "cmpoll",
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/name=cmpoll",
-    ]);
-    for c in pods["items"][0]["status"]["containerStatuses"]
-        .as_array()
-        .unwrap()
-    {
+    let pods = node.pods("cmpoll", LABEL);
+    assert_eq!(pods.len(), 1, "one node, one pod");
+    for c in pods[0]["status"]["containerStatuses"].as_array().unwrap() {
         assert_eq!(c["restartCount"], 0, "{c}");
     }
 }

@@ -28,19 +28,7 @@ pub fn installed(node: &Node) -> Vec<Hub> {
             "cmpoll-hub.cmpoll.svc.cluster.local",
         ],
     );
-    let (crt, key) = (crt.to_str().unwrap(), key.to_str().unwrap());
-    node.kubectl(&[
-        "-n",
-        "cmpoll",
-        "create",
-        "secret",
-        "tls",
-        "cmpoll-hub-tls",
-        "--cert",
-        crt,
-        "--key",
-        key,
-    ]);
+    node.tls_secret("cmpoll", "cmpoll-hub-tls", &crt, &key);
     let ca = format!("--from-file=ca.crt={}", ca.display());
     node.kubectl(&["-n", "cmpoll", "create", "configmap", "cmpoll-hub-ca", &ca]);
     let examples = super::root().join("k8s/examples");
@@ -62,15 +50,7 @@ pub fn installed(node: &Node) -> Vec<Hub> {
         let pods = node.try_kubectl(&["-n", "cmpoll", "get", "pods,events", "-o", "wide"], None);
         panic!("helm install --wait failed: {e}\n{pods:?}");
     }
-    let pods = node.json(&[
-        "-n",
-        "cmpoll",
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/name=cmpoll-hub",
-    ]);
-    let pods = pods["items"].as_array().unwrap().clone();
+    let pods = node.pods("cmpoll", "app.kubernetes.io/name=cmpoll-hub");
     assert_eq!(pods.len(), 2, "the chart's two hubs");
     let ips: Vec<String> = (pods.iter())
         .map(|p| p["status"]["podIP"].as_str().unwrap().to_string())
@@ -89,21 +69,7 @@ pub fn installed(node: &Node) -> Vec<Hub> {
         "both hubs in the EndpointSlice, ready",
         Duration::from_secs(30),
         || {
-            let slices = node.json(&[
-                "-n",
-                "cmpoll",
-                "get",
-                "endpointslices",
-                "-l",
-                "kubernetes.io/service-name=cmpoll-hub",
-            ]);
-            let mut ready: Vec<String> = (slices["items"].as_array().unwrap().iter())
-                .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
-                .filter(|e| e["conditions"]["ready"] == true)
-                .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
-                .map(|a| a.as_str().unwrap().to_string())
-                .collect();
-            ready.sort();
+            let ready = node.ready_addresses("cmpoll", "cmpoll-hub");
             let mut want = ips.clone();
             want.sort();
             if ready == want {

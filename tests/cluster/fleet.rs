@@ -16,8 +16,7 @@ use super::{Node, eventually, serving_cert};
 type Heard = BTreeMap<String, Vec<(String, String)>>;
 
 pub fn followers_ride_out_a_rotation_and_an_eviction(node: &Node) {
-    let hub = node.json(&["-n", "cmpoll", "get", "service", "cmpoll-hub"]);
-    let cluster_ip = hub["spec"]["clusterIP"].as_str().unwrap().to_string();
+    let cluster_ip = node.cluster_ip("cmpoll", "cmpoll-hub");
     node.apply(&followers(&cluster_ip));
     let selected = selected(node);
     let pods = eventually(
@@ -52,30 +51,15 @@ pub fn followers_ride_out_a_rotation_and_an_eviction(node: &Node) {
         "{before} {rotated}"
     );
     assert_ne!(before, rotated);
-    let (crt, key) = (crt.to_str().unwrap(), key.to_str().unwrap());
-    let secret = [
-        "-n",
-        "cmpoll",
-        "create",
-        "secret",
-        "tls",
-        "cmpoll-hub-tls",
-        "--cert",
-        crt,
-        "--key",
-        key,
-        "--dry-run=client",
-        "-o",
-        "yaml",
-    ];
-    node.apply(&node.kubectl(&secret));
+    node.tls_secret("cmpoll", "cmpoll-hub-tls", &crt, &key);
     let hubs = hub_pods(node);
     assert_eq!(hubs.len(), 2);
     eventually(
         "both hubs to serve the rotated certificate",
         Duration::from_secs(150),
         || {
-            let served: Vec<String> = ready_hub_ips(node)
+            let served: Vec<String> = node
+                .ready_addresses("cmpoll", "cmpoll-hub")
                 .iter()
                 .map(|ip| served_serial(ip))
                 .collect();
@@ -209,44 +193,18 @@ fn heard(node: &Node, pod: &str) -> Heard {
     heard
 }
 
-fn names(list: &Value) -> Vec<String> {
-    (list["items"].as_array().unwrap().iter())
-        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+fn names(pods: Vec<Value>) -> Vec<String> {
+    (pods.iter())
         .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
         .collect()
 }
 
 fn follower_pods(node: &Node) -> Vec<String> {
-    names(&node.json(&["-n", "cmpoll", "get", "pods", "-l", "app=followers"]))
+    names(node.pods("cmpoll", "app=followers"))
 }
 
 fn hub_pods(node: &Node) -> Vec<String> {
-    names(&node.json(&[
-        "-n",
-        "cmpoll",
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/name=cmpoll-hub",
-    ]))
-}
-
-/// The hubs the Service sends to now: its EndpointSlice's ready addresses.
-fn ready_hub_ips(node: &Node) -> Vec<String> {
-    let slices = node.json(&[
-        "-n",
-        "cmpoll",
-        "get",
-        "endpointslices",
-        "-l",
-        "kubernetes.io/service-name=cmpoll-hub",
-    ]);
-    (slices["items"].as_array().unwrap().iter())
-        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
-        .filter(|e| e["conditions"]["ready"] == true)
-        .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect()
+    names(node.pods("cmpoll", "app.kubernetes.io/name=cmpoll-hub"))
 }
 
 fn serial(cert: &std::path::Path) -> String {
@@ -262,7 +220,7 @@ fn serial(cert: &std::path::Path) -> String {
 fn served_serial(ip: &str) -> String {
     let pem = Command::new("sh")
         .arg("-c")
-        .arg(format!("openssl s_client -connect {ip}:8443 -servername cmpoll-hub.cmpoll.svc </dev/null 2>/dev/null | openssl x509 -noout -serial"))
+        .arg(format!("timeout 10 openssl s_client -connect {ip}:8443 -servername cmpoll-hub.cmpoll.svc </dev/null 2>/dev/null | openssl x509 -noout -serial"))
         .output()
         .unwrap();
     String::from_utf8(pem.stdout).unwrap().trim().to_string()

@@ -9,8 +9,7 @@ use std::time::Duration;
 use super::{Node, eventually};
 
 pub fn lists_through_the_service(node: &Node) {
-    let hub = node.json(&["-n", "cmpoll", "get", "service", "cmpoll-hub"]);
-    let cluster_ip = hub["spec"]["clusterIP"].as_str().unwrap().to_string();
+    let cluster_ip = node.cluster_ip("cmpoll", "cmpoll-hub");
     node.apply(&follower(&cluster_ip));
     let phase = eventually(
         "the follower pod to finish",

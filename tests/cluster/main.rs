@@ -55,12 +55,15 @@ impl Node {
             .arg("up")
             .arg(&dir)
             .arg(env!("CARGO_BIN_EXE_cmpoll"))
+            // Killed before its Drop, this test still takes the node down.
+            .arg(std::process::id().to_string())
             .stderr(Stdio::inherit())
             .output()
             .unwrap();
         assert!(
             out.status.success(),
-            "node.sh up failed (its logs were in {dir:?})"
+            "node.sh up failed (its logs: target/cluster-logs/{:?})",
+            dir.file_name().unwrap()
         );
         eprintln!("node Ready after {:?}", started.elapsed());
         let kubeconfig = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
@@ -71,6 +74,8 @@ impl Node {
         let mut child = Command::new(root().join("tests/kube/bin/kubectl"))
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
+            // No call hangs the run (rollout status has its own, shorter, timeout).
+            .arg("--request-timeout=200s")
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -106,6 +111,45 @@ impl Node {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
         serde_json::from_str(&self.kubectl(&all)).unwrap()
+    }
+
+    /// The pods of `ns` labelled `selector`, those being deleted left out.
+    fn pods(&self, ns: &str, selector: &str) -> Vec<Value> {
+        let list = self.json(&["-n", ns, "get", "pods", "-l", selector]);
+        (list["items"].as_array().unwrap().iter())
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .cloned()
+            .collect()
+    }
+
+    /// Service `name`'s ClusterIP.
+    fn cluster_ip(&self, ns: &str, name: &str) -> String {
+        let service = self.json(&["-n", ns, "get", "service", name]);
+        service["spec"]["clusterIP"].as_str().unwrap().to_string()
+    }
+
+    /// The ready addresses of Service `name`'s EndpointSlices, sorted.
+    fn ready_addresses(&self, ns: &str, name: &str) -> Vec<String> {
+        let label = format!("kubernetes.io/service-name={name}");
+        let slices = self.json(&["-n", ns, "get", "endpointslices", "-l", &label]);
+        let mut ready: Vec<String> = (slices["items"].as_array().unwrap().iter())
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e["conditions"]["ready"] == true)
+            .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        ready.sort();
+        ready
+    }
+
+    /// Makes TLS Secret `name` of `ns`, or replaces it, with the files `crt` and `key`.
+    fn tls_secret(&self, ns: &str, name: &str, crt: &Path, key: &Path) {
+        let (crt, key) = (crt.to_str().unwrap(), key.to_str().unwrap());
+        let args = [
+            "-n", ns, "create", "secret", "tls", name, "--cert", crt, "--key", key,
+        ];
+        let yaml = self.kubectl(&[&args[..], &["--dry-run=client", "-o", "yaml"]].concat());
+        self.apply(&yaml);
     }
 
     fn apply(&self, yaml: &str) {

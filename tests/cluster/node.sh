@@ -7,7 +7,8 @@
 # setting: ../shared/real-cluster.md (docs/operations.md, "A real node").
 #
 #   tests/cluster/node.sh check          # the assumptions, each said when it fails
-#   tests/cluster/node.sh up DIR [BIN]   # DIR: an empty folder; BIN: the cmpoll for images
+#   tests/cluster/node.sh up DIR [BIN [OWNER]]  # DIR: an empty folder; BIN: the cmpoll for
+#                                        # images; OWNER: a pid whose end takes it down
 #   tests/cluster/node.sh down DIR       # whatever happened: nothing left behind
 #
 # `up` writes DIR/kubeconfig (system:masters) and prints it. One cluster per machine: the
@@ -26,6 +27,13 @@ PORTS="6443 2379 2380 10248 10249 10250 10256 10257 10259"
 SYSCTLS="net.ipv4.ip_forward net.ipv4.conf.all.route_localnet vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes"
 
 die() { echo "node.sh: $*" >&2; exit 1; }
+
+# The address the node registers: the default route's source, else the first global one.
+node_ip() {
+  local ip; ip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
+  [ -n "$ip" ] || ip=$(ip -4 -o addr show scope global | awk '{sub("/.*", "", $4); print $4; exit}')
+  echo "$ip"
+}
 
 check() {
   [ "$(id -u)" -eq 0 ] || die "needs root (the kubelet, containerd and kube-proxy do)"
@@ -55,6 +63,7 @@ check() {
     ! ss -Hltn "sport = :$port" | grep -q . || die "port $port is taken: another cluster runs here?"
   done
   [ ! -e /run/containerd/containerd.sock ] || die "/run/containerd/containerd.sock exists: another containerd runs here"
+  [ -n "$(node_ip)" ] || die "no IPv4 address to give the node (this recipe is IPv4)"
   for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
     [ ! -d "$h" ] || die "$h exists: another kubelet runs, or ran, here"
   done
@@ -143,6 +152,7 @@ control_plane() {
     --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" \
     --cluster-signing-cert-file="$P/ca.crt" --cluster-signing-key-file="$P/ca.key" \
     --use-service-account-credentials --leader-elect=false --service-cluster-ip-range=10.96.0.0/16 \
+    --flex-volume-plugin-dir="$W/kcm-plugins" \
     --bind-address=127.0.0.1
   start kube-scheduler "$B/kube-scheduler" --kubeconfig="$W/scheduler.kubeconfig" \
     --authentication-kubeconfig="$W/scheduler.kubeconfig" --authorization-kubeconfig="$W/scheduler.kubeconfig" \
@@ -165,6 +175,8 @@ root = "$W/containerd/root"
 state = "/run/containerd"
 [grpc]
   address = "/run/containerd/containerd.sock"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$W/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "registry.k8s.io/pause:3.10.2"
   restrict_oom_score_adj = true
@@ -271,25 +283,25 @@ conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
   sysctl -qw net.ipv4.ip_forward=1
   start kubelet "$B/kubelet" --config="$W/kubelet.yaml" --kubeconfig="$W/node.kubeconfig" \
-    --root-dir="$W/kubelet" --hostname-override="$NODE" --node-ip="$NODE_IP"
+    --root-dir="$W/kubelet" --volume-plugin-dir="$W/kubelet-plugins" \
+    --hostname-override="$NODE" --node-ip="$NODE_IP"
   start kube-proxy "$B/kube-proxy" --config="$W/kube-proxy.yaml"
   local k=("$B/kubectl" --kubeconfig "$W/admin.kubeconfig")
   wait_for "node $NODE Ready" 240 "${k[@]}" wait --for=condition=Ready "node/$NODE" --timeout=1s
   # The default service account the controller manager makes, and kube-proxy's rule for
   # the apiserver's Service: pods need both.
   wait_for "the default service account" 120 "${k[@]}" -n default get serviceaccount default
-  wait_for "kube-proxy's rules" 120 sh -c 'iptables-save -t nat | grep -q KUBE-SERVICES'
+  wait_for "kube-proxy's rules" 120 curl -sf -m 2 http://127.0.0.1:10256/healthz
 }
 
 up() {
   mkdir -p "$W/log" "$W/pid" "$W/before"
-  NODE_IP=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
-  [ -n "$NODE_IP" ] || NODE_IP=$(ip -4 -o addr show scope global | awk '{sub("/.*", "", $4); print $4; exit}')
-  [ -n "$NODE_IP" ] || die "no IPv4 address to give the node"
+  NODE_IP=$(node_ip)
   # What down puts back.
   for fam in iptables ip6tables; do "$fam-save" >"$W/before/$fam"; rules "$fam" >"$W/before/$fam.rules"; done
   for s in $SYSCTLS; do echo "$s=$(sysctl -n "$s")"; done >"$W/before/sysctl"
-  for d in /var/log/pods /var/log/containers /var/lib/cni /run/containerd; do [ -e "$d" ] || echo "$d"; done >"$W/before/absent"
+  for d in /var/log/pods /var/log/containers /var/lib/cni /run/containerd /run/netns /usr/libexec/kubernetes; do [ -e "$d" ] || echo "$d"; done >"$W/before/absent"
+  for d in /var/log/pods /var/log/containers; do [ ! -d "$d" ] || ls -A "$d" | sed "s|^|$d/|"; done >"$W/before/logs"
   cni_netns >"$W/before/netns"
   pki
   control_plane
@@ -357,7 +369,7 @@ leftovers() {
       [ "$(sysctl -n "$k" 2>/dev/null)" = "$v" ] || echo "sysctl $k is not back to $v"
     done <"$W/before/sysctl"
   fi
-  pgrep -f "containerd-shim-runc-v2 -namespace k8s.io" | sed 's/^/shim /'
+  pgrep -f "containerd-shim-runc-v2 -namespace k8s.io .*-address /run/containerd/containerd.sock" | sed 's/^/shim /'
   true
 }
 
@@ -379,7 +391,7 @@ down() {
     for id in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks delete -f "$id" >/dev/null 2>&1 || true; done
   fi
   stop_pid containerd
-  pkill -KILL -f "containerd-shim-runc-v2 -namespace k8s.io" 2>/dev/null || true
+  pkill -KILL -f "containerd-shim-runc-v2 -namespace k8s.io .*-address /run/containerd/containerd.sock" 2>/dev/null || true
   stop_pid kube-proxy
   [ ! -x "$B/kube-proxy" ] || "$B/kube-proxy" --cleanup >/dev/null 2>&1 || true
   stop_pid kube-scheduler
@@ -402,6 +414,13 @@ down() {
   if [ -f "$W/before/absent" ]; then
     while IFS= read -r d; do rm -rf "$d"; done <"$W/before/absent"
   fi
+  # The pods' logs, where those folders were there before: only what is new.
+  for d in /var/log/pods /var/log/containers; do
+    [ -d "$d" ] && [ -f "$W/before/logs" ] || continue
+    for e in "$d"/*; do [ ! -e "$e" ] || grep -qxF "$e" "$W/before/logs" || rm -rf "$e"; done
+  done
+  # What the logs said, kept for whoever must find out why.
+  mkdir -p "$repo/target/cluster-logs" && cp -r "$W/log" "$repo/target/cluster-logs/$(basename "$W")" 2>/dev/null || true
   local left; left=$(leftovers)
   if [ -n "$left" ]; then
     echo "node.sh: down left behind:" >&2; echo "$left" >&2
@@ -428,7 +447,11 @@ case "${1:-}" in
     # From here on, what fails is torn down: the marker says the folder is ours.
     echo "cmpoll-node" >"$W/.cmpoll-node"
     trap up_failed EXIT
+    # OWNER: a pid whose end takes the node down (the test, killed before its own down).
+    if [ -n "${4:-}" ]; then
+      setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 2; done; "$2" down "$3"' _ "$4" "$here/node.sh" "$W" </dev/null >/dev/null 2>&1 &
+    fi
     up ;;
   down) W=${2:?a folder}; down ;;
-  *) echo "usage: node.sh check | up DIR [BIN] | down DIR" >&2; exit 2 ;;
+  *) echo "usage: node.sh check | up DIR [BIN [OWNER]] | down DIR" >&2; exit 2 ;;
 esac

@@ -20,6 +20,7 @@ pub fn the_primary_shape_serves_the_rules(node: &Node) {
         "daemonset",
         "cmpoll",
         "--ignore-not-found",
+        "--cascade=foreground",
         "--wait",
     ]);
     node.kubectl(&["apply", "-k", root().join("k8s").to_str().unwrap()]);
@@ -31,19 +32,9 @@ pub fn the_primary_shape_serves_the_rules(node: &Node) {
         "deployment/cmpoll",
         "--timeout=180s",
     ]);
-    let pods = node.json(&[
-        "-n",
-        "cmpoll",
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/name=cmpoll",
-    ]);
-    let pods: Vec<&Value> = (pods["items"].as_array().unwrap().iter())
-        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-        .collect();
+    let pods = node.pods("cmpoll", "app.kubernetes.io/name=cmpoll");
     assert_eq!(pods.len(), 1, "{pods:?}");
-    let pod = pods[0];
+    let pod = &pods[0];
     for c in pod["status"]["containerStatuses"].as_array().unwrap() {
         assert_eq!(c["ready"], true, "{c}");
         assert_eq!(c["restartCount"], 0, "{c}");
