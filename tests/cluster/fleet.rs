@@ -36,40 +36,7 @@ pub fn followers_ride_out_a_rotation_and_an_eviction(node: &Node) {
         },
     );
 
-    // The Secret rotates (the same CA, a new serial): the kubelet swaps the volume, each
-    // hub re-reads it.
-    let dir = node.dir.join("hub-tls");
-    let before = serial(&dir.join("tls.crt"));
-    let names = [
-        "cmpoll-hub.cmpoll.svc",
-        "cmpoll-hub.cmpoll.svc.cluster.local",
-    ];
-    let (_, crt, key) = serving_cert(&dir, &names);
-    let rotated = serial(&crt);
-    assert!(
-        rotated.starts_with("serial=") && before.starts_with("serial="),
-        "{before} {rotated}"
-    );
-    assert_ne!(before, rotated);
-    node.tls_secret("cmpoll", "cmpoll-hub-tls", &crt, &key);
-    let hubs = hub_pods(node);
-    assert_eq!(hubs.len(), 2);
-    eventually(
-        "both hubs to serve the rotated certificate",
-        Duration::from_secs(150),
-        || {
-            let served: Vec<String> = node
-                .ready_addresses("cmpoll", "cmpoll-hub")
-                .iter()
-                .map(|ip| served_serial(ip))
-                .collect();
-            if served.len() == 2 && served.iter().all(|s| *s == rotated) {
-                Ok(())
-            } else {
-                Err(format!("{served:?}, want {rotated}"))
-            }
-        },
-    );
+    let hubs = both_hubs_serve_a_rotated_certificate(node);
 
     // Both hubs go, one after the other, so that every follower loses the hub it watched:
     // the second may not while the first is not back (minAvailable 1).
@@ -150,6 +117,44 @@ pub fn followers_ride_out_a_rotation_and_an_eviction(node: &Node) {
         hub_pods(node).iter().all(|h| !hubs.contains(h)),
         "both first hubs gone"
     );
+}
+
+/// The Secret rotates (the same CA, a new serial): the kubelet swaps the volume, each hub
+/// re-reads it and serves the new certificate. The two hubs, by name.
+fn both_hubs_serve_a_rotated_certificate(node: &Node) -> Vec<String> {
+    let dir = node.dir.join("hub-tls");
+    let before = serial(&dir.join("tls.crt"));
+    let names = [
+        "cmpoll-hub.cmpoll.svc",
+        "cmpoll-hub.cmpoll.svc.cluster.local",
+    ];
+    let (_, crt, key) = serving_cert(&dir, &names);
+    let rotated = serial(&crt);
+    assert!(
+        rotated.starts_with("serial=") && before.starts_with("serial="),
+        "{before} {rotated}"
+    );
+    assert_ne!(before, rotated);
+    node.tls_secret("cmpoll", "cmpoll-hub-tls", &crt, &key);
+    let hubs = hub_pods(node);
+    assert_eq!(hubs.len(), 2);
+    eventually(
+        "both hubs to serve the rotated certificate",
+        Duration::from_secs(150),
+        || {
+            let served: Vec<String> = node
+                .ready_addresses("cmpoll", "cmpoll-hub")
+                .iter()
+                .map(|ip| served_serial(ip))
+                .collect();
+            if served.len() == 2 && served.iter().all(|s| *s == rotated) {
+                Ok(())
+            } else {
+                Err(format!("{served:?}, want {rotated}"))
+            }
+        },
+    );
+    hubs
 }
 
 /// Each selected module's hash, as `cmpoll list` against the real apiserver prints it.
