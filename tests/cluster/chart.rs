@@ -46,10 +46,7 @@ pub fn installed(node: &Node) -> Vec<Hub> {
         "--timeout",
         "3m",
     ];
-    if let Err(e) = node.helm(&args) {
-        let pods = node.try_kubectl(&["-n", "cmpoll", "get", "pods,events", "-o", "wide"], None);
-        panic!("helm install --wait failed: {e}\n{pods:?}");
-    }
+    node.helm_ok(&args, "helm install --wait");
     let pods = node.pods("cmpoll", "app.kubernetes.io/name=cmpoll-hub");
     assert_eq!(pods.len(), 2, "the chart's two hubs");
     let ips: Vec<String> = (pods.iter())

@@ -175,6 +175,16 @@ impl Node {
         }
     }
 
+    /// `helm ARGS`, or a failure saying `what` failed with the pods and events of the
+    /// release's namespace.
+    fn helm_ok(&self, args: &[&str], what: &str) {
+        if let Err(e) = self.helm(args) {
+            let pods =
+                self.try_kubectl(&["-n", "cmpoll", "get", "pods,events", "-o", "wide"], None);
+            panic!("{what} failed: {e}\n{pods:?}");
+        }
+    }
+
     /// The kubelet's own folder of pod `uid`.
     fn pod_dir(&self, uid: &str) -> PathBuf {
         self.dir.join("kubelet/pods").join(uid)

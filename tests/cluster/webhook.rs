@@ -51,10 +51,7 @@ pub fn the_webhook_reviews_in_the_admission_chain(node: &Node) {
         "--timeout",
         "3m",
     ];
-    if let Err(e) = node.helm(&args) {
-        let pods = node.try_kubectl(&["-n", "cmpoll", "get", "pods,events", "-o", "wide"], None);
-        panic!("helm upgrade with the webhook failed: {e}\n{pods:?}");
-    }
+    node.helm_ok(&args, "helm upgrade with the webhook");
     node.kubectl(&["create", "namespace", "rules"]);
     let module = |name: &str, labelled: bool, rules: &str| {
         let labels = if labelled {
