@@ -22,30 +22,12 @@ pub fn serve_alloy_runs_what_the_hub_serves(node: &Node) {
         eprintln!("SKIPPED: k8s/serve-alloy (no tests/alloy/bin/alloy: tests/alloy/build.sh)");
         return;
     }
-    let cluster_ip = node.cluster_ip("cmpoll", "cmpoll-hub");
-    // A user's overlay of the shape; its one addition, the hub's name by hostAliases,
-    // stands in for cluster DNS, which this node does not run.
-    let overlay = node.dir.join("serve-alloy");
-    std::fs::create_dir_all(&overlay).unwrap();
-    // kustomize takes a relative path only: up to / and down to the shape.
-    let up = "../".repeat(overlay.components().count() - 1);
-    let shape = format!(
-        "{up}{}",
-        root()
-            .join("k8s/serve-alloy")
-            .display()
-            .to_string()
-            .trim_start_matches('/')
-    );
-    std::fs::write(
-        overlay.join("kustomization.yaml"),
-        format!(
-            "resources: ['{}']\npatches:\n  - target: {{kind: DaemonSet, name: cmpoll}}\n    patch: |-\n      - op: add\n        path: /spec/template/spec/hostAliases\n        value: [{{ip: '{cluster_ip}', hostnames: [cmpoll-hub.cmpoll.svc]}}]\n",
-            shape
-        ),
-    )
-    .unwrap();
-    node.kubectl(&["apply", "-k", overlay.to_str().unwrap()]);
+    // As a user applies it: the hub by its name, through cluster DNS.
+    node.kubectl(&[
+        "apply",
+        "-k",
+        root().join("k8s/serve-alloy").to_str().unwrap(),
+    ]);
     let ip = eventually(
         "the DaemonSet's pod Ready",
         Duration::from_secs(180),

@@ -9,15 +9,18 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::chart::TOKEN_LIFETIME;
 use super::{Node, eventually, serving_cert};
 
 /// What one follower printed (`--stdout-events`): each module's events, in order, as
 /// `(type, hash)`.
-type Heard = BTreeMap<String, Vec<(String, String)>>;
+pub type Heard = BTreeMap<String, Vec<(String, String)>>;
 
-pub fn followers_ride_out_a_rotation_and_an_eviction(node: &Node) {
-    let cluster_ip = node.cluster_ip("cmpoll", "cmpoll-hub");
-    node.apply(&followers(&cluster_ip));
+/// Two followers of the hubs, started beside them (their tokens of 10 minutes rotate in
+/// rotation.rs): each hears every selected module, at the apiserver's version. Their pods.
+pub fn start(node: &Node) -> Vec<String> {
+    node.apply(super::follower::ACCOUNT);
+    node.apply(&followers());
     let selected = selected(node);
     let pods = eventually(
         "both followers to hear every module",
@@ -35,7 +38,24 @@ pub fn followers_ride_out_a_rotation_and_an_eviction(node: &Node) {
             }
         },
     );
+    for pod in &pods {
+        for (module, events) in &heard(node, pod) {
+            assert_eq!(
+                events[0],
+                ("added".to_string(), selected[module].clone()),
+                "{pod}: {module} began as the apiserver's"
+            );
+        }
+    }
+    pods
+}
 
+/// The hubs' TLS Secret rotates, then both hubs are evicted in turn while `pods` follow
+/// them; two changes made meanwhile reach both followers, and nothing else does: no module
+/// lost, added again or going back.
+pub fn followers_ride_out_a_rotation_and_an_eviction(node: &Node, pods: &[String]) {
+    // What each follower heard so far (the other steps' changes): the baseline.
+    let before: Vec<Heard> = pods.iter().map(|p| heard(node, p)).collect();
     let hubs = both_hubs_serve_a_rotated_certificate(node);
 
     // Both hubs go, one after the other, so that every follower loses the hub it watched:
@@ -70,46 +90,49 @@ pub fn followers_ride_out_a_rotation_and_an_eviction(node: &Node) {
     node.kubectl(&patch);
 
     // Both changes reach both followers, through whichever hubs the Service now has.
+    // (Sorted, as the map keys them.)
+    let changed = ["team-payments/payments-rules", "web/status-page"];
     eventually(
         "both changes to reach both followers",
         Duration::from_secs(120),
         || {
-            let heard: Vec<Heard> = pods.iter().map(|p| heard(node, p)).collect();
-            let updated = |h: &Heard, m: &str| {
-                h.get(m)
-                    .is_some_and(|e| e.last().is_some_and(|(t, _)| t == "updated"))
-            };
-            let both = heard.iter().all(|h| {
-                updated(h, "web/status-page") && updated(h, "team-payments/payments-rules")
-            });
+            let news: Vec<Heard> = (pods.iter().zip(&before))
+                .map(|(p, b)| since(&heard(node, p), b))
+                .collect();
+            let both = news
+                .iter()
+                .all(|n| changed.iter().all(|m| n.contains_key(*m)));
             if both {
                 Ok(())
             } else {
-                Err(format!("{heard:?}"))
+                Err(format!("{news:?}"))
             }
         },
     );
-    // Nothing lost, nothing back, across both hubs going: each module added once, the two
-    // changed ones updated once, by followers that never restarted.
-    for pod in &pods {
+    // Nothing lost, nothing back, across both hubs going: the two changed modules updated
+    // once, nothing else heard, by followers that never restarted; each module at the
+    // apiserver's version.
+    let selected = selected(node);
+    for (pod, before) in pods.iter().zip(&before) {
         let status = node.json(&["-n", "cmpoll", "get", "pod", pod]);
         assert_eq!(
             status["status"]["containerStatuses"][0]["restartCount"], 0,
             "{pod}"
         );
-        for (module, events) in &heard(node, pod) {
+        let all = heard(node, pod);
+        let news = since(&all, before);
+        let modules: Vec<&String> = news.keys().collect();
+        assert_eq!(modules, changed, "{pod}: only the changes: {news:?}");
+        for (module, events) in &news {
             let kinds: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
-            let changed =
-                ["web/status-page", "team-payments/payments-rules"].contains(&module.as_str());
-            let want: &[&str] = if changed {
-                &["added", "updated"]
-            } else {
-                &["added"]
-            };
-            assert_eq!(kinds, want, "{pod}: {module}: {events:?}");
+            assert_eq!(kinds, ["updated"], "{pod}: {module}: {events:?}");
+        }
+        for (module, hash) in &selected {
+            let last = all.get(module).and_then(|e| e.last()).map(|(_, h)| h);
             assert_eq!(
-                events[0].1, selected[module],
-                "{pod}: {module} began as the apiserver's"
+                last,
+                Some(hash),
+                "{pod}: {module} at the apiserver's version"
             );
         }
     }
@@ -117,6 +140,16 @@ pub fn followers_ride_out_a_rotation_and_an_eviction(node: &Node) {
         hub_pods(node).iter().all(|h| !hubs.contains(h)),
         "both first hubs gone"
     );
+}
+
+/// What `now` heard that `before` had not: each module's later events.
+fn since(now: &Heard, before: &Heard) -> Heard {
+    (now.iter())
+        .filter_map(|(m, e)| {
+            let seen = before.get(m).map_or(0, Vec::len);
+            (e.len() > seen).then(|| (m.clone(), e[seen..].to_vec()))
+        })
+        .collect()
 }
 
 /// The Secret rotates (the same CA, a new serial): the kubelet swaps the volume, each hub
@@ -158,7 +191,7 @@ fn both_hubs_serve_a_rotated_certificate(node: &Node) -> Vec<String> {
 }
 
 /// Each selected module's hash, as `cmpoll list` against the real apiserver prints it.
-fn selected(node: &Node) -> BTreeMap<String, String> {
+pub fn selected(node: &Node) -> BTreeMap<String, String> {
     let out = Command::new(env!("CARGO_BIN_EXE_cmpoll"))
         .args(["list", "--json", "--kubeconfig"])
         .arg(&node.kubeconfig)
@@ -178,7 +211,7 @@ fn selected(node: &Node) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn heard(node: &Node, pod: &str) -> Heard {
+pub fn heard(node: &Node, pod: &str) -> Heard {
     let log = node
         .try_kubectl(&["-n", "cmpoll", "logs", pod], None)
         .unwrap_or_default();
@@ -237,9 +270,10 @@ fn eviction(pod: &str) -> String {
     )
 }
 
-/// Two followers of the hubs (the follower account of follower.rs), each printing what it
-/// hears.
-fn followers(cluster_ip: &str) -> String {
+/// Two followers of the hubs (follower.rs's account) by the Service's DNS
+/// name, each printing what it hears; each with a token of 10 minutes, projected as the
+/// kubelet projects a service account's (rotation.rs sees it rotate).
+fn followers() -> String {
     format!(
         "apiVersion: apps/v1
 kind: Deployment
@@ -251,19 +285,23 @@ spec:
     metadata: {{labels: {{app: followers}}}}
     spec:
       serviceAccountName: follower
-      hostAliases: [{{ip: '{cluster_ip}', hostnames: [cmpoll-hub.cmpoll.svc]}}]
+      automountServiceAccountToken: false
+      enableServiceLinks: false
       securityContext: {{runAsNonRoot: true, runAsUser: 65532, seccompProfile: {{type: RuntimeDefault}}}}
       containers:
         - name: follower
           image: ghcr.io/cmpoll/cmpoll:0.1.0
           imagePullPolicy: Never
-          args: [run, --server, 'https://cmpoll-hub.cmpoll.svc', --ca-file, /ca/ca.crt, --token-file, /var/run/secrets/kubernetes.io/serviceaccount/token, --interval, 1s, --stdout-events]
+          args: [run, --server, 'https://cmpoll-hub.cmpoll.svc', --ca-file, /ca/ca.crt, --token-file, /token/token, --interval, 1s, --stdout-events]
           securityContext: {{readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}
           volumeMounts:
             - {{name: ca, mountPath: /ca}}
+            - {{name: token, mountPath: /token}}
             - {{name: tmp, mountPath: /tmp}}
       volumes:
         - {{name: ca, configMap: {{name: cmpoll-hub-ca}}}}
+        - name: token
+          projected: {{sources: [{{serviceAccountToken: {{path: token, expirationSeconds: {TOKEN_LIFETIME}}}}}]}}
         - {{name: tmp, emptyDir: {{}}}}
 "
     )

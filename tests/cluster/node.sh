@@ -3,8 +3,9 @@
 # shape by hand: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
 # kube-proxy of tests/kube/go.mod (tests/kube/build.sh builds them), Debian's containerd,
 # runc and CNI plugins, the pause image built from the Kubernetes module's pause.c and
-# cmpoll's images from packaging/image/build.sh, imported with ctr. The recipe, and why each
-# setting: ../shared/real-cluster.md (docs/operations.md, "A real node").
+# cmpoll's images from packaging/image/build.sh, imported with ctr; cluster DNS as kubeadm
+# installs it (its CoreDNS add-on's manifests, CoreDNS of tests/coredns at its version).
+# The recipe, and why each setting: ../shared/real-cluster.md (docs/operations.md, "A real node").
 #
 #   tests/cluster/node.sh check          # the assumptions, each said when it fails
 #   tests/cluster/node.sh up DIR [BIN [OWNER]]  # DIR: an empty folder; BIN: the cmpoll for
@@ -37,7 +38,7 @@ node_ip() {
 
 check() {
   [ "$(id -u)" -eq 0 ] || die "needs root (the kubelet, containerd and kube-proxy do)"
-  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns; do
     [ -x "$B/$b" ] || die "$B/$b: missing (tests/kube/build.sh builds it)"
   done
   for t in go strip curl containerd ctr containerd-shim-runc-v2 runc iptables-save iptables-restore ip6tables-save ip6tables-restore buildah gcc openssl ip ss /usr/bin/prometheus /usr/bin/promtool /bin/busybox; do
@@ -210,7 +211,8 @@ images() {
   "$repo/packaging/image/build.sh" "$BIN" "$img/cmpoll-store" >/dev/null
   alloy_image
   prometheus_image
-  for a in "$img/pause.oci.tar" "$img"/cmpoll-*.oci.tar "$img"/alloy.oci.tar "$img"/prometheus.oci.tar; do
+  coredns_image
+  for a in "$img/pause.oci.tar" "$img"/cmpoll-*.oci.tar "$img"/alloy.oci.tar "$img"/prometheus.oci.tar "$img"/coredns.oci.tar; do
     [ ! -e "$a" ] || ctr -n k8s.io images import "$a" >/dev/null
   done
 }
@@ -251,6 +253,32 @@ alloy_image() {
     "oci-archive:$img/alloy.oci.tar:docker.io/grafana/alloy:v1.19.2"
 }
 
+# The CoreDNS version tests/coredns builds, as kubeadm names its image.
+coredns_version() {
+  (cd "$repo/tests/coredns" && GOFLAGS=-mod=mod go list -m -f '{{.Version}}' github.com/coredns/coredns)
+}
+
+# CoreDNS's image as kubeadm's Deployment runs it: the binary alone, at /coredns (the
+# official image's entrypoint), named as kubeadm names it.
+coredns_image() {
+  local name; name=registry.k8s.io/coredns/coredns:$(coredns_version)
+  local c; c=$("${bah[@]}" from scratch)
+  "${bah[@]}" copy "$c" "$B/coredns" /coredns >/dev/null
+  "${bah[@]}" config --entrypoint '["/coredns"]' --os linux --arch amd64 "$c"
+  "${bah[@]}" commit -q --rm "$c" "$name" >/dev/null
+  "${bah[@]}" push -q "$name" "oci-archive:$img/coredns.oci.tar:$name"
+}
+
+# Cluster DNS as `kubeadm init` installs it: its own manifests, rendered by
+# tests/kube/kubeadm-dns, on the kubelet's clusterDNS address; Ready by its own probe.
+dns_up() {
+  local k=("$B/kubectl" --kubeconfig "$W/admin.kubeconfig")
+  (cd "$repo/tests/kube" && GOFLAGS=-mod=mod go run ./kubeadm-dns \
+    "$(GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' k8s.io/kubernetes)" "$(coredns_version)") >"$W/coredns.yaml"
+  "${k[@]}" apply -f "$W/coredns.yaml" >/dev/null
+  wait_for "CoreDNS Ready" 120 "${k[@]}" -n kube-system wait --for=condition=Available deployment/coredns --timeout=1s
+}
+
 node_up() {
   mkdir -p "$W/kubelet"
   cat >"$W/kubelet.yaml" <<EOF
@@ -269,6 +297,9 @@ clusterDomain: cluster.local
 imageGCHighThresholdPercent: 100
 evictionHard: {nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%"}
 serializeImagePulls: false
+# A pod's volumes (projected tokens, Secrets) are refreshed at its sync: every 10 s, not
+# every minute, so that a rotation is seen within seconds of the kubelet's own deadline.
+syncFrequency: 10s
 EOF
   cat >"$W/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -308,6 +339,7 @@ up() {
   containerd_up
   images
   node_up
+  dns_up
   cp "$W/admin.kubeconfig" "$W/kubeconfig"
   echo "$W/kubeconfig"
 }

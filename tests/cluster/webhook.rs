@@ -2,7 +2,7 @@
 //! `caBundle`, promtool copied out of Prometheus's image by its init container): the
 //! apiserver's admission chain calls it through its Service; a broken rule module is denied
 //! at `kubectl apply` with promtool's words, a good one admitted, an unlabelled ConfigMap
-//! never reviewed.
+//! never reviewed; then the webhook is turned off again.
 
 use std::time::Duration;
 
@@ -34,24 +34,10 @@ pub fn the_webhook_reviews_in_the_admission_chain(node: &Node) {
         key,
     ]);
     let bundle = base64::engine::general_purpose::STANDARD.encode(std::fs::read(ca).unwrap());
-    let chart = root().join("charts/cmpoll");
     let set = format!(
         "webhook.enabled=true,webhook.certManager.enabled=false,webhook.failurePolicy=Fail,webhook.caBundle={bundle}"
     );
-    let args = [
-        "upgrade",
-        "cmpoll",
-        chart.to_str().unwrap(),
-        "-n",
-        "cmpoll",
-        "--reuse-values",
-        "--set",
-        &set,
-        "--wait",
-        "--timeout",
-        "3m",
-    ];
-    node.helm_ok(&args, "helm upgrade with the webhook");
+    upgrade(node, &set, "helm upgrade with the webhook");
     node.kubectl(&["create", "namespace", "rules"]);
     let module = |name: &str, labelled: bool, rules: &str| {
         let labels = if labelled {
@@ -125,4 +111,30 @@ pub fn the_webhook_reviews_in_the_admission_chain(node: &Node) {
         Some(&module("unlabelled", false, BROKEN)),
     )
     .unwrap_or_else(|e| panic!("an unlabelled ConfigMap sent to the webhook: {e}"));
+    // The webhook off again, by the chart (the steps after change modules freely); the
+    // hubs' pods are not touched by it.
+    upgrade(
+        node,
+        "webhook.enabled=false",
+        "helm upgrade without the webhook",
+    );
+}
+
+/// `helm upgrade` of the release with the values it has and `set`.
+fn upgrade(node: &Node, set: &str, what: &str) {
+    let chart = root().join("charts/cmpoll");
+    let args = [
+        "upgrade",
+        "cmpoll",
+        chart.to_str().unwrap(),
+        "-n",
+        "cmpoll",
+        "--reuse-values",
+        "--set",
+        set,
+        "--wait",
+        "--timeout",
+        "3m",
+    ];
+    node.helm_ok(&args, what);
 }

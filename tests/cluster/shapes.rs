@@ -1,0 +1,90 @@
+//! The other `kubectl apply -k` shapes of k8s/ on the real node, each as a user applies it
+//! (they share the namespace `cmpoll` and the Deployment `cmpoll`: one replaces the other,
+//! as a user switching shapes would): every pod Ready under the kubelet's probes, its init
+//! containers done, nothing restarted; k8s/serve, the chart's hubs as plain manifests, in
+//! their place at the end, a follower listing through it by its DNS name.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Node, eventually, root};
+
+/// The pods of the shapes that run cmpoll beside an agent.
+const LABEL: &str = "app.kubernetes.io/name=cmpoll";
+
+/// Grafana Alloy (alone and clustered) and Prometheus (one namespace; Secrets): each
+/// shape's Deployment `cmpoll` Ready, in place of the one before.
+pub fn each_comes_up_ready(node: &Node) {
+    for (shape, replicas) in [
+        ("k8s/alloy", 1),
+        ("k8s/alloy-clustered", 2),
+        ("k8s/prometheus-namespaced", 1),
+        ("k8s/prometheus-secrets", 1),
+    ] {
+        node.kubectl(&[
+            "-n",
+            "cmpoll",
+            "delete",
+            "deployment,daemonset",
+            "cmpoll",
+            "--ignore-not-found",
+            "--cascade=foreground",
+            "--wait",
+        ]);
+        node.kubectl(&["apply", "-k", root().join(shape).to_str().unwrap()]);
+        let pods = ready(node, "deployment/cmpoll", LABEL, replicas, shape);
+        eprintln!("{shape}: {} pods Ready", pods.len());
+    }
+}
+
+/// The rollout of `workload` done and its `replicas` pods (`selector`) Ready, their
+/// containers never restarted, their init containers done: the pods.
+fn ready(node: &Node, workload: &str, selector: &str, replicas: usize, shape: &str) -> Vec<Value> {
+    let rollout = [
+        "-n",
+        "cmpoll",
+        "rollout",
+        "status",
+        workload,
+        "--timeout=180s",
+    ];
+    if let Err(e) = node.try_kubectl(&rollout, None) {
+        let pods = node.try_kubectl(&["-n", "cmpoll", "get", "pods,events", "-o", "wide"], None);
+        panic!("{shape}: {e}\n{pods:?}");
+    }
+    let pods = eventually("the old pods gone", Duration::from_secs(60), || match node
+        .pods("cmpoll", selector)
+    {
+        p if p.len() == replicas => Ok(p),
+        p => Err(format!("{} pods", p.len())),
+    });
+    for pod in &pods {
+        let ready = (pod["status"]["conditions"].as_array().unwrap().iter())
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        assert!(ready, "{shape}: {pod}");
+        for c in pod["status"]["containerStatuses"].as_array().unwrap() {
+            assert_eq!(c["ready"], true, "{shape}: {c}");
+            assert_eq!(c["restartCount"], 0, "{shape}: {c}");
+        }
+        let init = pod["status"]["initContainerStatuses"].as_array();
+        for c in init.into_iter().flatten() {
+            assert_eq!(c["state"]["terminated"]["exitCode"], 0, "{shape}: {c}");
+        }
+    }
+    pods
+}
+
+/// k8s/serve in the chart's place (`helm uninstall` first: the two make the same objects):
+/// its two hubs Ready by their probes, a follower listing through them.
+pub fn serve_serves_a_follower(node: &Node) {
+    node.helm_ok(
+        &["uninstall", "cmpoll", "-n", "cmpoll", "--wait"],
+        "helm uninstall",
+    );
+    node.kubectl(&["apply", "-k", root().join("k8s/serve").to_str().unwrap()]);
+    let hub = "app.kubernetes.io/name=cmpoll-hub";
+    ready(node, "deployment/cmpoll-hub", hub, 2, "k8s/serve");
+    node.kubectl(&["-n", "cmpoll", "delete", "pod", "follower", "--wait"]);
+    super::follower::lists_through_the_service(node);
+}
