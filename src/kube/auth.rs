@@ -2,9 +2,9 @@
 //! (Static client certificates are part of TLS, see `tls.rs`; an exec plugin's
 //! certificate is handed to the client, which rebuilds its TLS configuration.)
 //!
-//! A token file is re-read whenever it changed (path, size, mtime or inode differ, which is
-//! what kubelet's atomic symlink swap of a projected token looks like) and, unconditionally,
-//! after a 401. A failed re-read keeps the previous token and says so, like client-go.
+//! A token file is re-read whenever it changed (path, size, mtime or inode differ, which
+//! is what kubelet's atomic symlink swap of a projected token looks like), looked at
+//! before every request, and, unconditionally, after a 401. A failed re-read keeps the previous token and says so, like client-go.
 //! An exec plugin runs before the first request, again a little before what it issued
 //! expires, and after a 401; a failed run keeps what it issued last while that is valid.
 
@@ -201,7 +201,7 @@ impl Auth {
         !matches!(self.source, Credential::None)
     }
 
-    /// Before a poll: re-reads a token file that changed. Returns whether it did.
+    /// Before a request: re-reads a token file that changed. Returns whether it did.
     pub fn refresh_if_changed(&mut self) -> bool {
         let Credential::TokenFile { path, .. } = &self.source else {
             return false;

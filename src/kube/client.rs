@@ -216,7 +216,8 @@ impl Client {
         self.options.timeout
     }
 
-    /// Before a poll: picks up a rotated token file and a rotated CA file.
+    /// Picks up a rotated token file and a rotated CA file (done before every request; a
+    /// poll asks first, to say so before its first request).
     pub fn refresh_credentials(&mut self) {
         self.auth.refresh_if_changed();
         self.reread_ca();
@@ -232,6 +233,8 @@ impl Client {
             return;
         }
         let path = path.clone();
+        // This version is seen, read or not: a file that cannot be read warns once.
+        self.transport.ca_file = Some((path.clone(), now));
         let previous = std::mem::replace(
             &mut self.transport.trust,
             match std::fs::read(&path) {
@@ -248,7 +251,6 @@ impl Client {
                 }
             },
         );
-        self.transport.ca_file = Some((path.clone(), now));
         match self
             .transport
             .agent(self.auth.identity().0, self.options.timeout)
@@ -267,9 +269,13 @@ impl Client {
         }
     }
 
-    /// Runs an exec plugin when due and, if it issued a new client certificate, rebuilds
-    /// the agent so the next connection presents it.
+    /// Before each request: a token or CA file that changed is read again (a `stat`
+    /// each), so that a client that never polls — the hub's review clients — sends the
+    /// rotated token and trusts the rotated CA, not the first until the apiserver refuses
+    /// it; an exec plugin runs when due and, if it issued a new client certificate, the
+    /// agent is rebuilt so the next connection presents it.
     fn prepare(&mut self, action: &str) -> Result<(), Error> {
+        self.refresh_credentials();
         self.auth
             .prepare(std::time::SystemTime::now())
             .map_err(|e| Error::Credentials(format!("cannot {action}: {e}")))?;

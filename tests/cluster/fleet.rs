@@ -1,6 +1,7 @@
-//! A fleet on the chart's hubs: followers that follow `cmpoll-hub` through its Service while
-//! the hubs' TLS Secret rotates and a hub is evicted (its PodDisruptionBudget keeps the
-//! other), and a change that reaches every follower afterwards, no module lost or going
+//! A fleet on the chart's hubs: two followers that follow `cmpoll-hub` through its Service
+//! from the start (rotation.rs sees their tokens rotate); later the hubs' TLS Secret
+//! rotates and both hubs are evicted in turn (the PodDisruptionBudget keeps one), and the
+//! two changes made meanwhile reach every follower, no module lost, added again or going
 //! back on the way.
 
 use std::collections::BTreeMap;

@@ -74,7 +74,7 @@ impl Node {
         let mut child = Command::new(root().join("tests/kube/bin/kubectl"))
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            // No call hangs the run (rollout status has its own, shorter, timeout).
+            // No request hangs the run (waits have their own, shorter, --timeout).
             .arg("--request-timeout=200s")
             .args(args)
             .stdin(Stdio::piped())
@@ -271,7 +271,7 @@ fn the_shapes_users_install_run_under_a_real_kubelet() {
     let took = |what: &str| eprintln!("{:?}: {what}", step.elapsed());
     let hubs = chart::installed(&node);
     let followers = fleet::start(&node);
-    let tokens = rotation::first_tokens(&node, &hubs, &followers);
+    let start = rotation::first_tokens(&node, &hubs, &followers);
     took("the chart installed, its hubs Ready and followed");
     chart::the_process_is_as_runc_started_it(&node, &hubs);
     chart::the_projected_token_is_the_kubelets(&node, &hubs);
@@ -284,11 +284,12 @@ fn the_shapes_users_install_run_under_a_real_kubelet() {
     shapes::each_comes_up_ready(&node);
     took("the other k8s/ shapes came up Ready");
     webhook::the_webhook_reviews_in_the_admission_chain(&node);
-    took("the webhook reviewed in the admission chain");
-    rotation::tokens_rotate_under_running_hubs_and_followers(&node, &tokens, &hubs);
+    webhook::the_shapes_webhook_reviews_without_cert_manager(&node);
+    took("the chart's webhook and k8s/webhook reviewed in the admission chain");
+    rotation::tokens_rotate_under_running_hubs_and_followers(&node, &start, &hubs);
     took("every token rotated, no request failed");
     fleet::followers_ride_out_a_rotation_and_an_eviction(&node, &followers);
-    took("followers rode out a TLS rotation and an eviction");
+    took("followers rode out a TLS rotation and both hubs evicted");
     shapes::serve_serves_a_follower(&node);
     took("k8s/serve served a follower");
 }

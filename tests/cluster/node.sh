@@ -198,7 +198,7 @@ EOF
 
 # The pause image from the Kubernetes module's own pause.c, and cmpoll's three.
 images() {
-  local k8s; k8s=$(cd "$repo/tests/kube" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+  local k8s; k8s=$(cd "$repo/tests/kube" && GOFLAGS=-mod=readonly go list -m -f '{{.Dir}}' k8s.io/kubernetes)
   img=$W/img; mkdir -p "$img"
   gcc -Os -Wall -Werror -static -DVERSION=v3.10.2-cmpoll -o "$img/pause" "$k8s/build/pause/linux/pause.c"
   strip "$img/pause"
@@ -255,7 +255,7 @@ alloy_image() {
 
 # The CoreDNS version tests/coredns builds, as kubeadm names its image.
 coredns_version() {
-  (cd "$repo/tests/coredns" && GOFLAGS=-mod=mod go list -m -f '{{.Version}}' github.com/coredns/coredns)
+  (cd "$repo/tests/coredns" && GOFLAGS=-mod=readonly go list -m -f '{{.Version}}' github.com/coredns/coredns)
 }
 
 # CoreDNS's image as kubeadm's Deployment runs it: the binary alone, at /coredns (the
@@ -270,13 +270,15 @@ coredns_image() {
 }
 
 # Cluster DNS as `kubeadm init` installs it: its own manifests, rendered by
-# tests/kube/kubeadm-dns, on the kubelet's clusterDNS address; Ready by its own probe.
+# tests/kube/kubeadm-dns, on the kubelet's clusterDNS address; Ready by its own probes.
 dns_up() {
   local k=("$B/kubectl" --kubeconfig "$W/admin.kubeconfig")
-  (cd "$repo/tests/kube" && GOFLAGS=-mod=mod go run ./kubeadm-dns \
-    "$(GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' k8s.io/kubernetes)" "$(coredns_version)") >"$W/coredns.yaml"
+  (cd "$repo/tests/kube" && GOFLAGS=-mod=readonly go run ./kubeadm-dns \
+    "$(GOFLAGS=-mod=readonly go list -m -f '{{.Dir}}' k8s.io/kubernetes)" "$(coredns_version)") >"$W/coredns.yaml"
   "${k[@]}" apply -f "$W/coredns.yaml" >/dev/null
-  wait_for "CoreDNS Ready" 120 "${k[@]}" -n kube-system wait --for=condition=Available deployment/coredns --timeout=1s
+  # Every replica Ready (not the Deployment's Available: with maxUnavailable 1 that holds
+  # before any is).
+  wait_for "CoreDNS Ready" 120 "${k[@]}" -n kube-system rollout status deployment/coredns --timeout=1s
 }
 
 node_up() {

@@ -13,16 +13,7 @@ use super::{Node, eventually, root};
 pub fn the_primary_shape_serves_the_rules(node: &Node) {
     // k8s/serve-alloy's DaemonSet goes first: its pods carry the label this Deployment
     // selects by.
-    node.kubectl(&[
-        "-n",
-        "cmpoll",
-        "delete",
-        "daemonset",
-        "cmpoll",
-        "--ignore-not-found",
-        "--cascade=foreground",
-        "--wait",
-    ]);
+    super::shapes::replace_the_shape(node);
     node.kubectl(&["apply", "-k", root().join("k8s").to_str().unwrap()]);
     node.kubectl(&[
         "-n",

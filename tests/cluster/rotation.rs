@@ -1,8 +1,10 @@
 //! Tokens of 10 minutes (the least a pod may ask) rotating under the chart's running hubs
 //! and two followers: the kubelet writes each a new token at 80 % of its lifetime; the hubs
-//! go on polling the apiserver and the followers following the hubs past the moment every
-//! first token expired, and no request failed — no 401 or 403 the hubs answered, no review
-//! that refused a follower, no 401 from the apiserver to a hub, no warning from a follower.
+//! go on polling and reviewing with the apiserver and the followers following the hubs
+//! until every first token is refused (its end, plus the minute of leeway the apiserver
+//! gives), and no request failed — no 401, 403 or 5xx the hubs answered meanwhile, no
+//! review that refused a follower, no 401 from the apiserver to a hub, no retry after one,
+//! no warning.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,18 +16,31 @@ use super::chart::{Hub, TOKEN_LIFETIME};
 use super::fleet::{heard, selected};
 use super::{Node, claims, eventually};
 
+/// The apiserver's leeway past a token's `exp` (go-jose's `DefaultLeeway`, which
+/// Kubernetes' service-account claims validation uses).
+const LEEWAY: i64 = 60;
+
 /// One pod's projected token as the kubelet first wrote it.
 pub struct Held {
     pod: String,
     file: PathBuf,
+    token: String,
     claims: Value,
 }
 
 impl Held {
-    fn now(&self) -> Value {
-        let token = std::fs::read_to_string(&self.file)
-            .unwrap_or_else(|e| panic!("{}: {e}", self.file.display()));
-        claims(token.trim())
+    /// The token's claims now (none while the kubelet swaps the folder).
+    fn now(&self) -> Option<Value> {
+        let token = std::fs::read_to_string(&self.file).ok()?;
+        Some(claims(token.trim()))
+    }
+
+    /// The token the kubelet holds for the pod now.
+    fn current(&self) -> String {
+        std::fs::read_to_string(&self.file)
+            .unwrap()
+            .trim()
+            .to_string()
     }
 
     fn at(&self, claim: &str) -> i64 {
@@ -33,9 +48,16 @@ impl Held {
     }
 }
 
-/// The first tokens of the hubs and of the followers `pods`.
-pub fn first_tokens(node: &Node, hubs: &[Hub], pods: &[String]) -> Vec<Held> {
-    let hubs = hubs
+/// Before the tokens age: the first token of each hub and follower, and what each hub had
+/// answered and asked by then.
+pub struct Start {
+    held: Vec<Held>,
+    metrics: Vec<String>,
+}
+
+/// The first tokens of the hubs and of the followers `pods`, and the hubs' `/metrics`.
+pub fn first_tokens(node: &Node, hubs: &[Hub], pods: &[String]) -> Start {
+    let hubs_held = hubs
         .iter()
         .map(|h| (h.name.clone(), h.uid.clone(), "hub-token"));
     let followers = pods.iter().map(|p| {
@@ -43,38 +65,57 @@ pub fn first_tokens(node: &Node, hubs: &[Hub], pods: &[String]) -> Vec<Held> {
         let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
         (p.clone(), uid, "token")
     });
-    (hubs.chain(followers))
+    let held = (hubs_held.chain(followers))
         .map(|(pod, uid, volume)| {
             let file = node
                 .pod_dir(&uid)
                 .join("volumes/kubernetes.io~projected")
                 .join(volume)
                 .join("token");
-            let mut held = Held {
+            let token = std::fs::read_to_string(&file).unwrap().trim().to_string();
+            let claims = claims(&token);
+            Held {
                 pod,
                 file,
-                claims: Value::Null,
-            };
-            held.claims = held.now();
-            held
+                token,
+                claims,
+            }
         })
-        .collect()
+        .collect();
+    node.apply(METRICS_READER);
+    let token = reader_token(node);
+    let metrics = (hubs.iter())
+        .map(|h| metrics(node, &h.name, &token))
+        .collect();
+    Start { held, metrics }
 }
 
-pub fn tokens_rotate_under_running_hubs_and_followers(node: &Node, held: &[Held], hubs: &[Hub]) {
+pub fn tokens_rotate_under_running_hubs_and_followers(node: &Node, start: &Start, hubs: &[Hub]) {
+    let since = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+    let held = &start.held;
     every_token_rotates(held);
-    // Past every first token's end (and a little: the apiserver's clock is this one), the
-    // hubs and followers still work: a new module reaches both followers through a hub.
-    let expired = held.iter().map(|h| h.at("exp")).max().unwrap() + 5;
-    let wait = (expired - unix_now()).max(0) as u64;
-    eprintln!("every token rotated; {wait} s until the first ones have all expired");
+    // Until every first token is refused, then the hubs and followers still work: a new
+    // module reaches both followers through a hub.
+    let refused = held.iter().map(|h| h.at("exp")).max().unwrap() + LEEWAY + 5;
+    let wait = (refused - unix_now()).max(0) as u64;
+    eprintln!("every token rotated; {wait} s until the first ones are all refused");
     std::thread::sleep(Duration::from_secs(wait));
+    for h in held {
+        let first = &review(node, &h.token)["status"];
+        assert_ne!(
+            first["authenticated"], true,
+            "{}'s first token: {first}",
+            h.pod
+        );
+        let now = &review(node, &h.current())["status"];
+        assert_eq!(now["authenticated"], true, "{}'s token now: {now}", h.pod);
+    }
     let followers: Vec<&Held> = (held.iter())
         .filter(|h| !hubs.iter().any(|b| b.name == h.pod))
         .collect();
     a_new_module_reaches(node, &followers);
-    // Each took its new token (read when the file changed, not after a refusal), and no
-    // request failed on the way.
+    // Each took its new token when the file changed (never after a refusal), and warned
+    // of nothing since the step began.
     for h in held {
         let log = node.kubectl(&["-n", "cmpoll", "logs", &h.pod]);
         assert!(
@@ -82,8 +123,16 @@ pub fn tokens_rotate_under_running_hubs_and_followers(node: &Node, held: &[Held]
             "{}: {log}",
             h.pod
         );
+        for refusal in [
+            "(401 Unauthorized)",
+            "retrying once with the renewed credential",
+        ] {
+            assert!(!log.contains(refusal), "{}: {log}", h.pod);
+        }
+        let since = format!("--since-time={since}");
+        let recent = node.kubectl(&["-n", "cmpoll", "logs", &h.pod, &since]);
         // The hubs log JSON, the followers plain lines.
-        let warned: Vec<&str> = (log.lines())
+        let warned: Vec<&str> = (recent.lines())
             .filter(|l| {
                 [
                     "\"level\":\"warn\"",
@@ -97,9 +146,22 @@ pub fn tokens_rotate_under_running_hubs_and_followers(node: &Node, held: &[Held]
             .collect();
         assert!(warned.is_empty(), "{}: {warned:?}", h.pod);
     }
-    let token = metrics_reader(node);
-    for hub in hubs {
-        no_request_failed(node, hub, &token);
+    // A token the hubs never saw: each reviews it with the apiserver, as itself.
+    let token = reader_token(node);
+    let after: Vec<String> = hubs
+        .iter()
+        .map(|h| metrics(node, &h.name, &token))
+        .collect();
+    let watches: f64 = (start.metrics.iter().zip(&after))
+        .map(|(b, a)| {
+            grew(b, a, "cmpoll_serve_watches_total", &|l| {
+                l.contains("by=\"follower\"")
+            })
+        })
+        .sum();
+    assert!(watches > 0.0, "the followers watched the hubs: {after:?}");
+    for ((hub, before), after) in hubs.iter().zip(&start.metrics).zip(&after) {
+        no_request_failed(&hub.name, before, after);
     }
 }
 
@@ -113,7 +175,7 @@ fn every_token_rotates(held: &[Held]) {
         Duration::from_secs((due - unix_now()).max(60) as u64),
         || {
             let stale: Vec<String> = (held.iter())
-                .filter(|h| h.now()["iat"] == h.claims["iat"])
+                .filter(|h| h.now().is_none_or(|c| c["iat"] == h.claims["iat"]))
                 .map(|h| h.pod.clone())
                 .collect();
             if stale.is_empty() {
@@ -124,7 +186,7 @@ fn every_token_rotates(held: &[Held]) {
         },
     );
     for h in held {
-        let (first, now) = (&h.claims, h.now());
+        let (first, now) = (&h.claims, h.now().unwrap());
         let lifetime = now["exp"].as_i64().unwrap() - now["iat"].as_i64().unwrap();
         assert_eq!(lifetime, TOKEN_LIFETIME, "{}: {now}", h.pod);
         assert_eq!(now["sub"], first["sub"], "{}", h.pod);
@@ -158,22 +220,29 @@ fn a_new_module_reaches(node: &Node, followers: &[&Held]) {
     );
 }
 
-/// The hub's own counts: it answered, and none of its answers was a 401, 403 or 5xx; its
-/// reviews refused no one; the apiserver answered it, never with a 401.
-fn no_request_failed(node: &Node, hub: &Hub, token: &str) {
-    let pod = node.json(&["-n", "cmpoll", "get", "pod", &hub.name]);
-    let m = metrics(node, pod["status"]["podIP"].as_str().unwrap(), token);
-    let count = |name: &str, labels: &dyn Fn(&str) -> bool| -> f64 {
-        (m.lines())
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| l.rsplit_once(' '))
-            .filter(|(series, _)| {
-                series.split('{').next() == Some(name)
-                    && labels(series.split_once('{').map_or("", |(_, l)| l))
-            })
-            .map(|(_, v)| v.parse::<f64>().unwrap())
-            .sum()
-    };
+/// The sum of family `name`'s series whose labels `labels` takes, in `/metrics` text `m`.
+fn count(m: &str, name: &str, labels: &dyn Fn(&str) -> bool) -> f64 {
+    (m.lines())
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            series.split('{').next() == Some(name)
+                && labels(series.split_once('{').map_or("", |(_, l)| l))
+        })
+        .map(|(_, v)| v.parse::<f64>().unwrap())
+        .sum()
+}
+
+/// How much `name`'s series that `labels` takes grew from `before` to `after`.
+fn grew(before: &str, after: &str, name: &str, labels: &dyn Fn(&str) -> bool) -> f64 {
+    count(after, name, labels) - count(before, name, labels)
+}
+
+/// Between the hub's `before` and `after` counts: it answered, none of its answers a 401,
+/// 403 or 5xx; its reviews allowed and refused no one; the apiserver answered it, never
+/// with a 401.
+fn no_request_failed(hub: &str, before: &str, after: &str) {
+    let grew = |name: &str, labels: &dyn Fn(&str) -> bool| grew(before, after, name, labels);
     let code = |c: &'static str| move |l: &str| l.contains(&format!("code=\"{c}\""));
     let failed = |l: &str| {
         ["401", "403"]
@@ -181,31 +250,28 @@ fn no_request_failed(node: &Node, hub: &Hub, token: &str) {
             .any(|c| l.contains(&format!("code=\"{c}\"")))
             || l.contains("code=\"5")
     };
-    let refused =
-        |l: &str| l.contains("check=\"authentication\"") && !l.contains("result=\"allowed\"");
-    let name = &hub.name;
+    let authn = |l: &str| l.contains("check=\"authentication\"");
+    let allowed = |l: &str| authn(l) && l.contains("result=\"allowed\"");
+    let refused = |l: &str| authn(l) && !l.contains("result=\"allowed\"");
+    let why = format!("{hub}: before\n{before}\nafter\n{after}");
     assert!(
-        count("cmpoll_serve_requests_total", &code("200")) > 0.0,
-        "{name}: {m}"
+        grew("cmpoll_serve_requests_total", &code("200")) > 0.0,
+        "{why}"
     );
-    assert_eq!(
-        count("cmpoll_serve_requests_total", &failed),
-        0.0,
-        "{name}: {m}"
-    );
-    assert_eq!(
-        count("cmpoll_serve_decisions_total", &refused),
-        0.0,
-        "{name}: {m}"
-    );
+    assert_eq!(grew("cmpoll_serve_requests_total", &failed), 0.0, "{why}");
     assert!(
-        count("cmpoll_apiserver_requests_total", &code("200")) > 0.0,
-        "{name}: {m}"
+        grew("cmpoll_serve_decisions_total", &allowed) > 0.0,
+        "{why}"
+    );
+    assert_eq!(grew("cmpoll_serve_decisions_total", &refused), 0.0, "{why}");
+    assert!(
+        grew("cmpoll_apiserver_requests_total", &code("200")) > 0.0,
+        "{why}"
     );
     assert_eq!(
-        count("cmpoll_apiserver_requests_total", &code("401")),
+        grew("cmpoll_apiserver_requests_total", &code("401")),
         0.0,
-        "{name}: {m}"
+        "{why}"
     );
 }
 
@@ -214,6 +280,23 @@ fn unix_now() -> i64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64
+}
+
+/// The apiserver's TokenReview of `token`.
+fn review(node: &Node, token: &str) -> Value {
+    let body = serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": token},
+    });
+    let path = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let out = node
+        .try_kubectl(
+            &["create", "--raw", path, "-f", "-"],
+            Some(&body.to_string()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    serde_json::from_str(&out).unwrap()
 }
 
 const AFTER_ROTATION: &str = "apiVersion: v1
@@ -226,10 +309,8 @@ data:
   after.conf: 'server { listen 8082; }'
 ";
 
-/// A token of an account that may read the hubs' `/metrics` (as Prometheus would).
-fn metrics_reader(node: &Node) -> String {
-    node.apply(
-        "apiVersion: v1
+/// An account that may read the hubs' `/metrics` (as Prometheus would).
+const METRICS_READER: &str = "apiVersion: v1
 kind: ServiceAccount
 metadata: {name: metrics-reader, namespace: cmpoll}
 ---
@@ -243,15 +324,29 @@ kind: ClusterRoleBinding
 metadata: {name: cmpoll-metrics-reader}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cmpoll-metrics-reader}
 subjects: [{kind: ServiceAccount, name: metrics-reader, namespace: cmpoll}]
-",
-    );
+";
+
+/// A new token of the metrics reader, once the apiserver authorizes it (RBAC's cache).
+fn reader_token(node: &Node) -> String {
+    let can = [
+        "auth",
+        "can-i",
+        "get",
+        "/metrics",
+        "--as=system:serviceaccount:cmpoll:metrics-reader",
+    ];
+    eventually("the metrics reader's role", Duration::from_secs(30), || {
+        node.try_kubectl(&can, None)
+    });
     node.kubectl(&["-n", "cmpoll", "create", "token", "metrics-reader"])
         .trim()
         .to_string()
 }
 
-/// The hub at `ip`'s `/metrics`, asked from the node by the name its certificate has.
-fn metrics(node: &Node, ip: &str, token: &str) -> String {
+/// Hub pod `hub`'s `/metrics`, asked from the node by the name its certificate has.
+fn metrics(node: &Node, hub: &str, token: &str) -> String {
+    let pod = node.json(&["-n", "cmpoll", "get", "pod", hub]);
+    let ip = pod["status"]["podIP"].as_str().unwrap().to_string();
     let ca = node.dir.join("hub-tls/ca.crt");
     let host = "cmpoll-hub.cmpoll.svc";
     eventually("the hub's /metrics", Duration::from_secs(30), || {

@@ -13,6 +13,9 @@ use super::{Node, eventually, root};
 /// The pods of the shapes that run cmpoll beside an agent.
 const LABEL: &str = "app.kubernetes.io/name=cmpoll";
 
+/// Their service account, as the apiserver names its user.
+const ACCOUNT: &str = "system:serviceaccount:cmpoll:cmpoll";
+
 /// Grafana Alloy (alone and clustered) and Prometheus (one namespace; Secrets): each
 /// shape's Deployment `cmpoll` Ready, in place of the one before.
 pub fn each_comes_up_ready(node: &Node) {
@@ -22,25 +25,73 @@ pub fn each_comes_up_ready(node: &Node) {
         ("k8s/prometheus-namespaced", 1),
         ("k8s/prometheus-secrets", 1),
     ] {
-        node.kubectl(&[
-            "-n",
-            "cmpoll",
-            "delete",
-            "deployment,daemonset",
-            "cmpoll",
-            "--ignore-not-found",
-            "--cascade=foreground",
-            "--wait",
-        ]);
+        replace_the_shape(node);
         node.kubectl(&["apply", "-k", root().join(shape).to_str().unwrap()]);
         let pods = ready(node, "deployment/cmpoll", LABEL, replicas, shape);
         eprintln!("{shape}: {} pods Ready", pods.len());
+        if shape.starts_with("k8s/prometheus-") {
+            // Ready on its Role alone: nothing grants it more than its namespace.
+            let can = [
+                "auth",
+                "can-i",
+                "list",
+                "configmaps",
+                "-A",
+                &format!("--as={ACCOUNT}"),
+            ];
+            let anywhere = node.try_kubectl(&can, None);
+            assert!(anywhere.is_err(), "{shape}: {anywhere:?}");
+            let here = [
+                "auth",
+                "can-i",
+                "list",
+                "configmaps",
+                "-n",
+                "cmpoll",
+                &format!("--as={ACCOUNT}"),
+            ];
+            if shape.ends_with("-namespaced") {
+                node.try_kubectl(&here, None)
+                    .unwrap_or_else(|e| panic!("{shape}: {e}"));
+            }
+        }
     }
 }
 
-/// The rollout of `workload` done and its `replicas` pods (`selector`) Ready, their
-/// containers never restarted, their init containers done: the pods.
-fn ready(node: &Node, workload: &str, selector: &str, replicas: usize, shape: &str) -> Vec<Value> {
+/// The shape before gone — its Deployment or DaemonSet `cmpoll` with its pods, and the
+/// roles it granted — so that the next shape runs on what it makes itself.
+pub fn replace_the_shape(node: &Node) {
+    node.kubectl(&[
+        "-n",
+        "cmpoll",
+        "delete",
+        "deployment,daemonset,role,rolebinding",
+        "cmpoll",
+        "--ignore-not-found",
+        "--cascade=foreground",
+        "--wait",
+        "--timeout=120s",
+    ]);
+    // The cluster-wide grant of the shapes before: a namespaced one must do without it.
+    node.kubectl(&[
+        "delete",
+        "clusterrole,clusterrolebinding",
+        "cmpoll",
+        "--ignore-not-found",
+        "--timeout=60s",
+    ]);
+}
+
+/// `path` of the repository as kustomize takes it from the overlay folder `overlay`:
+/// relative (up to / and down).
+pub fn relative(overlay: &std::path::Path, path: &str) -> String {
+    let up = "../".repeat(overlay.components().count() - 1);
+    let path = root().join(path).display().to_string();
+    format!("{up}{}", path.trim_start_matches('/'))
+}
+
+/// The rollout of `workload` (in `cmpoll`) done, or a failure with the namespace's pods.
+pub fn ready_rollout(node: &Node, workload: &str, shape: &str) {
     let rollout = [
         "-n",
         "cmpoll",
@@ -53,6 +104,12 @@ fn ready(node: &Node, workload: &str, selector: &str, replicas: usize, shape: &s
         let pods = node.try_kubectl(&["-n", "cmpoll", "get", "pods,events", "-o", "wide"], None);
         panic!("{shape}: {e}\n{pods:?}");
     }
+}
+
+/// The rollout of `workload` done and its `replicas` pods (`selector`) Ready, their
+/// containers never restarted, their init containers done: the pods.
+fn ready(node: &Node, workload: &str, selector: &str, replicas: usize, shape: &str) -> Vec<Value> {
+    ready_rollout(node, workload, shape);
     let pods = eventually("the old pods gone", Duration::from_secs(60), || match node
         .pods("cmpoll", selector)
     {
@@ -85,6 +142,15 @@ pub fn serve_serves_a_follower(node: &Node) {
     node.kubectl(&["apply", "-k", root().join("k8s/serve").to_str().unwrap()]);
     let hub = "app.kubernetes.io/name=cmpoll-hub";
     ready(node, "deployment/cmpoll-hub", hub, 2, "k8s/serve");
-    node.kubectl(&["-n", "cmpoll", "delete", "pod", "follower", "--wait"]);
+    let follower = [
+        "-n",
+        "cmpoll",
+        "delete",
+        "pod",
+        "follower",
+        "--wait",
+        "--timeout=120s",
+    ];
+    node.kubectl(&follower);
     super::follower::lists_through_the_service(node);
 }

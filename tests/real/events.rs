@@ -251,7 +251,9 @@ fn a_repeat_is_counted_in_the_series_the_apiserver_stores() {
 /// while the failed call is long over).
 #[test]
 fn a_forbidden_event_is_a_warning_and_the_polls_go_on() {
-    let Some((_one, k)) = cluster() else { return };
+    let Some((_one, k)) = cluster_alone() else {
+        return;
+    };
     let ns = k.namespace("events-forbidden");
     let token = account(k, &ns, "cmpoll", None);
     k.put_configmap(&ns, "a", &[LABEL], &[("k", "bad")]);

@@ -180,7 +180,7 @@ fn a_watching_follower_never_goes_back_between_two_hubs() {
 /// not at one instant — and exits 0 when the window is over.
 #[test]
 fn a_stopping_hub_lets_its_watchers_go_spread_over_its_drain_window() {
-    let Some((_one, k)) = cluster() else {
+    let Some((_one, k)) = cluster_alone() else {
         return;
     };
     let ns = k.namespace("hub-drain");

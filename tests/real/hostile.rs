@@ -23,7 +23,7 @@ fn crafted(claims: &str) -> String {
 /// its probes and a known follower.
 #[test]
 fn a_tokens_own_claims_never_stop_the_hub() {
-    let Some((_one, k)) = cluster() else {
+    let Some((_one, k)) = cluster_alone() else {
         return;
     };
     let ns = k.namespace("hub-claims");
@@ -318,7 +318,7 @@ fn unknown_tokens_cost_a_bounded_rate_of_reviews_and_never_starve_a_known_follow
     use std::io::{Read as _, Write as _};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let Some((_one, k)) = cluster() else {
+    let Some((_one, k)) = cluster_alone() else {
         return;
     };
     let ns = k.namespace("hub-unknown");

@@ -1,7 +1,8 @@
 //! cmpoll against the real kube-apiserver (issue 24): the apiserver-facing scenarios of the
 //! suite, each checked against what the real apiserver says it served (its metrics and its
-//! audit log), not only against what cmpoll printed. One cluster per test binary
-//! (`test_apiserver::real::shared`); each test works in namespaces of its own. This file has
+//! audit log), not only against what cmpoll printed. Two clusters per test binary
+//! (`test_apiserver::real::shared`), each used by one test at a time; each test works in
+//! namespaces of its own. This file has
 //! the helpers; the scenarios are `lists.rs` (list modes, paging, RBAC), `credentials.rs`
 //! (tokens, 401s, kubeconfigs, impersonation), `flow.rs` (APF) and `manifests.rs` (the
 //! shipped manifests and the label policy).
@@ -27,7 +28,7 @@ mod tokens;
 mod watch;
 mod webhook;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use serde_json::{Value, json};
 use test_apiserver::real::{self, RealApiserver, User};
@@ -36,20 +37,50 @@ use crate::util::{Cmpoll, skip_unless};
 
 pub const LABEL: (&str, &str) = ("cmpoll.io/module", "true");
 
-/// The shared real cluster, or `None` (a loud skip; a failure under CI) when it is not
-/// built. The guard keeps the tests that use it one at a time: they read the apiserver's
-/// own counters, which every client moves.
+/// A shared real cluster, or `None` (a loud skip; a failure under CI) when it is not
+/// built. The guard keeps the tests that use one cluster one at a time: they read the
+/// apiserver's own counters, which every client moves. There are `real::LANES` of them, so
+/// that a scenario waiting on its apiserver does not hold up every other one: at most
+/// `real::LANES` scenarios at once, each alone on its cluster.
 pub fn cluster() -> Option<(MutexGuard<'static, ()>, &'static RealApiserver)> {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     if skip_unless(
         real::built(),
         "the real kube-apiserver (tests/kube/build.sh)",
     ) {
         return None;
     }
-    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    Some((guard, real::shared()))
+    loop {
+        for (lane, lock) in LOCKS.iter().enumerate() {
+            let guard = match lock.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => continue,
+            };
+            return Some((guard, real::shared(lane)));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
+
+/// `cluster()`, with no other real scenario running meanwhile (every lane held): for the
+/// scenarios that measure a rate or a delay, which a second scenario's apiserver beside
+/// them would slow. (`cluster()` never waits while it holds a lane, so taking them all in
+/// order cannot deadlock.)
+pub fn cluster_alone() -> Option<(Vec<MutexGuard<'static, ()>>, &'static RealApiserver)> {
+    if skip_unless(
+        real::built(),
+        "the real kube-apiserver (tests/kube/build.sh)",
+    ) {
+        return None;
+    }
+    let guards = (LOCKS.iter())
+        .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()))
+        .collect();
+    Some((guards, real::shared(0)))
+}
+
+/// One lock per shared cluster.
+static LOCKS: [Mutex<()>; real::LANES] = [const { Mutex::new(()) }; real::LANES];
 
 /// A cmpoll whose kubeconfig is `user`'s.
 pub fn cmpoll_as(k: &RealApiserver, name: &str, user: &User) -> Cmpoll {

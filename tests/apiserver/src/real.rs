@@ -74,28 +74,35 @@ struct Procs {
     apiserver: Child,
 }
 
-/// One cluster per test binary, started on first use (a few seconds). Its folder goes
-/// when the test binary exits (a `static` is never dropped; its processes end by
-/// `PR_SET_PDEATHSIG`).
-pub fn shared() -> &'static RealApiserver {
-    static SHARED: OnceLock<RealApiserver> = OnceLock::new();
-    SHARED.get_or_init(|| {
+/// How many shared clusters a test binary may start: `shared(lane)` for lane < LANES.
+pub const LANES: usize = 2;
+
+/// Shared cluster `lane` of this test binary, started on its first use (a few seconds).
+/// Its folder goes when the test binary exits (a `static` is never dropped; its processes
+/// end by `PR_SET_PDEATHSIG`).
+pub fn shared(lane: usize) -> &'static RealApiserver {
+    static SHARED: [OnceLock<RealApiserver>; LANES] = [const { OnceLock::new() }; LANES];
+    SHARED[lane].get_or_init(|| {
         let k = RealApiserver::start();
-        let _ = SHARED_DIR.set(k.dir().to_path_buf());
-        extern "C" fn remove_shared_dir() {
-            if let Some(d) = SHARED_DIR.get() {
-                let _ = std::fs::remove_dir_all(d);
+        let mut dirs = SHARED_DIRS.lock().unwrap_or_else(|p| p.into_inner());
+        if dirs.is_empty() {
+            extern "C" fn remove_shared_dirs() {
+                let dirs = SHARED_DIRS.lock().unwrap_or_else(|p| p.into_inner());
+                for d in dirs.iter() {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            }
+            // SAFETY: registering a plain function to run at exit.
+            unsafe {
+                libc::atexit(remove_shared_dirs);
             }
         }
-        // SAFETY: registering a plain function to run at exit.
-        unsafe {
-            libc::atexit(remove_shared_dir);
-        }
+        dirs.push(k.dir().to_path_buf());
         k
     })
 }
 
-static SHARED_DIR: OnceLock<PathBuf> = OnceLock::new();
+static SHARED_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -15,12 +15,13 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
 )
 
-// Go's string constants of a file, by name.
+// Go's string and integer constants of a file, by name (an integer as written).
 func consts(path string) (map[string]string, error) {
 	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
 	if err != nil {
@@ -38,10 +39,15 @@ func consts(path string) (map[string]string, error) {
 				if i >= len(v.Values) {
 					continue
 				}
-				if lit, ok := v.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				lit, ok := v.Values[i].(*ast.BasicLit)
+				switch {
+				case !ok:
+				case lit.Kind == token.STRING:
 					if text, err := strconv.Unquote(lit.Value); err == nil {
 						out[name.Name] = text
 					}
+				case lit.Kind == token.INT:
+					out[name.Name] = lit.Value
 				}
 			}
 		}
@@ -58,21 +64,42 @@ func run(k8s, built string) error {
 	if version != built {
 		return fmt.Errorf("kubeadm pins CoreDNS %q, tests/coredns builds %q", version, built)
 	}
-	manifests, err := consts(filepath.Join(k8s, "cmd/kubeadm/app/phases/addons/dns/manifests.go"))
+	dir := filepath.Join(k8s, "cmd/kubeadm/app/phases/addons/dns")
+	manifests, err := consts(filepath.Join(dir, "manifests.go"))
 	if err != nil {
 		return err
 	}
-	// What kubeadm's dns.go gives its templates on a cluster of one control-plane node.
+	dns, err := consts(filepath.Join(dir, "dns.go"))
+	if err != nil {
+		return err
+	}
+	replicas, err := strconv.Atoi(dns["coreDNSReplicas"])
+	if err != nil {
+		return fmt.Errorf("kubeadm's coreDNSReplicas: %w", err)
+	}
+	// What kubeadm's dns.go gives its templates at `kubeadm init` (its own constants),
+	// with the cluster's DNS address and domain as node.sh sets them for the kubelet.
 	data := map[string]any{
-		"DeploymentName":       "coredns",
-		"Replicas":             1,
+		"DeploymentName":       constants["CoreDNSDeploymentName"],
+		"Replicas":             replicas,
 		"Image":                "registry.k8s.io/coredns/coredns:" + version,
-		"ControlPlaneTaintKey": "node-role.kubernetes.io/control-plane",
+		"ControlPlaneTaintKey": constants["LabelNodeRoleControlPlane"],
 		"DNSDomain":            "cluster.local",
 		"DNSIP":                "10.96.0.10",
 	}
+	for k, v := range data {
+		if v == "" {
+			return fmt.Errorf("no %s in kubeadm's constants", k)
+		}
+	}
 	names := []string{"CoreDNSServiceAccount", "CoreDNSClusterRole", "CoreDNSClusterRoleBinding",
 		"CoreDNSConfigMap", "CoreDNSDeployment", "CoreDNSService"}
+	// A manifest kubeadm adds later is not dropped silently.
+	for name := range manifests {
+		if strings.HasPrefix(name, "CoreDNS") && !slices.Contains(names, name) {
+			return fmt.Errorf("kubeadm's manifests.go has %s, which this does not render", name)
+		}
+	}
 	for _, name := range names {
 		text, ok := manifests[name]
 		if !ok {
