@@ -17,7 +17,7 @@ const LABEL: &str = "app.kubernetes.io/name=cmpoll";
 const ACCOUNT: &str = "system:serviceaccount:cmpoll:cmpoll";
 
 /// Grafana Alloy (alone and clustered) and Prometheus (one namespace; Secrets): each
-/// shape's Deployment `cmpoll` Ready, in place of the one before.
+/// shape's Deployment `cmpoll` Ready, in place of the one before; then a tenant's Alloy.
 pub fn each_comes_up_ready(node: &Node) {
     for (shape, replicas) in [
         ("k8s/alloy", 1),
@@ -27,7 +27,13 @@ pub fn each_comes_up_ready(node: &Node) {
     ] {
         replace_the_shape(node);
         node.kubectl(&["apply", "-k", root().join(shape).to_str().unwrap()]);
-        let pods = ready(node, "deployment/cmpoll", LABEL, replicas, shape);
+        let pods = ready(
+            node,
+            ("cmpoll", "deployment/cmpoll"),
+            LABEL,
+            replicas,
+            shape,
+        );
         eprintln!("{shape}: {} pods Ready", pods.len());
         if shape.starts_with("k8s/prometheus-") {
             // Ready on its Role alone: nothing grants it more than its namespace.
@@ -56,6 +62,13 @@ pub fn each_comes_up_ready(node: &Node) {
             }
         }
     }
+    // A tenant's Alloy (k8s/alloy-tenants/team-a: k8s/alloy in a namespace of its own,
+    // every name suffixed): beside the others, not in their place.
+    let tenant = root().join("k8s/alloy-tenants/team-a");
+    node.kubectl(&["apply", "-k", tenant.to_str().unwrap()]);
+    let at = ("cmpoll-team-a", "deployment/cmpoll-team-a");
+    ready(node, at, LABEL, 1, "k8s/alloy-tenants/team-a");
+    eprintln!("k8s/alloy-tenants/team-a: Ready");
 }
 
 /// The shape before gone — its Deployment or DaemonSet `cmpoll` with its pods, and the
@@ -92,26 +105,30 @@ pub fn relative(overlay: &std::path::Path, path: &str) -> String {
 
 /// The rollout of `workload` (in `cmpoll`) done, or a failure with the namespace's pods.
 pub fn ready_rollout(node: &Node, workload: &str, shape: &str) {
-    let rollout = [
-        "-n",
-        "cmpoll",
-        "rollout",
-        "status",
-        workload,
-        "--timeout=180s",
-    ];
+    ready_rollout_in(node, "cmpoll", workload, shape);
+}
+
+fn ready_rollout_in(node: &Node, ns: &str, workload: &str, shape: &str) {
+    let rollout = ["-n", ns, "rollout", "status", workload, "--timeout=180s"];
     if let Err(e) = node.try_kubectl(&rollout, None) {
-        let pods = node.try_kubectl(&["-n", "cmpoll", "get", "pods,events", "-o", "wide"], None);
+        let pods = node.try_kubectl(&["-n", ns, "get", "pods,events", "-o", "wide"], None);
         panic!("{shape}: {e}\n{pods:?}");
     }
 }
 
-/// The rollout of `workload` done and its `replicas` pods (`selector`) Ready, their
-/// containers never restarted, their init containers done: the pods.
-fn ready(node: &Node, workload: &str, selector: &str, replicas: usize, shape: &str) -> Vec<Value> {
-    ready_rollout(node, workload, shape);
+/// The rollout of `workload` in `ns` done and its `replicas` pods (`selector`) Ready,
+/// their containers never restarted, their init containers done: the pods.
+fn ready(
+    node: &Node,
+    at: (&str, &str),
+    selector: &str,
+    replicas: usize,
+    shape: &str,
+) -> Vec<Value> {
+    let (ns, workload) = at;
+    ready_rollout_in(node, ns, workload, shape);
     let pods = eventually("the old pods gone", Duration::from_secs(60), || match node
-        .pods("cmpoll", selector)
+        .pods(ns, selector)
     {
         p if p.len() == replicas => Ok(p),
         p => Err(format!("{} pods", p.len())),
@@ -141,7 +158,13 @@ pub fn serve_serves_a_follower(node: &Node) {
     );
     node.kubectl(&["apply", "-k", root().join("k8s/serve").to_str().unwrap()]);
     let hub = "app.kubernetes.io/name=cmpoll-hub";
-    ready(node, "deployment/cmpoll-hub", hub, 2, "k8s/serve");
+    ready(
+        node,
+        ("cmpoll", "deployment/cmpoll-hub"),
+        hub,
+        2,
+        "k8s/serve",
+    );
     let follower = [
         "-n",
         "cmpoll",
