@@ -4,7 +4,8 @@
 //!
 //! A token file is re-read whenever it changed (path, size, mtime or inode differ, which
 //! is what kubelet's atomic symlink swap of a projected token looks like), looked at
-//! before every request, and, unconditionally, after a 401. A failed re-read keeps the previous token and says so, like client-go.
+//! before every request, and, unconditionally, after a 401. A failed re-read keeps the
+//! previous token and says so, like client-go.
 //! An exec plugin runs before the first request, again a little before what it issued
 //! expires, and after a 401; a failed run keeps what it issued last while that is valid.
 

@@ -58,7 +58,9 @@ fn flow_control_429s_retry_after_is_a_floor_for_the_next_poll() {
     ) {
         return;
     }
-    let Some((_one, k)) = cluster() else { return };
+    let Some((_one, k)) = cluster_alone() else {
+        return;
+    };
     let mark = k.audit_mark();
     let (ns, token) = namespace_with_a_module(k, "apf", "jailed");
     // 20 MB of ConfigMaps that are not modules: an answer a slow reader makes the

@@ -314,7 +314,7 @@ fn after_the_apiserver(
 /// a change within 1.5 s of its write (the median of three).
 #[test]
 fn a_change_in_one_namespace_does_not_wait_for_a_quiet_neighbour() {
-    let Some((_one, k)) = cluster() else {
+    let Some((_one, k)) = cluster_alone() else {
         return;
     };
     let (a, b) = (k.namespace("hub-busy"), k.namespace("hub-quiet"));
