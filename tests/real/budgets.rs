@@ -150,7 +150,7 @@ fn tokens(k: &RealApiserver, ns: &str, name: &str, n: usize) -> Vec<String> {
 /// of the 1,500 was a review.)
 #[test]
 fn one_identity_asking_at_random_costs_a_bounded_rate_of_access_reviews() {
-    let Some((_one, k)) = cluster_alone() else {
+    let Some((_one, k)) = cluster() else {
         return;
     };
     let ns = k.namespace("hub-sars");

@@ -164,7 +164,7 @@ fn read_for(tls: &mut Tls, pattern: &[u8]) -> (bool, bool) {
 /// longest is let go. A follower with a token is answered meanwhile.
 #[test]
 fn token_less_connections_hold_a_bounded_share_together() {
-    let Some((_one, k)) = cluster_alone() else {
+    let Some((_one, k)) = cluster() else {
         return;
     };
     let ns = k.namespace("hub-loose");

@@ -58,7 +58,7 @@ fn flow_control_429s_retry_after_is_a_floor_for_the_next_poll() {
     ) {
         return;
     }
-    let Some((_one, k)) = cluster_alone() else {
+    let Some((_one, k)) = cluster() else {
         return;
     };
     let mark = k.audit_mark();

@@ -258,7 +258,7 @@ fn list_rv(hub: &Hub, token: &str, ns: &str) -> String {
 /// all answered. (30243c4 held every one and reset the other follower's.)
 #[test]
 fn one_identity_never_holds_every_connection() {
-    let Some((_one, k)) = cluster_alone() else {
+    let Some((_one, k)) = cluster() else {
         return;
     };
     let ns = k.namespace("hub-hog");

@@ -698,7 +698,7 @@ fn eventually_status(c: &Cmpoll, listen: &str) -> String {
 #[test]
 fn a_flood_of_bad_clients_never_stops_the_hub() {
     use crate::util::flood::{stalled_handshake, stalled_request};
-    let Some((_one, k)) = cluster_alone() else {
+    let Some((_one, k)) = cluster() else {
         return;
     };
     let ns = k.namespace("hub-flood");
