@@ -355,7 +355,6 @@ pub struct KubeApi(pub kube::Client);
 
 impl KubeApi {
     fn call(&mut self, method: Method, path: &str, action: &str) -> Result<(), Failure> {
-        self.0.refresh_credentials();
         match self.0.request(method, path, "application/json", action) {
             Ok(mut body) => {
                 // Drained so the connection is reused; the answer is the event itself.

@@ -216,9 +216,8 @@ impl Client {
         self.options.timeout
     }
 
-    /// Picks up a rotated token file and a rotated CA file (done before every request; a
-    /// poll asks first, to say so before its first request).
-    pub fn refresh_credentials(&mut self) {
+    /// Picks up a rotated token file and a rotated CA file (before every request).
+    fn refresh_credentials(&mut self) {
         self.auth.refresh_if_changed();
         self.reread_ca();
     }
