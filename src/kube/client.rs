@@ -216,8 +216,10 @@ impl Client {
         self.options.timeout
     }
 
-    /// Picks up a rotated token file and a rotated CA file (before every request).
-    fn refresh_credentials(&mut self) {
+    /// Picks up a rotated token file and a rotated CA file: done before every request,
+    /// and by each poll, so a rotation is taken (and logged) when the file changes, not at
+    /// the next request, which a follower's held watch may put off for half an hour.
+    pub fn refresh_credentials(&mut self) {
         self.auth.refresh_if_changed();
         self.reread_ca();
     }

@@ -541,6 +541,7 @@ fn read_error(fail: &Failure, what: &str, e: ReadError) -> kube::Error {
 
 impl Source for ApiSource {
     fn list(&mut self, prev: &dyn Previous, out: &mut dyn Collect) -> Result<(), Error> {
+        self.client.refresh_credentials();
         self.follow.poll();
         let scopes: Vec<Option<String>> = if self.selection.namespaces.is_empty() {
             vec![None]
