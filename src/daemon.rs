@@ -17,6 +17,7 @@ use crate::batch::Delivery;
 use crate::batch::{Control, View};
 use crate::error::Error;
 use crate::ledger::Ledger;
+use crate::locks::Recover;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::ops::process;
@@ -341,12 +342,12 @@ impl Daemon {
 
     fn ledger(&self, f: impl FnOnce(&mut Ledger)) {
         if let Some(l) = &self.ops.ledger {
-            f(&mut l.lock().unwrap_or_else(|p| p.into_inner()));
+            f(&mut l.lock().recover());
         }
     }
 
     fn health(&self) -> MutexGuard<'_, Health> {
-        self.ops.health.lock().unwrap_or_else(|p| p.into_inner())
+        self.ops.health.lock().recover()
     }
 
     fn polled_ok(&mut self, store: &Store, stats: &PollStats, took: Duration) {

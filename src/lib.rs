@@ -38,10 +38,12 @@ pub mod error;
 mod fetch;
 mod http;
 mod https;
+mod hub_protocol;
 mod idmap;
 pub mod kube;
 mod ledger;
 mod list;
+mod locks;
 mod names;
 pub mod ops;
 pub mod poll;
@@ -61,6 +63,7 @@ mod words;
 
 use std::sync::{Arc, Mutex};
 
+use crate::locks::Recover;
 use cli::Command;
 use error::Error;
 use ops::health::{Health, InFlight};
@@ -88,10 +91,7 @@ pub fn run(
             ops::logging::init(s.logging, journal);
             warn_unknown(names, env);
             let metrics = Metrics::new();
-            let handles = kube::client::Handles {
-                in_flight: InFlight::default(),
-                counters: metrics.api(),
-            };
+            let handles = kube::client::Handles::apart(&metrics);
             let source = source::origin::open(&s.source, handles, env).map_err(Error::Config)?;
             list::run(Poller::new(source), s.json)
         }
@@ -134,10 +134,7 @@ fn run_daemon(
         serve: false,
     });
     let in_flight = InFlight::default();
-    let handles = kube::client::Handles {
-        in_flight: in_flight.clone(),
-        counters: metrics.api(),
-    };
+    let handles = kube::client::Handles::polling(&metrics, &in_flight);
     let source = source::origin::open(&settings.source, handles, env).map_err(Error::Config)?;
     let mut naming = settings.naming.clone();
     if let Some(root) = &naming.folder_root {
@@ -202,11 +199,7 @@ fn reporter(
         ));
     };
     let config = kube::Config::resolve(flags, env).map_err(Error::Config)?;
-    let handles = kube::client::Handles {
-        // Not the loop's: a slow event call must not look like a hung poll to /healthz.
-        in_flight: InFlight::default(),
-        counters: metrics.api(),
-    };
+    let handles = kube::client::Handles::apart(metrics);
     let client =
         kube::Client::new(&config, source.client.clone(), handles, env).map_err(Error::Config)?;
     report::Reporter::start(
@@ -264,8 +257,8 @@ fn daemon(
             Arc::new(move |query: &str| {
                 let query = status::answer::Query::parse(query)?;
                 let answer = {
-                    let l = l.lock().unwrap_or_else(|p| p.into_inner());
-                    let h = health.lock().unwrap_or_else(|p| p.into_inner());
+                    let l = l.lock().recover();
+                    let h = health.lock().recover();
                     status::answer::answer(&l, &h, &query)
                 };
                 Ok(serde_json::to_string_pretty(&answer).unwrap_or_default() + "\n")

@@ -111,7 +111,7 @@ LAYERS = [('lib', 'main'), ('cli', 'settings'), ('daemon', 'list', 'webhook', 's
           ('sink',), ('batch',), ('fetch', 'validate', 'report', 'ledger', 'template'),
           ('poll',), ('source',), ('https',), ('kube',), ('http',),
           ('ops', 'atomic', 'backoff', 'reason', 'secret', 'selector', 'names', 'words',
-           'idmap', 'error')]
+           'idmap', 'error', 'hub_protocol', 'locks')]
 
 
 def layer(m):

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::event::Synced;
 use crate::ledger::Ledger;
+use crate::locks::Recover;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
 use crate::poll::snapshot::{Entry, Snapshot, split_id};
@@ -274,5 +275,5 @@ impl Observers {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().recover()
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::http::{Answer, Request};
 use super::server::{Bodies, Call, Handler, Limits, Peer, Reply, Server, Sizes};
+use crate::locks::Recover;
 use crate::ops::health::Health;
 use crate::ops::metrics::{Metrics, ServerCounts};
 
@@ -126,19 +127,14 @@ impl Endpoints {
             return Answer::text(405, "only GET\n");
         }
         let check = |f: &dyn Fn(&Health) -> Result<(), String>, ok: &str| {
-            let verdict = f(&self.health.lock().unwrap_or_else(|p| p.into_inner()));
+            let verdict = f(&self.health.lock().recover());
             match verdict {
                 Ok(()) => Answer::text(200, ok),
                 Err(why) => Answer::text(503, format!("{why}\n")),
             }
         };
         match path {
-            "/metrics" => Answer::metrics(
-                self.metrics
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .render(),
-            ),
+            "/metrics" => Answer::metrics(self.metrics.lock().recover().render()),
             "/status" => match self.status.as_ref().map(|render| render(&req.query)) {
                 Some(Ok(json)) => Answer::json(200, json.into_bytes()),
                 Some(Err(why)) => Answer::text(400, format!("{why}\n")),

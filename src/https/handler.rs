@@ -9,6 +9,7 @@ use std::time::Instant;
 use rustls::pki_types::CertificateDer;
 
 use super::http::{Answer, Body, Request};
+use crate::ops::metrics::ServerCounts;
 
 /// Who sent a request.
 #[derive(Clone, Debug)]
@@ -131,6 +132,28 @@ pub enum Next {
     At(Instant),
     /// Never: the stream is over.
     End,
+}
+
+/// Asks `handler` (on the loop or a lane's worker: `on` says which, for the log). A panic is
+/// one answer's bug: counted, logged, answered with `panicked` (a 500), and the thread goes
+/// on (`locks.rs`: why the locks it held are taken as left).
+pub fn ask_or_500(
+    handler: &dyn Handler,
+    (req, peer, call): (&Request, &Peer, Call),
+    counts: &ServerCounts,
+    panicked: &Answer,
+    on: &str,
+) -> Reply {
+    let asked = std::panic::AssertUnwindSafe(|| handler.handle(req, peer, call));
+    std::panic::catch_unwind(asked).unwrap_or_else(|_| {
+        counts.panicked();
+        log::error!(
+            "https: the answer to {} {} panicked; the {on} goes on",
+            req.method,
+            req.path
+        );
+        Reply::Answer(panicked.clone())
+    })
 }
 
 #[cfg(test)]

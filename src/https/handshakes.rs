@@ -25,6 +25,7 @@ use std::time::Instant;
 use rustls::ServerConnection;
 
 use super::lanes::Results;
+use crate::locks::Recover;
 
 /// How many handshake workers, and the steps that may wait for them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,7 +109,7 @@ impl Drop for Handshakes {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().recover()
 }
 
 /// A worker: one step at a time, at a lower priority than the loop.
@@ -127,7 +128,7 @@ fn work(shared: &Shared) {
                 if let Some(s) = q.pop() {
                     break s;
                 }
-                q = (shared.ready.wait(q)).unwrap_or_else(|p| p.into_inner());
+                q = (shared.ready.wait(q)).recover();
             }
         };
         let Step {

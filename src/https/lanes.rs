@@ -13,8 +13,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
 use super::conn::Parked;
-use super::handler::{Call, Handler, Peer, Reply, Wake};
+use super::handler::{Call, Handler, Peer, Reply, Wake, ask_or_500};
 use super::http::{Answer, Request};
+use crate::locks::Recover;
 use crate::ops::metrics::ServerCounts;
 
 /// One lane of workers.
@@ -68,13 +69,13 @@ impl Results {
     }
 
     fn push(&self, d: Done) {
-        self.done.lock().unwrap_or_else(|p| p.into_inner()).push(d);
+        self.done.lock().recover().push(d);
         self.poke();
     }
 
     /// Everything done since the last take.
     pub fn take(&self) -> Vec<Done> {
-        std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.done.lock().recover())
     }
 
     pub fn fd(&self) -> &OwnedFd {
@@ -136,7 +137,7 @@ impl Lanes {
         let Some(q) = self.queues.get(job.lane).or(self.queues.first()) else {
             return Err(Box::new(job));
         };
-        let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut jobs = q.jobs.lock().recover();
         if job.wake == Wake::First && jobs.len() >= q.spec.queue {
             return Err(Box::new(job));
         }
@@ -181,17 +182,8 @@ impl Worker {
                 wake: job.wake,
                 lane: self.lane,
             };
-            let asked =
-                std::panic::AssertUnwindSafe(|| self.handler.handle(&job.req, &job.peer, call));
-            let reply = std::panic::catch_unwind(asked).unwrap_or_else(|_| {
-                self.counts.panicked();
-                log::error!(
-                    "https: the answer to {} {} panicked; the worker goes on",
-                    job.req.method,
-                    job.req.path
-                );
-                Reply::Answer(self.panicked.clone())
-            });
+            let ask = (&job.req, &job.peer, call);
+            let reply = ask_or_500(&*self.handler, ask, &self.counts, &self.panicked, "worker");
             self.results.push(Done {
                 key: job.key,
                 req: job.req,
@@ -203,7 +195,7 @@ impl Worker {
     }
 
     fn next(&self) -> Option<Job> {
-        let mut jobs = self.queue.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut jobs = self.queue.jobs.lock().recover();
         loop {
             if self.stop.load(Ordering::SeqCst) {
                 return None;
@@ -211,7 +203,7 @@ impl Worker {
             if let Some(j) = jobs.pop_front() {
                 return Some(j);
             }
-            jobs = (self.queue.ready.wait(jobs)).unwrap_or_else(|p| p.into_inner());
+            jobs = (self.queue.ready.wait(jobs)).recover();
         }
     }
 }

@@ -41,11 +41,13 @@ use self::shares::{Counted, Shares};
 pub use super::conn::Bodies;
 use super::conn::{Bounds, Conn, Dispatch, Evict};
 use super::drain::Drain;
+use super::handler::ask_or_500;
 pub use super::handler::{Call, Handler, Holder, Next, Peer, Pull, Reply, Stream, Wake};
 pub use super::handshakes::Sizes;
 use super::handshakes::{Handshakes, Step, Stepped};
 use super::lanes::{Done, Job, Lanes, Results};
 use super::transport::{Io, Transport};
+use crate::locks::Recover;
 
 /// A running server: notifies parked requests and streams, stops it.
 #[derive(Clone)]
@@ -71,7 +73,7 @@ impl Handle {
     /// closes its connection, and each connection, open or yet to come, is let go at a
     /// moment of its own within the window. The server serves on until `stop`.
     pub fn drain(&self, window: Duration) {
-        *self.0.drain.lock().unwrap_or_else(|p| p.into_inner()) = Some(window);
+        *self.0.drain.lock().recover() = Some(window);
         self.0.results.poke();
     }
 
@@ -489,16 +491,14 @@ impl Server {
             wake: d.wake,
             lane: 0,
         };
-        let asked = std::panic::AssertUnwindSafe(|| self.handler.handle(&d.req, peer, call));
-        std::panic::catch_unwind(asked).unwrap_or_else(|_| {
-            self.limits.counts.panicked();
-            log::error!(
-                "https: the answer to {} {} panicked; the server goes on",
-                d.req.method,
-                d.req.path
-            );
-            Reply::Answer(self.limits.panicked.clone())
-        })
+        let (counts, panicked) = (&self.limits.counts, &self.limits.panicked);
+        ask_or_500(
+            &*self.handler,
+            (&d.req, peer, call),
+            counts,
+            panicked,
+            "server",
+        )
     }
 
     /// After a connection moved: its timer, how it is counted, its end; then the bounds

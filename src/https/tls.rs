@@ -20,6 +20,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use crate::kube::auth::{Stamp, stamp};
+use crate::locks::Recover;
 
 /// How often a handshake may look at the files.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -86,7 +87,7 @@ impl Reloading {
 
     /// The pair to serve now (re-read first if the files changed).
     pub fn current(&self) -> Arc<CertifiedKey> {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock().recover();
         if s.checked.elapsed() >= CHECK_EVERY {
             s.checked = Instant::now();
             let now = (stamp(&self.cert), stamp(&self.key));

@@ -22,8 +22,9 @@ use super::error::Error;
 use super::error::{api_error, classify};
 use super::proxy;
 use crate::http::tls::{self, Identity, Trust};
+use crate::hub_protocol::{HUB_HEADER, WAIT_HEADER};
 use crate::ops::health::InFlight;
-use crate::ops::metrics::ApiCounters;
+use crate::ops::metrics::{ApiCounters, Metrics};
 
 mod body;
 
@@ -50,6 +51,24 @@ pub struct Handles {
     pub in_flight: InFlight,
     /// Requests by status code and response bytes, counted here.
     pub counters: ApiCounters,
+}
+
+impl Handles {
+    /// The poll's client: its requests counted into `metrics` and marked in `in_flight`,
+    /// which `/healthz` reads.
+    pub fn polling(metrics: &Metrics, in_flight: &InFlight) -> Handles {
+        Handles {
+            in_flight: in_flight.clone(),
+            counters: metrics.api(),
+        }
+    }
+
+    /// Any other client (events, reviews, the issuer's keys, `cmpoll list`): counted into
+    /// `metrics`, in flight on its own, so that a slow call of its never looks like a
+    /// hung poll to `/healthz`.
+    pub fn apart(metrics: &Metrics) -> Handles {
+        Handles::polling(metrics, &InFlight::default())
+    }
 }
 
 /// A request's method, and the body it carries.
@@ -317,7 +336,7 @@ impl Client {
         self.exchange(Method::Get, path, accept, action, how)
     }
 
-    /// Opens a held watch of a `cmpoll serve` hub (`WAIT_HEADER` and `HOLD_HEADER`: a
+    /// Opens a held watch of a `cmpoll serve` hub (`WAIT_HEADER`: a
     /// bookmark at least every `wait`), which may last `lasts` (its `timeoutSeconds`):
     /// its body, to be read as long as that plus `--timeout`, capped as every body is,
     /// and not marked in flight (it outlives the poll that opened it).
@@ -330,7 +349,6 @@ impl Client {
     ) -> Result<Body, Error> {
         let how = How {
             wait: Some(wait),
-            hold: true,
             lasts: Some(lasts),
         };
         match self.exchange(Method::Get, path, "application/json", action, how)? {
@@ -414,9 +432,6 @@ impl Client {
             }
             if let Some(w) = &wait_secs {
                 headers.push((WAIT_HEADER, w));
-            }
-            if how.hold {
-                headers.push((HOLD_HEADER, "true"));
             }
             let sent = match &method {
                 Method::Get if how.lasts.or(wait).is_some() => with(self.agent.get(&url), &headers)
@@ -505,14 +520,12 @@ impl Client {
     }
 }
 
-/// How long a request may last: a waiting list or watch at a hub (`WAIT_HEADER`), a held
-/// watch there (`HOLD_HEADER`), a watch the apiserver ends itself (`lasts`).
+/// How long a request may last: a waiting list or a held watch at a hub (`WAIT_HEADER`),
+/// a watch the apiserver ends itself (`lasts`).
 #[derive(Clone, Copy, Debug, Default)]
 struct How {
     /// `WAIT_HEADER`: how long a hub may wait.
     wait: Option<Duration>,
-    /// `HOLD_HEADER`: a hub holds the watch past its first change.
-    hold: bool,
     /// How long the answer may last beyond `--timeout` (else `wait`).
     lasts: Option<Duration>,
 }
@@ -523,16 +536,3 @@ pub enum Waited {
     /// The hub had nothing newer within the wait.
     NotModified,
 }
-
-/// Sent by a `cmpoll serve` hub with every answer: it understands `WAIT_HEADER`.
-pub const HUB_HEADER: &str = "x-cmpoll-hub";
-
-/// Asks a hub to hold a list with `resourceVersion=R&resourceVersionMatch=NotOlderThan`
-/// until it has a newer one than R, at most this many seconds (then 304 Not Modified).
-pub const WAIT_HEADER: &str = "x-cmpoll-wait";
-
-/// With `WAIT_HEADER` on a watch: the hub holds the watch past its first change, a
-/// `BOOKMARK` committing each change and one at least every wait committing none (a
-/// follower's held watch, `source::watching`). A hub that does not know it ends the watch
-/// at its first change, which the follower takes as well.
-pub const HOLD_HEADER: &str = "x-cmpoll-hold";

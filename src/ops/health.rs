@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::locks::Recover;
 use crate::reason::Unwritten;
 
 /// How long past `--timeout` a request may run before the loop counts as stuck.
@@ -29,15 +30,15 @@ pub struct Writing(Arc<Mutex<Option<(usize, usize)>>>);
 
 impl Writing {
     pub fn set(&self, done: usize, of: usize) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((done, of));
+        *self.0.lock().recover() = Some((done, of));
     }
 
     pub fn clear(&self) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.0.lock().recover() = None;
     }
 
     pub fn get(&self) -> Option<(usize, usize)> {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+        *self.0.lock().recover()
     }
 }
 
@@ -95,13 +96,13 @@ impl ReloadOutcomes {
     pub fn set(&self, path: &str, outcome: Result<(), String>) {
         self.0
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .recover()
             .insert(path.to_string(), (outcome, SystemTime::now()));
     }
 
     /// Every path's last reload, and when it ended.
     pub fn all(&self) -> Vec<(String, Result<(), String>, SystemTime)> {
-        let all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let all = self.0.lock().recover();
         (all.iter())
             .map(|(path, (r, at))| (path.clone(), r.clone(), *at))
             .collect()
@@ -109,7 +110,7 @@ impl ReloadOutcomes {
 
     /// The first path whose last reload failed, with why.
     fn failing(&self) -> Option<String> {
-        let all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let all = self.0.lock().recover();
         all.iter().find_map(|(path, (r, _))| {
             r.as_ref().err().map(|e| {
                 if all.len() > 1 {

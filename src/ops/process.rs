@@ -15,6 +15,7 @@ use rustix::process::{
 };
 
 use super::signals::Signal;
+use crate::locks::Recover;
 
 static CHILDREN: RwLock<()> = RwLock::new(());
 
@@ -23,7 +24,7 @@ static AGENT_GROUP: AtomicI32 = AtomicI32::new(0);
 
 /// Held by whoever waits for a particular child (an exec plugin) until it has its status.
 pub fn children() -> RwLockReadGuard<'static, ()> {
-    CHILDREN.read().unwrap_or_else(|p| p.into_inner())
+    CHILDREN.read().recover()
 }
 
 /// Finds a program as execvp(3) would: a command with a `/` is taken as given, one without

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use super::jwt::LEEWAY_SECS;
 use super::kept::Cache;
 use super::reviewer::{Account, Reviewer};
+use crate::locks::Recover;
 
 /// How long a service account read is used.
 pub const ACCOUNT_TTL: Duration = Duration::from_secs(60);
@@ -60,21 +61,13 @@ impl Accounts {
             return Check::Refused("not a service account token".into());
         }
         let key = (namespace.to_string(), name.to_string());
-        let held = self
-            .kept
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key, now);
+        let held = self.kept.lock().recover().get(&key, now);
         let account = match held {
             Some(a) => a,
             None => match reviewer.account(namespace, name) {
                 Ok(a) => {
                     let until = crate::backoff::after(now, ACCOUNT_TTL);
-                    (self.kept.lock().unwrap_or_else(|p| p.into_inner())).put(
-                        key,
-                        a.clone(),
-                        until,
-                    );
+                    (self.kept.lock().recover()).put(key, a.clone(), until);
                     a
                 }
                 Err(e) => return Check::Unavailable(e),

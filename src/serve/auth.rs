@@ -13,7 +13,7 @@ use super::issuer::Issuer;
 use crate::ops::metrics::{Decisions, ServerCounts};
 
 pub use super::authn::{REVIEW_BURST, REVIEW_RATE, Who};
-pub use super::reviewer::{ANSWER, Attributes, Halt, RENDER, Reviewer};
+pub use super::reviewer::{Attributes, Halt, HubLane, Reviewer};
 pub use super::user::User;
 
 /// Authentication and authorization with their caches.
@@ -76,7 +76,7 @@ impl Auth {
 mod tests {
     use super::*;
     use crate::secret::Secret;
-    use crate::serve::reviewer::{AUTHENTICATE, Account, Decision};
+    use crate::serve::reviewer::{Account, Decision};
     use crate::serve::testing::Fake;
     use crate::source::Resource;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -109,7 +109,7 @@ mod tests {
         );
         assert!(matches!(
             auth.authenticate(Some("Bearer good"), false),
-            Err(Halt::Lane(AUTHENTICATE))
+            Err(Halt::Lane(HubLane::Authenticate))
         ));
         let alice = auth.authenticate(Some("Bearer good"), true).unwrap().user;
         let team_a = list(Resource::ConfigMaps, Some("team-a"));

@@ -25,11 +25,12 @@ use sha2::{Digest, Sha256};
 use super::accounts::{ACCOUNT_TTL, Accounts, Check};
 use super::issuer::{self, AccountRef, Issuer, Verdict};
 use super::kept::{Budget, Cache};
-use super::reviewer::{self, AUTHENTICATE, Halt, Quiet, Reviewer};
+use super::reviewer::{self, Halt, HubLane, Quiet, Reviewer};
 use super::status::StatusError;
 use super::user::User;
 use crate::backoff::Rng;
 use crate::https::server::Holder;
+use crate::locks::Recover;
 use crate::ops::metrics::{Decisions, ServerCounts};
 use crate::secret::Secret;
 
@@ -180,7 +181,7 @@ impl Authenticator {
             return Err(StatusError::unauthorized().into());
         }
         if !here {
-            return Err(Halt::Lane(AUTHENTICATE));
+            return Err(Halt::Lane(HubLane::Authenticate));
         }
         let verdict = (self.issuer.as_ref()).map_or(Verdict::Ask { signed: false }, |i| {
             i.verify(token.expose(), now)
@@ -336,7 +337,7 @@ fn holder(key: &[u8; 32]) -> Holder {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().recover()
 }
 
 /// How long an authenticated JWT still lives (its `exp`, as the TokenReview left it
@@ -412,7 +413,7 @@ mod tests {
         // Where requests are answered, a token not kept goes to be reviewed.
         assert!(matches!(
             a.authenticate(Some("Bearer good"), false),
-            Err(Halt::Lane(AUTHENTICATE))
+            Err(Halt::Lane(HubLane::Authenticate))
         ));
         let alice = a.authenticate(Some("Bearer good"), true).unwrap();
         let again = a.authenticate(Some("bearer  good "), false).unwrap();
@@ -512,7 +513,7 @@ mod tests {
         lock(&a.known).put(key, alice.user.clone(), now);
         assert!(matches!(
             a.authenticate(Some("Bearer good"), false),
-            Err(Halt::Lane(AUTHENTICATE))
+            Err(Halt::Lane(HubLane::Authenticate))
         ));
         let asked = fake.tokens.load(Ordering::SeqCst);
         let again = a.authenticate(Some("Bearer good"), true).unwrap();

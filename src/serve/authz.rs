@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use super::kept::{Budget, Budgets, Cache};
-use super::reviewer::{self, AUTHORIZE, Attributes, Decision, Halt, Quiet, Reviewer};
+use super::reviewer::{self, Attributes, Decision, Halt, HubLane, Quiet, Reviewer};
 use super::status::StatusError;
 use super::user::User;
 use crate::backoff::Rng;
+use crate::locks::Recover;
 use crate::ops::metrics::{Decisions, ServerCounts};
 
 /// How long a decision is kept.
@@ -92,7 +93,7 @@ impl Authorizer {
         let cached = lock(&self.kept).get(&key, now);
         let (decision, cache) = match cached {
             Some(d) => (d, "hit"),
-            None if !here => return Err(Halt::Lane(AUTHORIZE)),
+            None if !here => return Err(Halt::Lane(HubLane::Authorize)),
             None => {
                 self.budget(&who, now)?;
                 let d = self.review(user, what)?;
@@ -235,7 +236,7 @@ fn forbidden(user: &User, what: &Attributes, why: &str) -> StatusError {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().recover()
 }
 
 #[cfg(test)]
@@ -288,7 +289,7 @@ mod tests {
         let team_a = list(Resource::ConfigMaps, Some("team-a"));
         assert!(matches!(
             a.authorize(&alice, &team_a, false),
-            Err(Halt::Lane(AUTHORIZE))
+            Err(Halt::Lane(HubLane::Authorize))
         ));
         a.authorize(&alice, &team_a, true).unwrap();
         a.authorize(&alice, &team_a, false).unwrap();

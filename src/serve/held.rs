@@ -106,13 +106,6 @@ pub struct Held {
     pub at: Instant,
 }
 
-fn slot(kind: Resource) -> usize {
-    match kind {
-        Resource::ConfigMaps => 0,
-        Resource::Secrets => 1,
-    }
-}
-
 impl Held {
     /// Nothing yet (no poll): what the first poll's `Previous` is.
     pub fn empty(kinds: Resources) -> Held {
@@ -136,7 +129,7 @@ impl Held {
         kind: Resource,
         namespace: Option<&str>,
     ) -> impl Iterator<Item = &Arc<HeldObject>> {
-        let all = &self.objects[slot(kind)];
+        let all = &self.objects[kind.index()];
         let range = match namespace {
             // `/` sorts after every byte a namespace may hold but `-`, `.` and
             // alphanumerics, so `ns/` up to `ns0` is exactly namespace `ns`.
@@ -153,7 +146,7 @@ impl Held {
         namespace: Option<&str>,
         from: Option<&str>,
     ) -> impl Iterator<Item = &Arc<HeldObject>> {
-        let all = &self.objects[slot(kind)];
+        let all = &self.objects[kind.index()];
         let (lo, hi) = match namespace {
             Some(ns) => (format!("{ns}/"), Some(format!("{ns}0"))),
             None => (String::new(), None),
@@ -169,7 +162,7 @@ impl Held {
 
     /// One object.
     pub fn get(&self, kind: Resource, namespace: &str, name: &str) -> Option<&Arc<HeldObject>> {
-        self.objects[slot(kind)].get(&format!("{namespace}/{name}"))
+        self.objects[kind.index()].get(&format!("{namespace}/{name}"))
     }
 
     /// Objects held, of every kind.
@@ -203,7 +196,7 @@ impl Held {
             Some(kind) => (kind, id.split_once('/').map_or(id, |(_, k)| k)),
             None => (self.kinds.kind_of(id), id),
         };
-        self.objects[slot(kind)].get(key)
+        self.objects[kind.index()].get(key)
     }
 }
 
@@ -237,7 +230,7 @@ impl<'a> Gather<'a> {
         let mut objects = [BTreeMap::new(), BTreeMap::new()];
         for (kind, o) in self.got {
             // A later delivery of one object (a list made again) wins.
-            objects[slot(kind)].insert(o.key(), o);
+            objects[kind.index()].insert(o.key(), o);
         }
         let mut held = Held {
             kinds: prev.kinds,

@@ -230,16 +230,9 @@ pub struct History {
     begun: bool,
 }
 
-fn slot(kind: Resource) -> usize {
-    match kind {
-        Resource::ConfigMaps => 0,
-        Resource::Secrets => 1,
-    }
-}
-
 impl History {
     pub fn kind(&self, kind: Resource) -> &Kept {
-        &self.kinds[slot(kind)]
+        &self.kinds[kind.index()]
     }
 
     /// What changed from `prev` to `next` (a complete poll after it).
@@ -252,7 +245,7 @@ impl History {
             let Some(v) = next.versions(kind, None) else {
                 continue;
             };
-            let kept = &mut self.kinds[slot(kind)];
+            let kept = &mut self.kinds[kind.index()];
             if !self.begun {
                 // The first poll: nothing before it is known.
                 kept.oldest = v.listed;

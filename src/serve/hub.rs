@@ -17,15 +17,15 @@
 //! follower's `x-cmpoll-wait: S` on such a list makes the hub hold it until what the
 //! scope holds changes after R (then the list, at once) or S seconds pass (then `304 Not
 //! Modified`, no body): a change reaches every waiting follower as soon as the hub's poll
-//! sees it (followers of older versions; followers now watch). Every answer says
-//! `x-cmpoll-hub`, so a follower knows it may ask to wait or watch.
+//! sees it (`hub_protocol`'s waiting list, for a follower whose role has no `watch`).
+//! Every answer says `x-cmpoll-hub`, so a follower knows it may ask to wait or watch.
 //! Whole lists are rendered once per poll and request shape, and gzipped once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
-use super::auth::{self, Attributes, Auth, Halt, User, Who};
+use super::auth::{Attributes, Auth, Halt, HubLane, User, Who};
 use super::discovery;
 use super::held::{Held, HeldObject, Versions};
 use super::impersonate;
@@ -37,14 +37,12 @@ use super::watch::{Timeline, Watch};
 use crate::backoff::Rng;
 use crate::https::http::{Answer, Request};
 use crate::https::server::{Call, Handler, Holder, Peer, Reply, Wake};
-use crate::kube::client::HUB_HEADER;
+use crate::hub_protocol::{BEHIND_WAIT, HUB_HEADER};
+use crate::locks::Recover;
 use crate::ops::health::Health;
 use crate::ops::metrics::{Metrics, Served};
 use crate::source::{Resource, Resources};
 
-/// How long a list newer than this hub's poll waits for the next one (the watch cache's
-/// own wait for a resourceVersion it has not seen).
-pub const BEHIND_WAIT: Duration = Duration::from_secs(3);
 /// Bodies from this size are gzipped for a client that accepts it.
 const GZIP_FROM: usize = 16 * 1024;
 
@@ -94,16 +92,14 @@ impl Hub {
 
     /// The last complete poll (`None` before the first).
     pub fn current(&self) -> Option<Arc<Held>> {
-        (self.timeline.read().unwrap_or_else(|p| p.into_inner()))
-            .held
-            .clone()
+        (self.timeline.read().recover()).held.clone()
     }
 
     /// Serves `held` from now on, and what changed since the last poll to its watchers;
     /// `true` when waiting requests should be asked again (what a scope holds changed, or
     /// one waits for this hub to catch up).
     pub fn publish(&self, held: Held) -> bool {
-        let mut t = self.timeline.write().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.timeline.write().recover();
         let prev = t
             .held
             .clone()
@@ -118,7 +114,7 @@ impl Hub {
 
     /// Each kind's newest change held back by the history (a scope not listed past it).
     pub fn held_back(&self) -> Vec<(Resource, u64)> {
-        let t = self.timeline.read().unwrap_or_else(|p| p.into_inner());
+        let t = self.timeline.read().recover();
         (self.kinds.iter())
             .filter_map(|k| Some((k, t.history.kind(k).held_back()?)))
             .collect()
@@ -144,7 +140,7 @@ impl Hub {
 
     fn reply(&self, req: &Request, peer: &Peer, call: Call) -> Result<Reply, Halt> {
         // Reviews are made on their own lanes only.
-        let here = call.lane != auth::ANSWER;
+        let here = call.lane != HubLane::Answer.index();
         let route = request::route(&req.path);
         let query = Query::parse(&req.query);
         match &route {
@@ -198,7 +194,7 @@ impl Hub {
         query: &Query,
         here: bool,
     ) -> Result<Answer, Halt> {
-        let health = || self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let health = || self.health.lock().recover();
         match path {
             "/healthz" | "/livez" => {
                 Ok(match health().liveness(Instant::now(), SystemTime::now()) {
@@ -229,12 +225,10 @@ impl Hub {
                 )?;
                 if !here {
                     // Rendered where it may take its time.
-                    return Err(Halt::Lane(auth::RENDER));
+                    return Err(Halt::Lane(HubLane::Render));
                 }
                 Ok(match path {
-                    "/metrics" => Answer::metrics(
-                        (self.metrics.lock().unwrap_or_else(|p| p.into_inner())).render(),
-                    ),
+                    "/metrics" => Answer::metrics((self.metrics.lock().recover()).render()),
                     _ => Answer::json(200, self.status()),
                 })
             }
@@ -243,7 +237,7 @@ impl Hub {
 
     /// `/status`: the last poll and each scope's versions.
     fn status(&self) -> Vec<u8> {
-        let h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let h = self.health.lock().recover();
         let ready = h.readiness(Instant::now());
         let last_error = h.last_error.clone();
         drop(h);
@@ -260,7 +254,7 @@ impl Hub {
             })
             .collect();
         let history: Vec<serde_json::Value> = {
-            let t = self.timeline.read().unwrap_or_else(|p| p.into_inner());
+            let t = self.timeline.read().recover();
             (self.kinds.iter())
                 .map(|k| {
                     let kept = t.history.kind(k);
@@ -286,8 +280,7 @@ impl Hub {
 
     /// The last complete poll, if the hub is ready to serve it.
     fn ready_held(&self) -> Result<Arc<Held>, StatusError> {
-        let ready = (self.health.lock().unwrap_or_else(|p| p.into_inner()))
-            .serving_withheld(Instant::now());
+        let ready = (self.health.lock().recover()).serving_withheld(Instant::now());
         match (ready, self.current()) {
             (Ok(()), Some(held)) => Ok(held),
             (Err(why), _) => Err(StatusError::unavailable(
@@ -336,7 +329,7 @@ impl Hub {
         }
         if ask.watch {
             let watch = {
-                let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+                let mut rng = self.rng.lock().recover();
                 Watch::start(self.timeline.clone(), &ask, &mut rng)
             };
             if watch.behind() {
@@ -387,7 +380,7 @@ impl Hub {
             return match held.get(kind, ns, name).filter(|o| selected(&ask, o)) {
                 // A large object is gzipped for its client: made where it may wait.
                 Some(o) if !here && ask.gzip && o.raw.json.len() >= GZIP_FROM => {
-                    Err(Halt::Lane(auth::RENDER))
+                    Err(Halt::Lane(HubLane::Render))
                 }
                 Some(o) => Ok(Reply::Answer(
                     self.body(&ask, render::object(kind, ask.form, o)),
@@ -478,7 +471,7 @@ impl Hub {
             match kept {
                 Some(r) if fits(r.items) => return Ok(self.answer(ask, &r)),
                 Some(_) => {}
-                None if !here => return Err(Halt::Lane(auth::RENDER)),
+                None if !here => return Err(Halt::Lane(HubLane::Render)),
                 None => {
                     let items: Vec<&Arc<HeldObject>> = (held.objects(kind, ns))
                         .filter(|o| selected(ask, o))
@@ -493,7 +486,7 @@ impl Hub {
         }
         if !here {
             // A page is made for this request alone.
-            return Err(Halt::Lane(auth::RENDER));
+            return Err(Halt::Lane(HubLane::Render));
         }
         // A page: from the start, or after a continue token's key, of the list at its rv.
         let (rv, after) = match &ask.continue_token {
@@ -576,7 +569,7 @@ impl Handler for Hub {
     fn handle(&self, req: &Request, peer: &Peer, call: Call) -> Reply {
         let reply = match self.reply(req, peer, call) {
             Ok(r) => r,
-            Err(Halt::Lane(lane)) => return Reply::Lane(lane),
+            Err(Halt::Lane(lane)) => return Reply::Lane(lane.index()),
             Err(Halt::Refused(refusal)) => {
                 if refusal.code >= 500 {
                     log::debug!("{} {}: {}", req.method, req.path, refusal.message);
@@ -616,3 +609,6 @@ impl Handler for Hub {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

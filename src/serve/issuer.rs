@@ -21,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::jwt::{self, Key, Token};
 use super::user::User;
+use crate::locks::Recover;
 
 /// How long read keys are used before they are read again.
 pub const REFRESH: Duration = Duration::from_secs(300);
@@ -116,7 +117,7 @@ impl Issuer {
         if stale != Some(false) || self.with(unknown) == Some(true) {
             self.read_keys(now, for_hub);
         }
-        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let held = self.held.lock().recover();
         let h = match held.as_ref() {
             Some(h) if ours(h) => h,
             Some(_) => return Verdict::Ask { signed: false },
@@ -161,7 +162,7 @@ impl Issuer {
     }
 
     fn with<T>(&self, f: impl FnOnce(&Held) -> T) -> Option<T> {
-        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let held = self.held.lock().recover();
         held.as_ref().map(f)
     }
 
@@ -170,7 +171,7 @@ impl Issuer {
     fn read_keys(&self, now: Instant, urgent: bool) {
         // Held while the keys are read: a review lane's other workers wait for this read
         // (and then use what it read) rather than find no keys (a hub just started).
-        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        let mut asked = self.asked.lock().recover();
         let within = match (asked.failed, urgent) {
             (true, false) => REFRESH,
             _ => MISS_EVERY,
@@ -190,7 +191,7 @@ impl Issuer {
                     keys.len()
                 );
                 asked.failed = false;
-                *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(Held {
+                *self.held.lock().recover() = Some(Held {
                     issuer,
                     keys,
                     read_at: now,

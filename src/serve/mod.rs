@@ -46,6 +46,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 
 use self::held::{Gather, Held};
 use self::hub::Hub;
+use self::reviewer::HubLane;
 use crate::backoff::{self, Backoff, Rng};
 use crate::batch::Observers;
 use crate::error::Error;
@@ -53,6 +54,7 @@ use crate::https::lanes::Lane;
 use crate::https::server::{Bodies, Handle, Limits, Server, Sizes};
 use crate::https::tls;
 use crate::kube;
+use crate::locks::Recover;
 use crate::ops::health::{Health, InFlight};
 use crate::ops::metrics::{Features, Metrics, ServerCounts};
 use crate::source::origin::{self, Origin};
@@ -105,12 +107,19 @@ const HANDSHAKERS: usize = 2;
 fn limits(counts: ServerCounts) -> Limits {
     let busy = |r: status::StatusError| {
         r.answer()
-            .with(kube::client::HUB_HEADER, env!("CARGO_PKG_VERSION"))
+            .with(crate::hub_protocol::HUB_HEADER, env!("CARGO_PKG_VERSION"))
     };
-    let lane = |name, workers, queue| Lane {
-        name,
-        workers,
-        queue,
+    let workers_queue = |lane| match lane {
+        // Answered on the server's thread (`inline`): a worker for nothing.
+        HubLane::Answer => (1, 4096),
+        HubLane::Authenticate => (REVIEWERS, 64),
+        HubLane::Authorize => (REVIEWERS, 1024),
+        HubLane::Render => (2, 4096),
+    };
+    let lane = |l: HubLane| Lane {
+        name: l.name(),
+        workers: workers_queue(l).0,
+        queue: workers_queue(l).1,
         busy: busy(status::StatusError::too_many_requests()),
     };
     Limits {
@@ -124,13 +133,7 @@ fn limits(counts: ServerCounts) -> Limits {
         bodies: Bodies::None,
         max_bodies: 0,
         keep_alive: true,
-        lanes: vec![
-            // Answered on the server's thread (`inline`): a worker for nothing.
-            lane("answer", 1, 4096),
-            lane("authn", REVIEWERS, 64),
-            lane("authz", REVIEWERS, 1024),
-            lane("render", 2, 4096),
-        ],
+        lanes: HubLane::ALL.map(lane).to_vec(),
         max_held: MAX_HELD,
         max_pinned: MAX_PINNED,
         max_loose: MAX_LOOSE,
@@ -160,10 +163,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     source_opts.raw = true;
     source_opts.short_watch = true;
     source_opts.wait = None;
-    let handles = kube::client::Handles {
-        in_flight: in_flight.clone(),
-        counters: metrics.api(),
-    };
+    let handles = kube::client::Handles::polling(&metrics, &in_flight);
     let source = origin::open(&source_opts, handles, env).map_err(Error::Config)?;
     let Origin::Api(flags) = &opts.source.origin else {
         return Err(Error::Config(
@@ -173,11 +173,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     let config = kube::Config::resolve(flags, env).map_err(Error::Config)?;
     let mut clients = Vec::new();
     for _ in 0..2 * REVIEWERS {
-        let handles = kube::client::Handles {
-            // Not the poll's: a slow review must not look like a hung poll to /healthz.
-            in_flight: InFlight::default(),
-            counters: metrics.api(),
-        };
+        let handles = kube::client::Handles::apart(&metrics);
         clients.push(
             kube::Client::new(&config, opts.source.client.clone(), handles, env)
                 .map_err(Error::Config)?,
@@ -186,10 +182,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     // Always: which tokens the cluster signed decides the budget their reviews draw on;
     // with --token-audience, tokens for it are verified here.
     let issuer = {
-        let handles = kube::client::Handles {
-            in_flight: InFlight::default(),
-            counters: metrics.api(),
-        };
+        let handles = kube::client::Handles::apart(&metrics);
         let client = kube::Client::new(&config, opts.source.client.clone(), handles, env)
             .map_err(Error::Config)?;
         if let Some(audience) = &opts.token_audience {
@@ -275,7 +268,7 @@ fn read_from(client: kube::Client) -> issuer::Fetch {
     let client = Mutex::new(client);
     Box::new(move |path: &str, accept: &str| {
         use std::io::Read as _;
-        let mut c = client.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = client.lock().recover();
         let body = (c.get(path, accept, &format!("read {path}"))).map_err(|e| e.to_string())?;
         let mut out = Vec::new();
         (body.take(1 << 20).read_to_end(&mut out)).map_err(|e| format!("{path}: {e}"))?;
@@ -391,6 +384,6 @@ impl PollLoop {
     }
 
     fn health(&self) -> std::sync::MutexGuard<'_, Health> {
-        self.hub.health.lock().unwrap_or_else(|p| p.into_inner())
+        self.hub.health.lock().recover()
     }
 }

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use super::request::Form;
 use crate::https::http::Body;
+use crate::locks::Recover;
 use crate::source::Resource;
 
 /// Renders kept at most, and the bytes they may keep alive (plain and gzipped).
@@ -63,7 +64,7 @@ struct Kept {
 impl Renders {
     /// The render of `shape`, if kept.
     pub fn get(&self, shape: &Shape) -> Option<Arc<Rendered>> {
-        let mut k = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut k = self.0.lock().recover();
         k.clock += 1;
         let now = k.clock;
         let (r, used) = k.bodies.get_mut(shape)?;
@@ -74,7 +75,7 @@ impl Renders {
     /// Keeps `rendered` as `shape`'s, letting the least recently asked go while the
     /// renders are over their bounds (never the one just kept).
     pub fn put(&self, shape: Shape, rendered: Arc<Rendered>) {
-        let mut k = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut k = self.0.lock().recover();
         k.clock += 1;
         let now = k.clock;
         k.made += 1;
@@ -96,13 +97,13 @@ impl Renders {
 
     /// (renders, bytes) kept.
     pub fn size(&self) -> (usize, usize) {
-        let k = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let k = self.0.lock().recover();
         (k.bodies.len(), k.bytes)
     }
 
     /// Renders kept since the start.
     pub fn made(&self) -> u64 {
-        (self.0.lock().unwrap_or_else(|p| p.into_inner())).made
+        (self.0.lock().recover()).made
     }
 }
 

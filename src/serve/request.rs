@@ -13,12 +13,9 @@ pub use super::query::Query;
 use super::query::is_path_segment_name;
 use super::status::{FieldError, StatusError};
 use crate::http::url::form_decoded;
-use crate::kube::client::{HOLD_HEADER, WAIT_HEADER};
+use crate::hub_protocol::{MAX_WAIT, WAIT_HEADER};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::source::Resource;
-
-/// The longest a follower may be held (`x-cmpoll-wait`); longer asks are cut to it.
-pub const MAX_FOLLOWER_WAIT: Duration = Duration::from_secs(300);
 
 /// Where a request goes.
 #[derive(Debug, PartialEq, Eq)]
@@ -72,10 +69,9 @@ pub struct Ask {
     pub exact: bool,
     pub form: Form,
     pub gzip: bool,
-    /// A follower's wait (`x-cmpoll-wait`), cut to `MAX_FOLLOWER_WAIT`.
+    /// A follower's wait (`hub_protocol::WAIT_HEADER`), cut to `MAX_WAIT`: its list is
+    /// held, its watch is held with a bookmark at least this often.
     pub wait: Option<Duration>,
-    /// A follower's watch goes on after each change (`x-cmpoll-hold`, with a wait).
-    pub hold: bool,
     /// A watch's `sendInitialEvents` (the streaming list), `allowWatchBookmarks` and
     /// `timeoutSeconds`.
     pub send_initial_events: Option<bool>,
@@ -322,7 +318,7 @@ pub fn ask(
     });
     let wait = header(WAIT_HEADER)
         .and_then(|w| w.trim().parse::<u64>().ok())
-        .map(|s| Duration::from_secs(s).min(MAX_FOLLOWER_WAIT));
+        .map(|s| Duration::from_secs(s).min(MAX_WAIT));
     let mut a = Ask {
         watch: target.watch_path,
         target,
@@ -335,7 +331,6 @@ pub fn ask(
         form,
         gzip,
         wait,
-        hold: wait.is_some() && header(HOLD_HEADER).is_some_and(|h| h.trim() == "true"),
         send_initial_events: None,
         bookmarks: false,
         timeout: None,
@@ -572,7 +567,7 @@ mod tests {
         assert!(ask_of("resourceVersionMatch=Exact", &[]).is_err());
         assert!(ask_of("resourceVersion=x", &[]).is_err());
         let w = ask_of("", &[("X-Cmpoll-Wait", "9999")]).unwrap();
-        assert_eq!(w.wait, Some(MAX_FOLLOWER_WAIT));
+        assert_eq!(w.wait, Some(MAX_WAIT));
     }
 
     fn what(method: &str, path: &str, query: &str) -> (&'static str, Option<String>) {

@@ -10,17 +10,48 @@ use std::time::{Duration, Instant};
 
 use super::status::StatusError;
 use super::user::User;
+use crate::locks::Recover;
 use crate::secret::Secret;
 use crate::source::Resource;
 
-/// The hub's lanes: where requests are answered (on the server's own thread: nothing
-/// there may wait), where reviews are waited for (tokens nobody knows; accesses not kept,
-/// of known users), and where what takes time is made (a list rendered for a poll, a
-/// page, a gzipped object, `/metrics`).
-pub const ANSWER: usize = 0;
-pub const AUTHENTICATE: usize = 1;
-pub const AUTHORIZE: usize = 2;
-pub const RENDER: usize = 3;
+/// The hub's lanes (`serve::limits` builds the server's list from `HubLane::ALL`, so a
+/// lane's number is its place there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HubLane {
+    /// Where requests are answered, on the server's own thread: nothing there may wait.
+    Answer,
+    /// Where token reviews are waited for (tokens nobody knows).
+    Authenticate,
+    /// Where access reviews are waited for (accesses not kept, of known users).
+    Authorize,
+    /// Where what takes time is made: a list rendered for a poll, a page, a gzipped
+    /// object, `/metrics`.
+    Render,
+}
+
+impl HubLane {
+    pub const ALL: [HubLane; 4] = [
+        HubLane::Answer,
+        HubLane::Authenticate,
+        HubLane::Authorize,
+        HubLane::Render,
+    ];
+
+    /// Its number on the server (`https::server::Call::lane`).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its name in the server's metrics and log.
+    pub fn name(self) -> &'static str {
+        match self {
+            HubLane::Answer => "answer",
+            HubLane::Authenticate => "authn",
+            HubLane::Authorize => "authz",
+            HubLane::Render => "render",
+        }
+    }
+}
 
 /// What a request does, as an authorizer sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -77,7 +108,7 @@ pub enum Halt {
     /// Refused, in the apiserver's words.
     Refused(StatusError),
     /// It needs work that may wait (a review, a render): ask again on this lane.
-    Lane(usize),
+    Lane(HubLane),
 }
 
 impl From<StatusError> for Halt {
@@ -102,7 +133,7 @@ pub struct Quiet(Mutex<(Option<Instant>, u64)>);
 
 impl Quiet {
     pub fn warn(&self, say: impl FnOnce(&str)) {
-        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self.0.lock().recover();
         let now = Instant::now();
         if q.0
             .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(10))

@@ -14,6 +14,7 @@ use super::reviewer::{Account, Attributes, Decision, Reviewer};
 use super::user::User;
 use crate::kube::Client;
 use crate::kube::client::Method;
+use crate::locks::Recover;
 use crate::secret::Secret;
 
 /// A review's answer at most.
@@ -36,19 +37,16 @@ impl ApiReviewer {
     /// `f` with a free client.
     fn with_client<T>(&self, f: impl FnOnce(&mut Client) -> T) -> T {
         let mut client = {
-            let mut pool = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+            let mut pool = self.clients.lock().recover();
             loop {
                 if let Some(c) = pool.pop() {
                     break c;
                 }
-                pool = self.free.wait(pool).unwrap_or_else(|p| p.into_inner());
+                pool = self.free.wait(pool).recover();
             }
         };
         let got = f(&mut client);
-        self.clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(client);
+        self.clients.lock().recover().push(client);
         self.free.notify_one();
         got
     }

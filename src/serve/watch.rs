@@ -23,16 +23,11 @@
 //!
 //! The versions a watcher is told never go back: a bookmark is sent only past the last one.
 //!
-//! A cmpoll follower's watch (`x-cmpoll-wait: W`, `kube::client::WAIT_HEADER`) is a watch
-//! that ends at its first complete change: the changes after R of the hub's next poll that
-//! has any for it, then a `BOOKMARK` at the hub's version (the change is complete: commit
-//! it), then the end; or, when W passes with none, the `BOOKMARK` alone (nothing changed:
-//! the version it holds, or the hub's if newer). W = 0 answers at once. The follower
-//! watches again from the bookmark's version on the same connection, so a cut stream is a
-//! failed poll that changes nothing, and a change costs each follower its events and one
-//! bookmark. Held (`x-cmpoll-hold: true`, `kube::client::HOLD_HEADER`), the watch goes on
-//! after each commit: the next change's events and bookmark, or a bookmark alone when W
-//! passes with none, until the watch ends as any other does; a change then costs each
+//! A cmpoll follower's watch (`hub_protocol::WAIT_HEADER`, a wait W of at least a second)
+//! is held: each change after R of the hub's polls that has any for it comes as its
+//! events, then a `BOOKMARK` at the hub's version (the change is complete: commit it);
+//! when W passes with none, the `BOOKMARK` alone (nothing changed: the version it holds,
+//! or the hub's if newer); until the watch ends as any other does. A change costs each
 //! follower its events and a bookmark on a stream already open, no request at all.
 
 use std::sync::{Arc, RwLock};
@@ -47,6 +42,8 @@ use super::status::StatusError;
 use crate::backoff::Rng;
 use crate::https::http::Body;
 use crate::https::server::{Next, Pull, Stream};
+use crate::hub_protocol::BEHIND_WAIT;
+use crate::locks::Recover;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::source::Resource;
 
@@ -56,8 +53,6 @@ pub const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 /// The longest `timeoutSeconds` taken.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-/// How long a streaming list newer than the hub waits for it.
-pub const BEHIND_WAIT: Duration = Duration::from_secs(3);
 /// Objects or changes one pull looks at, at most (then it is cut, and pulled again once
 /// the server has served the others).
 pub const VISITS: usize = 2048;
@@ -128,10 +123,10 @@ pub struct Watch {
     holds: (u64, u64),
     /// A streaming list (`sendInitialEvents=true`): the state, then its bookmark.
     initial: bool,
-    /// A follower's watch: it ends at its first complete change, or then.
+    /// A follower's held watch: its next commit is due then (a bookmark alone if no
+    /// change came), and each after it within `hold` (its wait).
     commit_by: Option<Instant>,
-    /// A follower's held watch: after each commit it goes on, the next due within this.
-    hold: Option<Duration>,
+    hold: Duration,
 }
 
 impl Watch {
@@ -165,8 +160,8 @@ impl Watch {
             holds: (rv, 0),
             initial,
             commit_by: ask.wait.map(|w| now + w),
-            // Held, a commit at least every second: a wait of 0 would be one a pull.
-            hold: (ask.wait.filter(|_| ask.hold)).map(|w| w.max(Duration::from_secs(1))),
+            // Then a commit at least every second: a wait of 0 would be one a pull.
+            hold: ask.wait.unwrap_or_default().max(Duration::from_secs(1)),
         };
         // The state first from no version or `0` (a streaming list's, which the
         // apiserver makes of a `watch=true` from there that says nothing of
@@ -192,13 +187,13 @@ impl Watch {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Timeline> {
-        self.timeline.read().unwrap_or_else(|p| p.into_inner())
+        self.timeline.read().recover()
     }
 
     /// The state now, to be sent first.
     fn state_now(&mut self) -> Phase {
         let timeline = self.timeline.clone();
-        let t = timeline.read().unwrap_or_else(|p| p.into_inner());
+        let t = timeline.read().recover();
         let kept = t.history.kind(self.filter.kind);
         let Some(held) = t.held.clone() else {
             return Phase::Failed(not_ready());
@@ -301,7 +296,7 @@ impl Watch {
         let Phase::Changes { seq } = &mut self.phase else {
             return Some(true);
         };
-        let t = self.timeline.read().unwrap_or_else(|p| p.into_inner());
+        let t = self.timeline.read().recover();
         let kept = t.history.kind(self.filter.kind);
         let f = &self.filter;
         for (visited, c) in kept.after(*seq)?.enumerate() {
@@ -324,14 +319,11 @@ impl Watch {
             && (!out.chunks.is_empty() || now >= by)
         {
             // A follower's change is complete (or its wait is over): the bookmark commits
-            // it, and the watch ends, or, held, waits for the next.
+            // it, and the watch waits for the next.
             let rv = self.told.max(watermark);
             out.push(self.bookmark(rv, false));
             self.told = rv;
-            match self.hold {
-                Some(every) => self.commit_by = Some(now + every),
-                None => self.phase = Phase::Done,
-            }
+            self.commit_by = Some(now + self.hold);
             return Some(true);
         }
         Some(self.maybe_bookmark(out, watermark, now))
@@ -411,7 +403,6 @@ impl Stream for Watch {
                         None => self.phase = Phase::Done,
                         Some(false) => return cut(out, now),
                         Some(true) if now >= self.ends => self.phase = Phase::Done,
-                        Some(true) if matches!(self.phase, Phase::Done) => {}
                         Some(true) => {
                             let next = if self.bookmarks {
                                 self.next_bookmark.min(self.ends)

@@ -24,6 +24,7 @@ use crate::http::url;
 use crate::sink::reloads::ReloadResults;
 use base64::Engine as _;
 
+use crate::locks::Recover;
 use crate::secret::{Secret, SecretSource};
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -99,12 +100,12 @@ struct Calls {
 
 impl Calls {
     fn sent(&self, batch: u64) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock().recover();
         s.sent = batch;
     }
 
     fn outcome(&self, batch: u64, result: &Result<(), String>) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock().recover();
         match result {
             Ok(()) => {
                 s.delivered = s.delivered.max(batch);
@@ -117,17 +118,13 @@ impl Calls {
 
     /// Waits until the newest batch sent is delivered, or `deadline`; the failure if not.
     fn wait(&self, deadline: Instant) -> Result<(), String> {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock().recover();
         while s.delivered < s.sent {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err((s.last_error.clone()).unwrap_or_else(|| "no answer yet".into()));
             }
-            s = self
-                .changed
-                .wait_timeout(s, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            s = self.changed.wait_timeout(s, left).recover().0;
         }
         Ok(())
     }

@@ -147,7 +147,7 @@ impl ApiSource {
     }
 
     /// Where a `cmpoll serve` hub answers, asks it to hold each poll's first list up to
-    /// `wait` until it has a newer one (see `kube::client::WAIT_HEADER`).
+    /// `wait` until it has a newer one (see `hub_protocol::WAIT_HEADER`).
     pub fn waiting(mut self, wait: Option<Duration>) -> ApiSource {
         self.follow = Follow::new(wait);
         self

@@ -1,6 +1,6 @@
 //! What a source keeps of a `cmpoll serve` hub's answers, to follow it: whether the server
 //! is a hub (it says so on every answer), how long each poll's first list may wait there
-//! (`kube::client::WAIT_HEADER`), and each scope's last list from the hub — its
+//! (`hub_protocol::WAIT_HEADER`), and each scope's last list from the hub — its
 //! resourceVersion and the ids it selected — so that a 304 Not Modified keeps them all.
 //! A scope where a GET found an object gone or older than its list said is unsettled: its
 //! next list does not wait, so that it is looked at again at once.

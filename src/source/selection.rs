@@ -23,6 +23,14 @@ impl crate::words::Words for Resource {
 }
 
 impl Resource {
+    /// Its place in an array of one entry per kind (`[T; 2]`).
+    pub fn index(self) -> usize {
+        match self {
+            Resource::ConfigMaps => 0,
+            Resource::Secrets => 1,
+        }
+    }
+
     /// The resource's name in paths and RBAC: `configmaps`, `secrets`.
     pub fn plural(self) -> &'static str {
         match self {

@@ -1,5 +1,5 @@
-//! Following a `cmpoll serve` hub by watching it: one held watch of each scope
-//! (`kube::client::HOLD_HEADER`), opened from the version the follower holds and read by a
+//! Following a `cmpoll serve` hub by watching it (`hub_protocol`'s held watch): one held
+//! watch of each scope, opened from the version the follower holds and read by a
 //! thread of its own, on which the hub commits each change with a `BOOKMARK` (its events,
 //! then the bookmark) and, when nothing changed for the follower's wait, sends the
 //! bookmark alone. A poll takes what was committed since the last (`Streams::take`); the
@@ -14,9 +14,8 @@
 //! Expired`, its history moved on) is a relist, complete or nothing; a hub that does not
 //! watch (405, an older hub) or will not for this token (403: a role without `watch`) is
 //! followed with lists. A stream the hub says nothing on for its wait plus `SILENCE`
-//! (frozen, or its connection blackholed) fails the poll and is given up. A hub that does
-//! not hold watches (an older one) ends each at its first change: the next poll opens
-//! another, as before.
+//! (frozen, or its connection blackholed) fails the poll and is given up. A watch that
+//! ends (its `timeoutSeconds`) is opened again by the next poll, from the last commit.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
@@ -25,10 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
 
+use crate::hub_protocol::SILENCE;
 use crate::kube::client::Failure;
 
-/// How long past its wait a held watch may say nothing before it is given up.
-pub const SILENCE: Duration = Duration::from_secs(10);
 /// A held watch lasts this, up to twice this (its `timeoutSeconds`, random).
 pub const LASTS: Duration = Duration::from_secs(1800);
 

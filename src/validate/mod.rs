@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub use self::remembered::Good;
 use self::remembered::Remembered;
 pub use self::run::{Options, Stage, Unasked, Verdict, timed_out};
+use crate::locks::Recover;
 use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};
 use crate::poll::spool::{ObjectRef, Spool};
@@ -278,7 +279,7 @@ impl Gate {
                     Ok(files) => self.stage.validate(&self.opts, id, &entry.hash, &files),
                     Err(err) => Verdict::Error(format!("cannot read its files back: {err}")),
                 };
-                *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(verdict);
+                *results[i].lock().recover() = Some(verdict);
             }
         };
         let workers = self.opts.jobs.clamp(1, todo.len().max(1));
@@ -294,8 +295,7 @@ impl Gate {
         results
             .into_iter()
             .map(|m| {
-                (m.into_inner().unwrap_or_else(|p| p.into_inner()))
-                    .unwrap_or_else(|| Verdict::Error("not validated".into()))
+                (m.into_inner().recover()).unwrap_or_else(|| Verdict::Error("not validated".into()))
             })
             .collect()
     }

@@ -29,6 +29,7 @@ use crate::https::http::{Answer, Request};
 use crate::https::lanes::Lane;
 use crate::https::server::{Bodies, Call, Handler, Limits, Peer, Reply, Server, Sizes};
 use crate::https::tls;
+use crate::locks::Recover;
 use crate::ops::metrics::{Metrics, Results, ServerCounts};
 use crate::source::Selection;
 use crate::validate::{self, Stage, Verdict};
@@ -203,14 +204,11 @@ impl Webhook {
         match (method, path) {
             ("POST", "/validate") => self.review(body),
             ("GET", "/healthz") => Answer::text(200, "ok\n"),
-            ("GET", "/readyz") => match &*self.cannot_run.lock().unwrap_or_else(|p| p.into_inner())
-            {
+            ("GET", "/readyz") => match &*self.cannot_run.lock().recover() {
                 None => Answer::text(200, "ready\n"),
                 Some(why) => Answer::text(503, format!("{why}\n")),
             },
-            ("GET", "/metrics") => {
-                Answer::metrics((self.metrics.lock().unwrap_or_else(|p| p.into_inner())).render())
-            }
+            ("GET", "/metrics") => Answer::metrics((self.metrics.lock().recover()).render()),
             (_, "/validate" | "/healthz" | "/readyz" | "/metrics") => {
                 Answer::text(405, "method not allowed\n")
             }
@@ -238,7 +236,7 @@ impl Webhook {
                 let verdict = self
                     .stage
                     .validate(&self.validate, &m.id(), &m.hash, &m.files);
-                *self.cannot_run.lock().unwrap_or_else(|p| p.into_inner()) = match &verdict {
+                *self.cannot_run.lock().recover() = match &verdict {
                     Verdict::Error(why) => Some(format!("validator cannot run: {why}")),
                     _ => None,
                 };

@@ -2,6 +2,7 @@
 //! by a thread, so an agent that stops reading never blocks the loop and costs disk, not
 //! memory. `lag` tells how far behind it is.
 
+use crate::locks::Recover;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
@@ -50,7 +51,7 @@ impl Feed {
 
     pub fn push(&self, bytes: &[u8]) -> io::Result<()> {
         let (lock, cv) = &*self.shared;
-        let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = lock.lock().recover();
         self.file.write_all_at(bytes, st.appended)?;
         st.appended += bytes.len() as u64;
         cv.notify_all();
@@ -59,13 +60,13 @@ impl Feed {
 
     /// Bytes appended but not yet taken by the agent.
     pub fn lag(&self) -> u64 {
-        let st = self.shared.0.lock().unwrap_or_else(|p| p.into_inner());
+        let st = self.shared.0.lock().recover();
         st.appended - st.written
     }
 
     pub fn close(&self) {
         let (lock, cv) = &*self.shared;
-        lock.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        lock.lock().recover().closed = true;
         cv.notify_all();
     }
 }
@@ -75,9 +76,9 @@ fn feed(mut stdin: Box<dyn Write + Send>, shared: &(Mutex<FeedState>, Condvar), 
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let (from, to) = {
-            let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = lock.lock().recover();
             while st.written == st.appended && !st.closed {
-                st = cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                st = cv.wait(st).recover();
             }
             if st.closed {
                 return;
@@ -93,7 +94,7 @@ fn feed(mut stdin: Box<dyn Write + Send>, shared: &(Mutex<FeedState>, Condvar), 
             // The agent closed its stdin: what it did not take counts as lag from now on.
             return;
         }
-        let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = lock.lock().recover();
         st.written += n as u64;
         if st.written == st.appended && file.set_len(0).is_ok() {
             // Caught up: start the file over.

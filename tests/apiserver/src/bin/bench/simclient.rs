@@ -8,10 +8,10 @@
 //! Two protocols, as a follower speaks them:
 //! - **watch** (cmpoll now): the first list of the scope in full (`resourceVersion=0`),
 //!   then a held watch from its version (`timeoutSeconds` a random 30 to 60 minutes,
-//!   `x-cmpoll-wait` the follower's interval, `x-cmpoll-hold: true`), on which the hub
+//!   `x-cmpoll-wait` the follower's interval: the watch is held), on which the hub
 //!   commits each change (events, then a bookmark) and sends a bookmark alone when the
 //!   wait passes with none; when it ends, the next from the last bookmark's version.
-//! - **long poll** (cmpoll before 48; followers of a hub that refuses watch): the first
+//! - **long poll** (the waiting list: a follower of a hub that refuses watch): the first
 //!   list in full, then metadata lists with `x-cmpoll-wait` answered 304 or with the list,
 //!   and a GET of each object that changed (the simulator is told which by the churn, as a
 //!   real follower finds it by comparing versions).
@@ -478,9 +478,6 @@ impl Sim {
         );
         if let Some(w) = wait_header {
             head += &format!("x-cmpoll-wait: {w}\r\n");
-            if f.want == Want::Watch {
-                head += "x-cmpoll-hold: true\r\n";
-            }
         }
         head += "\r\n";
         let _ = f.tls.writer().write_all(head.as_bytes());

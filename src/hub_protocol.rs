@@ -1,0 +1,45 @@
+//! The wire contract between a follower (`cmpoll run` whose server is a hub) and a
+//! `cmpoll serve` hub, beyond the apiserver's read API that every client gets: two
+//! headers, the rule by which a follower takes a change, and how long a hub waits for a
+//! version it has not reached. `kube::client` sends the headers, `source` (the follower:
+//! `follow.rs`, `watching.rs`) takes what comes by the rule, `serve` (the hub:
+//! `request.rs`, `watch.rs`, `hub.rs`) answers them. docs/serve.md ("How a follower
+//! learns of a change") is the user's account.
+//!
+//! Two protocols, both asked with `WAIT_HEADER`:
+//! - **The held watch** (a follower's role has `watch`): `watch=true` from the version R
+//!   the follower holds, `allowWatchBookmarks=true`, `timeoutSeconds` a random 1,800 to
+//!   3,600 s. The hub sends each change after R as its events followed by a `BOOKMARK` at
+//!   the change's version, and a `BOOKMARK` alone when the wait passes with none, until
+//!   the watch ends as any other does.
+//! - **The waiting list** (a hub that answers a watch 405 or 403: a role without
+//!   `watch`): a list with `resourceVersion=R&resourceVersionMatch=NotOlderThan`, held by
+//!   the hub until it has a list newer than R (then the list) or the wait passes (then
+//!   `304 Not Modified`, no body).
+//!
+//! **The commit rule**: a follower takes events only with the `BOOKMARK` after them (a
+//! stream cut before it gives nothing of that change), never an event or a bookmark not
+//! newer than what it holds, and a watch the hub says nothing on for the wait plus
+//! `SILENCE` is given up.
+
+use std::time::Duration;
+
+/// Sent by a hub with every answer: it understands `WAIT_HEADER`. A follower learns from
+/// it that it follows a hub.
+pub const HUB_HEADER: &str = "x-cmpoll-hub";
+
+/// A follower's wait, in whole seconds (its `--interval`, at least 1): on a watch, the
+/// longest between two bookmarks (the watch is held); on a list with
+/// `resourceVersionMatch=NotOlderThan`, the longest the hub holds it. A client that
+/// does not send it gets the apiserver's own answers.
+pub const WAIT_HEADER: &str = "x-cmpoll-wait";
+
+/// The longest wait a hub takes; a longer one is cut to it.
+pub const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// How long past its wait a held watch may say nothing before the follower gives it up.
+pub const SILENCE: Duration = Duration::from_secs(10);
+
+/// How long a list or watch from a version newer than the hub's waits for it (the watch
+/// cache's own wait for a resourceVersion it has not seen), then 504 as the apiserver's.
+pub const BEHIND_WAIT: Duration = Duration::from_secs(3);

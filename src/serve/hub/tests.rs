@@ -1,0 +1,283 @@
+//! `Hub`'s order of answers, with a made-up apiserver's reviews (`testing::Fake`: token
+//! "good" is alice, who may list configmaps in "team-a" only) and no server: each request
+//! is asked on a lane as the server would ask it, and where the answer says another lane,
+//! asked again there.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::https::http::Taken;
+use crate::ops::health::InFlight;
+use crate::ops::metrics::{Decisions, ServerCounts};
+use crate::serve::testing::{Fake, item, kinds, poll};
+
+struct Test {
+    hub: Hub,
+    fake: Arc<Fake>,
+}
+
+/// A hub over a made-up apiserver, ready or not; when ready, it serves a poll of all
+/// namespaces at version 10 that found `team-a/x`, `team-a/z` and `team-b/y`.
+fn hub(ready: bool) -> Test {
+    let fake = Arc::new(Fake::default());
+    let auth = Auth::new(
+        Box::new(fake.clone()),
+        Decisions::default(),
+        ServerCounts::default(),
+    );
+    let secs = Duration::from_secs;
+    let mut health = Health::new(secs(1), secs(10), secs(10), InFlight::default());
+    if ready {
+        health.first_batch = true;
+        health.last_success = Some(Instant::now());
+    }
+    let metrics = Metrics::new();
+    let served = metrics.served();
+    let hub = Hub::new(
+        kinds(),
+        Arc::new(Mutex::new(health)),
+        Arc::new(Mutex::new(metrics)),
+        auth,
+        served,
+    );
+    if ready {
+        let empty = Held::empty(kinds());
+        let items = vec![
+            item("team-a", "x", 5, &[]),
+            item("team-a", "z", 6, &[]),
+            item("team-b", "y", 7, &[]),
+        ];
+        hub.publish(poll(&empty, 1, &[(None, 10)], items));
+    }
+    Test { hub, fake }
+}
+
+fn request(method: &str, target: &str, headers: &[(&str, &str)]) -> Request {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    Request {
+        method: method.into(),
+        path: path.into(),
+        query: query.into(),
+        headers: (headers.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        body: Vec::new(),
+        close: false,
+        taken: Taken::default(),
+    }
+}
+
+/// What a reply is, in short: `Lane(name)`, `Wait`, `Stream`, or the answer's status.
+#[derive(Debug, PartialEq)]
+enum Got {
+    Lane(&'static str),
+    Wait(Duration),
+    Stream(u16),
+    Status(u16),
+}
+
+impl Test {
+    /// `req` asked on `lane` for `wake`, once.
+    fn once(&self, req: &Request, lane: HubLane, wake: Wake) -> (Got, Option<Answer>) {
+        let peer = Peer {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            cert: None,
+        };
+        let call = Call {
+            wake,
+            lane: lane.index(),
+        };
+        match self.hub.handle(req, &peer, call) {
+            Reply::Lane(n) => (Got::Lane(HubLane::ALL[n].name()), None),
+            Reply::Wait { until, .. } => {
+                let left = until.saturating_duration_since(Instant::now());
+                (
+                    Got::Wait(Duration::from_secs(left.as_secs_f64().round() as u64)),
+                    None,
+                )
+            }
+            Reply::Stream { head, .. } => (Got::Stream(head.status), None),
+            Reply::Answer(a) | Reply::Held { answer: a, .. } => (Got::Status(a.status), Some(a)),
+        }
+    }
+
+    /// `req` as the server asks it: on the answer lane, then on each lane it is sent to;
+    /// the lanes it went through and where it ended.
+    fn ask(&self, req: &Request) -> (Vec<&'static str>, Got, Option<Answer>) {
+        let mut lanes = Vec::new();
+        let mut lane = HubLane::Answer;
+        loop {
+            match self.once(req, lane, Wake::First) {
+                (Got::Lane(name), _) => {
+                    assert!(!lanes.contains(&name), "sent to {name} twice: {lanes:?}");
+                    lanes.push(name);
+                    lane = *HubLane::ALL.iter().find(|l| l.name() == name).unwrap();
+                }
+                (got, answer) => return (lanes, got, answer),
+            }
+        }
+    }
+
+    fn status(&self, req: &Request) -> u16 {
+        match self.ask(req).1 {
+            Got::Status(s) | Got::Stream(s) => s,
+            other => panic!("not an answer: {other:?}"),
+        }
+    }
+
+    fn reviews(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (self.fake.tokens.load(SeqCst), self.fake.access.load(SeqCst))
+    }
+}
+
+const GOOD: (&str, &str) = ("Authorization", "Bearer good");
+const TEAM_A: &str = "/api/v1/namespaces/team-a/configmaps";
+const TEAM_B: &str = "/api/v1/namespaces/team-b/configmaps";
+
+/// 401 first: an anonymous request is refused whatever else is wrong with it (a write, a
+/// hub not ready, a namespace nobody may read), and nothing is reviewed.
+#[test]
+fn anonymous_is_401_before_anything_else() {
+    let t = hub(false);
+    for (method, target) in [("GET", TEAM_B), ("POST", TEAM_A), ("GET", "/no/such")] {
+        assert_eq!(
+            t.status(&request(method, target, &[])),
+            401,
+            "{method} {target}"
+        );
+    }
+    assert_eq!(t.reviews(), (0, 0));
+    let bad = request("GET", TEAM_A, &[("Authorization", "Bearer bad")]);
+    let (lanes, got, _) = t.ask(&bad);
+    assert_eq!((lanes, got), (vec!["authn"], Got::Status(401)));
+    let (lanes, got, _) = t.ask(&bad);
+    assert_eq!((lanes, got), (vec![], Got::Status(401)), "its refusal kept");
+    assert_eq!(t.reviews(), (1, 0));
+}
+
+/// An unknown token is reviewed on a review lane only (where the rest of its request is
+/// answered too), and what was reviewed and rendered is kept: the next request is
+/// answered where it arrives.
+#[test]
+fn a_token_is_reviewed_on_its_lane_once() {
+    let t = hub(true);
+    let req = request("GET", TEAM_A, &[GOOD]);
+    let (lanes, got, _) = t.ask(&req);
+    assert_eq!((lanes, got), (vec!["authn"], Got::Status(200)));
+    let (lanes, got, _) = t.ask(&req);
+    assert_eq!((lanes, got), (vec![], Got::Status(200)), "all kept");
+    assert_eq!(t.reviews(), (1, 1));
+}
+
+/// Asking to be someone else is refused (403) once the token is known, before readiness
+/// and before any access review.
+#[test]
+fn impersonation_is_refused_before_readiness() {
+    let t = hub(false);
+    let req = request("GET", TEAM_A, &[GOOD, ("Impersonate-User", "bob")]);
+    let (_, got, answer) = t.ask(&req);
+    assert_eq!(got, Got::Status(403));
+    let body = String::from_utf8_lossy(&answer.unwrap().body).to_string();
+    assert!(body.contains(impersonate::REASON), "{body}");
+    assert_eq!(t.reviews(), (1, 0));
+}
+
+/// A hub that cannot serve says so (503) to whoever it knows, before it asks the apiserver
+/// about their access (its reviews would fail with its polls).
+#[test]
+fn not_ready_is_503_before_authorization() {
+    let t = hub(false);
+    for target in [TEAM_A, TEAM_B] {
+        let (_, got, answer) = t.ask(&request("GET", target, &[GOOD]));
+        assert_eq!(got, Got::Status(503), "{target}");
+        let body = String::from_utf8_lossy(&answer.unwrap().body).to_string();
+        assert!(body.contains("no complete poll yet"), "{body}");
+    }
+    assert_eq!(t.reviews(), (1, 0), "no access asked");
+}
+
+/// What the request does is authorized (403) before its options are read (400), as the
+/// apiserver's handlers read them only once its filters let it in.
+#[test]
+fn forbidden_is_403_before_a_bad_option() {
+    let t = hub(true);
+    let bad = |target: &str| request("GET", &format!("{target}?limit=x"), &[GOOD]);
+    assert_eq!(t.status(&bad(TEAM_B)), 403);
+    assert_eq!(t.status(&bad(TEAM_A)), 400);
+    // A write is refused for its method (405) before its access is asked.
+    let (_, access) = t.reviews();
+    assert_eq!(t.status(&request("DELETE", TEAM_A, &[GOOD])), 405);
+    assert_eq!(t.reviews().1, access);
+}
+
+/// A list newer than the hub's last waits for the next poll (the watch cache's 3 s), then
+/// is the watch cache's 504.
+#[test]
+fn newer_than_the_hub_waits_then_504() {
+    let t = hub(true);
+    let req = request(
+        "GET",
+        &format!("{TEAM_A}?resourceVersion=99&resourceVersionMatch=NotOlderThan"),
+        &[GOOD],
+    );
+    assert_eq!(t.ask(&req).1, Got::Wait(BEHIND_WAIT));
+    let (got, answer) = t.once(&req, HubLane::Answer, Wake::Expired);
+    assert_eq!(got, Got::Status(504));
+    let body = String::from_utf8_lossy(&answer.unwrap().body).to_string();
+    assert!(body.contains("Too large resource version"), "{body}");
+}
+
+/// A follower's waiting list (`x-cmpoll-wait`) with nothing newer than it holds waits the
+/// wait, then is `304 Not Modified`; with something newer, the list at once.
+#[test]
+fn a_followers_waiting_list_waits_then_304() {
+    let t = hub(true);
+    let waiting = |rv: u64| {
+        request(
+            "GET",
+            &format!("{TEAM_A}?resourceVersion={rv}&resourceVersionMatch=NotOlderThan"),
+            &[GOOD, (crate::hub_protocol::WAIT_HEADER, "30")],
+        )
+    };
+    assert_eq!(t.ask(&waiting(10)).1, Got::Wait(Duration::from_secs(30)));
+    let (got, answer) = t.once(&waiting(10), HubLane::Answer, Wake::Expired);
+    assert_eq!(got, Got::Status(304));
+    assert!(answer.unwrap().body.is_empty());
+    assert_eq!(
+        t.ask(&waiting(1)).1,
+        Got::Status(200),
+        "older than a change"
+    );
+}
+
+/// A continue token whose list changed since is the apiserver's 410.
+#[test]
+fn a_continue_token_past_a_change_is_410() {
+    let t = hub(true);
+    let all = format!("{TEAM_A}?limit=1");
+    let (lanes, got, answer) = t.ask(&request("GET", &all, &[GOOD]));
+    assert_eq!((lanes, got), (vec!["authn"], Got::Status(200)));
+    let page: serde_json::Value = serde_json::from_slice(&answer.unwrap().body).unwrap();
+    let token = page["metadata"]["continue"].as_str().unwrap().to_string();
+    let next = request("GET", &format!("{all}&continue={token}"), &[GOOD]);
+    let (lanes, got, _) = t.ask(&next);
+    assert_eq!(
+        (lanes, got),
+        (vec!["render"], Got::Status(200)),
+        "a page is made there"
+    );
+    let prev = t.hub.current().unwrap();
+    t.hub.publish(poll(
+        &prev,
+        2,
+        &[(None, 20)],
+        vec![
+            item("team-a", "x", 15, &[]),
+            item("team-a", "z", 6, &[]),
+            item("team-b", "y", 7, &[]),
+        ],
+    ));
+    assert_eq!(t.status(&next), 410);
+}
