@@ -134,6 +134,11 @@ pki() {
 }
 
 control_plane() {
+  # The audit log of the cmpoll namespace's service accounts (tests/cluster/rotation.rs reads
+  # which token each hub request carried: its credential-id).
+  printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' \
+    'rules:' '- level: Metadata' '  userGroups: ["system:serviceaccounts:cmpoll"]' '- level: None' \
+    > "$W/audit-policy.yaml"
   start etcd "$B/etcd" --data-dir "$W/etcd" --listen-client-urls http://127.0.0.1:2379 \
     --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \
     --initial-advertise-peer-urls http://127.0.0.1:2380 --initial-cluster default=http://127.0.0.1:2380 \
@@ -146,7 +151,8 @@ control_plane() {
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
     --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=Node,RBAC \
-    --enable-admission-plugins=NodeRestriction --allow-privileged=true
+    --enable-admission-plugins=NodeRestriction --allow-privileged=true \
+    --audit-policy-file="$W/audit-policy.yaml" --audit-log-path="$W/audit.log" --audit-log-maxsize=0
   wait_for "the apiserver" 240 "$B/kubectl" --kubeconfig "$W/admin.kubeconfig" get --raw /readyz
   start kube-controller-manager "$B/kube-controller-manager" --kubeconfig="$W/kcm.kubeconfig" \
     --authentication-kubeconfig="$W/kcm.kubeconfig" --authorization-kubeconfig="$W/kcm.kubeconfig" \

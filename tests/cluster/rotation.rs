@@ -1,11 +1,12 @@
 //! Tokens of 10 minutes (the least a pod may ask) rotating under the chart's running hubs
-//! and two followers: the kubelet writes each a new token at 80 % of its lifetime; the hubs
-//! go on polling and reviewing with the apiserver and the followers following the hubs
-//! until every first token is refused (its end, plus the minute of leeway the apiserver
-//! gives), and no request failed — no 401, 403 or 5xx the hubs answered meanwhile, no
-//! review that refused a follower, no 401 from the apiserver to a hub, no retry after one,
-//! no warning.
+//! and two followers: the kubelet writes each a new token at 80 % of its lifetime; each
+//! process takes it when the file changes (and says so), every request a hub makes of the
+//! apiserver from then on carries the new token (the apiserver's audit log: its
+//! credential-id), a new module reaches the followers through the hubs, and no request
+//! failed — no 401, 403 or 5xx the hubs answered meanwhile, no review that refused a
+//! follower, no 401 from the apiserver to a hub, no retry after one, no warning.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -16,15 +17,14 @@ use super::chart::{Hub, TOKEN_LIFETIME};
 use super::fleet::{heard, selected};
 use super::{Node, claims, eventually};
 
-/// The apiserver's leeway past a token's `exp` (go-jose's `DefaultLeeway`, which
-/// Kubernetes' service-account claims validation uses).
-const LEEWAY: i64 = 60;
+/// How long after a new token was seen in a pod's volume a request may still carry the
+/// old one: one sent as the file changed (each request looks at the file first).
+const SWAP: Duration = Duration::from_secs(2);
 
 /// One pod's projected token as the kubelet first wrote it.
 pub struct Held {
     pod: String,
     file: PathBuf,
-    token: String,
     claims: Value,
 }
 
@@ -74,12 +74,7 @@ pub fn first_tokens(node: &Node, hubs: &[Hub], pods: &[String]) -> Start {
                 .join("token");
             let token = std::fs::read_to_string(&file).unwrap().trim().to_string();
             let claims = claims(&token);
-            Held {
-                pod,
-                file,
-                token,
-                claims,
-            }
+            Held { pod, file, claims }
         })
         .collect();
     node.apply(METRICS_READER);
@@ -93,27 +88,22 @@ pub fn first_tokens(node: &Node, hubs: &[Hub], pods: &[String]) -> Start {
 pub fn tokens_rotate_under_running_hubs_and_followers(node: &Node, start: &Start, hubs: &[Hub]) {
     let since = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let held = &start.held;
-    every_token_rotates(held);
-    // Until every first token is refused, then the hubs and followers still work: a new
-    // module reaches both followers through a hub.
-    let refused = held.iter().map(|h| h.at("exp")).max().unwrap() + LEEWAY + 5;
-    let wait = (refused - unix_now()).max(0) as u64;
-    eprintln!("every token rotated; {wait} s until the first ones are all refused");
-    std::thread::sleep(Duration::from_secs(wait));
+    let seen = every_token_rotates(held);
     for h in held {
-        let first = &review(node, &h.token)["status"];
-        assert_ne!(
-            first["authenticated"], true,
-            "{}'s first token: {first}",
-            h.pod
-        );
         let now = &review(node, &h.current())["status"];
         assert_eq!(now["authenticated"], true, "{}'s token now: {now}", h.pod);
     }
+    // The hubs and followers still work: a new module reaches both followers through a hub.
     let followers: Vec<&Held> = (held.iter())
         .filter(|h| !hubs.iter().any(|b| b.name == h.pod))
         .collect();
     a_new_module_reaches(node, &followers);
+    eprintln!("every token rotated, a new module followed");
+    for (h, seen) in held.iter().zip(&seen) {
+        if hubs.iter().any(|b| b.name == h.pod) {
+            the_hub_asks_with_its_new_token(node, h, *seen);
+        }
+    }
     // Each took its new token when the file changed (never after a refusal), and warned
     // of nothing since the step began.
     for h in held {
@@ -167,17 +157,23 @@ pub fn tokens_rotate_under_running_hubs_and_followers(node: &Node, start: &Start
 
 /// Waits until the kubelet gave every pod of `held` a new token: past 80 % of its
 /// lifetime (less up to 10 s of jitter), at the pod's next sync (node.sh: every 10 s),
-/// two minutes given for it on a busy machine.
-fn every_token_rotates(held: &[Held]) {
+/// two minutes given for it on a busy machine. When each was first seen new.
+fn every_token_rotates(held: &[Held]) -> Vec<SystemTime> {
     let last_iat = held.iter().map(|h| h.at("iat")).max().unwrap();
     let due = last_iat + TOKEN_LIFETIME * 8 / 10 + 120;
+    let mut seen: HashMap<&str, SystemTime> = HashMap::new();
     eventually(
         "every hub's and follower's token rotated",
         Duration::from_secs((due - unix_now()).max(60) as u64),
         || {
-            let stale: Vec<String> = (held.iter())
-                .filter(|h| h.now().is_none_or(|c| c["iat"] == h.claims["iat"]))
-                .map(|h| h.pod.clone())
+            for h in held {
+                if h.now().is_some_and(|c| c["iat"] != h.claims["iat"]) {
+                    seen.entry(&h.pod).or_insert_with(SystemTime::now);
+                }
+            }
+            let stale: Vec<&str> = (held.iter())
+                .map(|h| h.pod.as_str())
+                .filter(|p| !seen.contains_key(p))
                 .collect();
             if stale.is_empty() {
                 Ok(())
@@ -194,6 +190,62 @@ fn every_token_rotates(held: &[Held]) {
         assert_eq!(now["kubernetes.io"]["pod"], first["kubernetes.io"]["pod"]);
         assert_ne!(now["jti"], first["jti"], "{}: a new token", h.pod);
     }
+    held.iter().map(|h| seen[h.pod.as_str()]).collect()
+}
+
+/// The apiserver's audit log (node.sh: the cmpoll namespace's service accounts): `hub`
+/// asked with its first token before the kubelet's rotation, and every request it made
+/// from `SWAP` after the new token was `seen` in its volume carried the new one, and no
+/// request failed for its credential.
+fn the_hub_asks_with_its_new_token(node: &Node, hub: &Held, seen: SystemTime) {
+    let log = std::fs::read_to_string(node.dir.join("audit.log")).unwrap();
+    let credential = |jti: &Value| format!("JTI={}", jti.as_str().unwrap());
+    let (first, new) = (
+        credential(&hub.claims["jti"]),
+        credential(&hub.now().unwrap()["jti"]),
+    );
+    let mut by = HashMap::<String, (usize, usize)>::new();
+    let mut last_first = None;
+    for line in log.lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        let extra = &e["user"]["extra"];
+        if extra["authentication.kubernetes.io/pod-name"][0] != hub.pod.as_str() {
+            continue;
+        }
+        let id = extra["authentication.kubernetes.io/credential-id"][0]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let code = e["responseStatus"]["code"].as_i64().unwrap_or(0);
+        assert_ne!(code, 401, "{}: {line}", hub.pod);
+        let at = e["requestReceivedTimestamp"].as_str().unwrap();
+        let at = humantime::parse_rfc3339(at).unwrap();
+        let late = at > seen + SWAP;
+        let counts = by.entry(id.clone()).or_default();
+        if late {
+            counts.1 += 1;
+        } else {
+            counts.0 += 1;
+        }
+        if id == first {
+            last_first = Some(at);
+        }
+        assert!(!(late && id != new), "{}: {line}", hub.pod);
+    }
+    let why = format!(
+        "{}: requests by credential (before, after): {by:?}",
+        hub.pod
+    );
+    assert!(by.get(&first).is_some_and(|c| c.0 > 0), "{why}");
+    assert!(by.get(&new).is_some_and(|c| c.1 > 0), "{why}");
+    let last_first = last_first.map_or("never".into(), |t| {
+        humantime::format_rfc3339_millis(t).to_string()
+    });
+    let seen = humantime::format_rfc3339_millis(seen);
+    eprintln!(
+        "{}: the first token last at {last_first}, the new one seen at {seen}; {by:?}",
+        hub.pod
+    );
 }
 
 /// A new module, at the apiserver's version, reaches each of `followers` through a hub.
