@@ -10,8 +10,8 @@
 //! - **The held watch** (a follower's role has `watch`): `watch=true` from the version R
 //!   the follower holds, `allowWatchBookmarks=true`, `timeoutSeconds` a random 1,800 to
 //!   3,600 s. The hub sends each change after R as its events followed by a `BOOKMARK` at
-//!   the change's version, and a `BOOKMARK` alone when the wait passes with none, until
-//!   the watch ends as any other does.
+//!   its own version (which commits them), and a `BOOKMARK` alone when the wait passes
+//!   with none, until the watch ends as any other does.
 //! - **The waiting list** (a hub that answers a watch 405 or 403: a role without
 //!   `watch`): a list with `resourceVersion=R&resourceVersionMatch=NotOlderThan`, held by
 //!   the hub until it has a list newer than R (then the list) or the wait passes (then

@@ -37,7 +37,7 @@ impl HubLane {
         HubLane::Render,
     ];
 
-    /// Its number on the server (`https::server::Call::lane`).
+    /// Its number on the server (`https::server::Call::lane`): its place in `ALL`.
     pub fn index(self) -> usize {
         self as usize
     }
@@ -164,5 +164,15 @@ mod tests {
         assert_eq!(secs(Duration::from_millis(10)), (429, Some(1)));
         assert_eq!(secs(Duration::from_millis(1500)), (429, Some(2)));
         assert_eq!(secs(Duration::from_secs(7)), (429, Some(7)));
+    }
+
+    /// A lane's number is its place in the server's list, built from `ALL`.
+    #[test]
+    fn each_lane_is_numbered_by_its_place() {
+        for (i, lane) in HubLane::ALL.iter().enumerate() {
+            assert_eq!(lane.index(), i, "{lane:?}");
+        }
+        let names: Vec<&str> = HubLane::ALL.iter().map(|l| l.name()).collect();
+        assert_eq!(names, ["answer", "authn", "authz", "render"]);
     }
 }

@@ -23,8 +23,8 @@
 //!
 //! The versions a watcher is told never go back: a bookmark is sent only past the last one.
 //!
-//! A cmpoll follower's watch (`hub_protocol::WAIT_HEADER`, a wait W of at least a second)
-//! is held: each change after R of the hub's polls that has any for it comes as its
+//! A cmpoll follower's watch (`hub_protocol::WAIT_HEADER`, a wait W: 0 commits at once,
+//! then every second) is held: each change after R of the hub's polls that has any for it comes as its
 //! events, then a `BOOKMARK` at the hub's version (the change is complete: commit it);
 //! when W passes with none, the `BOOKMARK` alone (nothing changed: the version it holds,
 //! or the hub's if newer); until the watch ends as any other does. A change costs each
