@@ -135,7 +135,8 @@ pki() {
 
 control_plane() {
   # The audit log of the cmpoll namespace's service accounts (tests/cluster/rotation.rs reads
-  # which token each hub request carried: its credential-id).
+  # which token each hub request carried: its credential-id), each event written before
+  # its answer (the log backend's default mode, said here because rotation.rs relies on it).
   printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' \
     'rules:' '- level: Metadata' '  userGroups: ["system:serviceaccounts:cmpoll"]' '- level: None' \
     > "$W/audit-policy.yaml"
@@ -152,7 +153,8 @@ control_plane() {
     --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
     --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=Node,RBAC \
     --enable-admission-plugins=NodeRestriction --allow-privileged=true \
-    --audit-policy-file="$W/audit-policy.yaml" --audit-log-path="$W/audit.log" --audit-log-maxsize=0
+    --audit-policy-file="$W/audit-policy.yaml" --audit-log-path="$W/audit.log" --audit-log-maxsize=0 \
+    --audit-log-mode=blocking
   wait_for "the apiserver" 240 "$B/kubectl" --kubeconfig "$W/admin.kubeconfig" get --raw /readyz
   start kube-controller-manager "$B/kube-controller-manager" --kubeconfig="$W/kcm.kubeconfig" \
     --authentication-kubeconfig="$W/kcm.kubeconfig" --authorization-kubeconfig="$W/kcm.kubeconfig" \

@@ -194,68 +194,86 @@ fn every_token_rotates(held: &[Held]) -> Vec<SystemTime> {
     held.iter().map(|h| seen[h.pod.as_str()]).collect()
 }
 
-/// The apiserver's audit log (node.sh: the cmpoll namespace's service accounts): `hub`
-/// asked with its first token before the kubelet's rotation, and every request it made
-/// from `SWAP` after the new token was `seen` in its volume carried the new one — its
-/// poll's, and its review clients' (the TokenReview of a token it never saw at least).
-/// (A request refused for its token is audited without a user: the hubs' `/metrics`
-/// deltas say none was.)
+/// The apiserver's audit log (node.sh: the cmpoll namespace's service accounts; each
+/// event written before its answer): `hub` asked with its first token before the
+/// kubelet's rotation, and every request it made from `SWAP` after the new token was
+/// `seen` in its volume carried the new one — its poll's, and its review clients': the
+/// hub is given tokens it never saw (through its `/metrics`) until the TokenReview of one,
+/// received after that, is in the log. (A request refused for its token is audited
+/// without a user: the hubs' `/metrics` deltas say none was.)
 fn the_hub_asks_with_its_new_token(node: &Node, hub: &Held, seen: SystemTime) {
-    let log = std::fs::read_to_string(node.dir.join("audit.log")).unwrap();
     let credential = |jti: &Value| format!("JTI={}", jti.as_str().unwrap());
     let (first, new) = (
         credential(&hub.claims["jti"]),
         credential(&hub.now().unwrap()["jti"]),
     );
-    let mut by = HashMap::<String, (usize, usize)>::new();
-    let mut late_resources = std::collections::BTreeSet::new();
-    let mut last_first = None;
-    // A line the apiserver is still writing is no event yet.
-    let events = (log.lines()).filter_map(|l| Some((l, serde_json::from_str::<Value>(l).ok()?)));
-    for (line, e) in events {
-        let extra = &e["user"]["extra"];
-        if extra["authentication.kubernetes.io/pod-name"][0] != hub.pod.as_str() {
-            continue;
-        }
-        let id = extra["authentication.kubernetes.io/credential-id"][0]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let at = e["requestReceivedTimestamp"].as_str().unwrap();
-        let at = humantime::parse_rfc3339(at).unwrap();
-        let late = at > seen + SWAP;
-        let counts = by.entry(id.clone()).or_default();
-        if late {
-            counts.1 += 1;
-            let resource = e["objectRef"]["resource"].as_str().unwrap_or_default();
-            late_resources.insert(resource.to_string());
-        } else {
-            counts.0 += 1;
-        }
-        if id == first {
-            last_first = Some(at);
-        }
-        assert!(!(late && id != new), "{}: {line}", hub.pod);
-    }
+    let tally = eventually(
+        "a review with the new token in the audit log",
+        Duration::from_secs(60),
+        || {
+            metrics(node, &hub.pod, &reader_token(node));
+            let t = Tally::of(node, hub, seen, &new);
+            match t.late_reviews {
+                0 => Err(format!("{:?}, seen {}, newest {}", t.by, t.seen, t.newest)),
+                _ => Ok(t),
+            }
+        },
+    );
     let why = format!(
-        "{}: requests by credential (before, after): {by:?}",
-        hub.pod
+        "{}: requests by credential (before, after): {:?}; the first {first}, the new {new} seen at {}, the newest request at {}",
+        hub.pod, tally.by, tally.seen, tally.newest
     );
-    assert!(by.get(&first).is_some_and(|c| c.0 > 0), "{why}");
-    assert!(by.get(&new).is_some_and(|c| c.1 > 0), "{why}");
-    // The review of the token it never saw, by one of its review clients.
-    assert!(
-        late_resources.contains("tokenreviews"),
-        "{why}; asked late: {late_resources:?}"
-    );
-    let last_first = last_first.map_or("never".into(), |t| {
-        humantime::format_rfc3339_millis(t).to_string()
-    });
-    let seen = humantime::format_rfc3339_millis(seen);
-    eprintln!(
-        "{}: the first token last at {last_first}, the new one seen at {seen}; {by:?}, asked late: {late_resources:?}",
-        hub.pod
-    );
+    assert!(tally.by.get(&first).is_some_and(|c| c.0 > 0), "{why}");
+    assert!(tally.by.get(&new).is_some_and(|c| c.1 > 0), "{why}");
+    eprintln!("{why}");
+}
+
+/// What `hub` asked of the apiserver, by credential: (before, from `SWAP` after `seen`).
+/// Panics on a request made after that with another credential than `new`.
+struct Tally {
+    by: HashMap<String, (usize, usize)>,
+    late_reviews: usize,
+    seen: String,
+    newest: String,
+}
+
+impl Tally {
+    fn of(node: &Node, hub: &Held, seen: SystemTime, new: &str) -> Tally {
+        let log = std::fs::read_to_string(node.dir.join("audit.log")).unwrap();
+        let mut by = HashMap::<String, (usize, usize)>::new();
+        let (mut late_reviews, mut newest) = (0, String::new());
+        // A line the apiserver is still writing is no event yet.
+        let events =
+            (log.lines()).filter_map(|l| Some((l, serde_json::from_str::<Value>(l).ok()?)));
+        for (line, e) in events {
+            let extra = &e["user"]["extra"];
+            if extra["authentication.kubernetes.io/pod-name"][0] != hub.pod.as_str() {
+                continue;
+            }
+            let id = extra["authentication.kubernetes.io/credential-id"][0]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let received = e["requestReceivedTimestamp"].as_str().unwrap();
+            newest = newest.max(received.to_string());
+            let late = humantime::parse_rfc3339(received).unwrap() > seen + SWAP;
+            assert!(!(late && id != new), "{}: {line}", hub.pod);
+            let counts = by.entry(id).or_default();
+            if late {
+                counts.1 += 1;
+                late_reviews += usize::from(e["objectRef"]["resource"] == "tokenreviews");
+            } else {
+                counts.0 += 1;
+            }
+        }
+        let seen = humantime::format_rfc3339_micros(seen).to_string();
+        Tally {
+            by,
+            late_reviews,
+            seen,
+            newest,
+        }
+    }
 }
 
 /// A new module, at the apiserver's version, reaches each of `followers` through a hub.
