@@ -235,47 +235,22 @@ impl Hub {
         }
     }
 
-    /// `/status`: the last poll and each scope's versions.
+    /// `/status` (`status_page.rs`).
     fn status(&self) -> Vec<u8> {
         let h = self.health.lock().recover();
-        let ready = h.readiness(Instant::now());
-        let last_error = h.last_error.clone();
+        let (ready, last_error) = (h.readiness(Instant::now()), h.last_error.clone());
         drop(h);
         let held = self.current();
-        let scopes: Vec<serde_json::Value> = (held.iter())
-            .flat_map(|h| h.scopes.iter())
-            .map(|s| {
-                serde_json::json!({
-                    "resource": s.kind.plural(),
-                    "namespace": s.namespace,
-                    "listed": s.listed.to_string(),
-                    "changed": s.changed.to_string(),
-                })
-            })
-            .collect();
-        let history: Vec<serde_json::Value> = {
-            let t = self.timeline.read().recover();
-            (self.kinds.iter())
-                .map(|k| {
-                    let kept = t.history.kind(k);
-                    serde_json::json!({"resource": k.plural(), "changes": kept.count(),
-                        "bytes": kept.bytes(), "oldest": kept.oldest.to_string()})
-                })
-                .collect()
+        let timeline = self.timeline.read().recover();
+        let seen = status_page::Seen {
+            ready,
+            last_error,
+            held: held.as_deref(),
+            history: &timeline.history,
+            kinds: self.kinds,
+            renders: &self.renders,
         };
-        let (renders, render_bytes) = self.renders.size();
-        let json = serde_json::json!({
-            "history": history,
-            "renders": {"kept": renders, "bytes": render_bytes, "made": self.renders.made()},
-            "ready": ready.is_ok(),
-            "notReady": ready.err(),
-            "poll": held.as_ref().map(|h| h.poll),
-            "pollAgeSeconds": held.as_ref().map(|h| h.at.elapsed().as_secs()),
-            "objects": held.as_ref().map_or(0, |h| h.len()),
-            "scopes": scopes,
-            "lastError": last_error,
-        });
-        serde_json::to_vec_pretty(&json).unwrap_or_default()
+        status_page::body(&seen)
     }
 
     /// The last complete poll, if the hub is ready to serve it.
@@ -610,5 +585,6 @@ impl Handler for Hub {
     }
 }
 
+mod status_page;
 #[cfg(test)]
 mod tests;

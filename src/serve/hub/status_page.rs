@@ -1,0 +1,55 @@
+//! The hub's `/status` page: its readiness, its last poll and each scope's versions, what
+//! its history keeps and its renders hold — made of what the hub hands it, no state of its
+//! own.
+
+use super::super::held::Held;
+use super::super::history::History;
+use super::super::renders::Renders;
+use crate::source::Resources;
+
+/// What the page shows, as the hub sees it now.
+pub struct Seen<'a> {
+    pub ready: Result<(), String>,
+    pub last_error: Option<String>,
+    /// The last complete poll, if any.
+    pub held: Option<&'a Held>,
+    pub history: &'a History,
+    pub kinds: Resources,
+    pub renders: &'a Renders,
+}
+
+/// The page's JSON.
+pub fn body(seen: &Seen) -> Vec<u8> {
+    let held = seen.held;
+    let scopes: Vec<serde_json::Value> = (held.iter())
+        .flat_map(|h| h.scopes.iter())
+        .map(|s| {
+            serde_json::json!({
+                "resource": s.kind.plural(),
+                "namespace": s.namespace,
+                "listed": s.listed.to_string(),
+                "changed": s.changed.to_string(),
+            })
+        })
+        .collect();
+    let history: Vec<serde_json::Value> = (seen.kinds.iter())
+        .map(|k| {
+            let kept = seen.history.kind(k);
+            serde_json::json!({"resource": k.plural(), "changes": kept.count(),
+                "bytes": kept.bytes(), "oldest": kept.oldest.to_string()})
+        })
+        .collect();
+    let (renders, render_bytes) = seen.renders.size();
+    let json = serde_json::json!({
+        "history": history,
+        "renders": {"kept": renders, "bytes": render_bytes, "made": seen.renders.made()},
+        "ready": seen.ready.is_ok(),
+        "notReady": seen.ready.as_ref().err(),
+        "poll": held.map(|h| h.poll),
+        "pollAgeSeconds": held.map(|h| h.at.elapsed().as_secs()),
+        "objects": held.map_or(0, |h| h.len()),
+        "scopes": scopes,
+        "lastError": seen.last_error,
+    });
+    serde_json::to_vec_pretty(&json).unwrap_or_default()
+}
