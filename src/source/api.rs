@@ -20,38 +20,45 @@
 //! it until the next list, and any other 404 fails the poll. An apiserver that answers a
 //! metadata request with a full list
 //! is used as is (the response `kind` decides). Every item is checked against the
-//! selection: the answer is checked, not trusted.
+//! selection: the answer is checked, not trusted (`api/query.rs`).
+//!
+//! What a poll takes besides these lists — a hub's waiting list and held watch for a
+//! follower, a short watch for `cmpoll serve` — is its upstream's (`api/upstream.rs`),
+//! which the list loop asks at fixed points and which never reaches the lists' state.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::follow::Follow;
 use super::proto::{self, MetaListReader};
 use super::reader::{ListMeta, ListReader, Meta, ReadError};
-use super::scope::{ListRequest, Scope, encode};
-use super::watching::{self, Streams};
-use super::{Collect, Error, Item, ListMode, Previous, Resource, Selection, Source};
+use super::scope::{ListRequest, Scope};
+use super::{Collect, Error, ListMode, Previous, Resource, Selection, Source};
 use crate::kube::client::{Failure, Waited};
 use crate::kube::{self, Client};
 
+mod follower;
 mod named;
 mod paged;
+mod query;
 mod short_watch;
-mod watched;
+mod upstream;
+
+use follower::Follower;
+use query::Query;
+use short_watch::ShortWatch;
+use upstream::{Plain, Upstream};
 
 const ACCEPT_JSON: &str = "application/json";
 /// Metadata only, in protobuf (half the apiserver's CPU of JSON) or JSON, or the full
 /// list from an apiserver that cannot (the kind tells which): client-go's metadata client
 /// asks the same (k8s.io/client-go/metadata/metadata.go).
 const ACCEPT_METADATA: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
-/// A short watch's `timeoutSeconds` (`short_watch.rs`): the apiserver ends it after this.
-const SHORT_WATCH: Duration = Duration::from_secs(1);
 /// The most pages one paged list may take (with the time bound of 10 × `--timeout`).
 const MAX_PAGES: u32 = 10_000;
 
 pub struct ApiSource {
     client: Client,
-    selection: Selection,
+    query: Query,
     page_size: u32,
     mode: ListMode,
     /// The resourceVersion of each scope's last list ("" = all namespaces).
@@ -60,45 +67,8 @@ pub struct ApiSource {
     listed: HashSet<String>,
     /// Scopes where `get` is forbidden (`auto`): full lists only.
     full_only: HashSet<String>,
-    /// Items already warned about, so a daemon does not repeat itself every poll.
-    warned: HashSet<String>,
-    /// Keep each object's JSON as served (`Item::raw`): `cmpoll serve`.
-    raw: bool,
-    /// A listed scope's changes from a short watch (`short_watch.rs`): `cmpoll serve`.
-    short_watch: bool,
-    /// The ids the last list request selected (a short watch goes on from them).
-    listed_ids: Vec<String>,
-    /// This poll's short watches by scope: opened together at its start, then read
-    /// (`short_watch.rs`).
-    opened: HashMap<String, Short>,
-    /// How far each kind's scopes must be taken this poll (`Source::behind`).
-    floors: HashMap<Resource, u64>,
-    /// Following a `cmpoll serve` hub (`follow.rs`), by its held watches (`watching.rs`).
-    follow: Follow,
-    streams: Streams,
-    /// What this poll's watches took (scope, version, ids): held once the poll is
-    /// complete (`Source::polled`).
-    taken: Vec<(String, String, Vec<String>)>,
-    rng: crate::backoff::Rng,
-}
-
-/// A scope's short watch in this poll (`short_watch.rs`).
-enum Short {
-    /// Opened: the version and ids it goes on from, its body.
-    Open {
-        from: u64,
-        ids: Vec<String>,
-        body: Box<kube::client::Body>,
-    },
-    /// Read to its end: from where, up to which version, with which events.
-    Read {
-        from: u64,
-        ids: Vec<String>,
-        rv: u64,
-        events: Vec<watching::Event>,
-    },
-    /// Behind another scope of its kind: listed instead, at least as new as this.
-    Behind(u64),
+    /// What a poll takes besides lists (`upstream.rs`).
+    upstream: Box<dyn Upstream>,
 }
 
 /// What one list request gave: the list's own metadata, how many selected items it held,
@@ -107,49 +77,49 @@ struct Listed {
     meta: ListMeta,
     selected: usize,
     fetch: Vec<Meta>,
-    /// Every selected id, when a hub answered.
+    /// Every selected id, where the upstream keeps them (`Upstream::keeps_ids`).
     ids: Vec<String>,
 }
 
 impl ApiSource {
+    /// A source listing every scope every poll (`Plain`), until told otherwise.
     pub fn new(client: Client, selection: Selection, page_size: u32, mode: ListMode) -> ApiSource {
         ApiSource {
             client,
-            selection,
+            query: Query::new(selection, false),
             page_size,
             mode,
             last_rv: HashMap::new(),
             listed: HashSet::new(),
             full_only: HashSet::new(),
-            warned: HashSet::new(),
-            raw: false,
-            short_watch: false,
-            listed_ids: Vec::new(),
-            opened: HashMap::new(),
-            floors: HashMap::new(),
-            follow: Follow::new(None),
-            streams: Streams::default(),
-            taken: Vec::new(),
-            rng: crate::backoff::Rng::from_time(),
+            upstream: Box::new(Plain),
         }
     }
 
     /// Keeps each object's JSON as the apiserver served it (`Item::raw`).
     pub fn keeping_raw(mut self, raw: bool) -> ApiSource {
-        self.raw = raw;
+        self.query = Query::new(self.query.selection().clone(), raw);
         self
     }
 
-    /// Asks for a listed scope's changes with a short watch (`short_watch.rs`).
+    /// `cmpoll serve`: asks for a listed scope's changes with a short watch
+    /// (`short_watch.rs`); unpaged lists only.
     pub fn short_watching(mut self, on: bool) -> ApiSource {
-        self.short_watch = on;
+        if on && self.page_size == 0 {
+            self.upstream = Box::new(ShortWatch::new());
+        }
         self
     }
 
-    /// Where a `cmpoll serve` hub answers, asks it to hold each poll's first list up to
-    /// `wait` until it has a newer one (see `hub_protocol::WAIT_HEADER`).
+    /// `cmpoll run`: where a `cmpoll serve` hub answers, follows it (`follower.rs`),
+    /// asking it to hold each poll's first list up to `wait` until it has a newer one
+    /// (`hub_protocol::WAIT_HEADER`); unpaged lists only (a page has no version to compare).
     pub fn waiting(mut self, wait: Option<Duration>) -> ApiSource {
-        self.follow = Follow::new(wait);
+        if let Some(wait) = wait
+            && self.page_size == 0
+        {
+            self.upstream = Box::new(Follower::new(wait));
+        }
         self
     }
 
@@ -186,15 +156,13 @@ impl ApiSource {
         prev: &dyn Previous,
         out: &mut dyn Collect,
     ) -> Result<ListMeta, Error> {
-        // A hub this follower holds a list of is watched instead (`watching.rs`).
-        if let Some(meta) = self.watched(scope, out)? {
-            return Ok(meta);
-        }
-        if let Some(meta) = self.short_watched(scope, out)? {
+        // What the upstream took since the list held (a watch), if it can.
+        let (client, query) = (&mut self.client, &mut self.query);
+        if let Some(meta) = self.upstream.changes(client, query, scope, out)? {
             return Ok(meta);
         }
         let mut rv = self.last_rv.get(&scope.key()).cloned();
-        if let Some(Short::Behind(floor)) = self.opened.remove(&scope.key()) {
+        if let Some(floor) = self.upstream.floor(scope) {
             // Listed to be at least as new as the other scopes of its kind.
             let held = rv.as_deref().and_then(|v| v.parse::<u64>().ok());
             rv = Some(held.unwrap_or(0).max(floor).to_string());
@@ -208,31 +176,25 @@ impl ApiSource {
                 None => vec![("resourceVersion", "0".to_string())],
             };
             // A hub holds the poll's first list until it has a newer one.
-            let wait = self.follow.wait_for(&scope.key(), rv.as_deref());
+            let wait = self.upstream.wait_for(scope, rv.as_deref());
             let req = ListRequest {
                 wait,
                 ..ListRequest::new(scope, &params, metadata)
             };
-            let listed = self.fetched_list(req, prev, out);
-            if let Ok(ListMeta {
-                resource_version: Some(v),
-                ..
-            }) = &listed
-            {
-                self.follow.listed(&scope.key(), v);
-                if self.short_watch && !self.follow.hub() {
-                    let ids = std::mem::take(&mut self.listed_ids);
-                    self.taken.push((scope.key(), v.clone(), ids));
+            match self.fetched_list(req, prev, out) {
+                Ok((meta, ids)) => {
+                    if let Some(v) = &meta.resource_version {
+                        self.upstream.listed(scope, v, ids);
+                    }
+                    return Ok(meta);
                 }
-            }
-            match listed {
                 Err(Error::Api(e)) if rv.is_some() && e.is_too_large_resource_version() => {
                     log::info!(
                         "{e}; this apiserver's cache is behind, listing with resourceVersion=0 instead"
                     );
                     rv = None;
                 }
-                other => return other,
+                Err(e) => return Err(e),
             }
         }
     }
@@ -240,13 +202,14 @@ impl ApiSource {
     /// One list request, and the GETs it calls for. With `metadata`, when more changed than
     /// GETs are worth (`worth_a_full_list`), or a GET is forbidden under
     /// `auto`, what this request delivered is forgotten and the same request made again
-    /// for full objects (only this request's: earlier pages stay).
+    /// for full objects (only this request's: earlier pages stay). Returns the list's
+    /// metadata and the ids it selected (where the upstream keeps them).
     fn fetched_list(
         &mut self,
         req: ListRequest,
         prev: &dyn Previous,
         out: &mut dyn Collect,
-    ) -> Result<ListMeta, Error> {
+    ) -> Result<(ListMeta, Vec<String>), Error> {
         let scope = req.scope;
         // A later page of a scope that has just turned to full lists.
         let metadata = req.metadata && !self.full_only.contains(&scope.key());
@@ -259,7 +222,8 @@ impl ApiSource {
                 wait: None,
                 ..req
             };
-            Ok(me.list(full, prev, out)?.meta)
+            let listed = me.list(full, prev, out)?;
+            Ok((listed.meta, listed.ids))
         };
         let resource = scope.1;
         if worth_a_full_list(listed.fetch.len(), listed.selected) {
@@ -282,8 +246,8 @@ impl ApiSource {
                         resource.singular(),
                         meta.id()
                     );
-                    out.unchanged(&self.id(resource, &meta));
-                    self.follow.unsettle(&scope.key());
+                    out.unchanged(&self.query.id(resource, &meta));
+                    self.upstream.unsettle(scope);
                 }
                 Err(Error::Api(e)) if e.code() == Some(403) && self.mode == ListMode::Auto => {
                     log::warn!(
@@ -297,7 +261,7 @@ impl ApiSource {
                 Err(e) => return Err(e),
             }
         }
-        Ok(listed.meta)
+        Ok((listed.meta, listed.ids))
     }
 
     /// One list request; each selected item is unchanged, delivered, or queued for a GET.
@@ -313,13 +277,13 @@ impl ApiSource {
             metadata,
             wait,
         } = req;
-        let url = self.url(scope, params);
+        let url = self.query.url(scope, params);
         let accept = if metadata {
             ACCEPT_METADATA
         } else {
             ACCEPT_JSON
         };
-        self.follow.listing();
+        self.upstream.asking();
         let mut body = match wait {
             Some(w) => match self.client.get_waiting(&url, accept, &scope.action(), w)? {
                 Waited::Body(body) => *body,
@@ -327,10 +291,10 @@ impl ApiSource {
             },
             None => self.client.get(&url, accept, &scope.action())?,
         };
-        self.follow.answered(body.hub());
+        self.upstream.answered(body.hub());
         let fail = body.failure();
         let read = |e: ReadError| read_error(&fail, "not a valid list", e);
-        let annotation = self.selection.folder_annotation.clone();
+        let annotation = self.query.selection().folder_annotation.clone();
         let annotation = annotation.as_deref();
         let mut listed = Listed {
             meta: ListMeta::default(),
@@ -351,12 +315,12 @@ impl ApiSource {
                 let meta = raw.meta(annotation).map_err(read)?;
                 if let Some(meta) = self.take(scope, meta, prev, out, &mut listed) {
                     let mut item = raw
-                        .item(meta, &self.selection.keys, scope.1)
+                        .item(meta, &self.query.selection().keys, scope.1)
                         .map_err(read)?;
-                    if self.raw {
+                    if self.query.raw() {
                         item.raw = Some(raw.raw());
                     }
-                    out.item(self.qualify(item))?;
+                    out.item(self.query.qualify(item))?;
                 }
             }
             listed.meta = list.finish().map_err(read)?;
@@ -377,18 +341,13 @@ impl ApiSource {
                 ))
                 .into());
         }
-        if self.follow.hub() {
-            self.follow.selected(std::mem::take(&mut listed.ids));
-        } else if self.short_watch {
-            self.listed_ids = std::mem::take(&mut listed.ids);
-        }
         Ok(listed)
     }
 
     /// A hub's 304 to a held list: nothing newer than the list this scope had, whose
     /// objects all stay as they were.
     fn not_modified(
-        &mut self,
+        &self,
         scope: Scope,
         params: &[(&str, String)],
         out: &mut dyn Collect,
@@ -396,7 +355,7 @@ impl ApiSource {
         let asked = (params.iter())
             .find(|(k, _)| *k == "resourceVersion")
             .map(|(_, v)| v.as_str());
-        let Some((rv, ids)) = self.follow.not_modified(&scope.key(), asked) else {
+        let Some((rv, ids)) = self.upstream.not_modified(scope, asked) else {
             return Err(Error::Api(kube::Error::Decode {
                 action: scope.action(),
                 cause: "the hub answered 304 Not Modified about a list this cmpoll does not hold"
@@ -406,6 +365,7 @@ impl ApiSource {
         for id in &ids {
             out.unchanged(id);
         }
+        let selected = ids.len();
         log::debug!(
             "{}: not modified since resourceVersion {rv}",
             scope.action()
@@ -417,9 +377,9 @@ impl ApiSource {
                 continue_token: None,
                 remaining_item_count: None,
             },
-            selected: ids.len(),
+            selected,
             fetch: Vec::new(),
-            ids: Vec::new(),
+            ids,
         })
     }
 
@@ -434,12 +394,12 @@ impl ApiSource {
         out: &mut dyn Collect,
         listed: &mut Listed,
     ) -> Option<Meta> {
-        if !self.selected(scope, &meta) {
+        if !self.query.selected(scope, &meta) {
             return None;
         }
         listed.selected += 1;
-        let id = self.id(scope.1, &meta);
-        if self.follow.hub() || self.short_watch {
+        let id = self.query.id(scope.1, &meta);
+        if self.upstream.keeps_ids() {
             listed.ids.push(id.clone());
         }
         if prev.has(&id, &meta.resource_version) {
@@ -450,54 +410,6 @@ impl ApiSource {
             return Some(meta);
         }
         None
-    }
-
-    /// Whether an item the apiserver returned is in the scope and the selection; warns once
-    /// per version about one that is not.
-    fn selected(&mut self, scope: Scope, m: &Meta) -> bool {
-        let in_scope = scope.0.is_none_or(|n| m.namespace == n);
-        if in_scope && self.selection.admits(&m.namespace, &m.name, &m.labels) {
-            return true;
-        }
-        let id = m.id();
-        if self.warned.insert(format!(
-            "{}/{id}@{}",
-            scope.1.singular(),
-            m.resource_version
-        )) {
-            log::warn!(
-                "the apiserver returned {} {id}, which the selection does not match; ignored",
-                scope.1.singular()
-            );
-        }
-        false
-    }
-
-    /// The module id of a listed object (see `Resources::id`).
-    fn id(&self, kind: Resource, m: &Meta) -> String {
-        self.selection.resources.id(kind, &m.namespace, &m.name)
-    }
-
-    /// An item as the poll takes it: its id qualified by its kind when both are listed.
-    fn qualify(&self, mut item: Item) -> Item {
-        item.qualified = self.selection.resources.qualified();
-        item
-    }
-
-    fn url(&self, scope: Scope, params: &[(&str, String)]) -> String {
-        let mut query = Vec::new();
-        if !self.selection.labels.as_str().is_empty() {
-            query.push(("labelSelector", self.selection.labels.as_str().to_string()));
-        }
-        if !self.selection.fields.as_str().is_empty() {
-            query.push(("fieldSelector", self.selection.fields.as_str().to_string()));
-        }
-        query.extend(params.iter().map(|(k, v)| (*k, v.clone())));
-        let query: Vec<String> = query
-            .iter()
-            .map(|(k, v)| format!("{k}={}", encode(v)))
-            .collect();
-        format!("{}?{}", scope.path(), query.join("&"))
     }
 
     /// Records a scope's new resourceVersion, refusing one older than the last: after the
@@ -542,42 +454,36 @@ fn read_error(fail: &Failure, what: &str, e: ReadError) -> kube::Error {
 impl Source for ApiSource {
     fn list(&mut self, prev: &dyn Previous, out: &mut dyn Collect) -> Result<(), Error> {
         self.client.refresh_credentials();
-        self.follow.poll();
-        let scopes: Vec<Option<String>> = if self.selection.namespaces.is_empty() {
-            vec![None]
-        } else {
-            self.selection
-                .namespaces
-                .iter()
-                .cloned()
-                .map(Some)
-                .collect()
+        let selection = self.query.selection();
+        let namespaces: Vec<Option<String>> = match selection.namespaces.is_empty() {
+            true => vec![None],
+            false => selection.namespaces.iter().cloned().map(Some).collect(),
         };
-        let all: Vec<Scope> = (self.selection.resources.iter())
-            .flat_map(|r| scopes.iter().map(move |ns| Scope(ns.as_deref(), r)))
+        let all: Vec<Scope> = (selection.resources.iter())
+            .flat_map(|r| namespaces.iter().map(move |ns| Scope(ns.as_deref(), r)))
+            .collect();
+        let named: Vec<Option<Vec<String>>> = all.iter().map(|s| self.query.named(*s)).collect();
+        let lists: Vec<Scope> = (all.iter().zip(&named))
+            .filter(|(_, names)| names.is_none())
+            .map(|(s, _)| *s)
             .collect();
         // Each kind from its own endpoint, with its own list mode and RBAC; a failure of
-        // either fails the poll.
-        // A short watch's scopes are taken last, once every other scope is listed: a
-        // scope the others moved past is listed too (`short_watch.rs`, `level`).
-        let listed = self.open_short_watches(&all).and_then(|()| {
-            self.read_short_watches(&all)?;
-            let mut watched = Vec::new();
-            for &scope in &all {
-                match self.named(scope) {
-                    Some(names) => self.get_named(scope, &names, out)?,
-                    None if self.opened.contains_key(&scope.key()) => watched.push(scope),
-                    None => self.list_scope(scope, prev, out)?,
-                }
+        // either fails the poll. The upstream's `later` scopes are taken last, once every
+        // other scope is listed (`Upstream::level`).
+        self.upstream.start(&mut self.client, &self.query, &lists)?;
+        let mut later = Vec::new();
+        for (&scope, names) in all.iter().zip(&named) {
+            match names {
+                Some(names) => self.get_named(scope, names, out)?,
+                None if self.upstream.later(scope) => later.push(scope),
+                None => self.list_scope(scope, prev, out)?,
             }
-            self.level(&all);
-            for scope in watched {
-                self.list_scope(scope, prev, out)?;
-            }
-            Ok(())
-        });
-        self.opened.clear();
-        listed
+        }
+        self.upstream.level(&lists, &self.last_rv);
+        for scope in later {
+            self.list_scope(scope, prev, out)?;
+        }
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -585,34 +491,19 @@ impl Source for ApiSource {
     }
 
     fn hub_waits(&self) -> bool {
-        self.follow.hub_waits(self.page_size > 0)
+        self.upstream.hub_waits()
     }
 
-    /// A complete poll: what its watches took is held. A failed one: their watches are
-    /// given up, so that the next poll watches again from what is held, and the hub
-    /// sends the changes this poll took again (it keeps them in its history).
     fn watches_briefly(&self) -> Duration {
-        match self.short_watch && !self.follow.hub() && self.page_size == 0 {
-            true => SHORT_WATCH,
-            false => Duration::ZERO,
-        }
+        self.upstream.watches_briefly()
     }
 
     fn behind(&mut self, kind: Resource, resource_version: u64) {
-        let floor = self.floors.entry(kind).or_insert(0);
-        *floor = (*floor).max(resource_version);
+        self.upstream.behind(kind, resource_version);
     }
 
     fn polled(&mut self, complete: bool) {
-        if complete {
-            self.floors.clear();
-        }
-        for (scope, rv, ids) in std::mem::take(&mut self.taken) {
-            match complete {
-                true => self.follow.hold(&scope, &rv, ids),
-                false => self.streams.close(&scope),
-            }
-        }
+        self.upstream.polled(complete);
     }
 }
 

@@ -1,4 +1,4 @@
-//! What a source keeps of a `cmpoll serve` hub's answers, to follow it: whether the server
+//! What a follower (`api/follower.rs`) keeps of a `cmpoll serve` hub's answers, to follow it: whether the server
 //! is a hub (it says so on every answer), how long each poll's first list may wait there
 //! (`hub_protocol::WAIT_HEADER`), and each scope's last list from the hub — its
 //! resourceVersion and the ids it selected — so that a 304 Not Modified keeps them all.
@@ -11,23 +11,21 @@ use std::time::Duration;
 /// A follower's state.
 #[derive(Debug, Default)]
 pub struct Follow {
-    /// How long a hub may hold a poll's first list (`None`: never asked).
-    wait: Option<Duration>,
+    /// How long a hub may hold a poll's first list.
+    wait: Duration,
     /// The last answer came from a hub.
     hub: bool,
     /// No list request of this poll was made yet.
     first_of_poll: bool,
     /// Each scope's last list from a hub: its resourceVersion and the ids it selected.
     held: HashMap<String, (String, Vec<String>)>,
-    /// The ids the last list request selected (from a hub only).
-    last_ids: Vec<String>,
     unsettled: HashSet<String>,
     /// Why the hub will not be watched (it refused): followed with waiting lists.
     refused: Option<String>,
 }
 
 impl Follow {
-    pub fn new(wait: Option<Duration>) -> Follow {
+    pub fn new(wait: Duration) -> Follow {
         Follow {
             wait,
             first_of_poll: true,
@@ -56,7 +54,7 @@ impl Follow {
     pub fn wait_for(&mut self, scope: &str, rv: Option<&str>) -> Option<Duration> {
         let settled = !self.unsettled.remove(scope);
         let wait =
-            (self.wait).filter(|_| self.hub && self.first_of_poll && rv.is_some() && settled);
+            Some(self.wait).filter(|_| self.hub && self.first_of_poll && rv.is_some() && settled);
         self.first_of_poll = false;
         wait
     }
@@ -66,15 +64,10 @@ impl Follow {
         self.first_of_poll = false;
     }
 
-    /// The ids a list request from a hub selected.
-    pub fn selected(&mut self, ids: Vec<String>) {
-        self.last_ids = ids;
-    }
-
-    /// `scope`'s list at `rv` is complete: what a 304 about it keeps.
-    pub fn listed(&mut self, scope: &str, rv: &str) {
+    /// `scope`'s list at `rv`, selecting `ids`, is complete: what a 304 about it keeps
+    /// (from a hub only).
+    pub fn listed(&mut self, scope: &str, rv: &str, ids: Vec<String>) {
         if self.hub {
-            let ids = std::mem::take(&mut self.last_ids);
             self.held.insert(scope.to_string(), (rv.to_string(), ids));
         }
     }
@@ -82,7 +75,7 @@ impl Follow {
     /// The list of `scope` a watch may go on from (`watching.rs`): only from a hub that
     /// watches, only where a list from it is held and the scope is settled.
     pub fn watchable(&self, scope: &str) -> Option<(String, Vec<String>)> {
-        let ok = self.hub && self.wait.is_some() && self.refused.is_none();
+        let ok = self.hub && self.refused.is_none();
         let held = self
             .held
             .get(scope)
@@ -90,17 +83,11 @@ impl Follow {
         Some(held.clone())
     }
 
-    /// `scope`'s list or watch held (its resourceVersion and ids), whoever served it: what
-    /// a short watch of the apiserver goes on from (`api/short_watch.rs`).
-    pub fn held(&self, scope: &str) -> Option<(String, Vec<String>)> {
-        self.held.get(scope).cloned()
-    }
-
     /// How long a watch of a scope may wait at the hub: the poll's first, its wait; the
     /// others none (they answer with what there is). The watch is being made now.
     pub fn watch_wait(&mut self) -> Duration {
         let wait = match self.first_of_poll {
-            true => self.wait.unwrap_or_default(),
+            true => self.wait,
             false => Duration::ZERO,
         };
         self.first_of_poll = false;
@@ -109,7 +96,7 @@ impl Follow {
 
     /// The wait a held watch is opened with: the hub commits at least this often.
     pub fn hold_wait(&self) -> Duration {
-        self.wait.unwrap_or_default().max(Duration::from_secs(1))
+        self.wait.max(Duration::from_secs(1))
     }
 
     /// `scope` is held at `rv` with `ids` (after a watch's change).
@@ -128,16 +115,11 @@ impl Follow {
     }
 
     /// The ids a 304 about `scope` at `asked` keeps, if that is the list held.
-    pub fn not_modified(
-        &mut self,
-        scope: &str,
-        asked: Option<&str>,
-    ) -> Option<(String, Vec<String>)> {
+    pub fn not_modified(&self, scope: &str, asked: Option<&str>) -> Option<(String, Vec<String>)> {
         let (rv, ids) = self
             .held
             .get(scope)
             .filter(|(rv, _)| Some(rv.as_str()) == asked)?;
-        self.last_ids = ids.clone();
         Some((rv.clone(), ids.clone()))
     }
 
@@ -146,9 +128,9 @@ impl Follow {
         self.unsettled.insert(scope.to_string());
     }
 
-    /// The next poll may start at once: a hub holds it (unpaged lists only).
-    pub fn hub_waits(&self, paged: bool) -> bool {
-        self.hub && self.wait.is_some() && !paged
+    /// The next poll may start at once: a hub holds it.
+    pub fn hub_waits(&self) -> bool {
+        self.hub
     }
 }
 
@@ -158,7 +140,7 @@ mod tests {
 
     #[test]
     fn only_a_hubs_first_settled_list_with_a_version_waits() {
-        let mut f = Follow::new(Some(Duration::from_secs(30)));
+        let mut f = Follow::new(Duration::from_secs(30));
         f.poll();
         assert_eq!(f.wait_for("cm/", Some("5")), None, "not a hub yet");
         f.answered(true);
@@ -180,13 +162,12 @@ mod tests {
         );
         f.poll();
         assert_eq!(f.wait_for("cm/", Some("5")), Some(Duration::from_secs(30)));
-        f.selected(vec!["a/x".into()]);
-        f.listed("cm/", "7");
+        f.listed("cm/", "7", vec!["a/x".into()]);
         assert_eq!(f.not_modified("cm/", Some("6")), None, "another list");
         assert_eq!(
             f.not_modified("cm/", Some("7")),
             Some(("7".to_string(), vec!["a/x".to_string()]))
         );
-        assert!(f.hub_waits(false) && !f.hub_waits(true));
+        assert!(f.hub_waits());
     }
 }

@@ -1,7 +1,8 @@
 //! Where ConfigMaps come from: an apiserver (`api.rs`, its requests in `scope.rs`, reading
-//! lists with `reader.rs` and metadata lists in protobuf with `proto.rs`, following a
-//! `cmpoll serve` hub with `follow.rs`, its held watches read by `watching.rs` and taken
-//! by `api/watched.rs`) or a manifests folder (`manifests/`);
+//! lists with `reader.rs` and metadata lists in protobuf with `proto.rs`; what a poll
+//! takes besides lists is its upstream, `api/upstream.rs`: following a `cmpoll serve` hub
+//! with `follow.rs` and its held watches read by `watching.rs`, or `cmpoll serve`'s short
+//! watches) or a manifests folder (`manifests/`);
 //! `origin.rs` chooses and opens one. This file is what every source speaks: `Source`,
 //! `Collect`, `Previous`, `Error`.
 //!

@@ -4,23 +4,11 @@
 
 use super::{ACCEPT_JSON, ApiSource, read_error};
 use crate::kube;
-use crate::source::reader::{Meta, read_object};
+use crate::source::reader::Meta;
 use crate::source::scope::{Scope, encode};
 use crate::source::{Collect, Error, Item, Resource};
 
 impl ApiSource {
-    /// The names read in `scope` instead of a list by label (`Selection::names`); `None`
-    /// where no entry names the scope's namespace and kind (and in all namespaces).
-    pub(super) fn named(&self, scope: Scope) -> Option<Vec<String>> {
-        let ns = scope.0?;
-        let names: Vec<String> = (self.selection.names.iter())
-            .filter(|n| n.namespace.as_deref().is_none_or(|x| x == ns))
-            .filter(|n| n.kind.is_none_or(|k| k == scope.1))
-            .map(|n| n.name.clone())
-            .collect();
-        (!names.is_empty()).then_some(names)
-    }
-
     /// Objects read by name: each GET that finds one delivers it (its labels are not
     /// checked: it was named); a 404 NotFound about it means it is absent.
     pub(super) fn get_named(
@@ -40,26 +28,19 @@ impl ApiSource {
                 resource.plural(),
                 encode(name)
             );
-            let annotation = self.selection.folder_annotation.clone();
             let got = self
                 .client
                 .get(&url, ACCEPT_JSON, &action)
                 .and_then(|body| {
                     let fail = body.failure();
-                    read_object(
-                        body,
-                        &self.selection.keys,
-                        resource,
-                        annotation.as_deref(),
-                        self.raw,
-                    )
-                    .map_err(|e| read_error(&fail, "not a valid object", e))
+                    (self.query.read(body, resource))
+                        .map_err(|e| read_error(&fail, "not a valid object", e))
                 });
             match got {
                 Ok((kind, got, item))
                     if kind == resource.kind() && got.name == *name && got.namespace == ns =>
                 {
-                    out.item(self.qualify(item))?;
+                    out.item(self.query.qualify(item))?;
                 }
                 Ok((kind, got, _)) => {
                     return Err(Error::Api(kube::Error::Decode {
@@ -97,8 +78,7 @@ impl ApiSource {
                 .get(&url, ACCEPT_JSON, &action)
                 .and_then(|body| {
                     let fail = body.failure();
-                    let annotation = self.selection.folder_annotation.as_deref();
-                    read_object(body, &self.selection.keys, resource, annotation, self.raw)
+                    (self.query.read(body, resource))
                         .map_err(|e| read_error(&fail, "not a valid object", e))
                 });
             match got {
@@ -124,10 +104,9 @@ impl ApiSource {
                         );
                         return Ok(None);
                     }
-                    let admitted = self
-                        .selection
-                        .admits(&got.namespace, &got.name, &got.labels);
-                    return Ok(admitted.then(|| self.qualify(item)));
+                    let admitted =
+                        (self.query.selection()).admits(&got.namespace, &got.name, &got.labels);
+                    return Ok(admitted.then(|| self.query.qualify(item)));
                 }
                 Ok((kind, _, _)) => {
                     return Err(Error::Api(kube::Error::Decode {

@@ -49,7 +49,7 @@ impl ApiSource {
             }
             let meta =
                 match self.fetched_list(ListRequest::new(scope, &params, metadata), prev, out) {
-                    Ok(meta) => meta,
+                    Ok((meta, _)) => meta,
                     Err(Error::Api(e)) if token.is_some() && e.is_expired() => {
                         // client-go's pager: one full list, no limit, no continue, no RV.
                         log::warn!(
@@ -57,11 +57,8 @@ impl ApiSource {
                             scope.action()
                         );
                         out.rewind(scope_start)?;
-                        return self.fetched_list(
-                            ListRequest::new(scope, &[], metadata),
-                            prev,
-                            out,
-                        );
+                        let req = ListRequest::new(scope, &[], metadata);
+                        return Ok(self.fetched_list(req, prev, out)?.0);
                     }
                     Err(e) => return Err(e),
                 };

@@ -11,38 +11,83 @@
 //! The watch is read to its end or the poll fails (a stream cut mid-way changes nothing,
 //! and the next poll asks from the same version; one longer than `--max-response-bytes`
 //! is listed instead); its events are taken as a list would
-//! have given them (`watched.rs`: each id unchanged, delivered or gone), held once the
+//! have given them (`Query::changed`: each id unchanged, delivered or gone), held once the
 //! poll is complete. A scope is listed instead when it was not listed yet, when the cache
 //! no longer holds the events since that version (`410 Expired`, or a cache behind it:
 //! `504`), and for the rest of the run when the apiserver or the hub's role refuses the
 //! watch (403, 405, or 400 from a server that does not watch: one warning; the role needs
-//! `watch` besides `list` and `get`).
+//! `watch` besides `list` and `get`), or the server says it is a hub itself. Paged lists
+//! are never short-watched (`ApiSource::new` gives them `Plain`).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
+use std::time::Duration;
 
-use super::{ApiSource, SHORT_WATCH, Short};
-use crate::kube;
+use super::query::Query;
+use super::upstream::Upstream;
+use crate::kube::{self, Client};
 use crate::source::reader::ListMeta;
 use crate::source::scope::Scope;
 use crate::source::watching::{self, Line};
 use crate::source::{Collect, Error, Resource};
 
-impl ApiSource {
+/// A short watch's `timeoutSeconds`: the apiserver ends it after this.
+const SHORT_WATCH: Duration = Duration::from_secs(1);
+
+/// `cmpoll serve`'s upstream: what each listed scope holds, this poll's short watches, and
+/// how far each kind must be taken.
+pub(super) struct ShortWatch {
+    /// Off for the rest of the run: the apiserver or the role refused a watch, or the
+    /// server is itself a hub (which is listed).
+    off: bool,
+    /// Each scope's list or watch held (its resourceVersion and ids): what its next short
+    /// watch goes on from.
+    held: HashMap<String, (String, Vec<String>)>,
+    /// This poll's short watches by scope: opened together at its start, then read.
+    opened: HashMap<String, Short>,
+    /// How far each kind's scopes must be taken this poll (`Source::behind`).
+    floors: HashMap<Resource, u64>,
+    /// What this poll took (scope, version, ids): held once the poll is complete.
+    taken: Vec<(String, String, Vec<String>)>,
+}
+
+/// A scope's short watch in this poll.
+enum Short {
+    /// Opened: the version and ids it goes on from, its body.
+    Open {
+        from: u64,
+        ids: Vec<String>,
+        body: Box<kube::client::Body>,
+    },
+    /// Read to its end: from where, up to which version, with which events.
+    Read {
+        from: u64,
+        ids: Vec<String>,
+        rv: u64,
+        events: Vec<watching::Event>,
+    },
+    /// Behind another scope of its kind: listed instead, at least as new as this.
+    Behind(u64),
+}
+
+impl ShortWatch {
+    pub fn new() -> ShortWatch {
+        ShortWatch {
+            off: false,
+            held: HashMap::new(),
+            opened: HashMap::new(),
+            floors: HashMap::new(),
+            taken: Vec::new(),
+        }
+    }
+
     /// Opens the short watch of each of `scopes` whose version is held, all before any is
     /// read: each ends a second after it opened, so that a poll of many scopes (namespaces,
     /// kinds) takes a second, not a second each. A scope that cannot be watched from its
     /// version is listed; a refused watch turns the short watch off.
-    pub(super) fn open_short_watches(&mut self, scopes: &[Scope]) -> Result<(), Error> {
-        self.opened.clear();
-        if !self.short_watch || self.follow.hub() || self.page_size > 0 {
-            return Ok(());
-        }
+    fn open(&mut self, client: &mut Client, query: &Query, scopes: &[Scope]) -> Result<(), Error> {
         for &scope in scopes {
-            if self.named(scope).is_some() {
-                continue;
-            }
-            let Some((held, ids)) = self.follow.held(&scope.key()) else {
+            let Some((held, ids)) = self.held.get(&scope.key()).cloned() else {
                 continue;
             };
             let Ok(from) = held.parse::<u64>() else {
@@ -54,18 +99,13 @@ impl ApiSource {
                 ("resourceVersion", held),
                 ("timeoutSeconds", SHORT_WATCH.as_secs().to_string()),
             ];
-            let url = self.url(scope, &params);
+            let url = query.url(scope, &params);
             let action = scope.action();
-            match self.client.watch_briefly(&url, &action, SHORT_WATCH) {
+            match client.watch_briefly(&url, &action, SHORT_WATCH) {
                 Ok(body) => {
-                    self.opened.insert(
-                        scope.key(),
-                        Short::Open {
-                            from,
-                            ids,
-                            body: Box::new(body),
-                        },
-                    );
+                    let body = Box::new(body);
+                    self.opened
+                        .insert(scope.key(), Short::Open { from, ids, body });
                 }
                 Err(e) if matches!(e.code(), Some(400 | 403 | 405)) => {
                     let r = scope.1.plural();
@@ -76,7 +116,7 @@ impl ApiSource {
                     log::warn!(
                         "{e}; listing from now on (a list visits every stored {r} of its scope{hint})"
                     );
-                    self.short_watch = false;
+                    self.off = true;
                     self.opened.clear();
                     return Ok(());
                 }
@@ -90,8 +130,8 @@ impl ApiSource {
     }
 
     /// Reads each of `scopes`' short watches to its end, keeping what it said for
-    /// `short_watched`; a scope whose watch says it must be listed is listed instead.
-    pub(super) fn read_short_watches(&mut self, scopes: &[Scope]) -> Result<(), Error> {
+    /// `changes`; a scope whose watch says it must be listed is listed instead.
+    fn read(&mut self, scopes: &[Scope]) -> Result<(), Error> {
         for &scope in scopes {
             let Some(Short::Open { from, ids, body }) = self.opened.remove(&scope.key()) else {
                 continue;
@@ -108,6 +148,22 @@ impl ApiSource {
         }
         Ok(())
     }
+}
+
+impl Upstream for ShortWatch {
+    fn start(&mut self, client: &mut Client, query: &Query, scopes: &[Scope]) -> Result<(), Error> {
+        self.opened.clear();
+        if self.off {
+            return Ok(());
+        }
+        self.open(client, query, scopes)?;
+        self.read(scopes)
+    }
+
+    /// A short-watched scope is taken once every other scope is listed.
+    fn later(&self, scope: Scope) -> bool {
+        self.opened.contains_key(&scope.key())
+    }
 
     /// Levels the scopes of each kind: a short-watched scope older than the newest
     /// version a scope of its kind reached in this poll — by a change its short watch
@@ -118,7 +174,7 @@ impl ApiSource {
     /// namespace would wait for a write in every other. A poll that finds no change lists
     /// nothing more; one that finds one lists each other scope of its kind once
     /// (a metadata list, as any list after the first).
-    pub(super) fn level(&mut self, scopes: &[Scope]) {
+    fn level(&mut self, scopes: &[Scope], last_rv: &HashMap<String, String>) {
         let reached: Vec<Reached> = (scopes.iter())
             .map(|scope| match self.opened.get(&scope.key()) {
                 Some(Short::Read { rv, events, .. }) => Reached::Watched {
@@ -127,7 +183,7 @@ impl ApiSource {
                     changed: !events.is_empty(),
                 },
                 Some(_) => Reached::Other,
-                None => match (self.last_rv.get(&scope.key())).and_then(|v| v.parse().ok()) {
+                None => match (last_rv.get(&scope.key())).and_then(|v| v.parse().ok()) {
                     Some(rv) => Reached::Listed { kind: scope.1, rv },
                     None => Reached::Other,
                 },
@@ -145,13 +201,15 @@ impl ApiSource {
 
     /// `scope`'s change since the version held, from its short watch read to its end;
     /// `None` when it must be listed instead.
-    pub(super) fn short_watched(
+    fn changes(
         &mut self,
+        _: &mut Client,
+        query: &mut Query,
         scope: Scope,
         out: &mut dyn Collect,
     ) -> Result<Option<ListMeta>, Error> {
         // Only a watch read to its end is taken here: a scope behind the others stays for
-        // its list (`list_cached`), at least as new as they are.
+        // its list (`floor`), at least as new as they are.
         if !matches!(self.opened.get(&scope.key()), Some(Short::Read { .. })) {
             return Ok(None);
         }
@@ -169,8 +227,60 @@ impl ApiSource {
             scope.action(),
             events.len()
         );
-        self.changed(scope, from, rv, events.into_iter(), ids, out)
-            .map(Some)
+        let (meta, ids) = query.changed(scope, from, rv, events.into_iter(), ids, out)?;
+        if let Some(rv) = &meta.resource_version {
+            self.taken.push((scope.key(), rv.clone(), ids));
+        }
+        Ok(Some(meta))
+    }
+
+    /// A scope behind another of its kind: listed to be at least as new.
+    fn floor(&mut self, scope: Scope) -> Option<u64> {
+        match self.opened.remove(&scope.key()) {
+            Some(Short::Behind(floor)) => Some(floor),
+            _ => None,
+        }
+    }
+
+    /// A server that says it is a hub is listed, never short-watched.
+    fn answered(&mut self, hub: bool) {
+        if hub {
+            self.off = true;
+        }
+    }
+
+    fn keeps_ids(&self) -> bool {
+        !self.off
+    }
+
+    fn listed(&mut self, scope: Scope, rv: &str, ids: Vec<String>) {
+        if !self.off {
+            self.taken.push((scope.key(), rv.to_string(), ids));
+        }
+    }
+
+    fn watches_briefly(&self) -> Duration {
+        match self.off {
+            true => Duration::ZERO,
+            false => SHORT_WATCH,
+        }
+    }
+
+    fn behind(&mut self, kind: Resource, resource_version: u64) {
+        let floor = self.floors.entry(kind).or_insert(0);
+        *floor = (*floor).max(resource_version);
+    }
+
+    /// A complete poll: what it took is held, and the floors are met.
+    fn polled(&mut self, complete: bool) {
+        self.opened.clear();
+        if complete {
+            self.floors.clear();
+            for (scope, rv, ids) in std::mem::take(&mut self.taken) {
+                self.held.insert(scope, (rv, ids));
+            }
+        }
+        self.taken.clear();
     }
 }
 
