@@ -8,7 +8,14 @@ Fails (exit 1) when a file has more than FILE_MOST lines of code, or a function 
 signature to its closing brace) more than FN_MOST, unless the file is named in LARGER
 below with its own bound and the reason it may be larger.
 
-`--all` prints every file's count and its largest function; `--top N` the N largest files.
+Measures types too, so that a feature that would fill a type has to cut it rather than
+move part of its `impl` into a child file: a struct may have FIELDS_MOST named fields,
+and its inherent `impl` blocks — in its own file and in the files of that file's room
+(`x.rs`'s `x/`, `mod.rs`'s folder) — IMPL_MOST lines of code in all, unless the type is
+named in WIDER below (as `file::Type`) with its own bounds and the reason.
+
+`--all` prints every file's count and its largest function; `--top N` the N largest files;
+`--types` every struct's fields and impl lines.
 """
 import glob
 import os
@@ -22,6 +29,20 @@ FN_MOST = 120
 LARGER = {
     'selector.rs': (800, "the label and field selector grammar, messages included, as one parser"),
     'source/reader.rs': (800, "the streaming list reader: one parser of the apiserver's JSON"),
+}
+
+FIELDS_MOST = 12
+# Most of a file: a type is one unit a reader holds, wherever its methods are written.
+IMPL_MOST = 500
+
+# A type that may have more fields, its bounds (fields, impl lines), and why (one line):
+# plain data, each field one setting, one count or one fact, read by name.
+WIDER = {
+    'https/server/limits.rs::Limits': (17, IMPL_MOST, "the hub's bounds, one field per flag or constant, plain data"),
+    'ops/metrics.rs::Metrics': (18, IMPL_MOST, "one field per metric family of SPEC's /metrics"),
+    'kube/kubeconfig.rs::RawAuthInfo': (14, IMPL_MOST, "a kubeconfig's users[].user as the file has it (client-go's AuthInfo)"),
+    'kube/kubeconfig.rs::AuthInfo': (14, IMPL_MOST, "RawAuthInfo read: the same fields, checked"),
+    'batch/observe.rs::Record': (14, IMPL_MOST, "what one commit did, one fact per field, each read by an observer"),
 }
 
 args = [a for a in sys.argv[1:] if not a.startswith('--')]
@@ -135,6 +156,91 @@ def functions(code, spans, counted):
     return out
 
 
+def generics_end(code, at):
+    """Past the `<...>` opened at `at` (angle brackets balanced; `->` is not one)."""
+    depth = 0
+    for j in range(at, len(code)):
+        if code[j] == '<':
+            depth += 1
+        elif code[j] == '>' and code[j - 1] != '-':
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return len(code)
+
+
+def structs(code, spans):
+    """(name, named fields) of each struct with a body outside `spans`."""
+    out = []
+    for m in re.finditer(r'\bstruct\s+([A-Za-z_][A-Za-z0-9_]*)', code):
+        if any(a <= m.start() <= b for a, b in spans):
+            continue
+        j = m.end()
+        if j < len(code) and code[j] == '<':
+            j = generics_end(code, j)
+        brace, other = code.find('{', j), re.search(r'[;(]', code[j:])
+        if brace < 0 or (other and j + other.start() < brace):
+            continue  # a unit or tuple struct
+        end = close_of(code, brace)
+        depth, fields = 0, 0
+        for line in code[brace + 1:end].split('\n'):
+            if depth == 0 and re.match(r'\s*(pub(\([^)]*\))?\s+)?[a-z_][a-z0-9_]*\s*:(?!:)', line):
+                fields += 1
+            depth += line.count('{') + line.count('(') + line.count('[')
+            depth -= line.count('}') + line.count(')') + line.count(']')
+        out.append((m.group(1), fields))
+    return out
+
+
+def inherent_impls(code, spans, counted):
+    """(type name, lines of code) of each inherent `impl` block outside `spans`."""
+    out = []
+    for m in re.finditer(r'\bimpl\b', code):
+        if any(a <= m.start() <= b for a, b in spans):
+            continue
+        j = m.end()
+        while j < len(code) and code[j].isspace():
+            j += 1
+        if j < len(code) and code[j] == '<':
+            j = generics_end(code, j)
+        brace = code.find('{', j)
+        if brace < 0:
+            continue
+        head = code[j:brace]
+        if re.search(r'\bfor\b', head) or ';' in head:
+            continue  # a trait's impl
+        name = re.match(r'\s*(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)', head)
+        if not name:
+            continue
+        end = close_of(code, brace)
+        first, last = line_of(code, m.start()), line_of(code, end)
+        out.append((name.group(1), len([i for i in range(first, last + 1) if i in counted])))
+    return out
+
+
+def room_of(rel):
+    """The folder a file's child files live in."""
+    base, stem = os.path.dirname(rel), os.path.basename(rel)[:-3]
+    return base if stem in ('mod', 'lib', 'main') else os.path.join(base, stem)
+
+
+def type_failures(defined, impls):
+    """The types over their bounds: `defined` is [(file, name, fields)], `impls`
+    [(file, name, lines)]."""
+    failures = []
+    for rel, name, fields in defined:
+        key = f'{rel}::{name}'
+        fields_most, impl_most, _ = WIDER.get(key, (FIELDS_MOST, IMPL_MOST, None))
+        room = room_of(rel)
+        lines = sum(n for f, t, n in impls
+                    if t == name and (f == rel or (f.startswith(room + os.sep) and room)))
+        if fields > fields_most:
+            failures.append(f'{key}: {fields} fields (at most {fields_most}): cut the type')
+        if lines > impl_most:
+            failures.append(f'{key}: {lines} lines of code in its impl blocks, across its room (at most {impl_most}): cut the type')
+    return failures
+
+
 def test_files(root):
     """Files their parent declares under `#[cfg(test)]`."""
     found = set()
@@ -152,6 +258,7 @@ def test_files(root):
 def main():
     tests = test_files(root)
     rows, failures = [], []
+    defined, impls = [], []
     for p in sorted(glob.glob(f'{root}/**/*.rs', recursive=True)):
         if os.path.normpath(p) in tests:
             continue
@@ -160,6 +267,8 @@ def main():
         spans = test_spans(code)
         counted = counted_lines(code, spans)
         fns = functions(code, spans, counted)
+        defined += [(rel, name, n) for name, n in structs(code, spans)]
+        impls += [(rel, name, n) for name, n in inherent_impls(code, spans, counted)]
         most, why = LARGER.get(rel, (FILE_MOST, None))
         loc = len(counted)
         big = max(fns, key=lambda f: f[1], default=('-', 0))
@@ -169,6 +278,13 @@ def main():
         for name, n in fns:
             if n > FN_MOST:
                 failures.append(f'{rel}: fn {name} has {n} lines of code (at most {FN_MOST})')
+    failures += type_failures(defined, impls)
+    if '--types' in flags:
+        for rel, name, fields in sorted(defined, key=lambda d: -d[2]):
+            room = room_of(rel)
+            lines = sum(n for f, t, n in impls
+                        if t == name and (f == rel or (f.startswith(room + os.sep) and room)))
+            print(f'{fields:3} fields {lines:4} impl lines  {rel}::{name}')
     if '--all' in flags or '--top' in flags:
         top = len(rows)
         if '--top' in flags:
@@ -181,6 +297,8 @@ def main():
         print('  ' + f)
     for rel, (most, why) in LARGER.items():
         print(f'  {rel} may have {most}: {why}')
+    for key, (fields, lines, why) in WIDER.items():
+        print(f'  {key} may have {fields} fields and {lines} impl lines: {why}')
     sys.exit(1 if failures else 0)
 
 

@@ -75,14 +75,46 @@ enum Class {
     Signed,
 }
 
+/// The budgets reviews draw on: tokens nobody knows (and the hub's own refusals), those
+/// the cluster's issuer signed, and renewals; each by its own lock.
+struct ReviewBudgets {
+    unknown: Mutex<Budget>,
+    signed: Mutex<Budget>,
+    renewals: Mutex<Budget>,
+}
+
+impl ReviewBudgets {
+    fn new((rate, burst): (f64, f64), now: Instant) -> ReviewBudgets {
+        ReviewBudgets {
+            unknown: Mutex::new(Budget::new(rate, burst, now)),
+            signed: Mutex::new(Budget::new(SIGNED_RATE, SIGNED_BURST, now)),
+            renewals: Mutex::new(Budget::new(RENEW_RATE, RENEW_BURST, now)),
+        }
+    }
+
+    /// One review of a token of `class` (a `renewal` whatever its class), or how long to
+    /// wait and the budget's name (`cmpoll_serve_turned_away_total`).
+    fn take(
+        &self,
+        renewal: bool,
+        class: Class,
+        now: Instant,
+    ) -> Result<(), (Duration, &'static str)> {
+        let (budget, why) = match (renewal, class) {
+            (true, _) => (&self.renewals, "renewals"),
+            (false, Class::Signed) => (&self.signed, "signed"),
+            (false, Class::Unknown) => (&self.unknown, "reviews"),
+        };
+        lock(budget).take(now).map_err(|wait| (wait, why))
+    }
+}
+
 /// Authentication with its caches and budgets.
 pub struct Authenticator {
     reviewer: Arc<dyn Reviewer>,
     known: Mutex<Cache<[u8; 32], Arc<User>>>,
     refused: Mutex<Cache<[u8; 32], ()>>,
-    budget: Mutex<Budget>,
-    signed: Mutex<Budget>,
-    renewals: Mutex<Budget>,
+    budgets: ReviewBudgets,
     decisions: Decisions,
     counts: ServerCounts,
     rng: Mutex<Rng>,
@@ -109,9 +141,7 @@ impl Authenticator {
             reviewer,
             known: Mutex::new(Cache::new(MAX_ENTRIES)),
             refused: Mutex::new(Cache::new(MAX_ENTRIES)),
-            budget: Mutex::new(Budget::new(rate, burst, now)),
-            signed: Mutex::new(Budget::new(SIGNED_RATE, SIGNED_BURST, now)),
-            renewals: Mutex::new(Budget::new(RENEW_RATE, RENEW_BURST, now)),
+            budgets: ReviewBudgets::new((rate, burst), now),
             decisions,
             counts,
             rng: Mutex::new(Rng::from_time()),
@@ -248,8 +278,8 @@ impl Authenticator {
     /// and fill the refusal cache no faster (beyond it, 429).
     fn refused_here(&self, key: [u8; 32], why: &str, keep: bool, now: Instant) -> Halt {
         log::debug!("--token-audience: a token for the hub refused: {why}");
-        if let Err(wait) = lock(&self.budget).take(now) {
-            self.counts.turned_away("reviews");
+        if let Err((wait, why)) = self.budgets.take(false, Class::Unknown, now) {
+            self.counts.turned_away(why);
             return reviewer::over_budget(wait);
         }
         if keep {
@@ -283,12 +313,7 @@ impl Authenticator {
         now: Instant,
     ) -> Result<Arc<User>, Halt> {
         let renewal = lock(&self.known).had(&key);
-        let (budget, why) = match (renewal, class) {
-            (true, _) => (&self.renewals, "renewals"),
-            (false, Class::Signed) => (&self.signed, "signed"),
-            (false, Class::Unknown) => (&self.budget, "reviews"),
-        };
-        if let Err(wait) = lock(budget).take(now) {
+        if let Err((wait, why)) = self.budgets.take(renewal, class, now) {
             // Not a decision: no review was made (cmpoll_serve_turned_away_total counts it).
             self.counts.turned_away(why);
             return Err(reviewer::over_budget(wait));

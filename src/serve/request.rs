@@ -72,8 +72,14 @@ pub struct Ask {
     /// A follower's wait (`hub_protocol::WAIT_HEADER`), cut to `MAX_WAIT`: its list is
     /// held, its watch is held with a bookmark at least this often.
     pub wait: Option<Duration>,
-    /// A watch's `sendInitialEvents` (the streaming list), `allowWatchBookmarks` and
-    /// `timeoutSeconds`.
+    /// What only a watch reads.
+    pub watching: Watching,
+}
+
+/// A watch's own options: `sendInitialEvents` (the streaming list),
+/// `allowWatchBookmarks` and `timeoutSeconds`.
+#[derive(Clone, Debug, Default)]
+pub struct Watching {
     pub send_initial_events: Option<bool>,
     pub bookmarks: bool,
     pub timeout: Option<Duration>,
@@ -191,7 +197,7 @@ fn list_options(a: &Ask, rv_match: Option<&str>) -> Vec<FieldError> {
             ));
         }
     }
-    if a.send_initial_events.is_some() {
+    if a.watching.send_initial_events.is_some() {
         errors.push(forbidden(
             "sendInitialEvents",
             "sendInitialEvents is forbidden for list",
@@ -208,14 +214,14 @@ fn watch_options(a: &Ask, rv_match: Option<&str>) -> Vec<FieldError> {
         detail: detail.to_string(),
     };
     let mut errors = Vec::new();
-    if a.send_initial_events.is_some() && rv_match != Some("NotOlderThan") {
+    if a.watching.send_initial_events.is_some() && rv_match != Some("NotOlderThan") {
         errors.push(forbidden(
             "resourceVersionMatch",
             "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
         ));
     }
     if let Some(m) = rv_match {
-        if a.send_initial_events.is_none() {
+        if a.watching.send_initial_events.is_none() {
             errors.push(forbidden(
                 "resourceVersionMatch",
                 "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
@@ -331,9 +337,7 @@ pub fn ask(
         form,
         gzip,
         wait,
-        send_initial_events: None,
-        bookmarks: false,
-        timeout: None,
+        watching: Watching::default(),
     };
     if a.target.name.is_some() && !a.target.watch_path {
         get_options(query)?;
@@ -377,7 +381,7 @@ fn list_options_of(a: &mut Ask, query: &Query) -> Result<(), StatusError> {
         .filter(|n| *n > 0);
     // 0: the apiserver's own timeout (30 to 60 minutes); below 0: one already past (the
     // watch ends with what it sends at once).
-    a.timeout = number("timeoutSeconds")?.and_then(|n| match n {
+    a.watching.timeout = number("timeoutSeconds")?.and_then(|n| match n {
         0 => None,
         n => Some(Duration::from_secs(u64::try_from(n).unwrap_or(0))),
     });
@@ -387,12 +391,12 @@ fn list_options_of(a: &mut Ask, query: &Query) -> Result<(), StatusError> {
     let watch = query.flag("watch") == Some(true);
     a.watch |= watch;
     a.continue_token = nonempty(query.first("continue"));
-    a.send_initial_events = query.flag("sendInitialEvents");
-    a.bookmarks = query.flag("allowWatchBookmarks") == Some(true);
+    a.watching.send_initial_events = query.flag("sendInitialEvents");
+    a.watching.bookmarks = query.flag("allowWatchBookmarks") == Some(true);
     let mut rv_match = nonempty(query.first("resourceVersionMatch"));
     let legacy = matches!(a.resource_version.as_deref(), None | Some("0"));
-    if watch && a.send_initial_events.is_none() && rv_match.is_none() && legacy {
-        a.send_initial_events = Some(true);
+    if watch && a.watching.send_initial_events.is_none() && rv_match.is_none() && legacy {
+        a.watching.send_initial_events = Some(true);
         rv_match = Some("NotOlderThan".to_string());
     }
     let errors = if watch {
@@ -699,18 +703,20 @@ mod tests {
         // that says `sendInitialEvents=false` is not.
         let all = "/api/v1/namespaces/t/configmaps";
         assert_eq!(
-            ask_at(all, "watch=1").unwrap().send_initial_events,
+            ask_at(all, "watch=1").unwrap().watching.send_initial_events,
             Some(true)
         );
         assert_eq!(
             ask_at(all, "watch=1&resourceVersion=0")
                 .unwrap()
+                .watching
                 .send_initial_events,
             Some(true)
         );
         assert_eq!(
             ask_at(all, "watch=1&resourceVersion=5")
                 .unwrap()
+                .watching
                 .send_initial_events,
             None
         );
@@ -720,6 +726,7 @@ mod tests {
                 "watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan"
             )
             .unwrap()
+            .watching
             .send_initial_events,
             Some(false)
         );
@@ -728,7 +735,7 @@ mod tests {
         // The legacy path watches with a list's options: no defaults, a list's checks.
         let legacy = "/api/v1/watch/namespaces/t/configmaps";
         let w = ask_at(legacy, "allowWatchBookmarks=true").unwrap();
-        assert!(w.watch && w.send_initial_events.is_none());
+        assert!(w.watch && w.watching.send_initial_events.is_none());
         let e = ask_at(
             legacy,
             "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=1",

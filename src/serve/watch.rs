@@ -143,8 +143,8 @@ impl Watch {
         let rv = (ask.resource_version.as_deref())
             .and_then(|r| r.parse::<u64>().ok())
             .unwrap_or(0);
-        let initial = ask.send_initial_events == Some(true);
-        let ends = match ask.timeout {
+        let initial = ask.watching.send_initial_events == Some(true);
+        let ends = match ask.watching.timeout {
             Some(t) => now + t.min(MAX_TIMEOUT),
             None => now + MIN_REQUEST_TIMEOUT.mul_f64(1.0 + rng.unit()),
         };
@@ -153,7 +153,7 @@ impl Watch {
             filter,
             form: ask.form,
             phase: Phase::Done,
-            bookmarks: ask.bookmarks,
+            bookmarks: ask.watching.bookmarks,
             next_bookmark: now + BOOKMARK_EVERY.mul_f64(0.5 + 0.5 * rng.unit()),
             ends,
             told: rv,
@@ -168,7 +168,7 @@ impl Watch {
         // `sendInitialEvents`: `request::ask`; or the legacy `/watch/` path's, ended by no
         // bookmark), or from any version for a streaming list; `sendInitialEvents=false`
         // from no version starts now.
-        w.phase = match (ask.send_initial_events, rv) {
+        w.phase = match (ask.watching.send_initial_events, rv) {
             (Some(false), 0) => w.changes_now(),
             (_, 0) => w.state_now(),
             (Some(true), rv) => Phase::Behind {
