@@ -19,7 +19,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use super::accounts::{ACCOUNT_TTL, Accounts, Check};
@@ -369,15 +368,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// unchecked by us: only to keep its review no longer). Any `exp`, however large or
 /// small, is a duration and never overflows.
 fn lifetime(token: &Secret) -> Option<Duration> {
-    let payload = token.expose().split('.').nth(1)?;
-    let bytes = (base64::engine::general_purpose::URL_SAFE_NO_PAD)
-        .decode(payload.trim_end_matches('='))
-        .ok()?;
-    #[derive(serde::Deserialize)]
-    struct Claims {
-        exp: Option<serde_json::Number>,
-    }
-    let exp = serde_json::from_slice::<Claims>(&bytes).ok()?.exp?;
+    let exp = super::jwt::expiry(token.expose())?;
     // An `exp` of any JSON number: a float, a negative or one past u64 is read as what it
     // bounds (past: now; beyond u64: the largest).
     let exp = exp
@@ -557,6 +548,7 @@ mod tests {
     }
 
     fn jwt(claims: &str) -> Secret {
+        use base64::Engine as _;
         let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
         Secret::new(format!("{}.{}.sig", b("{\"alg\":\"RS256\"}"), b(claims)))
     }

@@ -5,7 +5,8 @@
 //! authorization, since a hub that lost its access fails its reviews with its polls), what
 //! it does authorized for its own verb and name as the apiserver's request-info resolver
 //! names them (403: `request::attributes`), then its options read as the apiserver's
-//! handlers read them (406, 400, 422: `request::ask`), then the answer: the list or object,
+//! handlers read them (406, 400, 422: `request::ask`; any method but GET, once authorized,
+//! is a 405), then the answer: the list or object,
 //! 404, a watch (`watch.rs`), 410 for a continue token whose list changed since. A request
 //! whose review is not kept is sent to a review lane (`auth.rs`) before anything is
 //! answered.
@@ -282,21 +283,21 @@ impl Hub {
             here,
         } = call;
         let kind = target.kind;
-        if req.method != "GET" {
-            let verb = match req.method.as_str() {
-                "POST" => "create",
-                "PUT" => "update",
-                "PATCH" => "patch",
-                "DELETE" if target.name.is_none() => "deletecollection",
-                "DELETE" => "delete",
-                _ => "request",
-            };
-            return Err(StatusError::method_not_supported(kind, verb).into());
-        }
         // A hub that cannot serve says so to whoever it knows, before it asks the
         // apiserver about them (its reviews fail with its polls when it lost its access).
         let held = self.ready_held()?;
         self.authorize(&user, &what, here)?;
+        // Any other method is authorized for its verb first, as the apiserver's filters
+        // do (`request::attributes`: a HEAD is a `get`, `list` or `watch`, a POST a
+        // `create`…), then refused: the hub serves GETs (the apiserver answers a HEAD it
+        // authorized with 405 too; a write it would make).
+        if req.method != "GET" {
+            let verb = match &what {
+                Attributes::Resource { verb, .. } => verb,
+                Attributes::Path { verb, .. } => verb,
+            };
+            return Err(StatusError::method_not_supported(kind, verb).into());
+        }
         let header = |name: &str| req.header(name).map(str::to_string);
         let ask = request::ask(target, query, &header)?;
         if !held.serves(kind) {

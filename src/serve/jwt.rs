@@ -132,6 +132,26 @@ pub fn noncanonical(token: &str) -> bool {
     jwt && (bare.len() != token.len() || parts.iter().any(|p| b64(p).is_none()))
 }
 
+/// A compact JWT (`HEADER.CLAIMS.SIGNATURE`) split, each part decoded as RFC 7515 spells
+/// it (`b64`): the one reader of a token's parts.
+struct Parts<'a> {
+    signed: &'a str,
+    header: Vec<u8>,
+    claims: Vec<u8>,
+    signature: Vec<u8>,
+}
+
+fn split(token: &str) -> Option<Parts<'_>> {
+    let (signed, signature) = token.rsplit_once('.')?;
+    let (header, claims) = signed.split_once('.')?;
+    Some(Parts {
+        signed,
+        header: b64(header)?,
+        claims: b64(claims)?,
+        signature: b64(signature)?,
+    })
+}
+
 /// Splits and reads `token`; `None` when it is not a JWT at all.
 pub fn read(token: &str) -> Option<Token<'_>> {
     #[derive(Deserialize)]
@@ -139,17 +159,29 @@ pub fn read(token: &str) -> Option<Token<'_>> {
         alg: String,
         kid: Option<String>,
     }
-    let (signed, signature) = token.rsplit_once('.')?;
-    let (header, claims) = signed.split_once('.')?;
-    let header: Header = serde_json::from_slice(&b64(header)?).ok()?;
-    let claims: Claims = serde_json::from_slice(&b64(claims)?).ok()?;
+    let parts = split(token)?;
+    let header: Header = serde_json::from_slice(&parts.header).ok()?;
+    let claims: Claims = serde_json::from_slice(&parts.claims).ok()?;
     Some(Token {
         alg: header.alg,
         kid: header.kid,
-        signed,
-        signature: b64(signature)?,
+        signed: parts.signed,
+        signature: parts.signature,
         claims,
     })
+}
+
+/// A JWT's `exp` as any JSON number, whatever its other claims say and its signature
+/// unchecked: only for a token a TokenReview already vouched for (`authn.rs` keeps its
+/// review no longer than the token lives). `None`: not a JWT, or no `exp`.
+pub fn expiry(token: &str) -> Option<serde_json::Number> {
+    #[derive(Deserialize)]
+    struct Exp {
+        exp: Option<serde_json::Number>,
+    }
+    serde_json::from_slice::<Exp>(&split(token)?.claims)
+        .ok()?
+        .exp
 }
 
 impl Token<'_> {

@@ -129,7 +129,7 @@ fn limits(counts: ServerCounts) -> Limits {
         write_deadline: Duration::from_secs(60),
         max_head: crate::https::http::MAX_HEAD,
         max_body: 64 * 1024,
-        // It serves GETs: a body is never read (a POST is a 401 or a 405 without it).
+        // It serves GETs: a body is never read (a POST is a 401, 403 or 405 without it).
         bodies: Bodies::None,
         max_bodies: 0,
         keep_alive: true,

@@ -126,6 +126,11 @@ pub fn attributes(method: &str, path: &str, query: &Query, route: &Route) -> Att
         "PATCH" => "patch",
         "DELETE" if collection => "deletecollection",
         "DELETE" => "delete",
+        // The apiserver's verb is the method in lower case; the methods HTTP defines are
+        // spelled so, any other is `request` (a role names no such verb: a 403 either way).
+        "OPTIONS" => "options",
+        "TRACE" => "trace",
+        "CONNECT" => "connect",
         _ => "request",
     };
     let (verb, name) = match (&target.name, target.watch_path) {

@@ -22,6 +22,7 @@ mod hostile;
 mod hub;
 mod lists;
 mod manifests;
+mod methods;
 mod serve;
 mod short_watch;
 mod tokens;
