@@ -62,13 +62,18 @@ impl Auth {
     }
 
     /// The user behind an `Authorization` header (`Authenticator::authenticate`).
-    pub fn authenticate(&self, authorization: Option<&str>, here: bool) -> Result<Who, Halt> {
-        self.authn.authenticate(authorization, here)
+    pub fn authenticate(&self, authorization: Option<&str>, lane: HubLane) -> Result<Who, Halt> {
+        self.authn.authenticate(authorization, lane)
     }
 
     /// Whether `user` may do `what` (`Authorizer::authorize`).
-    pub fn authorize(&self, user: &Arc<User>, what: &Attributes, here: bool) -> Result<(), Halt> {
-        self.authz.authorize(user, what, here)
+    pub fn authorize(
+        &self,
+        user: &Arc<User>,
+        what: &Attributes,
+        lane: HubLane,
+    ) -> Result<(), Halt> {
+        self.authz.authorize(user, what, lane)
     }
 }
 
@@ -108,19 +113,32 @@ mod tests {
             ServerCounts::default(),
         );
         assert!(matches!(
-            auth.authenticate(Some("Bearer good"), false),
+            auth.authenticate(Some("Bearer good"), HubLane::Answer),
             Err(Halt::Lane(HubLane::Authenticate))
         ));
-        let alice = auth.authenticate(Some("Bearer good"), true).unwrap().user;
+        let alice = auth
+            .authenticate(Some("Bearer good"), HubLane::Authenticate)
+            .unwrap()
+            .user;
         let team_a = list(Resource::ConfigMaps, Some("team-a"));
-        auth.authorize(&alice, &team_a, true).unwrap();
-        auth.authorize(&alice, &team_a, false).unwrap();
+        auth.authorize(&alice, &team_a, HubLane::Authorize).unwrap();
+        auth.authorize(&alice, &team_a, HubLane::Answer).unwrap();
         assert_eq!(
-            code(auth.authorize(&alice, &list(Resource::ConfigMaps, None), true)),
+            code(auth.authorize(
+                &alice,
+                &list(Resource::ConfigMaps, None),
+                HubLane::Authorize
+            )),
             403
         );
-        assert_eq!(code(auth.authenticate(Some("Bearer bad"), true)), 401);
-        assert_eq!(code(auth.authenticate(Some("Bearer bad"), false)), 401);
+        assert_eq!(
+            code(auth.authenticate(Some("Bearer bad"), HubLane::Authenticate)),
+            401
+        );
+        assert_eq!(
+            code(auth.authenticate(Some("Bearer bad"), HubLane::Answer)),
+            401
+        );
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 2);
         assert_eq!(fake.access.load(Ordering::SeqCst), 2);
         assert_eq!(decisions.get("authorization", "allowed", "hit"), 1);
@@ -175,10 +193,11 @@ mod tests {
             .per_service_account(per_account);
             for n in 0..5 {
                 let who = auth
-                    .authenticate(Some(&format!("Bearer pod-{n}")), true)
+                    .authenticate(Some(&format!("Bearer pod-{n}")), HubLane::Authenticate)
                     .unwrap();
                 let what = list(Resource::ConfigMaps, Some("team"));
-                auth.authorize(&who.user, &what, true).unwrap();
+                auth.authorize(&who.user, &what, HubLane::Authorize)
+                    .unwrap();
             }
             assert_eq!(pods.access.load(Ordering::SeqCst), reviews, "{per_account}");
             assert_eq!(pods.tokens.load(Ordering::SeqCst), 5, "each token reviewed");

@@ -178,9 +178,10 @@ impl Authenticator {
     }
 
     /// The user behind an `Authorization` header; 401 without a bearer token or when the
-    /// token is not authenticated. A token not kept is reviewed only `here` (a review
+    /// token is not authenticated. A token not kept is reviewed only on a `lane` that
+    /// `may_wait` (a review
     /// lane); elsewhere the request is sent there.
-    pub fn authenticate(&self, authorization: Option<&str>, here: bool) -> Result<Who, Halt> {
+    pub fn authenticate(&self, authorization: Option<&str>, lane: HubLane) -> Result<Who, Halt> {
         let token = authorization
             .and_then(|h| {
                 let (scheme, rest) = h.trim().split_once(' ')?;
@@ -209,7 +210,7 @@ impl Authenticator {
             self.decisions.record("authentication", "denied", "none");
             return Err(StatusError::unauthorized().into());
         }
-        if !here {
+        if !lane.may_wait() {
             return Err(Halt::Lane(HubLane::Authenticate));
         }
         let verdict = (self.issuer.as_ref()).map_or(Verdict::Ask { signed: false }, |i| {
@@ -417,10 +418,19 @@ mod tests {
     fn tokens_are_reviewed_once_and_kept() {
         let fake = Arc::new(Fake::default());
         let (_, a) = authn(&fake, REVIEW_RATE, REVIEW_BURST);
-        assert_eq!(code(a.authenticate(None, true)), 401);
-        assert_eq!(code(a.authenticate(Some("Basic eDp5"), true)), 401);
-        assert_eq!(code(a.authenticate(Some("Bearer bad"), true)), 401);
-        assert_eq!(code(a.authenticate(Some("Bearer bad"), false)), 401);
+        assert_eq!(code(a.authenticate(None, HubLane::Authenticate)), 401);
+        assert_eq!(
+            code(a.authenticate(Some("Basic eDp5"), HubLane::Authenticate)),
+            401
+        );
+        assert_eq!(
+            code(a.authenticate(Some("Bearer bad"), HubLane::Authenticate)),
+            401
+        );
+        assert_eq!(
+            code(a.authenticate(Some("Bearer bad"), HubLane::Answer)),
+            401
+        );
         assert_eq!(
             fake.tokens.load(Ordering::SeqCst),
             1,
@@ -428,19 +438,26 @@ mod tests {
         );
         // Where requests are answered, a token not kept goes to be reviewed.
         assert!(matches!(
-            a.authenticate(Some("Bearer good"), false),
+            a.authenticate(Some("Bearer good"), HubLane::Answer),
             Err(Halt::Lane(HubLane::Authenticate))
         ));
-        let alice = a.authenticate(Some("Bearer good"), true).unwrap();
-        let again = a.authenticate(Some("bearer  good "), false).unwrap();
+        let alice = a
+            .authenticate(Some("Bearer good"), HubLane::Authenticate)
+            .unwrap();
+        let again = a
+            .authenticate(Some("bearer  good "), HubLane::Answer)
+            .unwrap();
         assert_eq!((alice.user, alice.holder), (again.user, again.holder));
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 2);
         assert_eq!(*fake.audience.lock().unwrap(), None, "the apiserver's own");
         // A review that cannot be made is a 503, and not kept.
         fake.fail.store(true, Ordering::SeqCst);
-        let e = refusal(a.authenticate(Some("Bearer other"), true));
+        let e = refusal(a.authenticate(Some("Bearer other"), HubLane::Authenticate));
         assert_eq!((e.code, e.retry_after), (503, Some(REVIEW_RETRY_AFTER)));
-        assert_eq!(code(a.authenticate(Some("Bearer other"), true)), 503);
+        assert_eq!(
+            code(a.authenticate(Some("Bearer other"), HubLane::Authenticate)),
+            503
+        );
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 4);
     }
 
@@ -454,11 +471,17 @@ mod tests {
         });
         let (_, a) = authn(&fake, REVIEW_RATE, REVIEW_BURST);
         let t = Signer::new("k1").sign(&serde_json::json!({"sub": "x", "exp": 2e9}));
-        assert!(a.authenticate(Some(&format!("Bearer {t}")), true).is_ok());
+        assert!(
+            a.authenticate(Some(&format!("Bearer {t}")), HubLane::Authenticate)
+                .is_ok()
+        );
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 1);
         for n in 1..=3 {
             let padded = format!("Bearer {t}{}", "=".repeat(n));
-            assert_eq!(code(a.authenticate(Some(&padded), true)), 401);
+            assert_eq!(
+                code(a.authenticate(Some(&padded), HubLane::Authenticate)),
+                401
+            );
         }
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 1, "none reviewed");
     }
@@ -480,10 +503,12 @@ mod tests {
     fn unknown_tokens_are_reviewed_at_a_bounded_rate_and_never_crowd_out_known_ones() {
         let fake = Arc::new(Fake::default());
         let (counts, a) = authn(&fake, 1.0, 10.0);
-        let alice = a.authenticate(Some("Bearer good"), true).unwrap();
+        let alice = a
+            .authenticate(Some("Bearer good"), HubLane::Authenticate)
+            .unwrap();
         let mut turned = 0;
         for i in 0..(MAX_ENTRIES + 100) {
-            match a.authenticate(Some(&format!("Bearer flood-{i}")), true) {
+            match a.authenticate(Some(&format!("Bearer flood-{i}")), HubLane::Authenticate) {
                 Err(Halt::Refused(r)) if r.code == 429 => {
                     assert!(r.retry_after.is_some_and(|s| s >= 1));
                     turned += 1;
@@ -497,19 +522,23 @@ mod tests {
         assert_eq!(counts.turned_away_for("reviews"), turned as u64);
         // The known token is still known, without a review and without the budget.
         let asked = fake.tokens.load(Ordering::SeqCst);
-        let again = a.authenticate(Some("Bearer good"), false).unwrap();
+        let again = a
+            .authenticate(Some("Bearer good"), HubLane::Answer)
+            .unwrap();
         assert_eq!(again.user, alice.user);
         assert_eq!(fake.tokens.load(Ordering::SeqCst), asked);
         // Refused tokens fill their own cache, never the known one's.
         let fake = Arc::new(Fake::default());
         let (_, a) = authn(&fake, 1e9, 1e9);
-        a.authenticate(Some("Bearer good"), true).unwrap();
+        a.authenticate(Some("Bearer good"), HubLane::Authenticate)
+            .unwrap();
         for i in 0..(MAX_ENTRIES + 10) {
-            let _ = a.authenticate(Some(&format!("Bearer refused-{i}")), true);
+            let _ = a.authenticate(Some(&format!("Bearer refused-{i}")), HubLane::Authenticate);
         }
         assert_eq!(lock(&a.refused).len(), MAX_ENTRIES);
         let asked = fake.tokens.load(Ordering::SeqCst);
-        a.authenticate(Some("Bearer good"), false).unwrap();
+        a.authenticate(Some("Bearer good"), HubLane::Answer)
+            .unwrap();
         assert_eq!(fake.tokens.load(Ordering::SeqCst), asked, "still kept");
     }
 
@@ -520,19 +549,23 @@ mod tests {
     fn a_token_whose_review_expired_is_renewed_whatever_unknown_tokens_used() {
         let fake = Arc::new(Fake::default());
         let (counts, a) = authn(&fake, 0.001, 1.0);
-        let alice = a.authenticate(Some("Bearer good"), true).unwrap();
-        let e = refusal(a.authenticate(Some("Bearer flood"), true));
+        let alice = a
+            .authenticate(Some("Bearer good"), HubLane::Authenticate)
+            .unwrap();
+        let e = refusal(a.authenticate(Some("Bearer flood"), HubLane::Authenticate));
         assert_eq!(e.code, 429, "the budget of unknown tokens is used up");
         // Its review expires.
         let key: [u8; 32] = Sha256::digest(b"good").into();
         let now = Instant::now();
         lock(&a.known).put(key, alice.user.clone(), now);
         assert!(matches!(
-            a.authenticate(Some("Bearer good"), false),
+            a.authenticate(Some("Bearer good"), HubLane::Answer),
             Err(Halt::Lane(HubLane::Authenticate))
         ));
         let asked = fake.tokens.load(Ordering::SeqCst);
-        let again = a.authenticate(Some("Bearer good"), true).unwrap();
+        let again = a
+            .authenticate(Some("Bearer good"), HubLane::Authenticate)
+            .unwrap();
         assert_eq!(again.user, alice.user);
         assert_eq!(
             fake.tokens.load(Ordering::SeqCst),
@@ -541,9 +574,15 @@ mod tests {
         );
         assert_eq!(counts.turned_away_for("renewals"), 0);
         // Still the review budget for the others; a refused renewal is no longer known.
-        assert_eq!(refusal(a.authenticate(Some("Bearer x"), true)).code, 429);
+        assert_eq!(
+            refusal(a.authenticate(Some("Bearer x"), HubLane::Authenticate)).code,
+            429
+        );
         lock(&a.known).put(Sha256::digest(b"bad").into(), alice.user, now);
-        assert_eq!(refusal(a.authenticate(Some("Bearer bad"), true)).code, 401);
+        assert_eq!(
+            refusal(a.authenticate(Some("Bearer bad"), HubLane::Authenticate)).code,
+            401
+        );
         assert!(!lock(&a.known).had(&Sha256::digest(b"bad").into()));
     }
 
@@ -586,7 +625,11 @@ mod tests {
         ] {
             let token = jwt(&format!("{{\"exp\":{exp}}}"));
             let header = format!("Bearer {}", token.expose());
-            assert_eq!(code(a.authenticate(Some(&header), true)), 401, "{exp}");
+            assert_eq!(
+                code(a.authenticate(Some(&header), HubLane::Authenticate)),
+                401,
+                "{exp}"
+            );
         }
         // Authenticated, with an exp past u64: kept for the review's own time.
         let fake = Arc::new(Fake {
@@ -596,8 +639,10 @@ mod tests {
         let (_, a) = authn(&fake, REVIEW_RATE, REVIEW_BURST);
         for exp in ["18446744073709551615", "1e300", "-1e300"] {
             let header = format!("Bearer {}", jwt(&format!("{{\"exp\":{exp}}}")).expose());
-            a.authenticate(Some(&header), true).unwrap();
-            a.authenticate(Some(&header), true).unwrap();
+            a.authenticate(Some(&header), HubLane::Authenticate)
+                .unwrap();
+            a.authenticate(Some(&header), HubLane::Authenticate)
+                .unwrap();
         }
         assert_eq!(
             fake.tokens.load(Ordering::SeqCst),
@@ -647,19 +692,31 @@ mod tests {
         let fake = Arc::new(Fake::default());
         let (_, a) = authn(&fake, REVIEW_RATE, REVIEW_BURST);
         let a = a.verifying(Some(issuer_of(&key, Some("cmpoll-hub"))));
-        let who =
-            (a.authenticate(Some(&bearer(key.sign(&claims("cmpoll-hub", 600.0)))), true)).unwrap();
+        let who = (a.authenticate(
+            Some(&bearer(key.sign(&claims("cmpoll-hub", 600.0)))),
+            HubLane::Authenticate,
+        ))
+        .unwrap();
         assert_eq!(who.user.name, "system:serviceaccount:team:agent");
         let forged = Signer::new("k1").sign(&claims("cmpoll-hub", 600.0));
-        assert_eq!(code(a.authenticate(Some(&bearer(forged)), true)), 401);
+        assert_eq!(
+            code(a.authenticate(Some(&bearer(forged)), HubLane::Authenticate)),
+            401
+        );
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 0, "no TokenReview");
         assert_eq!(fake.accounts.load(Ordering::SeqCst), 1, "its account read");
         // The apiserver's audience: reviewed by the apiserver (which knows it as "good"
         // here only when it is "good").
         let theirs = key.sign(&claims(ISS, 600.0));
-        assert_eq!(code(a.authenticate(Some(&bearer(theirs)), true)), 401);
+        assert_eq!(
+            code(a.authenticate(Some(&bearer(theirs)), HubLane::Authenticate)),
+            401
+        );
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 1);
-        assert!(a.authenticate(Some("Bearer good"), true).is_ok());
+        assert!(
+            a.authenticate(Some("Bearer good"), HubLane::Authenticate)
+                .is_ok()
+        );
     }
 
     /// Issue 56.7: a token for the hub whose service account is gone or has another uid
@@ -678,12 +735,13 @@ mod tests {
         let mut other_uid = claims("cmpoll-hub", 600.0);
         other_uid["kubernetes.io"]["serviceaccount"]["uid"] = serde_json::json!("old-uid");
         assert_eq!(
-            code(a.authenticate(Some(&bearer(key.sign(&other_uid))), true)),
+            code(a.authenticate(Some(&bearer(key.sign(&other_uid))), HubLane::Authenticate)),
             401
         );
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 0, "refused here");
         let long = key.sign(&claims("cmpoll-hub", 8760.0 * 3600.0));
-        a.authenticate(Some(&bearer(long)), true).unwrap();
+        a.authenticate(Some(&bearer(long)), HubLane::Authenticate)
+            .unwrap();
         assert_eq!(fake.tokens.load(Ordering::SeqCst), 1, "reviewed");
         assert_eq!(
             fake.audience.lock().unwrap().as_deref(),
@@ -705,7 +763,7 @@ mod tests {
         let codes: Vec<u16> = (0..50)
             .map(|i| {
                 let t = forger.sign(&claims("cmpoll-hub", 600.0 + f64::from(i)));
-                code(a.authenticate(Some(&bearer(t)), true))
+                code(a.authenticate(Some(&bearer(t)), HubLane::Authenticate))
             })
             .collect();
         assert_eq!(codes.iter().filter(|c| **c == 401).count(), 5, "{codes:?}");
@@ -714,7 +772,10 @@ mod tests {
         assert_eq!(counts.turned_away_for("reviews"), 45);
         // The issuer's own token for the hub meets no budget.
         let good = key.sign(&claims("cmpoll-hub", 600.0));
-        assert!(a.authenticate(Some(&bearer(good)), true).is_ok());
+        assert!(
+            a.authenticate(Some(&bearer(good)), HubLane::Authenticate)
+                .is_ok()
+        );
     }
 
     /// Issue 56.8: a token the cluster signed is reviewed from a budget of its own, so a
@@ -732,21 +793,28 @@ mod tests {
         let admitted = (0..1000)
             .filter(|i| {
                 let t = key.sign(&claims(ISS, 600.0 + f64::from(*i)));
-                a.authenticate(Some(&bearer(t)), true).is_ok()
+                a.authenticate(Some(&bearer(t)), HubLane::Authenticate)
+                    .is_ok()
             })
             .count();
         assert_eq!(admitted, 1000, "within SIGNED_BURST");
         assert_eq!(counts.turned_away_for("signed"), 0);
         let garbage = (0..20)
-            .filter(|i| a.authenticate(Some(&format!("Bearer g{i}")), true).is_ok())
+            .filter(|i| {
+                a.authenticate(Some(&format!("Bearer g{i}")), HubLane::Authenticate)
+                    .is_ok()
+            })
             .count();
         assert_eq!(garbage, 3, "garbage: its own budget");
         let forged = Signer::new("k1").sign(&claims(ISS, 600.0));
-        assert_eq!(code(a.authenticate(Some(&bearer(forged)), true)), 429);
+        assert_eq!(
+            code(a.authenticate(Some(&bearer(forged)), HubLane::Authenticate)),
+            429
+        );
         let mut expired = claims(ISS, 600.0);
         expired["exp"] = serde_json::json!(1000.0);
         assert_eq!(
-            code(a.authenticate(Some(&bearer(key.sign(&expired))), true)),
+            code(a.authenticate(Some(&bearer(key.sign(&expired))), HubLane::Authenticate)),
             429
         );
         assert_eq!(counts.turned_away_for("reviews"), 19);

@@ -84,16 +84,16 @@ impl Authorizer {
     }
 
     /// Whether `user` may do `what`: `Ok`, or the 403 the apiserver would send. A decision
-    /// not kept is reviewed only `here` (a review lane); elsewhere the request is sent
+    /// not kept is reviewed only on a `lane` that `may_wait` (a review lane); elsewhere the request is sent
     /// there.
-    pub fn authorize(&self, user: &User, what: &Attributes, here: bool) -> Result<(), Halt> {
+    pub fn authorize(&self, user: &User, what: &Attributes, lane: HubLane) -> Result<(), Halt> {
         let who = user_digest(user);
         let key = digest(&who, what);
         let now = Instant::now();
         let cached = lock(&self.kept).get(&key, now);
         let (decision, cache) = match cached {
             Some(d) => (d, "hit"),
-            None if !here => return Err(Halt::Lane(HubLane::Authorize)),
+            None if !lane.may_wait() => return Err(Halt::Lane(HubLane::Authorize)),
             None => {
                 self.budget(&who, now)?;
                 let d = self.review(user, what)?;
@@ -288,27 +288,39 @@ mod tests {
         let alice = alice();
         let team_a = list(Resource::ConfigMaps, Some("team-a"));
         assert!(matches!(
-            a.authorize(&alice, &team_a, false),
+            a.authorize(&alice, &team_a, HubLane::Answer),
             Err(Halt::Lane(HubLane::Authorize))
         ));
-        a.authorize(&alice, &team_a, true).unwrap();
-        a.authorize(&alice, &team_a, false).unwrap();
+        a.authorize(&alice, &team_a, HubLane::Authorize).unwrap();
+        a.authorize(&alice, &team_a, HubLane::Answer).unwrap();
         assert_eq!(fake.access.load(Ordering::SeqCst), 1);
-        let e = refusal(a.authorize(&alice, &list(Resource::Secrets, Some("team-a")), true));
+        let e = refusal(a.authorize(
+            &alice,
+            &list(Resource::Secrets, Some("team-a")),
+            HubLane::Authorize,
+        ));
         assert_eq!(
             e.message,
             "secrets is forbidden: User \"alice\" cannot list resource \"secrets\" in API group \"\" in the namespace \"team-a\""
         );
         assert_eq!(
-            refusal(a.authorize(&alice, &list(Resource::ConfigMaps, None), true)).code,
+            refusal(a.authorize(
+                &alice,
+                &list(Resource::ConfigMaps, None),
+                HubLane::Authorize
+            ))
+            .code,
             403
         );
         // A review that cannot be made is a 503, and not kept.
         fake.fail.store(true, Ordering::SeqCst);
         let elsewhere = list(Resource::ConfigMaps, Some("team-b"));
-        let e = refusal(a.authorize(&alice, &elsewhere, true));
+        let e = refusal(a.authorize(&alice, &elsewhere, HubLane::Authorize));
         assert_eq!((e.code, e.retry_after), (503, Some(REVIEW_RETRY_AFTER)));
-        assert_eq!(refusal(a.authorize(&alice, &elsewhere, true)).code, 503);
+        assert_eq!(
+            refusal(a.authorize(&alice, &elsewhere, HubLane::Authorize)).code,
+            503
+        );
         assert_eq!(fake.access.load(Ordering::SeqCst), 5);
     }
 
@@ -321,13 +333,13 @@ mod tests {
         let (counts, a) = authz(&fake, (0.001, 20.0));
         let alice = alice();
         let team_a = list(Resource::ConfigMaps, Some("team-a"));
-        a.authorize(&alice, &team_a, true).unwrap();
+        a.authorize(&alice, &team_a, HubLane::Authorize).unwrap();
         let mut told = Vec::new();
         for i in 0..1000 {
             let r = a.authorize(
                 &alice,
                 &list(Resource::ConfigMaps, Some(&format!("r{i}"))),
-                true,
+                HubLane::Authorize,
             );
             let e = refusal(r);
             if e.code == 429 {
@@ -341,12 +353,12 @@ mod tests {
         assert!(told.iter().all(|s| *s >= 1 && *s <= 30), "{told:?}");
         assert_eq!(counts.turned_away_for("access"), 981);
         // Kept: answered without the budget.
-        a.authorize(&alice, &team_a, false).unwrap();
-        a.authorize(&alice, &team_a, true).unwrap();
+        a.authorize(&alice, &team_a, HubLane::Answer).unwrap();
+        a.authorize(&alice, &team_a, HubLane::Authorize).unwrap();
         // Someone else: a budget of their own.
         let mut bob = alice.clone();
         bob.name = "bob".into();
-        a.authorize(&bob, &team_a, true).unwrap();
+        a.authorize(&bob, &team_a, HubLane::Authorize).unwrap();
         assert_eq!(fake.access.load(Ordering::SeqCst), 21);
     }
 
@@ -360,7 +372,11 @@ mod tests {
             .filter(|i| {
                 let mut u = alice();
                 u.name = format!("user-{i}");
-                let r = a.authorize(&u, &list(Resource::ConfigMaps, Some("team-a")), true);
+                let r = a.authorize(
+                    &u,
+                    &list(Resource::ConfigMaps, Some("team-a")),
+                    HubLane::Authorize,
+                );
                 !matches!(r, Err(Halt::Refused(e)) if e.code == 429)
             })
             .count();
@@ -373,7 +389,11 @@ mod tests {
         u.name = "user-499".into();
         let a = {
             let (_, a) = authz_all(&fake, (0.001, 1.0), (0.001, 0.0));
-            let e = refusal(a.authorize(&u, &list(Resource::ConfigMaps, Some("x")), true));
+            let e = refusal(a.authorize(
+                &u,
+                &list(Resource::ConfigMaps, Some("x")),
+                HubLane::Authorize,
+            ));
             assert_eq!(e.code, 429);
             a
         };
@@ -444,7 +464,7 @@ mod tests {
             ServerCounts::default(),
         );
         for _ in 0..3 {
-            let e = refusal(a.authorize(&alice, &both, true));
+            let e = refusal(a.authorize(&alice, &both, HubLane::Authorize));
             assert!(
                 e.message.contains(&"no ".repeat(MAX_REASON)),
                 "{}",

@@ -62,12 +62,12 @@ pub struct Hub {
 }
 
 /// What a read asks, besides its request: the query as the apiserver reads it, what it
-/// does as its authorizer is asked, why it is handled now, and whether it may wait here.
+/// does as its authorizer is asked, why it is handled now, and on which lane.
 struct Asked<'a> {
     query: &'a Query,
     what: Attributes,
     wake: Wake,
-    here: bool,
+    lane: HubLane,
 }
 
 impl Hub {
@@ -129,9 +129,9 @@ impl Hub {
         req: &Request,
         route: &Route,
         query: &Query,
-        here: bool,
+        lane: HubLane,
     ) -> Result<(Who, Attributes), Halt> {
-        let who = self.auth.authenticate(req.header("authorization"), here)?;
+        let who = self.auth.authenticate(req.header("authorization"), lane)?;
         let what = request::attributes(&req.method, &req.path, query, route);
         match impersonate::refused(&who.user, &req.headers, &what) {
             Some(r) => Err(r.into()),
@@ -140,22 +140,22 @@ impl Hub {
     }
 
     fn reply(&self, req: &Request, peer: &Peer, call: Call) -> Result<Reply, Halt> {
-        // Reviews are made on their own lanes only.
-        let here = call.lane != HubLane::Answer.index();
+        // Reviews and renders are waited for on their own lanes only (`HubLane::may_wait`).
+        let lane = HubLane::of(call.lane);
         let route = request::route(&req.path);
         let query = Query::parse(&req.query);
         match &route {
-            Route::Ops(path) => self.ops(req, path, &route, &query, here).map(Reply::Answer),
+            Route::Ops(path) => self.ops(req, path, &route, &query, lane).map(Reply::Answer),
             Route::Discovery(d) => {
                 let d = *d;
-                let (who, _) = self.who(req, &route, &query, here)?;
+                let (who, _) = self.who(req, &route, &query, lane)?;
                 self.auth.authorize(
                     &who.user,
                     &Attributes::Path {
                         verb: "get",
                         path: req.path.clone(),
                     },
-                    here,
+                    lane,
                 )?;
                 let addr = req.header("host").unwrap_or_default().to_string();
                 let addr = if addr.is_empty() {
@@ -169,16 +169,16 @@ impl Hub {
                 )))
             }
             Route::Unknown => {
-                self.who(req, &route, &query, here)?;
+                self.who(req, &route, &query, lane)?;
                 Err(StatusError::no_such_path().into())
             }
             Route::Read(target) => {
-                let (who, what) = self.who(req, &route, &query, here)?;
+                let (who, what) = self.who(req, &route, &query, lane)?;
                 let call = Asked {
                     query: &query,
                     what,
                     wake: call.wake,
-                    here,
+                    lane,
                 };
                 self.read(req, target.clone(), who, call)
             }
@@ -193,7 +193,7 @@ impl Hub {
         path: &'static str,
         route: &Route,
         query: &Query,
-        here: bool,
+        lane: HubLane,
     ) -> Result<Answer, Halt> {
         let health = || self.health.lock().recover();
         match path {
@@ -215,16 +215,16 @@ impl Hub {
                 ),
             }),
             _ => {
-                let (who, _) = self.who(req, route, query, here)?;
+                let (who, _) = self.who(req, route, query, lane)?;
                 self.auth.authorize(
                     &who.user,
                     &Attributes::Path {
                         verb: "get",
                         path: path.to_string(),
                     },
-                    here,
+                    lane,
                 )?;
-                if !here {
+                if !lane.may_wait() {
                     // Rendered where it may take its time.
                     return Err(Halt::Lane(HubLane::Render));
                 }
@@ -280,13 +280,13 @@ impl Hub {
             query,
             what,
             wake,
-            here,
+            lane,
         } = call;
         let kind = target.kind;
         // A hub that cannot serve says so to whoever it knows, before it asks the
         // apiserver about them (its reviews fail with its polls when it lost its access).
         let held = self.ready_held()?;
-        self.authorize(&user, &what, here)?;
+        self.authorize(&user, &what, lane)?;
         // Any other method is authorized for its verb first, as the apiserver's filters
         // do (`request::attributes`: a HEAD is a `get`, `list` or `watch`, a POST a
         // `create`…), then refused: the hub serves GETs (the apiserver answers a HEAD it
@@ -355,7 +355,7 @@ impl Hub {
             let ns = ns.unwrap_or_default();
             return match held.get(kind, ns, name).filter(|o| selected(&ask, o)) {
                 // A large object is gzipped for its client: made where it may wait.
-                Some(o) if !here && ask.gzip && o.raw.json.len() >= GZIP_FROM => {
+                Some(o) if !lane.may_wait() && ask.gzip && o.raw.json.len() >= GZIP_FROM => {
                     Err(Halt::Lane(HubLane::Render))
                 }
                 Some(o) => Ok(Reply::Answer(
@@ -387,7 +387,7 @@ impl Hub {
             }
         }
         let at = exact.unwrap_or(v.listed);
-        Ok(Reply::Answer(self.list(&held, &ask, v, at, here)?))
+        Ok(Reply::Answer(self.list(&held, &ask, v, at, lane)?))
     }
 
     /// Authorizes exactly what the request does (`what`, as the apiserver's authorizer is
@@ -396,7 +396,7 @@ impl Hub {
     /// `watch` of the whole namespace, which a fleet's roles grant and which is kept for
     /// each name); refused, the name itself is asked, and a 403 names it, as the
     /// apiserver's does.
-    fn authorize(&self, user: &Arc<User>, what: &Attributes, here: bool) -> Result<(), Halt> {
+    fn authorize(&self, user: &Arc<User>, what: &Attributes, lane: HubLane) -> Result<(), Halt> {
         if let Attributes::Resource {
             verb,
             kind,
@@ -410,14 +410,14 @@ impl Hub {
                 namespace: namespace.clone(),
                 name: None,
             };
-            match self.auth.authorize(user, &every, here) {
+            match self.auth.authorize(user, &every, lane) {
                 Ok(()) => return Ok(()),
                 Err(Halt::Lane(lane)) => return Err(Halt::Lane(lane)),
                 // Refused for the whole scope: the object itself is asked.
                 Err(Halt::Refused(_)) => {}
             }
         }
-        self.auth.authorize(user, what, here)
+        self.auth.authorize(user, what, lane)
     }
 
     /// A list at version `at`: a whole one rendered once per poll, or one made for this
@@ -428,7 +428,7 @@ impl Hub {
         ask: &Ask,
         v: Versions,
         at: u64,
-        here: bool,
+        lane: HubLane,
     ) -> Result<Answer, Halt> {
         let kind = ask.target.kind;
         let ns = ask.target.namespace.as_deref();
@@ -447,7 +447,7 @@ impl Hub {
             match kept {
                 Some(r) if fits(r.items) => return Ok(self.answer(ask, &r)),
                 Some(_) => {}
-                None if !here => return Err(Halt::Lane(HubLane::Render)),
+                None if !lane.may_wait() => return Err(Halt::Lane(HubLane::Render)),
                 None => {
                     let items: Vec<&Arc<HeldObject>> = (held.objects(kind, ns))
                         .filter(|o| selected(ask, o))
@@ -460,7 +460,7 @@ impl Hub {
                 }
             }
         }
-        if !here {
+        if !lane.may_wait() {
             // A page is made for this request alone.
             return Err(Halt::Lane(HubLane::Render));
         }

@@ -42,6 +42,17 @@ impl HubLane {
         self as usize
     }
 
+    /// The lane numbered `index` on the server (`Answer` for any other number).
+    pub fn of(index: usize) -> HubLane {
+        (HubLane::ALL.get(index).copied()).unwrap_or(HubLane::Answer)
+    }
+
+    /// Whether a request on this lane may wait for what takes time (a review, a render):
+    /// anywhere but the answer lane, which sends such a request to the lane of its wait.
+    pub fn may_wait(self) -> bool {
+        self != HubLane::Answer
+    }
+
     /// Its name in the server's metrics and log.
     pub fn name(self) -> &'static str {
         match self {
