@@ -29,7 +29,7 @@ pub use self::bounds::{Bodies, Bounds};
 use self::inbox::{Inbox, RECORD};
 use self::outbox::{Bytes, Outbox};
 use super::handler::{Holder, Next, Reply, Stream, Wake};
-use super::http::{self, Answer, Body, Budget, Request};
+use super::http::{self, Answer, Body, Request};
 use super::transport::Transport;
 
 /// What a stream may have queued, not yet taken by the transport, before it is asked for

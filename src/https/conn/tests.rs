@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use super::inbox::{KEPT_ROOM, MAX_DROPPED};
 use super::*;
 use crate::https::handler::Pull;
+use crate::https::http::Budget;
 use crate::https::transport::fake::Fake;
 
 fn bounds() -> Bounds {
