@@ -12,6 +12,14 @@
 //! only reads and writes their bytes, so a flood of ClientHellos never holds up the
 //! clients it has.
 //!
+//! The loop's parts are types of their own: `Door` (`server/door.rs`: the listener, and
+//! a connection accepted made ready, TLS or plain), `Table` (`server/table.rs`: the
+//! connections by key), `Timers` (`server/timers.rs`: deadlines, and a drain's moments),
+//! `Workers` (`server/workers.rs`: the lanes, the handler asked inline, the handshakes'
+//! workers), `Shared` (`server/handle.rs`: what a `Handle` asked), `Shares`
+//! (`server/shares.rs`) and `Limits` (`server/limits.rs`). This file ties them: who gets
+//! in, what each event does to a connection, and what follows.
+//!
 //! Room is kept for the well-behaved (`server/shares.rs` counts who holds what): at most
 //! `max_connections` are open (never more than files may be opened); a new connection
 //! takes the place of the token-less one (handshaking, reading, refused) silent for
@@ -27,7 +35,7 @@
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll::{self, EventData, EventFlags};
@@ -35,6 +43,8 @@ use rustix::event::{EventfdFlags, Timespec, eventfd};
 use rustls::ServerConfig;
 
 use self::door::Door;
+pub use self::handle::Handle;
+use self::handle::Shared;
 pub use self::limits::Limits;
 use self::shares::{Counted, Shares};
 use self::table::Table;
@@ -47,42 +57,6 @@ pub use super::handshakes::Sizes;
 use super::handshakes::{Step, Stepped};
 use super::lanes::{Done, Job, Results};
 use super::transport::{Io, Transport};
-use crate::locks::Recover;
-
-/// A running server: notifies parked requests and streams, stops it.
-#[derive(Clone)]
-pub struct Handle(Arc<Shared>);
-
-struct Shared {
-    stop: AtomicBool,
-    /// A drain asked for (`Handle::drain`), over this window.
-    drain: std::sync::Mutex<Option<Duration>>,
-    /// Bumped by `notify`.
-    generation: AtomicU64,
-    results: Arc<Results>,
-}
-
-impl Handle {
-    /// Asks every parked request again (`Wake::Notified`) and pulls every stream.
-    pub fn notify(&self) {
-        self.0.generation.fetch_add(1, Ordering::SeqCst);
-        self.0.results.poke();
-    }
-
-    /// Lets every client go over `window`, spread (`drain.rs`): from now on each answer
-    /// closes its connection, and each connection, open or yet to come, is let go at a
-    /// moment of its own within the window. The server serves on until `stop`.
-    pub fn drain(&self, window: Duration) {
-        *self.0.drain.lock().recover() = Some(window);
-        self.0.results.poke();
-    }
-
-    /// Stops the server: its loop ends and every connection closes.
-    pub fn stop(&self) {
-        self.0.stop.store(true, Ordering::SeqCst);
-        self.0.results.poke();
-    }
-}
 
 /// One connection in the server's table.
 struct Entry {
@@ -141,12 +115,7 @@ impl Server {
         }
         let wake = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
         let results = Arc::new(Results::new(wake));
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            drain: std::sync::Mutex::new(None),
-            generation: AtomicU64::new(0),
-            results: results.clone(),
-        });
+        let shared = Shared::new(results.clone());
         let workers = Workers::start(&limits, handler, &results, door.tls())?;
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(
@@ -174,7 +143,7 @@ impl Server {
             leaving: 0,
             generation: 0,
         };
-        Ok((server, Handle(shared)))
+        Ok((server, Handle::new(shared)))
     }
 
     /// The address it listens on.
@@ -186,7 +155,7 @@ impl Server {
     /// Serves until `Handle::stop` (or `stop` is set: a signal's flag).
     pub fn run(mut self, stop: &AtomicBool) {
         let mut events = Vec::with_capacity(1024);
-        while !stop.load(Ordering::Relaxed) && !self.shared.stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && !self.shared.stopped() {
             let now = Instant::now();
             let nearest = (self.timers.nearest())
                 .map(|t| t.saturating_duration_since(now))
@@ -227,21 +196,18 @@ impl Server {
     /// The wake fd: workers' answers, a notify, a stop.
     fn woken(&mut self) {
         let mut buf = [0u8; 8];
-        while rustix::io::read(self.shared.results.fd(), &mut buf).is_ok() {}
+        while rustix::io::read(self.shared.results().fd(), &mut buf).is_ok() {}
         let now = Instant::now();
-        for d in self.shared.results.take() {
+        for d in self.shared.results().take() {
             self.answered(d, now);
         }
         for s in self.workers.stepped() {
             self.stepped(s);
         }
-        let asked = (self.shared.drain.lock())
-            .map(|mut d| d.take())
-            .unwrap_or_default();
-        if let Some(window) = asked.filter(|_| !self.timers.draining()) {
+        if let Some(window) = (self.shared.drain_asked()).filter(|_| !self.timers.draining()) {
             self.start_draining(window, now);
         }
-        let generation = self.shared.generation.load(Ordering::SeqCst);
+        let generation = self.shared.generation();
         if generation != self.generation {
             self.generation = generation;
             for key in self.shares.all_held() {
@@ -611,6 +577,7 @@ fn raise_open_files() -> u64 {
 }
 
 mod door;
+mod handle;
 mod limits;
 mod shares;
 mod table;
