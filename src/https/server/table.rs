@@ -100,3 +100,29 @@ fn key_of(i: usize, epoch: u32) -> u64 {
 fn split(key: u64) -> (usize, u32) {
     ((key & 0xffff_ffff) as usize, (key >> 32) as u32)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_finds_its_own_entry_only_and_a_slot_is_taken_again() {
+        let mut t = Table::new();
+        let a = t.insert(|_| Ok("a")).unwrap();
+        let b = t.insert(|_| Ok("b")).unwrap();
+        assert_eq!((t.len(), t.get(a), t.get(b)), (2, Some(&"a"), Some(&"b")));
+        assert_eq!(t.remove(a), Some("a"));
+        assert_eq!((t.len(), t.get(a)), (1, None));
+        assert_eq!(t.remove(a), None);
+        // `a`'s slot, a new epoch: `a` finds nothing there.
+        let c = t.insert(|_| Ok("c")).unwrap();
+        assert_eq!(split(c).0, split(a).0);
+        assert_eq!((t.get(a), t.get(c)), (None, Some(&"c")));
+        assert_eq!(t.get_mut(a), None);
+        // A connection that could not come in leaves its slot free.
+        assert!(t.insert(|_| Err(io::Error::other("no"))).is_err());
+        let d = t.insert(|_| Ok("d")).unwrap();
+        let keys: Vec<u64> = t.iter().map(|(k, _)| k).collect();
+        assert_eq!((t.len(), keys), (3, vec![c, b, d]));
+    }
+}
