@@ -76,7 +76,8 @@ struct Entry {
 const LISTENER: u64 = u64::MAX;
 const WAKE: u64 = u64::MAX - 1;
 
-/// The server: a listener, its TLS config (none: plain HTTP), the handler.
+/// The server: its door (a listener, TLS or plain HTTP), its workers (the handler's and
+/// the handshakes'), its connections and their timers, what each identity holds.
 pub struct Server {
     door: Door,
     limits: Limits,
