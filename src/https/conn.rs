@@ -18,37 +18,28 @@
 //! A body is read only when the server's rule (`Bodies`) says the request needs it and
 //! the server's `Budget` has room for it (else 503); any other body is never kept: the
 //! request is answered without it (a 401, a 405), what arrives of it is dropped, and the
-//! connection closes after the answer. A receive buffer gives its room back once a
-//! request is out of it, and what the connection holds is counted (`footprint`).
+//! connection closes after the answer. What it received is its `Inbox` (`conn/inbox.rs`:
+//! the receive buffer, which gives its room back once a request is out of it), what it
+//! queued for the client its `Outbox` (`conn/outbox.rs`), and what it holds is counted
+//! (`footprint`).
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+pub use self::bounds::{Bodies, Bounds};
+use self::inbox::{Inbox, RECORD};
+use self::outbox::{Bytes, Outbox};
 use super::handler::{Holder, Next, Reply, Stream, Wake};
-use super::http::{self, Answer, Body, Budget, Request};
-use super::transport::{SEND_BUFFER, Transport};
+use super::http::{self, Answer, Body, Request};
+use super::transport::Transport;
 
 /// What a stream may have queued, not yet taken by the transport, before it is asked for
 /// more.
 pub const WATERMARK: usize = 64 * 1024;
 
-/// Bytes buffered for a connection beyond a body at most (a head, and the next request's
-/// start).
-const MAX_BUFFERED: usize = 2 * http::MAX_HEAD;
-
 /// How long a connection whose body was not read is drained after its answer before it
 /// closes (a lingering close: closed at once with bytes unread, the kernel would reset it,
 /// and the client could lose the answer).
 const LINGER: Duration = Duration::from_millis(500);
-
-/// What a connection's body not read may drop while its request is answered (Go's
-/// server's `maxPostHandlerReadBytes`): beyond it the connection is not read until its
-/// answer is out, so a client sending without end on a request held open (a watch, a long
-/// poll) meets its own TCP window, not the server's loop.
-const MAX_DROPPED: usize = 256 * 1024;
-
-/// A receive buffer keeps at most this much room once a request is out of it.
-const KEPT_ROOM: usize = 4 * 1024;
 
 /// What a connection costs besides its buffers, as the server counts it: its state and its
 /// transport's at rest (a TLS connection idle after a request: 8.5 KiB measured) and a TLS
@@ -58,41 +49,6 @@ pub const CONN_COST: usize = 16 * 1024;
 /// The most a handshake in progress may hold of what the client sent: a handshake message
 /// rustls joins across records (64 KiB at most) and the record it is joining.
 const HANDSHAKE_HELD: usize = 64 * 1024 + RECORD;
-
-/// The longest TLS record (16 KiB of plaintext and its framing): what rustls may keep of
-/// the bytes a request came in until its next read (a connection stalled halfway through a
-/// 15 KB head: 33 KiB measured, 8.5 of them at rest).
-const RECORD: usize = 17 * 1024;
-
-/// How a connection is held.
-#[derive(Clone, Debug)]
-pub struct Bounds {
-    pub request_deadline: Duration,
-    pub idle: Duration,
-    pub write_deadline: Duration,
-    pub max_head: usize,
-    pub max_body: usize,
-    /// Connections stay open between requests (else every answer closes its own).
-    pub keep_alive: bool,
-    /// Which requests' bodies are read.
-    pub bodies: Bodies,
-    /// What the bodies read take together, at most.
-    pub budget: Budget,
-}
-
-/// Which requests' bodies a server reads; the others are answered without theirs (a
-/// handler that serves only GETs refuses them with 401 or 405 whatever their body), what
-/// arrives of it is dropped, and the connection closes after the answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Bodies {
-    /// Every one's.
-    All,
-    /// No one's.
-    None,
-    /// Only a `POST` to this path's, and when `cert`, only from a client that presented a
-    /// certificate (the webhook's reviews, from the apiserver).
-    Post { path: &'static str, cert: bool },
-}
 
 /// What a connection holds in memory, as the server counts it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,13 +68,6 @@ impl Footprint {
     pub fn bytes(&self) -> usize {
         self.own + self.body.map_or(0, |(_, n)| n)
     }
-}
-
-/// A head whose body is being read (what arrived of it taken from the budget).
-struct Awaiting {
-    req: Request,
-    head: usize,
-    length: usize,
 }
 
 /// A request to hand to a worker.
@@ -187,27 +136,6 @@ enum Phase {
     Done,
 }
 
-/// Bytes queued for the transport: shared, or this connection's own.
-struct Piece {
-    bytes: Bytes,
-    at: usize,
-}
-
-enum Bytes {
-    Shared(Body),
-    Own(Vec<u8>),
-}
-
-impl Piece {
-    fn rest(&self) -> &[u8] {
-        let all: &[u8] = match &self.bytes {
-            Bytes::Shared(b) => b,
-            Bytes::Own(v) => v,
-        };
-        &all[self.at..]
-    }
-}
-
 /// What `progress` does next.
 enum Step {
     Written,
@@ -221,40 +149,22 @@ enum Step {
 pub struct Conn<T> {
     pub io: T,
     phase: Phase,
-    /// Plaintext received and not yet parsed.
-    inbuf: Vec<u8>,
-    /// More may be waiting to be read: a read stopped at the buffer's cap.
-    unread: bool,
-    out: VecDeque<Piece>,
-    queued: usize,
+    /// What it received, not yet parsed.
+    inbox: Inbox,
+    /// What it queued for the client.
+    outbox: Outbox,
     /// Close once what is queued is out.
     close: bool,
-    /// The client closed its side.
-    eof: bool,
     /// When the phase ends (reading, idle, writing).
     deadline: Option<Instant>,
-    /// Bytes are queued and none has gone out since.
-    stalled: Option<Instant>,
-    /// How long queued bytes may wait for the client (`Bounds::write_deadline`).
-    write_deadline: Duration,
     /// Accepted, or last heard from (its socket was ready: bytes came, or the client took
     /// some), or last idle, at: of the connections that may give way, the one silent for
     /// longest goes first (a client that stalled, not one in the middle of its handshake).
     pub since: Instant,
-    /// A head whose body is being read.
-    awaiting: Option<Awaiting>,
-    /// A body not read is arriving: what comes is dropped (the connection closes after the
-    /// answer).
-    discard: bool,
-    /// Bytes dropped so, while its request is answered (at most `MAX_DROPPED`).
-    dropped: usize,
     /// The identity whose connection this is (the last to hold it), if any.
     pub owner: Option<Holder>,
     /// The answer being written is held for this holder, since then.
     writing_for: Option<(Holder, Instant)>,
-    /// Bytes handed to the transport since it last had nothing left for the wire (what it
-    /// holds is at most that, and at most `SEND_BUFFER`).
-    in_transport: usize,
 }
 
 impl<T: Transport> Conn<T> {
@@ -264,22 +174,13 @@ impl<T: Transport> Conn<T> {
         Conn {
             io,
             phase: Phase::Reading { started: true },
-            inbuf: Vec::new(),
-            unread: false,
-            out: VecDeque::new(),
-            queued: 0,
+            inbox: Inbox::default(),
+            outbox: Outbox::new(b.write_deadline),
             close: false,
-            eof: false,
             deadline: Some(now + b.request_deadline),
-            stalled: None,
-            write_deadline: b.write_deadline,
             since: now,
-            awaiting: None,
-            discard: false,
-            dropped: 0,
             owner: None,
             writing_for: None,
-            in_transport: 0,
         }
     }
 
@@ -300,26 +201,9 @@ impl<T: Transport> Conn<T> {
 
     /// What it holds in memory now.
     pub fn footprint(&self) -> Footprint {
-        let awaited = self.awaiting.as_ref().map_or(0, |a| a.req.taken.len());
-        // A request received is counted twice: in its buffer, and in the record it came in.
-        let mut own = CONN_COST
-            + self.io.handshake_bytes().min(HANDSHAKE_HELD)
-            + self.inbuf.capacity().saturating_sub(awaited)
-            + self.inbuf.len().saturating_sub(awaited).min(RECORD)
-            + self.in_transport.min(SEND_BUFFER);
-        let mut body: Option<(usize, usize)> = None;
-        for p in &self.out {
-            match &p.bytes {
-                Bytes::Own(v) => own += v.capacity(),
-                Bytes::Shared(b) => match body {
-                    Some((_, n)) if n >= b.len() => own += b.len(),
-                    _ => {
-                        own += body.map_or(0, |(_, n)| n);
-                        body = Some((b.addr(), b.len()));
-                    }
-                },
-            }
-        }
+        let (queued, body) = self.outbox.footprint();
+        let own =
+            CONN_COST + self.io.handshake_bytes().min(HANDSHAKE_HELD) + self.inbox.held() + queued;
         Footprint { own, body }
     }
 
@@ -334,19 +218,14 @@ impl<T: Transport> Conn<T> {
             Phase::Parked { parked, .. } => Some(parked.until),
             // A stream whose queue is full is asked again once it drains, not by a timer.
             Phase::Streaming { due, .. } => [
-                due.filter(|_| self.queued < WATERMARK),
-                self.stall_deadline(),
+                due.filter(|_| self.outbox.queued() < WATERMARK),
+                self.outbox.stall_deadline(),
             ]
             .into_iter()
             .flatten()
             .min(),
             Phase::Working | Phase::Done => None,
         }
-    }
-
-    /// When a stream whose bytes the client does not take is cut off.
-    fn stall_deadline(&self) -> Option<Instant> {
-        self.stalled.map(|s| s + self.write_deadline)
     }
 
     /// The socket can be read or written: does what it can.
@@ -403,7 +282,7 @@ impl<T: Transport> Conn<T> {
             } => {
                 self.close |= req.close;
                 self.owner = Some(holder);
-                self.queue(Bytes::Own(head.stream_head(self.close)));
+                self.outbox.queue(Bytes::Own(head.stream_head(self.close)));
                 self.deadline = None;
                 self.phase = Phase::Streaming {
                     stream,
@@ -442,10 +321,10 @@ impl<T: Transport> Conn<T> {
         match &self.phase {
             Phase::Parked { parked, .. } if parked.until <= now => self.unpark(Wake::Expired),
             Phase::Reading { started } if late => {
-                if *started && !self.io.handshaking() && !self.inbuf.is_empty() {
+                if *started && !self.io.handshaking() && self.inbox.has_bytes() {
                     let slow = Answer::text(408, "request too slow\n");
                     self.answer(&slow, true, now, b);
-                    let _ = self.pump(now);
+                    let _ = self.outbox.pump(&mut self.io, now);
                 }
                 self.phase = Phase::Done;
                 None
@@ -454,7 +333,7 @@ impl<T: Transport> Conn<T> {
                 self.phase = Phase::Done;
                 None
             }
-            Phase::Streaming { .. } if self.stall_deadline().is_some_and(|d| d <= now) => {
+            Phase::Streaming { .. } if self.outbox.stall_deadline().is_some_and(|d| d <= now) => {
                 self.phase = Phase::Done;
                 None
             }
@@ -473,7 +352,7 @@ impl<T: Transport> Conn<T> {
         let now_ = how == Evict::Now;
         match &mut self.phase {
             Phase::Parked { .. } => self.unpark(Wake::Expired),
-            Phase::Streaming { .. } if now_ && !self.out.is_empty() => {
+            Phase::Streaming { .. } if now_ && !self.outbox.is_empty() => {
                 self.phase = Phase::Done;
                 None
             }
@@ -523,15 +402,15 @@ impl<T: Transport> Conn<T> {
             if self.done() {
                 return None;
             }
-            if !self.pump(now) {
+            if !self.outbox.pump(&mut self.io, now) {
                 self.phase = Phase::Done;
                 return None;
             }
             let step = match &self.phase {
-                Phase::Writing if self.out.is_empty() => Step::Written,
+                Phase::Writing if self.outbox.is_empty() => Step::Written,
                 Phase::Lingering { shut: false } => Step::Shut,
                 Phase::Streaming { due, .. }
-                    if self.queued < WATERMARK && due.is_some_and(|d| d <= now) =>
+                    if self.outbox.queued() < WATERMARK && due.is_some_and(|d| d <= now) =>
                 {
                     Step::Pull
                 }
@@ -555,16 +434,16 @@ impl<T: Transport> Conn<T> {
                 },
                 Step::Pull => self.pull(now, b),
                 Step::Parse => {
-                    if self.unread && self.inbuf.len() < self.cap() {
+                    if self.inbox.more_waiting() {
                         self.read(now, b);
                     }
-                    match self.parse(b) {
+                    match self.inbox.parse(b, || self.io.peer_cert().is_some()) {
                         // A body to read, and more of it waits (no edge will say so).
-                        None if self.unread && self.inbuf.len() < self.cap() => {}
+                        None if self.inbox.more_waiting() => {}
                         None => break,
                         Some(Err(a)) => self.answer(&a, true, now, b),
                         Some(Ok(mut req)) => {
-                            self.shrink();
+                            self.inbox.shrink();
                             req.close |= !b.keep_alive;
                             self.phase = Phase::Working;
                             self.deadline = None;
@@ -587,7 +466,7 @@ impl<T: Transport> Conn<T> {
                 | Phase::Streaming { .. }
                 | Phase::Lingering { .. }
         );
-        if self.eof && gone {
+        if self.inbox.eof() && gone {
             // Nothing to answer: a request cut short, a long poll or a watch given up.
             self.phase = Phase::Done;
         }
@@ -599,17 +478,18 @@ impl<T: Transport> Conn<T> {
         let Phase::Streaming { stream, due, .. } = &mut self.phase else {
             return;
         };
-        let pulled = stream.pull(now, WATERMARK - self.queued);
+        let room = WATERMARK - self.outbox.queued();
+        let pulled = stream.pull(now, room);
         let next = pulled.next;
         *due = match next {
             Next::End => None,
             Next::At(t) => Some(t),
         };
-        let cut = pulled.chunks.iter().map(Body::len).sum::<usize>() >= WATERMARK - self.queued;
+        let cut = pulled.chunks.iter().map(Body::len).sum::<usize>() >= room;
         for c in pulled.chunks.into_iter().filter(|c| !c.is_empty()) {
-            self.queue(Bytes::Own(http::chunk_head(c.len())));
-            self.queue(Bytes::Shared(c));
-            self.queue(Bytes::Own(http::CHUNK_END.to_vec()));
+            self.outbox.queue(Bytes::Own(http::chunk_head(c.len())));
+            self.outbox.queue(Bytes::Shared(c));
+            self.outbox.queue(Bytes::Own(http::CHUNK_END.to_vec()));
         }
         if next == Next::End {
             self.end_stream(now, b);
@@ -623,79 +503,18 @@ impl<T: Transport> Conn<T> {
         if let Phase::Streaming { holder, at, .. } = &self.phase {
             self.writing_for = Some((*holder, *at));
         }
-        self.queue(Bytes::Own(http::LAST_CHUNK.to_vec()));
+        self.outbox.queue(Bytes::Own(http::LAST_CHUNK.to_vec()));
         self.phase = Phase::Writing;
         self.deadline = Some(now + b.write_deadline);
-    }
-
-    /// Hands queued bytes to the transport and the transport's to the wire, as far as
-    /// they go; `false` when the connection broke.
-    fn pump(&mut self, now: Instant) -> bool {
-        let mut moved = false;
-        // Each round hands the transport what it takes, then moves its bytes to the wire.
-        // A round that handed nothing (the transport was full) but emptied it goes again:
-        // the socket may take more, and no writable edge would come to say so. Two such
-        // rounds in a row: it is the socket that is full.
-        let mut empty_rounds = 0;
-        for _ in 0..1024 {
-            let mut sent = false;
-            while let Some(p) = self.out.front_mut() {
-                let n = match self.io.send(p.rest()) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        log::debug!("https: {e}");
-                        return false;
-                    }
-                };
-                if n == 0 {
-                    break;
-                }
-                sent = true;
-                p.at += n;
-                self.queued -= n;
-                self.in_transport += n;
-                if p.rest().is_empty() {
-                    self.out.pop_front();
-                }
-            }
-            let flushed = match self.io.flush() {
-                Ok(f) => f,
-                Err(e) => {
-                    log::debug!("https: {e}");
-                    return false;
-                }
-            };
-            if flushed {
-                self.in_transport = 0;
-            }
-            moved |= sent;
-            empty_rounds = if sent { 0 } else { empty_rounds + 1 };
-            // Done, or the wire is full (a writable edge comes when it drains).
-            if self.out.is_empty() || !flushed || empty_rounds > 1 {
-                break;
-            }
-        }
-        if self.out.is_empty() || moved {
-            self.stalled = (!self.out.is_empty()).then_some(now);
-        } else if self.stalled.is_none() {
-            self.stalled = Some(now);
-        }
-        true
-    }
-
-    fn queue(&mut self, bytes: Bytes) {
-        let p = Piece { bytes, at: 0 };
-        self.queued += p.rest().len();
-        self.out.push_back(p);
     }
 
     /// Queues `a` (closing after it if `close`) and starts writing.
     fn answer(&mut self, a: &Answer, close: bool, now: Instant, b: &Bounds) {
         self.close |= close;
         self.writing_for = None;
-        self.queue(Bytes::Own(a.head(self.close)));
+        self.outbox.queue(Bytes::Own(a.head(self.close)));
         if !a.body.is_empty() {
-            self.queue(Bytes::Shared(a.body.clone()));
+            self.outbox.queue(Bytes::Shared(a.body.clone()));
         }
         self.phase = Phase::Writing;
         self.deadline = Some(now + b.write_deadline);
@@ -704,12 +523,12 @@ impl<T: Transport> Conn<T> {
     /// Once an answer is all out: closed, or idle for the next request. `false` when
     /// done.
     fn after_write(&mut self, now: Instant, b: &Bounds) -> bool {
-        if self.close || self.eof {
+        if self.close || self.inbox.eof() {
             if self.close {
                 self.io.close();
                 let _ = self.io.flush();
             }
-            if self.discard && !self.eof {
+            if self.inbox.discarding() && !self.inbox.eof() {
                 // Part of a body not read may still come: dropped a moment longer (what
                 // waits already, too: no edge may say so).
                 self.phase = Phase::Lingering { shut: false };
@@ -724,15 +543,45 @@ impl<T: Transport> Conn<T> {
         self.writing_for = None;
         self.since = now;
         self.deadline = Some(now + b.idle);
-        if !self.inbuf.is_empty() {
+        if self.inbox.has_bytes() {
             // A pipelined request is already here: its deadline runs from now.
             self.phase = Phase::Reading { started: true };
             self.deadline = Some(now + b.request_deadline);
         }
         true
     }
+
+    /// Reads what has arrived (`Inbox::read`); a request that began after an idle
+    /// keep-alive has its deadline run from its first byte.
+    fn read(&mut self, now: Instant, b: &Bounds) {
+        if self.done() {
+            return;
+        }
+        let lingering = matches!(self.phase, Phase::Lingering { .. });
+        match self.inbox.read(&mut self.io, lingering) {
+            Err(e) => {
+                log::debug!("https: {e}");
+                self.phase = Phase::Done;
+            }
+            Ok(true) if matches!(self.phase, Phase::Reading { started: false }) => {
+                self.phase = Phase::Reading { started: true };
+                self.deadline = Some(now + b.request_deadline);
+            }
+            Ok(_) => {}
+        }
+    }
+
+    /// Drops what arrives of a body not read (`Inbox::drop_incoming`).
+    fn drop_incoming(&mut self) {
+        if let Err(e) = self.inbox.drop_incoming(&mut self.io) {
+            log::debug!("https: {e}");
+            self.phase = Phase::Done;
+        }
+    }
 }
 
-mod receive;
+mod bounds;
+mod inbox;
+mod outbox;
 #[cfg(test)]
 mod tests;

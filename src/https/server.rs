@@ -12,6 +12,14 @@
 //! only reads and writes their bytes, so a flood of ClientHellos never holds up the
 //! clients it has.
 //!
+//! The loop's parts are types of their own: `Door` (`server/door.rs`: the listener, and
+//! a connection accepted made ready, TLS or plain), `Table` (`server/table.rs`: the
+//! connections by key), `Timers` (`server/timers.rs`: deadlines, and a drain's moments),
+//! `Workers` (`server/workers.rs`: the lanes, the handler asked inline, the handshakes'
+//! workers), `Shared` (`server/handle.rs`: what a `Handle` asked), `Shares`
+//! (`server/shares.rs`) and `Limits` (`server/limits.rs`). This file ties them: who gets
+//! in, what each event does to a connection, and what follows.
+//!
 //! Room is kept for the well-behaved (`server/shares.rs` counts who holds what): at most
 //! `max_connections` are open (never more than files may be opened); a new connection
 //! takes the place of the token-less one (handshaking, reading, refused) silent for
@@ -24,69 +32,34 @@
 //! largest one (`max_pinned`), and what the token-less connections hold together
 //! (`max_loose`); past either, the oldest (the silent for longest) of them is let go.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::event::{EventfdFlags, Timespec, eventfd};
 use rustls::ServerConfig;
 
+use self::door::Door;
+pub use self::handle::Handle;
+use self::handle::Shared;
 pub use self::limits::Limits;
 use self::shares::{Counted, Shares};
+use self::table::Table;
+use self::timers::Timers;
+use self::workers::Workers;
 pub use super::conn::Bodies;
 use super::conn::{Bounds, Conn, Dispatch, Evict};
-use super::drain::Drain;
-use super::handler::ask_or_500;
 pub use super::handler::{Call, Handler, Holder, Next, Peer, Pull, Reply, Stream, Wake};
 pub use super::handshakes::Sizes;
-use super::handshakes::{Handshakes, Step, Stepped};
-use super::lanes::{Done, Job, Lanes, Results};
+use super::handshakes::{Step, Stepped};
+use super::lanes::{Done, Job, Results};
 use super::transport::{Io, Transport};
-use crate::locks::Recover;
-
-/// A running server: notifies parked requests and streams, stops it.
-#[derive(Clone)]
-pub struct Handle(Arc<Shared>);
-
-struct Shared {
-    stop: AtomicBool,
-    /// A drain asked for (`Handle::drain`), over this window.
-    drain: std::sync::Mutex<Option<Duration>>,
-    /// Bumped by `notify`.
-    generation: AtomicU64,
-    results: Arc<Results>,
-}
-
-impl Handle {
-    /// Asks every parked request again (`Wake::Notified`) and pulls every stream.
-    pub fn notify(&self) {
-        self.0.generation.fetch_add(1, Ordering::SeqCst);
-        self.0.results.poke();
-    }
-
-    /// Lets every client go over `window`, spread (`drain.rs`): from now on each answer
-    /// closes its connection, and each connection, open or yet to come, is let go at a
-    /// moment of its own within the window. The server serves on until `stop`.
-    pub fn drain(&self, window: Duration) {
-        *self.0.drain.lock().recover() = Some(window);
-        self.0.results.poke();
-    }
-
-    /// Stops the server: its loop ends and every connection closes.
-    pub fn stop(&self) {
-        self.0.stop.store(true, Ordering::SeqCst);
-        self.0.results.poke();
-    }
-}
 
 /// One connection in the server's table.
 struct Entry {
-    epoch: u32,
     conn: Conn<Io>,
     addr: SocketAddr,
     /// The deadline its timer is set for.
@@ -103,28 +76,22 @@ struct Entry {
 const LISTENER: u64 = u64::MAX;
 const WAKE: u64 = u64::MAX - 1;
 
-/// The server: a listener, its TLS config (none: plain HTTP), the handler.
+/// The server: its door (a listener, TLS or plain HTTP), its workers (the handler's and
+/// the handshakes'), its connections and their timers, what each identity holds.
 pub struct Server {
-    listener: TcpListener,
-    config: Option<Arc<ServerConfig>>,
+    door: Door,
     limits: Limits,
     bounds: Bounds,
     epoll: std::os::fd::OwnedFd,
     shared: Arc<Shared>,
-    lanes: Lanes,
-    handler: Arc<dyn Handler>,
-    slots: Vec<Option<Entry>>,
-    free: Vec<usize>,
-    open: usize,
-    epochs: Vec<u32>,
-    timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    workers: Workers,
+    table: Table<Entry>,
+    timers: Timers,
     shares: Shares,
     /// Connections asked to make room and not yet gone.
     leaving: usize,
-    /// The TLS handshakes' workers (none for plain HTTP).
-    handshakes: Option<Handshakes>,
+    /// The last `Shared::generation` seen.
     generation: u64,
-    draining: Option<Drain>,
 }
 
 impl Server {
@@ -135,11 +102,7 @@ impl Server {
         handler: Arc<dyn Handler>,
         limits: Limits,
     ) -> io::Result<(Server, Handle)> {
-        listener.set_nonblocking(true)?;
-        // A longer queue of connections not yet accepted than std's 128 (the kernel caps
-        // it at net.core.somaxconn): in a storm of new connections a SYN that finds it
-        // full is dropped, and its client retries only a second later.
-        let _ = rustix::net::listen(&listener, 4096);
+        let door = Door::open(listener, config)?;
         let mut limits = limits;
         // Never more connections than files may be opened: at the limit, accept would
         // fail and leave the listener ready, refusing every newcomer, good or not.
@@ -153,27 +116,12 @@ impl Server {
         }
         let wake = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
         let results = Arc::new(Results::new(wake));
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            drain: std::sync::Mutex::new(None),
-            generation: AtomicU64::new(0),
-            results: results.clone(),
-        });
-        let lanes = Lanes::start(
-            &limits.lanes,
-            handler.clone(),
-            results.clone(),
-            limits.panicked.clone(),
-            limits.counts.clone(),
-        )?;
-        let handshakes = match &config {
-            Some(_) => Some(Handshakes::start(limits.handshakes, results.clone())?),
-            None => None,
-        };
+        let shared = Shared::new(results.clone());
+        let workers = Workers::start(&limits, handler, &results, door.tls())?;
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(
             &epoll,
-            &listener,
+            door.listener(),
             EventData::new_u64(LISTENER),
             EventFlags::IN,
         )?;
@@ -184,42 +132,33 @@ impl Server {
             EventFlags::IN | EventFlags::ET,
         )?;
         let server = Server {
-            listener,
-            config,
+            door,
             bounds: limits.bounds(),
             limits,
             epoll,
             shared: shared.clone(),
-            lanes,
-            handler,
-            slots: Vec::new(),
-            free: Vec::new(),
-            open: 0,
-            epochs: Vec::new(),
-            timers: BinaryHeap::new(),
+            workers,
+            table: Table::new(),
+            timers: Timers::new(),
             shares: Shares::default(),
             leaving: 0,
-            handshakes,
             generation: 0,
-            draining: None,
         };
-        Ok((server, Handle(shared)))
+        Ok((server, Handle::new(shared)))
     }
 
     /// The address it listens on.
     #[cfg(test)]
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.door.listener().local_addr()
     }
 
     /// Serves until `Handle::stop` (or `stop` is set: a signal's flag).
     pub fn run(mut self, stop: &AtomicBool) {
         let mut events = Vec::with_capacity(1024);
-        while !stop.load(Ordering::Relaxed) && !self.shared.stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && !self.shared.stopped() {
             let now = Instant::now();
-            let first = (self.timers.peek()).map(|Reverse((t, _))| *t);
-            let drained = self.draining.as_ref().and_then(Drain::next);
-            let nearest = (first.into_iter().chain(drained).min())
+            let nearest = (self.timers.nearest())
                 .map(|t| t.saturating_duration_since(now))
                 .unwrap_or(Duration::from_secs(1))
                 // A stop flag set by a signal handler is seen this often at least.
@@ -250,30 +189,26 @@ impl Server {
                 self.accept_all();
             }
         }
-        for slot in self.slots.iter_mut().flatten() {
-            slot.conn.drop_now();
+        for e in self.table.values_mut() {
+            e.conn.drop_now();
         }
     }
 
     /// The wake fd: workers' answers, a notify, a stop.
     fn woken(&mut self) {
         let mut buf = [0u8; 8];
-        while rustix::io::read(self.shared.results.fd(), &mut buf).is_ok() {}
+        while rustix::io::read(self.shared.results().fd(), &mut buf).is_ok() {}
         let now = Instant::now();
-        for d in self.shared.results.take() {
+        for d in self.shared.results().take() {
             self.answered(d, now);
         }
-        let stepped = self.handshakes.as_ref().map(Handshakes::take);
-        for s in stepped.unwrap_or_default() {
+        for s in self.workers.stepped() {
             self.stepped(s);
         }
-        let asked = (self.shared.drain.lock())
-            .map(|mut d| d.take())
-            .unwrap_or_default();
-        if let Some(window) = asked.filter(|_| self.draining.is_none()) {
+        if let Some(window) = (self.shared.drain_asked()).filter(|_| !self.timers.draining()) {
             self.start_draining(window, now);
         }
-        let generation = self.shared.generation.load(Ordering::SeqCst);
+        let generation = self.shared.generation();
         if generation != self.generation {
             self.generation = generation;
             for key in self.shares.all_held() {
@@ -306,7 +241,7 @@ impl Server {
     /// out, what came meanwhile is read), or, refused, says why (an alert) and closes.
     fn stepped(&mut self, s: Stepped) {
         let Stepped { key, tls, result } = s;
-        let Some(e) = self.entry_mut(key) else {
+        let Some(e) = self.table.get_mut(key) else {
             return;
         };
         let Io::Tls(t) = &mut e.conn.io else {
@@ -328,10 +263,10 @@ impl Server {
     /// worker; one given up for room (the newcomer itself, or the newest of the address
     /// with the most waiting) is closed.
     fn offload(&mut self, key: u64, now: Instant) {
-        if self.handshakes.is_none() {
+        if !self.workers.handshaking() {
             return;
         }
-        let Some(e) = self.entry_mut(key).filter(|e| !e.conn.done()) else {
+        let Some(e) = self.table.get_mut(key).filter(|e| !e.conn.done()) else {
             return;
         };
         let (from, until) = (e.addr.ip(), e.conn.deadline().unwrap_or(now));
@@ -347,8 +282,7 @@ impl Server {
             tls,
             until,
         };
-        let given_up = (self.handshakes.as_ref()).and_then(|h| h.give(step));
-        if let Some(s) = given_up {
+        if let Some(s) = self.workers.handshake(step) {
             log::debug!("https: too many handshakes waiting: closing one");
             self.limits.counts.turned_away("handshakes");
             self.drop_now(s.key);
@@ -357,7 +291,7 @@ impl Server {
 
     /// Closes a connection now, without a word.
     fn drop_now(&mut self, key: u64) {
-        if let Some(e) = self.entry_mut(key) {
+        if let Some(e) = self.table.get_mut(key) {
             e.conn.drop_now();
             self.remove(key);
         }
@@ -367,63 +301,35 @@ impl Server {
     /// a moment of its own within `window`.
     fn start_draining(&mut self, window: Duration, now: Instant) {
         self.bounds.keep_alive = false;
-        let mut drain = Drain::new(now, window, crate::backoff::Rng::from_time());
-        for (i, e) in self.slots.iter().enumerate() {
-            if let Some(e) = e {
-                drain.schedule(key_of(i, e.epoch), now);
-            }
-        }
+        let keys = self.table.iter().map(|(key, _)| key);
+        self.timers.drain(window, keys, now);
         log::info!(
             "https: letting {} connections go over {}",
-            self.open,
+            self.table.len(),
             humantime::format_duration(window)
         );
-        self.draining = Some(drain);
     }
 
     /// Timers that are due.
     fn fire(&mut self, now: Instant) {
-        let drained = self
-            .draining
-            .as_mut()
-            .map(|d| d.due(now))
-            .unwrap_or_default();
-        for key in drained {
+        for key in self.timers.drained(now) {
             self.evict(key, now, Evict::Politely);
         }
-        while let Some(Reverse((t, key))) = self.timers.peek().copied() {
-            if t > now {
-                break;
-            }
-            self.timers.pop();
-            let armed = self.entry(key).and_then(|e| e.armed);
-            if armed == Some(t) {
-                if let Some(e) = self.entry_mut(key) {
-                    e.armed = None;
-                }
+        while let Some((t, key)) = self.timers.due(now) {
+            if let Some(e) = self.table.get_mut(key)
+                && e.armed == Some(t)
+            {
+                e.armed = None;
                 self.with(key, |conn, b, now| conn.tick(now, b), now);
             }
         }
         // Stale timers (deadlines moved on) are dropped when there are many.
-        if self.timers.len() > 4 * self.open + 1024 {
-            let live: Vec<(Instant, u64)> = (self.slots.iter().enumerate())
-                .filter_map(|(i, e)| {
-                    let e = e.as_ref()?;
-                    Some((e.armed?, key_of(i, e.epoch)))
-                })
-                .collect();
-            self.timers = live.into_iter().map(Reverse).collect();
-        }
-    }
-
-    fn entry(&self, key: u64) -> Option<&Entry> {
-        let (i, epoch) = split(key);
-        self.slots.get(i)?.as_ref().filter(|e| e.epoch == epoch)
-    }
-
-    fn entry_mut(&mut self, key: u64) -> Option<&mut Entry> {
-        let (i, epoch) = split(key);
-        self.slots.get_mut(i)?.as_mut().filter(|e| e.epoch == epoch)
+        let table = &self.table;
+        self.timers.prune(table.len(), || {
+            (table.iter())
+                .filter_map(|(key, e)| Some((e.armed?, key)))
+                .collect()
+        });
     }
 
     /// Does `f` to a connection, then settles what follows: its request to the workers,
@@ -435,12 +341,12 @@ impl Server {
         now: Instant,
     ) {
         let bounds = self.bounds.clone();
-        let Some(e) = self.entry_mut(key) else {
+        let Some(e) = self.table.get_mut(key) else {
             return;
         };
         let mut next = f(&mut e.conn, &bounds, now);
         while let Some(d) = next.take() {
-            let Some(e) = self.entry_mut(key) else {
+            let Some(e) = self.table.get_mut(key) else {
                 return;
             };
             let peer = Peer {
@@ -448,8 +354,8 @@ impl Server {
                 cert: e.conn.io.peer_cert(),
             };
             if self.limits.inline && d.lane == 0 {
-                let reply = self.inline(&d, &peer);
-                let Some(e) = self.entry_mut(key) else {
+                let reply = self.workers.inline(&d, &peer, &self.limits);
+                let Some(e) = self.table.get_mut(key) else {
                     return;
                 };
                 next = e.conn.reply(d.req, d.wake, d.parked, reply, now, &bounds);
@@ -463,11 +369,11 @@ impl Server {
                 lane: d.lane,
                 parked: d.parked,
             };
-            if let Err(job) = self.lanes.give(job) {
-                let busy = self.lanes.busy(job.lane);
+            if let Err(job) = self.workers.give(job) {
+                let busy = self.workers.busy(job.lane);
                 self.limits.counts.answered(busy.status);
                 self.limits.counts.turned_away("queue");
-                let Some(e) = self.entry_mut(key) else {
+                let Some(e) = self.table.get_mut(key) else {
                     return;
                 };
                 next = e.conn.reply(
@@ -484,33 +390,10 @@ impl Server {
         self.settle(key, now);
     }
 
-    /// Asks the handler on this thread (`Limits::inline`); a panic costs the request a
-    /// 500, as on a worker.
-    fn inline(&self, d: &Dispatch, peer: &Peer) -> Reply {
-        let call = Call {
-            wake: d.wake,
-            lane: 0,
-        };
-        let (counts, panicked) = (&self.limits.counts, &self.limits.panicked);
-        ask_or_500(
-            &*self.handler,
-            (&d.req, peer, call),
-            counts,
-            panicked,
-            "server",
-        )
-    }
-
     /// After a connection moved: its timer, how it is counted, its end; then the bounds
     /// its share may have passed.
     fn settle(&mut self, key: u64, now: Instant) {
-        let (i, epoch) = split(key);
-        let Some(e) = self
-            .slots
-            .get_mut(i)
-            .and_then(Option::as_mut)
-            .filter(|e| e.epoch == epoch)
-        else {
+        let Some(e) = self.table.get_mut(key) else {
             return;
         };
         if e.conn.done() {
@@ -521,7 +404,7 @@ impl Server {
         if deadline != e.armed {
             e.armed = deadline;
             if let Some(d) = deadline {
-                self.timers.push(Reverse((d, key)));
+                self.timers.set(d, key);
             }
         }
         if !e.looked && !e.conn.io.handshaking() {
@@ -567,7 +450,7 @@ impl Server {
                 }
                 None => None,
                 Some(h) => self.shares.over(h, self.limits.max_pinned, |k| {
-                    (self.entry(k))
+                    (self.table.get(k))
                         .and_then(|e| e.counted)
                         .map_or(0, |c| c.footprint.bytes())
                 }),
@@ -588,7 +471,7 @@ impl Server {
 
     /// Asks a connection to go (`how`), or, one with a worker, to close once answered.
     fn evict(&mut self, key: u64, now: Instant, how: Evict) {
-        if let Some(e) = self.entry_mut(key)
+        if let Some(e) = self.table.get_mut(key)
             && !e.leaving
         {
             e.leaving = true;
@@ -598,29 +481,84 @@ impl Server {
     }
 
     fn remove(&mut self, key: u64) {
-        let (i, _) = split(key);
-        let Some(e) = self.slots.get_mut(i).and_then(Option::take) else {
+        let Some(e) = self.table.remove(key) else {
             return;
         };
         let _ = epoll::delete(&self.epoll, e.conn.io.sock());
         self.shares.recount(key, e.counted.as_ref(), None);
         self.leaving -= usize::from(e.leaving);
-        self.free.push(i);
-        self.open -= 1;
+    }
+
+    /// Accepts waiting connections (a bounded number a round, so that a storm of new ones
+    /// does not hold up the others).
+    fn accept_all(&mut self) {
+        for _ in 0..512 {
+            let (sock, addr) = match self.door.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // WouldBlock: all taken. Anything else (EMFILE…): again at the next wake.
+                Err(_) => return,
+            };
+            let now = Instant::now();
+            if self.table.len() >= self.limits.max_connections && !self.make_room(now) {
+                log::debug!("https: every connection is busy: closing {addr}'s");
+                self.limits.counts.turned_away("connections");
+                continue;
+            }
+            match self.admit(sock, addr, now) {
+                Ok(()) => self.limits.counts.accepted(),
+                Err(e) => log::debug!("https: {addr}: {e}"),
+            }
+        }
+    }
+
+    /// Frees a place: the least valuable connection (`Shares::room`). `false` when nothing
+    /// can go.
+    fn make_room(&mut self, now: Instant) -> bool {
+        if self.leaving >= MAX_LEAVING {
+            return false;
+        }
+        let Some(key) = self.shares.room() else {
+            return false;
+        };
+        log::debug!("https: {} connections: one gives way", self.table.len());
+        self.limits.counts.turned_away("evicted");
+        self.evict(key, now, Evict::Now);
+        // It leaves once answered: the newcomer may come in meanwhile (within
+        // `FILES_KEPT`).
+        true
+    }
+
+    /// A connection accepted comes in: registered once with epoll, its timer set.
+    fn admit(&mut self, sock: TcpStream, addr: SocketAddr, now: Instant) -> io::Result<()> {
+        let io = self.door.io(sock)?;
+        let epoll = &self.epoll;
+        let bounds = &self.bounds;
+        let key = self.table.insert(|key| {
+            epoll::add(
+                epoll,
+                io.sock(),
+                EventData::new_u64(key),
+                EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET,
+            )?;
+            Ok(Entry {
+                conn: Conn::new(io, now, bounds),
+                addr,
+                armed: None,
+                counted: None,
+                looked: false,
+                leaving: false,
+            })
+        })?;
+        self.timers.admitted(key, now);
+        self.settle(key, now);
+        Ok(())
     }
 }
 
 /// Connections asked to make room and not yet gone, at most (each is over the cap until
 /// its answer is out).
 const MAX_LEAVING: usize = 32;
-
-fn key_of(i: usize, epoch: u32) -> u64 {
-    (u64::from(epoch) << 32) | (i as u64 & 0xffff_ffff)
-}
-
-fn split(key: u64) -> (usize, u32) {
-    ((key & 0xffff_ffff) as usize, (key >> 32) as u32)
-}
 
 /// Open files kept for what is not a connection: the listener, the wake and epoll fds,
 /// the apiserver's connections, files read, the workers' (and connections leaving).
@@ -639,8 +577,12 @@ fn raise_open_files() -> u64 {
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
-mod admit;
+mod door;
+mod handle;
 mod limits;
 mod shares;
+mod table;
 #[cfg(test)]
 mod tests;
+mod timers;
+mod workers;

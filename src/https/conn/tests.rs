@@ -3,8 +3,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::inbox::{KEPT_ROOM, MAX_DROPPED};
 use super::*;
 use crate::https::handler::Pull;
+use crate::https::http::Budget;
 use crate::https::transport::fake::Fake;
 
 fn bounds() -> Bounds {
@@ -298,7 +300,11 @@ fn a_watcher_that_does_not_read_holds_at_most_the_watermark_and_is_cut_off() {
     let pulls = stream(&mut c, events, false, t);
     assert_eq!(c.kind(), Kind::Held(Holder(3), t));
     // Nothing went out; what it queued is bounded by the watermark.
-    assert!(c.queued <= WATERMARK + 1000 + 64, "{}", c.queued);
+    assert!(
+        c.outbox.queued() <= WATERMARK + 1000 + 64,
+        "{}",
+        c.outbox.queued()
+    );
     let asked = *pulls.lock().unwrap();
     for i in 1..20 {
         c.notify(t + Duration::from_millis(i), &b);
@@ -308,7 +314,7 @@ fn a_watcher_that_does_not_read_holds_at_most_the_watermark_and_is_cut_off() {
         asked,
         "not asked while its queue is full"
     );
-    assert!(c.queued <= WATERMARK + 1000 + 64);
+    assert!(c.outbox.queued() <= WATERMARK + 1000 + 64);
     // It reads: more is pulled as room comes.
     c.io.room = Some(200_000);
     c.ready(t + Duration::from_secs(1), &b);
@@ -360,11 +366,11 @@ fn a_body_not_needed_is_never_kept() {
     c.io.incoming = post("/api/v1/configmaps", 600_000, 30_000);
     let d = c.ready(t, &b).unwrap();
     assert!(d.req.body.is_empty() && d.req.close, "{:?}", d.req);
-    assert_eq!(c.inbuf.capacity(), 0);
+    assert_eq!(c.inbox.capacity(), 0);
     // More of it comes while the handler answers: read, and dropped.
     c.io.incoming = vec![b'x'; 200_000];
     c.ready(t, &b);
-    assert!(c.io.incoming.is_empty() && c.inbuf.capacity() == 0);
+    assert!(c.io.incoming.is_empty() && c.inbox.capacity() == 0);
     assert_eq!(c.footprint().own, CONN_COST);
     c.reply(
         d.req,
@@ -419,8 +425,8 @@ fn a_body_not_read_is_dropped_a_bounded_amount_while_its_request_is_held() {
         c.ready(t, &b);
     }
     // Read while under the bound (the third read passes it).
-    assert_eq!((c.dropped, c.io.incoming.len()), (300_000, 0));
-    assert!(c.dropped >= MAX_DROPPED);
+    assert_eq!((c.inbox.dropped(), c.io.incoming.len()), (300_000, 0));
+    assert!(c.inbox.dropped() >= MAX_DROPPED);
     c.io.incoming = vec![b'x'; 100_000];
     c.ready(t, &b);
     assert_eq!(c.io.incoming.len(), 100_000, "no longer read");
