@@ -238,9 +238,7 @@ impl<T: Transport> Conn<T> {
     /// A worker's reply to the request it was given.
     pub fn reply(
         &mut self,
-        req: Request,
-        wake: Wake,
-        parked: Option<Parked>,
+        d: Dispatch,
         reply: Reply,
         now: Instant,
         b: &Bounds,
@@ -248,6 +246,9 @@ impl<T: Transport> Conn<T> {
         if !matches!(self.phase, Phase::Working) {
             return None;
         }
+        let Dispatch {
+            req, wake, parked, ..
+        } = d;
         match reply {
             Reply::Answer(a) => self.answer(&a, req.close, now, b),
             Reply::Held { answer, holder } => {

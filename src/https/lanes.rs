@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
-use super::conn::Parked;
+use super::conn::Dispatch;
 use super::handler::{Call, Handler, Peer, Reply, Wake, ask_or_500};
-use super::http::{Answer, Request};
+use super::http::Answer;
 use crate::locks::Recover;
 use crate::ops::metrics::ServerCounts;
 
@@ -33,19 +33,14 @@ pub struct Lane {
 /// A request for a worker.
 pub struct Job {
     pub key: u64,
-    pub req: Request,
     pub peer: Peer,
-    pub wake: Wake,
-    pub lane: usize,
-    pub parked: Option<Parked>,
+    pub dispatch: Dispatch,
 }
 
 /// A worker's answer, with the request back (a parked one is asked again).
 pub struct Done {
     pub key: u64,
-    pub req: Request,
-    pub wake: Wake,
-    pub parked: Option<Parked>,
+    pub dispatch: Dispatch,
     pub reply: Reply,
 }
 
@@ -134,11 +129,11 @@ impl Lanes {
     /// Queues `job` on its lane (the first, if there is no such lane); a new request is
     /// given back when the queue is full (for the lane's `busy` answer).
     pub fn give(&self, job: Job) -> Result<(), Box<Job>> {
-        let Some(q) = self.queues.get(job.lane).or(self.queues.first()) else {
+        let Some(q) = self.queues.get(job.dispatch.lane).or(self.queues.first()) else {
             return Err(Box::new(job));
         };
         let mut jobs = q.jobs.lock().recover();
-        if job.wake == Wake::First && jobs.len() >= q.spec.queue {
+        if job.dispatch.wake == Wake::First && jobs.len() >= q.spec.queue {
             return Err(Box::new(job));
         }
         jobs.push_back(job);
@@ -178,17 +173,20 @@ struct Worker {
 impl Worker {
     fn run(self) {
         while let Some(job) = self.next() {
+            let Job {
+                key,
+                peer,
+                dispatch,
+            } = job;
             let call = Call {
-                wake: job.wake,
+                wake: dispatch.wake,
                 lane: self.lane,
             };
-            let ask = (&job.req, &job.peer, call);
+            let ask = (&dispatch.req, &peer, call);
             let reply = ask_or_500(&*self.handler, ask, &self.counts, &self.panicked, "worker");
             self.results.push(Done {
-                key: job.key,
-                req: job.req,
-                wake: job.wake,
-                parked: job.parked,
+                key,
+                dispatch,
                 reply,
             });
         }

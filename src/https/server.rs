@@ -220,14 +220,12 @@ impl Server {
     fn answered(&mut self, d: Done, now: Instant) {
         let Done {
             key,
-            req,
-            wake,
-            parked,
+            dispatch,
             reply,
         } = d;
         self.with(
             key,
-            move |conn, b, now| conn.reply(req, wake, parked, reply, now, b),
+            move |conn, b, now| conn.reply(dispatch, reply, now, b),
             now,
         );
     }
@@ -358,32 +356,24 @@ impl Server {
                 let Some(e) = self.table.get_mut(key) else {
                     return;
                 };
-                next = e.conn.reply(d.req, d.wake, d.parked, reply, now, &bounds);
+                next = e.conn.reply(d, reply, now, &bounds);
                 continue;
             }
             let job = Job {
                 key,
-                req: d.req,
                 peer,
-                wake: d.wake,
-                lane: d.lane,
-                parked: d.parked,
+                dispatch: d,
             };
             if let Err(job) = self.workers.give(job) {
-                let busy = self.workers.busy(job.lane);
+                let busy = self.workers.busy(job.dispatch.lane);
                 self.limits.counts.answered(busy.status);
                 self.limits.counts.turned_away("queue");
                 let Some(e) = self.table.get_mut(key) else {
                     return;
                 };
-                next = e.conn.reply(
-                    job.req,
-                    job.wake,
-                    job.parked,
-                    Reply::Answer(busy),
-                    now,
-                    &bounds,
-                );
+                next = e
+                    .conn
+                    .reply(job.dispatch, Reply::Answer(busy), now, &bounds);
             }
         }
         self.offload(key, now);

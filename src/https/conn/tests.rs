@@ -54,12 +54,12 @@ fn a_request_in_pieces_then_a_pipelined_one_on_a_kept_connection() {
     assert_eq!(c.kind(), Kind::Working);
     assert_eq!(c.deadline(), None, "a worker has it");
     // The answer goes out, and the pipelined request comes next.
-    let d = c.reply(d.req, d.wake, None, ok("a\n"), t, &b).unwrap();
+    let d = c.reply(d, ok("a\n"), t, &b).unwrap();
     assert_eq!(d.req.path, "/b");
     let wire = out(&mut c);
     assert!(wire.starts_with("HTTP/1.1 200 OK\r\n"), "{wire}");
     assert!(wire.contains("Connection: keep-alive\r\n") && wire.ends_with("\r\n\r\na\n"));
-    assert!(c.reply(d.req, d.wake, None, ok("b\n"), t, &b).is_none());
+    assert!(c.reply(d, ok("b\n"), t, &b).is_none());
     assert!(out(&mut c).ends_with("b\n"));
     // Idle: its deadline is the keep-alive's.
     assert_eq!(c.kind(), Kind::Reading);
@@ -111,7 +111,7 @@ fn without_keep_alive_every_answer_closes() {
     let mut c = Conn::new(Fake::default(), t, &b);
     c.io.incoming.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
     let d = c.ready(t, &b).unwrap();
-    c.reply(d.req, d.wake, None, ok("x"), t, &b);
+    c.reply(d, ok("x"), t, &b);
     assert!(out(&mut c).contains("Connection: close\r\n"));
     assert!(c.done());
 }
@@ -124,7 +124,7 @@ fn a_slow_reader_holds_what_the_wire_took_and_is_cut_off_at_its_write_deadline()
     let d = send(&mut c, b"GET / HTTP/1.1\r\n\r\n", t).unwrap();
     c.io.room = Some(100);
     let big = Answer::json(200, vec![b'x'; 100_000]);
-    c.reply(d.req, d.wake, None, Reply::Answer(big), t, &b);
+    c.reply(d, Reply::Answer(big), t, &b);
     assert_eq!(c.io.sent.len(), 100);
     assert_eq!(c.kind(), Kind::Writing);
     assert_eq!(c.deadline(), Some(t + b.write_deadline));
@@ -150,7 +150,7 @@ fn an_answer_larger_than_the_transports_buffer_goes_out_whole() {
     // The wire is full when the answer comes: the transport's buffer fills.
     c.io.room = Some(0);
     let big = Answer::json(200, vec![b'x'; 1 << 20]);
-    c.reply(d.req, d.wake, None, Reply::Answer(big), t, &b);
+    c.reply(d, Reply::Answer(big), t, &b);
     assert!(c.io.sent.is_empty());
     // The wire drains (a writable edge): everything goes, not one buffer's worth.
     c.io.room = None;
@@ -170,7 +170,7 @@ fn a_parked_request_is_asked_again_when_notified_and_at_its_first_deadline() {
         until,
         holder: Holder(7),
     };
-    assert!(c.reply(d.req, d.wake, d.parked, wait(), t, &b).is_none());
+    assert!(c.reply(d, wait(), t, &b).is_none());
     assert_eq!(c.kind(), Kind::Held(Holder(7), t));
     assert_eq!(c.deadline(), Some(until));
     let t1 = t + Duration::from_secs(3);
@@ -182,13 +182,13 @@ fn a_parked_request_is_asked_again_when_notified_and_at_its_first_deadline() {
         until: until + Duration::from_secs(60),
         holder: Holder(7),
     };
-    c.reply(d.req, d.wake, d.parked, longer, t1, &b);
+    c.reply(d, longer, t1, &b);
     assert_eq!(c.kind(), Kind::Held(Holder(7), t));
     assert_eq!(c.deadline(), Some(until));
     let d = c.tick(until, &b).unwrap();
     assert_eq!(d.wake, Wake::Expired);
     // A handler that would still wait is answered for.
-    c.reply(d.req, d.wake, d.parked, wait(), until, &b);
+    c.reply(d, wait(), until, &b);
     assert!(out(&mut c).starts_with("HTTP/1.1 503 "));
     assert_eq!(c.kind(), Kind::Reading);
 }
@@ -203,11 +203,11 @@ fn a_parked_request_made_to_give_way_is_answered_then_closed() {
         until: t + Duration::from_secs(30),
         holder: Holder(1),
     };
-    c.reply(d.req, d.wake, None, wait, t, &b);
+    c.reply(d, wait, t, &b);
     let d = c.evict(t, &b, Evict::Now).unwrap();
     assert_eq!(d.wake, Wake::Expired);
     let not_modified = Reply::Answer(Answer::text(304, ""));
-    c.reply(d.req, d.wake, d.parked, not_modified, t, &b);
+    c.reply(d, not_modified, t, &b);
     let wire = out(&mut c);
     assert!(
         wire.starts_with("HTTP/1.1 304 ") && wire.contains("Connection: close"),
@@ -221,7 +221,7 @@ fn a_parked_request_made_to_give_way_is_answered_then_closed() {
         until: t + Duration::from_secs(30),
         holder: Holder(1),
     };
-    c.reply(d.req, d.wake, None, wait, t, &b);
+    c.reply(d, wait, t, &b);
     c.io.closed = true;
     c.ready(t, &b);
     assert!(c.done());
@@ -267,7 +267,7 @@ fn stream(c: &mut Conn<Fake>, events: Vec<Body>, end: bool, t: Instant) -> Arc<M
         stream: Box::new(s),
         holder: Holder(3),
     };
-    assert!(c.reply(d.req, d.wake, None, reply, t, &bounds()).is_none());
+    assert!(c.reply(d, reply, t, &bounds()).is_none());
     pulls
 }
 
@@ -372,14 +372,7 @@ fn a_body_not_needed_is_never_kept() {
     c.ready(t, &b);
     assert!(c.io.incoming.is_empty() && c.inbox.capacity() == 0);
     assert_eq!(c.footprint().own, CONN_COST);
-    c.reply(
-        d.req,
-        d.wake,
-        None,
-        Reply::Answer(Answer::text(405, "no\n")),
-        t,
-        &b,
-    );
+    c.reply(d, Reply::Answer(Answer::text(405, "no\n")), t, &b);
     let wire = out(&mut c);
     assert!(
         wire.starts_with("HTTP/1.1 405 ") && wire.contains("Connection: close"),
@@ -398,7 +391,7 @@ fn a_body_not_needed_is_never_kept() {
     let mut late = Conn::new(Fake::default(), t, &b);
     late.io.incoming = post("/", 10, 0);
     let d = late.ready(t, &b).unwrap();
-    late.reply(d.req, d.wake, None, ok("x"), t, &b);
+    late.reply(d, ok("x"), t, &b);
     late.tick(t + LINGER, &b);
     assert!(late.done(), "not past its moment");
 }
@@ -433,7 +426,7 @@ fn a_body_not_read_is_dropped_a_bounded_amount_while_its_request_is_held() {
     c.io.incoming.extend(vec![b'x'; 100_000]);
     c.ready(t, &b);
     assert_eq!(c.io.incoming.len(), 200_000, "still not read");
-    c.reply(d.req, d.wake, None, ok("x"), t, &b);
+    c.reply(d, ok("x"), t, &b);
     assert!(out(&mut c).starts_with("HTTP/1.1 200 "));
     assert_eq!(c.deadline(), Some(t + LINGER));
     assert!(c.io.incoming.is_empty(), "dropped as the close lingers");
@@ -528,7 +521,7 @@ fn bodies_take_from_the_budget_as_they_arrive_and_one_that_does_not_fit_waits_fo
     let d = first.ready(t, &b).unwrap();
     assert_eq!(d.req.body.len(), 1000);
     assert_eq!(b.budget.used(), 1000, "while its request lives");
-    first.reply(d.req, d.wake, None, ok("done\n"), t, &b);
+    first.reply(d, ok("done\n"), t, &b);
     assert_eq!(b.budget.used(), 0, "given back once answered");
     stalled[0].io.incoming = vec![b'x'; 4096];
     assert!(stalled[0].ready(t, &b).is_some(), "a whole body fits now");
@@ -553,7 +546,7 @@ fn a_receive_buffer_gives_its_room_back() {
         "{:?}",
         c.footprint()
     );
-    c.reply(d.req, d.wake, None, ok("ok\n"), t, &b);
+    c.reply(d, ok("ok\n"), t, &b);
     out(&mut c);
     assert_eq!(c.kind(), Kind::Reading);
     assert_eq!(c.footprint().bytes(), CONN_COST);
@@ -561,7 +554,7 @@ fn a_receive_buffer_gives_its_room_back() {
     let head = format!("GET / HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "p".repeat(12_000));
     c.io.incoming = head.into_bytes();
     let d = c.ready(t, &b).unwrap();
-    c.reply(d.req, d.wake, None, ok("ok\n"), t, &b);
+    c.reply(d, ok("ok\n"), t, &b);
     out(&mut c);
     assert_eq!(
         c.footprint(),
@@ -586,7 +579,7 @@ fn an_answer_held_for_an_identity_counts_its_body() {
         answer: Answer::json(200, list.clone()),
         holder: Holder(9),
     };
-    c.reply(d.req, d.wake, None, held, t, &b);
+    c.reply(d, held, t, &b);
     assert_eq!(c.kind(), Kind::Held(Holder(9), t));
     assert_eq!(c.owner, Some(Holder(9)));
     let f = c.footprint();
@@ -604,7 +597,7 @@ fn an_answer_held_for_an_identity_counts_its_body() {
         answer: Answer::json(200, list),
         holder: Holder(9),
     };
-    c.reply(d.req, d.wake, None, held, t, &b);
+    c.reply(d, held, t, &b);
     assert!(c.evict(t, &b, Evict::Now).is_none());
     assert!(c.done());
 }
