@@ -64,14 +64,6 @@ impl Follow {
         self.first_of_poll = false;
     }
 
-    /// `scope`'s list at `rv`, selecting `ids`, is complete: what a 304 about it keeps
-    /// (from a hub only).
-    pub fn listed(&mut self, scope: &str, rv: &str, ids: Vec<String>) {
-        if self.hub {
-            self.held.insert(scope.to_string(), (rv.to_string(), ids));
-        }
-    }
-
     /// The list of `scope` a watch may go on from (`watching.rs`): only from a hub that
     /// watches, only where a list from it is held and the scope is settled.
     pub fn watchable(&self, scope: &str) -> Option<(String, Vec<String>)> {
@@ -99,7 +91,7 @@ impl Follow {
         self.wait.max(Duration::from_secs(1))
     }
 
-    /// `scope` is held at `rv` with `ids` (after a watch's change).
+    /// `scope` is held at `rv` with `ids`: a list or watch of a complete poll.
     pub fn hold(&mut self, scope: &str, rv: &str, ids: Vec<String>) {
         self.held.insert(scope.to_string(), (rv.to_string(), ids));
     }
@@ -162,7 +154,7 @@ mod tests {
         );
         f.poll();
         assert_eq!(f.wait_for("cm/", Some("5")), Some(Duration::from_secs(30)));
-        f.listed("cm/", "7", vec!["a/x".into()]);
+        f.hold("cm/", "7", vec!["a/x".into()]);
         assert_eq!(f.not_modified("cm/", Some("6")), None, "another list");
         assert_eq!(
             f.not_modified("cm/", Some("7")),

@@ -166,8 +166,13 @@ impl Upstream for Follower {
         self.follow.hub()
     }
 
+    /// A list from the hub is held as a watch's take is: once the poll is complete. A
+    /// poll that fails after it leaves the snapshot as it was, and a 304 or a watch from
+    /// that list would keep as "unchanged" objects the snapshot never had.
     fn listed(&mut self, scope: Scope, rv: &str, ids: Vec<String>) {
-        self.follow.listed(&scope.key(), rv, ids);
+        if self.follow.hub() {
+            self.taken.push((scope.key(), rv.to_string(), ids));
+        }
     }
 
     fn not_modified(&self, scope: Scope, asked: Option<&str>) -> Option<(String, Vec<String>)> {
@@ -182,9 +187,10 @@ impl Upstream for Follower {
         self.follow.hub_waits()
     }
 
-    /// A complete poll: what its watches took is held. A failed one: their watches are
-    /// given up, so that the next poll watches again from what is held, and the hub
-    /// sends the changes this poll took again (it keeps them in its history).
+    /// A complete poll: what its lists and watches took is held. A failed one: their
+    /// watches are given up, so that the next poll watches (or lists) again from what is
+    /// held, and the hub sends the changes this poll took again (it keeps them in its
+    /// history).
     fn polled(&mut self, complete: bool) {
         for (scope, rv, ids) in std::mem::take(&mut self.taken) {
             match complete {
@@ -192,5 +198,33 @@ impl Upstream for Follower {
                 false => self.streams.close(&scope),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::Resource;
+
+    /// A list the hub answered in a poll that then failed is not what a 304 or a watch
+    /// goes on from: only a complete poll's lists are held.
+    #[test]
+    fn a_list_is_held_only_once_its_poll_is_complete() {
+        let scope = Scope(Some("team-a"), Resource::ConfigMaps);
+        let mut f = Follower::new(Duration::from_secs(30));
+        f.answered(true);
+        f.listed(scope, "200", vec!["team-a/x".into()]);
+        f.polled(false);
+        assert_eq!(
+            f.not_modified(scope, Some("200")),
+            None,
+            "a failed poll's list"
+        );
+        assert_eq!(f.follow.watchable(&scope.key()), None);
+        f.listed(scope, "201", vec!["team-a/x".into()]);
+        f.polled(true);
+        let held = Some(("201".to_string(), vec!["team-a/x".to_string()]));
+        assert_eq!(f.not_modified(scope, Some("201")), held);
+        assert_eq!(f.follow.watchable(&scope.key()), held);
     }
 }
