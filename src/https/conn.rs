@@ -249,17 +249,20 @@ impl<T: Transport> Conn<T> {
         let Dispatch {
             req, wake, parked, ..
         } = d;
+        // A HEAD's answer is its head alone, its Content-Length included (RFC 9110 §9.3.2):
+        // a body would be read as the next answer on the connection.
+        let content = req.method != "HEAD";
         match reply {
-            Reply::Answer(a) => self.answer(&a, req.close, now, b),
+            Reply::Answer(a) => self.answer(&a, (req.close, content), now, b),
             Reply::Held { answer, holder } => {
                 self.owner = Some(holder);
-                self.answer(&answer, req.close, now, b);
+                self.answer(&answer, (req.close, content), now, b);
                 self.writing_for = Some((holder, now));
             }
             Reply::Wait { .. } if wake == Wake::Expired => {
                 // Its time is up: a handler that would wait on is answered for.
                 let late = Answer::text(503, "no answer within the request's wait\n");
-                self.answer(&late, req.close, now, b);
+                self.answer(&late, (req.close, content), now, b);
             }
             Reply::Wait { until, holder } => {
                 let parked = match parked {
@@ -324,7 +327,7 @@ impl<T: Transport> Conn<T> {
             Phase::Reading { started } if late => {
                 if *started && !self.io.handshaking() && self.inbox.has_bytes() {
                     let slow = Answer::text(408, "request too slow\n");
-                    self.answer(&slow, true, now, b);
+                    self.answer(&slow, (true, true), now, b);
                     let _ = self.outbox.pump(&mut self.io, now);
                 }
                 self.phase = Phase::Done;
@@ -442,7 +445,7 @@ impl<T: Transport> Conn<T> {
                         // A body to read, and more of it waits (no edge will say so).
                         None if self.inbox.more_waiting() => {}
                         None => break,
-                        Some(Err(a)) => self.answer(&a, true, now, b),
+                        Some(Err(a)) => self.answer(&a, (true, true), now, b),
                         Some(Ok(mut req)) => {
                             self.inbox.shrink();
                             req.close |= !b.keep_alive;
@@ -510,11 +513,13 @@ impl<T: Transport> Conn<T> {
     }
 
     /// Queues `a` (closing after it if `close`) and starts writing.
-    fn answer(&mut self, a: &Answer, close: bool, now: Instant, b: &Bounds) {
+    /// Queues `a`, closing the connection after it (`close`), with its body or without
+    /// (`content`: not for a HEAD).
+    fn answer(&mut self, a: &Answer, (close, content): (bool, bool), now: Instant, b: &Bounds) {
         self.close |= close;
         self.writing_for = None;
         self.outbox.queue(Bytes::Own(a.head(self.close)));
-        if !a.body.is_empty() {
+        if content && !a.body.is_empty() {
             self.outbox.queue(Bytes::Shared(a.body.clone()));
         }
         self.phase = Phase::Writing;

@@ -126,12 +126,9 @@ pub fn attributes(method: &str, path: &str, query: &Query, route: &Route) -> Att
         "PATCH" => "patch",
         "DELETE" if collection => "deletecollection",
         "DELETE" => "delete",
-        // The apiserver's verb is the method in lower case; the methods HTTP defines are
-        // spelled so, any other is `request` (a role names no such verb: a 403 either way).
-        "OPTIONS" => "options",
-        "TRACE" => "trace",
-        "CONNECT" => "connect",
-        _ => "request",
+        // The apiserver's resolver names no verb for any other method (requestinfo.go:
+        // `default: requestInfo.Verb = ""`), and is asked about that.
+        _ => "",
     };
     let (verb, name) = match (&target.name, target.watch_path) {
         (name, true) => ("watch", name.clone()),

@@ -5,8 +5,29 @@
 //! (a HEAD). A write the role may make is the one documented deviation (docs/serve.md:
 //! the hub serves GETs), and no role here may write.
 
+use std::io::{Read, Write};
+use std::time::Duration;
+
 use super::hub::*;
 use super::*;
+
+/// One request with `Connection: close` over a fresh TLS connection: the status code and
+/// the `Status` body's reason and message (empty for a HEAD, which has none).
+fn ask(port: u16, ca: &str, request: &str) -> (u16, String, String) {
+    let mut tls = crate::util::flood::tls_to(&format!("127.0.0.1:{port}"), ca).unwrap();
+    tls.sock
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    tls.write_all(request.as_bytes()).unwrap();
+    let mut wire = Vec::new();
+    let _ = tls.read_to_end(&mut wire);
+    let wire = String::from_utf8_lossy(&wire).to_string();
+    let code = wire.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = wire.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let status: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let text = |k: &str| status[k].as_str().unwrap_or_default().to_string();
+    (code, text("reason"), text("message"))
+}
 
 #[test]
 fn methods_besides_get_are_answered_with_the_apiservers_codes() {
@@ -47,23 +68,26 @@ fn methods_besides_get_are_answered_with_the_apiservers_codes() {
         for path in &paths {
             for method in methods {
                 let request = format!(
-                    "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: 0\r\n\r\n"
+                    "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                 );
-                let want = raw_request(k.port, &apiserver_ca, request.as_bytes());
-                let got = raw_request(hub.port, &hub.ca_pem, request.as_bytes());
-                assert!(
-                    want.is_some(),
-                    "{role}: {method} {path}: the apiserver answered"
-                );
-                assert_eq!(got, want, "{role}: {method} {path}: hub vs apiserver");
-                *seen.entry(want).or_insert(0) += 1;
+                let want = ask(k.port, &apiserver_ca, &request);
+                let got = ask(hub.port, &hub.ca_pem, &request);
+                assert_ne!(want.0, 0, "{role}: {method} {path}: the apiserver answered");
+                // The code always; a refusal's words where the apiserver refused (a 403
+                // names the verb asked); a 405 is the hub's own (the apiserver's, for a
+                // HEAD, carries no body).
+                match want.0 {
+                    403 => assert_eq!(got, want, "{role}: {method} {path}: hub vs apiserver"),
+                    _ => assert_eq!(got.0, want.0, "{role}: {method} {path}: hub vs apiserver"),
+                }
+                *seen.entry(want.0).or_insert(0) += 1;
             }
         }
     }
     // Both answers the apiserver gives were met (a HEAD it authorized is a 405, anything
     // else a 403): the comparison above is not of one code throughout.
     assert!(
-        seen.contains_key(&Some(405)) && seen.contains_key(&Some(403)),
+        seen.contains_key(&405) && seen.contains_key(&403),
         "{seen:?}"
     );
     eprintln!("codes met, as the apiserver's: {seen:?}");

@@ -39,6 +39,34 @@ fn ok(body: &str) -> Reply {
     Reply::Answer(Answer::text(200, body))
 }
 
+/// A HEAD's answer is its head, the body's length said and the body not sent: the next
+/// answer on the connection is the next request's.
+#[test]
+fn a_head_is_answered_with_the_head_alone() {
+    let t = Instant::now();
+    let b = bounds();
+    let mut c = conn(t);
+    let d = send(
+        &mut c,
+        b"HEAD /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n",
+        t,
+    )
+    .unwrap();
+    let d = c.reply(d, ok("abc\n"), t, &b).unwrap();
+    let wire = out(&mut c);
+    assert!(
+        wire.starts_with("HTTP/1.1 200 OK\r\n") && wire.contains("Content-Length: 4\r\n"),
+        "{wire}"
+    );
+    assert!(wire.ends_with("\r\n\r\n"), "no body: {wire:?}");
+    assert!(c.reply(d, ok("b\n"), t, &b).is_none());
+    let wire = out(&mut c);
+    assert!(
+        wire.starts_with("HTTP/1.1 200 OK\r\n") && wire.ends_with("\r\n\r\nb\n"),
+        "{wire:?}"
+    );
+}
+
 #[test]
 fn a_request_in_pieces_then_a_pipelined_one_on_a_kept_connection() {
     let t = Instant::now();
