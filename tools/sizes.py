@@ -10,8 +10,9 @@ below with its own bound and the reason it may be larger.
 
 Measures types too, so that a feature that would fill a type has to cut it rather than
 move part of its `impl` into a child file: a struct may have FIELDS_MOST named fields,
-and its inherent `impl` blocks — in its own file and in the files of that file's room
-(`x.rs`'s `x/`, `mod.rs`'s folder) — IMPL_MOST lines of code in all, unless the type is
+and its inherent `impl` blocks — anywhere in the tree when no other struct has its name,
+else in its own file and in the files of that file's room (`x.rs`'s `x/`, `mod.rs`'s
+folder) — IMPL_MOST lines of code in all (a tuple struct's too), unless the type is
 named in WIDER below (as `file::Type`) with its own bounds and the reason.
 
 `--all` prints every file's count and its largest function; `--top N` the N largest files;
@@ -119,6 +120,12 @@ def test_spans(code):
     spans = []
     for m in re.finditer(r'#\[cfg\(test\)\]', code):
         j = m.end()
+        # A field or a variant under it: up to its `,`.
+        field = re.match(r'\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?(?:r#)?[a-z_][a-z0-9_]*\s*:(?!:)', code[j:])
+        if field:
+            comma = code.find(',', j + field.end())
+            spans.append((m.start(), comma if comma >= 0 else j + field.end()))
+            continue
         # The item's end: its block, or a `;` (`mod tests;`) before any block.
         brace, semi = code.find('{', j), code.find(';', j)
         if semi >= 0 and (brace < 0 or semi < brace):
@@ -170,7 +177,8 @@ def generics_end(code, at):
 
 
 def structs(code, spans):
-    """(name, named fields) of each struct with a body outside `spans`."""
+    """(name, named fields) of each struct outside `spans` (a tuple or unit struct has
+    none, and its impl blocks are measured all the same)."""
     out = []
     for m in re.finditer(r'\bstruct\s+([A-Za-z_][A-Za-z0-9_]*)', code):
         if any(a <= m.start() <= b for a, b in spans):
@@ -178,16 +186,20 @@ def structs(code, spans):
         j = m.end()
         if j < len(code) and code[j] == '<':
             j = generics_end(code, j)
-        brace, other = code.find('{', j), re.search(r'[;(]', code[j:])
-        if brace < 0 or (other and j + other.start() < brace):
-            continue  # a unit or tuple struct
+        rest = code[j:].lstrip()
+        brace = code.find('{', j)
+        if rest[:1] in ('(', ';') or brace < 0:
+            out.append((m.group(1), 0))  # a tuple or unit struct
+            continue
         end = close_of(code, brace)
-        depth, fields = 0, 0
+        depth, fields, at = 0, 0, brace + 1
         for line in code[brace + 1:end].split('\n'):
-            if depth == 0 and re.match(r'\s*(pub(\([^)]*\))?\s+)?[a-z_][a-z0-9_]*\s*:(?!:)', line):
-                fields += 1
-            depth += line.count('{') + line.count('(') + line.count('[')
-            depth -= line.count('}') + line.count(')') + line.count(']')
+            inside = any(a <= at <= b for a, b in spans)
+            if depth == 0 and not inside:
+                fields += len(re.findall(r'(?:^|,)\s*(?:pub(?:\([^)]*\))?\s+)?(?:r#)?[a-z_][a-z0-9_]*\s*:(?!:)', line))
+            depth += line.count('{') + line.count('(') + line.count('[') + line.count('<')
+            depth -= line.count('}') + line.count(')') + line.count(']') + line.count('>') - line.count('->')
+            at += len(line) + 1
         out.append((m.group(1), fields))
     return out
 
@@ -195,7 +207,8 @@ def structs(code, spans):
 def inherent_impls(code, spans, counted):
     """(type name, lines of code) of each inherent `impl` block outside `spans`."""
     out = []
-    for m in re.finditer(r'\bimpl\b', code):
+    # An item (`impl` at a line's start), not an `impl Trait` argument or return type.
+    for m in re.finditer(r'^[ \t]*(?:unsafe[ \t]+)?impl\b', code, re.M):
         if any(a <= m.start() <= b for a, b in spans):
             continue
         j = m.end()
@@ -207,8 +220,8 @@ def inherent_impls(code, spans, counted):
         if brace < 0:
             continue
         head = code[j:brace]
-        if re.search(r'\bfor\b', head) or ';' in head:
-            continue  # a trait's impl
+        if re.search(r'\bfor\b(?!\s*<)', head) or ';' in head:
+            continue  # a trait's impl (`for<'a>` is a bound's)
         name = re.match(r'\s*(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)', head)
         if not name:
             continue
@@ -224,6 +237,15 @@ def room_of(rel):
     return base if stem in ('mod', 'lib', 'main') else os.path.join(base, stem)
 
 
+def impl_lines(rel, name, defined, impls):
+    """The lines of `name`'s inherent impl blocks: wherever they are when no other struct
+    of `src/` has its name; else in its own file and its room's files."""
+    unique = sum(1 for _, t, _ in defined if t == name) == 1
+    room = room_of(rel)
+    return sum(n for f, t, n in impls
+               if t == name and (unique or f == rel or (room and f.startswith(room + os.sep))))
+
+
 def type_failures(defined, impls):
     """The types over their bounds: `defined` is [(file, name, fields)], `impls`
     [(file, name, lines)]."""
@@ -231,9 +253,7 @@ def type_failures(defined, impls):
     for rel, name, fields in defined:
         key = f'{rel}::{name}'
         fields_most, impl_most, _ = WIDER.get(key, (FIELDS_MOST, IMPL_MOST, None))
-        room = room_of(rel)
-        lines = sum(n for f, t, n in impls
-                    if t == name and (f == rel or (f.startswith(room + os.sep) and room)))
+        lines = impl_lines(rel, name, defined, impls)
         if fields > fields_most:
             failures.append(f'{key}: {fields} fields (at most {fields_most}): cut the type')
         if lines > impl_most:
@@ -281,9 +301,7 @@ def main():
     failures += type_failures(defined, impls)
     if '--types' in flags:
         for rel, name, fields in sorted(defined, key=lambda d: -d[2]):
-            room = room_of(rel)
-            lines = sum(n for f, t, n in impls
-                        if t == name and (f == rel or (f.startswith(room + os.sep) and room)))
+            lines = impl_lines(rel, name, defined, impls)
             print(f'{fields:3} fields {lines:4} impl lines  {rel}::{name}')
     if '--all' in flags or '--top' in flags:
         top = len(rows)
