@@ -234,20 +234,20 @@ fn daemon(
         ledger,
     } = parts;
     let interval = run.daemon.interval;
-    let mut health = Health::new(interval, backoff::cap(interval), timeout, in_flight);
+    let health = Health::new(interval, backoff::cap(interval), timeout, in_flight)
+        .live_after_first_batch(run.health.live_after_first_batch);
     // The ledger reads the same reload outcomes as readiness.
     let ledger = ledger.map(|mut l| {
-        l.reloads = health.reloads.clone();
+        l.reloads = health.reloads().clone();
         Arc::new(Mutex::new(l))
     });
-    health.live_after_first_batch = run.health.live_after_first_batch;
     let handles = sink::Handles {
         reloads: sink::reloads::ReloadResults {
-            outcomes: health.reloads.clone(),
+            outcomes: health.reloads().clone(),
             counter: metrics.reloads(),
         },
         child_restarts: metrics.child_restarts(),
-        writing: health.writing.clone(),
+        writing: health.writing().clone(),
     };
     let health = Arc::new(Mutex::new(health));
     let metrics = Arc::new(Mutex::new(metrics));
@@ -290,7 +290,6 @@ fn daemon(
         health,
         metrics,
         notifier: ops::systemd::Notifier::from_env(env),
-        ledger: ledger.clone(),
     };
     let mut store = Store::new(spool);
     if run.daemon.once {

@@ -723,7 +723,7 @@ mod tests {
         let mut store = Store::new(Spool::memory());
         commit(&mut d, &mut store, &[("ns/a", "good"), ("ns/b", "good")], 1);
         take(&heard);
-        d.observers.health().validator = Some("stale".into());
+        d.observers.health().set_validator(Some("stale".into()));
         commit(
             &mut d,
             &mut store,
@@ -736,7 +736,7 @@ mod tests {
         );
         assert_eq!(held_value(&store, "ns/a").as_deref(), Some("good"));
         assert_eq!(held_value(&store, "ns/b").as_deref(), Some("good 2"));
-        assert_eq!(d.observers.health().validator, None, "it ran");
+        assert_eq!(d.observers.health().validator(), None, "it ran");
         commit(
             &mut d,
             &mut store,
@@ -779,7 +779,7 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         let asking = |d: &Delivery| {
-            (lock(&d.observers.health).reloads.all().into_iter())
+            (lock(&d.observers.health).reloads().all().into_iter())
                 .map(|(path, r, _)| (path, r.is_ok()))
                 .collect::<Vec<_>>()
         };
