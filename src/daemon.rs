@@ -13,8 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::backoff::{self, Backoff, Rng};
-use crate::batch::Delivery;
-use crate::batch::{Control, View};
+use crate::batch::{Control, Delivery, Observers, View};
 use crate::error::Error;
 use crate::locks::Recover;
 use crate::ops::health::Health;
@@ -112,8 +111,10 @@ enum Next {
 
 pub struct Daemon {
     opts: Options,
-    /// The gate and the sinks (`batch.rs`).
+    /// The gate and the sinks (`batch/delivery.rs`).
     delivery: Delivery,
+    /// Who hears what each poll and each commit did (`batch/observe.rs`).
+    observers: Observers,
     ops: Ops,
     backoff: Backoff,
     /// The number of the poll the current snapshot came from.
@@ -121,11 +122,12 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(opts: Options, delivery: Delivery, ops: Ops) -> Daemon {
+    pub fn new(opts: Options, delivery: Delivery, observers: Observers, ops: Ops) -> Daemon {
         let backoff = Backoff::polls(opts.interval, opts.jitter, Rng::from_time());
         Daemon {
             opts,
             delivery,
+            observers,
             ops,
             backoff,
             last_poll: 0,
@@ -167,7 +169,7 @@ impl Daemon {
         let mut poll_again = false;
         let mut next_watchdog = Instant::now();
         loop {
-            self.delivery.observers.loop_turned();
+            self.observers.loop_turned();
             self.watchdog(&mut next_watchdog);
             if let Some(st) = store.take_if(|_| Instant::now() >= next_poll) {
                 polls += 1;
@@ -256,7 +258,7 @@ impl Daemon {
     /// off. With `--once`, the end.
     fn polled(&mut self, done: Finished) -> Next {
         let mut store = done.store;
-        self.delivery.observers.following_hub(done.hub);
+        self.observers.following_hub(done.hub);
         let polled = match done.result {
             Ok(p) => p,
             Err(e) => {
@@ -288,7 +290,12 @@ impl Daemon {
         let committed =
             (self.delivery).commit(&mut store, polled.snapshot, done.number, &stats, done.took);
         let record = match committed {
-            Ok(c) => c,
+            Ok(c) => {
+                // Before the store takes the poll's snapshot: the spool has its contents.
+                let held = &store.snapshot;
+                (self.observers).committed(&c.record, &store.spool, c.polled(), held);
+                c.into_store(&mut store)
+            }
             Err(e) => {
                 self.shutdown(None);
                 return Next::Stop(Err(Error::Runtime(e.0)));
@@ -341,8 +348,7 @@ impl Daemon {
 
     fn polled_ok(&mut self, store: &Store, stats: &PollStats, number: u64, took: Duration) {
         let modules = store.snapshot.len();
-        let observers = &self.delivery.observers;
-        let first = observers.poll_succeeded(number, took, modules, stats.invalid);
+        let first = (self.observers).poll_succeeded(number, took, modules, stats.invalid);
         let status = format!("STATUS={modules} modules");
         if first {
             self.ops.notifier.send(&format!("READY=1\n{status}"));
@@ -352,7 +358,7 @@ impl Daemon {
     }
 
     fn polled_err(&mut self, e: &poll::Error, number: u64, took: Duration) {
-        (self.delivery.observers).poll_failed(number, took, e.to_string());
+        (self.observers).poll_failed(number, took, e.to_string());
         let modules = self.health().modules();
         self.ops
             .notifier
@@ -383,7 +389,7 @@ impl Daemon {
         }
         // What --report-events still holds (a rejection of a `--once` run) goes out now,
         // for a bounded time.
-        self.delivery.finish_reports(REPORTS_AT_STOP);
+        self.observers.finish_reports(REPORTS_AT_STOP);
     }
 }
 

@@ -7,8 +7,9 @@
 //!     source::manifests) → source (list, all pages, all namespaces) → poll (module:
 //!     filter keys, validate, hash) → snapshot → batch::Delivery [diff → screen (.url
 //!     fetches, --validate) → the sinks in order: outdir → child (stdin/signal) →
-//!     on_change → reload_url → stdout → settle → --confirm] → a Record, which
-//!     batch::Observers reads → log, ledger, report (Events), ops (health, metrics, sd_notify)
+//!     on_change → reload_url → stdout → settle → --confirm] → a Record, which the
+//!     daemon hands batch::Observers → log, ledger, report (Events), ops (health, metrics,
+//!     sd_notify)
 //! ```
 //!
 //! `cmpoll serve` (a hub) polls with the same source, keeps each object's JSON as served
@@ -312,8 +313,8 @@ fn daemon(
     let observers = batch::Observers::new(ops.health.clone(), ops.metrics.clone())
         .reporting(reporter)
         .recording(ledger, names);
-    let delivery = batch::Delivery::new(gate, sinks, observers).fetching(fetcher);
-    daemon::Daemon::new(run.daemon.clone(), delivery, ops).run(poller, store)
+    let delivery = batch::Delivery::new(gate, sinks).fetching(fetcher);
+    daemon::Daemon::new(run.daemon.clone(), delivery, observers, ops).run(poller, store)
 }
 
 /// Starts the endpoints on `addr`, or (`cmpoll sidecar`) on the fallback address where

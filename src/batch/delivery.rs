@@ -7,15 +7,16 @@
 //! The delivery only does the work and writes down what happened (`observe::Record`): the
 //! rejected modules have a room of their own (`rejected.rs`), `--confirm`'s state another
 //! (`confirm.rs`: it says what must go back, and the delivery puts it back through the
-//! same `deliver` loop as any batch), and the observers (log, metrics, readiness, Events,
-//! `/status`) read the record once per commit (`observe.rs`).
+//! same `deliver` loop as any batch). The observers (log, metrics, readiness, Events,
+//! `/status`; `observe.rs`) are not the delivery's: whoever commits reads them the record
+//! (`Committed`) before the store takes the poll's snapshot.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::confirm::{Back, Backs, Confirm, Reverted};
 use super::event::{self, Change, Event, Synced};
-use super::observe::{Observers, Record, SinkTook};
+use super::observe::{Record, SinkTook};
 use super::rejected::{self, Rejected};
 use super::sink::{Batch, Fatal, Sink};
 use crate::fetch::Fetcher;
@@ -38,14 +39,12 @@ pub struct Delivery {
     batches: u64,
     /// Modules rejected now.
     rejected: Rejected,
-    /// Who hears what each commit did.
-    pub observers: Observers,
     /// `--confirm`'s state.
     confirm: Confirm,
 }
 
 impl Delivery {
-    pub fn new(gate: Option<Gate>, sinks: Vec<Box<dyn Sink>>, observers: Observers) -> Delivery {
+    pub fn new(gate: Option<Gate>, sinks: Vec<Box<dyn Sink>>) -> Delivery {
         let confirm = Confirm::new(gate.as_ref().is_some_and(Gate::confirms));
         Delivery {
             fetcher: None,
@@ -53,7 +52,6 @@ impl Delivery {
             sinks,
             batches: 0,
             rejected: Rejected::default(),
-            observers,
             confirm,
         }
     }
@@ -73,8 +71,9 @@ impl Delivery {
     /// the new snapshot current (except for modules rejected or left unwritten, which keep
     /// their previous version). The steps: `fetch` (`.url` keys), `screen` (the events,
     /// through `--validate`), `deliver` (the sinks in SPEC's order), `settle` (what is no
-    /// longer rejected, the counts), `confirm` (`--confirm`), then the observers read the
-    /// record, which is returned.
+    /// longer rejected, the counts), `confirm` (`--confirm`). What happened (the record)
+    /// is returned with the poll's snapshot, which `Committed::into_store` makes current
+    /// once the observers read them.
     pub fn commit(
         &mut self,
         store: &mut Store,
@@ -82,7 +81,7 @@ impl Delivery {
         number: u64,
         stats: &PollStats,
         took: Duration,
-    ) -> Result<Record, Fatal> {
+    ) -> Result<Committed, Fatal> {
         let first = self.batches == 0;
         self.batches += 1;
         let mut record = Record {
@@ -133,12 +132,13 @@ impl Delivery {
         // failed: the first one's error.
         record.unwritten = once_each(std::mem::take(&mut record.unwritten));
         record.rejected = self.rejected.all();
-        self.observers
-            .committed(&record, &store.spool, &next, &store.snapshot);
-        // The store holds what the sinks now hold of them.
-        reverted.into_next(&mut next, store);
-        store.commit(next, &kept, first);
-        Ok(record)
+        Ok(Committed {
+            record,
+            next,
+            kept,
+            first,
+            reverted,
+        })
     }
 
     /// `--fetch-url-keys`: the `.url` keys of each module added or updated since what the
@@ -323,10 +323,37 @@ impl Delivery {
     pub fn rejected_modules(&self) -> usize {
         self.rejected.len()
     }
+}
 
-    /// Sends what `--report-events` still holds, for at most `within` (at a stop).
-    pub fn finish_reports(&mut self, within: Duration) {
-        self.observers.finish_reports(within);
+/// A commit done but for the store: what happened (`record`), for the observers to read
+/// with the poll's snapshot (`polled`) and what the store holds still, before
+/// `into_store` makes the new snapshot current.
+#[must_use]
+pub struct Committed {
+    pub record: Record,
+    next: Snapshot,
+    /// The modules that keep their previous version.
+    kept: Vec<String>,
+    first: bool,
+    /// `--confirm`: what the sinks went back to.
+    reverted: Reverted,
+}
+
+impl Committed {
+    /// The poll's snapshot (the cluster's content; the spool has its contents until
+    /// `into_store`).
+    pub fn polled(&self) -> &Snapshot {
+        &self.next
+    }
+
+    /// Makes the new snapshot current in `store` (but for what keeps its previous
+    /// version, and with what the sinks went back to). The record.
+    pub fn into_store(self, store: &mut Store) -> Record {
+        let mut next = self.next;
+        // The store holds what the sinks now hold of what went back.
+        self.reverted.into_next(&mut next, store);
+        store.commit(next, &self.kept, self.first);
+        self.record
     }
 }
 
@@ -407,6 +434,7 @@ mod tests {
 
     use super::*;
     use crate::batch::Outcome;
+    use crate::batch::observe::Observers;
     use crate::ledger::Ledger;
     use crate::ops::health::{Health, InFlight};
     use crate::ops::metrics::Metrics;
@@ -467,17 +495,55 @@ mod tests {
         }
     }
 
-    fn delivery(gate: Option<Gate>, sinks: Vec<Recorder>) -> Delivery {
+    /// A delivery and the observers that read its records, committing as the daemon does.
+    struct Run {
+        d: Delivery,
+        observers: Observers,
+    }
+
+    impl std::ops::Deref for Run {
+        type Target = Delivery;
+        fn deref(&self) -> &Delivery {
+            &self.d
+        }
+    }
+
+    impl std::ops::DerefMut for Run {
+        fn deref_mut(&mut self) -> &mut Delivery {
+            &mut self.d
+        }
+    }
+
+    impl Run {
+        /// `Delivery::commit`, the observers reading the record, then the store.
+        fn commit(
+            &mut self,
+            store: &mut Store,
+            next: Snapshot,
+            number: u64,
+            stats: &PollStats,
+            took: Duration,
+        ) -> Result<Record, Fatal> {
+            let c = self.d.commit(store, next, number, stats, took)?;
+            (self.observers).committed(&c.record, &store.spool, c.polled(), &store.snapshot);
+            Ok(c.into_store(store))
+        }
+    }
+
+    fn delivery(gate: Option<Gate>, sinks: Vec<Recorder>) -> Run {
         let sinks: Vec<Box<dyn Sink>> = sinks.into_iter().map(|s| Box::new(s) as _).collect();
         let d = Duration::from_secs(30);
         let health = Health::new(d, d, d, InFlight::default());
         let metrics = Metrics::new();
         let observers = Observers::new(Arc::new(Mutex::new(health)), Arc::new(Mutex::new(metrics)));
-        Delivery::new(gate, sinks, observers)
+        Run {
+            d: Delivery::new(gate, sinks),
+            observers,
+        }
     }
 
     /// `d`, recording what its sinks hold in `ledger` (`/status`).
-    fn recording(mut d: Delivery, ledger: &Arc<Mutex<Ledger>>) -> Delivery {
+    fn recording(mut d: Run, ledger: &Arc<Mutex<Ledger>>) -> Run {
         let o = &d.observers;
         let observers = Observers::new(o.health.clone(), o.metrics.clone());
         let names = Delivery::sink_names(&d.sinks);
@@ -499,12 +565,7 @@ mod tests {
         snap
     }
 
-    fn commit(
-        d: &mut Delivery,
-        store: &mut Store,
-        modules: &[(&str, &str)],
-        n: u64,
-    ) -> Vec<String> {
+    fn commit(d: &mut Run, store: &mut Store, modules: &[(&str, &str)], n: u64) -> Vec<String> {
         let next = poll(store, modules);
         let stats = PollStats::default();
         (d.commit(store, next, n, &stats, Duration::ZERO)
@@ -634,7 +695,7 @@ mod tests {
         let mut d = delivery(None, vec![first, sink("stdout", &heard)]);
         let mut store = Store::new(Spool::memory());
         let stats = PollStats::default();
-        let poll_n = |d: &mut Delivery, store: &mut Store, m: &[(&str, &str)], n| {
+        let poll_n = |d: &mut Run, store: &mut Store, m: &[(&str, &str)], n| {
             let next = poll(store, m);
             d.commit(store, next, n, &stats, Duration::ZERO).unwrap()
         };
@@ -778,7 +839,7 @@ mod tests {
                 .map(|s| s.delivered.map(|(_, poll, changes, _)| (poll, changes)))
                 .collect::<Vec<_>>()
         };
-        let asking = |d: &Delivery| {
+        let asking = |d: &Run| {
             (lock(&d.observers.health).reloads().all().into_iter())
                 .map(|(path, r, _)| (path, r.is_ok()))
                 .collect::<Vec<_>>()

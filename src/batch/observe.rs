@@ -1,7 +1,8 @@
 //! Who hears what happened, outside the delivery: the log, metrics, readiness, Kubernetes
 //! Events (`--report-events`) and `/status` (the ledger). The delivery does its work and
-//! writes down what happened in a `Record`; `Observers::committed` reads that record once
-//! per commit. A poll's own outcome (`poll_succeeded`, `poll_failed`: `/status`'s last
+//! writes down what happened in a `Record`; the daemon's loop, which owns the observers,
+//! hands it to `Observers::committed` once per commit, before the store takes the poll's
+//! snapshot. A poll's own outcome (`poll_succeeded`, `poll_failed`: `/status`'s last
 //! poll, readiness, metrics), the loop's turns (liveness), whether it follows a hub and
 //! that it is stopping are told here too, by the daemon's loop and by a hub's (`cmpoll
 //! serve`, which delivers no batch): neither loop writes readiness or the ledger itself.
