@@ -439,3 +439,94 @@ impl Reverted {
 fn asked_agent(answer: &Result<Vec<Rejection>, Unasked>) -> Result<(), String> {
     answer.as_ref().map(|_| ()).map_err(Unasked::reason)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A gate whose agent refuses `ns/a` (`--confirm`), or cannot be asked (`down`).
+    fn gate(down: bool) -> Gate {
+        let confirm = match down {
+            true => "exit 3",
+            false => "for m in $CMPOLL_MODULES; do [ $m = ns/a ] && echo \"$m no\"; done; true",
+        };
+        Gate::open(crate::validate::Options {
+            command: "true".into(),
+            timeout: Duration::from_secs(10),
+            jobs: 1,
+            meta_dir: None,
+            ext: String::new(),
+            template: None,
+            kinds: Default::default(),
+            confirm: Some(confirm.into()),
+            out_dir: None,
+        })
+        .unwrap()
+    }
+
+    fn ids(back: &[Back]) -> Vec<(&str, Option<&str>, bool)> {
+        (back.iter())
+            .map(|b| (b.id.as_str(), b.why.as_deref(), b.ask_again))
+            .collect()
+    }
+
+    /// `ask` says what must go back, and keeps what it still waits for: what the agent
+    /// refused (asked about again once back), or, when it cannot be asked, what a later
+    /// batch brought (not a run's first batch, asked about again).
+    #[test]
+    fn ask_returns_what_must_go_back() {
+        let mut spool = Spool::memory();
+        let mut next = Snapshot::default();
+        next.modules
+            .insert("ns/a", crate::poll::testing::entry(&mut spool, "1"));
+        next.modules
+            .insert("ns/b", crate::poll::testing::entry(&mut spool, "1"));
+        let events: Vec<Event> = (next.modules.iter())
+            .map(|(id, e)| Event::new(Change::Added, id, e))
+            .collect();
+        let current = Snapshot::default();
+        let mut record = Record::default();
+        // The agent answers: ns/a goes back (away: no good version), ns/b is confirmed.
+        let mut c = Confirm::new(true);
+        c.delivered(&events, false);
+        let back = c.ask(
+            Some(&mut gate(false)),
+            &current,
+            &next,
+            Goods::new(),
+            &mut record,
+        );
+        assert_eq!(
+            ids(&back),
+            [("ns/a", Some("refused by the agent: no"), true)]
+        );
+        assert!(c.unconfirmed.is_empty() && !c.due);
+        assert_eq!(record.asked, [Ok(())]);
+        // Not asked again: nothing was delivered since.
+        let again = c.ask(
+            Some(&mut gate(false)),
+            &current,
+            &next,
+            Goods::new(),
+            &mut record,
+        );
+        assert!(again.is_empty() && record.asked.len() == 1);
+        // The agent cannot be asked: a later batch is withdrawn, a first one stays.
+        for (first, withdrawn) in [(false, 2), (true, 0)] {
+            let mut c = Confirm::new(true);
+            c.delivered(&events, first);
+            let back = c.ask(
+                Some(&mut gate(true)),
+                &current,
+                &next,
+                Goods::new(),
+                &mut record,
+            );
+            assert_eq!(back.len(), withdrawn, "first: {first}");
+            assert!(back.iter().all(|b| b.why.is_none() && !b.ask_again));
+            assert_eq!(c.unconfirmed.len(), 2 - withdrawn);
+        }
+    }
+}
