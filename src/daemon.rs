@@ -13,10 +13,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::backoff::{self, Backoff, Rng};
-use crate::batch::Delivery;
-use crate::batch::{Control, View};
+use crate::batch::{Control, Delivery, Observers, View};
 use crate::error::Error;
-use crate::ledger::Ledger;
 use crate::locks::Recover;
 use crate::ops::health::Health;
 use crate::ops::metrics::Metrics;
@@ -45,8 +43,6 @@ pub struct Ops {
     pub health: Arc<Mutex<Health>>,
     pub metrics: Arc<Mutex<Metrics>>,
     pub notifier: Notifier,
-    /// `/status`, where `--listen` serves it.
-    pub ledger: Option<Arc<Mutex<Ledger>>>,
 }
 
 /// What the main loop waits for.
@@ -115,8 +111,10 @@ enum Next {
 
 pub struct Daemon {
     opts: Options,
-    /// The gate and the sinks (`batch.rs`).
+    /// The gate and the sinks (`batch/delivery.rs`).
     delivery: Delivery,
+    /// Who hears what each poll and each commit did (`batch/observe.rs`).
+    observers: Observers,
     ops: Ops,
     backoff: Backoff,
     /// The number of the poll the current snapshot came from.
@@ -124,11 +122,12 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(opts: Options, delivery: Delivery, ops: Ops) -> Daemon {
+    pub fn new(opts: Options, delivery: Delivery, observers: Observers, ops: Ops) -> Daemon {
         let backoff = Backoff::polls(opts.interval, opts.jitter, Rng::from_time());
         Daemon {
             opts,
             delivery,
+            observers,
             ops,
             backoff,
             last_poll: 0,
@@ -170,7 +169,7 @@ impl Daemon {
         let mut poll_again = false;
         let mut next_watchdog = Instant::now();
         loop {
-            self.health().loop_at = Instant::now();
+            self.observers.loop_turned();
             self.watchdog(&mut next_watchdog);
             if let Some(st) = store.take_if(|_| Instant::now() >= next_poll) {
                 polls += 1;
@@ -259,12 +258,11 @@ impl Daemon {
     /// off. With `--once`, the end.
     fn polled(&mut self, done: Finished) -> Next {
         let mut store = done.store;
-        self.health().following_hub = done.hub;
+        self.observers.following_hub(done.hub);
         let polled = match done.result {
             Ok(p) => p,
             Err(e) => {
-                self.ledger(|l| l.polled(done.number, done.took, Err(e.to_string())));
-                self.polled_err(&e, done.took);
+                self.polled_err(&e, done.number, done.took);
                 if self.opts.once {
                     return Next::Stop(Err(Error::Runtime(e.to_string())));
                 }
@@ -292,15 +290,19 @@ impl Daemon {
         let committed =
             (self.delivery).commit(&mut store, polled.snapshot, done.number, &stats, done.took);
         let record = match committed {
-            Ok(c) => c,
+            Ok(c) => {
+                // Before the store takes the poll's snapshot: the spool has its contents.
+                let held = &store.snapshot;
+                (self.observers).committed(&c.record, &store.spool, c.polled(), held);
+                c.into_store(&mut store)
+            }
             Err(e) => {
                 self.shutdown(None);
                 return Next::Stop(Err(Error::Runtime(e.0)));
             }
         };
         self.last_poll = done.number;
-        self.ledger(|l| l.polled(done.number, done.took, Ok(())));
-        self.polled_ok(&store, &stats, done.took);
+        self.polled_ok(&store, &stats, done.number, done.took);
         let unwritten = record.unwritten;
         if self.opts.once {
             // Everything delivered, reload calls included, or exit 1 (SPEC).
@@ -313,7 +315,7 @@ impl Daemon {
                 }
             }
             self.shutdown(None);
-            let validator = self.health().validator.clone();
+            let validator = self.health().validator().map(str::to_string);
             if let Some(why) = validator {
                 problems.insert(0, format!("--validate: {why}"));
             }
@@ -340,20 +342,13 @@ impl Daemon {
         Next::Poll(store, if stats.hub_waits { AFTER_WAITING } else { wait })
     }
 
-    fn ledger(&self, f: impl FnOnce(&mut Ledger)) {
-        if let Some(l) = &self.ops.ledger {
-            f(&mut l.lock().recover());
-        }
-    }
-
     fn health(&self) -> MutexGuard<'_, Health> {
         self.ops.health.lock().recover()
     }
 
-    fn polled_ok(&mut self, store: &Store, stats: &PollStats, took: Duration) {
+    fn polled_ok(&mut self, store: &Store, stats: &PollStats, number: u64, took: Duration) {
         let modules = store.snapshot.len();
-        let observers = &self.delivery.observers;
-        let first = observers.poll_succeeded(took, modules, stats.invalid);
+        let first = (self.observers).poll_succeeded(number, took, modules, stats.invalid);
         let status = format!("STATUS={modules} modules");
         if first {
             self.ops.notifier.send(&format!("READY=1\n{status}"));
@@ -362,9 +357,9 @@ impl Daemon {
         }
     }
 
-    fn polled_err(&mut self, e: &poll::Error, took: Duration) {
-        (self.delivery.observers).poll_failed(took, e.to_string());
-        let modules = self.health().modules;
+    fn polled_err(&mut self, e: &poll::Error, number: u64, took: Duration) {
+        (self.observers).poll_failed(number, took, e.to_string());
+        let modules = self.health().modules();
         self.ops
             .notifier
             .send(&format!("STATUS={modules} modules; last poll failed: {e}"));
@@ -394,7 +389,7 @@ impl Daemon {
         }
         // What --report-events still holds (a rejection of a `--once` run) goes out now,
         // for a bounded time.
-        self.delivery.finish_reports(REPORTS_AT_STOP);
+        self.observers.finish_reports(REPORTS_AT_STOP);
     }
 }
 

@@ -7,8 +7,9 @@
 //!     source::manifests) → source (list, all pages, all namespaces) → poll (module:
 //!     filter keys, validate, hash) → snapshot → batch::Delivery [diff → screen (.url
 //!     fetches, --validate) → the sinks in order: outdir → child (stdin/signal) →
-//!     on_change → reload_url → stdout → settle → --confirm] → a Record, which
-//!     batch::Observers reads → log, ledger, report (Events), ops (health, metrics, sd_notify)
+//!     on_change → reload_url → stdout → settle → --confirm] → a Record, which the
+//!     daemon hands batch::Observers → log, ledger, report (Events), ops (health, metrics,
+//!     sd_notify)
 //! ```
 //!
 //! `cmpoll serve` (a hub) polls with the same source, keeps each object's JSON as served
@@ -234,20 +235,20 @@ fn daemon(
         ledger,
     } = parts;
     let interval = run.daemon.interval;
-    let mut health = Health::new(interval, backoff::cap(interval), timeout, in_flight);
+    let health = Health::new(interval, backoff::cap(interval), timeout, in_flight)
+        .live_after_first_batch(run.health.live_after_first_batch);
     // The ledger reads the same reload outcomes as readiness.
     let ledger = ledger.map(|mut l| {
-        l.reloads = health.reloads.clone();
+        l.reloads = health.reloads().clone();
         Arc::new(Mutex::new(l))
     });
-    health.live_after_first_batch = run.health.live_after_first_batch;
     let handles = sink::Handles {
         reloads: sink::reloads::ReloadResults {
-            outcomes: health.reloads.clone(),
+            outcomes: health.reloads().clone(),
             counter: metrics.reloads(),
         },
         child_restarts: metrics.child_restarts(),
-        writing: health.writing.clone(),
+        writing: health.writing().clone(),
     };
     let health = Arc::new(Mutex::new(health));
     let metrics = Arc::new(Mutex::new(metrics));
@@ -290,7 +291,6 @@ fn daemon(
         health,
         metrics,
         notifier: ops::systemd::Notifier::from_env(env),
-        ledger: ledger.clone(),
     };
     let mut store = Store::new(spool);
     if run.daemon.once {
@@ -313,8 +313,8 @@ fn daemon(
     let observers = batch::Observers::new(ops.health.clone(), ops.metrics.clone())
         .reporting(reporter)
         .recording(ledger, names);
-    let delivery = batch::Delivery::new(gate, sinks, observers).fetching(fetcher);
-    daemon::Daemon::new(run.daemon.clone(), delivery, ops).run(poller, store)
+    let delivery = batch::Delivery::new(gate, sinks).fetching(fetcher);
+    daemon::Daemon::new(run.daemon.clone(), delivery, observers, ops).run(poller, store)
 }
 
 /// Starts the endpoints on `addr`, or (`cmpoll sidecar`) on the fallback address where

@@ -5,27 +5,27 @@
 //! previous version, so the next poll tries again). Never called for a failed poll.
 //!
 //! The delivery only does the work and writes down what happened (`observe::Record`): the
-//! rejected modules have a room of their own (`rejected.rs`), `--confirm` another
-//! (`delivery/confirm.rs`), and the observers (log, metrics, readiness, Events, `/status`)
-//! read the record once per commit (`observe.rs`).
+//! rejected modules have a room of their own (`rejected.rs`), `--confirm`'s state another
+//! (`confirm.rs`: it says what must go back, and the delivery puts it back through the
+//! same `deliver` loop as any batch). The observers (log, metrics, readiness, Events,
+//! `/status`; `observe.rs`) are not the delivery's: whoever commits reads them the record
+//! (`Committed`) before the store takes the poll's snapshot.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-mod confirm;
-
+use super::confirm::{Back, Backs, Confirm, Reverted};
 use super::event::{self, Change, Event, Synced};
-use super::observe::{Observers, Record, SinkTook};
+use super::observe::{Record, SinkTook};
 use super::rejected::{self, Rejected};
 use super::sink::{Batch, Fatal, Sink};
 use crate::fetch::Fetcher;
 use crate::poll::PollStats;
-use crate::poll::hash::Hash;
 use crate::poll::snapshot::{Entry, Snapshot};
 use crate::poll::spool::{ObjectRef, Spool};
 use crate::poll::store::Store;
 use crate::reason::{Rejection, Unwritten};
-use crate::validate::{Gate, Good};
+use crate::validate::Gate;
 
 /// What delivers the batches of one run.
 pub struct Delivery {
@@ -39,30 +39,20 @@ pub struct Delivery {
     batches: u64,
     /// Modules rejected now.
     rejected: Rejected,
-    /// Who hears what each commit did.
-    pub observers: Observers,
-    /// `--confirm`: delivered modules the agent could not be asked about yet (asked again
-    /// after every poll until it answers), each with the hash delivered.
-    unconfirmed: HashMap<String, Unconfirmed>,
-    /// `--confirm`: a batch with changes reached the sinks and the agent has not been
-    /// asked since (it is also how the agent hears of a batch).
-    confirm_due: bool,
-    /// `--confirm`: put-backs a sink could not take, made again after every poll.
-    owed: HashMap<String, Owed>,
+    /// `--confirm`'s state.
+    confirm: Confirm,
 }
 
 impl Delivery {
-    pub fn new(gate: Option<Gate>, sinks: Vec<Box<dyn Sink>>, observers: Observers) -> Delivery {
+    pub fn new(gate: Option<Gate>, sinks: Vec<Box<dyn Sink>>) -> Delivery {
+        let confirm = Confirm::new(gate.as_ref().is_some_and(Gate::confirms));
         Delivery {
             fetcher: None,
             gate,
             sinks,
             batches: 0,
             rejected: Rejected::default(),
-            observers,
-            unconfirmed: HashMap::new(),
-            confirm_due: false,
-            owed: HashMap::new(),
+            confirm,
         }
     }
 
@@ -81,8 +71,9 @@ impl Delivery {
     /// the new snapshot current (except for modules rejected or left unwritten, which keep
     /// their previous version). The steps: `fetch` (`.url` keys), `screen` (the events,
     /// through `--validate`), `deliver` (the sinks in SPEC's order), `settle` (what is no
-    /// longer rejected, the counts), `confirm` (`--confirm`), then the observers read the
-    /// record, which is returned.
+    /// longer rejected, the counts), `confirm` (`--confirm`). What happened (the record)
+    /// is returned with the poll's snapshot, which `Committed::into_store` makes current
+    /// once the observers read them.
     pub fn commit(
         &mut self,
         store: &mut Store,
@@ -90,7 +81,7 @@ impl Delivery {
         number: u64,
         stats: &PollStats,
         took: Duration,
-    ) -> Result<Record, Fatal> {
+    ) -> Result<Committed, Fatal> {
         let first = self.batches == 0;
         self.batches += 1;
         let mut record = Record {
@@ -113,7 +104,7 @@ impl Delivery {
             let mut going = Going::new(event::diff(base, &next));
             self.screen(&mut going, current, spool, &next, unfetched, &mut record);
             // `--confirm`: what the sinks go back to if the agent refuses a module.
-            let goods = self.goods(&going, current, spool);
+            let goods = self.confirm.goods(&going.events, current, spool);
             // No change, or only rejections already announced: no sink hears of this
             // poll, and what is rejected keeps its previous version.
             if going.events.is_empty() && !first {
@@ -125,7 +116,7 @@ impl Delivery {
                 let modules = sinks_hold(&going.kept(), current, &next);
                 record.synced = Some(counts(&going.events, modules, number));
                 record.accepted = self.rejected.settle(&going.events, &next);
-                self.delivered(&going.events, first);
+                self.confirm.delivered(&going.events, first);
             }
             let kept: Vec<String> = going.kept().into_iter().collect();
             record.unwritten = going.unwritten;
@@ -134,33 +125,20 @@ impl Delivery {
         // What the agent refused goes back to its last good version (`held`: how many
         // modules the sinks hold now).
         let held = record.synced.map_or(store.snapshot.len(), |s| s.modules);
-        let reverted = self.confirm(store, &next, goods, held, &mut record)?;
+        let gate = self.gate.as_mut();
+        let back = (self.confirm).ask(gate, &store.snapshot, &next, goods, &mut record);
+        let reverted = self.put_back(store, &next, back, held, &mut record)?;
         // A sink that could not take a module back holds what was refused. Two sinks that
         // failed: the first one's error.
-        let mut seen = BTreeSet::new();
-        let unwritten = std::mem::take(&mut record.unwritten);
-        record.unwritten = (unwritten.into_iter())
-            .filter(|u| seen.insert(u.module.clone()))
-            .collect();
-        record.unwritten.sort();
+        record.unwritten = once_each(std::mem::take(&mut record.unwritten));
         record.rejected = self.rejected.all();
-        self.observers
-            .committed(&record, &store.spool, &next, &store.snapshot);
-        // The store holds what the sinks now hold of them: made part of `next`, so that
-        // the commit releases and keeps the spool's contents as it does for any other.
-        for (id, holds) in reverted {
-            let refused = match holds {
-                Some(good) => next.modules.insert(&id, good),
-                None => next.modules.remove(&id),
-            };
-            if let Some(r) = refused
-                && (store.snapshot.modules.get(&id)).is_none_or(|c| c.loc != r.loc)
-            {
-                store.spool.release(r.loc);
-            }
-        }
-        store.commit(next, &kept, first);
-        Ok(record)
+        Ok(Committed {
+            record,
+            next,
+            kept,
+            first,
+            reverted,
+        })
     }
 
     /// `--fetch-url-keys`: the `.url` keys of each module added or updated since what the
@@ -302,15 +280,80 @@ impl Delivery {
         Ok(())
     }
 
+    /// `--confirm`: puts `back` into every sink, through the same `deliver` loop as any
+    /// batch (`held`: how many modules the sinks hold now), then asks the agent again
+    /// about what went back. A module a sink could not take back stays as the sinks hold
+    /// it (the refused version: the store says so, and the record says it is unwritten)
+    /// and is owed, tried again after the next poll. What the store must hold for the
+    /// others.
+    fn put_back(
+        &mut self,
+        store: &mut Store,
+        next: &Snapshot,
+        back: Vec<Back>,
+        held: usize,
+        record: &mut Record,
+    ) -> Result<Reverted, Fatal> {
+        if back.is_empty() {
+            return Ok(Reverted::default());
+        }
+        let backs = Backs::spool(back, next, &mut store.spool)?;
+        let mut going = Going::new(backs.events(&mut self.rejected, record));
+        // What the sinks hold but for what this batch takes back.
+        let others = held.saturating_sub(backs.gone.len());
+        let holds = |kept: &_| others + sinks_hold(kept, &backs.gone, &backs.goods);
+        self.deliver(&mut going, &store.spool, false, &holds, record)?;
+        let unwritten = going.unwritten_ids();
+        for u in &going.unwritten {
+            log::warn!(
+                "--confirm: {} could not be put back to its last good version: {}; tried again after the next poll",
+                u.module,
+                u.error
+            );
+        }
+        record.unwritten.extend(going.unwritten);
+        if let Some(gate) = &self.gate {
+            backs.ask_again(gate, &unwritten, record);
+        }
+        Ok(backs.settle(&unwritten, &mut self.confirm, &mut store.spool))
+    }
+
     /// Modules rejected now (`cmpoll_rejected_modules`).
     #[cfg(test)]
     pub fn rejected_modules(&self) -> usize {
         self.rejected.len()
     }
+}
 
-    /// Sends what `--report-events` still holds, for at most `within` (at a stop).
-    pub fn finish_reports(&mut self, within: Duration) {
-        self.observers.finish_reports(within);
+/// A commit done but for the store: what happened (`record`), for the observers to read
+/// with the poll's snapshot (`polled`) and what the store holds still, before
+/// `into_store` makes the new snapshot current.
+#[must_use]
+pub struct Committed {
+    pub record: Record,
+    next: Snapshot,
+    /// The modules that keep their previous version.
+    kept: Vec<String>,
+    first: bool,
+    /// `--confirm`: what the sinks went back to.
+    reverted: Reverted,
+}
+
+impl Committed {
+    /// The poll's snapshot (the cluster's content; the spool has its contents until
+    /// `into_store`).
+    pub fn polled(&self) -> &Snapshot {
+        &self.next
+    }
+
+    /// Makes the new snapshot current in `store` (but for what keeps its previous
+    /// version, and with what the sinks went back to). The record.
+    pub fn into_store(self, store: &mut Store) -> Record {
+        let mut next = self.next;
+        // The store holds what the sinks now hold of what went back.
+        self.reverted.into_next(&mut next, store);
+        store.commit(next, &self.kept, self.first);
+        self.record
     }
 }
 
@@ -346,22 +389,6 @@ impl<'a> Going<'a> {
     }
 }
 
-/// `--confirm`: a module delivered, not yet confirmed by the agent.
-struct Unconfirmed {
-    hash: Hash,
-    /// What the sinks held before it (read before they replaced it).
-    good: Option<Good>,
-    /// Put back if the agent cannot be asked (not in a run's first batch).
-    withdrawable: bool,
-}
-
-/// `--confirm`: a put-back a sink could not take: the hash refused, which the sinks may
-/// still hold, and what they go back to (none: away).
-struct Owed {
-    refused: Hash,
-    good: Option<Good>,
-}
-
 /// How many modules the sinks hold once `next` is applied but for `kept` (unwritten or
 /// rejected): a module that could not be added stays absent, one that could not be
 /// removed stays.
@@ -377,6 +404,16 @@ fn sinks_hold(kept: &BTreeSet<String>, current: &Snapshot, next: &Snapshot) -> u
         }
     }
     n
+}
+
+/// Each module once (the first one's error: the first sink that failed), in order.
+fn once_each(unwritten: Vec<Unwritten>) -> Vec<Unwritten> {
+    let mut seen = BTreeSet::new();
+    let mut once: Vec<Unwritten> = (unwritten.into_iter())
+        .filter(|u| seen.insert(u.module.clone()))
+        .collect();
+    once.sort();
+    once
 }
 
 fn counts(events: &[event::Event], modules: usize, poll: u64) -> Synced {
@@ -397,6 +434,7 @@ mod tests {
 
     use super::*;
     use crate::batch::Outcome;
+    use crate::batch::observe::Observers;
     use crate::ledger::Ledger;
     use crate::ops::health::{Health, InFlight};
     use crate::ops::metrics::Metrics;
@@ -457,17 +495,55 @@ mod tests {
         }
     }
 
-    fn delivery(gate: Option<Gate>, sinks: Vec<Recorder>) -> Delivery {
+    /// A delivery and the observers that read its records, committing as the daemon does.
+    struct Run {
+        d: Delivery,
+        observers: Observers,
+    }
+
+    impl std::ops::Deref for Run {
+        type Target = Delivery;
+        fn deref(&self) -> &Delivery {
+            &self.d
+        }
+    }
+
+    impl std::ops::DerefMut for Run {
+        fn deref_mut(&mut self) -> &mut Delivery {
+            &mut self.d
+        }
+    }
+
+    impl Run {
+        /// `Delivery::commit`, the observers reading the record, then the store.
+        fn commit(
+            &mut self,
+            store: &mut Store,
+            next: Snapshot,
+            number: u64,
+            stats: &PollStats,
+            took: Duration,
+        ) -> Result<Record, Fatal> {
+            let c = self.d.commit(store, next, number, stats, took)?;
+            (self.observers).committed(&c.record, &store.spool, c.polled(), &store.snapshot);
+            Ok(c.into_store(store))
+        }
+    }
+
+    fn delivery(gate: Option<Gate>, sinks: Vec<Recorder>) -> Run {
         let sinks: Vec<Box<dyn Sink>> = sinks.into_iter().map(|s| Box::new(s) as _).collect();
         let d = Duration::from_secs(30);
         let health = Health::new(d, d, d, InFlight::default());
         let metrics = Metrics::new();
         let observers = Observers::new(Arc::new(Mutex::new(health)), Arc::new(Mutex::new(metrics)));
-        Delivery::new(gate, sinks, observers)
+        Run {
+            d: Delivery::new(gate, sinks),
+            observers,
+        }
     }
 
     /// `d`, recording what its sinks hold in `ledger` (`/status`).
-    fn recording(mut d: Delivery, ledger: &Arc<Mutex<Ledger>>) -> Delivery {
+    fn recording(mut d: Run, ledger: &Arc<Mutex<Ledger>>) -> Run {
         let o = &d.observers;
         let observers = Observers::new(o.health.clone(), o.metrics.clone());
         let names = Delivery::sink_names(&d.sinks);
@@ -489,12 +565,7 @@ mod tests {
         snap
     }
 
-    fn commit(
-        d: &mut Delivery,
-        store: &mut Store,
-        modules: &[(&str, &str)],
-        n: u64,
-    ) -> Vec<String> {
+    fn commit(d: &mut Run, store: &mut Store, modules: &[(&str, &str)], n: u64) -> Vec<String> {
         let next = poll(store, modules);
         let stats = PollStats::default();
         (d.commit(store, next, n, &stats, Duration::ZERO)
@@ -624,7 +695,7 @@ mod tests {
         let mut d = delivery(None, vec![first, sink("stdout", &heard)]);
         let mut store = Store::new(Spool::memory());
         let stats = PollStats::default();
-        let poll_n = |d: &mut Delivery, store: &mut Store, m: &[(&str, &str)], n| {
+        let poll_n = |d: &mut Run, store: &mut Store, m: &[(&str, &str)], n| {
             let next = poll(store, m);
             d.commit(store, next, n, &stats, Duration::ZERO).unwrap()
         };
@@ -681,10 +752,7 @@ mod tests {
         assert_eq!(take(&heard), ["stdout: added ns/a | 1 modules"]);
         // Issue 50.6: what --confirm would ask the agent about is kept only with it (50,000
         // first modules cost 14 MB of it otherwise).
-        assert!(
-            d.unconfirmed.is_empty(),
-            "no --confirm, nothing kept to ask"
-        );
+        assert!(d.confirm.is_idle(), "no --confirm, nothing kept to ask");
         commit(&mut d, &mut store, &[], 5);
         assert_eq!(take(&heard), ["stdout: removed ns/a | 0 modules"]);
     }
@@ -716,7 +784,7 @@ mod tests {
         let mut store = Store::new(Spool::memory());
         commit(&mut d, &mut store, &[("ns/a", "good"), ("ns/b", "good")], 1);
         take(&heard);
-        d.observers.health().validator = Some("stale".into());
+        d.observers.health().set_validator(Some("stale".into()));
         commit(
             &mut d,
             &mut store,
@@ -729,7 +797,7 @@ mod tests {
         );
         assert_eq!(held_value(&store, "ns/a").as_deref(), Some("good"));
         assert_eq!(held_value(&store, "ns/b").as_deref(), Some("good 2"));
-        assert_eq!(d.observers.health().validator, None, "it ran");
+        assert_eq!(d.observers.health().validator(), None, "it ran");
         commit(
             &mut d,
             &mut store,
@@ -771,8 +839,8 @@ mod tests {
                 .map(|s| s.delivered.map(|(_, poll, changes, _)| (poll, changes)))
                 .collect::<Vec<_>>()
         };
-        let asking = |d: &Delivery| {
-            (lock(&d.observers.health).reloads.all().into_iter())
+        let asking = |d: &Run| {
+            (lock(&d.observers.health).reloads().all().into_iter())
                 .map(|(path, r, _)| (path, r.is_ok()))
                 .collect::<Vec<_>>()
         };

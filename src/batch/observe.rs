@@ -1,8 +1,11 @@
 //! Who hears what happened, outside the delivery: the log, metrics, readiness, Kubernetes
 //! Events (`--report-events`) and `/status` (the ledger). The delivery does its work and
-//! writes down what happened in a `Record`; `Observers::committed` reads that record once
-//! per commit. A poll's own outcome (`poll_succeeded`, `poll_failed`) is told here too, by
-//! the daemon's loop and by a hub's (`cmpoll serve`), which delivers no batch.
+//! writes down what happened in a `Record`; the daemon's loop, which owns the observers,
+//! hands it to `Observers::committed` once per commit, before the store takes the poll's
+//! snapshot. A poll's own outcome (`poll_succeeded`, `poll_failed`: `/status`'s last
+//! poll, readiness, metrics), the loop's turns (liveness), whether it follows a hub and
+//! that it is stopping are told here too, by the daemon's loop and by a hub's (`cmpoll
+//! serve`, which delivers no batch): neither loop writes readiness or the ledger itself.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -109,23 +112,46 @@ impl Observers {
         lock(&self.metrics)
     }
 
-    /// A poll succeeded with `modules` (`invalid` objects were not modules): readiness and
-    /// metrics. Whether it was the first.
-    pub fn poll_succeeded(&self, took: Duration, modules: usize, invalid: usize) -> bool {
+    /// Poll `number` succeeded with `modules` (`invalid` objects were not modules):
+    /// `/status`, readiness and metrics. Whether it was the first.
+    pub fn poll_succeeded(
+        &self,
+        number: u64,
+        took: Duration,
+        modules: usize,
+        invalid: usize,
+    ) -> bool {
+        self.ledger(|l| l.polled(number, took, Ok(())));
         self.metrics().poll_succeeded(took, modules, invalid);
-        let mut h = self.health();
-        let first = !h.first_batch;
-        h.first_batch = true;
-        h.last_success = Some(Instant::now());
-        h.last_error = None;
-        h.modules = modules;
-        first
+        self.health().succeeded(Instant::now(), modules)
     }
 
-    /// A poll failed for `why`: readiness and metrics.
-    pub fn poll_failed(&self, took: Duration, why: String) {
+    /// Poll `number` failed for `why`: `/status`, readiness and metrics.
+    pub fn poll_failed(&self, number: u64, took: Duration, why: String) {
+        self.ledger(|l| l.polled(number, took, Err(why.clone())));
         self.metrics().poll_failed(took);
-        self.health().last_error = Some(why);
+        self.health().failed(why);
+    }
+
+    /// The loop that polls turned (liveness).
+    pub fn loop_turned(&self) {
+        self.health().loop_turned(Instant::now());
+    }
+
+    /// The last poll asked a `cmpoll serve` hub, or not (readiness).
+    pub fn following_hub(&self, hub: bool) {
+        self.health().set_following_hub(hub);
+    }
+
+    /// Stopping (`cmpoll serve` draining): not ready from now on.
+    pub fn stopping(&self) {
+        self.health().stop();
+    }
+
+    fn ledger(&self, f: impl FnOnce(&mut Ledger)) {
+        if let Some(l) = &self.ledger {
+            f(&mut lock(l));
+        }
     }
 
     /// A commit's `record`: `polled` is the poll's snapshot (the cluster's content) and
@@ -152,13 +178,13 @@ impl Observers {
             let mut h = self.health();
             match &record.runnable {
                 Runnable::NotRun => {}
-                Runnable::Ran => h.validator = None,
-                Runnable::Cannot(why) => h.validator = Some(why.clone()),
+                Runnable::Ran => h.set_validator(None),
+                Runnable::Cannot(why) => h.set_validator(Some(why.clone())),
             }
             for answer in &record.asked {
-                h.reloads.set("--confirm", answer.clone());
+                h.reloads().set("--confirm", answer.clone());
             }
-            h.unwritten = record.unwritten.clone();
+            h.set_unwritten(record.unwritten.clone());
         }
         self.report(record, spool, polled);
         self.ledger_modules(record, polled, held);
@@ -276,4 +302,47 @@ impl Observers {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().recover()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::health::{InFlight, ReloadOutcomes};
+    use crate::source::Resources;
+
+    /// A poll's outcome, told by the loop, reaches `/status` (the ledger's last poll),
+    /// readiness and liveness: nobody else writes them.
+    #[test]
+    fn a_polls_outcome_reaches_status_and_readiness() {
+        let d = Duration::from_secs(30);
+        let health = Arc::new(Mutex::new(Health::new(d, d, d, InFlight::default())));
+        let metrics = Arc::new(Mutex::new(Metrics::new()));
+        let ledger = Ledger::new(
+            "apiserver".into(),
+            String::new(),
+            d,
+            Resources::one(Resource::ConfigMaps),
+            ReloadOutcomes::default(),
+        );
+        let ledger = Arc::new(Mutex::new(ledger));
+        let o = Observers::new(health.clone(), metrics).recording(Some(ledger.clone()), vec![]);
+        let last_poll = || {
+            let l = lock(&ledger);
+            let p = l.last_poll.as_ref().map(|p| (p.number, p.error.clone()));
+            (p, l.last_success.is_some())
+        };
+        o.poll_failed(1, d, "refused".into());
+        assert_eq!(last_poll(), (Some((1, Some("refused".into()))), false));
+        assert_eq!(lock(&health).last_error(), Some("refused"));
+        assert!(lock(&health).readiness(Instant::now()).is_err());
+        assert!(o.poll_succeeded(2, d, 3, 0), "the first");
+        assert_eq!(last_poll(), (Some((2, None)), true));
+        let h = lock(&health);
+        assert_eq!((h.last_error(), h.modules()), (None, 3));
+        drop(h);
+        assert!(!o.poll_succeeded(3, d, 3, 0), "not the first");
+        assert_eq!(lock(&health).readiness(Instant::now()), Ok(()));
+        o.stopping();
+        assert!(lock(&health).readiness(Instant::now()).is_err(), "stopping");
+    }
 }

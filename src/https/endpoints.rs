@@ -212,8 +212,7 @@ mod tests {
         );
         {
             let mut h = health.lock().unwrap();
-            h.first_batch = true;
-            h.last_success = Some(Instant::now());
+            h.succeeded(Instant::now(), 0);
         }
         assert!(raw(addr, b"GET /readyz?verbose HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200 OK"));
         let m = raw(addr, b"GET /metrics HTTP/1.0\n\n");

@@ -125,31 +125,31 @@ impl ReloadOutcomes {
 
 #[derive(Debug)]
 pub struct Health {
-    pub interval: Duration,
-    pub backoff_cap: Duration,
-    pub timeout: Duration,
-    pub in_flight: InFlight,
+    interval: Duration,
+    backoff_cap: Duration,
+    timeout: Duration,
+    in_flight: InFlight,
     /// The main loop's last turn.
-    pub loop_at: Instant,
-    pub first_batch: bool,
-    pub last_success: Option<Instant>,
-    pub last_error: Option<String>,
+    loop_at: Instant,
+    first_batch: bool,
+    last_success: Option<Instant>,
+    last_error: Option<String>,
     /// The last reload of every reload path.
-    pub reloads: ReloadOutcomes,
-    pub modules: usize,
+    reloads: ReloadOutcomes,
+    modules: usize,
     /// `--validate` could not run (exit 126/127), until a validation runs again.
-    pub validator: Option<String>,
+    validator: Option<String>,
     /// The output folder writing a batch.
-    pub writing: Writing,
+    writing: Writing,
     /// What the last batch left unwritten, and why (empty: it wrote everything).
-    pub unwritten: Vec<Unwritten>,
+    unwritten: Vec<Unwritten>,
     /// `/healthz` fails until the first batch is written (`cmpoll sidecar`).
-    pub live_after_first_batch: bool,
+    live_after_first_batch: bool,
     /// The last poll asked a `cmpoll serve` hub: a failed one fails readiness at once
     /// (the hub is frozen, unreachable or cannot serve; SPEC), not after 3 intervals.
-    pub following_hub: bool,
+    following_hub: bool,
     /// Stopping (`cmpoll serve` draining after SIGTERM): not ready, whatever else.
-    pub stopping: bool,
+    stopping: bool,
 }
 
 impl Health {
@@ -177,6 +177,86 @@ impl Health {
             following_hub: false,
             stopping: false,
         }
+    }
+
+    /// `/healthz` fails until the first batch is written (`cmpoll sidecar`).
+    pub fn live_after_first_batch(mut self, on: bool) -> Health {
+        self.live_after_first_batch = on;
+        self
+    }
+
+    /// The last reload of every reload path (a shared handle: the reload paths set their
+    /// outcome in it themselves).
+    pub fn reloads(&self) -> &ReloadOutcomes {
+        &self.reloads
+    }
+
+    /// How far the output folder is into writing a batch (a handle shared with it).
+    pub fn writing(&self) -> &Writing {
+        &self.writing
+    }
+
+    /// A first batch went out (a poll succeeded).
+    pub fn first_batch(&self) -> bool {
+        self.first_batch
+    }
+
+    pub fn last_success(&self) -> Option<Instant> {
+        self.last_success
+    }
+
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    /// The modules of the last successful poll.
+    pub fn modules(&self) -> usize {
+        self.modules
+    }
+
+    /// Why `--validate` cannot run, until a validation runs again.
+    pub fn validator(&self) -> Option<&str> {
+        self.validator.as_deref()
+    }
+
+    /// A poll succeeded at `at` with `modules`. Whether it was the first.
+    pub fn succeeded(&mut self, at: Instant, modules: usize) -> bool {
+        let first = !self.first_batch;
+        self.first_batch = true;
+        self.last_success = Some(at);
+        self.last_error = None;
+        self.modules = modules;
+        first
+    }
+
+    /// A poll failed for `why`.
+    pub fn failed(&mut self, why: String) {
+        self.last_error = Some(why);
+    }
+
+    /// `--validate` can run (`None`), or cannot, and why.
+    pub fn set_validator(&mut self, cannot: Option<String>) {
+        self.validator = cannot;
+    }
+
+    /// What the last batch left unwritten, and why.
+    pub fn set_unwritten(&mut self, unwritten: Vec<Unwritten>) {
+        self.unwritten = unwritten;
+    }
+
+    /// The main loop turned at `at`.
+    pub fn loop_turned(&mut self, at: Instant) {
+        self.loop_at = at;
+    }
+
+    /// The last poll asked a `cmpoll serve` hub (`hub`), or not.
+    pub fn set_following_hub(&mut self, hub: bool) {
+        self.following_hub = hub;
+    }
+
+    /// Stopping: not ready from now on.
+    pub fn stop(&mut self) {
+        self.stopping = true;
     }
 
     /// `/healthz`.

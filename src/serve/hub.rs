@@ -239,7 +239,10 @@ impl Hub {
     /// `/status` (`status_page.rs`).
     fn status(&self) -> Vec<u8> {
         let h = self.health.lock().recover();
-        let (ready, last_error) = (h.readiness(Instant::now()), h.last_error.clone());
+        let (ready, last_error) = (
+            h.readiness(Instant::now()),
+            h.last_error().map(str::to_string),
+        );
         drop(h);
         let held = self.current();
         let timeline = self.timeline.read().recover();

@@ -315,7 +315,7 @@ impl PollLoop {
                 if Instant::now() >= until {
                     break;
                 }
-                self.health().loop_at = Instant::now();
+                self.observers.loop_turned();
                 let left = until.saturating_duration_since(Instant::now());
                 std::thread::sleep(left.min(Duration::from_millis(200)));
             }
@@ -325,7 +325,7 @@ impl PollLoop {
 
     /// Not ready from now on; the followers let go over the drain window. When it ends.
     fn start_draining(&mut self) -> Instant {
-        self.health().stopping = true;
+        self.observers.stopping();
         log::info!(
             "stopping: not ready; letting the followers go over {}",
             humantime::format_duration(self.drain)
@@ -337,7 +337,7 @@ impl PollLoop {
     /// One poll: published whole when complete; the wait before the next.
     fn poll(&mut self, number: u64, backoff: &mut Backoff) -> Duration {
         let started = Instant::now();
-        self.health().loop_at = started;
+        self.observers.loop_turned();
         let prev = (self.hub.current()).unwrap_or_else(|| Arc::new(Held::empty(self.kinds)));
         let mut gather = Gather::new(&prev);
         let listed = self.source.list(prev.as_ref(), &mut gather);
@@ -351,7 +351,7 @@ impl PollLoop {
         match result {
             Ok(held) => {
                 let objects = held.len();
-                if self.observers.poll_succeeded(took, objects, 0) {
+                if self.observers.poll_succeeded(number, took, objects, 0) {
                     log::info!("poll {number}: serving {objects} objects");
                 }
                 if self.hub.publish(held) {
@@ -372,7 +372,7 @@ impl PollLoop {
                 backoff.after_success().saturating_sub(watched)
             }
             Err(e) => {
-                self.observers.poll_failed(took, e.clone());
+                self.observers.poll_failed(number, took, e.clone());
                 let wait = backoff.after_failure(retry_after);
                 log::warn!(
                     "poll {number} failed: {e}; serving the last complete poll; next attempt in {}",
@@ -381,9 +381,5 @@ impl PollLoop {
                 wait
             }
         }
-    }
-
-    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
-        self.hub.health.lock().recover()
     }
 }

@@ -447,7 +447,7 @@ mod tests {
             "cmpoll.io/module=true".into(),
             Duration::from_secs(30),
             Resources::one(Resource::ConfigMaps),
-            health.reloads.clone(),
+            health.reloads().clone(),
         );
         (l, health)
     }
@@ -464,11 +464,10 @@ mod tests {
     fn asking_the_agent_is_shown_with_the_folder_else_with_the_last_sink() {
         let (mut l, mut health) = ledger();
         l.sinks(vec!["out-dir".into(), "stdout".into()]);
-        health.first_batch = true;
-        health.last_success = Some(std::time::Instant::now());
+        health.succeeded(std::time::Instant::now(), 0);
         l.polled(1, Duration::from_millis(5), Ok(()));
         let why = "the agent could not be asked: it exited with status 1";
-        health.reloads.set("--confirm", Err(why.into()));
+        health.reloads().set("--confirm", Err(why.into()));
         let r = answer(&l, &health, &Query::default());
         assert_eq!(r.sinks[0].reloads.len(), 1);
         assert_eq!(r.sinks[0].reloads[0].path, "--confirm");
@@ -513,9 +512,8 @@ mod tests {
         l.modules(m, rejected, unwritten);
         l.polled(3, Duration::from_millis(20), Ok(()));
         l.delivered(0, 3, 4, 1);
-        health.first_batch = true;
-        health.last_success = Some(std::time::Instant::now());
-        health.reloads.set(
+        health.succeeded(std::time::Instant::now(), 0);
+        health.reloads().set(
             "http://agent/-/reload",
             Err("503 Service Unavailable".into()),
         );

@@ -29,8 +29,7 @@ fn hub(ready: bool) -> Test {
     let secs = Duration::from_secs;
     let mut health = Health::new(secs(1), secs(10), secs(10), InFlight::default());
     if ready {
-        health.first_batch = true;
-        health.last_success = Some(Instant::now());
+        health.succeeded(Instant::now(), 0);
     }
     let metrics = Metrics::new();
     let served = metrics.served();
