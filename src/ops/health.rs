@@ -125,12 +125,11 @@ impl ReloadOutcomes {
 
 #[derive(Debug)]
 pub struct Health {
-    interval: Duration,
-    backoff_cap: Duration,
-    timeout: Duration,
-    in_flight: InFlight,
-    /// The main loop's last turn.
-    loop_at: Instant,
+    /// How old the last successful poll may be and the daemon be ready: 3 × interval plus
+    /// the backoff cap.
+    stale_after: Duration,
+    /// What liveness looks at besides the first batch.
+    alive: Alive,
     first_batch: bool,
     last_success: Option<Instant>,
     last_error: Option<String>,
@@ -143,13 +142,43 @@ pub struct Health {
     writing: Writing,
     /// What the last batch left unwritten, and why (empty: it wrote everything).
     unwritten: Vec<Unwritten>,
-    /// `/healthz` fails until the first batch is written (`cmpoll sidecar`).
-    live_after_first_batch: bool,
     /// The last poll asked a `cmpoll serve` hub: a failed one fails readiness at once
     /// (the hub is frozen, unreachable or cannot serve; SPEC), not after 3 intervals.
     following_hub: bool,
     /// Stopping (`cmpoll serve` draining after SIGTERM): not ready, whatever else.
     stopping: bool,
+}
+
+/// What `/healthz` looks at: no apiserver request running past `--timeout` (with
+/// `REQUEST_SLACK`), the main loop turning, and, where asked, a first batch written.
+#[derive(Debug)]
+struct Alive {
+    timeout: Duration,
+    in_flight: InFlight,
+    /// The main loop's last turn.
+    loop_at: Instant,
+    /// `/healthz` fails until the first batch is written (`cmpoll sidecar`).
+    after_first_batch: bool,
+}
+
+impl Alive {
+    /// The request and the loop: live, or why not.
+    fn check(&self, now: Instant, wall: SystemTime) -> Result<(), String> {
+        if let Some(running) = self.in_flight.running_for(wall)
+            && running > self.timeout + REQUEST_SLACK
+        {
+            return Err(format!(
+                "an apiserver request has been running for {}s (--timeout is {})",
+                running.as_secs(),
+                humantime::format_duration(self.timeout)
+            ));
+        }
+        let idle = now.saturating_duration_since(self.loop_at);
+        if idle > LOOP_STALE {
+            return Err(format!("the main loop has not run for {}s", idle.as_secs()));
+        }
+        Ok(())
+    }
 }
 
 impl Health {
@@ -160,11 +189,13 @@ impl Health {
         in_flight: InFlight,
     ) -> Health {
         Health {
-            interval,
-            backoff_cap,
-            timeout,
-            in_flight,
-            loop_at: Instant::now(),
+            stale_after: interval.saturating_mul(3).saturating_add(backoff_cap),
+            alive: Alive {
+                timeout,
+                in_flight,
+                loop_at: Instant::now(),
+                after_first_batch: false,
+            },
             first_batch: false,
             last_success: None,
             last_error: None,
@@ -173,7 +204,6 @@ impl Health {
             validator: None,
             writing: Writing::default(),
             unwritten: Vec::new(),
-            live_after_first_batch: false,
             following_hub: false,
             stopping: false,
         }
@@ -181,7 +211,7 @@ impl Health {
 
     /// `/healthz` fails until the first batch is written (`cmpoll sidecar`).
     pub fn live_after_first_batch(mut self, on: bool) -> Health {
-        self.live_after_first_batch = on;
+        self.alive.after_first_batch = on;
         self
     }
 
@@ -246,7 +276,7 @@ impl Health {
 
     /// The main loop turned at `at`.
     pub fn loop_turned(&mut self, at: Instant) {
-        self.loop_at = at;
+        self.alive.loop_at = at;
     }
 
     /// The last poll asked a `cmpoll serve` hub (`hub`), or not.
@@ -261,23 +291,10 @@ impl Health {
 
     /// `/healthz`.
     pub fn liveness(&self, now: Instant, wall: SystemTime) -> Result<(), String> {
-        if self.live_after_first_batch && !self.first_batch {
+        if self.alive.after_first_batch && !self.first_batch {
             return Err("not ready: the first batch is not written yet".into());
         }
-        if let Some(running) = self.in_flight.running_for(wall)
-            && running > self.timeout + REQUEST_SLACK
-        {
-            return Err(format!(
-                "an apiserver request has been running for {}s (--timeout is {})",
-                running.as_secs(),
-                humantime::format_duration(self.timeout)
-            ));
-        }
-        let idle = now.saturating_duration_since(self.loop_at);
-        if idle > LOOP_STALE {
-            return Err(format!("the main loop has not run for {}s", idle.as_secs()));
-        }
-        Ok(())
+        self.alive.check(now, wall)
     }
 
     /// `/readyz`.
@@ -327,10 +344,7 @@ impl Health {
                 None => "no complete poll yet".to_string(),
             });
         };
-        let limit = self
-            .interval
-            .saturating_mul(3)
-            .saturating_add(self.backoff_cap);
+        let limit = self.stale_after;
         let age = now.saturating_duration_since(last);
         if age > limit {
             return Err(format!(
@@ -481,7 +495,7 @@ mod tests {
         let h = health();
         let now = SystemTime::now();
         assert_eq!(h.liveness(Instant::now(), now), Ok(()));
-        h.in_flight.start();
+        h.alive.in_flight.start();
         assert_eq!(
             h.liveness(Instant::now(), now + Duration::from_secs(39)),
             Ok(())
@@ -493,9 +507,9 @@ mod tests {
             e.starts_with("an apiserver request has been running for 4"),
             "{e}"
         );
-        h.in_flight.stop();
+        h.alive.in_flight.stop();
         let e = h
-            .liveness(h.loop_at + Duration::from_secs(301), now)
+            .liveness(h.alive.loop_at + Duration::from_secs(301), now)
             .unwrap_err();
         assert_eq!(e, "the main loop has not run for 301s");
     }
