@@ -203,14 +203,13 @@ impl Writer<'_> {
                 if i > 0 {
                     // What another layout wrote for it stays recorded, to be cleared later.
                     let half = Written::half_flat(old.as_ref(), p.written.mode, done);
-                    (self.upkeep_mut().record_mut().modules).insert(&p.module, half);
+                    self.upkeep_mut().record_as(&p.module, half);
                 }
                 return Err(e);
             }
             done.insert(key.clone(), want);
             // Recorded as it goes, so `flat_target_ok` accepts this file on a retry.
-            (self.upkeep_mut().record_mut().modules)
-                .update(&p.module, |w| w.add_flat(key.clone(), want));
+            self.upkeep_mut().add_flat(&p.module, key.clone(), want);
         }
         Ok(p.written.clone())
     }

@@ -19,7 +19,7 @@ use crate::poll::snapshot::folder_of;
 /// Finishes or undoes the writes an interrupted run had recorded as pending, adopting
 /// only what it can prove it wrote.
 pub(super) fn recover(upkeep: &mut Upkeep) -> io::Result<()> {
-    let pending = std::mem::take(&mut upkeep.record_mut().pending);
+    let pending = std::mem::take(upkeep.pending_mut());
     if !pending.is_empty() {
         log::info!(
             "--out-dir: recovering {} interrupted write(s)",
@@ -62,7 +62,7 @@ pub(super) fn recover(upkeep: &mut Upkeep) -> io::Result<()> {
         if let Ok(Some(d)) = upkeep.places().folder_dir(&folder)
             && remove_dir_if_empty(&d)?
         {
-            upkeep.record_mut().namespaces.remove(&folder);
+            upkeep.forget_folder(&folder);
         }
     }
     upkeep.expire(true)?;
@@ -92,9 +92,9 @@ fn recover_version(upkeep: &mut Upkeep, p: &Pending, version: &str) -> io::Resul
         if p.new_namespace {
             // It did not exist when the write was recorded (nor, with `new_kind`, the
             // kind's folder above it): this run made it.
-            upkeep.record_mut().namespaces.insert(folder.to_string());
+            upkeep.adopt_folder(folder.to_string());
             if let (true, Some((kind, _))) = (p.new_kind, folder.split_once('/')) {
-                upkeep.record_mut().namespaces.insert(kind.to_string());
+                upkeep.adopt_folder(kind.to_string());
             }
         }
         let tmp = upkeep.places().dir().join(&p.tmp);
@@ -148,7 +148,7 @@ fn recover_flat(upkeep: &mut Upkeep, p: &Pending) -> io::Result<()> {
     // Folders the write made (none was there when it was recorded) are cmpoll's.
     for folder in &p.folders {
         if upkeep.places().folder_dir(folder).ok().flatten().is_some() {
-            upkeep.record_mut().namespaces.insert(folder.clone());
+            upkeep.adopt_folder(folder.clone());
         }
     }
     let old = upkeep.record().modules.get(&p.module);
@@ -180,7 +180,7 @@ fn recover_flat(upkeep: &mut Upkeep, p: &Pending) -> io::Result<()> {
         // (A new module none of whose files was renamed in is simply not there.)
         // What another layout wrote for it stays recorded, to be cleared later.
         let half = Written::half_flat(old.as_ref(), p.written.mode, mixed);
-        upkeep.record_mut().modules.insert(&p.module, half);
+        upkeep.record_as(&p.module, half);
     }
     fsync_dir(upkeep.places().dir())
 }

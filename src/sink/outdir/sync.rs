@@ -114,14 +114,14 @@ impl OutDir {
         progress: &mut Progress,
     ) -> Vec<&'a Event<'e>> {
         let mut planned = Vec::with_capacity(chunk.len());
-        self.upkeep.record_mut().pending.clear();
+        self.upkeep.pending_mut().clear();
         for &e in chunk {
             let plan = self
                 .contents(batch, e)
                 .and_then(|files| self.writer().plan(e.id, e.entry, &files));
             match plan {
                 Ok(p) => {
-                    self.upkeep.record_mut().pending.push(p);
+                    self.upkeep.pending_mut().push(p);
                     planned.push(e);
                 }
                 Err(err) => progress.unwritten(e.id, &err),
@@ -142,7 +142,7 @@ impl OutDir {
         log::warn!("--out-dir: cannot record the writes to come: {e}");
         self.writing.clear();
         let why = format!("cannot record the writes to come: {e}");
-        let pending = self.upkeep.record_mut().pending.drain(..).map(|p| p.module);
+        let pending = self.upkeep.pending_mut().drain(..).map(|p| p.module);
         let waiting = waiting.map(str::to_string);
         (progress.unwritten).extend(pending.chain(waiting).map(|id| Unwritten::new(id, &why)));
         if let Err(e) = self.upkeep.save_all() {
@@ -250,7 +250,7 @@ impl OutDir {
         mut progress: Progress,
         made: impl Iterator<Item = &'a str>,
     ) -> Vec<Unwritten> {
-        self.upkeep.record_mut().pending.clear();
+        self.upkeep.pending_mut().clear();
         self.writing.clear();
         if let Err(e) = self.upkeep.expire(true) {
             log::warn!("--out-dir: cannot delete old versions: {e}");
@@ -286,10 +286,7 @@ impl OutDir {
     /// module is written again from the cluster's copy.
     pub(super) fn contents(&mut self, batch: &Batch, e: &Event) -> io::Result<Vec<ModuleFile>> {
         batch.files(e).inspect_err(|_| {
-            self.upkeep
-                .record_mut()
-                .modules
-                .update(e.id, |w| w.hash = None);
+            self.upkeep.forget_hash(e.id);
         })
     }
 

@@ -14,9 +14,9 @@ use super::options::Layout;
 use super::paths::{
     DIR_MODE, Found, JOURNAL, STATE, file_digest, found, meta_dir, not_a_folder, now_secs, part,
 };
-use super::record::{Record, Retired};
+use super::record::{Pending, Record, Retired};
 use super::shelf::Proofs;
-use super::written::Written;
+use super::written::{Digest, Written};
 use crate::atomic::{self, create_dir, fsync_dir, remove_dir_if_empty, remove_if_exists};
 use crate::poll::snapshot::folder_of;
 
@@ -39,10 +39,42 @@ impl Upkeep {
         &self.record
     }
 
-    /// The record, to change what it says without touching the disk (the pending writes
-    /// of a chunk, a module's hash forgotten, a half-done write recorded as it is).
+    /// The record, for a test to set what it says.
+    #[cfg(test)]
     pub(super) fn record_mut(&mut self) -> &mut Record {
         &mut self.record
+    }
+
+    /// The writes of a chunk, recorded ahead (`journal` appends them); at open, the
+    /// interrupted batch's, for recovery.
+    pub(super) fn pending_mut(&mut self) -> &mut Vec<Pending> {
+        &mut self.record.pending
+    }
+
+    /// Records `w` as what the folder holds of `id` without clearing anything: a write
+    /// found half done (a flat write whose files are part old, part new).
+    pub(super) fn record_as(&mut self, id: &str, w: Written) {
+        self.record.modules.insert(id, w);
+    }
+
+    /// Records one more flat file as written for `id`, with the bytes' `digest`.
+    pub(super) fn add_flat(&mut self, id: &str, key: String, digest: Digest) {
+        self.record.modules.update(id, |w| w.add_flat(key, digest));
+    }
+
+    /// Forgets the hash of `id`'s record: the folder no longer vouches for its contents.
+    pub(super) fn forget_hash(&mut self, id: &str) {
+        self.record.modules.update(id, |w| w.hash = None);
+    }
+
+    /// Records `DIR/FOLDER` as made by cmpoll (a write recovery found it made).
+    pub(super) fn adopt_folder(&mut self, folder: String) {
+        self.record.namespaces.insert(folder);
+    }
+
+    /// Forgets `DIR/FOLDER`, which cmpoll made and removed.
+    pub(super) fn forget_folder(&mut self, folder: &str) {
+        self.record.namespaces.remove(folder);
     }
 
     /// The modules the record says this folder holds where the shelf reads them (see
