@@ -13,11 +13,10 @@ use super::options::Options;
 use super::paths::{DIR_MODE, Found, JOURNAL, META, STATE, VERSIONS, found, meta_dir};
 use super::record::{self, Record};
 use super::recover::recover;
-use super::sink::{CHUNK, OutDir, PROGRESS_EVERY};
+use super::sink::OutDir;
 use super::upkeep::Upkeep;
 use super::written::Interner;
 use crate::atomic::create_dir;
-use crate::ops::health::Writing;
 use crate::poll::hash::Hash;
 
 /// Each module and its hash written; the modules of an interrupted batch.
@@ -148,15 +147,6 @@ impl OutDir {
         record.intern(&mut keys);
         let mut upkeep = Upkeep::new(Places::new(opts), record);
         recover(&mut upkeep).map_err(|e| fail("cannot recover from the last run", &e))?;
-        Ok(OutDir {
-            upkeep,
-            reconciled: false,
-            nonce,
-            chunk: CHUNK,
-            writing: Writing::default(),
-            progress_every: PROGRESS_EVERY,
-            keys,
-            _lock: lock,
-        })
+        Ok(OutDir::new(upkeep, keys, nonce, lock))
     }
 }

@@ -39,13 +39,28 @@ pub struct OutDir {
 }
 
 /// How often a batch that writes for long logs how far it is.
-pub(super) const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// `OutDir::chunk`: a few thousand plans (~0.5 KiB each) at once; a first batch of 100k
 /// modules saves the record 26 times instead of twice.
-pub(super) const CHUNK: usize = 4096;
+const CHUNK: usize = 4096;
 
 impl OutDir {
+    /// The folder opened (`open.rs`): its record, recovered, with its places; the key
+    /// lists the record holds; the run's nonce; the lock, held as long as it is.
+    pub(super) fn new(upkeep: Upkeep, keys: Interner, nonce: String, lock: File) -> OutDir {
+        OutDir {
+            upkeep,
+            reconciled: false,
+            nonce,
+            chunk: CHUNK,
+            writing: Writing::default(),
+            progress_every: PROGRESS_EVERY,
+            keys,
+            _lock: lock,
+        }
+    }
+
     /// The modules the record says this folder holds where the shelf reads them (see
     /// `shelf`).
     pub fn proofs(&self) -> Proofs {
