@@ -1,9 +1,10 @@
 //! `--out-dir` as a sink: `OutDir` (the record with its places, the run's temporary-name
-//! nonce and interned keys, the batch's progress, the lock) and which of a batch's modules to write and remove (the first batch
-//! after a start reconciles the folder with the cluster: unchanged modules are left as
-//! they are, modules gone meanwhile are removed), the `flat` layout's key claims (or, in
-//! `concat` through an Alloy template, the modules whose text would leave their block:
-//! refused), then the write-ahead sync; and the housekeeping of each tick (expiring old versions).
+//! nonce and interned keys, the batch's progress, the lock) and which of a batch's modules
+//! to write and remove (the first batch after a start reconciles the folder with the
+//! cluster: unchanged modules are left as they are, modules gone meanwhile are removed),
+//! the `flat` layout's key claims (or, in `concat` through an Alloy template, the modules
+//! whose text would leave their block: refused), then the write-ahead sync; and the
+//! housekeeping of each tick (expiring old versions).
 
 use std::collections::BTreeSet;
 use std::fs::File;
