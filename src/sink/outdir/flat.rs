@@ -9,27 +9,31 @@
 //! files switch one by one, not together (there is no folder to swap). The record keeps
 //! the SHA-256 of every file cmpoll wrote: a file is only replaced or removed while it
 //! still has those bytes, so one edited or put there by someone else is left alone.
+//!
+//! Here, `Writer`'s flat half: the key claims, and a flat write's plan, stage and switch.
+//! Clearing flat files is the record's upkeep (`upkeep.rs`), finishing an interrupted flat
+//! write is recovery's (`recover.rs`), and a key's path is one of the folder's places
+//! (`folder.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 
-use super::folder::OutDir;
 use super::paths::{Found, digest, file_digest, found, not_ours, part};
 use super::record::{self, Pending};
-use super::write::Staged;
+use super::write::{Staged, Writer};
 use super::written::{Digest, Written};
-use crate::atomic::{self, fsync_dir, remove_if_exists};
+use crate::atomic::{self, remove_if_exists};
 use crate::batch::Batch;
 use crate::batch::event::Event;
 use crate::names::go_quote;
 use crate::reason::Rejection;
 use crate::source::ModuleFile;
 
-impl OutDir {
+impl Writer<'_> {
     /// Who holds which key, as recorded.
     fn holders(&self) -> HashMap<String, String> {
         let mut holders = HashMap::new();
-        for (id, w) in self.record.modules.iter() {
+        for (id, w) in self.upkeep().record().modules.iter() {
             for key in w.placed.flat().keys() {
                 holders.insert(key.clone(), id.to_string());
             }
@@ -48,8 +52,9 @@ impl OutDir {
     ) -> (Vec<&'a Event<'b>>, Vec<Rejection>) {
         let mut holders = self.holders();
         holders.retain(|_, id| !removals.contains(id));
-        let holds =
-            |id: &str| (self.record.modules.get(id)).is_some_and(|w| !w.placed.flat().is_empty());
+        let holds = |id: &str| {
+            (self.upkeep().record().modules.get(id)).is_some_and(|w| !w.placed.flat().is_empty())
+        };
         let (mut first, mut then): (Vec<&Event>, Vec<&Event>) =
             writes.into_iter().partition(|e| holds(e.id));
         first.sort_by(|a, b| a.id.cmp(b.id));
@@ -65,7 +70,10 @@ impl OutDir {
                     continue;
                 }
             };
-            if let Some(why) = keys.iter().find_map(|k| self.unplaceable(k)) {
+            if let Some(why) = keys
+                .iter()
+                .find_map(|k| self.upkeep().places().unplaceable(k))
+            {
                 rejected.push(Rejection::new(e.id, why));
                 continue;
             }
@@ -90,27 +98,6 @@ impl OutDir {
         (ordered, rejected)
     }
 
-    /// Why a file named `key` cannot be placed in this folder, if it cannot: a name that
-    /// is not a path inside it (a folder annotation with `..`, or an absolute one
-    /// elsewhere), a name cmpoll keeps for itself, or a folder on the way that is a file or
-    /// a symlink cmpoll did not make.
-    fn unplaceable(&self, key: &str) -> Option<String> {
-        let annotation = (self.opts.folder_annotation.as_deref())
-            .map(|a| format!("--folder-annotation {a}: "))
-            .unwrap_or_default();
-        if let Err(e) = record::flat_path(key) {
-            return Some(format!(
-                "{annotation}file {} is not a path inside the output folder ({e})",
-                go_quote(key)
-            ));
-        }
-        let folder = key.rsplit_once('/')?.0;
-        match self.folder_dir(folder) {
-            Ok(_) => None,
-            Err(e) => Some(format!("{annotation}file {}: {e}", go_quote(key))),
-        }
-    }
-
     /// What writing `files` flat will create: each file (a path relative to DIR) with its
     /// digest, and the folders on the way that are not there yet. Checked before it is
     /// recorded: every file is a path inside DIR and not a temporary name, and the
@@ -131,12 +118,12 @@ impl OutDir {
                         at.push('/');
                     }
                     at.push_str(c);
-                    if !folders.contains(&at) && self.folder_dir(&at)?.is_none() {
+                    if !folders.contains(&at) && self.upkeep().places().folder_dir(&at)?.is_none() {
                         folders.push(at.clone());
                     }
                 }
             }
-            let t = self.dir().join(flat_tmp(tmp, i));
+            let t = self.upkeep().places().dir().join(flat_tmp(tmp, i));
             if found(&t)? != Found::Nothing {
                 return Err(not_ours(&t));
             }
@@ -148,10 +135,8 @@ impl OutDir {
     /// Whether `DIR/KEY` may be written for `id`: nothing there, or the file cmpoll wrote
     /// for `id`, still with the bytes it wrote; never through a folder that is a symlink.
     fn flat_target_ok(&self, id: &str, key: &str) -> io::Result<()> {
-        let path = self.flat_file(key)?;
-        let recorded = self
-            .record
-            .modules
+        let path = self.upkeep().places().flat_file(key)?;
+        let recorded = (self.upkeep().record().modules)
             .get(id)
             .and_then(|w| w.placed.flat().get(key).copied());
         match found(&path)? {
@@ -161,35 +146,26 @@ impl OutDir {
         }
     }
 
-    /// `DIR/KEY`, where every folder on the way is a real folder (or not there yet).
-    fn flat_file(&self, key: &str) -> io::Result<std::path::PathBuf> {
-        record::flat_path(key).map_err(io::Error::other)?;
-        if let Some((folder, _)) = key.rsplit_once('/') {
-            self.folder_dir(folder)?;
-        }
-        Ok(self.dir().join(key))
-    }
-
     /// Stages each file under its temporary name, unsynced, and makes the folders the
     /// files go into (recorded as cmpoll's).
     pub(super) fn stage_flat(&mut self, p: &Pending, files: &[ModuleFile]) -> io::Result<Staged> {
         let mut renames = Vec::with_capacity(files.len());
         for f in files {
             if let Some((folder, _)) = f.key.rsplit_once('/') {
-                self.make_folder(folder)?;
+                self.upkeep_mut().make_folder(folder)?;
             }
         }
         for (i, f) in files.iter().enumerate() {
             // The target is checked at the switch: a key handed over in this batch is
             // still its old holder's until that module's switch.
             let tmp = flat_tmp(&p.tmp, i);
-            let path = self.dir().join(part(&tmp)?);
+            let path = self.upkeep().places().dir().join(part(&tmp)?);
             if let Err(e) = atomic::create_new(&path, f.content.bytes(), p.written.mode) {
                 // A name that was there already is not cmpoll's to remove.
                 if e.kind() != io::ErrorKind::AlreadyExists {
                     let _ = remove_if_exists(&path);
                 }
-                self.unstage(&renames);
+                self.upkeep().places().unstage(&renames);
                 return Err(e);
             }
             renames.push((tmp, f.key.clone()));
@@ -205,12 +181,12 @@ impl OutDir {
         p: &Pending,
         renames: &[(String, String)],
     ) -> io::Result<Written> {
-        let old = self.record.modules.get(&p.module);
+        let old = self.upkeep().record().modules.get(&p.module);
         let mut done = old
             .as_ref()
             .map(|w| w.placed.flat().clone())
             .unwrap_or_default();
-        let dir = self.opts.dir.clone();
+        let dir = self.upkeep().places().dir().to_path_buf();
         for (i, (tmp, key)) in renames.iter().enumerate() {
             let want = p
                 .written
@@ -223,103 +199,23 @@ impl OutDir {
                 .flat_target_ok(&p.module, key)
                 .and_then(|()| atomic::place_file(&dir, key, tmp));
             if let Err(e) = result {
-                self.unstage(&renames[i..]);
+                self.upkeep().places().unstage(&renames[i..]);
                 if i > 0 {
                     // What another layout wrote for it stays recorded, to be cleared later.
                     let half = Written::half_flat(old.as_ref(), p.written.mode, done);
-                    self.record.modules.insert(&p.module, half);
+                    self.upkeep_mut().record_as(&p.module, half);
                 }
                 return Err(e);
             }
             done.insert(key.clone(), want);
             // Recorded as it goes, so `flat_target_ok` accepts this file on a retry.
-            (self.record.modules).update(&p.module, |w| w.add_flat(key.clone(), want));
+            self.upkeep_mut().add_flat(&p.module, key.clone(), want);
         }
         Ok(p.written.clone())
-    }
-
-    /// Removes the flat files `old` has and `new` (if any) does not, each only while it
-    /// still has the bytes cmpoll wrote; unsynced, as `clear`.
-    pub(super) fn clear_flat(&mut self, old: &Written, new: Option<&Written>) -> io::Result<()> {
-        for (key, want) in old.placed.flat() {
-            if new.is_some_and(|n| n.placed.flat().contains_key(key)) {
-                continue;
-            }
-            let path = match self.flat_file(key) {
-                Ok(p) => p,
-                Err(e) => {
-                    log::warn!("--out-dir: {e}; not looking inside it");
-                    continue;
-                }
-            };
-            match file_digest(&path)? {
-                Some(d) if &d == want => remove_if_exists(&path)?,
-                None if found(&path)? == Found::Nothing => {}
-                _ => log::warn!(
-                    "--out-dir: '{}' changed since cmpoll wrote it; leaving it",
-                    path.display()
-                ),
-            }
-            // The folder it was in goes with its last file, if cmpoll made it.
-            if let Some((folder, _)) = key.rsplit_once('/') {
-                self.drop_folder(folder)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// After a crash during a flat write: temporary files go; each file is adopted if it
-    /// has the new bytes; if all do, the new version is the module's, else the module is
-    /// recorded as the mix it is (no hash), for the next write to finish.
-    pub(super) fn recover_flat(&mut self, p: &Pending) -> io::Result<()> {
-        for i in 0..p.written.placed.flat().len() {
-            let t = self.dir().join(part(&flat_tmp(&p.tmp, i))?);
-            if found(&t)? == Found::File {
-                remove_if_exists(&t)?;
-            }
-        }
-        // Folders the write made (none was there when it was recorded) are cmpoll's.
-        for folder in &p.folders {
-            if self.folder_dir(folder).ok().flatten().is_some() {
-                self.record.namespaces.insert(folder.clone());
-            }
-        }
-        let old = self.record.modules.get(&p.module);
-        let mut mixed = old
-            .as_ref()
-            .map(|w| w.placed.flat().clone())
-            .unwrap_or_default();
-        let mut all_new = true;
-        for (key, want) in p.written.placed.flat() {
-            let path = match self.flat_file(key) {
-                Ok(path) => path,
-                Err(_) => {
-                    all_new = false;
-                    continue;
-                }
-            };
-            if file_digest(&path)?.as_ref() == Some(want) {
-                mixed.insert(key.clone(), *want);
-            } else {
-                all_new = false;
-            }
-        }
-        if all_new {
-            self.install(&p.module, p.written.clone())?;
-        } else if old
-            .as_ref()
-            .map_or(!mixed.is_empty(), |w| *w.placed.flat() != mixed)
-        {
-            // (A new module none of whose files was renamed in is simply not there.)
-            // What another layout wrote for it stays recorded, to be cleared later.
-            let half = Written::half_flat(old.as_ref(), p.written.mode, mixed);
-            self.record.modules.insert(&p.module, half);
-        }
-        fsync_dir(self.dir())
     }
 }
 
 /// The temporary name of a flat write's `i`th file.
-fn flat_tmp(tmp: &str, i: usize) -> String {
+pub(super) fn flat_tmp(tmp: &str, i: usize) -> String {
     format!("{tmp}.{i}")
 }

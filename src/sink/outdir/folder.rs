@@ -1,67 +1,35 @@
-//! The output folder as cmpoll holds it: `OutDir` (its options, its record, the lock) and
-//! the ways to its places: a module's folder, the version folders, a module's file mode,
-//! the hash the record keeps. Opening it is `open.rs`; writing, `sync.rs` and `write.rs`.
+//! The ways to the output folder's places: `Places` (the options it was opened with) gives
+//! a module's folder, the version folders, a module's file mode and concat name, a flat
+//! key's path, the hash the record keeps; and deletes a version folder or a staged write's
+//! temporary files. It reads the disk (never through a symlink cmpoll did not make) and
+//! holds no record: what cmpoll made is `upkeep.rs`'s `Upkeep`.
 
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use super::options::{Layout, Options};
-use super::paths::{
-    DIR_MODE, Found, VERSIONS, folder_in, found, meta_dir, not_a_folder, part, versions_from,
-};
-use super::record::Record;
-use super::shelf::Proofs;
-use super::written::Interner;
-use crate::atomic::{create_dir, remove_dir_if_empty};
-use crate::ops::health::Writing;
+use super::options::Options;
+use super::paths::{Found, VERSIONS, folder_in, found, meta_dir, part, versions_from};
+use super::record;
+use crate::atomic::{remove_dir_if_empty, remove_if_exists};
+use crate::names::go_quote;
 use crate::poll::hash::Hash;
+use crate::poll::snapshot::NAME_MAX;
 use crate::source::ModuleFile;
 use crate::template;
 
-pub struct OutDir {
-    pub(super) opts: Options,
-    pub(super) record: Record,
-    pub(super) reconciled: bool,
-    /// Part of every temporary name of this run, so that no name is ever reused.
-    pub(super) nonce: String,
-    /// Modules recorded as pending, then written, at a time (see `sync`).
-    pub(super) chunk: usize,
-    /// How far a batch is, for readiness; and how often a long one logs it.
-    pub(super) writing: Writing,
-    pub(super) progress_every: Duration,
-    /// The key lists of modules, shared (see `written::Keys`).
-    pub(super) keys: Interner,
-    pub(super) _lock: File,
+/// The folder's places, from its options.
+pub(super) struct Places {
+    opts: Options,
 }
 
-/// How often a batch that writes for long logs how far it is.
-pub(super) const PROGRESS_EVERY: Duration = Duration::from_secs(5);
-
-/// `OutDir::chunk`: a few thousand plans (~0.5 KiB each) at once; a first batch of 100k
-/// modules saves the record 26 times instead of twice.
-pub(super) const CHUNK: usize = 4096;
-
-impl OutDir {
-    /// The modules the record says this folder holds where the shelf reads them (see
-    /// `shelf`).
-    pub fn proofs(&self) -> Proofs {
-        let layout = self.opts.layout;
-        Proofs::new(self.record.modules.iter().filter_map(|(id, w)| {
-            let placed = match layout {
-                Layout::Files => w.placed.version().is_some(),
-                Layout::Flat => !w.placed.flat().is_empty(),
-                Layout::Concat => false,
-            };
-            Some((id, w.hash?)).filter(|_| placed)
-        }))
+impl Places {
+    pub(super) fn new(opts: Options) -> Places {
+        Places { opts }
     }
 
-    /// Reports how far each batch is into `writing` (readiness reads it).
-    pub fn with_progress(mut self, writing: Writing) -> OutDir {
-        self.writing = writing;
-        self
+    /// What the folder was opened with.
+    pub(super) fn opts(&self) -> &Options {
+        &self.opts
     }
 
     pub(super) fn dir(&self) -> &Path {
@@ -85,44 +53,6 @@ impl OutDir {
     /// `DIR/FOLDER` (see `folder_in`).
     pub(super) fn folder_dir(&self, folder: &str) -> io::Result<Option<PathBuf>> {
         folder_in(self.dir(), folder)
-    }
-
-    /// Makes `DIR/FOLDER`, part by part, recording each part it made.
-    pub(super) fn make_folder(&mut self, folder: &str) -> io::Result<PathBuf> {
-        let mut path = self.dir().to_path_buf();
-        let mut made = String::new();
-        for c in folder.split('/') {
-            path.push(part(c)?);
-            if !made.is_empty() {
-                made.push('/');
-            }
-            made.push_str(c);
-            match found(&path)? {
-                Found::Dir => {}
-                Found::Nothing => {
-                    create_dir(&path, DIR_MODE)?;
-                    self.record.namespaces.insert(made.clone());
-                }
-                _ => return Err(not_a_folder(&path)),
-            }
-        }
-        Ok(path)
-    }
-
-    /// Removes `DIR/FOLDER`, then its parent, while each is empty and cmpoll made it.
-    pub(super) fn drop_folder(&mut self, folder: &str) -> io::Result<()> {
-        let mut at = folder;
-        while self.record.namespaces.contains(at) {
-            match self.folder_dir(at)? {
-                Some(d) if !remove_dir_if_empty(&d)? => return Ok(()),
-                _ => self.record.namespaces.remove(at),
-            };
-            match at.rsplit_once('/') {
-                Some((parent, _)) => at = parent,
-                None => break,
-            }
-        }
-        Ok(())
     }
 
     /// `DIR/.cmpoll/versions/VERSION` if it is a real folder.
@@ -152,8 +82,78 @@ impl OutDir {
         template::concat(self.opts.template.as_deref(), id, files)
     }
 
-    pub(super) fn next_seq(&mut self) -> u64 {
-        self.record.seq += 1;
-        self.record.seq
+    pub(super) fn concat_name(&self, id: &str) -> io::Result<String> {
+        for c in id.split('/') {
+            part(c)?;
+        }
+        // `NS.NAME{EXT}`, or `KIND.NS.NAME{EXT}` for a kind-qualified id.
+        let file = format!("{}{}", id.replace('/', "."), self.opts.ext);
+        if file.len() > NAME_MAX {
+            // SPEC's concat name is NS.NAME{EXT}: valid names can make it too long.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "its concat file name '{file}' has {} bytes, more than a file name may have ({NAME_MAX}); the files layout can hold it",
+                    file.len()
+                ),
+            ));
+        }
+        part(&file).map(str::to_string)
+    }
+
+    /// Why a file named `key` cannot be placed in this folder, if it cannot: a name that
+    /// is not a path inside it (a folder annotation with `..`, or an absolute one
+    /// elsewhere), a name cmpoll keeps for itself, or a folder on the way that is a file or
+    /// a symlink cmpoll did not make.
+    pub(super) fn unplaceable(&self, key: &str) -> Option<String> {
+        let annotation = (self.opts.folder_annotation.as_deref())
+            .map(|a| format!("--folder-annotation {a}: "))
+            .unwrap_or_default();
+        if let Err(e) = record::flat_path(key) {
+            return Some(format!(
+                "{annotation}file {} is not a path inside the output folder ({e})",
+                go_quote(key)
+            ));
+        }
+        let folder = key.rsplit_once('/')?.0;
+        match self.folder_dir(folder) {
+            Ok(_) => None,
+            Err(e) => Some(format!("{annotation}file {}: {e}", go_quote(key))),
+        }
+    }
+
+    /// `DIR/KEY`, where every folder on the way is a real folder (or not there yet).
+    pub(super) fn flat_file(&self, key: &str) -> io::Result<std::path::PathBuf> {
+        record::flat_path(key).map_err(io::Error::other)?;
+        if let Some((folder, _)) = key.rsplit_once('/') {
+            self.folder_dir(folder)?;
+        }
+        Ok(self.dir().join(key))
+    }
+
+    /// Deletes a version folder: its recorded files, then the folder if that left it empty.
+    pub(super) fn delete_version(&self, version: &str, files: &[Box<str>]) -> io::Result<()> {
+        let Some(vdir) = self.version_dir(version)? else {
+            return Ok(());
+        };
+        for f in files {
+            remove_if_exists(&vdir.join(part(f)?))?;
+        }
+        if !remove_dir_if_empty(&vdir)? && vdir.exists() {
+            log::warn!(
+                "--out-dir: '{}' holds files cmpoll did not write; leaving it",
+                vdir.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Removes the temporary files of a staged write that will not be switched.
+    pub(super) fn unstage(&self, renames: &[(String, String)]) {
+        for (tmp, _) in renames {
+            if let Ok(tmp) = part(tmp) {
+                let _ = remove_if_exists(&self.dir().join(tmp));
+            }
+        }
     }
 }

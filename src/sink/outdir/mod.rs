@@ -26,11 +26,13 @@
 //!
 //! The rooms, ground floor first: `options.rs` (what it is opened with), `paths.rs` (its
 //! own names; looking at a path without following symlinks), `record.rs` (`state.json` and
-//! the journal, checked on load), `folder.rs` (`OutDir` and the ways to its places),
-//! `upkeep.rs` (the record kept in step with the disk), `write.rs` and `flat.rs` (one
+//! the journal, checked on load), `folder.rs` (`Places`: the ways to its places, from the
+//! options), `upkeep.rs` (`Upkeep`: the record, owned with the places and kept in step with
+//! the disk; the journal and the record saved), `write.rs` and `flat.rs` (`Writer`: one
 //! module's write: plan, stage, switch), `sync.rs` (the write-ahead sync of a batch),
-//! `recover.rs` (after a crash), `open.rs` (opening and locking), `sink.rs` (the `Sink`),
-//! `shelf.rs` (the spool's shelf: delivered modules read back).
+//! `recover.rs` (after a crash: a function of the record at open), `open.rs` (opening and
+//! locking), `sink.rs` (`OutDir`, the `Sink`), `shelf.rs` (the spool's shelf: delivered
+//! modules read back).
 
 mod flat;
 mod folder;
@@ -46,11 +48,11 @@ mod upkeep;
 mod write;
 mod written;
 
-pub use self::folder::OutDir;
 pub use self::open::recorded;
 pub use self::options::{FileModes, Layout, Options};
 pub use self::paths::meta_dir;
 pub use self::shelf::shelf;
+pub use self::sink::OutDir;
 
 #[cfg(test)]
 mod tests;

@@ -8,13 +8,15 @@ use std::fs::{self, File};
 use std::io;
 use std::path::Path;
 
-use super::folder::{CHUNK, OutDir, PROGRESS_EVERY};
+use super::folder::Places;
 use super::options::Options;
 use super::paths::{DIR_MODE, Found, JOURNAL, META, STATE, VERSIONS, found, meta_dir};
 use super::record::{self, Record};
+use super::recover::recover;
+use super::sink::OutDir;
+use super::upkeep::Upkeep;
 use super::written::Interner;
 use crate::atomic::create_dir;
-use crate::ops::health::Writing;
 use crate::poll::hash::Hash;
 
 /// Each module and its hash written; the modules of an interrupted batch.
@@ -141,20 +143,10 @@ impl OutDir {
             }
         }
         let nonce = format!("{:08x}", crate::backoff::Rng::from_time().next_u64() as u32);
-        let mut out = OutDir {
-            opts,
-            record,
-            reconciled: false,
-            nonce,
-            chunk: CHUNK,
-            writing: Writing::default(),
-            progress_every: PROGRESS_EVERY,
-            keys: Interner::default(),
-            _lock: lock,
-        };
-        out.record.intern(&mut out.keys);
-        out.recover()
-            .map_err(|e| fail("cannot recover from the last run", &e))?;
-        Ok(out)
+        let mut keys = Interner::default();
+        record.intern(&mut keys);
+        let mut upkeep = Upkeep::new(Places::new(opts), record);
+        recover(&mut upkeep).map_err(|e| fail("cannot recover from the last run", &e))?;
+        Ok(OutDir::new(upkeep, keys, nonce, lock))
     }
 }

@@ -1,48 +1,114 @@
-//! `--out-dir` as a sink: which of a batch's modules to write and remove (the first batch
-//! after a start reconciles the folder with the cluster: unchanged modules are left as
-//! they are, modules gone meanwhile are removed), the `flat` layout's key claims (or, in
-//! `concat` through an Alloy template, the modules whose text would leave their block:
-//! refused), then the write-ahead sync; and the housekeeping of each tick (expiring old versions).
+//! `--out-dir` as a sink: `OutDir` (the record with its places, the run's temporary-name
+//! nonce and interned keys, the batch's progress, the lock) and which of a batch's modules
+//! to write and remove (the first batch after a start reconciles the folder with the
+//! cluster: unchanged modules are left as they are, modules gone meanwhile are removed),
+//! the `flat` layout's key claims (or, in `concat` through an Alloy template, the modules
+//! whose text would leave their block: refused), then the write-ahead sync; and the
+//! housekeeping of each tick (expiring old versions).
 
 use std::collections::BTreeSet;
+use std::fs::File;
+use std::time::Duration;
 
-use super::folder::OutDir;
+use super::folder::Places;
 use super::options::Layout;
 use super::paths::{Found, found};
-use super::written::Placed;
+use super::shelf::Proofs;
+use super::upkeep::Upkeep;
+use super::write::Writer;
+use super::written::{Interner, Placed};
 use crate::batch::{Batch, Change, Control, Event, Fatal, Outcome, Sink, View};
+use crate::ops::health::Writing;
 use crate::poll::snapshot::{Entry, folder_of};
 use crate::reason::Rejection;
 
+/// The output folder as cmpoll holds it: its record kept with its places (`Upkeep`), where
+/// each batch is, and the lock. Opening it is `open.rs`; a batch's writes, `sync.rs`.
+pub struct OutDir {
+    pub(super) upkeep: Upkeep,
+    pub(super) reconciled: bool,
+    /// Part of every temporary name of this run, so that no name is ever reused.
+    pub(super) nonce: String,
+    /// Modules recorded as pending, then written, at a time (see `sync`).
+    pub(super) chunk: usize,
+    /// How far a batch is, for readiness; and how often a long one logs it.
+    pub(super) writing: Writing,
+    pub(super) progress_every: Duration,
+    /// The key lists of modules, shared (see `written::Keys`).
+    pub(super) keys: Interner,
+    pub(super) _lock: File,
+}
+
+/// How often a batch that writes for long logs how far it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// `OutDir::chunk`: a few thousand plans (~0.5 KiB each) at once; a first batch of 100k
+/// modules saves the record 26 times instead of twice.
+const CHUNK: usize = 4096;
+
 impl OutDir {
+    /// The folder opened (`open.rs`): its record, recovered, with its places; the key
+    /// lists the record holds; the run's nonce; the lock, held as long as it is.
+    pub(super) fn new(upkeep: Upkeep, keys: Interner, nonce: String, lock: File) -> OutDir {
+        OutDir {
+            upkeep,
+            reconciled: false,
+            nonce,
+            chunk: CHUNK,
+            writing: Writing::default(),
+            progress_every: PROGRESS_EVERY,
+            keys,
+            _lock: lock,
+        }
+    }
+
+    /// The modules the record says this folder holds where the shelf reads them (see
+    /// `shelf`).
+    pub fn proofs(&self) -> Proofs {
+        self.upkeep.proofs()
+    }
+
+    /// Reports how far each batch is into `writing` (readiness reads it).
+    pub fn with_progress(mut self, writing: Writing) -> OutDir {
+        self.writing = writing;
+        self
+    }
+
+    /// The writer of one module at a time, into this folder.
+    pub(super) fn writer(&mut self) -> Writer<'_> {
+        Writer::new(&mut self.upkeep, &self.nonce, &mut self.keys)
+    }
+
     /// Whether `id` is on disk as recorded, with this hash, layout and mode.
     pub(super) fn unchanged(&self, id: &str, entry: &Entry) -> bool {
-        let Some(w) = self.record.modules.get(id) else {
+        let Some(w) = self.upkeep.record().modules.get(id) else {
             return false;
         };
-        if w.hash != Some(self.recorded(&entry.hash)) || w.mode != self.mode_of(id) {
+        if w.hash != Some(self.upkeep.places().recorded(&entry.hash))
+            || w.mode != self.upkeep.places().mode_of(id)
+        {
             return false;
         }
         let (folder, name) = folder_of(id);
-        match (self.opts.layout, &w.placed) {
+        match (self.upkeep.places().opts().layout, &w.placed) {
             (Layout::Files, Placed::Version { version, files }) => {
-                let Ok(Some(dir)) = self.folder_dir(folder) else {
+                let Ok(Some(dir)) = self.upkeep.places().folder_dir(folder) else {
                     return false;
                 };
-                let Ok(Some(vdir)) = self.version_dir(version) else {
+                let Ok(Some(vdir)) = self.upkeep.places().version_dir(version) else {
                     return false;
                 };
-                let target = Self::link_target(folder, version);
+                let target = Places::link_target(folder, version);
                 found(&dir.join(name)).ok() == Some(Found::Link(target))
                     && files.iter().all(|f| vdir.join(&**f).exists())
             }
             (Layout::Concat, Placed::File { file, .. }) => {
-                self.concat_name(id).ok().as_deref() == Some(&**file)
-                    && found(&self.dir().join(&**file)).ok() == Some(Found::File)
+                self.upkeep.places().concat_name(id).ok().as_deref() == Some(&**file)
+                    && found(&self.upkeep.places().dir().join(&**file)).ok() == Some(Found::File)
             }
             (Layout::Flat, Placed::Flat { files, left: None }) if !files.is_empty() => files
                 .keys()
-                .all(|k| found(&self.dir().join(k)).ok() == Some(Found::File)),
+                .all(|k| found(&self.upkeep.places().dir().join(k)).ok() == Some(Found::File)),
             _ => false,
         }
     }
@@ -56,7 +122,14 @@ impl OutDir {
         batch: &Batch,
         writes: Vec<&'e Event<'e>>,
     ) -> (Vec<&'e Event<'e>>, Vec<Rejection>) {
-        let Some(t) = self.opts.template.as_deref().filter(|t| t.is_alloy()) else {
+        let Some(t) = self
+            .upkeep
+            .places()
+            .opts()
+            .template
+            .as_deref()
+            .filter(|t| t.is_alloy())
+        else {
             return (writes, Vec::new());
         };
         let mut rejected = Vec::new();
@@ -102,7 +175,8 @@ impl Sink for OutDir {
             // A rejected module keeps what the folder has of it.
             let wanted: BTreeSet<&str> = batch.events.iter().map(|e| e.id).collect();
             let removals = self
-                .record
+                .upkeep
+                .record()
                 .modules
                 .keys()
                 .filter(|id| !wanted.contains(id))
@@ -114,8 +188,8 @@ impl Sink for OutDir {
                 .collect();
             (writes, removals)
         };
-        let (writes, rejected) = if self.opts.layout == Layout::Flat {
-            self.claim_keys(batch, writes, &removals)
+        let (writes, rejected) = if self.upkeep.places().opts().layout == Layout::Flat {
+            self.writer().claim_keys(batch, writes, &removals)
         } else {
             self.screen_template(batch, writes)
         };
@@ -128,7 +202,7 @@ impl Sink for OutDir {
     }
 
     fn tick(&mut self, _view: Option<&View>) -> Result<Control, Fatal> {
-        if let Err(e) = self.expire(false) {
+        if let Err(e) = self.upkeep.expire(false) {
             log::warn!("--out-dir: cannot delete old versions: {e}");
         }
         Ok(Control::Continue)

@@ -11,15 +11,14 @@
 
 use std::cell::OnceCell;
 use std::collections::HashSet;
-use std::fs::{self, File};
 use std::io;
 use std::time::Instant;
 
-use super::folder::OutDir;
-use super::paths::{JOURNAL, STATE, meta_dir};
+use super::paths::{STATE, meta_dir};
 use super::record::Pending;
+use super::sink::OutDir;
 use super::write::Staged;
-use crate::atomic::{self, fsync_dir, remove_if_exists};
+use crate::atomic;
 use crate::batch::{Batch, Event};
 use crate::ops::health::thousands;
 use crate::ops::volume::{Volume, size};
@@ -81,7 +80,7 @@ impl OutDir {
         }
         for (n, chunk) in chunks.iter().enumerate() {
             let planned = self.plan_chunk(batch, chunk, &mut progress);
-            if let Err(e) = self.journal() {
+            if let Err(e) = self.upkeep.journal() {
                 let later = chunks[n + 1..].iter().flat_map(|c| c.iter().map(|e| e.id));
                 let waiting = (n == 0).then_some(&removals).into_iter().flatten();
                 let waiting = waiting.map(String::as_str).chain(later);
@@ -90,7 +89,7 @@ impl OutDir {
             }
             if n == 0 {
                 for id in &removals {
-                    if let Err(e) = self.remove(id) {
+                    if let Err(e) = self.upkeep.remove(id) {
                         log::warn!("--out-dir: cannot remove {id}: {e}");
                         let why = format!("cannot remove it: {e}");
                         progress.unwritten.push(Unwritten::new(id.as_str(), why));
@@ -115,14 +114,14 @@ impl OutDir {
         progress: &mut Progress,
     ) -> Vec<&'a Event<'e>> {
         let mut planned = Vec::with_capacity(chunk.len());
-        self.record.pending.clear();
+        self.upkeep.pending_mut().clear();
         for &e in chunk {
             let plan = self
                 .contents(batch, e)
-                .and_then(|files| self.plan(e.id, e.entry, &files));
+                .and_then(|files| self.writer().plan(e.id, e.entry, &files));
             match plan {
                 Ok(p) => {
-                    self.record.pending.push(p);
+                    self.upkeep.pending_mut().push(p);
                     planned.push(e);
                 }
                 Err(err) => progress.unwritten(e.id, &err),
@@ -143,10 +142,10 @@ impl OutDir {
         log::warn!("--out-dir: cannot record the writes to come: {e}");
         self.writing.clear();
         let why = format!("cannot record the writes to come: {e}");
-        let pending = self.record.pending.drain(..).map(|p| p.module);
+        let pending = self.upkeep.pending_mut().drain(..).map(|p| p.module);
         let waiting = waiting.map(str::to_string);
         (progress.unwritten).extend(pending.chain(waiting).map(|id| Unwritten::new(id, &why)));
-        if let Err(e) = self.save_all() {
+        if let Err(e) = self.upkeep.save_all() {
             log::warn!("--out-dir: cannot save the record: {e}");
         }
     }
@@ -156,10 +155,10 @@ impl OutDir {
     fn write_chunk(&mut self, batch: &Batch, planned: Vec<&Event>, progress: &mut Progress) {
         let mut staged = Vec::with_capacity(planned.len());
         for (i, e) in planned.into_iter().enumerate() {
-            let p = self.record.pending[i].clone();
+            let p = self.upkeep.record().pending[i].clone();
             match self
                 .contents(batch, e)
-                .and_then(|files| self.stage(&p, &files))
+                .and_then(|files| self.writer().stage(&p, &files))
             {
                 Ok(s) => staged.push((p, s)),
                 Err(err) => {
@@ -173,7 +172,7 @@ impl OutDir {
             }
             self.count(progress);
         }
-        if let Err(err) = atomic::sync_volume(self.dir()) {
+        if let Err(err) = atomic::sync_volume(self.upkeep.places().dir()) {
             // Not durable: nothing staged may be switched in.
             log::warn!("--out-dir: cannot sync the written files: {err}");
             for (p, s) in staged.drain(..) {
@@ -183,7 +182,10 @@ impl OutDir {
             }
         }
         for (p, s) in staged {
-            let result = self.switch(&p, s).and_then(|w| self.install(&p.module, w));
+            let result = self
+                .writer()
+                .switch(&p, s)
+                .and_then(|w| self.upkeep.install(&p.module, w));
             match result {
                 Ok(()) => {}
                 Err(err) => {
@@ -193,7 +195,7 @@ impl OutDir {
             }
         }
         // The switches (and removals) durable before the record says they happened.
-        if let Err(err) = atomic::sync_volume(self.dir()) {
+        if let Err(err) = atomic::sync_volume(self.upkeep.places().dir()) {
             log::warn!("--out-dir: cannot sync the switched modules: {err}");
         }
     }
@@ -207,7 +209,7 @@ impl OutDir {
         bytes: u64,
         volume: &OnceCell<Option<Volume>>,
     ) -> String {
-        let Some(v) = volume.get_or_init(|| Volume::of(self.dir())) else {
+        let Some(v) = volume.get_or_init(|| Volume::of(self.upkeep.places().dir())) else {
             return err.to_string();
         };
         let at = match &v.mount {
@@ -248,24 +250,24 @@ impl OutDir {
         mut progress: Progress,
         made: impl Iterator<Item = &'a str>,
     ) -> Vec<Unwritten> {
-        self.record.pending.clear();
+        self.upkeep.pending_mut().clear();
         self.writing.clear();
-        if let Err(e) = self.expire(true) {
+        if let Err(e) = self.upkeep.expire(true) {
             log::warn!("--out-dir: cannot delete old versions: {e}");
         }
         if !progress.no_room.is_empty() {
-            let volume = crate::ops::volume::Volume::of(self.dir())
+            let volume = crate::ops::volume::Volume::of(self.upkeep.places().dir())
                 .map(|v| v.describe())
                 .unwrap_or_else(|| "its volume".into());
             log::warn!(
                 "--out-dir '{}': {} module(s) not written for want of space: they need about {} and {volume}; retrying next poll",
-                self.dir().display(),
+                self.upkeep.places().dir().display(),
                 progress.no_room.len(),
                 crate::ops::volume::size(progress.no_room.iter().sum()),
             );
         }
-        if let Err(e) = self.save_all() {
-            let path = meta_dir(self.dir()).join(STATE);
+        if let Err(e) = self.upkeep.save_all() {
+            let path = meta_dir(self.upkeep.places().dir()).join(STATE);
             let why = format!("cannot save the record '{}': {e}", path.display());
             log::warn!("--out-dir: {why}; writing the batch again next poll");
             let failed: HashSet<String> = (progress.unwritten.iter())
@@ -284,7 +286,7 @@ impl OutDir {
     /// module is written again from the cluster's copy.
     pub(super) fn contents(&mut self, batch: &Batch, e: &Event) -> io::Result<Vec<ModuleFile>> {
         batch.files(e).inspect_err(|_| {
-            self.record.modules.update(e.id, |w| w.hash = None);
+            self.upkeep.forget_hash(e.id);
         })
     }
 
@@ -293,58 +295,10 @@ impl OutDir {
         match staged {
             Staged::Link { .. } => {
                 if let Some((version, keys)) = p.written.placed.version() {
-                    let _ = self.delete_version(version, keys);
+                    let _ = self.upkeep.places().delete_version(version, keys);
                 }
             }
-            Staged::Renames(renames) => self.unstage(renames),
-        }
-    }
-
-    /// Writes the record, streamed: at 100k modules it is tens of MB of JSON, which a
-    /// buffer would add to the peak RSS of every batch.
-    pub(super) fn save(&mut self) -> io::Result<()> {
-        let meta = meta_dir(self.dir());
-        remove_if_exists(&meta.join(".state.json.tmp"))?;
-        atomic::replace_file_with(&meta, STATE, ".state.json.tmp", 0o644, |w| {
-            serde_json::to_writer(w, &self.record).map_err(io::Error::other)
-        })
-    }
-
-    /// Appends the chunk's pending writes (`record.pending`) to the journal and syncs it:
-    /// the write-ahead of a chunk, one append however large the record has grown.
-    pub(super) fn journal(&mut self) -> io::Result<()> {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let meta = meta_dir(self.dir());
-        let path = meta.join(JOURNAL);
-        let new = !path.exists();
-        let file = File::options()
-            .create(true)
-            .append(true)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&path)?;
-        let mut w = io::BufWriter::with_capacity(64 * 1024, &file);
-        for p in &self.record.pending {
-            serde_json::to_writer(&mut w, p).map_err(io::Error::other)?;
-            w.write_all(b"\n")?;
-        }
-        w.flush()?;
-        drop(w);
-        file.sync_data()?;
-        if new {
-            fsync_dir(&meta)?;
-        }
-        Ok(())
-    }
-
-    /// Saves the record, then drops the journal it now contains.
-    pub(super) fn save_all(&mut self) -> io::Result<()> {
-        self.save()?;
-        let meta = meta_dir(self.dir());
-        match fs::remove_file(meta.join(JOURNAL)) {
-            Ok(()) => fsync_dir(&meta),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
+            Staged::Renames(renames) => self.upkeep.places().unstage(renames),
         }
     }
 }

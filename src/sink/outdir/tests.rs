@@ -263,26 +263,28 @@ fn recovery_adopts_a_finished_switch_and_drops_an_unfinished_one() {
         let mut out = f.open(Layout::Files);
         let e = f.event(Change::Added, "ns/done", &[("a", "1")]);
         let files = f.spool.get(e.entry.loc).unwrap();
-        let done = out.plan("ns/done", &e.entry, &files).unwrap();
-        let half = out.plan("ns/half", &e.entry, &files).unwrap();
-        out.record.pending = vec![done.clone(), half.clone()];
-        out.save().unwrap();
+        let done = out.writer().plan("ns/done", &e.entry, &files).unwrap();
+        let half = out.writer().plan("ns/half", &e.entry, &files).unwrap();
+        out.upkeep.record_mut().pending = vec![done.clone(), half.clone()];
+        out.upkeep.save().unwrap();
         // A crash after the first switch, in the middle of the second write.
-        let staged = out.stage(&done, &files).unwrap();
-        out.switch(&done, staged).unwrap();
+        let staged = out.writer().stage(&done, &files).unwrap();
+        out.writer().switch(&done, staged).unwrap();
         let vdir = out
+            .upkeep
+            .places()
             .versions()
             .join(half.written.placed.version().unwrap().0);
         fs::create_dir(&vdir).unwrap();
         fs::write(vdir.join("a"), "1").unwrap();
     }
     let out = f.open(Layout::Files);
-    assert!(out.record.modules.contains_key("ns/done"));
-    assert!(!out.record.modules.contains_key("ns/half"));
+    assert!(out.upkeep.record().modules.contains_key("ns/done"));
+    assert!(!out.upkeep.record().modules.contains_key("ns/half"));
     assert_eq!(fs::read_dir(f.path(".cmpoll/versions")).unwrap().count(), 1);
-    assert!(out.record.pending.is_empty());
+    assert!(out.upkeep.record().pending.is_empty());
     assert!(
-        out.record.namespaces.contains("ns"),
+        out.upkeep.record().namespaces.contains("ns"),
         "the namespace folder the interrupted run made is known to be cmpoll's"
     );
 }
@@ -297,24 +299,27 @@ fn concat_recovery_adopts_only_what_it_can_prove_it_wrote() {
     {
         let mut out = f.open(Layout::Concat);
         let files = f.spool.get(e.entry.loc).unwrap();
-        let p = out.plan("ns/foreign", &e.entry, &files).unwrap();
+        let p = out.writer().plan("ns/foreign", &e.entry, &files).unwrap();
         let done_files = f.spool.get(done.entry.loc).unwrap();
-        let q = out.plan("ns/done", &done.entry, &done_files).unwrap();
-        out.record.pending = vec![p, q.clone()];
-        out.save().unwrap();
+        let q = out
+            .writer()
+            .plan("ns/done", &done.entry, &done_files)
+            .unwrap();
+        out.upkeep.record_mut().pending = vec![p, q.clone()];
+        out.upkeep.save().unwrap();
         // Someone's file lands where the module goes, and the crash comes after the second
         // write's rename.
         fs::write(f.path("ns.foreign.conf"), "hand-made").unwrap();
-        let staged = out.stage(&q, &done_files).unwrap();
-        out.switch(&q, staged).unwrap();
+        let staged = out.writer().stage(&q, &done_files).unwrap();
+        out.writer().switch(&q, staged).unwrap();
     }
     let mut out = f.open(Layout::Concat);
     assert!(
-        !out.record.modules.contains_key("ns/foreign"),
+        !out.upkeep.record().modules.contains_key("ns/foreign"),
         "not adopted"
     );
     assert!(
-        out.record.modules.contains_key("ns/done"),
+        out.upkeep.record().modules.contains_key("ns/done"),
         "proved by its digest"
     );
     assert_eq!(
@@ -533,9 +538,9 @@ fn flat_recovery_adopts_files_with_the_new_bytes_and_restart_keeps_the_holder() 
         let mut out = f.open(Layout::Flat);
         assert!(f.apply(&mut out, vec![old.clone()]).is_empty());
         let files = f.spool.get(new.entry.loc).unwrap();
-        let p = out.plan("ns/m", &new.entry, &files).unwrap();
-        out.record.pending = vec![p.clone()];
-        out.save().unwrap();
+        let p = out.writer().plan("ns/m", &new.entry, &files).unwrap();
+        out.upkeep.record_mut().pending = vec![p.clone()];
+        out.upkeep.save().unwrap();
         // A crash after the first file's rename, with the second's temporary file written.
         atomic::replace_file(f.dir.path(), "a", &format!("{}.0", p.tmp), b"new", 0o644).unwrap();
         atomic::write_new(&f.path(&format!("{}.1", p.tmp)), b"new", 0o644).unwrap();
@@ -546,7 +551,7 @@ fn flat_recovery_adopts_files_with_the_new_bytes_and_restart_keeps_the_holder() 
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, [".cmpoll", "a", "b"].map(String::from).into());
-    let w = out.record.modules.get("ns/m").unwrap();
+    let w = out.upkeep.record().modules.get("ns/m").unwrap();
     assert_eq!(w.hash, None, "neither version");
     assert_eq!(w.placed.flat().len(), 2, "both files still cmpoll's");
     // The reconcile batch finishes the write; another module wanting "a" waits.
@@ -582,7 +587,7 @@ fn the_longest_valid_names_are_written_at_any_age_of_the_folder() {
     let twin_id = format!("{ns}/{twin}");
     let mut f = Fixture::new();
     let mut out = f.open(Layout::Files);
-    out.record.seq = u64::MAX - 10;
+    out.upkeep.record_mut().seq = u64::MAX - 10;
     let events = vec![
         f.event(Change::Added, &id, &[("k", "1")]),
         f.event(Change::Added, &twin_id, &[("k", "twin")]),
@@ -594,7 +599,8 @@ fn the_longest_valid_names_are_written_at_any_age_of_the_folder() {
         ("1".into(), "twin".into())
     );
     let v = out
-        .record
+        .upkeep
+        .record()
         .modules
         .get(id.as_str())
         .unwrap()
@@ -606,7 +612,8 @@ fn the_longest_valid_names_are_written_at_any_age_of_the_folder() {
     assert!(v.len() <= 255 && v.contains('~'), "{v}");
     assert_ne!(
         v,
-        out.record
+        out.upkeep
+            .record()
             .modules
             .get(twin_id.as_str())
             .unwrap()
@@ -661,7 +668,7 @@ fn a_concat_name_too_long_for_a_file_says_so() {
     let id = format!("ns/{}", "a".repeat(253));
     let e = f.event(Change::Added, &id, &[("k", "1")]);
     assert_eq!(f.apply(&mut out, vec![e]), vec![id.clone()]);
-    let e = out.concat_name(&id).unwrap_err();
+    let e = out.upkeep.places().concat_name(&id).unwrap_err();
     assert!(
         e.to_string()
             .contains("more than a file name may have (255)"),
@@ -809,12 +816,12 @@ fn a_crash_between_the_grouped_sync_and_the_switches_changes_nothing() {
             let mut pending = Vec::new();
             for e in [&new, &other] {
                 let files = f.spool.get(e.entry.loc).unwrap();
-                pending.push((out.plan(&e.id, &e.entry, &files).unwrap(), files));
+                pending.push((out.writer().plan(&e.id, &e.entry, &files).unwrap(), files));
             }
-            out.record.pending = pending.iter().map(|(p, _)| p.clone()).collect();
-            out.save().unwrap();
+            out.upkeep.record_mut().pending = pending.iter().map(|(p, _)| p.clone()).collect();
+            out.upkeep.save().unwrap();
             for (p, files) in &pending {
-                out.stage(p, files).unwrap();
+                out.writer().stage(p, files).unwrap();
             }
             atomic::sync_volume(f.dir.path()).unwrap();
             // The crash: nothing switched.
@@ -825,15 +832,18 @@ fn a_crash_between_the_grouped_sync_and_the_switches_changes_nothing() {
             before,
             "{layout:?}: as before the batch"
         );
-        assert!(out.record.pending.is_empty());
-        assert!(!out.record.modules.contains_key("ns/o"), "{layout:?}");
+        assert!(out.upkeep.record().pending.is_empty());
+        assert!(
+            !out.upkeep.record().modules.contains_key("ns/o"),
+            "{layout:?}"
+        );
         assert!(
             !f.path("team").exists(),
             "the folders the staged write made go"
         );
-        assert!(out.record.namespaces.is_empty() || layout == Layout::Files);
+        assert!(out.upkeep.record().namespaces.is_empty() || layout == Layout::Files);
         assert_eq!(
-            out.record.modules.get("ns/m").unwrap().hash,
+            out.upkeep.record().modules.get("ns/m").unwrap().hash,
             Some(old.entry.hash),
             "{layout:?}"
         );
@@ -841,7 +851,10 @@ fn a_crash_between_the_grouped_sync_and_the_switches_changes_nothing() {
             f.apply(&mut out, vec![new.clone(), other.clone()])
                 .is_empty()
         );
-        assert!(out.record.modules.contains_key("ns/o"), "{layout:?}");
+        assert!(
+            out.upkeep.record().modules.contains_key("ns/o"),
+            "{layout:?}"
+        );
         if layout == Layout::Flat {
             assert_eq!(fs::read_to_string(f.path(o)).unwrap(), "1");
             let gone = f.event(Change::Removed, "ns/o", &[]);
@@ -892,23 +905,27 @@ fn the_journal_is_recovered_and_its_names_are_not_reused() {
     let seq;
     {
         let mut out = f.open(Layout::Files);
-        out.record.seq = 40;
-        let p = out.plan("ns/m", &e.entry, &files).unwrap();
-        seq = out.record.seq;
-        out.record.pending = vec![p.clone()];
-        out.journal().unwrap();
-        out.record.pending.clear();
-        let staged = out.stage(&p, &files).unwrap();
-        out.switch(&p, staged).unwrap();
+        out.upkeep.record_mut().seq = 40;
+        let p = out.writer().plan("ns/m", &e.entry, &files).unwrap();
+        seq = out.upkeep.record().seq;
+        out.upkeep.record_mut().pending = vec![p.clone()];
+        out.upkeep.journal().unwrap();
+        out.upkeep.record_mut().pending.clear();
+        let staged = out.writer().stage(&p, &files).unwrap();
+        out.writer().switch(&p, staged).unwrap();
         // The crash: state.json still says seq 0 and no modules.
     }
     assert!(f.path(".cmpoll/journal.jsonl").exists());
     let out = f.open(Layout::Files);
     assert!(
-        out.record.modules.contains_key("ns/m"),
+        out.upkeep.record().modules.contains_key("ns/m"),
         "adopted from the journal"
     );
-    assert!(out.record.seq >= seq, "{} < {seq}", out.record.seq);
+    assert!(
+        out.upkeep.record().seq >= seq,
+        "{} < {seq}",
+        out.upkeep.record().seq
+    );
     assert!(
         !f.path(".cmpoll/journal.jsonl").exists(),
         "dropped once recorded"

@@ -1,39 +1,55 @@
 //! Writing one module in the `files` and `concat` layouts: the plan (names decided and
 //! checked to be free or cmpoll's own before the write is recorded), the stage (a version
 //! folder, or a temporary file, written unsynced), then, once the batch has synced every
-//! staged write at once, the switch (a symlink swap, or a rename into place). The flat
-//! layout's plan, stage and switch are in `flat.rs`.
+//! staged write at once, the switch (a symlink swap, or a rename into place): methods of
+//! `Writer`, which borrows the folder's `Upkeep` (record and places), the run's nonce and
+//! the key interner for one step. The flat layout's plan, stage and switch are in
+//! `flat.rs`.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::folder::OutDir;
+use super::folder::Places;
 use super::options::Layout;
 use super::paths::{DIR_MODE, Found, digest, found, not_ours, part};
 use super::record::{Pending, TMP_PREFIX};
-use super::written::{Digest, Keys, Placed, Written};
+use super::upkeep::Upkeep;
+use super::written::{Digest, Interner, Keys, Placed, Written};
 use crate::atomic::{self, create_dir};
-use crate::poll::snapshot::{Entry, NAME_MAX, STEM_MAX, folder_of, stem};
+use crate::poll::snapshot::{Entry, STEM_MAX, folder_of, stem};
 use crate::source::ModuleFile;
 
-impl OutDir {
-    pub(super) fn concat_name(&self, id: &str) -> io::Result<String> {
-        for c in id.split('/') {
-            part(c)?;
+/// One module's write, given the folder's record and places: its plan, its stage and its
+/// switch. The batch (`sync.rs`) records every plan before anything is staged, and syncs
+/// every stage before anything is switched.
+pub(super) struct Writer<'a> {
+    upkeep: &'a mut Upkeep,
+    /// Part of every temporary name of this run, so that no name is ever reused.
+    nonce: &'a str,
+    /// The key lists of modules, shared (see `written::Keys`).
+    keys: &'a mut Interner,
+}
+
+impl<'a> Writer<'a> {
+    pub(super) fn new(
+        upkeep: &'a mut Upkeep,
+        nonce: &'a str,
+        keys: &'a mut Interner,
+    ) -> Writer<'a> {
+        Writer {
+            upkeep,
+            nonce,
+            keys,
         }
-        // `NS.NAME{EXT}`, or `KIND.NS.NAME{EXT}` for a kind-qualified id.
-        let file = format!("{}{}", id.replace('/', "."), self.opts.ext);
-        if file.len() > NAME_MAX {
-            // SPEC's concat name is NS.NAME{EXT}: valid names can make it too long.
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "its concat file name '{file}' has {} bytes, more than a file name may have ({NAME_MAX}); the files layout can hold it",
-                    file.len()
-                ),
-            ));
-        }
-        part(&file).map(str::to_string)
+    }
+
+    /// The record and places written to (`flat.rs` writes through them too).
+    pub(super) fn upkeep(&self) -> &Upkeep {
+        self.upkeep
+    }
+
+    pub(super) fn upkeep_mut(&mut self) -> &mut Upkeep {
+        self.upkeep
     }
 
     /// A temporary name of this run: new, never reused.
@@ -43,12 +59,12 @@ impl OutDir {
 
     /// Refuses a module path that is there but not what the record says cmpoll made.
     pub(super) fn check_ours(&self, id: &str, path: &Path) -> io::Result<()> {
-        let w = self.record.modules.get(id);
+        let w = self.upkeep.record().modules.get(id);
         let ours = match found(path)? {
             Found::Nothing => true,
             Found::Link(t) => (w.as_ref())
                 .and_then(|w| w.placed.version())
-                .is_some_and(|(v, _)| t == Self::link_target(folder_of(id).0, v)),
+                .is_some_and(|(v, _)| t == Places::link_target(folder_of(id).0, v)),
             Found::File => (w.as_ref())
                 .and_then(|w| w.placed.file())
                 .is_some_and(|(f, _)| path.file_name().and_then(|n| n.to_str()) == Some(f)),
@@ -64,14 +80,14 @@ impl OutDir {
         entry: &Entry,
         files: &[ModuleFile],
     ) -> io::Result<Pending> {
-        let seq = self.next_seq();
+        let seq = self.upkeep.next_seq();
         let (folder, name) = folder_of(id);
         let tmp = self.tmp_name(seq);
         let (mut new_namespace, mut new_kind) = (false, false);
         let mut folders = Vec::new();
-        let (placed, tmp) = match self.opts.layout {
+        let (placed, tmp) = match self.upkeep.places().opts().layout {
             Layout::Files => {
-                match self.folder_dir(folder)? {
+                match self.upkeep.places().folder_dir(folder)? {
                     Some(dir) => {
                         self.check_ours(id, &dir.join(part(name)?))?;
                         if found(&dir.join(&tmp))? != Found::Nothing {
@@ -81,13 +97,14 @@ impl OutDir {
                     None => {
                         new_namespace = true;
                         new_kind = (folder.split_once('/')).is_some_and(|(kind, _)| {
-                            found(&self.dir().join(kind)).ok() == Some(Found::Nothing)
+                            found(&self.upkeep.places().dir().join(kind)).ok()
+                                == Some(Found::Nothing)
                         });
                     }
                 }
                 let version = format!("{}.{seq:x}", stem(id, STEM_MAX));
-                if found(&self.versions().join(&version))? != Found::Nothing {
-                    return Err(not_ours(&self.versions().join(&version)));
+                if found(&self.upkeep.places().versions().join(&version))? != Found::Nothing {
+                    return Err(not_ours(&self.upkeep.places().versions().join(&version)));
                 }
                 let files = self.keys.keys(files.iter().map(|f| f.key.as_str()));
                 let placed = Placed::Version {
@@ -97,14 +114,14 @@ impl OutDir {
                 (placed, format!("{folder}/{tmp}"))
             }
             Layout::Concat => {
-                let file = self.concat_name(id)?;
-                self.check_ours(id, &self.dir().join(&file))?;
-                if found(&self.dir().join(&tmp))? != Found::Nothing {
-                    return Err(not_ours(&self.dir().join(&tmp)));
+                let file = self.upkeep.places().concat_name(id)?;
+                self.check_ours(id, &self.upkeep.places().dir().join(&file))?;
+                if found(&self.upkeep.places().dir().join(&tmp))? != Found::Nothing {
+                    return Err(not_ours(&self.upkeep.places().dir().join(&tmp)));
                 }
                 let placed = Placed::File {
                     file: file.into(),
-                    digest: Some(digest(&self.concat_content(id, files))),
+                    digest: Some(digest(&self.upkeep.places().concat_content(id, files))),
                 };
                 (placed, tmp)
             }
@@ -119,8 +136,8 @@ impl OutDir {
             }
         };
         let written = Written {
-            hash: Some(self.recorded(&entry.hash)),
-            mode: self.mode_of(id),
+            hash: Some(self.upkeep.places().recorded(&entry.hash)),
+            mode: self.upkeep.places().mode_of(id),
             placed,
         };
         Ok(Pending {
@@ -155,37 +172,28 @@ impl OutDir {
                     return Err(io::Error::other("a staged version folder without its name"));
                 };
                 let (folder, name) = folder_of(&p.module);
-                let target = Self::link_target(folder, version);
+                let target = Places::link_target(folder, version);
                 let placed = self
                     .check_ours(&p.module, &dir.join(part(name)?))
                     .and_then(|()| atomic::place_symlink(&dir, name, &tmp, &target));
                 if let Err(e) = placed {
-                    let _ = self.delete_version(version, keys);
+                    let _ = self.upkeep.places().delete_version(version, keys);
                     return Err(e);
                 }
                 Ok(p.written.clone())
             }
             Staged::Renames(renames) if matches!(p.written.placed, Placed::File { .. }) => {
                 let placed = renames.iter().try_for_each(|(tmp, name)| {
-                    self.check_ours(&p.module, &self.dir().join(part(name)?))?;
-                    atomic::place_file(self.dir(), name, tmp)
+                    self.check_ours(&p.module, &self.upkeep.places().dir().join(part(name)?))?;
+                    atomic::place_file(self.upkeep.places().dir(), name, tmp)
                 });
                 if let Err(e) = placed {
-                    self.unstage(&renames);
+                    self.upkeep.places().unstage(&renames);
                     return Err(e);
                 }
                 Ok(p.written.clone())
             }
             Staged::Renames(renames) => self.switch_flat(p, &renames),
-        }
-    }
-
-    /// Removes the temporary files of a staged write that will not be switched.
-    pub(super) fn unstage(&self, renames: &[(String, String)]) {
-        for (tmp, _) in renames {
-            if let Ok(tmp) = part(tmp) {
-                let _ = atomic::remove_if_exists(&self.dir().join(tmp));
-            }
         }
     }
 
@@ -196,15 +204,15 @@ impl OutDir {
         files: &[ModuleFile],
     ) -> io::Result<Staged> {
         let (folder, name) = folder_of(&p.module);
-        let dir = self.make_folder(folder)?;
+        let dir = self.upkeep.make_folder(folder)?;
         self.check_ours(&p.module, &dir.join(part(name)?))?;
-        let vdir = self.versions().join(part(version)?);
+        let vdir = self.upkeep.places().versions().join(part(version)?);
         create_dir(&vdir, DIR_MODE)?;
         let written = files.iter().try_for_each(|f| {
             atomic::create_new(&vdir.join(part(&f.key)?), f.content.bytes(), p.written.mode)
         });
         if let Err(e) = written {
-            let _ = self.delete_version(version, keys);
+            let _ = self.upkeep.places().delete_version(version, keys);
             return Err(e);
         }
         let tmp = p.tmp.rsplit('/').next().unwrap_or(&p.tmp).to_string();
@@ -217,12 +225,12 @@ impl OutDir {
         (name, want): (&str, Option<&Digest>),
         files: &[ModuleFile],
     ) -> io::Result<Staged> {
-        self.check_ours(&p.module, &self.dir().join(part(name)?))?;
-        let content = self.concat_content(&p.module, files);
+        self.check_ours(&p.module, &self.upkeep.places().dir().join(part(name)?))?;
+        let content = self.upkeep.places().concat_content(&p.module, files);
         if Some(&digest(&content)) != want {
             return Err(io::Error::other("its contents changed while being written"));
         }
-        let tmp = self.dir().join(part(&p.tmp)?);
+        let tmp = self.upkeep.places().dir().join(part(&p.tmp)?);
         if let Err(e) = atomic::create_new(&tmp, &content, p.written.mode) {
             if e.kind() != io::ErrorKind::AlreadyExists {
                 let _ = atomic::remove_if_exists(&tmp);
@@ -233,7 +241,7 @@ impl OutDir {
     }
 }
 
-/// A write staged by `OutDir::stage`, switched into place by `OutDir::switch`.
+/// A write staged by `Writer::stage`, switched into place by `Writer::switch`.
 pub(super) enum Staged {
     /// The files layout: `DIR/FOLDER/NAME` (`dir`/NAME) becomes a symlink to the version
     /// folder, through a symlink at `dir/TMP`.
