@@ -296,10 +296,14 @@ impl Hub {
         // authorized with 405 too; a write it would make).
         if req.method != "GET" {
             let verb = match &what {
-                Attributes::Resource { verb, .. } => verb,
-                Attributes::Path { verb, .. } => verb,
+                Attributes::Resource { verb, .. } | Attributes::Path { verb, .. } => verb,
             };
-            return Err(StatusError::method_not_supported(kind, verb).into());
+            // A method with no verb (OPTIONS…) is named by itself.
+            let verb = match verb.is_empty() {
+                true => req.method.to_ascii_lowercase(),
+                false => verb.to_string(),
+            };
+            return Err(StatusError::method_not_supported(kind, &verb).into());
         }
         let header = |name: &str| req.header(name).map(str::to_string);
         let ask = request::ask(target, query, &header)?;
