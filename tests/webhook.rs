@@ -77,7 +77,7 @@ fn post(addr: &str, ca: &Path, review: &Path, cert: Option<(&Path, &Path)>) -> (
 }
 
 /// While 1,500 connections stall in the handshake and 200 half-way through a request, and
-/// more keep coming, every review is answered at once (median under half a second).
+/// more keep coming, every review is answered at once (median under a second).
 /// (f14e848 held 64 connections, one thread each: with them all stalled, a review waited
 /// ~9 s.)
 #[test]
@@ -128,15 +128,16 @@ fn a_flood_of_stalled_clients_never_holds_up_a_review() {
     }
     stop.store(true, Ordering::Relaxed);
     assert!(flood.join().unwrap() > 0);
-    // Each review is a new curl process, its own TLS handshake, on a machine the rest of
-    // the suite shares: one of ten took 1.2 s in a CI run. What the test tells apart is a
-    // server that answers at once (tens of milliseconds here) from one whose stalled
-    // connections hold it up (~9 s on f14e848): the median under half a second, none
-    // over three.
+    // Each review is a new curl process, its own TLS handshake, beside a flood the same
+    // 2 cores make, on a machine the rest of the suite shares: alone, four runs had
+    // medians of 295 to 444 ms (at 3399010 and after the https cut alike), and one run of
+    // the whole suite 512 ms; one review of ten took 1.2 s. What the test tells apart is a
+    // server that answers at once from one whose stalled connections hold it up (~9 s on
+    // f14e848): the median under a second, none over three.
     took.sort();
     let (median, slowest) = (took[took.len() / 2], took[took.len() - 1]);
     assert!(
-        median < Duration::from_millis(500) && slowest < Duration::from_secs(3),
+        median < Duration::from_secs(1) && slowest < Duration::from_secs(3),
         "reviews took {median:?} (median), {slowest:?} (slowest)"
     );
     drop(held);
