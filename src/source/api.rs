@@ -86,7 +86,7 @@ impl ApiSource {
     pub fn new(client: Client, selection: Selection, page_size: u32, mode: ListMode) -> ApiSource {
         ApiSource {
             client,
-            query: Query::new(selection, false),
+            query: Query::new(selection),
             page_size,
             mode,
             last_rv: HashMap::new(),
@@ -98,7 +98,7 @@ impl ApiSource {
 
     /// Keeps each object's JSON as the apiserver served it (`Item::raw`).
     pub fn keeping_raw(mut self, raw: bool) -> ApiSource {
-        self.query = Query::new(self.query.selection().clone(), raw);
+        self.query.keep_raw(raw);
         self
     }
 

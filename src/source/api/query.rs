@@ -24,12 +24,17 @@ pub(in crate::source) struct Query {
 }
 
 impl Query {
-    pub fn new(selection: Selection, raw: bool) -> Query {
+    pub fn new(selection: Selection) -> Query {
         Query {
             selection,
-            raw,
+            raw: false,
             warned: HashSet::new(),
         }
+    }
+
+    /// Keeps each object's JSON as served (`Item::raw`), or not.
+    pub fn keep_raw(&mut self, raw: bool) {
+        self.raw = raw;
     }
 
     pub fn selection(&self) -> &Selection {
