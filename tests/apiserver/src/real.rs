@@ -104,11 +104,22 @@ pub fn shared(lane: usize) -> &'static RealApiserver {
 
 static SHARED_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
+/// A free loopback port below Linux's ephemeral range (32768–60999): a port the kernel
+/// handed out with `:0` and this process let go could be given again to any outgoing
+/// connection before etcd or the apiserver binds it (a fresh-clone run met "bind:
+/// address already in use"). Ports here are never handed out so; each is checked free.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(7919);
+    for _ in 0..12_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + (seed.wrapping_add(n) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in 20000-31999")
 }
 
 /// Spawns `cmd` from a thread that lives as long as the process, with `PR_SET_PDEATHSIG`:
