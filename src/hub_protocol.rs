@@ -43,3 +43,65 @@ pub const SILENCE: Duration = Duration::from_secs(10);
 /// How long a list or watch from a version newer than the hub's waits for it (the watch
 /// cache's own wait for a resourceVersion it has not seen), then 504 as the apiserver's.
 pub const BEHIND_WAIT: Duration = Duration::from_secs(3);
+
+/// Where a follower tells its hub what it holds (`Report`, JSON, with its token and
+/// `WAIT_HEADER`): `POST`, answered `204 No Content` when taken. The hub authorizes a
+/// report as it authorizes a list: the reporter must be allowed to `list` each reported
+/// module's kind in its namespace (SubjectAccessReview, decisions kept as for lists), else
+/// 403 for the whole report in the apiserver's words. 429 with `Retry-After`: too many
+/// reports from this follower (the next one carries the newest state); 404: a hub that
+/// takes no reports (an older one; the follower stops sending them).
+pub const REPORT_PATH: &str = "/cmpoll/v1/report";
+
+/// The largest report body a hub reads (a longer one is 413).
+pub const MAX_REPORT: usize = 1 << 20;
+
+/// The most modules one report names (a follower holding more reports the first ones in
+/// id order and sets `truncated`).
+pub const MAX_REPORT_MODULES: usize = 4096;
+
+/// A reported refusal's reason is cut to this many bytes, on a character boundary.
+pub const MAX_REPORT_REASON: usize = 512;
+
+/// What a follower holds, whole (not a change: a lost report is mended by the next one).
+/// Sent when it changes, and not more often than the hub's rate allows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    /// Each module it was served, in id order.
+    pub modules: Vec<Reported>,
+    /// It holds more than `MAX_REPORT_MODULES`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+/// One module as a follower holds it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reported {
+    /// `NAMESPACE/NAME` (with both kinds listed, `KIND/NAMESPACE/NAME`), as in its events.
+    pub module: String,
+    /// `ConfigMap` or `Secret`.
+    pub kind: String,
+    /// The version its agent holds (`sha256:…`); none when it holds none (a new module it
+    /// refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    /// Its own latest refusal of this module, when the refused version is still the
+    /// newest it was served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<ReportedRefusal>,
+}
+
+/// A follower's refusal of one version.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportedRefusal {
+    /// The version refused (`sha256:…`).
+    pub hash: String,
+    /// Who refused it: `validate` (its `--validate`) or `confirm` (its agent, asked by
+    /// `--confirm`).
+    pub by: String,
+    /// Why, cut to `MAX_REPORT_REASON` bytes (for a Secret, only the exit status).
+    pub reason: String,
+}

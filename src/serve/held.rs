@@ -15,6 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use crate::https::http::Body;
+use crate::poll::hash::Hash;
 use crate::source::{self, Collect, Item, Mark, Previous, RawObject, Resource, Resources};
 
 /// One object, as served.
@@ -25,6 +26,9 @@ pub struct HeldObject {
     pub resource_version: String,
     pub labels: Vec<(String, String)>,
     pub raw: RawObject,
+    /// Its module's hash (the keys `--keys` selects, as `cmpoll run` hashes them): the
+    /// version a follower holds of it.
+    pub hash: Hash,
     /// Its `ADDED` and `MODIFIED` watch events, per form, made once for every watcher
     /// (`render::event`).
     pub events: [OnceLock<Body>; 4],
@@ -37,6 +41,7 @@ impl HeldObject {
         resource_version: String,
         labels: Vec<(String, String)>,
         raw: RawObject,
+        hash: Hash,
     ) -> HeldObject {
         HeldObject {
             namespace,
@@ -44,6 +49,7 @@ impl HeldObject {
             resource_version,
             labels,
             raw,
+            hash,
             events: Default::default(),
         }
     }
@@ -288,6 +294,11 @@ impl Collect for Gather<'_> {
                 cause: format!("{} came without its JSON", item.id()),
             }));
         };
+        let mut files: Vec<_> = (item.files.iter())
+            .map(|f| (f.key.as_str(), f.content.bytes()))
+            .collect();
+        files.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let hash = Hash::of(files);
         self.got.push((
             item.kind,
             Arc::new(HeldObject::new(
@@ -296,6 +307,7 @@ impl Collect for Gather<'_> {
                 item.resource_version,
                 item.labels,
                 raw,
+                hash,
             )),
         ));
         Ok(())

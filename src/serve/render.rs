@@ -179,6 +179,7 @@ mod tests {
                 json: json.as_bytes().into(),
                 metadata: m..end,
             },
+            crate::poll::hash::Hash::of([]),
         ))
     }
 
