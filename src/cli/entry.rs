@@ -16,8 +16,10 @@ pub enum Group {
     Manifests,
     /// `run`, `list`, `serve`: the apiserver, its credentials, how it is listed.
     Apiserver,
-    /// `run`, `webhook`: `--validate`.
+    /// `run`, `webhook`, `serve`: `--validate`.
     Validating,
+    /// `run`, `serve`: how many validations at once.
+    Judging,
     /// `run`, `webhook`, `serve`: `--listen`.
     Listening,
     /// `run`, `serve`: `--interval`, `--jitter`.
@@ -41,7 +43,8 @@ impl Group {
             Group::Modules => matches!(command, "run" | "list" | "webhook"),
             Group::Manifests => matches!(command, "run" | "list"),
             Group::Apiserver => matches!(command, "run" | "list" | "serve"),
-            Group::Validating => matches!(command, "run" | "webhook"),
+            Group::Validating => matches!(command, "run" | "webhook" | "serve"),
+            Group::Judging => matches!(command, "run" | "serve"),
             Group::Listening => matches!(command, "run" | "webhook" | "serve"),
             Group::Polling => matches!(command, "run" | "serve"),
             Group::Tls => matches!(command, "webhook" | "serve"),

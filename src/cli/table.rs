@@ -166,10 +166,14 @@ flags! {
         allow_insecure_http: bool [switch];
     }
     validating (Validating) {
-        /// run /bin/sh -c CMD on each new module version, staged; a non-zero exit keeps the last good version from the agent (cmpoll webhook: denies the object)
+        /// run /bin/sh -c CMD on each new module version, staged; a non-zero exit keeps the last good version from the agent (cmpoll webhook: denies the object; cmpoll serve: serves every client the last good version)
         validate: Option<String> [option, arg_name = "CMD"];
         /// how long --validate may run per module (default: 30s; cmpoll webhook: 8s, under the apiserver's 10s webhook timeout)
         validate_timeout: Option<String> [option, arg_name = "DURATION"], needs Validate;
+    }
+    judging (Judging) {
+        /// validations run at once
+        validate_jobs: Option<String> [option, arg_name = "N"] = "1", needs Validate;
     }
     listening (Listening) {
         /// serve /healthz, /readyz and /metrics on ADDR, e.g. :8080 or [::]:8080 (cmpoll webhook and cmpoll serve: over HTTPS, with what they serve)
@@ -192,7 +196,7 @@ flags! {
     /// Poll once, print the modules with their hashes, and exit (1 if the list fails).
     #[argh(subcommand, name = "list")]
     pub struct ListArgs (List) uses [common: yes, modules: yes, manifests: yes, apiserver: yes,
-        validating: no, listening: no, polling: no, tls: no] {
+        validating: no, judging: no, listening: no, polling: no, tls: no] {
         /// print a JSON array of modules with their files instead of a table
         json: bool [switch];
     } {}
@@ -201,7 +205,7 @@ flags! {
     /// [options] [-- AGENT_COMMAND ARGS...]
     #[argh(subcommand, name = "run")]
     pub struct RunArgs (Run) uses [common: yes, modules: yes, manifests: yes, apiserver: yes,
-        validating: yes, listening: yes, polling: yes, tls: no] {
+        validating: yes, judging: yes, listening: yes, polling: yes, tls: no] {
         /// poll once, apply the sinks, exit (init containers, CI)
         once: bool [switch];
         /// print events as JSON lines on stdout (the default when no other sink is given)
@@ -249,8 +253,6 @@ flags! {
         reload_method: Option<String> [option, arg_name = "METHOD"] = "POST", needs ReloadUrl;
         /// CA bundle for an https --reload-url (default: the platform's)
         reload_ca_file: Option<String> [option, arg_name = "FILE"], needs ReloadUrl;
-        /// validations run at once
-        validate_jobs: Option<String> [option, arg_name = "N"] = "1", needs Validate;
         /// after each batch with changes has reached every sink, run /bin/sh -c CMD: the agent takes the batch and says which modules it added or updated (CMPOLL_MODULES, one namespace/name per line) it refused, one 'namespace/name reason' line each on stdout; those go back to their last good version (or away) and are rejected (k8s/alloy/confirm-modules.sh asks Alloy)
         confirm: Option<String> [option, arg_name = "CMD"], needs Validate;
         /// record Kubernetes Events on the ConfigMap or Secret when its module is rejected, accepted again, or cannot be written (needs create and patch on events.k8s.io events)
@@ -266,7 +268,7 @@ flags! {
     /// validator's output. Fails open when the validator cannot run or times out.
     #[argh(subcommand, name = "webhook")]
     pub struct WebhookArgs (Webhook) uses [common: yes, modules: yes, manifests: no, apiserver: no,
-        validating: yes, listening: yes, polling: no, tls: yes] {
+        validating: yes, judging: no, listening: yes, polling: no, tls: yes] {
         /// accept only clients presenting a certificate this CA (PEM) signed: the apiserver's client certificate for webhooks, which its AdmissionConfiguration names
         client_ca_file: Option<String> [option, arg_name = "FILE"];
     } {}
@@ -278,13 +280,15 @@ flags! {
     /// cmpoll run pointed at it learns of a change as soon as the hub polls it.
     #[argh(subcommand, name = "serve")]
     pub struct ServeArgs (Serve) uses [common: yes, modules: no, manifests: no, apiserver: yes,
-        validating: no, listening: yes, polling: yes, tls: yes] {
+        validating: yes, judging: yes, listening: yes, polling: yes, tls: yes] {
         /// on SIGTERM, fail /readyz and let the followers go over this window, spread (each connection ends at a moment of its own, so they reconnect to the other hubs spread), then exit; a second signal stops at once; 0s: at once
         drain_window: Option<String> [option, arg_name = "DURATION"] = "15s";
         /// verify followers' service-account tokens requested for this audience here, against the cluster's service-account issuer keys (/.well-known/openid-configuration), without a TokenReview, their service account read (get serviceaccounts) and kept a minute; a token living over an hour is reviewed by the apiserver instead; a deleted pod's token then works until it expires (keep expirationSeconds short); other tokens are reviewed as before
         token_audience: Option<String> [option, arg_name = "AUDIENCE"];
         /// review a service account's access once for all its pods (its SubjectAccessReview without the pod's extra, which RBAC never reads): only where the cluster authorizes with RBAC
         authorize_per_service_account: bool [switch];
+        /// keep here what the hub must remember across restarts: --validate's verdicts and each held-back object's last good version (a volume that outlives the container; mode 0700)
+        state_dir: Option<String> [option, arg_name = "DIR"], needs Validate;
     } {}
 }
 

@@ -54,6 +54,27 @@ impl HeldObject {
         }
     }
 
+    /// The object a source delivered with its JSON (`Item::raw`), its hash made of its
+    /// selected keys as `cmpoll run` makes a module's.
+    pub fn of_item(item: Item) -> Result<HeldObject, String> {
+        let Some(raw) = item.raw else {
+            return Err(format!("{} came without its JSON", item.id()));
+        };
+        let mut files: Vec<_> = (item.files.iter())
+            .map(|f| (f.key.as_str(), f.content.bytes()))
+            .collect();
+        files.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let hash = Hash::of(files);
+        Ok(HeldObject::new(
+            item.namespace,
+            item.name,
+            item.resource_version,
+            item.labels,
+            raw,
+            hash,
+        ))
+    }
+
     /// Its key in the apiserver's order: `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -232,12 +253,34 @@ impl<'a> Gather<'a> {
     /// The complete poll, numbered `poll`; an error if a resourceVersion is not a
     /// number (the hub compares them, as followers do).
     pub fn finish(self, poll: u64) -> Result<Held, String> {
-        let prev = self.prev;
         let mut objects = [BTreeMap::new(), BTreeMap::new()];
         for (kind, o) in self.got {
             // A later delivery of one object (a list made again) wins.
             objects[kind.index()].insert(o.key(), o);
         }
+        let mut listed = Vec::new();
+        for (kind, namespace, rv) in self.listed {
+            let n: u64 = rv.parse().map_err(|_| {
+                format!(
+                    "the list of {} has resourceVersion '{rv}', not a number: cmpoll serve compares them",
+                    kind.plural()
+                )
+            })?;
+            listed.push((kind, namespace, n));
+        }
+        Ok(Held::scoped(self.prev, objects, poll, listed))
+    }
+}
+
+impl Held {
+    /// `objects`, listed at `listed` (each scope's resourceVersion), as poll `poll`: a scope
+    /// whose objects are those `prev` held, at the same versions, keeps its `changed`.
+    fn scoped(
+        prev: &Held,
+        objects: [BTreeMap<String, Arc<HeldObject>>; 2],
+        poll: u64,
+        listed: Vec<(Resource, Option<String>, u64)>,
+    ) -> Held {
         let mut held = Held {
             kinds: prev.kinds,
             objects,
@@ -245,13 +288,7 @@ impl<'a> Gather<'a> {
             poll,
             at: Instant::now(),
         };
-        for (kind, namespace, rv) in self.listed {
-            let listed: u64 = rv.parse().map_err(|_| {
-                format!(
-                    "the list of {} has resourceVersion '{rv}', not a number: cmpoll serve compares them",
-                    kind.plural()
-                )
-            })?;
+        for (kind, namespace, listed) in listed {
             let before = (prev.scopes.iter()).find(|s| s.kind == kind && s.namespace == namespace);
             let same = |s: &ListedScope| {
                 let ns = s.namespace.as_deref();
@@ -274,7 +311,29 @@ impl<'a> Gather<'a> {
                 changed,
             });
         }
-        Ok(held)
+        held
+    }
+
+    /// This poll as served under `--validate` (`validated.rs`): each object as `pick`
+    /// says (itself, another version of it, or none), each scope's `changed` against
+    /// `prev`, what was served before.
+    pub fn picked(
+        &self,
+        prev: &Held,
+        mut pick: impl FnMut(Resource, &Arc<HeldObject>) -> Option<Arc<HeldObject>>,
+    ) -> Held {
+        let mut objects = [BTreeMap::new(), BTreeMap::new()];
+        for kind in [Resource::ConfigMaps, Resource::Secrets] {
+            for (key, o) in &self.objects[kind.index()] {
+                if let Some(p) = pick(kind, o) {
+                    objects[kind.index()].insert(key.clone(), p);
+                }
+            }
+        }
+        let listed = (self.scopes.iter())
+            .map(|s| (s.kind, s.namespace.clone(), s.listed))
+            .collect();
+        Held::scoped(prev, objects, self.poll, listed)
     }
 }
 
@@ -288,28 +347,14 @@ impl Collect for Gather<'_> {
     }
 
     fn item(&mut self, item: Item) -> Result<(), source::Error> {
-        let Some(raw) = item.raw else {
-            return Err(source::Error::Api(crate::kube::Error::Decode {
-                action: format!("list {}", item.kind.plural()),
-                cause: format!("{} came without its JSON", item.id()),
-            }));
-        };
-        let mut files: Vec<_> = (item.files.iter())
-            .map(|f| (f.key.as_str(), f.content.bytes()))
-            .collect();
-        files.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let hash = Hash::of(files);
-        self.got.push((
-            item.kind,
-            Arc::new(HeldObject::new(
-                item.namespace,
-                item.name,
-                item.resource_version,
-                item.labels,
-                raw,
-                hash,
-            )),
-        ));
+        let kind = item.kind;
+        let o = HeldObject::of_item(item).map_err(|cause| {
+            source::Error::Api(crate::kube::Error::Decode {
+                action: format!("list {}", kind.plural()),
+                cause,
+            })
+        })?;
+        self.got.push((kind, Arc::new(o)));
         Ok(())
     }
 

@@ -34,6 +34,7 @@ pub mod status;
 #[cfg(test)]
 mod testing;
 pub mod user;
+pub mod validated;
 pub mod watch;
 
 use std::net::{SocketAddr, TcpListener};
@@ -76,6 +77,10 @@ pub struct Options {
     pub token_audience: Option<String>,
     /// `--authorize-per-service-account`.
     pub per_service_account: bool,
+    /// `--validate`: every client is served each object's newest version that passed.
+    pub validate: Option<crate::validate::Options>,
+    /// `--state-dir`: what `--validate` remembers across restarts.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Workers of each review lane (tokens nobody knows; accesses not kept): the reviews made
@@ -156,6 +161,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     metrics.expect(&Features {
         polls: false,
         serve: true,
+        validate: opts.validate.is_some(),
         ..Features::default()
     });
     let in_flight = InFlight::default();
@@ -242,8 +248,22 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         opts.jitter,
         opts.source.selection.describe(),
     );
+    let validated = match &opts.validate {
+        Some(v) => {
+            if opts.state_dir.is_none() {
+                log::warn!(
+                    "--validate without --state-dir: the verdicts and the last good versions held back are forgotten when the hub stops, and a restarted hub does not serve an object whose newest version it refuses"
+                );
+            }
+            let opened = validated::Validated::open(v.clone(), opts.state_dir.as_deref());
+            Some(opened.map_err(Error::Config)?)
+        }
+        None => None,
+    };
     let poller = PollLoop {
         source,
+        validated,
+        upstream: None,
         observers: Observers::new(hub.health.clone(), hub.metrics.clone()),
         hub: hub.clone(),
         handle: handle.clone(),
@@ -279,6 +299,11 @@ fn read_from(client: kube::Client) -> issuer::Fetch {
 /// The poll loop.
 struct PollLoop {
     source: Box<dyn Source>,
+    /// `--validate`: what each poll is served as.
+    validated: Option<validated::Validated>,
+    /// With `--validate`, the last complete poll as listed (what is served may differ): the
+    /// next poll's previous.
+    upstream: Option<Arc<Held>>,
     /// What a poll's outcome tells readiness and metrics (as `cmpoll run`'s loop does).
     observers: Observers,
     hub: Arc<Hub>,
@@ -323,6 +348,32 @@ impl PollLoop {
         self.handle.stop();
     }
 
+    /// With `--validate`, `held` as served: each object at its newest good version.
+    fn judged(&mut self, held: Held, served: &Held) -> Held {
+        let Some(v) = &mut self.validated else {
+            return held;
+        };
+        let held = Arc::new(held);
+        self.upstream = Some(held.clone());
+        let (held, judged) = v.judge(&held, served);
+        {
+            let m = self.observers.metrics();
+            for r in &judged.runs {
+                m.validation(r);
+            }
+            m.rejected_modules(judged.held_back);
+        }
+        match judged.runnable {
+            crate::validate::Runnable::NotRun => {}
+            crate::validate::Runnable::Ran => self.observers.health().set_validator(None),
+            crate::validate::Runnable::Cannot(why) => {
+                log::warn!("--validate: {why}");
+                self.observers.health().set_validator(Some(why));
+            }
+        }
+        held
+    }
+
     /// Not ready from now on; the followers let go over the drain window. When it ends.
     fn start_draining(&mut self) -> Instant {
         self.observers.stopping();
@@ -338,7 +389,8 @@ impl PollLoop {
     fn poll(&mut self, number: u64, backoff: &mut Backoff) -> Duration {
         let started = Instant::now();
         self.observers.loop_turned();
-        let prev = (self.hub.current()).unwrap_or_else(|| Arc::new(Held::empty(self.kinds)));
+        let served = (self.hub.current()).unwrap_or_else(|| Arc::new(Held::empty(self.kinds)));
+        let prev = self.upstream.clone().unwrap_or_else(|| served.clone());
         let mut gather = Gather::new(&prev);
         let listed = self.source.list(prev.as_ref(), &mut gather);
         let retry_after = listed.as_ref().err().and_then(|e| e.retry_after());
@@ -350,6 +402,7 @@ impl PollLoop {
         let took = started.elapsed();
         match result {
             Ok(held) => {
+                let held = self.judged(held, &served);
                 let objects = held.len();
                 if self.observers.poll_succeeded(number, took, objects, 0) {
                     log::info!("poll {number}: serving {objects} objects");

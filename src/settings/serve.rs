@@ -6,12 +6,16 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::lookup::{Error, Lookup, parse_duration, parse_listen, required, usage};
+use super::lookup::{
+    Error, Lookup, number, parse_duration, parse_listen, path, required, usage, validate_timeout,
+};
 use super::run::jitter;
 use super::source::{logging, source};
 use crate::cli::{Needs, ServeArgs, flag};
 use crate::ops::logging as log_options;
 use crate::serve;
+use crate::source::Resources;
+use crate::validate;
 
 /// `--interval`'s default for `cmpoll serve`: one poll a second is one agent's cost, and
 /// every follower sees a change within about a second of the hub.
@@ -34,7 +38,8 @@ pub fn serve(
 
 fn read(look: &Lookup) -> Result<ServeSettings, Error> {
     let server = look.given(&flag::server)?.is_some();
-    look.check_needs(|n| n == Needs::Server && server)?;
+    let validating = look.given(&flag::validate)?.is_some();
+    look.check_needs(|n| (n == Needs::Server && server) || (n == Needs::Validate && validating))?;
     let needed = |f: &'static crate::cli::Flag, what: &str| {
         look.opt(f)
             .filter(|v| !v.value.trim().is_empty())
@@ -49,6 +54,7 @@ fn read(look: &Lookup) -> Result<ServeSettings, Error> {
     let key = needed(&flag::tls_key_file, "the serving certificate's key (PEM)")?;
     let source = source(look)?;
     let _ = required(look, &flag::resource)?;
+    let validate = validate(look, source.selection.resources)?;
     Ok(ServeSettings {
         serve: serve::Options {
             source,
@@ -62,9 +68,44 @@ fn read(look: &Lookup) -> Result<ServeSettings, Error> {
                 .map(|v| v.value.trim().to_string())
                 .filter(|v| !v.is_empty()),
             per_service_account: look.on(&flag::authorize_per_service_account)?,
+            // Given without --validate: refused above ("only used with").
+            state_dir: path(look.opt(&flag::state_dir))?,
+            validate,
         },
         logging: logging(look)?,
     })
+}
+
+/// `--validate-timeout`'s default for `cmpoll serve`, as `cmpoll run`'s.
+const SERVE_VALIDATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `--validate CMD` with `--validate-timeout` and `--validate-jobs`: `cmpoll run`'s
+/// contract, each object's files staged as `run` stages a module.
+fn validate(look: &Lookup, kinds: Resources) -> Result<Option<validate::Options>, Error> {
+    let timeout = validate_timeout(look, SERVE_VALIDATE_TIMEOUT)?;
+    let jobs: usize = number(
+        look,
+        &flag::validate_jobs,
+        |n| (1..=256).contains(n),
+        "a number from 1 to 256",
+    )?;
+    let Some(command) = look.opt(&flag::validate) else {
+        return Ok(None);
+    };
+    if command.value.trim().is_empty() {
+        return Err(usage(&command.from, "empty: give a command, or unset it"));
+    }
+    Ok(Some(validate::Options {
+        command: command.value,
+        timeout,
+        jobs,
+        meta_dir: None,
+        ext: String::new(),
+        template: None,
+        kinds,
+        confirm: None,
+        out_dir: None,
+    }))
 }
 
 /// `--drain-window`: a duration, `0s` (no drain) included.
@@ -131,6 +172,42 @@ mod tests {
             e.starts_with("--token-file: only used with --server"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn validate_and_what_it_remembers() {
+        let s = serve_of(&NEEDED, &[]).unwrap();
+        assert!(s.serve.validate.is_none());
+        let with = [
+            &NEEDED[..],
+            &["--validate", "check", "--state-dir", "/var/lib/h"],
+        ]
+        .concat();
+        let s = serve_of(&with, &[("CMPOLL_VALIDATE_JOBS", "3")]).unwrap();
+        let v = s.serve.validate.unwrap();
+        assert_eq!((v.command.as_str(), v.jobs), ("check", 3));
+        assert_eq!(v.timeout, Duration::from_secs(30));
+        assert_eq!(s.serve.state_dir, Some(PathBuf::from("/var/lib/h")));
+        for (alone, flag) in [
+            (["--state-dir", "/d"], "--state-dir"),
+            (["--validate-timeout", "5s"], "--validate-timeout"),
+            (["--validate-jobs", "2"], "--validate-jobs"),
+        ] {
+            let e = serve_of(&[&NEEDED[..], &alone].concat(), &[]).unwrap_err();
+            assert!(
+                e.starts_with(&format!("{flag}: only used with --validate")),
+                "{e}"
+            );
+        }
+        let e = serve_of(&[&NEEDED[..], &["--validate", " "]].concat(), &[]).unwrap_err();
+        assert!(e.starts_with("--validate: empty"), "{e}");
+        // What `run` only has stays run's.
+        let e = serve_of(
+            &[&NEEDED[..], &["--validate", "c", "--confirm", "x"]].concat(),
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("--confirm"), "{e}");
     }
 
     /// Every flag of the hub's table entries is read, and no other.

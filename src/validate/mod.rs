@@ -77,7 +77,8 @@ pub enum Runnable {
 }
 
 impl Runnable {
-    fn ran(&mut self) {
+    /// A run that passed or refused: the validator can run.
+    pub fn ran(&mut self) {
         if *self == Runnable::NotRun {
             *self = Runnable::Ran;
         }

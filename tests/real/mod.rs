@@ -26,6 +26,7 @@ mod methods;
 mod serve;
 mod short_watch;
 mod tokens;
+mod validated;
 mod watch;
 mod webhook;
 
