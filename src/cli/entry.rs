@@ -20,6 +20,8 @@ pub enum Group {
     Validating,
     /// `run`, `serve`: how many validations at once.
     Judging,
+    /// `run`, `serve`: Events for the objects' authors.
+    Reporting,
     /// `run`, `webhook`, `serve`: `--listen`.
     Listening,
     /// `run`, `serve`: `--interval`, `--jitter`.
@@ -44,7 +46,7 @@ impl Group {
             Group::Manifests => matches!(command, "run" | "list"),
             Group::Apiserver => matches!(command, "run" | "list" | "serve"),
             Group::Validating => matches!(command, "run" | "webhook" | "serve"),
-            Group::Judging => matches!(command, "run" | "serve"),
+            Group::Judging | Group::Reporting => matches!(command, "run" | "serve"),
             Group::Listening => matches!(command, "run" | "webhook" | "serve"),
             Group::Polling => matches!(command, "run" | "serve"),
             Group::Tls => matches!(command, "webhook" | "serve"),

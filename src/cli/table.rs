@@ -175,6 +175,10 @@ flags! {
         /// validations run at once
         validate_jobs: Option<String> [option, arg_name = "N"] = "1", needs Validate;
     }
+    reporting (Reporting) {
+        /// record Kubernetes Events on the ConfigMap or Secret when its module is rejected, accepted again, or cannot be written (needs create and patch on events.k8s.io events; cmpoll serve: one Event per object and version it or its followers refused, on core events)
+        report_events: bool [switch];
+    }
     listening (Listening) {
         /// serve /healthz, /readyz and /metrics on ADDR, e.g. :8080 or [::]:8080 (cmpoll webhook and cmpoll serve: over HTTPS, with what they serve)
         listen: Option<String> [option, arg_name = "ADDR"];
@@ -196,7 +200,7 @@ flags! {
     /// Poll once, print the modules with their hashes, and exit (1 if the list fails).
     #[argh(subcommand, name = "list")]
     pub struct ListArgs (List) uses [common: yes, modules: yes, manifests: yes, apiserver: yes,
-        validating: no, judging: no, listening: no, polling: no, tls: no] {
+        validating: no, judging: no, reporting: no, listening: no, polling: no, tls: no] {
         /// print a JSON array of modules with their files instead of a table
         json: bool [switch];
     } {}
@@ -205,7 +209,7 @@ flags! {
     /// [options] [-- AGENT_COMMAND ARGS...]
     #[argh(subcommand, name = "run")]
     pub struct RunArgs (Run) uses [common: yes, modules: yes, manifests: yes, apiserver: yes,
-        validating: yes, judging: yes, listening: yes, polling: yes, tls: no] {
+        validating: yes, judging: yes, reporting: yes, listening: yes, polling: yes, tls: no] {
         /// poll once, apply the sinks, exit (init containers, CI)
         once: bool [switch];
         /// print events as JSON lines on stdout (the default when no other sink is given)
@@ -255,8 +259,6 @@ flags! {
         reload_ca_file: Option<String> [option, arg_name = "FILE"], needs ReloadUrl;
         /// after each batch with changes has reached every sink, run /bin/sh -c CMD: the agent takes the batch and says which modules it added or updated (CMPOLL_MODULES, one namespace/name per line) it refused, one 'namespace/name reason' line each on stdout; those go back to their last good version (or away) and are rejected (k8s/alloy/confirm-modules.sh asks Alloy)
         confirm: Option<String> [option, arg_name = "CMD"], needs Validate;
-        /// record Kubernetes Events on the ConfigMap or Secret when its module is rejected, accepted again, or cannot be written (needs create and patch on events.k8s.io events)
-        report_events: bool [switch];
     } {
         /// the agent to supervise, after --
         #[argh(positional, arg_name = "AGENT")]
@@ -268,7 +270,7 @@ flags! {
     /// validator's output. Fails open when the validator cannot run or times out.
     #[argh(subcommand, name = "webhook")]
     pub struct WebhookArgs (Webhook) uses [common: yes, modules: yes, manifests: no, apiserver: no,
-        validating: yes, judging: no, listening: yes, polling: no, tls: yes] {
+        validating: yes, judging: no, reporting: no, listening: yes, polling: no, tls: yes] {
         /// accept only clients presenting a certificate this CA (PEM) signed: the apiserver's client certificate for webhooks, which its AdmissionConfiguration names
         client_ca_file: Option<String> [option, arg_name = "FILE"];
     } {}
@@ -280,7 +282,7 @@ flags! {
     /// cmpoll run pointed at it learns of a change as soon as the hub polls it.
     #[argh(subcommand, name = "serve")]
     pub struct ServeArgs (Serve) uses [common: yes, modules: no, manifests: no, apiserver: yes,
-        validating: yes, judging: yes, listening: yes, polling: yes, tls: yes] {
+        validating: yes, judging: yes, reporting: yes, listening: yes, polling: yes, tls: yes] {
         /// on SIGTERM, fail /readyz and let the followers go over this window, spread (each connection ends at a moment of its own, so they reconnect to the other hubs spread), then exit; a second signal stops at once; 0s: at once
         drain_window: Option<String> [option, arg_name = "DURATION"] = "15s";
         /// verify followers' service-account tokens requested for this audience here, against the cluster's service-account issuer keys (/.well-known/openid-configuration), without a TokenReview, their service account read (get serviceaccounts) and kept a minute; a token living over an hour is reviewed by the apiserver instead; a deleted pod's token then works until it expires (keep expirationSeconds short); other tokens are reviewed as before

@@ -31,6 +31,7 @@ pub mod request;
 pub mod reviewer;
 pub mod reviews;
 pub mod status;
+pub mod telling;
 #[cfg(test)]
 mod testing;
 pub mod user;
@@ -81,6 +82,8 @@ pub struct Options {
     pub validate: Option<crate::validate::Options>,
     /// `--state-dir`: what `--validate` remembers across restarts.
     pub state_dir: Option<PathBuf>,
+    /// `--report-events`: one Event per object and version refused (`telling.rs`).
+    pub report_events: bool,
 }
 
 /// Workers of each review lane (tokens nobody knows; accesses not kept): the reviews made
@@ -162,6 +165,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         polls: false,
         serve: true,
         validate: opts.validate.is_some(),
+        report_events: opts.report_events,
         ..Features::default()
     });
     let in_flight = InFlight::default();
@@ -248,21 +252,11 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         opts.jitter,
         opts.source.selection.describe(),
     );
-    let validated = match &opts.validate {
-        Some(v) => {
-            if opts.state_dir.is_none() {
-                log::warn!(
-                    "--validate without --state-dir: the verdicts and the last good versions held back are forgotten when the hub stops, and a restarted hub does not serve an object whose newest version it refuses"
-                );
-            }
-            let opened = validated::Validated::open(v.clone(), opts.state_dir.as_deref());
-            Some(opened.map_err(Error::Config)?)
-        }
-        None => None,
-    };
+    let (validated, teller) = judging(&opts, &config, &hub, env)?;
     let poller = PollLoop {
         source,
         validated,
+        teller,
         upstream: None,
         observers: Observers::new(hub.health.clone(), hub.metrics.clone()),
         hub: hub.clone(),
@@ -283,6 +277,45 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     Ok(())
 }
 
+/// `--validate` and `--report-events`: the hub's judge, and the thread that tells authors.
+fn judging(
+    opts: &Options,
+    config: &kube::Config,
+    hub: &Hub,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Option<validated::Validated>, Option<telling::Teller>), Error> {
+    let validated = match &opts.validate {
+        Some(v) => {
+            if opts.state_dir.is_none() {
+                log::warn!(
+                    "--validate without --state-dir: the verdicts and the last good versions held back are forgotten when the hub stops, and a restarted hub does not serve an object whose newest version it refuses"
+                );
+            }
+            let opened = validated::Validated::open(v.clone(), opts.state_dir.as_deref());
+            Some(opened.map_err(Error::Config)?)
+        }
+        None => None,
+    };
+    let teller = match opts.report_events {
+        true => {
+            let handles = kube::client::Handles::apart(&hub.metrics.lock().recover());
+            let client = kube::Client::new(config, opts.source.client.clone(), handles, env)
+                .map_err(Error::Config)?;
+            let results = hub.metrics.lock().recover().event_reports();
+            let instance = crate::report::instance(env);
+            let writer = telling::Writer::new(
+                telling::KubeEvents(client),
+                instance,
+                opts.interval,
+                results,
+            );
+            Some(telling::Teller::start(writer).map_err(Error::Runtime)?)
+        }
+        false => None,
+    };
+    Ok((validated, teller))
+}
+
 /// Reads a path of the apiserver with `client` (the issuer's discovery and keys).
 fn read_from(client: kube::Client) -> issuer::Fetch {
     let client = Mutex::new(client);
@@ -301,6 +334,8 @@ struct PollLoop {
     source: Box<dyn Source>,
     /// `--validate`: what each poll is served as.
     validated: Option<validated::Validated>,
+    /// `--report-events`.
+    teller: Option<telling::Teller>,
     /// With `--validate`, the last complete poll as listed (what is served may differ): the
     /// next poll's previous.
     upstream: Option<Arc<Held>>,
@@ -355,7 +390,11 @@ impl PollLoop {
         };
         let held = Arc::new(held);
         self.upstream = Some(held.clone());
-        let (held, judged) = v.judge(&held, served);
+        let (served, judged) = v.judge(&held, served);
+        if let Some(t) = &self.teller {
+            t.tell(v.notices(&held));
+        }
+        let held = served;
         {
             let m = self.observers.metrics();
             for r in &judged.runs {

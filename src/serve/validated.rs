@@ -27,10 +27,12 @@ use std::sync::{Arc, Mutex};
 
 use self::memory::{Memory, Remembered};
 use super::held::{Held, HeldObject};
+use super::telling::Notice;
 use crate::locks::Recover;
 use crate::poll::hash::Hash;
 use crate::poll::module::{Module, Naming, NotAModule};
 use crate::reason;
+use crate::report::Regarding;
 use crate::source::reader::read_object;
 use crate::source::{KeyFilter, Resource};
 use crate::validate::{self, Runnable, Stage, Verdict};
@@ -168,6 +170,50 @@ impl Validated {
             self.save();
         }
         (served, out)
+    }
+
+    /// What the hub tells the authors (`telling.rs`): each object whose newest version in
+    /// `upstream` it refused, once per version.
+    pub fn notices(&self, upstream: &Held) -> Vec<Notice> {
+        let mut out = Vec::new();
+        for (kind, id, o) in all(upstream) {
+            let Some(j) = self.objects.get(&id) else {
+                continue;
+            };
+            let Some((hash, why)) = j.known.refused.as_ref().filter(|(h, _)| *h == o.hash) else {
+                continue;
+            };
+            let why = match kind {
+                Resource::Secrets => reason::redacted(why),
+                Resource::ConfigMaps => why.clone(),
+            };
+            let served = match &j.good {
+                Some(g) => format!(
+                    "its clients are served its last good version {} (resourceVersion {})",
+                    g.hash.short(12),
+                    g.resource_version
+                ),
+                None => "not served: no version of it passed".into(),
+            };
+            out.push(Notice {
+                regarding: Regarding {
+                    kind,
+                    namespace: o.namespace.clone(),
+                    name: o.name.clone(),
+                    uid: uid(o),
+                    resource_version: o.resource_version.clone(),
+                },
+                hash: *hash,
+                reason: "Refused",
+                // The words first, then what is served: the note is cut at 1 KiB.
+                message: format!(
+                    "version {} refused by the hub's --validate; {served}: {why}",
+                    hash.short(12)
+                ),
+                count: 1,
+            });
+        }
+        out
     }
 
     /// Takes one verdict; whether what is remembered changed.
@@ -318,6 +364,16 @@ fn reread(id: &str, json: &[u8], hash: Hash) -> Result<HeldObject, String> {
         ));
     }
     Ok(o)
+}
+
+/// The object's uid, read from its metadata.
+fn uid(o: &HeldObject) -> String {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        uid: String,
+    }
+    serde_json::from_slice::<Meta>(o.raw.metadata()).map_or_else(|_| String::new(), |m| m.uid)
 }
 
 /// `good` as served while `held` is held back: with the annotation saying so.

@@ -68,6 +68,7 @@ fn read(look: &Lookup) -> Result<ServeSettings, Error> {
                 .map(|v| v.value.trim().to_string())
                 .filter(|v| !v.is_empty()),
             per_service_account: look.on(&flag::authorize_per_service_account)?,
+            report_events: look.on(&flag::report_events)?,
             // Given without --validate: refused above ("only used with").
             state_dir: path(look.opt(&flag::state_dir))?,
             validate,

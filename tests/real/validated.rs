@@ -72,7 +72,20 @@ fn a_version_the_hub_refuses_reaches_no_follower_and_new_ones_start_on_the_last_
         state_dir.to_str().unwrap(),
         "--drain-window",
         "0s",
+        "--report-events",
     ];
+    // --report-events: the shipped role writes nothing; this is what the docs add.
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": "hub-events", "namespace": ns},
+             "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "hub-events", "namespace": ns},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub-events"},
+             "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": ns}]}]})
+        .to_string(),
+    );
     let hub = start_hub(k, &hub_token, &args);
     let token = follower(k, &ns, "reader", watch_rules(), false);
     let scraper = scraper(k, &ns);
@@ -129,6 +142,41 @@ fn a_version_the_hub_refuses_reaches_no_follower_and_new_ones_start_on_the_last_
         || hub.d.stderr(),
     );
     assert_eq!(object(&hub, &token, &ns, "never").0, 404);
+    // The author reads one Event per refused version, from the hub.
+    let events = || -> Vec<Value> {
+        let out = k.ok(&["get", "events", "-n", &ns, "-o", "json"]);
+        let all: Value = serde_json::from_str(&out).unwrap();
+        (all["items"].as_array().unwrap().iter())
+            .filter(|e| e["source"]["component"] == "cmpoll.io/cmpoll")
+            .cloned()
+            .collect()
+    };
+    eventually_explained(
+        "an Event for each refused version",
+        SOON,
+        || events().len() == 2,
+        || format!("{:?}\n{}", events(), hub.d.stderr()),
+    );
+    let told = events();
+    let on_m: Vec<&Value> = (told.iter())
+        .filter(|e| e["involvedObject"]["name"] == "m")
+        .collect();
+    assert_eq!(on_m.len(), 1, "{told:?}");
+    let e = on_m[0];
+    assert_eq!(
+        (&e["type"], &e["reason"]),
+        (&json!("Warning"), &json!("Refused"))
+    );
+    assert_eq!(e["involvedObject"]["kind"], "ConfigMap");
+    assert_eq!(e["involvedObject"]["uid"], good["metadata"]["uid"]);
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "version {} refused by the hub's --validate",
+            &mark[..19]
+        )) && message.contains(&format!("refused: {ns}/m says bad")),
+        "{message}"
+    );
 
     // A follower started now runs the last good version.
     let b = follow(&hub, &token, &ns, "b");
@@ -151,17 +199,15 @@ fn a_version_the_hub_refuses_reaches_no_follower_and_new_ones_start_on_the_last_
     );
     let (_, seen) = watcher.end(Duration::ZERO);
     let seen = String::from_utf8_lossy(&seen);
-    let events: Vec<Value> = (seen.lines())
+    let heard: Vec<Value> = (seen.lines())
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert!(
-        events
-            .iter()
-            .any(|e| e["object"]["metadata"]["name"] == "n"),
+        heard.iter().any(|e| e["object"]["metadata"]["name"] == "n"),
         "the watcher heard the later change: {seen}"
     );
     assert!(
-        events.iter().all(|e| e["object"]["metadata"]["name"] != "m"
+        heard.iter().all(|e| e["object"]["metadata"]["name"] != "m"
             && e["object"]["metadata"]["name"] != "never"),
         "no event of a refused version: {seen}"
     );
@@ -191,6 +237,24 @@ fn a_version_the_hub_refuses_reaches_no_follower_and_new_ones_start_on_the_last_
     let c = follow(&hub, &token, &ns, "c");
     let restarted = c.batch(SOON);
     assert_eq!(restarted[0]["files"]["k.yaml"], "one", "{restarted:?}");
+    // The restarted hub tells of the same versions in the same Events: once it wrote
+    // both, there still are two.
+    let (hub_ref, scraper_ref) = (&hub, &scraper);
+    let written = || {
+        let (_, _, metrics) = get(&hub_ref.url(), &hub_ref.ca, scraper_ref, "/metrics", &[]);
+        metric_sum(
+            &String::from_utf8_lossy(&metrics),
+            "cmpoll_event_reports_total",
+            &[("result", "ok")],
+        )
+    };
+    eventually_explained(
+        "the restarted hub wrote its Events",
+        SOON,
+        || written() == 2.0,
+        || hub.d.stderr(),
+    );
+    assert_eq!(events().len(), 2, "{:?}", events());
 
     // A version that passes reaches the followers as one update.
     put("m", "three");
