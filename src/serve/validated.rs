@@ -15,7 +15,8 @@
 //!
 //! Verdicts are kept by object and hash (a refused content is never validated again, a
 //! change is validated afresh, an object gone is forgotten), and with `--state-dir` they
-//! and the held-back objects' good versions outlive the hub (`memory.rs`).
+//! and every object's good version outlive the hub (`memory.rs`): a hub restarted after
+//! a bad write, or started while one waits, serves the good version it served before.
 
 pub mod annotation;
 pub mod memory;
@@ -47,6 +48,8 @@ struct Judged {
     good: Option<Arc<HeldObject>>,
     /// `good` with the annotation naming the hash held back, made once.
     shown: Option<(Hash, Arc<HeldObject>)>,
+    /// The resourceVersion of the good version kept in the state folder.
+    kept: Option<String>,
 }
 
 /// What one poll's judging did: for the poll loop's metrics and readiness.
@@ -100,7 +103,11 @@ impl Validated {
                 _ => None,
             };
             let judged = Judged {
-                known,
+                kept: good.as_ref().map(|g| g.resource_version.clone()),
+                known: Remembered {
+                    served: None,
+                    ..known
+                },
                 good,
                 shown: None,
             };
@@ -121,9 +128,16 @@ impl Validated {
         let mut changed = false;
         // Gone from the cluster (or from the selection): forgotten.
         let present: HashSet<String> = all(upstream).map(|(_, id, _)| id).collect();
-        let before = self.objects.len();
-        self.objects.retain(|id, _| present.contains(id));
-        changed |= self.objects.len() != before;
+        let gone: Vec<String> = (self.objects.keys())
+            .filter(|id| !present.contains(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            changed = true;
+            if self.objects.remove(&id).and_then(|j| j.kept).is_some() {
+                self.store(|m| m.forget(&id));
+            }
+        }
         let mut todo = Vec::new();
         let qualified = self.opts.kinds.qualified();
         for (kind, id, o) in all(upstream) {
@@ -131,9 +145,8 @@ impl Validated {
             if j.known.good == Some(o.hash) {
                 // The version that passed, perhaps at a newer resourceVersion (a label
                 // changed): served as it is now.
-                changed |= j.known.served.is_some() || j.known.refused.is_some();
+                changed |= j.known.refused.is_some();
                 j.known.refused = None;
-                j.known.served = None;
                 j.good = Some(o.clone());
                 j.shown = None;
             } else if (j.known.refused.as_ref()).is_none_or(|(h, _)| *h != o.hash) {
@@ -169,6 +182,7 @@ impl Validated {
         if changed {
             self.save();
         }
+        self.keep_good();
         (served, out)
     }
 
@@ -259,7 +273,6 @@ impl Validated {
                     ),
                 }
                 j.known.refused = Some((t.hash, why));
-                j.known.served = (j.good.as_ref()).map(|g| g.raw.json.to_vec());
                 true
             }
             Verdict::Error(why) => {
@@ -304,6 +317,32 @@ impl Validated {
                 (m.into_inner().recover()).unwrap_or_else(|| Verdict::Error("not validated".into()))
             })
             .collect()
+    }
+
+    /// Each good version not yet in the state folder (new, or at a new resourceVersion)
+    /// goes there.
+    fn keep_good(&mut self) {
+        let mut keep = Vec::new();
+        for (id, j) in &mut self.objects {
+            if let Some(g) = &j.good
+                && j.kept.as_deref() != Some(g.resource_version.as_str())
+            {
+                j.kept = Some(g.resource_version.clone());
+                keep.push((id.clone(), g.clone()));
+            }
+        }
+        for (id, g) in keep {
+            self.store(|m| m.keep(&id, &g.raw.json));
+        }
+    }
+
+    /// One write to the state folder; a failure is a warning (kept in memory meanwhile).
+    fn store(&self, write: impl FnOnce(&Memory) -> Result<(), String>) {
+        if let Some(m) = &self.memory
+            && let Err(e) = write(m)
+        {
+            log::warn!("--state-dir: {e}; kept until the hub stops");
+        }
     }
 
     fn save(&self) {

@@ -1,12 +1,16 @@
-//! `--state-dir DIR/validated.json`: what a hub under `--validate` must not forget when it
-//! restarts — each object's newest version that passed (its hash), its refused version
-//! (hash and why), and, for an object held back, the good version's JSON as the apiserver
-//! sent it — so that a restarted hub serves the last good version instead of nothing and
-//! does not run the validator again on what it judged. Written atomically, mode 0600 (a
-//! Secret's values are in a held-back Secret's JSON). Checked when read: an id the
+//! `--state-dir DIR`: what a hub under `--validate` must not forget when it restarts, so
+//! that a restarted hub serves each object's last good version even when the cluster now
+//! holds a version it refuses, and does not run the validator again on what it judged:
+//! `DIR/validated.json`, each object's newest version that passed (its hash) and its
+//! refused version (hash and why), rewritten when a verdict changes; and
+//! `DIR/objects/KIND.NAMESPACE.NAME.json`, each object's good version as the apiserver
+//! served it, rewritten when that changes (a new version passed, a label was edited) and
+//! removed when the object goes. Every file is written atomically, mode 0600 (a Secret's
+//! values are in its JSON), in a folder of mode 0700. Checked when read: an id the
 //! apiserver would not allow, a hash that is not one, or a good version whose JSON is not
 //! that object at that hash (the hash is computed from the JSON, never taken from the
-//! file) is a start-up error naming the file (remove it to start afresh).
+//! file: `validated.rs`) is a start-up error naming the file (remove the folder's content
+//! to start afresh); an object file no verdict names is removed.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -34,10 +38,10 @@ struct Stored {
     good: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     refused: Option<StoredRefusal>,
-    /// The good version's JSON, while a newer one is held back.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    served: Option<String>,
 }
+
+/// Where object files are, in the state folder.
+const OBJECTS: &str = "objects";
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,7 +57,7 @@ pub struct Remembered {
     pub good: Option<Hash>,
     /// The newest version refused, and why.
     pub refused: Option<(Hash, String)>,
-    /// The good version's JSON (a list item's form), kept while a newer one is held back.
+    /// The good version's JSON (a list item's form), as read at start.
     pub served: Option<Vec<u8>>,
 }
 
@@ -65,6 +69,11 @@ pub struct Memory {
 /// An object's id here: its kind's singular (`configmap`, `secret`), namespace and name.
 pub fn id(kind: Resource, namespace: &str, name: &str) -> String {
     format!("{}/{namespace}/{name}", kind.singular())
+}
+
+/// An object file's name: its id with `.` for `/` (a kind and a namespace hold no `.`).
+fn file_name(id: &str) -> String {
+    format!("{}.json", id.replace('/', "."))
 }
 
 /// The kind, namespace and name an id names, if it names one the apiserver allows.
@@ -108,15 +117,38 @@ impl Memory {
                 Some(r) => Some((hash(&r.hash)?, r.reason)),
                 None => None,
             };
-            if s.served.is_some() && good.is_none() {
-                return Err(at("a served version without its hash"));
-            }
-            let remembered = Remembered {
-                good,
-                refused,
-                served: s.served.map(String::into_bytes),
+            let file = dir.join(OBJECTS).join(file_name(&id));
+            let served = match (good, fs::read(&file)) {
+                (Some(_), Ok(json)) => Some(json),
+                (_, Err(e)) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(format!(
+                        "--state-dir: cannot read '{}': {e}",
+                        file.display()
+                    ));
+                }
+                _ => None,
             };
-            out.insert(id, remembered);
+            out.insert(
+                id,
+                Remembered {
+                    good,
+                    refused,
+                    served,
+                },
+            );
+        }
+        let objects = dir.join(OBJECTS);
+        crate::atomic::create_dir(&objects, 0o700)
+            .or_else(|e| if objects.is_dir() { Ok(()) } else { Err(e) })
+            .map_err(|e| format!("--state-dir: cannot create '{}': {e}", objects.display()))?;
+        // What no verdict names (an object gone while a save was lost): not kept.
+        for entry in fs::read_dir(&objects).map_err(|e| format!("--state-dir: {e}"))? {
+            let entry = entry.map_err(|e| format!("--state-dir: {e}"))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let named = (out.iter()).any(|(id, r)| r.good.is_some() && file_name(id) == name);
+            if !named {
+                let _ = fs::remove_file(entry.path());
+            }
         }
         Ok((
             Memory {
@@ -124,6 +156,23 @@ impl Memory {
             },
             out,
         ))
+    }
+
+    /// Keeps `json`, the good version of object `id`.
+    pub fn keep(&self, id: &str, json: &[u8]) -> Result<(), String> {
+        let dir = self.dir.join(OBJECTS);
+        let name = file_name(id);
+        let tmp = format!(".{name}.tmp");
+        crate::atomic::remove_if_exists(&dir.join(&tmp))
+            .and_then(|()| crate::atomic::replace_file(&dir, &name, &tmp, json, 0o600))
+            .map_err(|e| format!("cannot save '{}': {e}", dir.join(&name).display()))
+    }
+
+    /// Forgets object `id`'s good version.
+    pub fn forget(&self, id: &str) -> Result<(), String> {
+        let file = self.dir.join(OBJECTS).join(file_name(id));
+        crate::atomic::remove_if_exists(&file)
+            .map_err(|e| format!("cannot remove '{}': {e}", file.display()))
     }
 
     /// Replaces the file with `objects`.
@@ -136,20 +185,12 @@ impl Memory {
             objects: BTreeMap::new(),
         };
         for (id, r) in objects {
-            let served = match &r.served {
-                Some(json) => Some(
-                    String::from_utf8(json.clone())
-                        .map_err(|_| format!("{id}: its JSON is not UTF-8"))?,
-                ),
-                None => None,
-            };
             let stored = Stored {
                 good: r.good.map(|h| h.to_string()),
                 refused: (r.refused.as_ref()).map(|(h, why)| StoredRefusal {
                     hash: h.to_string(),
                     reason: why.clone(),
                 }),
-                served,
             };
             record.objects.insert(id.to_string(), stored);
         }
@@ -175,20 +216,32 @@ mod tests {
             refused: Some((Hash([2; 32]), "bad\nline".into())),
             served: Some(br#"{"metadata":{"name":"a"}}"#.to_vec()),
         };
+        m.keep("configmap/ns/a", r.served.as_deref().unwrap())
+            .unwrap();
+        m.keep("configmap/ns/gone", b"{}").unwrap();
         let bare = Remembered {
             good: Some(Hash([3; 32])),
             ..Remembered::default()
         };
         let objects = [("configmap/ns/a", &r), ("secret/ns/b", &bare)];
         m.save(objects.into_iter()).unwrap();
-        let mode = fs::metadata(dir.path().join(FILE)).unwrap();
-        assert_eq!(
-            std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
-            0o600
-        );
-        let (_, back) = Memory::open(dir.path()).unwrap();
+        for f in [FILE, "objects/configmap.ns.a.json"] {
+            let mode = fs::metadata(dir.path().join(f)).unwrap();
+            assert_eq!(
+                std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+                0o600
+            );
+        }
+        let (m, back) = Memory::open(dir.path()).unwrap();
         assert_eq!(back["configmap/ns/a"], r);
         assert_eq!(back["secret/ns/b"], bare);
+        assert!(
+            !dir.path().join("objects/configmap.ns.gone.json").exists(),
+            "a file no verdict names is removed"
+        );
+        m.forget("configmap/ns/a").unwrap();
+        let (_, back) = Memory::open(dir.path()).unwrap();
+        assert_eq!(back["configmap/ns/a"].served, None);
     }
 
     #[test]
@@ -207,10 +260,6 @@ mod tests {
             (
                 r#"{"version":1,"objects":{"configmap/ns/y":{"good":"md5:1"}}}"#.into(),
                 "not a hash",
-            ),
-            (
-                r#"{"version":1,"objects":{"configmap/ns/y":{"served":"{}"}}}"#.into(),
-                "without its hash",
             ),
             (
                 format!(r#"{{"version":1,"objects":{{"configmap/ns/y":{{"good":"{h}","x":1}}}}}}"#),

@@ -162,17 +162,18 @@ fn a_restarted_hub_serves_the_last_good_version_without_judging_again() {
         v.judge(&up2, &s1);
     }
     assert_eq!(runs(&count), 3);
-    // A new hub: its first poll lists the refused version.
+    // A new hub: its first poll lists the refused version of `a`, and a version of `c`
+    // written while no hub ran, which it refuses: both served at their good versions.
     let mut v = judge(&count, Some(&state));
     let first = poll(
         &empty(),
         1,
-        11,
-        vec![item("a", 11, "bad"), item("c", 7, "fine")],
+        12,
+        vec![item("a", 11, "bad"), item("c", 12, "bad too")],
     );
     let (s, j) = v.judge(&first, &empty());
-    assert!(j.runs.is_empty(), "nothing judged again: {:?}", j.runs);
-    assert_eq!(runs(&count), 3);
+    assert_eq!(j.runs, ["fail"], "only c's new version judged");
+    assert_eq!(runs(&count), 4);
     let a = s.get(cm, "ns", "a").unwrap();
     assert_eq!(a.resource_version, "5");
     // Its JSON as the apiserver served it then, with the annotation only.
@@ -180,15 +181,17 @@ fn a_restarted_hub_serves_the_last_good_version_without_judging_again() {
     let refused = up2.get(cm, "ns", "a").unwrap().hash.to_string();
     let expected = annotation::held_back(&then.raw, &refused).unwrap();
     assert_eq!(a.raw, expected);
-    assert_eq!(s.get(cm, "ns", "c").unwrap().resource_version, "7");
+    let c = s.get(cm, "ns", "c").unwrap();
+    assert_eq!(c.resource_version, "7");
+    assert!(annotation(c).is_some());
+    // An object gone takes its file with it.
+    let gone = poll(&first, 2, 13, vec![item("a", 11, "bad")]);
+    v.judge(&gone, &s);
+    assert!(!state.join("objects/configmap.ns.c.json").exists());
     // A state file whose good version is another object's is refused at start.
-    let file = state.join("validated.json");
+    let file = state.join("objects/configmap.ns.a.json");
     let text = std::fs::read_to_string(&file).unwrap();
-    std::fs::write(
-        &file,
-        text.replace("\\\"name\\\":\\\"a\\\"", "\\\"name\\\":\\\"z\\\""),
-    )
-    .unwrap();
+    std::fs::write(&file, text.replace("\"name\":\"a\"", "\"name\":\"z\"")).unwrap();
     let opts = v.opts.clone();
     let e = Validated::open(opts, Some(&state)).err().unwrap();
     assert!(
