@@ -450,6 +450,9 @@ impl PollLoop {
                     log::debug!("poll {number}: {objects} objects, changed: waking the followers");
                     self.handle.notify();
                 }
+                if let Some(v) = &mut self.validated {
+                    v.keep_good();
+                }
                 // A change held back (a scope listed before a write another one saw):
                 // the next poll takes every scope of its kind past it.
                 for (kind, rv) in self.hub.held_back() {

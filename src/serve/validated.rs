@@ -182,7 +182,6 @@ impl Validated {
         if changed {
             self.save();
         }
-        self.keep_good();
         (served, out)
     }
 
@@ -320,8 +319,8 @@ impl Validated {
     }
 
     /// Each good version not yet in the state folder (new, or at a new resourceVersion)
-    /// goes there.
-    fn keep_good(&mut self) {
+    /// goes there: called once the poll is served (a first poll writes every object's).
+    pub fn keep_good(&mut self) {
         let mut keep = Vec::new();
         for (id, j) in &mut self.objects {
             if let Some(g) = &j.good

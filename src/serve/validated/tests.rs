@@ -159,7 +159,9 @@ fn a_restarted_hub_serves_the_last_good_version_without_judging_again() {
     {
         let mut v = judge(&count, Some(&state));
         let (s1, _) = v.judge(&up1, &empty());
+        v.keep_good();
         v.judge(&up2, &s1);
+        v.keep_good();
     }
     assert_eq!(runs(&count), 3);
     // A new hub: its first poll lists the refused version of `a`, and a version of `c`
