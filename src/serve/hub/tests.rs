@@ -336,7 +336,10 @@ fn a_report_is_authenticated_and_authorized_per_namespace() {
     let status: serde_json::Value = serde_json::from_slice(&t.hub.status()).unwrap();
     let objects = &status["fleet"]["objects"];
     assert_eq!(objects.as_array().unwrap().len(), 1, "{objects}");
-    assert_eq!(objects[0]["name"], "x", "the refused report changed nothing");
+    assert_eq!(
+        objects[0]["name"], "x",
+        "the refused report changed nothing"
+    );
     assert_eq!(objects[0]["counts"]["current"], 1);
     assert_eq!(status["fleet"]["followers"], 1);
 }
@@ -353,10 +356,16 @@ fn a_bad_report_is_400_and_a_flood_429() {
     let status: serde_json::Value = serde_json::from_slice(&answer.unwrap().body).unwrap();
     assert_eq!(
         (&status["kind"], &status["reason"]),
-        (&serde_json::json!("Status"), &serde_json::json!("BadRequest"))
+        (
+            &serde_json::json!("Status"),
+            &serde_json::json!("BadRequest")
+        )
     );
     assert!(
-        status["message"].as_str().unwrap().contains("unknown field"),
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field"),
         "{status}"
     );
     let x = served_hash(&t, "team-a", "x");
@@ -376,7 +385,11 @@ fn a_bad_report_is_400_and_a_flood_429() {
     assert!(retry.is_some_and(|s| (1..=30).contains(&s)), "{retry:?}");
     let served = &t.hub.served;
     assert_eq!(
-        (served.fleet_reports("accepted"), served.fleet_reports("invalid"), served.fleet_reports("limited")),
+        (
+            served.fleet_reports("accepted"),
+            served.fleet_reports("invalid"),
+            served.fleet_reports("limited")
+        ),
         (3, 1, 2)
     );
 }
