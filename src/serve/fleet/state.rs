@@ -437,6 +437,36 @@ mod tests {
         assert_eq!(f.map["a"].wait(), Duration::from_secs(20), "its wait kept");
     }
 
+    /// A follower holding one long watch is heard from at each pull of it: not gone
+    /// while the hub still sends on it, gone a wait and the margin after its last pull.
+    #[test]
+    fn a_held_watch_keeps_its_follower_heard_from() {
+        struct Quiet;
+        impl Stream for Quiet {
+            fn pull(&mut self, now: Instant, _: usize) -> Pull {
+                Pull {
+                    chunks: Vec::new(),
+                    next: crate::https::server::Next::At(now),
+                }
+            }
+        }
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let fleet = Arc::new(Fleet::new(t0));
+        fleet.take("node-1", None, report(1), t0);
+        let pod = user("sa", Some("node-1"));
+        let mut watch = fleet.watching(Box::new(Quiet), &pod, Duration::from_secs(30));
+        for s in (30..=3000).step_by(30) {
+            watch.pull(at(s), 4096);
+        }
+        let f = fleet.read(at(3000));
+        assert!(
+            !fleet.gone(&f.map["node-1"], at(3000 + 90)),
+            "its wait came with it"
+        );
+        assert!(fleet.gone(&f.map["node-1"], at(3000 + 91)));
+    }
+
     /// Reports are bounded per follower: a burst, then the rate, with a moment to come back.
     #[test]
     fn reports_are_rate_bounded_per_follower() {
