@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use super::intake::{Checked, Holding};
@@ -141,8 +141,16 @@ impl Fleet {
 
     /// The follower `name` was heard from, with its wait in seconds if it said one. A
     /// name not kept changes nothing (only a report adds a follower).
+    ///
+    /// It runs on the server's own thread (every request, every pull of a held watch), so
+    /// it never waits: while a report or a view holds the followers for writing, a sighting
+    /// is let go (the next one counts; gone takes a wait and a minute of silence).
     pub fn seen_name(&self, name: &str, wait: Option<u64>, now: Instant) {
-        let followers = self.followers.read().recover();
+        let followers = match self.followers.try_read() {
+            Ok(f) => f,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
         if let Some(f) = followers.map.get(name) {
             f.seen.fetch_max(self.ms(now), Ordering::Relaxed);
             if let Some(w) = wait.filter(|w| *w > 0) {
