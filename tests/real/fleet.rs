@@ -213,7 +213,7 @@ fn followers_report_to_the_hub_and_status_shows_the_fleet() {
     assert_eq!(o["refused"][0]["follower"], "node-7", "the pod's name");
     assert_eq!(
         o["versions"],
-        json!([{"hash": served, "followers": 1}, {"hash": null, "followers": 1}])
+        json!([{"hash": null, "followers": 1}, {"hash": served, "followers": 1}])
     );
 
     // The pod takes the version: nothing asks for a person any more, exit 0.
