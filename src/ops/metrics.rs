@@ -143,7 +143,7 @@ fn serve_metrics(r: &mut Registry) -> (Decisions, Served) {
     );
     r.register(
         "fleet_followers",
-        "The followers of cmpoll serve by state (current, updating, behind, refused, gone), each counted once by its worst state over the objects it holds (docs/serve.md, \"The fleet's state\"); set when /metrics is read",
+        "The followers of cmpoll serve by state (current, updating, behind, refused, gone), each counted once by its worst state over the objects it holds (docs/serve.md, The fleet's state); set when /metrics is read",
         served.fleet_followers.clone(),
     );
     r.register(
