@@ -20,6 +20,9 @@
 //! Modified`, no body): a change reaches every waiting follower as soon as the hub's poll
 //! sees it (`hub_protocol`'s waiting list, for a follower whose role has no `watch`).
 //! Every answer says `x-cmpoll-hub`, so a follower knows it may ask to wait or watch.
+//! A follower's report (`hub_protocol::REPORT_PATH`) is answered by `fleet::report`; every
+//! authenticated request, and every pull of a follower's held watch, tells the fleet its
+//! follower was heard from.
 //! Whole lists are rendered once per poll and request shape, and gzipped once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
