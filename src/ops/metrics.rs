@@ -669,3 +669,36 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod documented {
+    use super::*;
+
+    /// Every family a hub exports is in docs/operations.md's table (tests/docs.rs holds a
+    /// `cmpoll run`'s /metrics to it, which has none of the hub's).
+    #[test]
+    fn a_hubs_families_are_documented() {
+        let m = Metrics::new();
+        m.expect(&Features {
+            serve: true,
+            ..Features::default()
+        });
+        let text = m.render();
+        let ops = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md");
+        let ops = std::fs::read_to_string(ops).unwrap_or_default();
+        let mut families = 0;
+        for t in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+            let (name, kind) = t.split_once(' ').unwrap_or((t, ""));
+            let sample = match kind {
+                "counter" => format!("{name}_total"),
+                _ => name.to_string(),
+            };
+            assert!(
+                ops.contains(&format!("| `{sample}")),
+                "{sample} is not in docs/operations.md"
+            );
+            families += 1;
+        }
+        assert!(families > 16, "{text}");
+    }
+}
