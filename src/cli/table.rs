@@ -97,6 +97,15 @@ pub struct StatusArgs {
     /// list this module (NS/NAME, or KIND/NS/NAME), whatever its state; repeatable
     #[argh(option, arg_name = "MODULE")]
     pub module: Vec<String>,
+    /// ask a hub (cmpoll serve) for its fleet: per object, how many followers hold the served version, and who is behind, refused it (and why) or is gone; exit 1 when a follower refused or is behind
+    #[argh(switch)]
+    pub fleet: bool,
+    /// present the token in FILE to --server-url (a hub answers /status to a token allowed get on it)
+    #[argh(option, arg_name = "FILE")]
+    pub token_file: Option<String>,
+    /// trust the CA certificates in FILE for an https:// --server-url (a hub's serving certificate)
+    #[argh(option, arg_name = "FILE")]
+    pub ca_file: Option<String>,
 }
 
 impl StatusArgs {

@@ -141,6 +141,16 @@ fn serve_metrics(r: &mut Registry) -> (Decisions, Served) {
         "Watches cmpoll serve started, by who: follower (a cmpoll follower's, ending at its first change) or stream (any other client's)",
         served.watches.clone(),
     );
+    r.register(
+        "fleet_followers",
+        "The followers of cmpoll serve by state (current, updating, behind, refused, gone), each counted once by its worst state over the objects it holds (docs/serve.md, The fleet's state); set when /metrics is read",
+        served.fleet_followers.clone(),
+    );
+    r.register(
+        "fleet_reports",
+        "Reports from followers to cmpoll serve, by result: accepted, invalid (400), forbidden (403), limited (429)",
+        served.fleet_reports.clone(),
+    );
     (decisions, served)
 }
 
@@ -151,6 +161,8 @@ pub struct Served {
     requests: Family<Labels, Counter>,
     waits: Family<Labels, Counter>,
     watches: Family<Labels, Counter>,
+    fleet_followers: Family<Labels, Gauge>,
+    fleet_reports: Family<Labels, Counter>,
 }
 
 impl Served {
@@ -170,6 +182,25 @@ impl Served {
     /// change) or `stream` (any other client's).
     pub fn watched(&self, by: &str) {
         self.watches.get_or_create(&label("by", by)).inc();
+    }
+
+    /// How many followers are in `state` now.
+    pub fn fleet_followers(&self, state: &str, n: usize) {
+        (self.fleet_followers.get_or_create(&label("state", state))).set(n as i64);
+    }
+
+    /// One report answered: `accepted`, `invalid`, `forbidden`, `limited`.
+    pub fn fleet_report(&self, result: &str) {
+        self.fleet_reports
+            .get_or_create(&label("result", result))
+            .inc();
+    }
+
+    /// The count of reports with `result` so far.
+    pub fn fleet_reports(&self, result: &str) -> u64 {
+        self.fleet_reports
+            .get_or_create(&label("result", result))
+            .get()
     }
 }
 
@@ -232,6 +263,9 @@ pub const TURNED_AWAY: [&str; 11] = [
     "reviews",
     "signed",
 ];
+
+/// A follower's states (`cmpoll_fleet_followers{state}`).
+pub const FLEET_STATES: [&str; 5] = ["current", "updating", "behind", "refused", "gone"];
 
 /// The features whose metric families `Metrics::expect` exports at 0 from the start.
 #[derive(Clone, Copy, Debug, Default)]
@@ -438,6 +472,12 @@ impl Metrics {
             for by in ["follower", "stream"] {
                 let _ = self.served.watches.get_or_create(&label("by", by));
             }
+            for state in FLEET_STATES {
+                let _ = (self.served.fleet_followers).get_or_create(&label("state", state));
+            }
+            for result in ["accepted", "invalid", "forbidden", "limited"] {
+                let _ = (self.served.fleet_reports).get_or_create(&label("result", result));
+            }
             for why in TURNED_AWAY {
                 let _ = self.server.turned_away.get_or_create(&label("why", why));
             }
@@ -627,5 +667,38 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }
+    }
+}
+
+#[cfg(test)]
+mod documented {
+    use super::*;
+
+    /// Every family a hub exports is in docs/operations.md's table (tests/docs.rs holds a
+    /// `cmpoll run`'s /metrics to it, which has none of the hub's).
+    #[test]
+    fn a_hubs_families_are_documented() {
+        let m = Metrics::new();
+        m.expect(&Features {
+            serve: true,
+            ..Features::default()
+        });
+        let text = m.render();
+        let ops = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md");
+        let ops = std::fs::read_to_string(ops).unwrap_or_default();
+        let mut families = 0;
+        for t in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+            let (name, kind) = t.split_once(' ').unwrap_or((t, ""));
+            let sample = match kind {
+                "counter" => format!("{name}_total"),
+                _ => name.to_string(),
+            };
+            assert!(
+                ops.contains(&format!("| `{sample}")),
+                "{sample} is not in docs/operations.md"
+            );
+            families += 1;
+        }
+        assert!(families > 16, "{text}");
     }
 }

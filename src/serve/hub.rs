@@ -20,6 +20,9 @@
 //! Modified`, no body): a change reaches every waiting follower as soon as the hub's poll
 //! sees it (`hub_protocol`'s waiting list, for a follower whose role has no `watch`).
 //! Every answer says `x-cmpoll-hub`, so a follower knows it may ask to wait or watch.
+//! A follower's report (`hub_protocol::REPORT_PATH`) is answered by `fleet::report`; every
+//! authenticated request, and every pull of a follower's held watch, tells the fleet its
+//! follower was heard from.
 //! Whole lists are rendered once per poll and request shape, and gzipped once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +31,8 @@ use std::time::{Instant, SystemTime};
 
 use super::auth::{Attributes, Auth, Halt, HubLane, User, Who};
 use super::discovery;
+use super::fleet::Fleet;
+use super::fleet::report::Intake;
 use super::held::{Held, HeldObject, Versions};
 use super::impersonate;
 use super::render::{self, More};
@@ -37,8 +42,8 @@ use super::status::StatusError;
 use super::watch::{Timeline, Watch};
 use crate::backoff::Rng;
 use crate::https::http::{Answer, Request};
-use crate::https::server::{Call, Handler, Holder, Peer, Reply, Wake};
-use crate::hub_protocol::{BEHIND_WAIT, HUB_HEADER};
+use crate::https::server::{Call, Handler, Holder, Peer, Reply, Stream, Wake};
+use crate::hub_protocol::{BEHIND_WAIT, HUB_HEADER, WAIT_HEADER};
 use crate::locks::Recover;
 use crate::ops::health::Health;
 use crate::ops::metrics::{Metrics, Served};
@@ -59,6 +64,8 @@ pub struct Hub {
     /// A request waits because this hub is behind it: the next poll wakes the waiters.
     behind: AtomicBool,
     rng: Mutex<Rng>,
+    /// What the followers reported and when each was last heard from (`fleet/`).
+    fleet: Arc<Fleet>,
 }
 
 /// What a read asks, besides its request: the query as the apiserver reads it, what it
@@ -88,6 +95,7 @@ impl Hub {
             renders: Renders::default(),
             behind: AtomicBool::new(false),
             rng: Mutex::new(Rng::from_time()),
+            fleet: Arc::new(Fleet::default()),
         }
     }
 
@@ -107,6 +115,7 @@ impl Hub {
             .unwrap_or_else(|| Arc::new(Held::empty(self.kinds)));
         let changes = |h: &Held| -> Vec<u64> { h.scopes.iter().map(|s| s.changed).collect() };
         let changed = t.held.is_none() || changes(&prev) != changes(&held);
+        self.fleet.served(&held, Instant::now());
         t.history.record(&prev, &held);
         t.held = Some(Arc::new(held));
         drop(t);
@@ -132,6 +141,7 @@ impl Hub {
         lane: HubLane,
     ) -> Result<(Who, Attributes), Halt> {
         let who = self.auth.authenticate(req.header("authorization"), lane)?;
+        (self.fleet).seen(&who.user, req.header(WAIT_HEADER), Instant::now());
         let what = request::attributes(&req.method, &req.path, query, route);
         match impersonate::refused(&who.user, &req.headers, &what) {
             Some(r) => Err(r.into()),
@@ -167,6 +177,15 @@ impl Hub {
                     200,
                     discovery::body(d, self.kinds, &addr),
                 )))
+            }
+            Route::Report => {
+                let (who, _) = self.who(req, &route, &query, lane)?;
+                let intake = Intake {
+                    fleet: &self.fleet,
+                    auth: &self.auth,
+                    served: &self.served,
+                };
+                intake.answer(req, &who.user, lane).map(Reply::Answer)
             }
             Route::Unknown => {
                 self.who(req, &route, &query, lane)?;
@@ -229,10 +248,25 @@ impl Hub {
                     return Err(Halt::Lane(HubLane::Render));
                 }
                 Ok(match path {
-                    "/metrics" => Answer::metrics((self.metrics.lock().recover()).render()),
+                    "/metrics" => {
+                        self.fleet_gauges();
+                        Answer::metrics((self.metrics.lock().recover()).render())
+                    }
                     _ => Answer::json(200, self.status()),
                 })
             }
+        }
+    }
+
+    /// `cmpoll_fleet_followers{state}`, as the fleet is now.
+    fn fleet_gauges(&self) {
+        let held = self.current();
+        let (_, totals) = match &held {
+            Some(h) => self.fleet.objects(h, Instant::now()),
+            None => Default::default(),
+        };
+        for s in super::fleet::view::State::ALL {
+            self.served.fleet_followers(s.word(), totals.get(s));
         }
     }
 
@@ -253,6 +287,7 @@ impl Hub {
             history: &timeline.history,
             kinds: self.kinds,
             renders: &self.renders,
+            fleet: self.fleet.status(held.as_deref(), Instant::now()),
         };
         status_page::body(&seen)
     }
@@ -323,9 +358,13 @@ impl Hub {
             } else {
                 "stream"
             });
+            let stream: Box<dyn Stream> = Box::new(watch);
             return Ok(Reply::Stream {
                 head: Answer::json(200, Vec::new()),
-                stream: Box::new(watch),
+                stream: match ask.wait {
+                    Some(wait) => self.fleet.watching(stream, &user, wait),
+                    None => stream,
+                },
                 holder,
             });
         }

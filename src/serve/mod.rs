@@ -17,6 +17,7 @@ pub mod authn;
 pub mod authz;
 pub mod discovery;
 pub mod event;
+pub mod fleet;
 pub mod held;
 pub mod history;
 pub mod hub;
@@ -105,6 +106,9 @@ pub const MAX_PINNED: usize = 32 << 20;
 /// refused) may hold together: 4,096 of them at 16 KiB each.
 pub const MAX_LOOSE: usize = 64 << 20;
 
+/// What the report bodies being read or answered may hold together: 32 of the largest.
+pub const MAX_BODIES: usize = 32 << 20;
+
 /// Workers that make the TLS handshakes (their crypto), at a lower priority than the
 /// server's thread.
 const HANDSHAKERS: usize = 2;
@@ -136,10 +140,16 @@ fn limits(counts: ServerCounts) -> Limits {
         idle: Duration::from_secs(120),
         write_deadline: Duration::from_secs(60),
         max_head: crate::https::http::MAX_HEAD,
-        max_body: 64 * 1024,
-        // It serves GETs: a body is never read (a POST is a 401, 403 or 405 without it).
-        bodies: Bodies::None,
-        max_bodies: 0,
+        // A follower's report (`hub_protocol::REPORT_PATH`) is the one body read (any
+        // other request is answered without its body: a POST elsewhere is a 401, 403 or
+        // 405); one over `MAX_REPORT` is a 413 from its head; the bodies held at once share
+        // `MAX_BODIES` (then 503, Retry-After).
+        max_body: crate::hub_protocol::MAX_REPORT,
+        bodies: Bodies::Post {
+            path: crate::hub_protocol::REPORT_PATH,
+            cert: false,
+        },
+        max_bodies: MAX_BODIES,
         keep_alive: true,
         lanes: HubLane::ALL.map(lane).to_vec(),
         max_held: MAX_HELD,

@@ -26,6 +26,8 @@ pub enum Route {
     Discovery(Discovery),
     /// `/healthz`, `/livez`, `/readyz`, `/metrics`, `/status`.
     Ops(&'static str),
+    /// `hub_protocol::REPORT_PATH`: a follower's report.
+    Report,
     /// Nothing the hub serves.
     Unknown,
 }
@@ -248,6 +250,10 @@ fn watch_options(a: &Ask, rv_match: Option<&str>) -> Vec<FieldError> {
 
 /// Where `path` goes.
 pub fn route(path: &str) -> Route {
+    // Exactly this path: the server reads a body only for it (`serve::limits`).
+    if path == crate::hub_protocol::REPORT_PATH {
+        return Route::Report;
+    }
     let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     let kind = |s: &str| match s {
         "configmaps" => Some(Resource::ConfigMaps),

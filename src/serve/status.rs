@@ -302,6 +302,18 @@ impl StatusError {
         StatusError::new(410, "Expired", message)
     }
 
+    /// A method the path does not take (a report that is not a POST): the apiserver's
+    /// `NewMethodNotSupported` words for a path of its own.
+    pub fn method_not_allowed() -> StatusError {
+        let mut r = StatusError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        );
+        r.details = Some(Box::default());
+        r
+    }
+
     pub fn too_many_requests() -> StatusError {
         let mut r = StatusError::new(
             429,

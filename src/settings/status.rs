@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use super::lookup::{Error, parse_listen, usage};
 use crate::cli::{StatusArgs, flag};
 use crate::status::answer::{Query, State};
-use crate::status::{Options as StatusSettings, Target};
+use crate::status::{Credentials, Options as StatusSettings, Target};
 
 /// `cmpoll status`'s settings.
 pub fn status(
@@ -47,10 +47,34 @@ pub fn status(
         modules: args.module.iter().map(|m| m.trim().to_string()).collect(),
         summary: false,
     };
+    let server = matches!(target, Target::Server(_));
+    let path = |flag: &str, v: &Option<String>| -> Result<Option<PathBuf>, Error> {
+        match (given(v), server) {
+            (Some(_), false) => Err(usage(flag, "only used with --server-url (a daemon asked)")),
+            (v, _) => Ok(v.map(PathBuf::from)),
+        }
+    };
+    if args.fleet && !server {
+        return Err(usage(
+            "--fleet",
+            "only used with --server-url (a hub asked)",
+        ));
+    }
+    if args.fleet && (args.all || !args.module.is_empty()) {
+        return Err(usage(
+            "--fleet",
+            "not used with --all or --module (a hub lists its fleet's objects)",
+        ));
+    }
     Ok(StatusSettings {
         target,
         json: args.json,
         query,
+        fleet: args.fleet,
+        credentials: Credentials {
+            token_file: path("--token-file", &args.token_file)?,
+            ca_file: path("--ca-file", &args.ca_file)?,
+        },
     })
 }
 
@@ -100,6 +124,9 @@ mod tests {
             json: false,
             all: false,
             module: Vec::new(),
+            fleet: false,
+            token_file: None,
+            ca_file: None,
         }
     }
 
@@ -209,6 +236,47 @@ mod tests {
                 }
                 (got, want) => panic!("{url:?} {dir:?} {vars:?}: {got:?}, want {want:?}"),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod fleet_tests {
+    use super::*;
+    use argh::FromArgs as _;
+
+    /// `--fleet`, `--token-file` and `--ca-file` ask a server; the first lists no module.
+    #[test]
+    fn fleet_and_credentials_ask_a_server() {
+        let none = |_: &str| None;
+        let parse = |a: &[&str]| StatusArgs::from_args(&["status"], a).unwrap();
+        let s = status(
+            &parse(&[
+                "--server-url",
+                "https://hub:8443",
+                "--fleet",
+                "--token-file",
+                "/t",
+                "--ca-file",
+                "/ca",
+            ]),
+            &none,
+        )
+        .unwrap();
+        assert!(s.fleet);
+        assert_eq!(s.credentials.token_file, Some(PathBuf::from("/t")));
+        assert_eq!(s.credentials.ca_file, Some(PathBuf::from("/ca")));
+        for (a, flag) in [
+            (&["--out-dir", "/o", "--fleet"][..], "--fleet"),
+            (
+                &["--out-dir", "/o", "--token-file", "/t"][..],
+                "--token-file",
+            ),
+            (&["--out-dir", "/o", "--ca-file", "/c"][..], "--ca-file"),
+            (&["--fleet", "--all"][..], "--fleet"),
+        ] {
+            let e = status(&parse(a), &none).unwrap_err().to_string();
+            assert!(e.contains(flag), "{a:?}: {e}");
         }
     }
 }

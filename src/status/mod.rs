@@ -3,10 +3,15 @@
 //! a table (or, `--json`, the answer). Exit 0 when every module is delivered and the last
 //! poll and reload succeeded, 1 when anything is wrong or the daemon cannot be asked.
 //!
+//! `--fleet` asks a hub (`cmpoll serve`) for its fleet instead (`fleet.rs`), with
+//! `--token-file` and `--ca-file` (a hub answers `/status` to a token allowed `get` on it,
+//! over HTTPS): exit 1 when a follower refused a served version or is behind.
+//!
 //! From a folder, a rejection shows the validator's exit status only: the record does not
 //! say whether a module is a ConfigMap or a Secret, and a Secret's output never goes out.
 
 pub mod answer;
+mod fleet;
 mod table;
 
 use std::path::Path;
@@ -32,6 +37,16 @@ pub struct Options {
     pub json: bool,
     /// Which modules to list (by default those rejected or not written).
     pub query: Query,
+    /// `--fleet`: a hub's fleet.
+    pub fleet: bool,
+    pub credentials: Credentials,
+}
+
+/// How the daemon is asked: `--token-file`, `--ca-file`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Credentials {
+    pub token_file: Option<std::path::PathBuf>,
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// How long the daemon may take to answer.
@@ -40,8 +55,11 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ANSWER: u64 = 512 * 1024 * 1024;
 
 pub fn run(s: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+    if let (true, Target::Server(url)) = (s.fleet, &s.target) {
+        return run_fleet(url, &s, env);
+    }
     let (answer, raw) = match &s.target {
-        Target::Server(url) => ask(url, &s.query, env)?,
+        Target::Server(url) => ask(url, &s.query, &s.credentials, env)?,
         Target::Folder(dir) => {
             let r = from_folder(dir, &s.query)?;
             let raw = serde_json::to_string_pretty(&r).unwrap_or_default() + "\n";
@@ -66,10 +84,46 @@ pub fn run(s: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error
     Err(Error::Exit(1))
 }
 
+/// `--fleet`: the hub's fleet, as a table or (`--json`) as it wrote it; exit 1 when a
+/// follower refused or is behind.
+fn run_fleet(url: &str, s: &Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+    let shown = crate::http::url::redact(&format!("{url}/status"));
+    let body = get(url, &format!("{url}/status"), &s.credentials, env)?;
+    let status: serde_json::Value = serde_json::from_str(&body)
+        .map_err(|e| Error::Runtime(format!("{shown}: not a cmpoll status answer: {e}")))?;
+    let answer = match fleet::Fleet::from_status(&status) {
+        None => {
+            return Err(Error::Runtime(format!(
+                "{shown}: no fleet here: not a hub (cmpoll serve), or one older than {}",
+                env!("CARGO_PKG_VERSION")
+            )));
+        }
+        Some(f) => f.map_err(|e| Error::Runtime(format!("{shown}: not a fleet: {e}")))?,
+    };
+    if s.json {
+        let raw = serde_json::to_string_pretty(&status["fleet"]).unwrap_or_default();
+        println!("{raw}");
+    } else {
+        print!("{}", answer.table());
+    }
+    let problems = answer.problems();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    if !s.json {
+        eprintln!();
+        for p in &problems {
+            eprintln!("cmpoll status: {p}");
+        }
+    }
+    Err(Error::Exit(1))
+}
+
 /// `GET URL/status`: the report and the answer as it came.
 fn ask(
     url: &str,
     query: &Query,
+    credentials: &Credentials,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(StatusReport, String), Error> {
     let shown = crate::http::url::redact(&format!("{url}/status"));
@@ -77,9 +131,39 @@ fn ask(
         q if q.is_empty() => format!("{url}/status"),
         q => format!("{url}/status?{q}"),
     };
-    let trust = match url.starts_with("https://") {
-        true => Trust::Platform,
-        false => Trust::Insecure,
+    let body = get(url, &status_url, credentials, env)?;
+    let answer: StatusReport = serde_json::from_str(&body)
+        .map_err(|e| Error::Runtime(format!("{shown}: not a cmpoll status answer: {e}")))?;
+    // An older daemon reads no query: it answers every module, narrowed here.
+    Ok((answer.narrowed(query), body))
+}
+
+/// `GET status_url` of the daemon at `url`, with `credentials`: its body, when 200.
+fn get(
+    url: &str,
+    status_url: &str,
+    credentials: &Credentials,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, Error> {
+    let shown = crate::http::url::redact(&format!("{url}/status"));
+    let read = |flag: &str, p: &Path| {
+        std::fs::read(p).map_err(|e| Error::Config(format!("{flag} {}: {e}", p.display())))
+    };
+    let trust = match (&credentials.ca_file, url.starts_with("https://")) {
+        (Some(ca), _) => Trust::Pem {
+            pem: read("--ca-file", ca)?,
+            origin: format!("--ca-file {}", ca.display()),
+        },
+        (None, true) => Trust::Platform,
+        (None, false) => Trust::Insecure,
+    };
+    let token = match &credentials.token_file {
+        Some(p) => {
+            let t = String::from_utf8(read("--token-file", p)?)
+                .map_err(|_| Error::Config(format!("--token-file {}: not UTF-8", p.display())))?;
+            Some(crate::secret::Secret::new(t.trim().to_string()))
+        }
+        None => None,
     };
     let tls = tls::client_config(&trust, None, env).map_err(Error::Config)?;
     let agent = crate::http::agent(crate::http::AgentOptions {
@@ -90,7 +174,11 @@ fn ask(
         proxy: None,
         keep_idle: crate::http::SHORT_IDLE,
     });
-    let mut answer = agent.get(&status_url).call().map_err(|e| {
+    let mut request = agent.get(status_url);
+    if let Some(t) = &token {
+        request = request.header("Authorization", format!("Bearer {}", t.expose()));
+    }
+    let mut answer = request.call().map_err(|e| {
         Error::Runtime(format!(
             "cannot ask {shown}: {e} (is cmpoll run serving --listen there? give --server-url, or --out-dir to read a folder)"
         ))
@@ -112,10 +200,7 @@ fn ask(
         let first = body.lines().next().unwrap_or("");
         return Err(Error::Runtime(format!("{shown}: {code}: {first}")));
     }
-    let answer: StatusReport = serde_json::from_str(&body)
-        .map_err(|e| Error::Runtime(format!("{shown}: not a cmpoll status answer: {e}")))?;
-    // An older daemon reads no query: it answers every module, narrowed here.
-    Ok((answer.narrowed(query), body))
+    Ok(body)
 }
 
 /// What an output folder records: every module it holds (delivered), what `--validate`

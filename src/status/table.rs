@@ -128,7 +128,7 @@ impl StatusReport {
 }
 
 /// Left-aligned columns three spaces apart, as kubectl prints them.
-fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+pub fn columns<const N: usize>(rows: &[[String; N]]) -> String {
     let mut width = [0usize; N];
     for r in rows {
         for (w, c) in width.iter_mut().zip(r) {

@@ -16,6 +16,7 @@ mod credentials;
 // answers compared (never more than the apiserver); `CMPOLL_DIFF_SEED`, `CMPOLL_DIFF_CASES`.
 mod differential;
 mod events;
+mod fleet;
 mod flow;
 mod following;
 mod hostile;

@@ -1,5 +1,5 @@
 //! The hub's `/status` page: its readiness, its last poll and each scope's versions, what
-//! its history keeps and its renders hold — made of what the hub hands it, no state of its
+//! its history keeps and its renders hold, and its fleet's state — made of what the hub hands it, no state of its
 //! own.
 
 use super::super::held::Held;
@@ -16,6 +16,8 @@ pub struct Seen<'a> {
     pub history: &'a History,
     pub kinds: Resources,
     pub renders: &'a Renders,
+    /// The fleet's state (`fleet::Fleet::status`).
+    pub fleet: serde_json::Value,
 }
 
 /// The page's JSON.
@@ -50,6 +52,7 @@ pub fn body(seen: &Seen) -> Vec<u8> {
         "objects": held.map_or(0, |h| h.len()),
         "scopes": scopes,
         "lastError": seen.last_error,
+        "fleet": seen.fleet,
     });
     serde_json::to_vec_pretty(&json).unwrap_or_default()
 }

@@ -284,3 +284,128 @@ fn a_continue_token_past_a_change_is_410() {
     ));
     assert_eq!(t.status(&next), 410);
 }
+
+/// A follower's report (`hub_protocol::REPORT_PATH`) naming `modules` (namespace, name),
+/// each held at `hash`.
+fn report(token: Option<&str>, modules: &[(&str, &str)], hash: &str) -> Request {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![(crate::hub_protocol::WAIT_HEADER, "30")];
+    if let Some(a) = &auth {
+        headers.push(("Authorization", a));
+    }
+    let mut req = request("POST", crate::hub_protocol::REPORT_PATH, &headers);
+    let modules: Vec<serde_json::Value> = (modules.iter())
+        .map(|(ns, n)| serde_json::json!({"module": format!("{ns}/{n}"), "kind": "ConfigMap", "hash": hash}))
+        .collect();
+    req.body = serde_json::to_vec(&serde_json::json!({ "modules": modules })).unwrap();
+    req
+}
+
+fn served_hash(t: &Test, ns: &str, name: &str) -> String {
+    let held = t.hub.current().unwrap();
+    held.get(crate::source::Resource::ConfigMaps, ns, name)
+        .unwrap()
+        .hash
+        .to_string()
+}
+
+/// A report: 401 without a token or with a bad one (nothing reviewed for an anonymous
+/// one); a method but POST is 405; taken (204) on a lane where reviews may wait, for who
+/// may list each namespace it names; one namespace not allowed is a 403 for the whole
+/// report, in the apiserver's words, and nothing of it is kept.
+#[test]
+fn a_report_is_authenticated_and_authorized_per_namespace() {
+    let t = hub(true);
+    let x = served_hash(&t, "team-a", "x");
+    assert_eq!(t.status(&report(None, &[("team-a", "x")], &x)), 401);
+    assert_eq!(t.reviews(), (0, 0));
+    assert_eq!(t.status(&report(Some("bad"), &[("team-a", "x")], &x)), 401);
+    let mut get = report(Some("good"), &[], &x);
+    get.method = "GET".into();
+    assert_eq!(t.status(&get), 405);
+    let (lanes, got, _) = t.ask(&report(Some("good"), &[("team-a", "x")], &x));
+    assert_eq!((lanes, got), (vec!["authz"], Got::Status(204)));
+    let both = report(Some("good"), &[("team-a", "z"), ("team-b", "y")], &x);
+    let (_, got, answer) = t.ask(&both);
+    assert_eq!(got, Got::Status(403));
+    let body = String::from_utf8_lossy(&answer.unwrap().body).to_string();
+    assert!(
+        body.contains(r#"configmaps is forbidden: User \"alice\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"team-b\""#),
+        "{body}"
+    );
+    let status: serde_json::Value = serde_json::from_slice(&t.hub.status()).unwrap();
+    let objects = &status["fleet"]["objects"];
+    assert_eq!(objects.as_array().unwrap().len(), 1, "{objects}");
+    assert_eq!(
+        objects[0]["name"], "x",
+        "the refused report changed nothing"
+    );
+    assert_eq!(objects[0]["counts"]["current"], 1);
+    assert_eq!(status["fleet"]["followers"], 1);
+}
+
+/// A body that is not a report is a 400 in the apiserver's words; a follower over its
+/// report budget is a 429 with `Retry-After`, before its body is read.
+#[test]
+fn a_bad_report_is_400_and_a_flood_429() {
+    let t = hub(true);
+    let mut bad = report(Some("good"), &[], "");
+    bad.body = br#"{"modules":[],"unknown":true}"#.to_vec();
+    let (_, got, answer) = t.ask(&bad);
+    assert_eq!(got, Got::Status(400));
+    let status: serde_json::Value = serde_json::from_slice(&answer.unwrap().body).unwrap();
+    assert_eq!(
+        (&status["kind"], &status["reason"]),
+        (
+            &serde_json::json!("Status"),
+            &serde_json::json!("BadRequest")
+        )
+    );
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field"),
+        "{status}"
+    );
+    let x = served_hash(&t, "team-a", "x");
+    let ok = report(Some("good"), &[("team-a", "x")], &x);
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        codes.push(t.status(&ok));
+    }
+    // The 400 took one of the burst of 4.
+    assert_eq!(codes, [204, 204, 204, 429]);
+    let (_, _, answer) = t.ask(&ok);
+    let answer = answer.unwrap();
+    assert_eq!(answer.status, 429);
+    let retry = (answer.headers.iter())
+        .find(|(k, _)| k.eq_ignore_ascii_case("Retry-After"))
+        .map(|(_, v)| v.parse::<u64>().unwrap());
+    assert!(retry.is_some_and(|s| (1..=30).contains(&s)), "{retry:?}");
+    let served = &t.hub.served;
+    assert_eq!(
+        (
+            served.fleet_reports("accepted"),
+            served.fleet_reports("invalid"),
+            served.fleet_reports("limited")
+        ),
+        (3, 1, 2)
+    );
+}
+
+/// The fleet's state is on `/metrics` as totals per state, no follower named.
+#[test]
+fn the_fleet_is_on_metrics_without_names() {
+    let t = hub(true);
+    let x = served_hash(&t, "team-a", "x");
+    assert_eq!(t.status(&report(Some("good"), &[("team-a", "x")], &x)), 204);
+    t.hub.fleet_gauges();
+    let text = (t.hub.metrics.lock().unwrap()).render();
+    assert!(
+        text.contains(r#"cmpoll_fleet_followers{state="current"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"cmpoll_fleet_reports_total{result="accepted"} 1"#));
+    assert!(!text.contains("alice"));
+}
