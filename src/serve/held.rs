@@ -75,6 +75,17 @@ impl HeldObject {
         ))
     }
 
+    /// Its uid, read from its metadata (empty if it has none).
+    pub fn uid(&self) -> String {
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            #[serde(default)]
+            uid: String,
+        }
+        serde_json::from_slice::<Meta>(self.raw.metadata())
+            .map_or_else(|_| String::new(), |m| m.uid)
+    }
+
     /// Its key in the apiserver's order: `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

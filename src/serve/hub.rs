@@ -258,6 +258,14 @@ impl Hub {
         }
     }
 
+    /// What the fleet's reports tell the authors of the objects served now (`fleet/told.rs`).
+    pub fn fleet_notices(&self) -> Vec<super::telling::Notice> {
+        match self.current() {
+            Some(h) => super::fleet::told::notices(&self.fleet.objects(&h, Instant::now()).0, &h),
+            None => Vec::new(),
+        }
+    }
+
     /// `cmpoll_fleet_followers{state}`, as the fleet is now.
     fn fleet_gauges(&self) {
         let held = self.current();

@@ -401,9 +401,6 @@ impl PollLoop {
         let held = Arc::new(held);
         self.upstream = Some(held.clone());
         let (served, judged) = v.judge(&held, served);
-        if let Some(t) = &self.teller {
-            t.tell(v.notices(&held));
-        }
         let held = served;
         {
             let m = self.observers.metrics();
@@ -421,6 +418,20 @@ impl PollLoop {
             }
         }
         held
+    }
+
+    /// `--report-events`: what there is to tell now — the versions the hub refused, and
+    /// those its followers refused — handed to the thread that writes the Events.
+    fn tell(&self) {
+        let Some(t) = &self.teller else {
+            return;
+        };
+        let mut notices = match (&self.validated, &self.upstream) {
+            (Some(v), Some(upstream)) => v.notices(upstream),
+            _ => Vec::new(),
+        };
+        notices.extend(self.hub.fleet_notices());
+        t.tell(notices);
     }
 
     /// Not ready from now on; the followers let go over the drain window. When it ends.
@@ -463,6 +474,7 @@ impl PollLoop {
                 if let Some(v) = &mut self.validated {
                     v.keep_good();
                 }
+                self.tell();
                 // A change held back (a scope listed before a write another one saw):
                 // the next poll takes every scope of its kind past it.
                 for (kind, rv) in self.hub.held_back() {

@@ -213,7 +213,7 @@ impl Validated {
                     kind,
                     namespace: o.namespace.clone(),
                     name: o.name.clone(),
-                    uid: uid(o),
+                    uid: o.uid(),
                     resource_version: o.resource_version.clone(),
                 },
                 hash: *hash,
@@ -402,16 +402,6 @@ fn reread(id: &str, json: &[u8], hash: Hash) -> Result<HeldObject, String> {
         ));
     }
     Ok(o)
-}
-
-/// The object's uid, read from its metadata.
-fn uid(o: &HeldObject) -> String {
-    #[derive(serde::Deserialize)]
-    struct Meta {
-        #[serde(default)]
-        uid: String,
-    }
-    serde_json::from_slice::<Meta>(o.raw.metadata()).map_or_else(|_| String::new(), |m| m.uid)
 }
 
 /// `good` as served while `held` is held back: with the annotation saying so.

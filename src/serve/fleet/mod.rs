@@ -2,11 +2,12 @@
 //! (`report.rs`, the endpoint; `intake.rs`, a report read and checked), what is kept of
 //! each follower and when it was last heard from (`state.rs`: `Fleet`, bounded), and the
 //! fleet's state per served object read off them (`view.rs`: for `/status`, `/metrics`,
-//! and the Events to come). docs/serve.md ("The fleet's state") is the user's account.
+//! and, `told.rs`, the Events that tell the objects' authors). docs/serve.md ("The fleet's state") is the user's account.
 
 pub mod intake;
 pub mod report;
 pub mod state;
+pub mod told;
 pub mod view;
 
 pub use self::state::Fleet;
