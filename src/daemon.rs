@@ -294,7 +294,11 @@ impl Daemon {
                 // Before the store takes the poll's snapshot: the spool has its contents.
                 let held = &store.snapshot;
                 (self.observers).committed(&c.record, &store.spool, c.polled(), held);
-                c.into_store(&mut store)
+                let refused = self.delivery.refusals(c.polled());
+                let record = c.into_store(&mut store);
+                // After: the store holds what the sinks hold.
+                (self.observers).holding(&store.snapshot, &record, refused);
+                record
             }
             Err(e) => {
                 self.shutdown(None);

@@ -40,6 +40,7 @@ mod fetch;
 mod http;
 mod https;
 mod hub_protocol;
+mod hub_report;
 mod idmap;
 pub mod kube;
 mod ledger;
@@ -167,10 +168,15 @@ fn run_daemon(
             ops::health::ReloadOutcomes::default(),
         )
     });
+    let hub_reports = match run.daemon.once {
+        false => hub_reports(&run.source, run.daemon.interval, &metrics, env)?,
+        true => None,
+    };
     let parts = Parts {
         metrics,
         in_flight,
         reporter,
+        hub_reports,
         ledger,
     };
     daemon(poller, &run, timeout, parts, env)
@@ -211,11 +217,40 @@ fn reporter(
     .map_err(Error::Config)
 }
 
+/// A follower's reports to its hub (`hub_report`): a client of its own (the source's
+/// credentials, CA, TLS and proxy) on a thread of its own, idle until the source turns out
+/// to be a hub. None from `--manifests`.
+fn hub_reports(
+    source: &source::origin::Options,
+    interval: std::time::Duration,
+    metrics: &Metrics,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<hub_report::HubReports>, Error> {
+    let source::origin::Origin::Api(flags) = &source.origin else {
+        return Ok(None);
+    };
+    let config = kube::Config::resolve(flags, env).map_err(Error::Config)?;
+    let handles = kube::client::Handles::apart(metrics);
+    let client =
+        kube::Client::new(&config, source.client.clone(), handles, env).map_err(Error::Config)?;
+    let hub = hub_report::KubeHub {
+        client,
+        wait: source.wait.unwrap_or(interval),
+    };
+    let results = metrics.hub_reports();
+    results.expect(&["ok", "error"]);
+    hub_report::HubReports::start(hub, results)
+        .map(Some)
+        .map_err(Error::Config)
+}
+
 /// What `cmpoll run` is made with besides its settings.
 struct Parts {
     metrics: Metrics,
     in_flight: InFlight,
     reporter: Option<report::Reporter>,
+    /// A follower's reports to its hub.
+    hub_reports: Option<hub_report::HubReports>,
     /// `/status`, with `--listen`.
     ledger: Option<ledger::Ledger>,
 }
@@ -232,6 +267,7 @@ fn daemon(
         metrics,
         in_flight,
         reporter,
+        hub_reports,
         ledger,
     } = parts;
     let interval = run.daemon.interval;
@@ -312,7 +348,8 @@ fn daemon(
     let names = batch::Delivery::sink_names(&sinks);
     let observers = batch::Observers::new(ops.health.clone(), ops.metrics.clone())
         .reporting(reporter)
-        .recording(ledger, names);
+        .recording(ledger, names)
+        .telling_hub(hub_reports, run.source.selection.resources);
     let delivery = batch::Delivery::new(gate, sinks).fetching(fetcher);
     daemon::Daemon::new(run.daemon.clone(), delivery, observers, ops).run(poller, store)
 }

@@ -108,7 +108,7 @@ for m, p in files.items():
                 edges.add((m, t))
 
 LAYERS = [('lib', 'main'), ('cli', 'settings'), ('daemon', 'list', 'webhook', 'serve', 'status'),
-          ('sink',), ('batch',), ('fetch', 'validate', 'report', 'ledger', 'template'),
+          ('sink',), ('batch',), ('fetch', 'validate', 'report', 'hub_report', 'ledger', 'template'),
           ('poll',), ('source',), ('https',), ('kube',), ('http',),
           ('ops', 'atomic', 'backoff', 'reason', 'secret', 'selector', 'names', 'words',
            'idmap', 'error', 'hub_protocol', 'locks')]

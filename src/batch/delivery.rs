@@ -20,6 +20,7 @@ use super::observe::{Record, SinkTook};
 use super::rejected::{self, Rejected};
 use super::sink::{Batch, Fatal, Sink};
 use crate::fetch::Fetcher;
+use crate::hub_report::Refusal;
 use crate::poll::PollStats;
 use crate::poll::snapshot::{Entry, Snapshot};
 use crate::poll::spool::{ObjectRef, Spool};
@@ -316,6 +317,22 @@ impl Delivery {
             backs.ask_again(gate, &unwritten, record);
         }
         Ok(backs.settle(&unwritten, &mut self.confirm, &mut store.spool))
+    }
+
+    /// The refusals of the gate (`--validate`, `--confirm`) whose refused version is the
+    /// newest `polled` (the poll's snapshot) has, in no order: what a follower reports.
+    pub fn refusals(&self, polled: &Snapshot) -> Vec<Refusal> {
+        let Some(gate) = &self.gate else {
+            return Vec::new();
+        };
+        (gate.refused())
+            .filter(|(id, r)| polled.modules.get(id).is_some_and(|e| e.hash == r.hash))
+            .map(|(id, r)| Refusal {
+                module: id.to_string(),
+                hash: r.hash,
+                reason: r.reason.clone(),
+            })
+            .collect()
     }
 
     /// Modules rejected now (`cmpoll_rejected_modules`).

@@ -6,12 +6,14 @@
 //! poll, readiness, metrics), the loop's turns (liveness), whether it follows a hub and
 //! that it is stopping are told here too, by the daemon's loop and by a hub's (`cmpoll
 //! serve`, which delivers no batch): neither loop writes readiness or the ledger itself.
+//! A follower's hub hears what it holds (`holding`, once the store took the commit).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::event::Synced;
+use crate::hub_report::{self, HubReports, Refusal};
 use crate::ledger::Ledger;
 use crate::locks::Recover;
 use crate::ops::health::Health;
@@ -20,7 +22,7 @@ use crate::poll::snapshot::{Entry, Snapshot, split_id};
 use crate::poll::spool::Spool;
 use crate::reason::{Rejection, Unwritten};
 use crate::report::{self, Occurrence, Reason, Reporter};
-use crate::source::Resource;
+use crate::source::{Resource, Resources};
 use crate::validate::Runnable;
 
 /// What one commit did, for the observers: written by the delivery as it goes.
@@ -73,6 +75,8 @@ pub struct Observers {
     reporter: Option<Reporter>,
     /// `/status`.
     ledger: Option<Arc<Mutex<Ledger>>>,
+    /// A follower's reports to its hub, and the kinds it lists.
+    hub: Option<(HubReports, Resources)>,
 }
 
 impl Observers {
@@ -82,7 +86,15 @@ impl Observers {
             metrics,
             reporter: None,
             ledger: None,
+            hub: None,
         }
+    }
+
+    /// Tells a hub, when the source turns out to be one, what the sinks hold (`kinds`:
+    /// the kinds listed).
+    pub fn telling_hub(mut self, reports: Option<HubReports>, kinds: Resources) -> Observers {
+        self.hub = reports.map(|r| (r, kinds));
+        self
     }
 
     /// Tells the objects' authors of rejections, acceptances and write failures.
@@ -141,6 +153,25 @@ impl Observers {
     /// The last poll asked a `cmpoll serve` hub, or not (readiness).
     pub fn following_hub(&self, hub: bool) {
         self.health().set_following_hub(hub);
+        if let Some((reports, _)) = &self.hub {
+            reports.following(hub);
+        }
+    }
+
+    /// After a commit (`record`), the store took it: the sinks hold `held`; the gate's
+    /// `refused` versions are the newest served. A hub followed hears of it (in the
+    /// background, when it changed).
+    pub fn holding(&self, held: &Snapshot, record: &Record, refused: Vec<Refusal>) {
+        let Some((reports, kinds)) = &self.hub else {
+            return;
+        };
+        if !reports.is_following() {
+            return;
+        }
+        // Served, held or not: rejected (by anyone) or left unwritten.
+        let served = (record.rejected.iter().map(|r| r.module.as_str()))
+            .chain(record.unwritten.iter().map(|u| u.module.as_str()));
+        reports.holds(hub_report::report(held, served, &refused, *kinds));
     }
 
     /// Stopping (`cmpoll serve` draining): not ready from now on.

@@ -403,6 +403,40 @@ impl Client {
         }
     }
 
+    /// POSTs `body` (JSON) to a `cmpoll serve` hub's `path`, with `WAIT_HEADER` = `wait`
+    /// as the follower's lists send it, within `--timeout`: `Ok` when taken (a 2xx, its
+    /// body drained so the connection is kept), else the typed error.
+    pub fn post_to_hub(
+        &mut self,
+        path: &str,
+        body: Vec<u8>,
+        wait: Duration,
+        action: &str,
+    ) -> Result<(), Error> {
+        // The header says the wait; the request itself lasts no longer than any other.
+        let how = How {
+            wait: Some(wait),
+            lasts: Some(Duration::ZERO),
+        };
+        let method = Method::Post {
+            content_type: "application/json",
+            body,
+        };
+        match self.exchange(method, path, "application/json", action, how)? {
+            Waited::Body(mut body) => {
+                let _ = std::io::copy(
+                    &mut (&mut *body).take(ERROR_BODY_LIMIT),
+                    &mut std::io::sink(),
+                );
+                Ok(())
+            }
+            Waited::NotModified => Err(Error::Decode {
+                action: action.to_string(),
+                cause: "304 Not Modified to a report".into(),
+            }),
+        }
+    }
+
     fn exchange(
         &mut self,
         method: Method,

@@ -52,13 +52,21 @@ impl Reloads {
 }
 
 /// Outcomes of one kind of work by result (`cmpoll_event_reports_total{result}`,
-/// `cmpoll_webhook_reviews_total{result}`): the handle the worker counts into.
+/// `cmpoll_webhook_reviews_total{result}`, `cmpoll_hub_reports_total{result}`): the handle
+/// the worker counts into.
 #[derive(Clone, Debug, Default)]
 pub struct Results(Family<Labels, Counter>);
 
 impl Results {
     pub fn record(&self, result: &str) {
         self.0.get_or_create(&label("result", result)).inc();
+    }
+
+    /// Exports each of `results` at 0 from now on (`Metrics::expect`'s rule).
+    pub fn expect(&self, results: &[&str]) {
+        for result in results {
+            let _ = self.0.get_or_create(&label("result", result));
+        }
     }
 
     /// The count of `result` so far.
@@ -267,6 +275,35 @@ pub const TURNED_AWAY: [&str; 11] = [
 /// A follower's states (`cmpoll_fleet_followers{state}`).
 pub const FLEET_STATES: [&str; 5] = ["current", "updating", "behind", "refused", "gone"];
 
+/// The works counted by result, each by a worker of its own (one field of `Metrics`).
+#[derive(Clone, Debug, Default)]
+struct Works {
+    event_reports: Results,
+    webhook_reviews: Results,
+    hub_reports: Results,
+}
+
+/// Registers the works' families in `r`.
+fn works(r: &mut Registry) -> Works {
+    let w = Works::default();
+    r.register(
+        "event_reports",
+        "Kubernetes Events recorded with --report-events (API calls), by result (ok, error)",
+        w.event_reports.0.clone(),
+    );
+    r.register(
+        "webhook_reviews",
+        "AdmissionReviews answered by cmpoll webhook, by result (allowed, denied, error)",
+        w.webhook_reviews.0.clone(),
+    );
+    r.register(
+        "hub_reports",
+        "Reports of what a follower holds sent to its cmpoll serve hub, by result (ok: taken, error)",
+        w.hub_reports.0.clone(),
+    );
+    w
+}
+
 /// The features whose metric families `Metrics::expect` exports at 0 from the start.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Features {
@@ -298,8 +335,8 @@ pub struct Metrics {
     api: ApiCounters,
     reloads: Reloads,
     child_restarts: Counter,
-    event_reports: Results,
-    webhook_reviews: Results,
+    /// The works a worker of its own counts by result.
+    results: Works,
     decisions: Decisions,
     served: Served,
     server: ServerCounts,
@@ -387,18 +424,7 @@ impl Metrics {
             "--validate runs, by result (pass, fail, error: the validator could not run)",
             validations.clone(),
         );
-        let event_reports = Results::default();
-        r.register(
-            "event_reports",
-            "Kubernetes Events recorded with --report-events (API calls), by result (ok, error)",
-            event_reports.0.clone(),
-        );
-        let webhook_reviews = Results::default();
-        r.register(
-            "webhook_reviews",
-            "AdmissionReviews answered by cmpoll webhook, by result (allowed, denied, error)",
-            webhook_reviews.0.clone(),
-        );
+        let results = works(&mut r);
         let (decisions, served) = serve_metrics(&mut r);
         let server = server_metrics(&mut r, &served);
         let info = Family::<Labels, Gauge>::default();
@@ -419,8 +445,7 @@ impl Metrics {
             api,
             reloads,
             child_restarts,
-            event_reports,
-            webhook_reviews,
+            results,
             decisions,
             served,
             server,
@@ -452,7 +477,7 @@ impl Metrics {
         }
         if on.report_events {
             for result in ["ok", "error"] {
-                let _ = self.event_reports.0.get_or_create(&label("result", result));
+                let _ = (self.results.event_reports.0).get_or_create(&label("result", result));
             }
         }
         if on.serve {
@@ -484,17 +509,19 @@ impl Metrics {
         }
         if on.webhook {
             for result in ["allowed", "denied", "error"] {
-                let _ = self
-                    .webhook_reviews
-                    .0
-                    .get_or_create(&label("result", result));
+                let _ = (self.results.webhook_reviews.0).get_or_create(&label("result", result));
             }
         }
     }
 
     /// `--report-events`' handle.
     pub fn event_reports(&self) -> Results {
-        self.event_reports.clone()
+        self.results.event_reports.clone()
+    }
+
+    /// A follower's reports to its hub: their handle.
+    pub fn hub_reports(&self) -> Results {
+        self.results.hub_reports.clone()
     }
 
     /// `cmpoll serve`'s handles.
@@ -513,7 +540,7 @@ impl Metrics {
 
     /// `cmpoll webhook`'s handle.
     pub fn webhook_reviews(&self) -> Results {
-        self.webhook_reviews.clone()
+        self.results.webhook_reviews.clone()
     }
 
     /// The apiserver client's handle.
@@ -641,6 +668,7 @@ mod tests {
         m.child_restarts().inc_by(3);
         m.event_reports().record("ok");
         m.webhook_reviews().record("denied");
+        m.hub_reports().record("ok");
         let text = m.render();
         for line in [
             "# TYPE cmpoll_polls counter",
@@ -661,6 +689,7 @@ mod tests {
             "cmpoll_child_restarts_total 3",
             "cmpoll_event_reports_total{result=\"ok\"} 1",
             "cmpoll_webhook_reviews_total{result=\"denied\"} 1",
+            "cmpoll_hub_reports_total{result=\"ok\"} 1",
             "# HELP cmpoll_last_success_timestamp_seconds Unix time of the last successful poll.",
             "cmpoll_build_info{version=",
             "# EOF",

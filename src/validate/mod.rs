@@ -251,6 +251,12 @@ impl Gate {
         }
     }
 
+    /// Every version refused and remembered (by the validator, or by the agent through
+    /// `--confirm`: the reason begins with `reason::REFUSED`), by module.
+    pub fn refused(&self) -> impl Iterator<Item = (&str, &Refused)> {
+        (self.rejected.iter()).map(|(id, kept)| (id.as_str(), &kept.refused))
+    }
+
     /// The last good version kept for rejected `id`, if any.
     pub fn good(&self, id: &str) -> Option<&Good> {
         self.rejected.get(id).and_then(|f| f.good.as_ref())
