@@ -329,3 +329,137 @@ fn a_change_taken_by_a_poll_that_fails_elsewhere_comes_again() {
     assert!(*other.lock().unwrap() >= 2);
     d.stop();
 }
+
+/// A hub whose watches bring the changes `queue` holds (each the events of one
+/// change, committed by a bookmark at `rv`), one a watch, and otherwise a bookmark after a
+/// while: each watch a poll that ends, so that a test can count polls by watches.
+fn scripted_changes(queue: Arc<Mutex<Vec<(u64, Vec<String>)>>>) -> FakeHub {
+    let rv = Arc::new(Mutex::new(10));
+    FakeHub::start(move |line| {
+        if !line.contains("watch=true") {
+            return list(10, &[configmap("team", "a", 10, "1")]);
+        }
+        let next = {
+            let mut c = queue.lock().unwrap();
+            (!c.is_empty()).then(|| c.remove(0))
+        };
+        match next {
+            Some((at, mut events)) => {
+                *rv.lock().unwrap() = at;
+                events.push(bookmark(at));
+                watch(&events, None)
+            }
+            None => {
+                std::thread::sleep(Duration::from_millis(200));
+                watch(&[bookmark(*rv.lock().unwrap())], None)
+            }
+        }
+    })
+}
+
+/// Waits until `hub` has seen `more` watches beyond those it has seen now: polls that
+/// committed, and so the moment a report would have gone.
+fn polls_pass(hub: &FakeHub, more: usize) {
+    let seen = hub.watches().len();
+    crate::util::eventually("later polls", Duration::from_secs(20), || {
+        hub.watches().len() >= seen + more
+    });
+}
+
+/// Issue 59: a follower reports to its hub what it holds — after its first batch, with
+/// its token, its wait and the hash it holds; nothing while nothing changes; again after
+/// an update; and with its `--validate` refusal of a newer version (it still holds the
+/// good one), the reason and the refused hash with it.
+#[test]
+fn a_follower_reports_what_it_holds_when_it_changes() {
+    let queue = Arc::new(Mutex::new(Vec::new()));
+    let hub = scripted_changes(queue.clone());
+    let d = follower_with(&hub, &["--validate", "! grep -rq reject-me ."]);
+    let within = Duration::from_secs(20);
+    assert_eq!(changes(&d.batch(within)).len(), 1);
+    let reported = |n: usize| {
+        crate::util::eventually_explained(
+            &format!("{n} report(s)"),
+            within,
+            || hub.reports.lock().unwrap().len() >= n,
+            || format!("{:?}\n{}", hub.reported(), d.stderr()),
+        );
+        hub.reported()
+    };
+    let first = &reported(1)[0];
+    assert_eq!(
+        first,
+        &serde_json::json!({"modules": [{"module": "team/a", "kind": "ConfigMap", "hash": hash("1")}]})
+    );
+    let posted = hub.reports.lock().unwrap()[0].clone();
+    assert_eq!(posted.header("x-cmpoll-wait"), Some("1"), "{posted:?}");
+    assert_eq!(posted.header("content-type"), Some("application/json"));
+    assert_eq!(
+        posted.header("authorization"),
+        Some("Bearer follower-token")
+    );
+    // Two polls later, nothing changed: nothing sent.
+    polls_pass(&hub, 2);
+    assert_eq!(hub.reported().len(), 1, "unchanged: {:?}", hub.reported());
+    queue.lock().unwrap().push((
+        11,
+        vec![event("MODIFIED", &configmap("team", "a", 11, "2"))],
+    ));
+    assert_eq!(
+        changes(&d.batch(within)),
+        vec![("updated".into(), "team/a".into(), hash("2"))]
+    );
+    assert_eq!(reported(2)[1]["modules"][0]["hash"], hash("2"));
+    queue.lock().unwrap().push((
+        12,
+        vec![event("MODIFIED", &configmap("team", "a", 12, "reject-me"))],
+    ));
+    assert_eq!(
+        changes(&d.batch(within)),
+        vec![("rejected".into(), "team/a".into(), hash("reject-me"))]
+    );
+    let refused = &reported(3)[2]["modules"][0];
+    assert_eq!(
+        refused["hash"],
+        hash("2"),
+        "it holds the good one: {refused}"
+    );
+    assert_eq!(refused["refused"]["hash"], hash("reject-me"), "{refused}");
+    assert_eq!(refused["refused"]["by"], "validate", "{refused}");
+    let reason = refused["refused"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("validator exited with status 1"),
+        "{reason}"
+    );
+    polls_pass(&hub, 2);
+    assert_eq!(
+        hub.reported().len(),
+        3,
+        "{}",
+        serde_json::to_string(&hub.reported()).unwrap()
+    );
+    d.stop();
+}
+
+/// A hub that takes no reports (404: an older one) hears none again from this follower,
+/// though what it holds changes; the follower says so once, at info, and goes on.
+#[test]
+fn a_hub_that_takes_no_reports_hears_none_again() {
+    let queue = Arc::new(Mutex::new(Vec::new()));
+    let hub = scripted_changes(queue.clone());
+    *hub.report_status.lock().unwrap() = 404;
+    let d = follower(&hub);
+    let within = Duration::from_secs(20);
+    assert_eq!(changes(&d.batch(within)).len(), 1);
+    crate::util::eventually("a report", within, || hub.reported().len() == 1);
+    queue.lock().unwrap().push((
+        11,
+        vec![event("MODIFIED", &configmap("team", "a", 11, "2"))],
+    ));
+    assert_eq!(changes(&d.batch(within)).len(), 1);
+    polls_pass(&hub, 3);
+    assert_eq!(hub.reported().len(), 1, "{:?}", hub.reported());
+    let log = d.stderr();
+    assert_eq!(log.matches("takes no reports").count(), 1, "{log}");
+    d.stop();
+}

@@ -319,14 +319,17 @@ impl Delivery {
         Ok(backs.settle(&unwritten, &mut self.confirm, &mut store.spool))
     }
 
-    /// The refusals of the gate (`--validate`, `--confirm`) whose refused version is the
-    /// newest `polled` (the poll's snapshot) has, in no order: what a follower reports.
-    pub fn refusals(&self, polled: &Snapshot) -> Vec<Refusal> {
+    /// The refusals of the gate (`--validate`, `--confirm`) of the version rejected now,
+    /// in no order: what a follower reports. (Not the poll's snapshot: a watch's poll
+    /// after a rejection has the version the sinks kept, and a version the gate refused
+    /// before a newer one was rejected otherwise, or could not be validated, is not the
+    /// newest served.)
+    pub fn refusals(&self) -> Vec<Refusal> {
         let Some(gate) = &self.gate else {
             return Vec::new();
         };
         (gate.refused())
-            .filter(|(id, r)| polled.modules.get(id).is_some_and(|e| e.hash == r.hash))
+            .filter(|(id, r)| self.rejected.hash(id) == Some(r.hash))
             .map(|(id, r)| Refusal {
                 module: id.to_string(),
                 hash: r.hash,

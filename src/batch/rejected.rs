@@ -27,6 +27,11 @@ impl Rejected {
         self.by_module.len()
     }
 
+    /// The version of `id` rejected now, if it is.
+    pub fn hash(&self, id: &str) -> Option<Hash> {
+        self.by_module.get(id).map(|r| r.hash)
+    }
+
     /// Each module rejected now, and why (`/status`), in module order.
     pub fn all(&self) -> Vec<Rejection> {
         let mut all: Vec<Rejection> = (self.by_module.iter())

@@ -2,9 +2,11 @@
 //! purpose: a watch cut in the middle of an event, an event or bookmark older than what a
 //! follower holds, a 410 at a chosen moment, a hub that goes quiet. Each request gets the
 //! bytes its script gives (then the connection closes, unless they start with `HOLD`:
-//! then it stays open, silent, as a frozen hub's); every request line is recorded.
+//! then it stays open, silent, as a frozen hub's); every request line is recorded. A
+//! follower's reports (`POST /cmpoll/v1/report`) are not the script's: each is recorded
+//! with its headers and body (`reports`) and answered `report_status` (204 unless told).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
@@ -21,17 +23,42 @@ pub fn hold(answer: Vec<u8>) -> Vec<u8> {
 
 pub struct FakeHub {
     pub url: String,
-    /// Each request's line (`GET /api/v1/… HTTP/1.1`).
+    /// Each request's line (`GET /api/v1/… HTTP/1.1`), but the reports'.
     pub requests: Arc<Mutex<Vec<String>>>,
+    /// Each report a follower sent.
+    pub reports: Arc<Mutex<Vec<Posted>>>,
+    /// The status a report is answered with (204: taken).
+    pub report_status: Arc<Mutex<u16>>,
 }
+
+/// A follower's report as the hub got it.
+#[derive(Clone, Debug)]
+pub struct Posted {
+    /// Its headers, each `name: value` with the name in lower case.
+    pub headers: Vec<String>,
+    pub body: serde_json::Value,
+}
+
+impl Posted {
+    /// The value of header `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        (self.headers.iter()).find_map(|h| h.strip_prefix(name)?.strip_prefix(": "))
+    }
+}
+
+/// Where a follower reports (`hub_protocol::REPORT_PATH`).
+const REPORT_LINE: &str = "POST /cmpoll/v1/report ";
 
 impl FakeHub {
     pub fn start(script: impl FnMut(&str) -> Vec<u8> + Send + 'static) -> FakeHub {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let reports = Arc::new(Mutex::new(Vec::new()));
+        let report_status = Arc::new(Mutex::new(204));
         let script: Arc<Mutex<Script>> = Arc::new(Mutex::new(Box::new(script)));
         let seen = requests.clone();
+        let (posted, status) = (reports.clone(), report_status.clone());
         std::thread::spawn(move || {
             let mut frozen = Vec::new();
             for conn in listener.incoming().flatten() {
@@ -40,9 +67,28 @@ impl FakeHub {
                 if reader.read_line(&mut line).is_err() {
                     continue;
                 }
+                let mut headers = Vec::new();
                 let mut h = String::new();
                 while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
+                    let (name, value) = h.trim().split_once(':').unwrap_or((h.trim(), ""));
+                    headers.push(format!("{}: {}", name.to_ascii_lowercase(), value.trim()));
                     h.clear();
+                }
+                if line.starts_with(REPORT_LINE) {
+                    let length = (headers.iter())
+                        .find_map(|h| h.strip_prefix("content-length: "))
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0);
+                    let mut body = vec![0; length];
+                    let _ = reader.read_exact(&mut body);
+                    let body = serde_json::from_slice(&body).unwrap_or_default();
+                    posted.lock().unwrap().push(Posted { headers, body });
+                    let code = *status.lock().unwrap();
+                    let mut conn = conn;
+                    let _ = conn.write_all(
+                        format!("HTTP/1.1 {code} Report\r\nx-cmpoll-hub: fake\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
+                    );
+                    continue;
                 }
                 let line = line.trim().to_string();
                 seen.lock().unwrap().push(line.clone());
@@ -59,7 +105,19 @@ impl FakeHub {
                 }
             }
         });
-        FakeHub { url, requests }
+        FakeHub {
+            url,
+            requests,
+            reports,
+            report_status,
+        }
+    }
+
+    /// The reports' bodies so far.
+    pub fn reported(&self) -> Vec<serde_json::Value> {
+        (self.reports.lock().unwrap().iter())
+            .map(|p| p.body.clone())
+            .collect()
     }
 
     /// The request lines so far that are watches.
