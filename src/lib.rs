@@ -19,7 +19,8 @@
 //! The tree follows it, top layer first: `cli`/`settings` (what was asked), the commands
 //! (`daemon`, `list`, `webhook/`, `serve/`, `status/`), `sink/` (who hears of a batch), `batch/`
 //! (what a batch is and how it is delivered: the `Sink` trait lives here, with its
-//! caller), `validate/`, `fetch`, `report` (Events), `ledger` and `template`, `poll/`
+//! caller), `validate/`, `fetch`, `report` (Events), `hub_report/` (a follower's report
+//! to its hub), `ledger` and `template`, `poll/`
 //! (modules, snapshots, the spool), `source/` (what it lists), `kube/` and `http/`
 //! (reaching the apiserver), and the building blocks (`ops/`, `atomic`, `reason`, `names`,
 //! `idmap`, …). No arrow runs back up, between layers or between the rooms of a folder

@@ -330,10 +330,13 @@ fn a_change_taken_by_a_poll_that_fails_elsewhere_comes_again() {
     d.stop();
 }
 
+/// Changes for a scripted hub to send, each its version and events.
+type Queue = Arc<Mutex<Vec<(u64, Vec<String>)>>>;
+
 /// A hub whose watches bring the changes `queue` holds (each the events of one
 /// change, committed by a bookmark at `rv`), one a watch, and otherwise a bookmark after a
 /// while: each watch a poll that ends, so that a test can count polls by watches.
-fn scripted_changes(queue: Arc<Mutex<Vec<(u64, Vec<String>)>>>) -> FakeHub {
+fn scripted_changes(queue: Queue) -> FakeHub {
     let rv = Arc::new(Mutex::new(10));
     FakeHub::start(move |line| {
         if !line.contains("watch=true") {
