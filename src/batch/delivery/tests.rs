@@ -378,6 +378,42 @@ fn screen_holds_back_what_the_validator_refuses() {
     assert_eq!(take(&heard), ["stdout: updated ns/a | 2 modules"]);
 }
 
+/// What a follower reports as refused (`Delivery::refusals`): the gate's refusal of the
+/// version rejected now — also after a poll that has the version the sinks kept (a
+/// watching follower's next poll) — and none once a newer version is published.
+#[test]
+fn the_refusals_reported_are_of_the_versions_rejected_now() {
+    let gate = gate("! grep -q bad \"$CMPOLL_MODULE_DIR\"/k", None);
+    let heard = Heard::default();
+    let mut d = delivery(Some(gate), vec![sink("stdout", &heard)]);
+    let mut store = Store::new(Spool::memory());
+    commit(&mut d, &mut store, &[("ns/a", "good"), ("ns/b", "good")], 1);
+    assert_eq!(d.refusals(), vec![]);
+    let bad = poll(&mut store, &[("ns/a", "bad")])
+        .modules
+        .get("ns/a")
+        .unwrap()
+        .hash;
+    commit(&mut d, &mut store, &[("ns/a", "bad"), ("ns/b", "good")], 2);
+    let refused = d.refusals();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!((refused[0].module.as_str(), refused[0].hash), ("ns/a", bad));
+    assert!(
+        refused[0].reason.contains("validator exited with status 1"),
+        "{refused:?}"
+    );
+    // A poll built on what the sinks kept: still the version rejected now.
+    commit(&mut d, &mut store, &[("ns/a", "good"), ("ns/b", "good")], 3);
+    assert_eq!(d.refusals(), refused);
+    commit(
+        &mut d,
+        &mut store,
+        &[("ns/a", "good 2"), ("ns/b", "good")],
+        4,
+    );
+    assert_eq!(d.refusals(), vec![], "published");
+}
+
 /// `--confirm`: the agent is asked after every batch with changes; what it refuses
 /// goes back to its last good version in every sink (an update) or away (a new
 /// module), is announced as `rejected`, stays held back while its content does not
