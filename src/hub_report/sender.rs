@@ -79,11 +79,15 @@ impl HubReports {
     }
 
     /// The last poll asked a hub (`hub`), or not: reports go only to a hub, and once more
-    /// each time the follower starts following one.
+    /// each time the follower starts following one (with the state of its next commit:
+    /// what it held while it followed none is not told).
     pub fn following(&self, hub: bool) {
         let mut s = self.slot();
         if hub && !s.following {
             s.period += 1;
+        }
+        if !hub {
+            s.newest = None;
         }
         s.following = hub;
         drop(s);
@@ -324,9 +328,10 @@ mod tests {
         assert!(rx.recv_timeout(SOON).is_err(), "not following: kept");
         r.following(true);
         assert_eq!(rx.recv_timeout(SOON).unwrap(), holding(3));
-        r.holds(holding(3));
         r.following(false);
         r.following(true);
+        assert!(rx.recv_timeout(SOON).is_err(), "no state yet since");
+        r.holds(holding(3));
         assert_eq!(
             rx.recv_timeout(SOON).unwrap(),
             holding(3),
@@ -379,6 +384,7 @@ mod tests {
         assert!(rx.recv_timeout(Duration::from_secs(2)).is_err(), "stopped");
         r.following(false);
         r.following(true);
+        r.holds(holding(2));
         assert_eq!(rx.recv_timeout(SOON).unwrap(), holding(2));
     }
 }
