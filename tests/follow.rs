@@ -334,8 +334,9 @@ fn a_change_taken_by_a_poll_that_fails_elsewhere_comes_again() {
 type Queue = Arc<Mutex<Vec<(u64, Vec<String>)>>>;
 
 /// A hub whose watches bring the changes `queue` holds (each the events of one
-/// change, committed by a bookmark at `rv`), one a watch, and otherwise a bookmark after a
-/// while: each watch a poll that ends, so that a test can count polls by watches.
+/// change, committed by a bookmark at `rv`; version 0: a 500, a failed poll), one a
+/// watch, and otherwise a bookmark after a while: each watch a poll that ends, so that a
+/// test can count polls by watches.
 fn scripted_changes(queue: Queue) -> FakeHub {
     let rv = Arc::new(Mutex::new(10));
     FakeHub::start(move |line| {
@@ -347,6 +348,7 @@ fn scripted_changes(queue: Queue) -> FakeHub {
             (!c.is_empty()).then(|| c.remove(0))
         };
         match next {
+            Some((0, _)) => b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nx-cmpoll-hub: fake\r\nContent-Length: 4\r\nConnection: close\r\n\r\noops".to_vec(),
             Some((at, mut events)) => {
                 *rv.lock().unwrap() = at;
                 events.push(bookmark(at));
@@ -370,9 +372,10 @@ fn polls_pass(hub: &FakeHub, more: usize) {
 }
 
 /// Issue 59: a follower reports to its hub what it holds — after its first batch, with
-/// its token, its wait and the hash it holds; nothing while nothing changes; again after
-/// an update; and with its `--validate` refusal of a newer version (it still holds the
-/// good one), the reason and the refused hash with it.
+/// its token, its wait and the hash it holds; nothing while nothing changes; the same
+/// again after a failed poll of the hub (which may have restarted); again after an
+/// update; and with its `--validate` refusal of a newer version (it still holds the good
+/// one), the reason and the refused hash with it.
 #[test]
 fn a_follower_reports_what_it_holds_when_it_changes() {
     let queue = Arc::new(Mutex::new(Vec::new()));
@@ -404,6 +407,8 @@ fn a_follower_reports_what_it_holds_when_it_changes() {
     // Two polls later, nothing changed: nothing sent.
     polls_pass(&hub, 2);
     assert_eq!(hub.reported().len(), 1, "unchanged: {:?}", hub.reported());
+    queue.lock().unwrap().push((0, vec![]));
+    assert_eq!(&reported(2)[1], first, "after a failed poll");
     queue.lock().unwrap().push((
         11,
         vec![event("MODIFIED", &configmap("team", "a", 11, "2"))],
@@ -412,7 +417,7 @@ fn a_follower_reports_what_it_holds_when_it_changes() {
         changes(&d.batch(within)),
         vec![("updated".into(), "team/a".into(), hash("2"))]
     );
-    assert_eq!(reported(2)[1]["modules"][0]["hash"], hash("2"));
+    assert_eq!(reported(3)[2]["modules"][0]["hash"], hash("2"));
     queue.lock().unwrap().push((
         12,
         vec![event("MODIFIED", &configmap("team", "a", 12, "reject-me"))],
@@ -421,7 +426,7 @@ fn a_follower_reports_what_it_holds_when_it_changes() {
         changes(&d.batch(within)),
         vec![("rejected".into(), "team/a".into(), hash("reject-me"))]
     );
-    let refused = &reported(3)[2]["modules"][0];
+    let refused = &reported(4)[3]["modules"][0];
     assert_eq!(
         refused["hash"],
         hash("2"),
@@ -437,7 +442,7 @@ fn a_follower_reports_what_it_holds_when_it_changes() {
     polls_pass(&hub, 2);
     assert_eq!(
         hub.reported().len(),
-        3,
+        4,
         "{}",
         serde_json::to_string(&hub.reported()).unwrap()
     );

@@ -140,6 +140,11 @@ impl Observers {
 
     /// Poll `number` failed for `why`: `/status`, readiness and metrics.
     pub fn poll_failed(&self, number: u64, took: Duration, why: String) {
+        // A hub that failed a poll may have restarted (its fleet's reports gone with it),
+        // or be another one behind its Service: the next commit's state is told again.
+        if let Some((reports, _)) = &self.hub {
+            reports.following(false);
+        }
         self.ledger(|l| l.polled(number, took, Err(why.clone())));
         self.metrics().poll_failed(took);
         self.health().failed(why);

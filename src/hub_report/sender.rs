@@ -4,7 +4,7 @@
 //! returns at once. Bounded: one report in flight, one state pending (a newer one replaces
 //! it, never a queue of old ones). A state is sent only while following a hub, only when it
 //! differs from the last one the hub took, and once each time the follower starts
-//! following a hub. A failure is counted, logged at warning once per kind until a report
+//! following a hub (again after a failed poll: `batch::Observers`). A failure is counted, logged at warning once per kind until a report
 //! is taken again, and retried with backoff (a 429 or 503 after its `Retry-After`); a 404
 //! or 405 is a hub that takes no reports: said once at info, nothing more is sent until the
 //! follower starts following a hub again.
