@@ -124,6 +124,7 @@ pub fn exported() -> BTreeSet<String> {
     for needed in [
         "cmpoll_webhook_reviews_total",
         "cmpoll_event_reports_total",
+        "cmpoll_hub_reports_total",
         "cmpoll_validations_total",
         "cmpoll_reloads_total",
         "cmpoll_apiserver_requests_total",
