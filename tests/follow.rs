@@ -469,5 +469,28 @@ fn a_hub_that_takes_no_reports_hears_none_again() {
     assert_eq!(hub.reported().len(), 1, "{:?}", hub.reported());
     let log = d.stderr();
     assert_eq!(log.matches("takes no reports").count(), 1, "{log}");
+    assert!(!log.contains("follower-token"), "{log}");
+    d.stop();
+}
+
+/// A hub that fails the reports (500): each is tried again with backoff, the warning said
+/// once for the kind of failure, never the token.
+#[test]
+fn a_failing_report_is_retried_and_warned_about_once() {
+    let hub = scripted_changes(Arc::default());
+    *hub.report_status.lock().unwrap() = 500;
+    let d = follower(&hub);
+    let within = Duration::from_secs(20);
+    assert_eq!(changes(&d.batch(within)).len(), 1);
+    crate::util::eventually("three tries", within, || hub.reported().len() >= 3);
+    let log = d.stderr();
+    let warned = log
+        .matches("cannot report to the hub what this follower holds")
+        .count();
+    assert_eq!(warned, 1, "{log}");
+    assert!(log.contains("500"), "{log}");
+    assert!(!log.contains("follower-token"), "{log}");
+    let reported = hub.reported();
+    assert!(reported.iter().all(|r| r == &reported[0]), "{reported:?}");
     d.stop();
 }
