@@ -474,15 +474,27 @@ fn a_hub_that_takes_no_reports_hears_none_again() {
 }
 
 /// A hub that fails the reports (500): each is tried again with backoff, the warning said
-/// once for the kind of failure, never the token.
+/// once for the kind of failure, never the token, each try counted.
 #[test]
 fn a_failing_report_is_retried_and_warned_about_once() {
     let hub = scripted_changes(Arc::default());
     *hub.report_status.lock().unwrap() = 500;
-    let d = follower(&hub);
+    let listen = format!("127.0.0.1:{}", crate::util::tools::free_port());
+    let d = follower_with(&hub, &["--listen", &listen]);
     let within = Duration::from_secs(20);
     assert_eq!(changes(&d.batch(within)).len(), 1);
-    crate::util::eventually("three tries", within, || hub.reported().len() >= 3);
+    let errors = || {
+        let metrics = crate::util::http::get(&listen, "/metrics").1;
+        assert!(
+            metrics.contains("cmpoll_hub_reports_total{result=\"ok\"} 0"),
+            "{metrics}"
+        );
+        (metrics.lines())
+            .find_map(|l| l.strip_prefix("cmpoll_hub_reports_total{result=\"error\"} "))
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    crate::util::eventually("three tries, counted", within, || errors() >= Some(3));
+    assert!(hub.reported().len() >= 3);
     let log = d.stderr();
     let warned = log
         .matches("cannot report to the hub what this follower holds")
