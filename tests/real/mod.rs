@@ -18,6 +18,7 @@ mod differential;
 mod events;
 mod fleet;
 mod flow;
+mod follower_reports;
 mod following;
 mod hostile;
 mod hub;
