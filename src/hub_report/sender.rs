@@ -4,10 +4,11 @@
 //! returns at once. Bounded: one report in flight, one state pending (a newer one replaces
 //! it, never a queue of old ones). A state is sent only while following a hub, only when it
 //! differs from the last one the hub took, and once each time the follower starts
-//! following a hub (again after a failed poll: `batch::Observers`). A failure is counted, logged at warning once per kind until a report
-//! is taken again, and retried with backoff (a 429 or 503 after its `Retry-After`); a 404
-//! or 405 is a hub that takes no reports: said once at info, nothing more is sent until the
-//! follower starts following a hub again.
+//! following a hub (again after a failed poll: `batch::Observers`). A failure is counted,
+//! logged at warning once per kind until a report is taken again, and retried with backoff
+//! (a 429 or 503 after its `Retry-After`; the hub's own 429, its pace, is no failure and
+//! is not warned about); a 404 or 405 is a hub that takes no reports: said once at info,
+//! nothing more is sent until the follower starts following a hub again.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -204,6 +205,12 @@ impl Sending {
             }
             Err(e) => e,
         };
+        // The hub's own pace (its rate per follower): as told, not a failure.
+        if let Some(after) = e.hub_asks_to_wait() {
+            log::debug!("the hub asks for the next report in {after:?}: {e}");
+            self.not_before = backoff::after(Instant::now(), self.backoff.told(after));
+            return;
+        }
         match e.code() {
             Some(404 | 405) => {
                 log::info!(
