@@ -27,7 +27,7 @@ use crate::util::{
 };
 
 /// The Alloy that `tests/alloy/build.sh` built, or `None` (a loud skip; a failure in CI).
-fn alloy_bin() -> Option<PathBuf> {
+pub(crate) fn alloy_bin() -> Option<PathBuf> {
     let bin = root().join("tests/alloy/bin/alloy");
     let ready = bin.exists() && tool("prometheus").is_some() && tool("curl").is_some();
     if skip_unless(ready, "tests/alloy/build.sh's alloy, prometheus and curl") {
@@ -39,7 +39,7 @@ fn alloy_bin() -> Option<PathBuf> {
 /// A module an app team writes: `prometheus.scrape "default"` (the same label in every
 /// module) of Alloy's own `/metrics` on `port`, as job `job`, forwarded to the offered
 /// `receiver`; `extra` goes inside.
-fn scrape_module(job: &str, port: u16, extra: &str) -> String {
+pub(crate) fn scrape_module(job: &str, port: u16, extra: &str) -> String {
     format!(
         r#"argument "receiver" {{
   comment = "where the platform wants samples"
@@ -58,7 +58,7 @@ prometheus.scrape "default" {{
 
 /// `scrape_module` with a scrape timeout above its interval: valid to `alloy validate`,
 /// refused by Alloy when it builds the component.
-fn unbuildable(job: &str, port: u16) -> String {
+pub(crate) fn unbuildable(job: &str, port: u16) -> String {
     let good = scrape_module(job, port, "");
     let bad = good.replace(
         "scrape_interval = \"1s\"\n  scrape_timeout  = \"1s\"",
@@ -69,7 +69,7 @@ fn unbuildable(job: &str, port: u16) -> String {
 }
 
 /// The platform's root configuration: the shipped one, writing to `prometheus_port`.
-fn root_config(dir: &Path, prometheus_port: u16) -> PathBuf {
+pub(crate) fn root_config(dir: &Path, prometheus_port: u16) -> PathBuf {
     let shipped = std::fs::read_to_string(root().join("k8s/alloy/root.alloy")).unwrap();
     let text = shipped.replace(
         "https://prometheus.example.com/api/v1/write",
@@ -82,7 +82,7 @@ fn root_config(dir: &Path, prometheus_port: u16) -> PathBuf {
 }
 
 /// A Prometheus that receives remote writes.
-fn receiver(dir: &Path, port: u16) -> KillOnDrop {
+pub(crate) fn receiver(dir: &Path, port: u16) -> KillOnDrop {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("prometheus.yml"), "global: {}\n").unwrap();
     let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
@@ -115,7 +115,7 @@ fn jobs(port: u16) -> Vec<String> {
 }
 
 /// Alloy's API: (component, health) of the root's components, or of `module`'s.
-fn components(port: u16, module: Option<&str>) -> Vec<(String, String)> {
+pub(crate) fn components(port: u16, module: Option<&str>) -> Vec<(String, String)> {
     let path = match module {
         None => "/api/v0/web/components".to_string(),
         Some(m) => format!("/api/v0/web/modules/{m}/components"),
@@ -180,7 +180,7 @@ impl Stack {
 
 /// What `k8s/alloy` gives cmpoll: the folder, its layout, the template and the offered
 /// arguments.
-fn shipped_args(out: &Path) -> Vec<String> {
+pub(crate) fn shipped_args(out: &Path) -> Vec<String> {
     let k8s = root().join("k8s/alloy");
     [
         "--out-dir",
@@ -202,7 +202,13 @@ fn shipped_args(out: &Path) -> Vec<String> {
 
 /// `alloy run FOLDER` on 127.0.0.1:`port`, its data in `logs/DATA`, its output in
 /// `logs/DATA.log`.
-fn alloy_on(alloy: &Path, folder: &Path, port: u16, logs: &Path, data: &str) -> KillOnDrop {
+pub(crate) fn alloy_on(
+    alloy: &Path,
+    folder: &Path,
+    port: u16,
+    logs: &Path,
+    data: &str,
+) -> KillOnDrop {
     let log = std::fs::File::create(logs.join(format!("{data}.log"))).unwrap();
     KillOnDrop(
         Command::new(alloy)

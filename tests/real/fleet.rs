@@ -68,7 +68,7 @@ fn message(body: &[u8]) -> String {
 
 /// A pod `name` of `ns` run by service account `account` (never scheduled: there is no
 /// node), and a token bound to it, as the kubelet projects one into the pod.
-fn pod_token(k: &RealApiserver, ns: &str, account: &str, name: &str) -> String {
+pub(crate) fn pod_token(k: &RealApiserver, ns: &str, account: &str, name: &str) -> String {
     k.apply(
         &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
             "spec": {"serviceAccountName": account,
@@ -92,7 +92,7 @@ fn pod_token(k: &RealApiserver, ns: &str, account: &str, name: &str) -> String {
     .to_string()
 }
 
-fn status_fleet(
+pub(crate) fn status_fleet(
     c: &crate::util::Cmpoll,
     hub: &Hub,
     scraper: &Path,

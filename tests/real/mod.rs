@@ -17,6 +17,7 @@ mod credentials;
 mod differential;
 mod events;
 mod fleet;
+mod fleet_alloy;
 mod flow;
 mod follower_reports;
 mod following;
