@@ -4,7 +4,10 @@
 //! returns at once. Bounded: one report in flight, one state pending (a newer one replaces
 //! it, never a queue of old ones). A state is sent only while following a hub, only when it
 //! differs from the last one the hub took, and once each time the follower starts
-//! following a hub (again after a failed poll: `batch::Observers`). A failure is counted,
+//! following a hub (again after a failed poll: `batch::Observers`), and again, unchanged,
+//! every `REFRESH` (spread by a fifth): a hub keeps reports in memory, so one that
+//! restarted, or the other hub behind a Service that a follower's connections moved to,
+//! learns the state within that time even when nothing changes. A failure is counted,
 //! logged at warning once per kind until a report is taken again, and retried with backoff
 //! (a 429 or 503 after its `Retry-After`; the hub's own 429, its pace, is no failure and
 //! is not warned about); a 404 or 405 is a hub that takes no reports: said once at info,
@@ -26,6 +29,8 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LONGEST: Duration = Duration::from_secs(300);
 /// How long the thread sleeps with nothing to send before it looks again.
 const IDLE: Duration = Duration::from_secs(60);
+/// A state the hub took is sent again, unchanged, after this long (and up to a fifth more).
+pub const REFRESH: Duration = Duration::from_secs(600);
 
 /// Where reports go (a seam: the hub through the follower's client, or a test's fake).
 pub trait Hub: Send {
@@ -66,11 +71,20 @@ pub struct HubReports {
 impl HubReports {
     /// Starts the sending thread over `hub`, counting into `results` (`ok`, `error`).
     pub fn start(hub: impl Hub + 'static, results: Results) -> Result<HubReports, String> {
+        HubReports::refreshing(hub, results, REFRESH)
+    }
+
+    /// `start`, a state the hub took sent again after `refresh` (and up to a fifth more).
+    fn refreshing(
+        hub: impl Hub + 'static,
+        results: Results,
+        refresh: Duration,
+    ) -> Result<HubReports, String> {
         let shared: Shared = Arc::default();
         let theirs = shared.clone();
         std::thread::Builder::new()
             .name("hub-reports".into())
-            .spawn(move || send(hub, &theirs, &results))
+            .spawn(move || send(hub, &theirs, &results, refresh))
             .map_err(|e| format!("cannot start the hub reports' thread: {e}"))?;
         Ok(HubReports { shared })
     }
@@ -122,8 +136,11 @@ impl Drop for HubReports {
 }
 
 /// The thread: waits for a state to send, sends it, and keeps what the hub took.
-fn send(mut hub: impl Hub, shared: &Shared, results: &Results) {
-    let mut state = Sending::default();
+fn send(mut hub: impl Hub, shared: &Shared, results: &Results, refresh: Duration) {
+    let mut state = Sending {
+        refresh,
+        ..Sending::default()
+    };
     while let Some(report) = state.next(shared) {
         let body = match serde_json::to_vec(&*report) {
             Ok(b) => b,
@@ -143,6 +160,10 @@ struct Sending {
     period: u64,
     /// The last report the hub took.
     taken: Option<Arc<Report>>,
+    /// When it is sent again unchanged, and how long after it was taken (`REFRESH`).
+    refresh_at: Instant,
+    refresh: Duration,
+    rng: Rng,
     /// The hub takes no reports (404, 405).
     refused: bool,
     /// No report before this instant (a backoff, a `Retry-After`).
@@ -157,6 +178,9 @@ impl Default for Sending {
         Sending {
             period: 0,
             taken: None,
+            refresh_at: Instant::now(),
+            refresh: REFRESH,
+            rng: Rng::from_time(),
             refused: false,
             not_before: Instant::now(),
             backoff: Backoff::new(FIRST_RETRY, LONGEST, 0.2, Rng::from_time()),
@@ -182,12 +206,14 @@ impl Sending {
                 self.backoff.reset();
                 self.not_before = Instant::now();
             }
-            let due = (s.newest.as_ref())
-                .filter(|n| s.following && !self.refused && self.taken.as_ref() != Some(*n));
             let now = Instant::now();
+            let sendable = (s.newest.as_ref()).filter(|_| s.following && !self.refused);
+            let taken = |n: &Arc<Report>| self.taken.as_ref() == Some(n);
+            let due = sendable.filter(|n| !taken(n) || now >= self.refresh_at);
             let wait = match due {
                 Some(n) if now >= self.not_before => return Some(n.clone()),
                 Some(_) => self.not_before - now,
+                None if sendable.is_some() => self.refresh_at.saturating_duration_since(now),
                 None => IDLE,
             };
             s = wake.wait_timeout(s, wait).recover().0;
@@ -199,6 +225,8 @@ impl Sending {
         let e = match answer {
             Ok(()) => {
                 self.taken = Some(report);
+                let spread = self.refresh.mul_f64(1.0 + 0.2 * self.rng.unit());
+                self.refresh_at = backoff::after(Instant::now(), spread);
                 self.backoff.reset();
                 self.warned.clear();
                 return;
@@ -315,6 +343,30 @@ mod tests {
     }
 
     const SOON: Duration = Duration::from_millis(300);
+
+    /// A state the hub took is sent again, unchanged, after the refresh (a hub that
+    /// restarted, or the other hub behind the Service, learns it), not before.
+    #[test]
+    fn a_taken_state_is_sent_again_after_the_refresh() {
+        let (tx, rx) = mpsc::channel();
+        let fake = Fake {
+            sent: tx,
+            answers: Arc::new(Mutex::new(vec![])),
+        };
+        let refresh = Duration::from_millis(600);
+        let r = HubReports::refreshing(fake, Results::default(), refresh).unwrap();
+        r.following(true);
+        r.holds(holding(1));
+        assert_eq!(rx.recv_timeout(SOON).unwrap(), holding(1));
+        let taken = Instant::now();
+        assert!(
+            rx.recv_timeout(Duration::from_millis(400)).is_err(),
+            "not yet"
+        );
+        assert_eq!(rx.recv_timeout(Duration::from_secs(2)).unwrap(), holding(1));
+        let after = taken.elapsed();
+        assert!(after >= refresh && after < refresh * 2, "{after:?}");
+    }
 
     /// Nothing before following a hub; then the state once; the same state again is not
     /// sent; a new one is; following again sends the state once more.
