@@ -268,6 +268,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         validated,
         teller,
         upstream: None,
+        cannot: None,
         observers: Observers::new(hub.health.clone(), hub.metrics.clone()),
         hub: hub.clone(),
         handle: handle.clone(),
@@ -349,6 +350,8 @@ struct PollLoop {
     /// With `--validate`, the last complete poll as listed (what is served may differ): the
     /// next poll's previous.
     upstream: Option<Arc<Held>>,
+    /// Why the validator cannot run, as last said.
+    cannot: Option<String>,
     /// What a poll's outcome tells readiness and metrics (as `cmpoll run`'s loop does).
     observers: Observers,
     hub: Arc<Hub>,
@@ -393,10 +396,12 @@ impl PollLoop {
         self.handle.stop();
     }
 
-    /// With `--validate`, `held` as served: each object at its newest good version.
-    fn judged(&mut self, held: Held, served: &Held) -> Held {
+    /// With `--validate`, `held` as served: each object at its newest good version;
+    /// `None` while the hub has published nothing and some object of it is neither judged
+    /// nor has a good version (served now, it would be missing: removed, to its followers).
+    fn judged(&mut self, held: Held, served: &Held) -> Option<Held> {
         let Some(v) = &mut self.validated else {
-            return held;
+            return Some(held);
         };
         let held = Arc::new(held);
         self.upstream = Some(held.clone());
@@ -409,15 +414,26 @@ impl PollLoop {
             }
             m.rejected_modules(judged.held_back);
         }
-        match judged.runnable {
-            crate::validate::Runnable::NotRun => {}
-            crate::validate::Runnable::Ran => self.observers.health().set_validator(None),
-            crate::validate::Runnable::Cannot(why) => {
-                log::warn!("--validate: {why}");
-                self.observers.health().set_validator(Some(why));
+        // A validator that cannot run holds back what it could not judge; the hub goes on
+        // serving every good version (its readiness is its polls'): said when it changes.
+        if judged.cannot != self.cannot {
+            match &judged.cannot {
+                Some(why) => log::warn!(
+                    "--validate: {why}; the versions it could not judge are held back until it can"
+                ),
+                None if self.cannot.is_some() => log::info!("--validate: the validator runs again"),
+                None => {}
             }
+            self.cannot = judged.cannot;
         }
-        held
+        if judged.unsettled > 0 && self.hub.current().is_none() {
+            log::debug!(
+                "--validate: {} objects not judged yet: the first poll is published once they are",
+                judged.unsettled
+            );
+            return None;
+        }
+        Some(held)
     }
 
     /// `--report-events`: what there is to tell now — the versions the hub refused, and
@@ -462,7 +478,10 @@ impl PollLoop {
         let took = started.elapsed();
         match result {
             Ok(held) => {
-                let held = self.judged(held, &served);
+                let Some(held) = self.judged(held, &served) else {
+                    // Judging the first poll: published once nothing in it is unjudged.
+                    return self.interval.min(Duration::from_millis(200));
+                };
                 let objects = held.len();
                 if self.observers.poll_succeeded(number, took, objects, 0) {
                     log::info!("poll {number}: serving {objects} objects");

@@ -20,23 +20,22 @@
 
 pub mod annotation;
 pub mod memory;
+pub mod workers;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use self::memory::{Memory, Remembered};
+use self::workers::{Done, Job, Workers};
 use super::held::{Held, HeldObject};
 use super::telling::Notice;
-use crate::locks::Recover;
 use crate::poll::hash::Hash;
-use crate::poll::module::{Module, Naming, NotAModule};
 use crate::reason;
 use crate::report::Regarding;
 use crate::source::reader::read_object;
 use crate::source::{KeyFilter, Resource};
-use crate::validate::{self, Runnable, Stage, Verdict};
+use crate::validate::{self, Stage, Verdict};
 
 /// What the hub knows of one object's versions.
 #[derive(Default)]
@@ -50,6 +49,8 @@ struct Judged {
     shown: Option<(Hash, Arc<HeldObject>)>,
     /// The resourceVersion of the good version kept in the state folder.
     kept: Option<String>,
+    /// Why the validator could not judge its newest version (tried again each poll).
+    error: Option<String>,
 }
 
 /// What one poll's judging did: for the poll loop's metrics and readiness.
@@ -57,31 +58,37 @@ struct Judged {
 pub struct Judgement {
     /// Validator runs by result: `pass`, `fail`, `error`.
     pub runs: Vec<&'static str>,
-    /// Whether the validator could run, as far as this poll tells.
-    pub runnable: Runnable,
+    /// Why the validator cannot run, while some object's newest version could not be
+    /// judged for that (exit 126/127).
+    pub cannot: Option<String>,
     /// Objects whose newest version is not served.
     pub held_back: usize,
+    /// Versions being judged.
+    pub pending: usize,
+    /// Objects neither judged at their newest version nor with a good one to serve
+    /// meanwhile: a hub publishes its first poll only without any (else its followers
+    /// would take them for removed).
+    pub unsettled: usize,
 }
 
 /// The hub's judge.
 pub struct Validated {
-    opts: validate::Options,
-    stage: Stage,
+    workers: Workers,
     objects: BTreeMap<String, Judged>,
     memory: Option<Memory>,
-}
-
-/// One object to validate: its id, hash and, read from its JSON, its files.
-struct Todo {
-    id: String,
-    hash: Hash,
-    module: Result<Module, NotAModule>,
 }
 
 impl Validated {
     /// The staging folder, and what `state_dir` remembers; errors name the folder or file.
     pub fn open(opts: validate::Options, state_dir: Option<&Path>) -> Result<Validated, String> {
         let stage = Stage::new(None)?;
+        if let Some(dir) = state_dir.filter(|d| d.is_dir()) {
+            // Its own: nobody else in the pod (an emptyDir is 0777) moves its files.
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
+                format!("--state-dir: cannot make '{}' private: {e}", dir.display())
+            })?;
+        }
         let (memory, remembered) = match state_dir {
             Some(dir) => {
                 crate::atomic::create_dir(dir, 0o700).or_else(|e| match dir.is_dir() {
@@ -99,7 +106,15 @@ impl Validated {
         let mut objects = BTreeMap::new();
         for (id, known) in remembered {
             let good = match (&known.served, known.good) {
-                (Some(json), Some(hash)) => Some(Arc::new(reread(&id, json, hash)?)),
+                (Some(json), Some(hash)) => match reread(&id, json, hash) {
+                    Ok(o) => Some(Arc::new(o)),
+                    Err(why) => {
+                        log::warn!(
+                            "{why}: not used; until a version of it passes again, it is not served while its newest is one the hub refuses"
+                        );
+                        None
+                    }
+                },
                 _ => None,
             };
             let judged = Judged {
@@ -110,19 +125,20 @@ impl Validated {
                 },
                 good,
                 shown: None,
+                error: None,
             };
             objects.insert(id, judged);
         }
         Ok(Validated {
-            opts,
-            stage,
+            workers: Workers::start(opts, stage, memory.clone())?,
             objects,
             memory,
         })
     }
 
     /// `upstream`, a complete poll, as the hub serves it: each object at its newest good
-    /// version (`prev`: what it served before, for the scopes' versions).
+    /// version (`prev`: what it served before, for the scopes' versions). Versions not
+    /// judged yet go to the validator's threads; their verdicts are taken at a later turn.
     pub fn judge(&mut self, upstream: &Held, prev: &Held) -> (Held, Judgement) {
         let mut out = Judgement::default();
         let mut changed = false;
@@ -138,8 +154,9 @@ impl Validated {
                 self.store(|m| m.forget(&id));
             }
         }
-        let mut todo = Vec::new();
-        let qualified = self.opts.kinds.qualified();
+        for d in self.workers.done() {
+            changed |= self.take(d, &mut out);
+        }
         for (kind, id, o) in all(upstream) {
             let j = self.objects.entry(id.clone()).or_default();
             if j.known.good == Some(o.hash) {
@@ -147,20 +164,16 @@ impl Validated {
                 // changed): served as it is now.
                 changed |= j.known.refused.is_some();
                 j.known.refused = None;
+                j.error = None;
                 j.good = Some(o.clone());
                 j.shown = None;
             } else if (j.known.refused.as_ref()).is_none_or(|(h, _)| *h != o.hash) {
-                todo.push(Todo {
-                    id,
-                    hash: o.hash,
-                    module: module_of(kind, qualified, o),
-                });
+                let object = o.clone();
+                self.workers.submit(Job { id, kind, object });
             }
         }
-        let verdicts = self.run_all(&todo);
-        for (t, verdict) in todo.into_iter().zip(verdicts) {
-            changed |= self.take(t, verdict, upstream, &mut out);
-        }
+        out.pending = self.workers.in_flight();
+        out.cannot = self.objects.values().find_map(|j| j.error.clone());
         let served = upstream.picked(prev, |kind, o| {
             let id = memory::id(kind, &o.namespace, &o.name);
             let j = self.objects.get_mut(&id)?;
@@ -168,13 +181,21 @@ impl Validated {
                 return Some(o.clone());
             }
             out.held_back += 1;
-            let held = (j.known.refused.as_ref()).map_or(o.hash, |(h, _)| *h);
+            let judged = (j.known.refused.as_ref()).is_some_and(|(h, _)| *h == o.hash);
+            if j.good.is_none() && !judged {
+                out.unsettled += 1;
+            }
             let good = j.good.as_ref()?;
+            // Refused: said so; not judged yet: the good version as it was.
+            let refused = (j.known.refused.as_ref()).map(|(h, _)| *h);
+            let Some(refused) = refused.filter(|h| *h == o.hash) else {
+                return Some(good.clone());
+            };
             match &j.shown {
-                Some((h, shown)) if *h == held => Some(shown.clone()),
+                Some((h, shown)) if *h == refused => Some(shown.clone()),
                 _ => {
-                    let shown = Arc::new(with_annotation(good, &held));
-                    j.shown = Some((held, shown.clone()));
+                    let shown = Arc::new(with_annotation(good, &refused));
+                    j.shown = Some((refused, shown.clone()));
                     Some(shown)
                 }
             }
@@ -229,93 +250,65 @@ impl Validated {
         out
     }
 
-    /// Takes one verdict; whether what is remembered changed.
-    fn take(&mut self, t: Todo, verdict: Verdict, upstream: &Held, out: &mut Judgement) -> bool {
-        let Some(j) = self.objects.get_mut(&t.id) else {
+    /// Takes one verdict (of the newest version, or of one the cluster has moved past);
+    /// whether what is remembered changed.
+    fn take(&mut self, d: Done, out: &mut Judgement) -> bool {
+        let Some(j) = self.objects.get_mut(&d.id) else {
             return false;
         };
-        let (kind, ns, name) = memory::parse_id(&t.id).unwrap_or((Resource::ConfigMaps, "", ""));
-        let now = upstream.get(kind, ns, name);
-        match verdict {
+        let (kind, ns, name) = memory::parse_id(&d.id).unwrap_or((Resource::ConfigMaps, "", ""));
+        let hash = d.object.hash;
+        match d.verdict {
             Verdict::Pass => {
                 out.runs.push("pass");
-                out.runnable.ran();
-                j.known = Remembered {
-                    good: Some(t.hash),
-                    ..Remembered::default()
-                };
-                j.good = now.cloned();
+                // A version older than the good one (two judged at once, the newer first)
+                // never replaces it: what is served never goes back.
+                if j.good.as_ref().is_some_and(|g| !newer(&d.object, g)) {
+                    // Its file was written over the good one's: written again.
+                    j.kept = None;
+                    return false;
+                }
+                j.known.good = Some(hash);
+                if j.known.refused.as_ref().is_some_and(|(h, _)| *h == hash) {
+                    j.known.refused = None;
+                }
+                j.error = None;
+                j.kept = Some(d.object.resource_version.clone());
+                j.good = Some(d.object);
                 j.shown = None;
                 true
             }
             Verdict::Fail(why) => {
                 out.runs.push("fail");
-                out.runnable.ran();
-                let shown = if kind == Resource::Secrets {
-                    reason::redacted(&why)
-                } else {
-                    why.clone()
+                j.error = None;
+                let shown = match kind {
+                    Resource::Secrets => reason::redacted(&why),
+                    Resource::ConfigMaps => why.clone(),
                 };
                 let first = shown.lines().next().unwrap_or("");
                 match &j.good {
                     Some(g) => log::warn!(
                         "{} {ns}/{name}: version {} refused by --validate: {first}; its clients are served its last good version ({}, resourceVersion {})",
                         kind.singular(),
-                        t.hash.short(12),
+                        hash.short(12),
                         g.hash.short(12),
                         g.resource_version
                     ),
                     None => log::warn!(
                         "{} {ns}/{name}: version {} refused by --validate: {first}; not served: no version of it passed",
                         kind.singular(),
-                        t.hash.short(12),
+                        hash.short(12),
                     ),
                 }
-                j.known.refused = Some((t.hash, why));
+                j.known.refused = Some((hash, why));
                 true
             }
             Verdict::Error(why) => {
                 out.runs.push("error");
-                out.runnable = Runnable::Cannot(why);
+                j.error = Some(why);
                 false
             }
         }
-    }
-
-    /// Runs the validator on each of `todo`, `--validate-jobs` at once.
-    fn run_all(&self, todo: &[Todo]) -> Vec<Verdict> {
-        let results: Vec<Mutex<Option<Verdict>>> = todo.iter().map(|_| Mutex::new(None)).collect();
-        let next = AtomicUsize::new(0);
-        let work = || {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(t) = todo.get(i) else {
-                    return;
-                };
-                let verdict = match &t.module {
-                    Ok(m) => self.stage.validate(&self.opts, &m.id(), &t.hash, &m.files),
-                    // Nothing to validate: not a module (no file), as `cmpoll run` has it.
-                    Err(NotAModule::NoMatchingKey) => Verdict::Pass,
-                    Err(NotAModule::Invalid(why)) => Verdict::Fail(why.clone()),
-                };
-                *results[i].lock().recover() = Some(verdict);
-            }
-        };
-        let workers = self.opts.jobs.clamp(1, todo.len().max(1));
-        if workers == 1 {
-            work();
-        } else {
-            std::thread::scope(|s| {
-                for _ in 0..workers {
-                    s.spawn(work);
-                }
-            });
-        }
-        (results.into_iter())
-            .map(|m| {
-                (m.into_inner().recover()).unwrap_or_else(|| Verdict::Error("not validated".into()))
-            })
-            .collect()
     }
 
     /// Each good version not yet in the state folder (new, or at a new resourceVersion)
@@ -365,23 +358,11 @@ fn all(held: &Held) -> impl Iterator<Item = (Resource, String, &Arc<HeldObject>)
         })
 }
 
-/// What a read of an object's JSON says went wrong.
-fn unread(e: crate::source::reader::ReadError) -> String {
-    match e {
-        crate::source::reader::ReadError::Io(e) => e.to_string(),
-        crate::source::reader::ReadError::Bad(why) => why,
-    }
-}
-
-/// The module `cmpoll run` would make of `o` (its files, checked as the apiserver's
-/// validation allows), read again from its JSON.
-fn module_of(kind: Resource, qualified: bool, o: &HeldObject) -> Result<Module, NotAModule> {
-    let (_, _, mut item) = read_object(&o.raw.json[..], &KeyFilter::all(), kind, None, false)
-        .map_err(|e| {
-            NotAModule::Invalid(format!("its JSON cannot be read again: {}", unread(e)))
-        })?;
-    item.qualified = qualified;
-    Module::from_item(item, &Naming::default())
+/// Whether `a` is a newer version of its object than `b` (their resourceVersions, as
+/// numbers: the hub compares them, as followers do).
+fn newer(a: &HeldObject, b: &HeldObject) -> bool {
+    let n = |o: &HeldObject| o.resource_version.parse::<u64>().unwrap_or(0);
+    n(a) > n(b)
 }
 
 /// A held-back object's good version, read back from the state folder: it must be the
@@ -390,8 +371,12 @@ fn reread(id: &str, json: &[u8], hash: Hash) -> Result<HeldObject, String> {
     let fail =
         |why: String| format!("--state-dir: {id}: {why}; remove validated.json to start afresh");
     let (kind, ns, name) = memory::parse_id(id).ok_or_else(|| fail("not an id".into()))?;
-    let (_, _, item) = read_object(json, &KeyFilter::all(), kind, None, true)
-        .map_err(|e| fail(format!("its good version cannot be read: {}", unread(e))))?;
+    let (_, _, item) = read_object(json, &KeyFilter::all(), kind, None, true).map_err(|e| {
+        fail(format!(
+            "its good version cannot be read: {}",
+            workers::unread(e)
+        ))
+    })?;
     if item.namespace != ns || item.name != name {
         return Err(fail("its good version is another object".into()));
     }

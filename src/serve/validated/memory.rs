@@ -62,6 +62,7 @@ pub struct Remembered {
 }
 
 /// The file, in the state folder.
+#[derive(Clone)]
 pub struct Memory {
     dir: PathBuf,
 }
@@ -161,8 +162,11 @@ impl Memory {
     /// Keeps `json`, the good version of object `id`.
     pub fn keep(&self, id: &str, json: &[u8]) -> Result<(), String> {
         let dir = self.dir.join(OBJECTS);
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let name = file_name(id);
-        let tmp = format!(".{name}.tmp");
+        // Its own temporary name: the validator's threads and the poll's write at once.
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = format!(".{name}.{n}.tmp");
         crate::atomic::remove_if_exists(&dir.join(&tmp))
             .and_then(|()| crate::atomic::replace_file(&dir, &name, &tmp, json, 0o600))
             .map_err(|e| format!("cannot save '{}': {e}", dir.join(&name).display()))
