@@ -183,7 +183,7 @@ fn followers_report_to_the_hub_and_status_shows_the_fleet() {
     // The fleet: the table at a glance, exit 1 (a refusal); the JSON as the hub wrote it.
     let table = status_fleet(&c, &hub, &scraper, false).failure(1);
     let line = format!(
-        "{ns}/alloy-mod   {}…   1 hold · 0 behind · 1 refused (node-7: validate: line 3: unknown block) · 0 gone",
+        "{ns}/alloy-mod   {}…   1 hold · 0 behind · 1 refused ({ns}/node-7: validate: line 3: unknown block) · 0 gone",
         &served[..15]
     );
     assert!(
@@ -210,7 +210,11 @@ fn followers_report_to_the_hub_and_status_shows_the_fleet() {
         o["counts"],
         json!({"current": 1, "updating": 0, "behind": 0, "refused": 1, "gone": 0})
     );
-    assert_eq!(o["refused"][0]["follower"], "node-7", "the pod's name");
+    assert_eq!(
+        o["refused"][0]["follower"],
+        format!("{ns}/node-7"),
+        "the pod's name, in its namespace"
+    );
     assert_eq!(
         o["versions"],
         json!([{"hash": null, "followers": 1}, {"hash": served, "followers": 1}])

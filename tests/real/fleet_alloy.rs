@@ -172,7 +172,7 @@ fn a_version_alloy_refuses_is_told_once_for_the_whole_fleet() {
             let o = &f["objects"][0];
             o["counts"]["refused"] == 1
                 && o["counts"]["current"] == 1
-                && o["refused"][0]["follower"] == "node-7"
+                && o["refused"][0]["follower"] == format!("{ns}/node-7").as_str()
                 && o["refused"][0]["by"] == "confirm"
                 && (o["refused"][0]["reason"].as_str())
                     .is_some_and(|r| r.contains("scrape_timeout"))
@@ -207,8 +207,9 @@ fn a_version_alloy_refuses_is_told_once_for_the_whole_fleet() {
     let e = &events_on(k, &ns, "team")[0];
     let message = e["message"].as_str().unwrap();
     assert!(
-        message.contains("refused by 1 of 2 followers: node-7 (confirm): ")
-            && message.contains("scrape_timeout")
+        message.contains(&format!(
+            "refused by 1 of 2 followers: {ns}/node-7 (confirm): "
+        )) && message.contains("scrape_timeout")
             && message.ends_with("; 1 hold it"),
         "{message}"
     );

@@ -194,9 +194,11 @@ fn holding(m: &Reported) -> Result<Holding, String> {
                     ));
                 }
             };
-            // A Secret's reason is its validator's exit status at most, whatever was sent.
+            // A Secret's reason is its validator's exit status at most, whatever was sent:
+            // what `reason::redacted` makes of it is kept only in the shape it gives an exit
+            // status, anything else (words of an older or foreign client) is not shown.
             let why = match kind {
-                Resource::Secrets => reason::redacted(&r.reason),
+                Resource::Secrets => secret_reason(&r.reason),
                 Resource::ConfigMaps => r.reason.clone(),
             };
             Some(Box::new(Refusal {
@@ -327,5 +329,55 @@ mod tests {
             (400, true),
             "{message}"
         );
+    }
+}
+
+/// A Secret's refusal as kept: the validator's exit status (`validator exited with status
+/// 1`, `validator cannot run: …`, killed after the timeout) or the fixed words for an agent's
+/// refusal, else nothing of what was sent.
+fn secret_reason(sent: &str) -> String {
+    let r = reason::redacted(sent);
+    let status = |s: &str| {
+        s.strip_prefix("validator ").is_some_and(|rest| {
+            rest.starts_with("exited with status ")
+                || rest.starts_with("was killed by ")
+                || rest.starts_with("killed after --validate-timeout")
+                || rest.starts_with("cannot run: ")
+        }) && s.len() <= 120
+            && !s.contains('\n')
+    };
+    match status(&r) || r.starts_with(reason::REFUSED) || r.starts_with("rejected by --validate") {
+        true => r,
+        false => "refused (a Secret's reason is not shown)".into(),
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::secret_reason;
+
+    /// A Secret's refusal keeps an exit status, never words (an older or foreign client's).
+    #[test]
+    fn a_secrets_reason_is_an_exit_status_or_nothing() {
+        for kept in [
+            "validator exited with status 1",
+            "output that quotes it\n(validator exited with status 3)",
+            "validator was killed by SIGKILL",
+            "validator cannot run: it exited with status 127: sh: x: not found",
+        ] {
+            assert!(secret_reason(kept).starts_with("validator "), "{kept}");
+            assert!(!secret_reason(kept).contains("quotes"), "{kept}");
+        }
+        for hidden in [
+            "the password is hunter2",
+            "validator said hunter2 is wrong here",
+            "",
+        ] {
+            assert_eq!(
+                secret_reason(hidden),
+                "refused (a Secret's reason is not shown)",
+                "{hidden}"
+            );
+        }
     }
 }

@@ -39,6 +39,7 @@ impl Intake<'_> {
             return Err(Halt::Lane(HubLane::Authorize));
         }
         let name = follower_name(user);
+        let name = name.as_ref();
         let now = Instant::now();
         if let Err(wait) = self.fleet.rate(name, now) {
             self.served.fleet_report("limited");

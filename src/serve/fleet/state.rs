@@ -13,6 +13,7 @@
 //! user, two atomic stores — no allocation, so 10,000 followers' requests do not queue on
 //! it.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, TryLockError};
@@ -49,14 +50,23 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(60);
 pub const REPORT_BURST: f64 = 4.0;
 pub const REPORT_RATE: f64 = 0.4;
 
-/// The token's pod name (`authentication.kubernetes.io/pod-name`, as TokenReview returns
-/// it for a bound service-account token), else the user's name.
-pub fn follower_name(user: &User) -> &str {
-    (user.extra.get("authentication.kubernetes.io/pod-name"))
+/// The token's pod (`authentication.kubernetes.io/pod-name`, as TokenReview returns it
+/// for a bound service-account token) as `NAMESPACE/POD`, the namespace its service
+/// account's (`system:serviceaccount:NAMESPACE:NAME`) — a pod's name is unique in its
+/// namespace only, so a pod of the same name elsewhere is another follower —, else the
+/// user's name.
+pub fn follower_name(user: &User) -> Cow<'_, str> {
+    let pod = (user.extra.get("authentication.kubernetes.io/pod-name"))
         .and_then(|v| v.first())
-        .map(String::as_str)
-        .filter(|p| !p.is_empty())
-        .unwrap_or(&user.name)
+        .filter(|p| !p.is_empty());
+    let namespace = (user.name.strip_prefix("system:serviceaccount:"))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(ns, _)| ns);
+    match (pod, namespace) {
+        (Some(pod), Some(ns)) => Cow::Owned(format!("{ns}/{pod}")),
+        (Some(pod), None) => Cow::Borrowed(pod.as_str()),
+        _ => Cow::Borrowed(&user.name),
+    }
 }
 
 /// One follower, as kept.
@@ -136,7 +146,7 @@ impl Fleet {
     /// `user` was heard from (an authenticated request, with its `WAIT_HEADER` if any).
     pub fn seen(&self, user: &User, wait: Option<&str>, now: Instant) {
         let wait = wait.and_then(|w| w.trim().parse::<u64>().ok());
-        self.seen_name(follower_name(user), wait, now);
+        self.seen_name(&follower_name(user), wait, now);
     }
 
     /// The follower `name` was heard from, with its wait in seconds if it said one. A
@@ -168,6 +178,11 @@ impl Fleet {
     /// `name`'s report taken: what it holds replaces what it held. Room is made first by
     /// forgetting the silent (`FORGET`), then the longest gone.
     pub fn take(&self, name: &str, wait: Option<u64>, report: Checked, now: Instant) {
+        if report.holds.is_empty() && !self.followers.read().recover().map.contains_key(name) {
+            // Holding nothing, and not kept: nothing to keep (a report naming no module is
+            // authorized for nothing, so it must not add, nor make room by forgetting).
+            return;
+        }
         let holds = report.holds.into_boxed_slice();
         let bytes = std::mem::size_of::<Follower>()
             + name.len()
@@ -283,7 +298,7 @@ impl Fleet {
         Box::new(Watching {
             inner: stream,
             fleet: self.clone(),
-            name: follower_name(user).into(),
+            name: follower_name(user).as_ref().into(),
             wait: wait.as_secs(),
         })
     }
@@ -348,13 +363,36 @@ mod tests {
         }
     }
 
-    /// A bound service-account token names its pod; any other user is its name.
+    /// A bound service-account token names its pod, in its namespace (a pod of the same
+    /// name in another namespace is another follower); any other user is its name.
     #[test]
     fn a_follower_is_its_pods_name_else_its_users() {
         let sa = "system:serviceaccount:monitoring:alloy";
-        assert_eq!(follower_name(&user(sa, Some("alloy-x7k2p"))), "alloy-x7k2p");
+        assert_eq!(
+            follower_name(&user(sa, Some("alloy-x7k2p"))),
+            "monitoring/alloy-x7k2p"
+        );
+        let other = "system:serviceaccount:team-a:default";
+        assert_eq!(
+            follower_name(&user(other, Some("alloy-x7k2p"))),
+            "team-a/alloy-x7k2p"
+        );
+        assert_eq!(follower_name(&user("jane", Some("p"))), "p");
         assert_eq!(follower_name(&user(sa, None)), sa);
         assert_eq!(follower_name(&user(sa, Some(""))), sa);
+    }
+
+    /// A report naming no module (authorized for nothing) adds no follower, nor makes room
+    /// by forgetting one; from a follower kept, it says it holds nothing.
+    #[test]
+    fn an_empty_report_adds_no_follower() {
+        let t0 = Instant::now();
+        let fleet = Fleet::new(t0);
+        fleet.take("stranger", None, report(0), t0);
+        assert_eq!(fleet.size().0, 0);
+        fleet.take("node-1", None, report(1), t0);
+        fleet.take("node-1", None, report(0), t0);
+        assert!(fleet.read(t0).map["node-1"].holds.is_empty());
     }
 
     /// Being heard from updates a follower kept, never adds one; its wait comes along.
@@ -362,7 +400,7 @@ mod tests {
     fn seen_updates_only_followers_kept() {
         let t0 = Instant::now();
         let fleet = Fleet::new(t0);
-        let pod = user("sa", Some("node-1"));
+        let pod = user("jane", Some("node-1"));
         fleet.seen(&pod, Some("30"), t0);
         assert_eq!(fleet.size().0, 0);
         fleet.take("node-1", None, report(1), t0);
@@ -386,10 +424,10 @@ mod tests {
         let fleet = Fleet::new(t0);
         let at = |s: u64| t0 + Duration::from_secs(s);
         for i in 0..MAX_FOLLOWERS {
-            fleet.take(&format!("f{i}"), None, report(0), at(1));
+            fleet.take(&format!("f{i}"), None, report(1), at(1));
         }
         fleet.seen_name("f0", None, at(5));
-        fleet.take("new", None, report(0), at(6));
+        fleet.take("new", None, report(1), at(6));
         let (n, _) = fleet.size();
         assert_eq!(n, MAX_FOLLOWERS);
         let f = fleet.read(at(6));
@@ -462,7 +500,7 @@ mod tests {
         let at = |s: u64| t0 + Duration::from_secs(s);
         let fleet = Arc::new(Fleet::new(t0));
         fleet.take("node-1", None, report(1), t0);
-        let pod = user("sa", Some("node-1"));
+        let pod = user("jane", Some("node-1"));
         let mut watch = fleet.watching(Box::new(Quiet), &pod, Duration::from_secs(30));
         for s in (30..=3000).step_by(30) {
             watch.pull(at(s), 4096);
