@@ -294,9 +294,9 @@ impl Daemon {
                 // Before the store takes the poll's snapshot: the spool has its contents.
                 let held = &store.snapshot;
                 (self.observers).committed(&c.record, &store.spool, c.polled(), held);
+                let refused = self.delivery.refusals();
                 let record = c.into_store(&mut store);
                 // After: the store holds what the sinks hold.
-                let refused = self.delivery.refusals();
                 (self.observers).holding(&store.snapshot, &record, refused);
                 record
             }

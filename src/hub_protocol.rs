@@ -87,6 +87,15 @@ pub struct Reported {
     /// refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash: Option<String>,
+    /// The object's resourceVersion at that version: a follower's hash covers only the
+    /// keys it selects (`--keys`) under its own names, so a hub tells "the version it
+    /// serves" by this first.
+    #[serde(
+        default,
+        rename = "resourceVersion",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub resource_version: Option<String>,
     /// Its own latest refusal of this module, when the refused version is still the
     /// newest it was served.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,6 +108,13 @@ pub struct Reported {
 pub struct ReportedRefusal {
     /// The version refused (`sha256:…`).
     pub hash: String,
+    /// The object's resourceVersion at that version.
+    #[serde(
+        default,
+        rename = "resourceVersion",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub resource_version: Option<String>,
     /// Who refused it: `validate` (its `--validate`) or `confirm` (its agent, asked by
     /// `--confirm`).
     pub by: String,

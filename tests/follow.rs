@@ -395,7 +395,8 @@ fn a_follower_reports_what_it_holds_when_it_changes() {
     let first = &reported(1)[0];
     assert_eq!(
         first,
-        &serde_json::json!({"modules": [{"module": "team/a", "kind": "ConfigMap", "hash": hash("1")}]})
+        &serde_json::json!({"modules": [{"module": "team/a", "kind": "ConfigMap", "hash": hash("1"),
+            "resourceVersion": "10"}]})
     );
     let posted = hub.reports.lock().unwrap()[0].clone();
     assert_eq!(posted.header("x-cmpoll-wait"), Some("1"), "{posted:?}");
@@ -433,6 +434,14 @@ fn a_follower_reports_what_it_holds_when_it_changes() {
         "it holds the good one: {refused}"
     );
     assert_eq!(refused["refused"]["hash"], hash("reject-me"), "{refused}");
+    assert_eq!(
+        refused["resourceVersion"], "11",
+        "the version held: {refused}"
+    );
+    assert_eq!(
+        refused["refused"]["resourceVersion"], "12",
+        "the version refused: {refused}"
+    );
     assert_eq!(refused["refused"]["by"], "validate", "{refused}");
     let reason = refused["refused"]["reason"].as_str().unwrap();
     assert!(

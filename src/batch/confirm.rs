@@ -341,7 +341,7 @@ impl Backs {
             };
             let shows = matches!(self.kinds.get(id), Some(Some(k)) if k.shows_contents());
             let then = "; back to its last good version";
-            rejected.remember(id, entry.hash, why, shows, then);
+            rejected.remember(id, (entry.hash, entry.resource_version), why, shows, then);
             record.announced.push(Rejection::new(id, why.as_str()));
             let mut r = Event::new(Change::Added, id, entry);
             r.reject(why.clone());

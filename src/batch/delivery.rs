@@ -333,6 +333,7 @@ impl Delivery {
             .map(|(id, r)| Refusal {
                 module: id.to_string(),
                 hash: r.hash,
+                resource_version: self.rejected.resource_version(id),
                 reason: r.reason.clone(),
             })
             .collect()

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use super::event::{Change, Event};
 use crate::poll::hash::Hash;
-use crate::poll::snapshot::Snapshot;
+use crate::poll::snapshot::{Rv, Snapshot};
 use crate::poll::spool::Spool;
 use crate::reason::Rejection;
 use crate::validate::Refused;
@@ -19,6 +19,8 @@ use crate::validate::Refused;
 #[derive(Debug, Default)]
 pub struct Rejected {
     by_module: HashMap<String, Refused>,
+    /// The resourceVersion each rejected content came with (what a follower tells its hub).
+    versions: HashMap<String, Rv>,
 }
 
 impl Rejected {
@@ -30,6 +32,11 @@ impl Rejected {
     /// The version of `id` rejected now, if it is.
     pub fn hash(&self, id: &str) -> Option<Hash> {
         self.by_module.get(id).map(|r| r.hash)
+    }
+
+    /// The resourceVersion the content of `id` rejected now came with, if it is a number.
+    pub fn resource_version(&self, id: &str) -> Option<u64> {
+        self.versions.get(id).and_then(|rv| rv.number())
     }
 
     /// Each module rejected now, and why (`/status`), in module order.
@@ -57,14 +64,22 @@ impl Rejected {
         let shows = spool
             .meta(events[i].entry.loc)
             .is_ok_and(|m| m.kind.shows_contents());
-        self.remember(&module, hash, &reason, shows, "");
+        let rv = events[i].entry.resource_version;
+        self.remember(&module, (hash, rv), &reason, shows, "");
         events[i].reject(reason);
         true
     }
 
     /// `module` is rejected at `hash` for `reason` (logged: `shows`, whether its kind may
     /// show what the validator or agent said; `then`, what follows in the log line).
-    pub fn remember(&mut self, module: &str, hash: Hash, reason: &str, shows: bool, then: &str) {
+    pub fn remember(
+        &mut self,
+        module: &str,
+        (hash, rv): (Hash, Rv),
+        reason: &str,
+        shows: bool,
+        then: &str,
+    ) {
         // A Secret's validator (or agent) output may quote it: the log shows its exit
         // status only.
         let shown = match shows {
@@ -77,11 +92,14 @@ impl Rejected {
             reason: reason.to_string(),
         };
         self.by_module.insert(module.to_string(), refused);
+        self.versions.insert(module.to_string(), rv);
     }
 
     /// Modules gone from the cluster (`next`) are no longer rejected.
     pub fn forget_gone(&mut self, next: &Snapshot) {
         self.by_module.retain(|id, _| next.modules.contains_key(id));
+        let kept = &self.by_module;
+        self.versions.retain(|id, _| kept.contains_key(id));
     }
 
     /// After the sinks took `applied`: a module whose cluster content (`next`) was
@@ -101,6 +119,8 @@ impl Rejected {
             .collect();
         self.by_module
             .retain(|id, _| next.modules.contains_key(id) && !published(id));
+        let kept = &self.by_module;
+        self.versions.retain(|id, _| kept.contains_key(id));
         accepted
     }
 }

@@ -22,6 +22,8 @@ use crate::source::Resources;
 pub struct Refusal {
     pub module: String,
     pub hash: Hash,
+    /// The object's resourceVersion at the version refused, when known.
+    pub resource_version: Option<u64>,
     pub reason: String,
 }
 
@@ -45,7 +47,7 @@ pub fn report<'a>(
     let mut held_ids = held
         .modules
         .iter()
-        .map(|(id, e)| (id, Some(e.hash)))
+        .map(|(id, e)| (id, Some((e.hash, e.resource_version.number()))))
         .peekable();
     let mut other_ids = others.into_iter().map(|id| (id, None)).peekable();
     let mut out = Report::default();
@@ -57,7 +59,7 @@ pub fn report<'a>(
             (Some(_), None) => held_ids.next(),
             (None, _) => other_ids.next(),
         };
-        let Some((id, hash)) = next else {
+        let Some((id, version)) = next else {
             break;
         };
         if out.modules.len() == MAX_REPORT_MODULES {
@@ -68,7 +70,8 @@ pub fn report<'a>(
         out.modules.push(Reported {
             module: id.to_string(),
             kind: kind.kind().to_string(),
-            hash: hash.map(|h| h.to_string()),
+            hash: version.map(|(h, _)| h.to_string()),
+            resource_version: version.and_then(|(_, rv)| rv).map(|rv| rv.to_string()),
             refused: refusals.get(id).map(|r| refusal(r, kind.shows_contents())),
         });
     }
@@ -119,6 +122,7 @@ fn refusal(r: &Refusal, shows: bool) -> ReportedRefusal {
     };
     ReportedRefusal {
         hash: r.hash.to_string(),
+        resource_version: r.resource_version.map(|rv| rv.to_string()),
         by: by.to_string(),
         reason: cut(reason, MAX_REPORT_REASON).into_owned(),
     }
@@ -142,7 +146,7 @@ mod tests {
             let entry = Entry {
                 hash: h(*n),
                 loc: Loc::default(),
-                resource_version: "1".into(),
+                resource_version: "7".into(),
             };
             s.modules.insert(id, entry);
         }
@@ -153,6 +157,7 @@ mod tests {
         Refusal {
             module: module.into(),
             hash: h(n),
+            resource_version: None,
             reason: reason.into(),
         }
     }
@@ -193,6 +198,9 @@ mod tests {
         );
         assert!(!r.truncated);
         assert!(r.modules.iter().all(|m| m.kind == "ConfigMap"));
+        // What is held comes with its resourceVersion (the hub tells the version by it).
+        assert_eq!(r.modules[0].resource_version.as_deref(), Some("7"));
+        assert_eq!(r.modules[1].resource_version, None);
         let c = r.modules[2].refused.as_ref().unwrap();
         assert_eq!(
             (c.hash.as_str(), c.reason.as_str()),

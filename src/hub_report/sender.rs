@@ -319,6 +319,7 @@ mod tests {
                     module: format!("ns/m{i}"),
                     kind: "ConfigMap".into(),
                     hash: None,
+                    resource_version: None,
                     refused: None,
                 })
                 .collect(),

@@ -56,7 +56,9 @@ fn a_version_alloy_refuses_is_told_once_for_the_whole_fleet() {
         k.apply(
             &json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "team", "namespace": ns, "labels": {"cmpoll.io/module": "true"}},
-                "data": {"module.alloy": text}})
+                // A key the Alloy follower does not select (--keys '*.alloy'): its hash
+                // is not the hub's, the version it holds is told by its resourceVersion.
+                "data": {"module.alloy": text, "notes.txt": "owned by team"}})
             .to_string(),
         );
     };

@@ -45,6 +45,8 @@ impl By {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
     pub hash: Hash,
+    /// The object's resourceVersion at that version, when the follower said it.
+    pub resource_version: Option<u64>,
     pub by: By,
     pub reason: Box<str>,
 }
@@ -57,6 +59,9 @@ pub struct Holding {
     /// `namespace/name`.
     pub key: Box<str>,
     pub hash: Option<Hash>,
+    /// The object's resourceVersion at the version held, when the follower said it: a
+    /// follower's hash covers only the keys it selects, under its own names.
+    pub resource_version: Option<u64>,
     pub refused: Option<Box<Refusal>>,
 }
 
@@ -203,6 +208,10 @@ fn holding(m: &Reported) -> Result<Holding, String> {
             };
             Some(Box::new(Refusal {
                 hash: hash(&r.hash, "refused.hash")?,
+                resource_version: version(
+                    r.resource_version.as_deref(),
+                    "refused.resourceVersion",
+                )?,
                 by,
                 reason: reason::cut(&why, KEPT_REASON).into(),
             }))
@@ -212,6 +221,7 @@ fn holding(m: &Reported) -> Result<Holding, String> {
         kind,
         key: format!("{ns}/{name}").into(),
         hash: held,
+        resource_version: version(m.resource_version.as_deref(), "resourceVersion")?,
         refused,
     })
 }
@@ -329,6 +339,18 @@ mod tests {
             (400, true),
             "{message}"
         );
+    }
+}
+
+/// A resourceVersion as a follower reports it: the apiserver's decimal number.
+fn version(v: Option<&str>, what: &str) -> Result<Option<u64>, String> {
+    match v {
+        None => Ok(None),
+        Some(v) if !v.is_empty() && v.len() <= 20 && v.bytes().all(|b| b.is_ascii_digit()) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{what} {} is not a number", quoted(v))),
+        Some(v) => Err(format!("{what} {} is not a number", quoted(v))),
     }
 }
 

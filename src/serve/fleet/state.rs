@@ -329,9 +329,11 @@ mod tests {
             kind: Resource::ConfigMaps,
             key: key.into(),
             hash: Some(Hash([1; 32])),
+            resource_version: None,
             refused: (reason > 0).then(|| {
                 Box::new(super::super::intake::Refusal {
                     hash: Hash([2; 32]),
+                    resource_version: None,
                     by: super::super::intake::By::Validate,
                     reason: "r".repeat(reason).into(),
                 })

@@ -77,9 +77,11 @@ mod tests {
                 kind: Resource::ConfigMaps,
                 key: "team-a/x".to_string().into(),
                 hash: Some(hash),
+                resource_version: None,
                 refused: refused.map(|(h, why)| {
                     Box::new(Refusal {
                         hash: h,
+                        resource_version: None,
                         by: By::Confirm,
                         reason: why.into(),
                     })

@@ -139,6 +139,7 @@ pub struct Object {
 /// What is kept about one object while the followers are read.
 struct Tally {
     served: Hash,
+    served_rv: Option<u64>,
     since: Option<Instant>,
     counts: Counts,
     versions: HashMap<Option<Hash>, usize>,
@@ -153,17 +154,23 @@ fn state_of(
     fleet: &Fleet,
     f: &Follower,
     h: &Holding,
-    served: &Hash,
+    (served, served_rv): (&Hash, Option<u64>),
     since: Option<Instant>,
     now: Instant,
 ) -> State {
+    // The version served, told by its resourceVersion first (a follower's hash covers only
+    // the keys it selects, under its own names), else by the hash.
+    let is_served = |hash: Option<&Hash>, rv: Option<u64>| match (rv, served_rv) {
+        (Some(rv), Some(s)) => rv == s,
+        _ => hash == Some(served),
+    };
     if fleet.gone(f, now) {
         return State::Gone;
     }
-    if h.refused.as_ref().is_some_and(|r| r.hash == *served) {
+    if (h.refused.as_ref()).is_some_and(|r| is_served(Some(&r.hash), r.resource_version)) {
         return State::Refused;
     }
-    if h.hash.as_ref() == Some(served) {
+    if is_served(h.hash.as_ref(), h.resource_version) {
         return State::Current;
     }
     // Two of its waits since the hub serves this version (or since the follower was
@@ -200,6 +207,7 @@ impl Fleet {
                 };
                 let t = tallies.entry((h.kind, &h.key)).or_insert_with(|| Tally {
                     served: o.hash,
+                    served_rv: o.resource_version.parse().ok(),
                     since: self.served_since(h.kind, &h.key, &o.hash),
                     counts: Counts::default(),
                     versions: HashMap::new(),
@@ -208,7 +216,7 @@ impl Fleet {
                     behind: Names::default(),
                     gone: Names::default(),
                 });
-                let s = state_of(self, f, h, &t.served, t.since, now);
+                let s = state_of(self, f, h, (&t.served, t.served_rv), t.since, now);
                 worst = worst.max(s);
                 t.counts.add(s);
                 *t.versions.entry(h.hash).or_default() += 1;
@@ -311,9 +319,11 @@ mod tests {
                 kind: Resource::ConfigMaps,
                 key: format!("team-a/{name}").into(),
                 hash,
+                resource_version: None,
                 refused: refused.map(|h| {
                     Box::new(Refusal {
                         hash: h,
+                        resource_version: None,
                         by: By::Confirm,
                         reason: "agent said no".into(),
                     })
@@ -321,6 +331,32 @@ mod tests {
             }],
             truncated: false,
         }
+    }
+
+    /// A follower whose hash covers other keys (`--keys`) or names (a flat layout's) than
+    /// the hub's is told by the resourceVersion it reports: current at the served one,
+    /// refused when its refusal names it; without one, by the hash.
+    #[test]
+    fn a_follower_is_told_by_the_resource_version_it_holds() {
+        let t0 = Instant::now();
+        let fleet = Fleet::new(t0);
+        let v = held(&[("x", 5)]);
+        fleet.served(&v, t0);
+        let own = Hash([9; 32]);
+        let with_rv = |rv: u64, refused: Option<u64>| {
+            let mut c = holds("x", Some(own), refused.map(|_| own));
+            c.holds[0].resource_version = Some(rv);
+            if let (Some(r), Some(rv)) = (c.holds[0].refused.as_mut(), refused) {
+                r.resource_version = Some(rv);
+            }
+            c
+        };
+        fleet.take("a", Some(10), with_rv(5, None), t0);
+        fleet.take("b", Some(10), with_rv(4, Some(5)), t0);
+        fleet.take("c", Some(10), with_rv(4, None), t0);
+        fleet.take("d", Some(10), holds("x", Some(own), None), t0);
+        let c = fleet.objects(&v, t0).0[0].counts;
+        assert_eq!((c.current, c.refused, c.updating), (1, 1, 2), "{c:?}");
     }
 
     /// The counts per version and state; behind only after two of the follower's waits
