@@ -66,6 +66,8 @@ pub struct Hub {
     rng: Mutex<Rng>,
     /// What the followers reported and when each was last heard from (`fleet/`).
     fleet: Arc<Fleet>,
+    /// `--validate`: what the hub's own judge holds back, as its poll last said.
+    validation: Mutex<serde_json::Value>,
 }
 
 /// What a read asks, besides its request: the query as the apiserver reads it, what it
@@ -96,6 +98,7 @@ impl Hub {
             behind: AtomicBool::new(false),
             rng: Mutex::new(Rng::from_time()),
             fleet: Arc::new(Fleet::default()),
+            validation: Mutex::new(serde_json::Value::Null),
         }
     }
 
@@ -258,6 +261,11 @@ impl Hub {
         }
     }
 
+    /// `--validate`: what `/status` says of the hub's own verdicts (`Validated::status`).
+    pub fn validation(&self, v: serde_json::Value) {
+        *self.validation.lock().recover() = v;
+    }
+
     /// What the fleet's reports tell the authors of the objects served now (`fleet/told.rs`).
     pub fn fleet_notices(&self) -> Vec<super::telling::Notice> {
         match self.current() {
@@ -296,6 +304,7 @@ impl Hub {
             kinds: self.kinds,
             renders: &self.renders,
             fleet: self.fleet.status(held.as_deref(), Instant::now()),
+            validation: self.validation.lock().recover().clone(),
         };
         status_page::body(&seen)
     }

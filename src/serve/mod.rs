@@ -87,6 +87,10 @@ pub struct Options {
     pub report_events: bool,
 }
 
+/// How often the hub makes what there is to tell its objects' authors (its refusals, the
+/// fleet's): a view of every follower, not made at every poll.
+const TELL_EVERY: Duration = Duration::from_secs(2);
+
 /// Workers of each review lane (tokens nobody knows; accesses not kept): the reviews made
 /// at once at most, each with a client of its own.
 const REVIEWERS: usize = 4;
@@ -406,6 +410,7 @@ impl PollLoop {
         let held = Arc::new(held);
         self.upstream = Some(held.clone());
         let (served, judged) = v.judge(&held, served);
+        self.hub.validation(v.status(&held, &judged));
         let held = served;
         {
             let m = self.observers.metrics();
@@ -439,7 +444,7 @@ impl PollLoop {
     /// `--report-events`: what there is to tell now — the versions the hub refused, and
     /// those its followers refused — handed to the thread that writes the Events.
     fn tell(&self) {
-        let Some(t) = &self.teller else {
+        let Some(t) = self.teller.as_ref().filter(|t| t.due(TELL_EVERY)) else {
             return;
         };
         let mut notices = match (&self.validated, &self.upstream) {

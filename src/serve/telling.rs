@@ -6,7 +6,8 @@
 //! The Events are core `v1` Events (what `kubectl get events` and `kubectl describe` show),
 //! because their `message` and `count` may be updated; an `events.k8s.io/v1` Event's note
 //! may not (its update validation holds `note` immutable). Each is named from the object,
-//! the version's hash and the hub (`NAME.HASH16.HUB8`), so that a restarted hub updates its
+//! the version's hash, and the hub with the object's kind (`NAME.HASH16.HUB8`), so that a
+//! restarted hub updates its
 //! own Event instead of making another, and two hubs behind one Service write one each.
 //! Written by a thread of its own, never waited for by the poll: each poll hands it what
 //! there is to tell now (`tell`, the newest replacing the older); an Event is written when
@@ -69,6 +70,8 @@ pub trait EventApi {
 #[derive(Debug)]
 struct Written {
     name: String,
+    /// It was created (or found made): updates patch it first.
+    made: bool,
     message: String,
     count: u32,
     first: SystemTime,
@@ -109,6 +112,7 @@ impl<A: EventApi> Writer<A> {
             let name = event_name(n, &self.instance);
             let w = self.written.entry(n.key()).or_insert_with(|| Written {
                 name,
+                made: false,
                 message: String::new(),
                 count: 0,
                 first: SystemTime::now(),
@@ -124,9 +128,16 @@ impl<A: EventApi> Writer<A> {
             }
             w.at = Some(now);
             let event = body(n, w, &message, &self.instance);
-            let done = put(&mut self.api, &n.regarding.namespace, &w.name, &event);
+            let done = put(
+                &mut self.api,
+                &n.regarding.namespace,
+                &w.name,
+                &event,
+                w.made,
+            );
             match done {
                 Ok(()) => {
+                    w.made = true;
                     self.results.record("ok");
                     (w.message, w.count, w.failed) = (message, n.count, false);
                 }
@@ -152,16 +163,26 @@ impl<A: EventApi> Writer<A> {
     }
 }
 
-/// Creates the Event, or updates it when it exists (a restarted hub's, or one that was
-/// made before this writer knew it).
-fn put<A: EventApi>(api: &mut A, ns: &str, name: &str, event: &Value) -> Result<(), String> {
+/// Creates the Event, or updates it when it exists (`made`: this writer made it; else a
+/// restarted hub's, or one made before this writer knew it): one call when it can.
+fn put<A: EventApi>(
+    api: &mut A,
+    ns: &str,
+    name: &str,
+    event: &Value,
+    made: bool,
+) -> Result<(), String> {
     let patch = json!({
         "message": event["message"],
         "count": event["count"],
         "lastTimestamp": event["lastTimestamp"],
         "involvedObject": event["involvedObject"],
     });
-    if api.create(ns, event)? || api.patch(ns, name, &patch)? {
+    let done = match made {
+        true => api.patch(ns, name, &patch)? || api.create(ns, event)?,
+        false => api.create(ns, event)? || api.patch(ns, name, &patch)?,
+    };
+    if done {
         return Ok(());
     }
     // Deleted between the two: made again.
@@ -175,7 +196,10 @@ fn put<A: EventApi>(api: &mut A, ns: &str, name: &str, event: &Value) -> Result<
 /// the version's first 16 hex digits, the hub's instance hashed.
 fn event_name(n: &Notice, instance: &str) -> String {
     let hash = n.hash.to_string();
-    let hub: String = Sha256::digest(instance.as_bytes())[..4]
+    // The hub and the object's kind (a ConfigMap and a Secret of one name and content
+    // are two Events).
+    let who = format!("{}/{instance}", n.regarding.kind.singular());
+    let hub: String = Sha256::digest(who.as_bytes())[..4]
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
@@ -256,6 +280,8 @@ impl EventApi for KubeEvents {
 /// The writer's thread, and what the poll hands it.
 pub struct Teller {
     wanted: Arc<(Mutex<Option<Vec<Notice>>>, Condvar)>,
+    /// When it was last told.
+    told: Mutex<Option<Instant>>,
 }
 
 impl Teller {
@@ -285,11 +311,24 @@ impl Teller {
                 }
             })
             .map_err(|e| format!("cannot start the events thread: {e}"))?;
-        Ok(Teller { wanted })
+        Ok(Teller {
+            wanted,
+            told: Mutex::new(None),
+        })
+    }
+
+    /// Whether `every` passed since it was last told (what there is to tell is made at
+    /// most that often: the fleet's view costs a read of every follower).
+    pub fn due(&self, every: Duration) -> bool {
+        self.told
+            .lock()
+            .recover()
+            .is_none_or(|t| t.elapsed() >= every)
     }
 
     /// What there is to tell now (all of it), for the thread.
     pub fn tell(&self, notices: Vec<Notice>) {
+        *self.told.lock().recover() = Some(Instant::now());
         let (lock, ready) = &*self.wanted;
         *lock.lock().recover() = Some(notices);
         ready.notify_one();

@@ -206,6 +206,54 @@ impl Validated {
         (served, out)
     }
 
+    /// What `/status` says of it (`validation`): the objects held back — the version
+    /// served, the one refused and why (a Secret's, its exit status only), or that it is
+    /// being judged or could not be — at most `SHOWN` of them, how many more, and whether
+    /// the validator can run.
+    pub fn status(&self, upstream: &Held, judged: &Judgement) -> serde_json::Value {
+        let mut shown = Vec::new();
+        let mut more = 0;
+        for (kind, id, o) in all(upstream) {
+            let Some(j) = self
+                .objects
+                .get(&id)
+                .filter(|j| j.known.good != Some(o.hash))
+            else {
+                continue;
+            };
+            if shown.len() == SHOWN {
+                more += 1;
+                continue;
+            }
+            let refused = (j.known.refused.as_ref()).filter(|(h, _)| *h == o.hash);
+            let state = match (refused, &j.error) {
+                (Some(_), _) => "refused",
+                (None, Some(_)) => "cannot-judge",
+                (None, None) => "judging",
+            };
+            let why = refused.map(|(_, why)| match kind {
+                Resource::Secrets => reason::redacted(why),
+                Resource::ConfigMaps => reason::cut(why, telling_cut()).into_owned(),
+            });
+            shown.push(serde_json::json!({
+                "kind": kind.singular(),
+                "namespace": o.namespace,
+                "name": o.name,
+                "state": state,
+                "newest": o.hash.to_string(),
+                "served": j.good.as_ref().map(|g| g.hash.to_string()),
+                "servedResourceVersion": j.good.as_ref().map(|g| g.resource_version.clone()),
+                "reason": why,
+            }));
+        }
+        serde_json::json!({
+            "heldBack": shown,
+            "heldBackMore": more,
+            "judging": judged.pending,
+            "cannotRun": judged.cannot,
+        })
+    }
+
     /// What the hub tells the authors (`telling.rs`): each object whose newest version in
     /// `upstream` it refused, once per version.
     pub fn notices(&self, upstream: &Held) -> Vec<Notice> {
@@ -345,6 +393,14 @@ impl Validated {
             }
         }
     }
+}
+
+/// The objects held back `/status` names at most.
+const SHOWN: usize = 100;
+
+/// A refusal's reason on `/status`: as an Event's note.
+fn telling_cut() -> usize {
+    crate::report::MAX_NOTE
 }
 
 /// Every object of `held`, with its kind and its id here.

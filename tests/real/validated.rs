@@ -142,6 +142,20 @@ fn a_version_the_hub_refuses_reaches_no_follower_and_new_ones_start_on_the_last_
         || hub.d.stderr(),
     );
     assert_eq!(object(&hub, &token, &ns, "never").0, 404);
+    // The operator reads the hub's verdicts on /status.
+    let (_, _, status) = get(&hub.url(), &hub.ca, &scraper, "/status", &[]);
+    let status: Value = serde_json::from_slice(&status).unwrap();
+    let held_back = status["validation"]["heldBack"].as_array().unwrap();
+    let named = |n: &str| held_back.iter().find(|o| o["name"] == n).unwrap().clone();
+    let m = named("m");
+    assert_eq!(
+        (&m["state"], &m["newest"]),
+        (&json!("refused"), &json!(mark)),
+        "{m}"
+    );
+    assert_eq!(m["servedResourceVersion"], good_rv.as_str());
+    assert!(m["reason"].as_str().unwrap().contains("says bad"), "{m}");
+    assert!(named("never")["served"].is_null());
     // The author reads one Event per refused version, from the hub.
     let events = || -> Vec<Value> {
         let out = k.ok(&["get", "events", "-n", &ns, "-o", "json"]);

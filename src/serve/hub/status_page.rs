@@ -18,6 +18,8 @@ pub struct Seen<'a> {
     pub renders: &'a Renders,
     /// The fleet's state (`fleet::Fleet::status`).
     pub fleet: serde_json::Value,
+    /// `--validate`: what the hub holds back (`validated::Validated::status`); null without.
+    pub validation: serde_json::Value,
 }
 
 /// The page's JSON.
@@ -53,6 +55,7 @@ pub fn body(seen: &Seen) -> Vec<u8> {
         "scopes": scopes,
         "lastError": seen.last_error,
         "fleet": seen.fleet,
+        "validation": seen.validation,
     });
     serde_json::to_vec_pretty(&json).unwrap_or_default()
 }

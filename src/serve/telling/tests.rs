@@ -95,9 +95,7 @@ fn one_event_per_object_and_version_updated_as_its_words_change() {
         fake.calls,
         [
             "create m.0101010101010101.7f3a3a2c",
-            "create m.0101010101010101.7f3a3a2c",
             "patch m.0101010101010101.7f3a3a2c",
-            "create m.0101010101010101.7f3a3a2c",
             "patch m.0101010101010101.7f3a3a2c",
             "create m.0202020202020202.7f3a3a2c",
         ]
@@ -118,7 +116,7 @@ fn one_event_per_object_and_version_updated_as_its_words_change() {
 }
 
 fn hub8(instance: &str) -> String {
-    Sha256::digest(instance.as_bytes())[..4]
+    Sha256::digest(format!("configmap/{instance}").as_bytes())[..4]
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
@@ -143,8 +141,13 @@ fn a_restarted_hub_updates_its_event_and_another_hub_writes_its_own() {
         1,
         "the restarted hub's Event is the same"
     );
-    Writer::new(&mut fake, "hub-b".into(), GAP, Results::default()).write(&[n], t0);
+    Writer::new(&mut fake, "hub-b".into(), GAP, Results::default()).write(&[n.clone()], t0);
     assert_eq!(fake.events.len(), 2, "one per hub");
+    // A Secret of the same name and content: an Event of its own.
+    let mut secret = n;
+    secret.regarding.kind = Resource::Secrets;
+    Writer::new(&mut fake, "hub-b".into(), GAP, Results::default()).write(&[secret], t0);
+    assert_eq!(fake.events.len(), 3, "one per kind");
 }
 
 #[test]
