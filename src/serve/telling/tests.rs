@@ -141,7 +141,8 @@ fn a_restarted_hub_updates_its_event_and_another_hub_writes_its_own() {
         1,
         "the restarted hub's Event is the same"
     );
-    Writer::new(&mut fake, "hub-b".into(), GAP, Results::default()).write(&[n.clone()], t0);
+    Writer::new(&mut fake, "hub-b".into(), GAP, Results::default())
+        .write(std::slice::from_ref(&n), t0);
     assert_eq!(fake.events.len(), 2, "one per hub");
     // A Secret of the same name and content: an Event of its own.
     let mut secret = n;
