@@ -165,7 +165,13 @@ fn line(o: &Object) -> String {
             .map(|r| {
                 let why = first_line(&r.reason);
                 let why = crate::reason::cut(why, SHOWN_REASON);
-                format!("{}: {}: {why}", r.follower, r.by)
+                // What a follower said reaches a terminal: no control character of it does.
+                let plain = |s: &str| -> String {
+                    s.chars()
+                        .map(|c| if c.is_control() { '?' } else { c })
+                        .collect()
+                };
+                format!("{}: {}: {}", plain(&r.follower), r.by, plain(&why))
             })
             .collect();
         if o.refused_more > 0 {
@@ -190,13 +196,13 @@ mod tests {
                 "served": "sha256:abcd1234ef000000000000000000000000000000000000000000000000000000",
                 "counts": {"current": 98, "updating": 0, "behind": 1, "refused": 1, "gone": 0},
                 "versions": [],
-                "refused": [{"follower": "node-7", "by": "validate", "reason": "line 3: unknown block\nmore"}],
+                "refused": [{"follower": "node-7", "by": "validate", "reason": "line 3: \u{1b}[2Jbad block\nmore"}],
                 "refusedMore": 0,
                 "behind": {"names": ["node-3"], "more": 0}, "gone": {"names": [], "more": 0}}]}});
         let fleet = Fleet::from_status(&status).unwrap().unwrap();
         let table = fleet.table();
         assert!(
-            table.contains("monitoring/alloy-mod   sha256:abcd1234…   98 hold · 1 behind (node-3) · 1 refused (node-7: validate: line 3: unknown block) · 0 gone"),
+            table.contains("monitoring/alloy-mod   sha256:abcd1234…   98 hold · 1 behind (node-3) · 1 refused (node-7: validate: line 3: ?[2Jbad block) · 0 gone"),
             "{table}"
         );
         assert_eq!(fleet.problems().len(), 2);
