@@ -58,6 +58,10 @@ impl Rejected {
         };
         let hash = events[i].entry.hash;
         if self.by_module.get(&module).map(|r| r.hash) == Some(hash) {
+            // The same content again, perhaps at a new resourceVersion (a label edited):
+            // the version refused is that one now (what a follower tells its hub).
+            self.versions
+                .insert(module, events[i].entry.resource_version);
             events.remove(i);
             return false;
         }

@@ -429,13 +429,19 @@ impl PollLoop {
                 None if self.cannot.is_some() => log::info!("--validate: the validator runs again"),
                 None => {}
             }
-            self.cannot = judged.cannot;
+            self.cannot = judged.cannot.clone();
         }
         if judged.unsettled > 0 && self.hub.current().is_none() {
-            log::debug!(
-                "--validate: {} objects not judged yet: the first poll is published once they are",
+            let why = match &judged.cannot {
+                Some(why) => format!(": the validator cannot run ({why})"),
+                None => String::new(),
+            };
+            let said = format!(
+                "--validate: {} objects not judged yet{why}: not ready; the first poll is served once each is judged or has a good version",
                 judged.unsettled
             );
+            self.observers.health().failed(said.clone());
+            log::debug!("{said}");
             return None;
         }
         Some(held)

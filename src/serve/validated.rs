@@ -105,9 +105,21 @@ impl Validated {
         };
         let mut objects = BTreeMap::new();
         for (id, known) in remembered {
+            let mut known = known;
             let good = match (&known.served, known.good) {
-                (Some(json), Some(hash)) => match reread(&id, json, hash) {
-                    Ok(o) => Some(Arc::new(o)),
+                (Some(json), Some(hash)) => match reread(&id, json) {
+                    Ok(o) => {
+                        if o.hash != hash {
+                            // Only a version that passed is written there; one that passed
+                            // after the record was saved (the hub stopped in between).
+                            log::info!(
+                                "--state-dir: {id}: its good version there ({}) is newer than the record's: taken",
+                                o.hash.short(12)
+                            );
+                            known.good = Some(o.hash);
+                        }
+                        Some(Arc::new(o))
+                    }
                     Err(why) => {
                         log::warn!(
                             "{why}: not used; until a version of it passes again, it is not served while its newest is one the hub refuses"
@@ -155,7 +167,7 @@ impl Validated {
             }
         }
         for d in self.workers.done() {
-            changed |= self.take(d, &mut out);
+            changed |= self.take(d, upstream, &mut out);
         }
         for (kind, id, o) in all(upstream) {
             let j = self.objects.entry(id.clone()).or_default();
@@ -300,11 +312,23 @@ impl Validated {
 
     /// Takes one verdict (of the newest version, or of one the cluster has moved past);
     /// whether what is remembered changed.
-    fn take(&mut self, d: Done, out: &mut Judgement) -> bool {
-        let Some(j) = self.objects.get_mut(&d.id) else {
+    fn take(&mut self, d: Done, upstream: &Held, out: &mut Judgement) -> bool {
+        let (kind, ns, name) = memory::parse_id(&d.id).unwrap_or((Resource::ConfigMaps, "", ""));
+        let now = upstream.get(kind, ns, name);
+        // The object as the cluster has it now: one deleted and made again (another uid)
+        // takes nothing judged of its earlier self.
+        let same = now.is_some_and(|o| o.uid() == d.object.uid());
+        let newest = now.is_some_and(|o| o.hash == d.object.hash);
+        let Some(j) = self.objects.get_mut(&d.id).filter(|_| same) else {
+            if d.kept {
+                // Its file, written for an object gone or another: the good one's again.
+                self.store(|m| m.forget(&d.id));
+                if let Some(j) = self.objects.get_mut(&d.id) {
+                    j.kept = None;
+                }
+            }
             return false;
         };
-        let (kind, ns, name) = memory::parse_id(&d.id).unwrap_or((Resource::ConfigMaps, "", ""));
         let hash = d.object.hash;
         match d.verdict {
             Verdict::Pass => {
@@ -321,7 +345,7 @@ impl Validated {
                     j.known.refused = None;
                 }
                 j.error = None;
-                j.kept = Some(d.object.resource_version.clone());
+                j.kept = d.kept.then(|| d.object.resource_version.clone());
                 j.good = Some(d.object);
                 j.shown = None;
                 true
@@ -353,7 +377,10 @@ impl Validated {
             }
             Verdict::Error(why) => {
                 out.runs.push("error");
-                j.error = Some(why);
+                // Only the newest version's: an older one's says nothing now.
+                if newest {
+                    j.error = Some(why);
+                }
                 false
             }
         }
@@ -372,7 +399,13 @@ impl Validated {
             }
         }
         for (id, g) in keep {
-            self.store(|m| m.keep(&id, &g.raw.json));
+            let written = self.memory.as_ref().map(|m| m.keep(&id, &g.raw.json));
+            if let Some(Err(e)) = written {
+                log::warn!("--state-dir: {e}; tried again after the next poll");
+                if let Some(j) = self.objects.get_mut(&id) {
+                    j.kept = None;
+                }
+            }
         }
     }
 
@@ -423,9 +456,8 @@ fn newer(a: &HeldObject, b: &HeldObject) -> bool {
 
 /// A held-back object's good version, read back from the state folder: it must be the
 /// object its id names, at the hash remembered.
-fn reread(id: &str, json: &[u8], hash: Hash) -> Result<HeldObject, String> {
-    let fail =
-        |why: String| format!("--state-dir: {id}: {why}; remove validated.json to start afresh");
+fn reread(id: &str, json: &[u8]) -> Result<HeldObject, String> {
+    let fail = |why: String| format!("--state-dir: {id}: {why}");
     let (kind, ns, name) = memory::parse_id(id).ok_or_else(|| fail("not an id".into()))?;
     let (_, _, item) = read_object(json, &KeyFilter::all(), kind, None, true).map_err(|e| {
         fail(format!(
@@ -436,13 +468,7 @@ fn reread(id: &str, json: &[u8], hash: Hash) -> Result<HeldObject, String> {
     if item.namespace != ns || item.name != name {
         return Err(fail("its good version is another object".into()));
     }
-    let o = HeldObject::of_item(item).map_err(fail)?;
-    if o.hash != hash {
-        return Err(fail(
-            "its good version is not the content remembered".into(),
-        ));
-    }
-    Ok(o)
+    HeldObject::of_item(item).map_err(fail)
 }
 
 /// `good` as served while `held` is held back: with the annotation saying so.

@@ -103,7 +103,8 @@ pub struct Followers {
 
 /// Since when the hub serves each object's version: by kind, `namespace/name` → (its
 /// hash, since).
-type ServedSince = [HashMap<Box<str>, (Hash, Instant)>; 2];
+/// Per kind and object: the version served (hash, resourceVersion) and since when.
+type ServedSince = [HashMap<Box<str>, (Hash, u64, Instant)>; 2];
 
 /// The fleet as the hub knows it.
 pub struct Fleet {
@@ -260,11 +261,14 @@ impl Fleet {
             let before = &served[kind.index()];
             for o in held.objects(kind, None) {
                 let key = o.key();
+                // A new resourceVersion (a label edited) is a new version to be taken, as
+                // followers tell theirs by it: since now.
+                let rv = o.resource_version.parse().unwrap_or(0);
                 let since = match before.get(key.as_str()) {
-                    Some((h, since)) if *h == o.hash => *since,
+                    Some((h, r, since)) if *h == o.hash && *r == rv => *since,
                     _ => now,
                 };
-                next[kind.index()].insert(key.into(), (o.hash, since));
+                next[kind.index()].insert(key.into(), (o.hash, rv, since));
             }
         }
         *served = next;
@@ -280,8 +284,8 @@ impl Fleet {
     ) -> Option<Instant> {
         let served = self.served.lock().recover();
         (served[kind.index()].get(key))
-            .filter(|(h, _)| h == hash)
-            .map(|(_, since)| *since)
+            .filter(|(h, _, _)| h == hash)
+            .map(|(_, _, since)| *since)
     }
 
     /// A follower's held watch, heard from at every pull the server makes of it (each of

@@ -7,10 +7,10 @@
 //! served it, rewritten when that changes (a new version passed, a label was edited) and
 //! removed when the object goes. Every file is written atomically, mode 0600 (a Secret's
 //! values are in its JSON), in a folder of mode 0700. Checked when read: an id the
-//! apiserver would not allow, a hash that is not one, or a good version whose JSON is not
-//! that object at that hash (the hash is computed from the JSON, never taken from the
-//! file: `validated.rs`) is a start-up error naming the file (remove the folder's content
-//! to start afresh); an object file no verdict names is removed.
+//! apiserver would not allow, or a hash that is not one, is a start-up error naming the
+//! file (remove the folder's content to start afresh); an object file no verdict names is
+//! removed, and one that is not that object (`validated.rs`, which computes its hash from
+//! the JSON, never takes it from the file) is not used.
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -4,8 +4,13 @@ use crate::source::{Collect, Item, Resources};
 
 /// ConfigMap `ns/NAME` at `rv`, its key `k` holding `value`, as the apiserver lists it.
 fn item(name: &str, rv: u64, value: &str) -> Item {
+    item_of(name, &format!("u-{name}"), rv, value)
+}
+
+/// `item`, with uid `uid`.
+fn item_of(name: &str, uid: &str, rv: u64, value: &str) -> Item {
     let json = serde_json::json!({
-        "metadata": {"name": name, "namespace": "ns", "uid": format!("u-{name}"),
+        "metadata": {"name": name, "namespace": "ns", "uid": uid,
             "resourceVersion": rv.to_string(), "labels": {"app": "x"}},
         "data": {"k": value}
     })
@@ -318,4 +323,45 @@ fn the_poll_never_waits_for_the_validator() {
     std::fs::remove_file(&slow).unwrap();
     let (s4, _) = settle(&mut v, &up2, &s3);
     assert_eq!(s4.get(cm, "ns", "a").unwrap().resource_version, "11");
+}
+
+/// A verdict on an object deleted (and made again, another uid) while it was judged is not
+/// the new object's: it is judged itself, and nothing of the old one is served for it.
+#[test]
+fn a_verdict_on_an_object_made_again_is_not_its() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = dir.path().join("slow");
+    std::fs::write(&slow, "").unwrap();
+    let o = validate::Options {
+        command: format!(
+            "while test -e '{}'; do sleep 0.05; done; if grep -q bad k; then exit 3; fi",
+            slow.display()
+        ),
+        timeout: std::time::Duration::from_secs(20),
+        jobs: 1,
+        meta_dir: None,
+        ext: String::new(),
+        template: None,
+        kinds: Resources::one(Resource::ConfigMaps),
+        confirm: None,
+        out_dir: None,
+    };
+    let mut v = Validated::open(o, None).unwrap();
+    let cm = Resource::ConfigMaps;
+    let up1 = poll(
+        &empty(),
+        1,
+        10,
+        vec![item_of("a", "first", 5, "old secret")],
+    );
+    let (s1, j1) = v.judge(&up1, &empty());
+    assert_eq!(j1.pending, 1);
+    // Deleted and made again with content it refuses, before the first verdict.
+    let up2 = poll(&up1, 2, 11, vec![item_of("a", "second", 11, "bad")]);
+    std::fs::remove_file(&slow).unwrap();
+    let (s2, _) = settle(&mut v, &up2, &s1);
+    assert!(
+        s2.get(cm, "ns", "a").is_none(),
+        "the old object's version is not served for the new one"
+    );
 }

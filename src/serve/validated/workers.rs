@@ -6,9 +6,9 @@
 //! before its verdict is handed back, so that the verdict is never remembered without its
 //! good version.
 
-use std::collections::HashSet;
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Condvar, Mutex};
 
 use super::memory::Memory;
 use crate::locks::Recover;
@@ -31,13 +31,28 @@ pub struct Done {
     pub id: String,
     pub object: Arc<HeldObject>,
     pub verdict: Verdict,
+    /// A version that passed was written to the state folder.
+    pub kept: bool,
 }
+
+/// What waits for the threads: one version per object at most (a newer one replaces one
+/// not started: a ConfigMap rewritten faster than it is judged queues nothing), in the
+/// order the objects came.
+#[derive(Default)]
+struct Waiting {
+    order: VecDeque<String>,
+    jobs: HashMap<String, Job>,
+    stop: bool,
+}
+
+type Shared = Arc<(Mutex<Waiting>, Condvar)>;
 
 /// The validator's threads, and what they are judging.
 pub struct Workers {
-    jobs: Sender<Job>,
+    waiting: Shared,
     done: Receiver<Done>,
-    in_flight: HashSet<(String, Hash)>,
+    /// The version of each object sent last, until its verdict comes back.
+    in_flight: HashMap<String, Hash>,
 }
 
 impl Workers {
@@ -47,29 +62,33 @@ impl Workers {
         stage: Stage,
         memory: Option<Memory>,
     ) -> Result<Workers, String> {
-        let (jobs, taken) = mpsc::channel::<Job>();
+        let waiting: Shared = Arc::default();
         let (tell, done) = mpsc::channel::<Done>();
-        let taken = Arc::new(Mutex::new(taken));
         let shared = Arc::new((opts, stage, memory));
         for n in 0..shared.0.jobs.max(1) {
-            let (taken, tell, shared) = (taken.clone(), tell.clone(), shared.clone());
+            let (waiting, tell, shared) = (waiting.clone(), tell.clone(), shared.clone());
             std::thread::Builder::new()
                 .name(format!("validate-{n}"))
                 .spawn(move || {
                     let (opts, stage, memory) = &*shared;
-                    loop {
-                        let job = taken.lock().recover().recv();
-                        let Ok(job) = job else { return };
+                    while let Some(job) = next(&waiting) {
                         let verdict = judge(opts, stage, &job);
-                        if let (Verdict::Pass, Some(m)) = (&verdict, memory)
-                            && let Err(e) = m.keep(&job.id, &job.object.raw.json)
-                        {
-                            log::warn!("--state-dir: {e}; kept until the hub stops");
-                        }
+                        let kept = match (&verdict, memory) {
+                            (Verdict::Pass, Some(m)) => match m.keep(&job.id, &job.object.raw.json)
+                            {
+                                Ok(()) => true,
+                                Err(e) => {
+                                    log::warn!("--state-dir: {e}; tried again after the next poll");
+                                    false
+                                }
+                            },
+                            _ => false,
+                        };
                         let done = Done {
                             id: job.id,
                             object: job.object,
                             verdict,
+                            kept,
                         };
                         if tell.send(done).is_err() {
                             return;
@@ -79,32 +98,67 @@ impl Workers {
                 .map_err(|e| format!("--validate: cannot start its threads: {e}"))?;
         }
         Ok(Workers {
-            jobs,
+            waiting,
             done,
-            in_flight: HashSet::new(),
+            in_flight: HashMap::new(),
         })
     }
 
-    /// Judges `job`'s version, unless it is being judged already.
+    /// Judges `job`'s version, unless it is being judged already; it replaces a version
+    /// of the same object still waiting.
     pub fn submit(&mut self, job: Job) {
-        let key = (job.id.clone(), job.object.hash);
-        if self.in_flight.insert(key) && self.jobs.send(job).is_err() {
-            log::warn!("--validate: its threads are gone");
+        if self.in_flight.get(&job.id) == Some(&job.object.hash) {
+            return;
         }
+        self.in_flight.insert(job.id.clone(), job.object.hash);
+        let (lock, wake) = &*self.waiting;
+        let mut w = lock.lock().recover();
+        let id = job.id.clone();
+        if w.jobs.insert(id.clone(), job).is_none() {
+            w.order.push_back(id);
+        }
+        drop(w);
+        wake.notify_one();
     }
 
     /// The verdicts handed back since the last call.
     pub fn done(&mut self) -> Vec<Done> {
         let done: Vec<Done> = self.done.try_iter().collect();
         for d in &done {
-            self.in_flight.remove(&(d.id.clone(), d.object.hash));
+            if self.in_flight.get(&d.id) == Some(&d.object.hash) {
+                self.in_flight.remove(&d.id);
+            }
         }
         done
     }
 
-    /// How many versions are being judged.
+    /// How many objects have a version being judged.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.waiting.0.lock().recover().stop = true;
+        self.waiting.1.notify_all();
+    }
+}
+
+/// The next version to judge, waited for; `None`: stop.
+fn next(waiting: &Shared) -> Option<Job> {
+    let (lock, wake) = &**waiting;
+    let mut w = lock.lock().recover();
+    loop {
+        if w.stop {
+            return None;
+        }
+        while let Some(id) = w.order.pop_front() {
+            if let Some(job) = w.jobs.remove(&id) {
+                return Some(job);
+            }
+        }
+        w = wake.wait(w).recover();
     }
 }
 
