@@ -359,16 +359,31 @@ fn version(v: Option<&str>, what: &str) -> Result<Option<u64>, String> {
 /// refusal, else nothing of what was sent.
 fn secret_reason(sent: &str) -> String {
     let r = reason::redacted(sent);
-    let status = |s: &str| {
-        s.strip_prefix("validator ").is_some_and(|rest| {
-            rest.starts_with("exited with status ")
-                || rest.starts_with("was killed by ")
-                || rest.starts_with("killed after --validate-timeout")
-                || rest.starts_with("cannot run: ")
-        }) && s.len() <= 120
-            && !s.contains('\n')
+    // Exactly an exit status, nothing after it.
+    let digits = |s: &str| !s.is_empty() && s.len() <= 5 && s.bytes().all(|b| b.is_ascii_digit());
+    let signal = |s: &str| {
+        s.strip_prefix("SIG").is_some_and(|n| {
+            !n.is_empty()
+                && n.len() <= 8
+                && n.bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+        })
     };
-    match status(&r) || r.starts_with(reason::REFUSED) || r.starts_with("rejected by --validate") {
+    let exit = |s: &str| {
+        s.strip_prefix("exited with status ").is_some_and(digits)
+            || s.strip_prefix("was killed by ").is_some_and(signal)
+    };
+    let status = |s: &str| match s.strip_prefix("validator ") {
+        Some(rest) => {
+            exit(rest)
+                || rest.strip_prefix("cannot run: it ").is_some_and(exit)
+                || rest
+                    .strip_prefix("killed after --validate-timeout ")
+                    .is_some_and(|d| d.len() <= 16 && d.bytes().all(|b| b.is_ascii_alphanumeric()))
+        }
+        None => false,
+    };
+    match status(&r) {
         true => r,
         false => "refused (a Secret's reason is not shown)".into(),
     }
@@ -386,6 +401,7 @@ mod secret_tests {
             "output that quotes it\n(validator exited with status 3)",
             "validator was killed by SIGKILL",
             "validator cannot run: it exited with status 127: sh: x: not found",
+            "validator killed after --validate-timeout 30s",
         ] {
             assert!(secret_reason(kept).starts_with("validator "), "{kept}");
             assert!(!secret_reason(kept).contains("quotes"), "{kept}");
