@@ -51,7 +51,13 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
     apifleet::account_token(&api);
     apifleet::load(&api, 0, plan.objects);
     hub_may_write_events(&api);
-    let most = plan.sizes.iter().copied().max().unwrap_or(0).max(plan.check);
+    let most = plan
+        .sizes
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(plan.check);
     let started = Instant::now();
     let tokens = apifleet::pod_tokens(&api, most);
     let scraper = scraper_token(&api);
@@ -64,7 +70,14 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
     );
     let mut round = 3_000_000;
     if plan.check > 0 {
-        check(&api, cmpoll, &tokens[..plan.check], &scraper, plan, &mut round);
+        check(
+            &api,
+            cmpoll,
+            &tokens[..plan.check],
+            &scraper,
+            plan,
+            &mut round,
+        );
     }
     let mut rows = Vec::new();
     for &n in &plan.sizes {
@@ -126,17 +139,24 @@ fn fleet(
         protocol: Protocol::Watch,
         wait: WAIT,
         spread: Duration::from_secs(1),
-        reconnect: false,
+        // A connection the hub closes (its admission under a thousand handshakes and
+        // reviews at once) is made again, as a real follower does.
+        reconnect: true,
         arrival: None,
-        retry: Retry::Told { interval: WAIT },
+        retry: Retry::Fixed,
     });
     if let Some(refusing) = reports {
         sim.with_reports(refusing);
     }
     let n = tokens.len();
     let t = Instant::now();
+    let mut said = Instant::now();
     while sim.synced() < n && t.elapsed() < Duration::from_secs(600) {
         sim.run_for(Duration::from_millis(500));
+        if said.elapsed() > Duration::from_secs(20) {
+            println!("  ({} of {n} synced: {})", sim.synced(), sim.describe());
+            said = Instant::now();
+        }
     }
     // The first reports, taken at the hub's pace.
     sim.run_for(Duration::from_secs(10));
@@ -198,6 +218,10 @@ fn one(
     let (s3, t3) = (sample(pid, port, &ca, scraper), taken());
     let sim_cpu = (own_cpu() - own) / secs;
     let results = results(&scrape(port, &ca, scraper));
+    println!(
+        "  (answers {:?}, broken {}, reconnects {})",
+        sim.report.codes, sim.report.broken, sim.report.reconnects
+    );
     let errors = (sim.report.codes.iter())
         .filter(|(c, _)| !matches!(**c, 200 | 304 | 429))
         .map(|(_, n)| *n)
@@ -362,7 +386,7 @@ fn events(
     let (port, _) = hubs.hub(0);
     let writes = || {
         let m = api.metrics();
-        ["create", "patch", "update"]
+        ["POST", "PATCH", "PUT"]
             .map(|v| {
                 metric_sum(
                     &m,
@@ -442,7 +466,7 @@ fn check(
                 spread: Duration::from_secs(1),
                 reconnect: false,
                 arrival: None,
-                retry: Retry::Told { interval: WAIT },
+                retry: Retry::Fixed,
             });
             s.with_reports(None);
             sim = Some(s);
@@ -471,7 +495,9 @@ fn check(
         tokens.len(),
         tokens.len()
     );
-    println!("| series | real, synced | simulated, synced | real, after changes | simulated, after changes |");
+    println!(
+        "| series | real, synced | simulated, synced | real, after changes | simulated, after changes |"
+    );
     println!("|---|---|---|---|---|");
     let mut names: Vec<&String> = (seen.iter())
         .flat_map(|(_, a, b)| a.keys().chain(b.keys()))
