@@ -51,6 +51,8 @@ struct Conn {
     link: Option<(TcpStream, rustls::ClientConnection)>,
     inbuf: Vec<u8>,
     in_flight: bool,
+    /// The body in flight.
+    sent: Option<Arc<Vec<u8>>>,
     /// The newest body not yet taken, and when it may go.
     pending: Option<Arc<Vec<u8>>>,
     due: Option<Instant>,
@@ -104,10 +106,9 @@ impl Reports {
     /// Follower `i` listed: it holds the list at `rv` (`body`, gzipped or not), and
     /// reports it (`first`: it starts following, and says so even if unchanged).
     pub fn listed(&mut self, i: usize, rv: u64, body: &[u8], gzip: bool, first: bool) {
-        if !self.states.contains_key(&rv) {
-            let held = self.from_list(body, gzip);
-            self.states.insert(rv, held);
-        }
+        self.states
+            .entry(rv)
+            .or_insert_with(|| Self::held_of_list(body, gzip));
         if first {
             self.conns[i].taken = None;
         }
@@ -156,7 +157,7 @@ impl Reports {
         }
     }
 
-    fn from_list(&mut self, body: &[u8], gzip: bool) -> Held {
+    fn held_of_list(body: &[u8], gzip: bool) -> Held {
         let mut raw = Vec::new();
         if gzip {
             let _ = flate2::read::GzDecoder::new(body).read_to_end(&mut raw);
@@ -252,11 +253,12 @@ impl Reports {
                 }
             }
         }
-        let (Some(body), Some((_, tls))) = (c.pending.clone(), c.link.as_mut()) else {
+        let (Some(body), Some((_, tls))) = (c.pending.take(), c.link.as_mut()) else {
             return;
         };
         c.due = None;
         c.in_flight = true;
+        c.sent = Some(body.clone());
         c.inbuf.clear();
         self.counts.sent += 1;
         self.counts.bytes += body.len() as u64;
@@ -314,11 +316,15 @@ impl Reports {
             c.inbuf.clear();
             c.in_flight = false;
             *self.counts.codes.entry(code).or_default() += 1;
-            let sent = c.pending.take();
+            let sent = c.sent.take();
             let now = Instant::now();
             match code {
                 200..=299 => {
                     c.failures = 0;
+                    // A newer state that came meanwhile goes next, unless it is this one.
+                    if c.pending == sent {
+                        c.pending = None;
+                    }
                     c.taken = sent;
                 }
                 _ => {
@@ -344,6 +350,7 @@ impl Reports {
             c.link = None;
             if c.in_flight {
                 c.in_flight = false;
+                c.pending = c.pending.take().or(c.sent.take());
                 self.counts.broken += 1;
                 c.due = Some(Instant::now() + Duration::from_secs(1));
             }
