@@ -262,7 +262,7 @@ pub(super) fn object(i: usize, round: usize) -> serde_json::Value {
 /// `n` pods of the fleet's service account (never scheduled: there is no node) and a
 /// token bound to each, as each pod of a DaemonSet has its own: the apiserver, and a hub,
 /// review each on its own (its user's `extra` names the pod).
-fn pod_tokens(api: &RealApiserver, n: usize) -> Vec<String> {
+pub(super) fn pod_tokens(api: &RealApiserver, n: usize) -> Vec<String> {
     for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
         apply(
             api,

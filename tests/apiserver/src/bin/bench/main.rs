@@ -23,6 +23,7 @@ mod common;
 mod crossover;
 mod fleet;
 mod hostile;
+mod hubreports;
 mod hubs;
 mod outdir;
 mod pollcost;
@@ -30,6 +31,7 @@ mod rollout;
 mod sidecar;
 mod simclient;
 mod simfleet;
+mod simreport;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -74,6 +76,8 @@ struct Args {
     /// the protocols.
     sim_sizes: Vec<usize>,
     sim_check: usize,
+    /// The hub-reports part: the share of followers refusing in its events phase.
+    refusing: f64,
     sim_protocols: Vec<simclient::Protocol>,
     /// The hub-cold part: followers arriving a second, and how long a run may take.
     arrival: f64,
@@ -114,6 +118,7 @@ fn args() -> Args {
         also: Vec::new(),
         sim_sizes: vec![1000, 5000, 10_000],
         sim_check: 50,
+        refusing: 0.1,
         sim_protocols: vec![simclient::Protocol::LongPoll, simclient::Protocol::Watch],
         arrival: 500.0,
         cold_limit: 300,
@@ -144,6 +149,7 @@ fn args() -> Args {
             "--sim-sizes" => a.sim_sizes = v.split(',').map(parse_count).collect(),
             "--unselected" => a.unselected = v.split(',').map(parse_count).collect(),
             "--sim-check" => a.sim_check = v.parse().expect("--sim-check N"),
+            "--refusing" => a.refusing = v.parse().expect("--refusing SHARE"),
             "--arrival" => a.arrival = v.parse().expect("--arrival FOLLOWERS_A_SECOND"),
             "--cold-limit" => a.cold_limit = v.parse().expect("--cold-limit SECONDS"),
             "--sim-protocols" => {
@@ -161,7 +167,7 @@ fn args() -> Args {
             }
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency,hub-hostile] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-keys 2] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH] [--sim-sizes 1k,5k,10k] [--sim-check 50] [--sim-protocols longpoll,watch] [--arrival 500] [--cold-limit 300]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency,hub-hostile] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-keys 2] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH] [--sim-sizes 1k,5k,10k] [--sim-check 50] [--sim-protocols longpoll,watch] [--arrival 500] [--cold-limit 300] [--refusing 0.1]"
                 );
                 std::process::exit(2);
             }
@@ -764,6 +770,20 @@ fn main() {
                 phase: Duration::from_secs(a.phase),
                 protocols: a.sim_protocols.clone(),
                 check: a.sim_check,
+            },
+        );
+        println!();
+    }
+    // The fleet's reports, the hub's validation and its Events (issue 59); by name only.
+    if a.only.iter().any(|o| o == "hub-reports") {
+        hubreports::run(
+            &cmpoll,
+            &hubreports::Plan {
+                sizes: a.sim_sizes.clone(),
+                objects: a.fleet_objects.first().copied().unwrap_or(1000),
+                phase: Duration::from_secs(a.phase),
+                check: a.sim_check,
+                refusing: a.refusing,
             },
         );
         println!();

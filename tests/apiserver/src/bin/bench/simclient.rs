@@ -45,6 +45,8 @@ use std::time::{Duration, Instant};
 use rustix::event::epoll::{self, EventData, EventFlags};
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 
+use super::simreport::{REPORT_BIT, Refusing, Reports};
+
 /// Which protocol the followers speak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
@@ -161,6 +163,8 @@ struct Follower {
     failures: u32,
     /// When its first list was answered.
     pub listed_at: Option<Instant>,
+    /// With reports: the watch's events not yet committed by a bookmark.
+    events: Vec<Vec<u8>>,
 }
 
 /// Framing of the response being read.
@@ -198,10 +202,12 @@ pub struct Sim {
     arrivals_from: Option<Instant>,
     next_arrival: Option<Instant>,
     pub report: Report,
+    /// Each follower's reports to the hub (`with_reports`), as `cmpoll run` sends them.
+    pub reports: Option<Reports>,
 }
 
 /// A new connection to `addr` for follower `i`, registered with `epoll`.
-fn connect(
+pub(super) fn connect(
     epoll: &std::os::fd::OwnedFd,
     addr: std::net::SocketAddr,
     config: &Arc<rustls::ClientConfig>,
@@ -252,6 +258,7 @@ impl Sim {
             arrivals_from: setup.arrival.map(|_| now),
             next_arrival: setup.arrival.map(|_| now),
             report: Report::default(),
+            reports: None,
             setup: Arc::new(setup),
         };
         if sim.setup.arrival.is_none() {
@@ -262,6 +269,18 @@ impl Sim {
             }
         }
         sim
+    }
+
+    /// Each follower reports what it holds to the hub (issue 59), those `refusing`
+    /// refusing what it names.
+    pub fn with_reports(&mut self, refusing: Option<Refusing>) {
+        let wait = self.setup.wait.as_secs().max(1);
+        self.reports = Some(Reports::new(
+            self.setup.tokens.clone(),
+            self.setup.addr.port(),
+            wait,
+            refusing,
+        ));
     }
 
     /// The next follower joins, its first list due at `start`.
@@ -288,6 +307,7 @@ impl Sim {
             connection: 0,
             failures: 0,
             listed_at: None,
+            events: Vec::new(),
         });
     }
 
@@ -361,6 +381,7 @@ impl Sim {
             let next = (self.followers.iter())
                 .filter_map(|f| f.next_at)
                 .chain(self.next_arrival)
+                .chain(self.reports.as_ref().and_then(Reports::next_due))
                 .min()
                 .map_or(Duration::from_millis(50), |t| {
                     t.saturating_duration_since(now)
@@ -374,15 +395,21 @@ impl Sim {
                 rustix::buffer::spare_capacity(&mut events),
                 Some(&timeout),
             );
-            let ready: Vec<usize> = events.iter().map(|e| e.data.u64() as usize).collect();
-            for i in ready {
-                self.io(i);
+            let ready: Vec<u64> = events.iter().map(|e| e.data.u64()).collect();
+            for d in ready {
+                match self.reports.as_mut() {
+                    Some(r) if d & REPORT_BIT != 0 => r.io((d & !REPORT_BIT) as usize),
+                    _ => self.io(d as usize),
+                }
             }
             let now = Instant::now();
             for i in 0..self.followers.len() {
                 if self.followers[i].next_at.is_some_and(|t| t <= now) {
                     self.send(i);
                 }
+            }
+            if let Some(r) = self.reports.as_mut() {
+                r.tick(&self.epoll, &self.config);
             }
         }
     }
@@ -627,11 +654,20 @@ impl Sim {
                 while let Some(nl) = b.data[b.line_at..].iter().position(|c| *c == b'\n') {
                     let line = &b.data[b.line_at..b.line_at + nl];
                     if let Some(rv) = bookmark(line) {
+                        if let Some(r) = self.reports.as_mut()
+                            && rv > f.rv
+                        {
+                            r.committed(i, f.rv, rv, &f.events);
+                        }
+                        f.events.clear();
                         f.rv = f.rv.max(rv);
                     } else if line.starts_with(b"{\"type\":\"ERROR\"") {
                         // 410 Expired (or any error): list again.
                         f.relist = true;
                     } else if let Some((name, round)) = name_and_round(line) {
+                        if self.reports.is_some() {
+                            f.events.push(line.to_vec());
+                        }
                         f.seen.entry((name.clone(), round)).or_insert(now);
                         let newest = f.newest.entry(name).or_default();
                         if round < *newest {
@@ -666,6 +702,10 @@ impl Sim {
             (Want::List, 200) => {
                 f.listed_at.get_or_insert(now);
                 f.rv = list_rv(&b.data, b.gzip).unwrap_or(0);
+                f.events.clear();
+                if let Some(r) = self.reports.as_mut() {
+                    r.listed(i, f.rv, &b.data, b.gzip, !f.synced);
+                }
                 if f.synced {
                     // A relist: it holds the newest of every change made so far (about:
                     // one written while the list was on its way may be counted too).

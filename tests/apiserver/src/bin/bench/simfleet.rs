@@ -235,16 +235,16 @@ impl Https {
 
 /// A hub's counters and resources at one moment.
 #[derive(Clone, Copy, Default)]
-struct Sample {
-    cpu: f64,
-    rss: u64,
-    hwm: u64,
-    wrote: u64,
-    requests: f64,
-    reviews: f64,
+pub(super) struct Sample {
+    pub(super) cpu: f64,
+    pub(super) rss: u64,
+    pub(super) hwm: u64,
+    pub(super) wrote: u64,
+    pub(super) requests: f64,
+    pub(super) reviews: f64,
 }
 
-fn sample(pid: u32, port: u16, ca: &str, scraper: &str) -> Sample {
+pub(super) fn sample(pid: u32, port: u16, ca: &str, scraper: &str) -> Sample {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
@@ -275,7 +275,7 @@ fn sample(pid: u32, port: u16, ca: &str, scraper: &str) -> Sample {
 }
 
 /// This process's CPU seconds so far (the simulator's own share of the machine).
-fn own_cpu() -> f64 {
+pub(super) fn own_cpu() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
@@ -617,7 +617,7 @@ fn check(api: &RealApiserver, cmpoll: &Path, tokens: &[String], scraper: &str, p
 }
 
 /// A real follower: `cmpoll run` with `kubeconfig`, every 30 s, into `out`.
-fn follower(cmpoll: &Path, kubeconfig: &PathBuf, out: &Path) -> Child {
+pub(super) fn follower(cmpoll: &Path, kubeconfig: &PathBuf, out: &Path) -> Child {
     Command::new(cmpoll)
         .args(["run", "--interval", "30s", "--out-dir"])
         .arg(out)

@@ -12,5 +12,8 @@ pub fn release_cmpoll() -> PathBuf {
         .status()
         .expect("cargo");
     assert!(status.success(), "cargo build --release -p cmpoll");
-    root.join("target/release/cmpoll").canonicalize().unwrap()
+    // Where cargo put it: `CARGO_TARGET_DIR` when set (a worktree's own), else the repo's.
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    target.join("release/cmpoll").canonicalize().unwrap()
 }
