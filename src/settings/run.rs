@@ -179,23 +179,12 @@ fn validate(
     out_dir: Option<&outdir::Options>,
     kinds: Resources,
 ) -> Result<Option<validate::Options>, Error> {
-    let command = look.opt(&flag::validate);
-    let timeout = validate_timeout(look, RUN_VALIDATE_TIMEOUT)?;
     let confirm = confirm(look)?;
-    let jobs: usize = number(
-        look,
-        &flag::validate_jobs,
-        |n| (1..=256).contains(n),
-        "a number from 1 to 256",
-    )?;
-    let Some(command) = command else {
+    let Some((command, timeout, jobs)) = validating(look, RUN_VALIDATE_TIMEOUT)? else {
         return Ok(None);
     };
-    if command.value.trim().is_empty() {
-        return Err(usage(&command.from, "empty: give a command, or unset it"));
-    }
     Ok(Some(validate::Options {
-        command: command.value,
+        command,
         timeout,
         jobs,
         meta_dir: out_dir.map(|o| outdir::meta_dir(&o.dir)),
@@ -208,6 +197,28 @@ fn validate(
         confirm,
         out_dir: out_dir.map(|o| o.dir.clone()),
     }))
+}
+
+/// `--validate CMD` with `--validate-timeout` (`timeout` by default) and `--validate-jobs`,
+/// as `run` and `serve` read them (each read whether `--validate` is given or not).
+pub(super) fn validating(
+    look: &Lookup,
+    timeout: Duration,
+) -> Result<Option<(String, Duration, usize)>, Error> {
+    let timeout = validate_timeout(look, timeout)?;
+    let jobs: usize = number(
+        look,
+        &flag::validate_jobs,
+        |n| (1..=256).contains(n),
+        "a number from 1 to 256",
+    )?;
+    let Some(command) = look.opt(&flag::validate) else {
+        return Ok(None);
+    };
+    if command.value.trim().is_empty() {
+        return Err(usage(&command.from, "empty: give a command, or unset it"));
+    }
+    Ok(Some((command.value, timeout, jobs)))
 }
 
 /// `--confirm CMD`.

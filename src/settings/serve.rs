@@ -6,10 +6,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::lookup::{
-    Error, Lookup, number, parse_duration, parse_listen, path, required, usage, validate_timeout,
-};
-use super::run::jitter;
+use super::lookup::{Error, Lookup, parse_duration, parse_listen, path, required, usage};
+use super::run::{jitter, validating};
 use super::source::{logging, source};
 use crate::cli::{Needs, ServeArgs, flag};
 use crate::ops::logging as log_options;
@@ -83,21 +81,11 @@ const SERVE_VALIDATE_TIMEOUT: Duration = Duration::from_secs(30);
 /// `--validate CMD` with `--validate-timeout` and `--validate-jobs`: `cmpoll run`'s
 /// contract, each object's files staged as `run` stages a module.
 fn validate(look: &Lookup, kinds: Resources) -> Result<Option<validate::Options>, Error> {
-    let timeout = validate_timeout(look, SERVE_VALIDATE_TIMEOUT)?;
-    let jobs: usize = number(
-        look,
-        &flag::validate_jobs,
-        |n| (1..=256).contains(n),
-        "a number from 1 to 256",
-    )?;
-    let Some(command) = look.opt(&flag::validate) else {
+    let Some((command, timeout, jobs)) = validating(look, SERVE_VALIDATE_TIMEOUT)? else {
         return Ok(None);
     };
-    if command.value.trim().is_empty() {
-        return Err(usage(&command.from, "empty: give a command, or unset it"));
-    }
     Ok(Some(validate::Options {
-        command: command.value,
+        command,
         timeout,
         jobs,
         meta_dir: None,
