@@ -27,7 +27,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use super::auth::{Attributes, Auth, Halt, HubLane, User, Who};
 use super::discovery;
@@ -205,108 +205,6 @@ impl Hub {
                 self.read(req, target.clone(), who, call)
             }
         }
-    }
-
-    /// `/healthz`, `/livez`, `/readyz` (open, as the apiserver's), `/metrics` and
-    /// `/status` (for who may `get` them).
-    fn ops(
-        &self,
-        req: &Request,
-        path: &'static str,
-        route: &Route,
-        query: &Query,
-        lane: HubLane,
-    ) -> Result<Answer, Halt> {
-        let health = || self.health.lock().recover();
-        match path {
-            "/healthz" | "/livez" => {
-                Ok(match health().liveness(Instant::now(), SystemTime::now()) {
-                    Ok(()) => Answer::text(200, "ok\n"),
-                    Err(why) => Answer::text(503, format!("{why}\n")),
-                })
-            }
-            // Open to anyone, as the apiserver's: the reason is withheld (a poll's error
-            // names the hub's account and the apiserver's address), as the apiserver
-            // withholds its checks' reasons; `/status` and the log have it.
-            "/readyz" => Ok(match health().withheld_readiness(Instant::now()) {
-                Ok(()) => Answer::text(200, "ready\n"),
-                Err(Some(why)) => Answer::text(503, format!("{why}\n")),
-                Err(None) => Answer::text(
-                    503,
-                    "not ready: reason withheld (the hub's /status and log say why)\n",
-                ),
-            }),
-            _ => {
-                let (who, _) = self.who(req, route, query, lane)?;
-                self.auth.authorize(
-                    &who.user,
-                    &Attributes::Path {
-                        verb: "get",
-                        path: path.to_string(),
-                    },
-                    lane,
-                )?;
-                if !lane.may_wait() {
-                    // Rendered where it may take its time.
-                    return Err(Halt::Lane(HubLane::Render));
-                }
-                Ok(match path {
-                    "/metrics" => {
-                        self.fleet_gauges();
-                        Answer::metrics((self.metrics.lock().recover()).render())
-                    }
-                    _ => Answer::json(200, self.status()),
-                })
-            }
-        }
-    }
-
-    /// `--validate`: what `/status` says of the hub's own verdicts (`Validated::status`).
-    pub fn validation(&self, v: serde_json::Value) {
-        *self.validation.lock().recover() = v;
-    }
-
-    /// What the fleet's reports tell the authors of the objects served now (`fleet/told.rs`).
-    pub fn fleet_notices(&self) -> Vec<super::telling::Notice> {
-        match self.current() {
-            Some(h) => super::fleet::told::notices(&self.fleet.objects(&h, Instant::now()).0, &h),
-            None => Vec::new(),
-        }
-    }
-
-    /// `cmpoll_fleet_followers{state}`, as the fleet is now.
-    fn fleet_gauges(&self) {
-        let held = self.current();
-        let (_, totals) = match &held {
-            Some(h) => self.fleet.objects(h, Instant::now()),
-            None => Default::default(),
-        };
-        for s in super::fleet::view::State::ALL {
-            self.served.fleet_followers(s.word(), totals.get(s));
-        }
-    }
-
-    /// `/status` (`status_page.rs`).
-    fn status(&self) -> Vec<u8> {
-        let h = self.health.lock().recover();
-        let (ready, last_error) = (
-            h.readiness(Instant::now()),
-            h.last_error().map(str::to_string),
-        );
-        drop(h);
-        let held = self.current();
-        let timeline = self.timeline.read().recover();
-        let seen = status_page::Seen {
-            ready,
-            last_error,
-            held: held.as_deref(),
-            history: &timeline.history,
-            kinds: self.kinds,
-            renders: &self.renders,
-            fleet: self.fleet.status(held.as_deref(), Instant::now()),
-            validation: self.validation.lock().recover().clone(),
-        };
-        status_page::body(&seen)
     }
 
     /// The last complete poll, if the hub is ready to serve it.
@@ -649,6 +547,7 @@ impl Handler for Hub {
     }
 }
 
+mod ops;
 mod status_page;
 #[cfg(test)]
 mod tests;
