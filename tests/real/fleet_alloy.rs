@@ -63,17 +63,7 @@ fn a_version_alloy_refuses_is_told_once_for_the_whole_fleet() {
         );
     };
     put(&scrape_module("team", alloy_port, ""));
-    k.apply(
-        &json!({"apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-             "metadata": {"name": "hub-events", "namespace": ns},
-             "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}]},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-             "metadata": {"name": "hub-events", "namespace": ns},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub-events"},
-             "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": ns}]}]})
-        .to_string(),
-    );
+    hub_may_record_events(k, &ns, "hub");
     let hub = start_hub(
         k,
         &hub_account(k, &ns, "hub"),

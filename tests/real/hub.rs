@@ -195,6 +195,22 @@ pub(crate) fn follower(
     k.token(ns, name, "2h")
 }
 
+/// What `--report-events` needs of a hub (the shipped role writes nothing): `create` and
+/// `patch` on core events in `ns`, for service account `account`.
+pub(crate) fn hub_may_record_events(k: &RealApiserver, ns: &str, account: &str) {
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": "hub-events", "namespace": ns},
+             "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "hub-events", "namespace": ns},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub-events"},
+             "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]}]})
+        .to_string(),
+    );
+}
+
 /// A token allowed to get the hub's `/metrics` and `/status`, as Prometheus's would be.
 pub(crate) fn scraper(k: &RealApiserver, ns: &str) -> String {
     follower(

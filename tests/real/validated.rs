@@ -75,17 +75,7 @@ fn a_version_the_hub_refuses_reaches_no_follower_and_new_ones_start_on_the_last_
         "--report-events",
     ];
     // --report-events: the shipped role writes nothing; this is what the docs add.
-    k.apply(
-        &json!({"apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-             "metadata": {"name": "hub-events", "namespace": ns},
-             "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}]},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-             "metadata": {"name": "hub-events", "namespace": ns},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub-events"},
-             "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": ns}]}]})
-        .to_string(),
-    );
+    hub_may_record_events(k, &ns, "hub");
     let hub = start_hub(k, &hub_token, &args);
     let token = follower(k, &ns, "reader", watch_rules(), false);
     let scraper = scraper(k, &ns);
