@@ -173,10 +173,10 @@ impl Observers {
         if !reports.is_following() {
             return;
         }
-        // Served, held or not: rejected (by anyone) or left unwritten.
-        let served = (record.rejected.iter().map(|r| r.module.as_str()))
+        // Held otherwise than served: rejected (by anyone) or left unwritten.
+        let otherwise = (record.rejected.iter().map(|r| r.module.as_str()))
             .chain(record.unwritten.iter().map(|u| u.module.as_str()));
-        reports.holds(hub_report::report(held, served, &refused, *kinds));
+        reports.holds(hub_report::report(held, otherwise, &refused, *kinds));
     }
 
     /// Stopping (`cmpoll serve` draining): not ready from now on.

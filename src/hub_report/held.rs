@@ -1,10 +1,14 @@
-//! What a follower holds, as it tells its hub (`hub_protocol::Report`): per module the
-//! version its sinks hold (none: they hold none) and its own latest refusal of the module
-//! (`--validate`, or the agent's through `--confirm`) while the refused version is still
-//! the newest it was served. Made after each commit from what the store holds (what the
-//! sinks hold) and the gate's refusals; it sends nothing (`sender.rs` does). A Secret's
-//! refusal carries the validator's exit status only, never its output, which may quote
-//! the Secret (`reason::redacted`, as `--report-events` and the log show it).
+//! What a follower tells its hub (`hub_protocol::Report`): its exceptions — each module it
+//! holds otherwise than it was served (rejected by anyone, its own `--validate` or its
+//! agent's refusal through `--confirm`, left unwritten), with the version its sinks hold
+//! (none: they hold none) and its own latest refusal of the module while the refused
+//! version is still the newest it was served. A module it holds as served is not named:
+//! the hub reads that off the follower's watch, so a fleet that takes every change
+//! reports nothing. Made after each commit from what the store holds (what the sinks
+//! hold), the commit's rejections and unwritten modules, and the gate's refusals; it
+//! sends nothing (`sender.rs` does). A Secret's refusal carries the validator's exit
+//! status only, never its output, which may quote the Secret (`reason::redacted`, as
+//! `--report-events` and the log show it).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -27,45 +31,30 @@ pub struct Refusal {
     pub reason: String,
 }
 
-/// The report of a follower whose sinks hold `held`, that was served `served` besides
-/// (modules it holds no version of: rejected or left unwritten), whose gate refused
-/// `refused` (each the newest version it was served), listing `kinds`: each module once,
-/// in id order, at most `MAX_REPORT_MODULES` of them, and fewer if their JSON would pass
-/// `MAX_REPORT` bytes (long names and reasons: `truncated` either way).
+/// The report of a follower whose sinks hold `held`, whose modules `otherwise` are held
+/// otherwise than served (rejected, left unwritten), whose gate refused `refused` (each
+/// the newest version it was served), listing `kinds`: each of those modules once, with
+/// what the sinks hold of it, in id order, at most `MAX_REPORT_MODULES` of them, and fewer
+/// if their JSON would pass `MAX_REPORT` bytes (long names and reasons: `truncated`
+/// either way).
 pub fn report<'a>(
     held: &Snapshot,
-    served: impl IntoIterator<Item = &'a str>,
+    otherwise: impl IntoIterator<Item = &'a str>,
     refused: &'a [Refusal],
     kinds: Resources,
 ) -> Report {
     let refusals: HashMap<&str, &Refusal> =
         refused.iter().map(|r| (r.module.as_str(), r)).collect();
-    let others: BTreeSet<&str> = (served.into_iter())
+    let ids: BTreeSet<&str> = (otherwise.into_iter())
         .chain(refused.iter().map(|r| r.module.as_str()))
-        .filter(|id| !held.modules.contains_key(id))
         .collect();
-    let mut held_ids = held
-        .modules
-        .iter()
-        .map(|(id, e)| (id, Some((e.hash, e.resource_version.number()))))
-        .peekable();
-    let mut other_ids = others.into_iter().map(|id| (id, None)).peekable();
     let mut out = Report::default();
-    loop {
-        // The two in id order, merged (no id is in both).
-        let next = match (held_ids.peek(), other_ids.peek()) {
-            (Some(h), Some(o)) if h.0 < o.0 => held_ids.next(),
-            (Some(_), Some(_)) => other_ids.next(),
-            (Some(_), None) => held_ids.next(),
-            (None, _) => other_ids.next(),
-        };
-        let Some((id, version)) = next else {
-            break;
-        };
+    for id in ids {
         if out.modules.len() == MAX_REPORT_MODULES {
             out.truncated = true;
             break;
         }
+        let version = (held.modules.get(id)).map(|e| (e.hash, e.resource_version.number()));
         let kind = kinds.kind_of(id);
         out.modules.push(Reported {
             module: id.to_string(),
@@ -166,11 +155,12 @@ mod tests {
         Resources::one(Resource::ConfigMaps)
     }
 
-    /// Held, refused and served-but-not-held modules, each once, in id order; a new module
-    /// it refused holds none.
+    /// Only the modules held otherwise than served (refused, rejected, unwritten), each
+    /// once, in id order, with what the sinks hold of them; a module held as served is
+    /// not named (the hub reads it off the watch); a new module it refused holds none.
     #[test]
-    fn modules_come_in_id_order_each_once() {
-        let s = held(&[("a/x", 1), ("c/x", 3)]);
+    fn only_exceptions_come_in_id_order_each_once() {
+        let s = held(&[("a/x", 1), ("c/x", 3), ("e/x", 5)]);
         let refused = [
             refusal(
                 "b/new",
@@ -179,33 +169,35 @@ mod tests {
             ),
             refusal("c/x", 4, "bad"),
         ];
-        let r = report(&s, ["d/unwritten", "c/x"], &refused, configmaps());
+        let r = report(&s, ["d/unwritten", "c/x", "e/x"], &refused, configmaps());
         let got: Vec<(&str, Option<&str>, Option<&str>)> = (r.modules.iter())
             .map(|m| {
                 let refused = m.refused.as_ref().map(|f| f.by.as_str());
                 (m.module.as_str(), m.hash.as_deref(), refused)
             })
             .collect();
-        let (one, three) = (h(1).to_string(), h(3).to_string());
+        let (three, five) = (h(3).to_string(), h(5).to_string());
         assert_eq!(
             got,
             vec![
-                ("a/x", Some(one.as_str()), None),
                 ("b/new", None, Some("validate")),
                 ("c/x", Some(three.as_str()), Some("validate")),
                 ("d/unwritten", None, None),
+                ("e/x", Some(five.as_str()), None),
             ]
         );
         assert!(!r.truncated);
         assert!(r.modules.iter().all(|m| m.kind == "ConfigMap"));
         // What is held comes with its resourceVersion (the hub tells the version by it).
-        assert_eq!(r.modules[0].resource_version.as_deref(), Some("7"));
-        assert_eq!(r.modules[1].resource_version, None);
-        let c = r.modules[2].refused.as_ref().unwrap();
+        assert_eq!(r.modules[1].resource_version.as_deref(), Some("7"));
+        assert_eq!(r.modules[0].resource_version, None);
+        let c = r.modules[1].refused.as_ref().unwrap();
         assert_eq!(
             (c.hash.as_str(), c.reason.as_str()),
             (h(4).to_string().as_str(), "bad")
         );
+        // Nothing held otherwise: an empty report.
+        assert!(report(&s, [], &[], configmaps()).modules.is_empty());
     }
 
     #[test]
@@ -222,8 +214,10 @@ mod tests {
             };
             s.modules.insert(id, entry);
         }
-        // The first id is a refused new module: it counts among the first.
-        let r = report(&s, [], &[refusal(&ids[0], 2, "no")], configmaps());
+        // The first id is a refused new module: it counts among the first; the others are
+        // left unwritten.
+        let unwritten = ids[1..].iter().map(String::as_str);
+        let r = report(&s, unwritten, &[refusal(&ids[0], 2, "no")], configmaps());
         assert_eq!(r.modules.len(), MAX_REPORT_MODULES);
         assert!(r.truncated);
         assert_eq!(r.modules[0].module, ids[0]);
@@ -231,7 +225,7 @@ mod tests {
             r.modules.last().unwrap().module,
             ids[MAX_REPORT_MODULES - 1]
         );
-        let exactly = report(&held(&[("a/x", 1)]), [], &[], configmaps());
+        let exactly = report(&held(&[("a/x", 1)]), ["a/x"], &[], configmaps());
         assert!(!exactly.truncated);
     }
 

@@ -4,10 +4,12 @@
 //! returns at once. Bounded: one report in flight, one state pending (a newer one replaces
 //! it, never a queue of old ones). A state is sent only while following a hub, only when it
 //! differs from the last one the hub took, and once each time the follower starts
-//! following a hub (again after a failed poll: `batch::Observers`), and again, unchanged,
-//! every `REFRESH` (spread by a fifth): a hub keeps reports in memory, so one that
-//! restarted, or the other hub behind a Service that a follower's connections moved to,
-//! learns the state within that time even when nothing changes. A failure is counted,
+//! following a hub (again after a failed poll: `batch::Observers`), and a state with
+//! exceptions again, unchanged, every `REFRESH` (spread by a fifth): a hub keeps reports
+//! in memory, so one that restarted, or the other hub behind a Service that a follower's
+//! connections moved to, learns them within that time even when nothing changes. A
+//! follower with no exception (it holds what it was served) sends nothing more: every hub
+//! reads that off its watch. A failure is counted,
 //! logged at warning once per kind until a report is taken again, and retried with backoff
 //! (a 429 or 503 after its `Retry-After`; the hub's own 429, its pace, is no failure and
 //! is not warned about); a 404 or 405 is a hub that takes no reports: said once at info,
@@ -209,11 +211,15 @@ impl Sending {
             let now = Instant::now();
             let sendable = (s.newest.as_ref()).filter(|_| s.following && !self.refused);
             let taken = |n: &Arc<Report>| self.taken.as_ref() == Some(n);
-            let due = sendable.filter(|n| !taken(n) || now >= self.refresh_at);
+            // Only exceptions are refreshed: a hub reads "holds what it was served" off
+            // the follower's watch, whichever hub it is.
+            let refreshed = sendable.filter(|n| !n.modules.is_empty());
+            let due =
+                sendable.filter(|n| !taken(n) || (refreshed.is_some() && now >= self.refresh_at));
             let wait = match due {
                 Some(n) if now >= self.not_before => return Some(n.clone()),
                 Some(_) => self.not_before - now,
-                None if sendable.is_some() => self.refresh_at.saturating_duration_since(now),
+                None if refreshed.is_some() => self.refresh_at.saturating_duration_since(now),
                 None => IDLE,
             };
             s = wake.wait_timeout(s, wait).recover().0;
@@ -345,8 +351,9 @@ mod tests {
 
     const SOON: Duration = Duration::from_millis(300);
 
-    /// A state the hub took is sent again, unchanged, after the refresh (a hub that
-    /// restarted, or the other hub behind the Service, learns it), not before.
+    /// A state with exceptions the hub took is sent again, unchanged, after the refresh (a
+    /// hub that restarted, or the other hub behind the Service, learns it), not before;
+    /// one without is not.
     #[test]
     fn a_taken_state_is_sent_again_after_the_refresh() {
         let (tx, rx) = mpsc::channel();
@@ -367,6 +374,14 @@ mod tests {
         assert_eq!(rx.recv_timeout(Duration::from_secs(2)).unwrap(), holding(1));
         let after = taken.elapsed();
         assert!(after >= refresh && after < refresh * 2, "{after:?}");
+        // No exception: sent once (the hub forgets the last ones), never refreshed (every
+        // hub reads it off the watch).
+        r.holds(holding(0));
+        assert_eq!(rx.recv_timeout(SOON).unwrap(), holding(0));
+        assert!(
+            rx.recv_timeout(refresh * 3).is_err(),
+            "no exception: not sent again"
+        );
     }
 
     /// Nothing before following a hub; then the state once; the same state again is not

@@ -42,7 +42,7 @@ use super::status::StatusError;
 use super::watch::{Timeline, Watch};
 use crate::backoff::Rng;
 use crate::https::http::{Answer, Request};
-use crate::https::server::{Call, Handler, Holder, Peer, Reply, Stream, Wake};
+use crate::https::server::{Call, Handler, Holder, Peer, Reply, Wake};
 use crate::hub_protocol::{BEHIND_WAIT, HUB_HEADER, WAIT_HEADER};
 use crate::locks::Recover;
 use crate::ops::health::Health;
@@ -273,12 +273,11 @@ impl Hub {
             } else {
                 "stream"
             });
-            let stream: Box<dyn Stream> = Box::new(watch);
             return Ok(Reply::Stream {
                 head: Answer::json(200, Vec::new()),
                 stream: match ask.wait {
-                    Some(wait) => self.fleet.watching(stream, &user, wait),
-                    None => stream,
+                    Some(wait) => self.fleet.watching(watch, &user, wait),
+                    None => Box::new(watch),
                 },
                 holder,
             });
@@ -348,6 +347,7 @@ impl Hub {
             }
         }
         let at = exact.unwrap_or(v.listed);
+        self.fleet.listed(&user, &ask, at, Instant::now());
         Ok(Reply::Answer(self.list(&held, &ask, v, at, lane)?))
     }
 

@@ -44,6 +44,15 @@ pub fn poll(prev: &Held, n: u64, scopes: &[(Option<&str>, u64)], items: Vec<Item
     g.finish(n).unwrap()
 }
 
+/// What a configmaps request to `path` (`/api/v1/…`) with `query` selects.
+pub fn filter(path: &str, query: &str) -> super::watch::Filter {
+    let super::request::Route::Read(target) = super::request::route(path) else {
+        panic!("{path} is no read")
+    };
+    let q = super::request::Query::parse(query);
+    super::watch::Filter::of(&super::request::ask(target, &q, &|_| None).unwrap())
+}
+
 pub fn kinds() -> Resources {
     Resources::one(Resource::ConfigMaps)
 }

@@ -65,17 +65,28 @@ pub struct Timeline {
     pub history: History,
 }
 
-/// What a watch selects.
-#[derive(Clone, Debug)]
-struct Filter {
-    kind: Resource,
-    namespace: Option<String>,
+/// What a watch (or a list) selects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Filter {
+    pub kind: Resource,
+    pub namespace: Option<String>,
     labels: LabelSelector,
     fields: FieldSelector,
 }
 
 impl Filter {
-    fn passes(&self, o: &HeldObject) -> bool {
+    /// What `ask` selects.
+    pub fn of(ask: &Ask) -> Filter {
+        Filter {
+            kind: ask.target.kind,
+            namespace: ask.target.namespace.clone(),
+            labels: ask.labels.clone(),
+            fields: ask.fields.clone(),
+        }
+    }
+
+    /// Whether it selects `o` (an object of its kind).
+    pub fn passes(&self, o: &HeldObject) -> bool {
         self.namespace.as_ref().is_none_or(|ns| *ns == o.namespace)
             && self.labels.matches(|k| o.label(k))
             && self.fields.matches(&o.namespace, &o.name)
@@ -116,6 +127,9 @@ pub struct Watch {
     ends: Instant,
     /// The newest version the watcher was told (never goes back).
     told: u64,
+    /// The newest version a `BOOKMARK` told it (or the version it watches from): it has
+    /// every change up to it.
+    committed: u64,
     /// What the watcher holds already, whose changes it is never sent: those not newer
     /// than the version it watches from (as the apiserver's watch), and those of the poll
     /// its state came from or before (a change still held back when the state was made,
@@ -124,9 +138,9 @@ pub struct Watch {
     /// A streaming list (`sendInitialEvents=true`): the state, then its bookmark.
     initial: bool,
     /// A follower's held watch: its next commit is due then (a bookmark alone if no
-    /// change came), and each after it within `hold` (its wait).
-    commit_by: Option<Instant>,
-    hold: Duration,
+    /// change came), and each after it within its wait, the second (at least a second:
+    /// a wait of 0 would be one a pull).
+    commit_by: Option<(Instant, Duration)>,
 }
 
 impl Watch {
@@ -134,12 +148,7 @@ impl Watch {
     /// version that is not a number).
     pub fn start(timeline: Arc<RwLock<Timeline>>, ask: &Ask, rng: &mut Rng) -> Watch {
         let now = Instant::now();
-        let filter = Filter {
-            kind: ask.target.kind,
-            namespace: ask.target.namespace.clone(),
-            labels: ask.labels.clone(),
-            fields: ask.fields.clone(),
-        };
+        let filter = Filter::of(ask);
         let rv = (ask.resource_version.as_deref())
             .and_then(|r| r.parse::<u64>().ok())
             .unwrap_or(0);
@@ -157,11 +166,10 @@ impl Watch {
             next_bookmark: now + BOOKMARK_EVERY.mul_f64(0.5 + 0.5 * rng.unit()),
             ends,
             told: rv,
+            committed: rv,
             holds: (rv, 0),
             initial,
-            commit_by: ask.wait.map(|w| now + w),
-            // Then a commit at least every second: a wait of 0 would be one a pull.
-            hold: ask.wait.unwrap_or_default().max(Duration::from_secs(1)),
+            commit_by: (ask.wait).map(|w| (now + w, w.max(Duration::from_secs(1)))),
         };
         // The state first from no version or `0` (a streaming list's, which the
         // apiserver makes of a `watch=true` from there that says nothing of
@@ -178,6 +186,17 @@ impl Watch {
             (Some(false) | None, rv) => w.changes_from(rv),
         };
         w
+    }
+
+    /// What it selects.
+    pub fn filter(&self) -> &Filter {
+        &self.filter
+    }
+
+    /// The newest version a `BOOKMARK` gave the watcher (or the version it watched from):
+    /// what a follower's held watch has committed.
+    pub fn committed(&self) -> u64 {
+        self.committed
     }
 
     /// Whether it waits for the hub to reach its version (the hub's next poll should
@@ -229,7 +248,8 @@ impl Watch {
     }
 
     /// A `BOOKMARK` at `rv` (annotated as the end of the initial events, if `end`).
-    fn bookmark(&self, rv: u64, end: bool) -> Body {
+    fn bookmark(&mut self, rv: u64, end: bool) -> Body {
+        self.committed = self.committed.max(rv);
         let (kind, api) = match self.form {
             Form::Full => (self.filter.kind.kind(), "v1"),
             Form::Metadata => ("PartialObjectMetadata", "meta.k8s.io/v1"),
@@ -315,7 +335,7 @@ impl Watch {
         // Everything up to the watermark is here: a bookmark may say so.
         let watermark = kept.watermark;
         drop(t);
-        if let Some(by) = self.commit_by
+        if let Some((by, hold)) = self.commit_by
             && (!out.chunks.is_empty() || now >= by)
         {
             // A follower's change is complete (or its wait is over): the bookmark commits
@@ -323,7 +343,7 @@ impl Watch {
             let rv = self.told.max(watermark);
             out.push(self.bookmark(rv, false));
             self.told = rv;
-            self.commit_by = Some(now + self.hold);
+            self.commit_by = Some((now + hold, hold));
             return Some(true);
         }
         Some(self.maybe_bookmark(out, watermark, now))
@@ -409,7 +429,7 @@ impl Stream for Watch {
                             } else {
                                 self.ends
                             };
-                            let next = self.commit_by.map_or(next, |by| by.min(next));
+                            let next = self.commit_by.map_or(next, |(by, _)| by.min(next));
                             return Pull {
                                 chunks: out.chunks,
                                 next: Next::At(next),

@@ -1,17 +1,23 @@
 //! What a hub keeps of its followers (`Fleet`): per follower — named by its token's pod
-//! name, else its user name (`follower_name`) — what it last reported it holds, when it
-//! was last heard from and its wait; per served object, since when the hub serves its
-//! version (what "behind" is measured from); per follower, a budget of reports.
+//! name, else its user name (`follower_name`) — the scopes it follows and how far it has
+//! come in each (`Scope`: its held watch's last bookmark, or its waiting list's version),
+//! what it last reported holding otherwise than it was served (its exceptions: a version
+//! it or its agent refused, one it could not write), when it was last heard from and its
+//! wait; per served object, since when the hub serves its version and the hub's version
+//! from which a follower has it (what "current" and "behind" are measured from); per
+//! follower, a budget of reports.
 //!
-//! Bounds: at most `MAX_FOLLOWERS` followers and `MAX_BYTES` of what they reported (ids,
-//! reasons cut to `intake::KEPT_REASON`, the fixed parts); a report that would pass either
-//! makes room by forgetting the followers heard from longest ago (the longest gone)
-//! first; a follower silent for `FORGET` is forgotten at the next report or view. Only a
-//! report (authenticated, authorized, rate-bounded) adds a follower; being heard from
-//! (`seen`, on every authenticated request, and at every pull of a follower's held watch)
-//! only updates one already kept: a read lock, a hash lookup by the name borrowed from the
-//! user, two atomic stores — no allocation, so 10,000 followers' requests do not queue on
-//! it.
+//! A follower that holds what it was served reports nothing: the hub reads its state off
+//! its own watch, at no cost per change (`view.rs`). Bounds: at most `MAX_FOLLOWERS`
+//! followers, `MAX_SCOPES` scopes each, and `MAX_BYTES` of what they keep (ids, reasons cut
+//! to `intake::KEPT_REASON`, selectors, the fixed parts); a follower that would pass either
+//! makes room by forgetting the followers heard from longest ago first; a follower silent
+//! for `FORGET` is forgotten at the next report, watch or view. A follower is added by its
+//! first held watch or waiting list (`WAIT_HEADER`; authorized as every watch and list) or
+//! by a report naming a module (authorized per namespace); being heard from (`seen`, on
+//! every authenticated request, and at every pull of a follower's held watch) only updates
+//! one already kept: a read lock, a hash lookup by the name borrowed from the user, two
+//! atomic stores — no allocation, so 10,000 followers' requests do not queue on it.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -25,10 +31,16 @@ use crate::locks::Recover;
 use crate::poll::hash::Hash;
 use crate::serve::held::Held;
 use crate::serve::kept::Budgets;
+use crate::serve::request::Ask;
 use crate::serve::user::User;
+use crate::serve::watch::{Filter, Watch};
+use crate::source::Resource;
 
 /// Followers kept at most (a hub's connections bound its live followers below this).
 pub const MAX_FOLLOWERS: usize = 16_384;
+
+/// Scopes kept per follower at most (the newest; a follower lists a few namespaces).
+pub const MAX_SCOPES: usize = 16;
 
 /// What the followers' reports keep at most, in bytes (10,000 followers of 100 modules
 /// each keep some 10 MiB).
@@ -69,6 +81,36 @@ pub fn follower_name(user: &User) -> Cow<'_, str> {
     }
 }
 
+/// One scope a follower follows (a held watch, or a waiting list), and how far it came.
+#[derive(Debug)]
+pub struct Scope {
+    pub filter: Filter,
+    /// `filter` in words (its `Debug`): what scopes are told apart and grouped by.
+    pub key: Box<str>,
+    /// The hub's newest version up to which the follower has every change of the scope
+    /// (its held watch's last `BOOKMARK`; the version of its last list).
+    position: AtomicU64,
+}
+
+impl Scope {
+    fn new(filter: Filter, position: u64) -> Scope {
+        Scope {
+            key: format!("{filter:?}").into(),
+            filter,
+            position: AtomicU64::new(position),
+        }
+    }
+
+    pub fn position(&self) -> u64 {
+        self.position.load(Ordering::Relaxed)
+    }
+
+    /// The bytes it keeps (for the fleet's bound).
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<Scope>() + 2 * self.key.len()
+    }
+}
+
 /// One follower, as kept.
 #[derive(Debug)]
 pub struct Follower {
@@ -76,7 +118,10 @@ pub struct Follower {
     seen: AtomicU64,
     /// Its wait, in seconds (0: never said).
     wait: AtomicU64,
-    /// What it holds, in (kind, key) order.
+    /// The scopes it follows, the newest last.
+    pub scopes: Vec<Arc<Scope>>,
+    /// What it reported holding otherwise than served (its exceptions), in (kind, key)
+    /// order.
     pub holds: Box<[Holding]>,
     /// It holds more than it reported.
     pub truncated: bool,
@@ -101,10 +146,21 @@ pub struct Followers {
     bytes: usize,
 }
 
-/// Since when the hub serves each object's version: by kind, `namespace/name` → (its
-/// hash, since).
-/// Per kind and object: the version served (hash, resourceVersion) and since when.
-type ServedSince = [HashMap<Box<str>, (Hash, u64, Instant)>; 2];
+/// An object's version as the hub serves it, for the fleet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    pub hash: Hash,
+    /// Its resourceVersion.
+    pub rv: u64,
+    /// Since when the hub serves it.
+    pub since: Instant,
+    /// The hub's version from which a watcher has it: the kind's version when it was first
+    /// served (a watch is released changes up to it: `history.rs`), or its own when newer.
+    pub from: u64,
+}
+
+/// Per kind, `namespace/name` → its version served.
+pub type ServedSince = [HashMap<Box<str>, Served>; 2];
 
 /// The fleet as the hub knows it.
 pub struct Fleet {
@@ -180,19 +236,42 @@ impl Fleet {
     /// forgetting the silent (`FORGET`), then the longest gone.
     pub fn take(&self, name: &str, wait: Option<u64>, report: Checked, now: Instant) {
         if report.holds.is_empty() && !self.followers.read().recover().map.contains_key(name) {
-            // Holding nothing, and not kept: nothing to keep (a report naming no module is
-            // authorized for nothing, so it must not add, nor make room by forgetting).
+            // No exception, and not kept: nothing to keep (a report naming no module is
+            // authorized for nothing, so it must not add, nor make room by forgetting; its
+            // watch adds it).
             return;
         }
         let holds = report.holds.into_boxed_slice();
-        let bytes = std::mem::size_of::<Follower>()
-            + name.len()
-            + holds.iter().map(Holding::bytes).sum::<usize>();
+        let truncated = report.truncated;
+        self.replace(name, wait, now, move |before| {
+            let scopes = before.map(|b| b.scopes).unwrap_or_default();
+            (scopes, holds, truncated)
+        });
+    }
+
+    /// The follower `name`, made again by `make` from what was kept of it (its scopes,
+    /// exceptions and whether they were cut), heard from now, with its wait if it said
+    /// one; room is made first by forgetting the silent (`FORGET`), then the longest gone.
+    fn replace(
+        &self,
+        name: &str,
+        wait: Option<u64>,
+        now: Instant,
+        make: impl FnOnce(Option<Follower>) -> (Vec<Arc<Scope>>, Box<[Holding]>, bool),
+    ) {
         let mut followers = self.followers.write().recover();
         let before = followers.map.remove(name);
         if let Some(b) = &before {
             followers.bytes -= b.bytes;
         }
+        let kept_wait = before
+            .as_ref()
+            .map_or(0, |b| b.wait.load(Ordering::Relaxed));
+        let (scopes, holds, truncated) = make(before);
+        let bytes = std::mem::size_of::<Follower>()
+            + name.len()
+            + scopes.iter().map(|s| s.bytes()).sum::<usize>()
+            + holds.iter().map(Holding::bytes).sum::<usize>();
         self.forget_silent(&mut followers, now);
         while !followers.map.is_empty()
             && (followers.map.len() >= MAX_FOLLOWERS || followers.bytes + bytes > MAX_BYTES)
@@ -206,7 +285,6 @@ impl Fleet {
                 followers.bytes -= f.bytes;
             }
         }
-        let kept_wait = before.map_or(0, |b| b.wait.load(Ordering::Relaxed));
         let wait = wait.filter(|w| *w > 0).map_or(kept_wait, |w| {
             w.min(crate::hub_protocol::MAX_WAIT.as_secs())
         });
@@ -216,11 +294,55 @@ impl Fleet {
             Follower {
                 seen: AtomicU64::new(self.ms(now)),
                 wait: AtomicU64::new(wait),
+                scopes,
                 holds,
-                truncated: report.truncated,
+                truncated,
                 bytes,
             },
         );
+    }
+
+    /// The follower `name` follows `filter` from the hub's version `position` (a held
+    /// watch starts, a waiting list is answered): the scope kept (one per filter, the
+    /// newest `MAX_SCOPES`), its position moved to this one; the follower added if new.
+    /// A scope already kept moves on without a write lock (a waiting list answered per
+    /// change).
+    pub fn following(
+        &self,
+        name: &str,
+        filter: &Filter,
+        position: u64,
+        wait: Option<u64>,
+        now: Instant,
+    ) -> Arc<Scope> {
+        let scope = Scope::new(filter.clone(), position);
+        {
+            let followers = self.followers.read().recover();
+            let kept = (followers.map.get(name))
+                .and_then(|f| f.scopes.iter().find(|s| s.key == scope.key));
+            if let Some(s) = kept {
+                s.position.store(position, Ordering::Relaxed);
+                let s = s.clone();
+                drop(followers);
+                self.seen_name(name, wait, now);
+                return s;
+            }
+        }
+        let scope = Arc::new(scope);
+        let ours = scope.clone();
+        self.replace(name, wait, now, move |before| match before {
+            Some(b) => {
+                let mut scopes = b.scopes;
+                scopes.retain(|s| s.key != scope.key);
+                if scopes.len() >= MAX_SCOPES {
+                    scopes.remove(0);
+                }
+                scopes.push(scope);
+                (scopes, b.holds, b.truncated)
+            }
+            None => (vec![scope], Box::default(), false),
+        });
+        ours
     }
 
     /// Forgets who has been silent for `FORGET`.
@@ -254,79 +376,99 @@ impl Fleet {
     pub fn served(&self, held: &Held, now: Instant) {
         let mut served = self.served.lock().recover();
         let mut next: ServedSince = Default::default();
-        for kind in [
-            crate::source::Resource::ConfigMaps,
-            crate::source::Resource::Secrets,
-        ] {
+        for kind in [Resource::ConfigMaps, Resource::Secrets] {
             let before = &served[kind.index()];
+            let version = held.versions(kind, None).map_or(0, |v| v.listed);
             for o in held.objects(kind, None) {
                 let key = o.key();
                 // A new resourceVersion (a label edited) is a new version to be taken, as
                 // followers tell theirs by it: since now.
                 let rv = o.resource_version.parse().unwrap_or(0);
-                let since = match before.get(key.as_str()) {
-                    Some((h, r, since)) if *h == o.hash && *r == rv => *since,
-                    _ => now,
+                let kept = before.get(key.as_str()).copied();
+                let s = match kept {
+                    Some(s) if s.hash == o.hash && s.rv == rv => s,
+                    _ => Served {
+                        hash: o.hash,
+                        rv,
+                        since: now,
+                        from: version.max(rv),
+                    },
                 };
-                next[kind.index()].insert(key.into(), (o.hash, rv, since));
+                next[kind.index()].insert(key.into(), s);
             }
         }
         *served = next;
     }
 
-    /// Since when the hub serves `hash` of the object `kind` `key` (`None`: it serves
-    /// another version, or none).
-    pub fn served_since(
-        &self,
-        kind: crate::source::Resource,
-        key: &str,
-        hash: &Hash,
-    ) -> Option<Instant> {
-        let served = self.served.lock().recover();
-        (served[kind.index()].get(key))
-            .filter(|(h, _, _)| h == hash)
-            .map(|(_, _, since)| *since)
+    /// Each object's version served, by kind and `namespace/name`: read while the lock is
+    /// held.
+    pub fn served_now<T>(&self, read: impl FnOnce(&ServedSince) -> T) -> T {
+        read(&self.served.lock().recover())
     }
 
-    /// A follower's held watch, heard from at every pull the server makes of it (each of
-    /// its events and bookmarks, at least once a wait): a follower holding one long watch
-    /// counts as heard from while the hub still sends on it; once its connection is gone
-    /// (closed, or unwritable past the server's deadlines), the stream is dropped and the
-    /// follower is gone a wait and `GONE_MARGIN` later.
+    /// `user` is answered the list `ask` at the hub's version `at`: a follower's (it sent
+    /// its wait) follows that scope from there (the list before its watch, or its waiting
+    /// list).
+    pub fn listed(&self, user: &User, ask: &Ask, at: u64, now: Instant) {
+        if let Some(wait) = ask.wait {
+            let name = follower_name(user);
+            self.following(&name, &Filter::of(ask), at, Some(wait.as_secs()), now);
+        }
+    }
+
+    /// A follower's held watch: its scope kept (`following`) and moved on at every
+    /// bookmark it is given, and the follower heard from at every pull the server makes
+    /// of it (each of its events and bookmarks, at least once a wait): a follower holding
+    /// one long watch counts as heard from while the hub still sends on it; once its
+    /// connection is gone (closed, or unwritable past the server's deadlines), the stream
+    /// is dropped and the follower is gone a wait and `GONE_MARGIN` later.
     pub fn watching(
         self: &Arc<Fleet>,
-        stream: Box<dyn Stream>,
+        watch: Watch,
         user: &User,
         wait: Duration,
     ) -> Box<dyn Stream> {
+        let name: Box<str> = follower_name(user).as_ref().into();
+        let wait = wait.as_secs();
+        let scope = self.following(
+            &name,
+            watch.filter(),
+            watch.committed(),
+            Some(wait),
+            Instant::now(),
+        );
         Box::new(Watching {
-            inner: stream,
+            inner: watch,
             fleet: self.clone(),
-            name: follower_name(user).as_ref().into(),
-            wait: wait.as_secs(),
+            name,
+            wait,
+            scope,
         })
     }
 }
 
 /// A follower's watch, counted as hearing from it (`Fleet::watching`).
 struct Watching {
-    inner: Box<dyn Stream>,
+    inner: Watch,
     fleet: Arc<Fleet>,
     name: Box<str>,
     wait: u64,
+    scope: Arc<Scope>,
 }
 
 impl Stream for Watching {
     fn pull(&mut self, now: Instant, room: usize) -> Pull {
         self.fleet.seen_name(&self.name, Some(self.wait), now);
-        self.inner.pull(now, room)
+        let pulled = self.inner.pull(now, room);
+        (self.scope.position).fetch_max(self.inner.committed(), Ordering::Relaxed);
+        pulled
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::Resource;
+    use crate::serve::request::{self, Route};
 
     fn holding(key: &str, reason: usize) -> Holding {
         Holding {
@@ -489,34 +631,88 @@ mod tests {
         assert_eq!(f.map["a"].wait(), Duration::from_secs(20), "its wait kept");
     }
 
-    /// A follower holding one long watch is heard from at each pull of it: not gone
-    /// while the hub still sends on it, gone a wait and the margin after its last pull.
+    /// A follower's held watch adds it, in the scope it watches at the version it
+    /// watches from; each bookmark moves the scope on; it is heard from at each pull: not
+    /// gone while the hub still sends on it, gone a wait and the margin after its last
+    /// pull.
     #[test]
-    fn a_held_watch_keeps_its_follower_heard_from() {
-        struct Quiet;
-        impl Stream for Quiet {
-            fn pull(&mut self, now: Instant, _: usize) -> Pull {
-                Pull {
-                    chunks: Vec::new(),
-                    next: crate::https::server::Next::At(now),
-                }
-            }
-        }
+    fn a_held_watch_keeps_its_follower_heard_from_and_moves_on() {
+        use crate::serve::testing::{item, kinds, poll};
+        use crate::serve::watch::Timeline;
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
+        let first = poll(
+            &Held::empty(kinds()),
+            1,
+            &[(None, 10)],
+            vec![item("a", "x", 5, &[])],
+        );
+        let mut t = Timeline::default();
+        t.history.record(&Held::empty(kinds()), &first);
+        t.held = Some(Arc::new(first));
+        let timeline = Arc::new(RwLock::new(t));
+        let Route::Read(target) = request::route("/api/v1/namespaces/a/configmaps") else {
+            panic!()
+        };
+        let query = request::Query::parse("watch=true&resourceVersion=10&allowWatchBookmarks=true");
+        let header = |h: &str| (h == crate::hub_protocol::WAIT_HEADER).then(|| "30".to_string());
+        let ask = request::ask(target, &query, &header).unwrap();
+        let w = Watch::start(
+            timeline.clone(),
+            &ask,
+            &mut crate::backoff::Rng::from_time(),
+        );
         let fleet = Arc::new(Fleet::new(t0));
-        fleet.take("node-1", None, report(1), t0);
         let pod = user("jane", Some("node-1"));
-        let mut watch = fleet.watching(Box::new(Quiet), &pod, Duration::from_secs(30));
-        for s in (30..=3000).step_by(30) {
-            watch.pull(at(s), 4096);
+        let mut watch = fleet.watching(w, &pod, Duration::from_secs(30));
+        let position = |f: &Fleet| f.read(t0).map["node-1"].scopes[0].position();
+        assert_eq!(position(&fleet), 10, "the version it watches from");
+        // The hub's next poll, at 20, with a change: its events and a bookmark at 20.
+        {
+            let mut t = timeline.write().unwrap();
+            let prev = t.held.clone().unwrap();
+            let next = poll(&prev, 2, &[(None, 20)], vec![item("a", "x", 15, &[])]);
+            t.history.record(&prev, &next);
+            t.held = Some(Arc::new(next));
         }
+        for s in (30..=3000).step_by(30) {
+            watch.pull(at(s), 1 << 20);
+        }
+        assert_eq!(position(&fleet), 20, "moved on by its bookmark");
         let f = fleet.read(at(3000));
         assert!(
             !fleet.gone(&f.map["node-1"], at(3000 + 90)),
             "its wait came with it"
         );
         assert!(fleet.gone(&f.map["node-1"], at(3000 + 91)));
+        drop(f);
+        // The same scope listed again is the same scope, moved; another is another.
+        let listed = crate::serve::testing::filter("/api/v1/namespaces/a/configmaps", "");
+        fleet.following("node-1", &listed, 25, None, at(3000));
+        let other = crate::serve::testing::filter("/api/v1/namespaces/b/configmaps", "");
+        fleet.following("node-1", &other, 25, None, at(3000));
+        let f = fleet.read(at(3000));
+        let scopes: Vec<u64> = f.map["node-1"]
+            .scopes
+            .iter()
+            .map(|s| s.position())
+            .collect();
+        assert_eq!(scopes, [25, 25]);
+    }
+
+    /// A follower keeps its newest `MAX_SCOPES` scopes.
+    #[test]
+    fn scopes_are_bounded() {
+        let t0 = Instant::now();
+        let fleet = Fleet::new(t0);
+        for i in 0..MAX_SCOPES + 3 {
+            let f =
+                crate::serve::testing::filter(&format!("/api/v1/namespaces/n{i}/configmaps"), "");
+            fleet.following("a", &f, i as u64, None, t0);
+        }
+        let f = fleet.read(t0);
+        let kept: Vec<u64> = f.map["a"].scopes.iter().map(|s| s.position()).collect();
+        assert_eq!(kept, (3..MAX_SCOPES as u64 + 3).collect::<Vec<_>>());
     }
 
     /// Reports are bounded per follower: a burst, then the rate, with a moment to come back.

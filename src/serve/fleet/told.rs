@@ -67,6 +67,7 @@ mod tests {
 
     use super::super::Fleet;
     use super::super::intake::{By, Checked, Holding, Refusal};
+    use super::super::view::Which;
     use super::*;
     use crate::serve::testing::{item, kinds, poll};
     use crate::source::{Content, ModuleFile};
@@ -110,10 +111,12 @@ mod tests {
         let served = held.get(Resource::ConfigMaps, "team-a", "x").unwrap().hash;
         let fleet = Fleet::new(t0);
         fleet.served(&held, t0);
+        let scope = crate::serve::testing::filter("/api/v1/namespaces/team-a/configmaps", "");
         for n in 0..4 {
-            fleet.take(&format!("node-{n}"), Some(10), holds(served, None), t0);
+            fleet.following(&format!("node-{n}"), &scope, 10, Some(10), t0);
         }
-        assert!(notices(&fleet.objects(&held, t0).0, &held).is_empty());
+        let refused = |f: &Fleet| notices(&f.objects(&held, t0, Which::Refused).0, &held);
+        assert!(refused(&fleet).is_empty());
         fleet.take(
             "node-2",
             None,
@@ -121,7 +124,7 @@ mod tests {
             t0,
         );
         fleet.take("node-3", None, holds(served, Some((served, "worse"))), t0);
-        let n = notices(&fleet.objects(&held, t0).0, &held);
+        let n = refused(&fleet);
         assert_eq!(n.len(), 1);
         assert_eq!(n[0].hash, served);
         assert_eq!(n[0].count, 2);

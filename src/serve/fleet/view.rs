@@ -1,21 +1,31 @@
-//! The fleet's state per served object, read off what the followers reported (`state.rs`)
-//! against what the hub serves now (`Held`): for each object some follower holds, its
-//! served version, how many followers hold each version, and each follower's state —
-//! `current` (holds the served version), `updating` (holds another, for less than two of
-//! its waits since the hub serves this one), `behind` (for longer), `refused` (its
-//! `--validate` or agent refused the served version), `gone` (silent past its wait and a
-//! margin: `Fleet::gone`), in that order of precedence: gone, refused, current, behind,
-//! updating. Names are shown up to `SHOWN`, refusals up to `SHOWN_REFUSALS`, each with a
-//! count of the rest. Also each follower's own state (its worst over its objects) for
-//! `/metrics`. `objects` is what an Event per object and version will be written from.
+//! The fleet's state per served object, read off the followers' scopes and exceptions
+//! (`state.rs`) against what the hub serves now (`Held`): for each object some follower
+//! follows, its served version, how many followers hold each version, and each
+//! follower's state — `current` (its watch has the served version, or it reported
+//! holding it), `updating` (not yet, for less than two of its waits since the hub serves
+//! this one), `behind` (for longer), `refused` (it reported its `--validate` or its agent
+//! refused the served version), `gone` (silent past its wait and a margin:
+//! `Fleet::gone`); a follower's reported exception about an object stands in place of
+//! what its watch says, in that order of precedence: gone, refused, current, behind,
+//! updating. A follower follows the objects its scopes select (its watch's namespace and
+//! selectors: one whose own `--keys` select nothing of an object holds that version of
+//! it, empty). Names are shown up to `SHOWN`, refusals up to `SHOWN_REFUSALS`, each with
+//! a count of the rest. Also each follower's own state (its worst over its objects) for
+//! `/metrics`. `objects` is what an Event per object and version is written from
+//! (`Which::Refused`: only what it needs).
+//!
+//! Cost: followers are grouped into classes (one scope at one position, one wait, gone
+//! or not) and each class is matched against the objects once: objects × classes, not
+//! objects × followers, and exceptions one by one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::intake::{By, Holding};
-use super::state::{Fleet, Follower};
+use super::state::{Fleet, Follower, Served, ServedSince};
 use crate::poll::hash::Hash;
-use crate::serve::held::Held;
+use crate::serve::held::{Held, HeldObject};
+use crate::serve::watch::Filter;
 use crate::source::Resource;
 
 /// Names shown per list (behind, gone) at most.
@@ -64,14 +74,27 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn add(&mut self, s: State) {
-        *match s {
+    fn slot(&mut self, s: State) -> &mut usize {
+        match s {
             State::Current => &mut self.current,
             State::Updating => &mut self.updating,
             State::Behind => &mut self.behind,
             State::Refused => &mut self.refused,
             State::Gone => &mut self.gone,
-        } += 1;
+        }
+    }
+
+    fn add(&mut self, s: State) {
+        self.add_n(s, 1);
+    }
+
+    fn add_n(&mut self, s: State, n: usize) {
+        *self.slot(s) += n;
+    }
+
+    fn sub(&mut self, s: State) {
+        let n = self.slot(s);
+        *n = n.saturating_sub(1);
     }
 
     pub fn get(&self, s: State) -> usize {
@@ -98,15 +121,6 @@ pub struct Refused {
 pub struct Names {
     pub names: Vec<String>,
     pub more: usize,
-}
-
-impl Names {
-    fn add(&mut self, name: &str) {
-        match self.names.len() < SHOWN {
-            true => self.names.push(name.to_string()),
-            false => self.more += 1,
-        }
-    }
 }
 
 /// A version and how many followers hold it.
@@ -136,33 +150,94 @@ pub struct Object {
     pub gone: Names,
 }
 
+/// Which objects a view reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    /// Every object some follower follows.
+    All,
+    /// Only those whose served version some follower refused (what the Events tell).
+    Refused,
+}
+
+/// An object's key while the view is made: its kind, namespace and name.
+type Key<'a> = (Resource, &'a str, &'a str);
+
+/// Followers the same to the view: one scope (its filter), at one position, with one
+/// wait, gone or not — a fleet of followers on one selector is a class or two, so a
+/// view costs objects × classes, not objects × followers.
+struct Class<'a> {
+    filter: &'a Filter,
+    position: u64,
+    wait: Duration,
+    gone: bool,
+    count: usize,
+    /// The first of its followers by name (for the names shown).
+    names: Vec<&'a str>,
+    /// Its worst state over the objects it follows.
+    worst: State,
+}
+
 /// What is kept about one object while the followers are read.
-struct Tally {
-    served: Hash,
-    served_rv: Option<u64>,
-    since: Option<Instant>,
+struct Tally<'a> {
+    served: Served,
     counts: Counts,
     versions: HashMap<Option<Hash>, usize>,
     refused: Vec<Refused>,
     refused_more: usize,
-    behind: Names,
-    gone: Names,
+    /// Classes behind, or gone, on it.
+    behind: Vec<usize>,
+    gone: Vec<usize>,
+    /// Followers it has an exception of, and the names behind or gone by theirs.
+    excepted: HashSet<&'a str>,
+    behind_named: Vec<&'a str>,
+    gone_named: Vec<&'a str>,
 }
 
-/// `f`'s state about `h`, whose served version is `served`, served since `since`.
-fn state_of(
-    fleet: &Fleet,
-    f: &Follower,
-    h: &Holding,
-    (served, served_rv): (&Hash, Option<u64>),
-    since: Option<Instant>,
-    now: Instant,
-) -> State {
+impl Tally<'_> {
+    fn new(served: Served) -> Self {
+        Tally {
+            served,
+            counts: Counts::default(),
+            versions: HashMap::new(),
+            refused: Vec::new(),
+            refused_more: 0,
+            behind: Vec::new(),
+            gone: Vec::new(),
+            excepted: HashSet::new(),
+            behind_named: Vec::new(),
+            gone_named: Vec::new(),
+        }
+    }
+}
+
+/// The state of a follower whose scope is at `position`, with `wait`, about an object
+/// served as `served`: current once its watch has the version (`Served::from`), else
+/// updating for two of its waits since the hub serves it, then behind.
+fn by_position(position: u64, wait: Duration, gone: bool, served: &Served, now: Instant) -> State {
+    if gone {
+        return State::Gone;
+    }
+    if position >= served.from {
+        return State::Current;
+    }
+    lagging(wait, served, now)
+}
+
+/// Updating, or behind once two of `wait` passed since the hub serves `served`.
+fn lagging(wait: Duration, served: &Served, now: Instant) -> State {
+    match now.saturating_duration_since(served.since) > 2 * wait {
+        true => State::Behind,
+        false => State::Updating,
+    }
+}
+
+/// `f`'s state about `h`, an exception it reported, whose served version is `served`.
+fn by_exception(fleet: &Fleet, f: &Follower, h: &Holding, served: &Served, now: Instant) -> State {
     // The version served, told by its resourceVersion first (a follower's hash covers only
     // the keys it selects, under its own names), else by the hash.
-    let is_served = |hash: Option<&Hash>, rv: Option<u64>| match (rv, served_rv) {
-        (Some(rv), Some(s)) => rv == s,
-        _ => hash == Some(served),
+    let is_served = |hash: Option<&Hash>, rv: Option<u64>| match rv {
+        Some(rv) => rv == served.rv,
+        None => hash == Some(&served.hash),
     };
     if fleet.gone(f, now) {
         return State::Gone;
@@ -173,78 +248,264 @@ fn state_of(
     if is_served(h.hash.as_ref(), h.resource_version) {
         return State::Current;
     }
-    // Two of its waits since the hub serves this version (or since the follower was
-    // last heard from, when the hub's own restart is later: `since` is its first poll).
-    let lag = since.map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
-    match lag > 2 * f.wait() {
-        true => State::Behind,
-        false => State::Updating,
+    lagging(f.wait(), served, now)
+}
+
+/// The view being made: followers by name, the classes, each object's tally.
+struct Making<'a> {
+    fleet: &'a Fleet,
+    held: &'a Held,
+    served: &'a ServedSince,
+    now: Instant,
+    /// With `Which::Refused`, the objects to read.
+    only: Option<HashSet<Key<'a>>>,
+    classes: Vec<Class<'a>>,
+    /// Each follower's classes (in name order): `spans[i]` of `of`.
+    of: Vec<usize>,
+    spans: Vec<(usize, usize)>,
+    tallies: HashMap<Key<'a>, Tally<'a>>,
+}
+
+impl<'a> Making<'a> {
+    /// The tally of `o`, made when first met (`None`: not served, or not read).
+    fn tally(&mut self, kind: Resource, o: &'a HeldObject) -> Option<&mut Tally<'a>> {
+        let key = (kind, o.namespace.as_str(), o.name.as_str());
+        if self.only.as_ref().is_some_and(|only| !only.contains(&key)) {
+            return None;
+        }
+        if !self.tallies.contains_key(&key) {
+            let served = self.served[kind.index()].get(o.key().as_str())?;
+            self.tallies.insert(key, Tally::new(*served));
+        }
+        self.tallies.get_mut(&key)
+    }
+
+    /// Each follower into its classes (`followers` in name order).
+    fn classes(&mut self, followers: &[(&'a str, &'a Follower)]) {
+        let mut index: HashMap<(&str, u64, Duration, bool), usize> = HashMap::new();
+        for (name, f) in followers {
+            let (wait, gone) = (f.wait(), self.fleet.gone(f, self.now));
+            let start = self.of.len();
+            for s in &f.scopes {
+                let key = (&*s.key, s.position(), wait, gone);
+                let i = *index.entry(key).or_insert_with(|| {
+                    self.classes.push(Class {
+                        filter: &s.filter,
+                        position: s.position(),
+                        wait,
+                        gone,
+                        count: 0,
+                        names: Vec::new(),
+                        worst: State::Current,
+                    });
+                    self.classes.len() - 1
+                });
+                let c = &mut self.classes[i];
+                c.count += 1;
+                if c.names.len() < 2 * SHOWN {
+                    c.names.push(name);
+                }
+                self.of.push(i);
+            }
+            self.spans.push((start, self.of.len()));
+        }
+    }
+
+    /// Each class counted on each object it follows.
+    fn count_classes(&mut self) {
+        let held = self.held;
+        for i in 0..self.classes.len() {
+            let c = &self.classes[i];
+            let (filter, position, wait, gone, count) =
+                (c.filter, c.position, c.wait, c.gone, c.count);
+            let mut worst = State::Current;
+            for o in held.objects(filter.kind, filter.namespace.as_deref()) {
+                if !filter.passes(o) {
+                    continue;
+                }
+                let now = self.now;
+                let Some(t) = self.tally(filter.kind, o) else {
+                    continue;
+                };
+                let s = by_position(position, wait, gone, &t.served, now);
+                worst = worst.max(s);
+                t.counts.add_n(s, count);
+                match s {
+                    State::Current => *t.versions.entry(Some(t.served.hash)).or_default() += count,
+                    State::Behind => t.behind.push(i),
+                    State::Gone => t.gone.push(i),
+                    State::Updating | State::Refused => {}
+                }
+            }
+            self.classes[i].worst = worst;
+        }
+    }
+
+    /// `f`'s exceptions, each in place of what its scopes say of that object; its worst
+    /// state over them.
+    fn exceptions(&mut self, name: &'a str, f: &'a Follower) -> State {
+        let mut worst = State::Current;
+        let (now, fleet, held) = (self.now, self.fleet, self.held);
+        for h in f.holds.iter() {
+            let (ns, n) = h.names();
+            let Some(o) = held.get(h.kind, ns, n) else {
+                continue;
+            };
+            // What its scopes say of it, taken back: the newest of those that follow it.
+            let base = (f.scopes.iter())
+                .filter(|s| s.filter.kind == h.kind && s.filter.passes(o))
+                .map(|s| s.position())
+                .max();
+            let gone = fleet.gone(f, now);
+            let Some(t) = self.tally(h.kind, o) else {
+                continue;
+            };
+            if let Some(position) = base {
+                let s = by_position(position, f.wait(), gone, &t.served, now);
+                t.counts.sub(s);
+                if s == State::Current {
+                    let n = t.versions.entry(Some(t.served.hash)).or_default();
+                    *n = n.saturating_sub(1);
+                }
+            }
+            t.excepted.insert(name);
+            let s = by_exception(fleet, f, h, &t.served, now);
+            worst = worst.max(s);
+            t.counts.add(s);
+            *t.versions.entry(h.hash).or_default() += 1;
+            match s {
+                State::Refused if t.refused.len() < SHOWN_REFUSALS => {
+                    let r = h.refused.as_ref().map(|r| (r.by, r.reason.to_string()));
+                    let (by, reason) = r.unwrap_or((By::Validate, String::new()));
+                    t.refused.push(Refused {
+                        follower: name.to_string(),
+                        by: by.word(),
+                        reason,
+                    });
+                }
+                State::Refused => t.refused_more += 1,
+                State::Behind => t.behind_named.push(name),
+                State::Gone => t.gone_named.push(name),
+                State::Current | State::Updating => {}
+            }
+        }
+        worst
+    }
+
+    /// The names shown of the classes `classes` and the followers `named`, but those
+    /// excepted: in order, at most `SHOWN`, with how many more there are of `all`.
+    fn names(
+        &self,
+        classes: &[usize],
+        named: &[&str],
+        excepted: &HashSet<&str>,
+        all: usize,
+    ) -> Names {
+        let mut names: Vec<&str> = (classes.iter())
+            .flat_map(|i| self.classes[*i].names.iter().copied())
+            .filter(|n| !excepted.contains(n))
+            .chain(named.iter().copied())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.truncate(SHOWN);
+        Names {
+            more: all.saturating_sub(names.len()),
+            names: names.into_iter().map(str::to_string).collect(),
+        }
     }
 }
 
 impl Fleet {
-    /// The fleet's state of each object the hub serves that some follower holds, in
-    /// (kind, namespace, name) order; and how many followers are in each state (each
-    /// follower counted once, by its worst state; one holding nothing served is current
-    /// unless gone).
-    pub fn objects(&self, held: &Held, now: Instant) -> (Vec<Object>, Counts) {
+    /// The fleet's state of each object the hub serves that some follower follows (or, with
+    /// `Which::Refused`, of those some follower refused), in (kind, namespace, name)
+    /// order; and how many followers are in each state (each follower counted once, by its
+    /// worst state; one following nothing served is current unless gone).
+    pub fn objects(&self, held: &Held, now: Instant, which: Which) -> (Vec<Object>, Counts) {
         let followers = self.read(now);
-        let mut tallies: HashMap<(Resource, &str), Tally> = HashMap::new();
-        let mut totals = Counts::default();
-        let mut names: Vec<(&str, &Follower)> =
+        let mut by_name: Vec<(&str, &Follower)> =
             followers.map.iter().map(|(n, f)| (&**n, f)).collect();
+        let only = match which {
+            Which::All => None,
+            Which::Refused => {
+                let only = refused(self, held, &by_name, now);
+                if only.is_empty() {
+                    return (Vec::new(), Counts::default());
+                }
+                Some(only)
+            }
+        };
         // Names in order, so that the few shown are the same from one view to the next.
-        names.sort_unstable_by_key(|(n, _)| *n);
-        for (name, f) in names {
-            let mut worst = match self.gone(f, now) {
-                true => State::Gone,
-                false => State::Current,
+        by_name.sort_unstable_by_key(|(n, _)| *n);
+        self.served_now(|served| {
+            let mut m = Making {
+                fleet: self,
+                held,
+                served,
+                now,
+                only,
+                classes: Vec::new(),
+                of: Vec::new(),
+                spans: Vec::new(),
+                tallies: HashMap::new(),
             };
-            for h in f.holds.iter() {
+            m.classes(&by_name);
+            m.count_classes();
+            let mut totals = Counts::default();
+            for (i, (name, f)) in by_name.iter().enumerate() {
+                let mut worst = match self.gone(f, now) {
+                    true => State::Gone,
+                    false => State::Current,
+                };
+                worst = worst.max(m.exceptions(name, f));
+                let (from, to) = m.spans[i];
+                for c in &m.of[from..to] {
+                    worst = worst.max(m.classes[*c].worst);
+                }
+                totals.add(worst);
+            }
+            (m.made(), totals)
+        })
+    }
+}
+
+/// The objects whose served version some follower, not gone, refused.
+fn refused<'a>(
+    fleet: &Fleet,
+    held: &'a Held,
+    followers: &[(&str, &Follower)],
+    now: Instant,
+) -> HashSet<Key<'a>> {
+    let mut out = HashSet::new();
+    fleet.served_now(|served| {
+        for (_, f) in followers.iter().filter(|(_, f)| !f.holds.is_empty()) {
+            for h in f.holds.iter().filter(|h| h.refused.is_some()) {
                 let (ns, n) = h.names();
                 let Some(o) = held.get(h.kind, ns, n) else {
                     continue;
                 };
-                let t = tallies.entry((h.kind, &h.key)).or_insert_with(|| Tally {
-                    served: o.hash,
-                    served_rv: o.resource_version.parse().ok(),
-                    since: self.served_since(h.kind, &h.key, &o.hash),
-                    counts: Counts::default(),
-                    versions: HashMap::new(),
-                    refused: Vec::new(),
-                    refused_more: 0,
-                    behind: Names::default(),
-                    gone: Names::default(),
-                });
-                let s = state_of(self, f, h, (&t.served, t.served_rv), t.since, now);
-                worst = worst.max(s);
-                t.counts.add(s);
-                *t.versions.entry(h.hash).or_default() += 1;
-                match s {
-                    State::Refused if t.refused.len() < SHOWN_REFUSALS => {
-                        let r = h.refused.as_ref().map(|r| (r.by, r.reason.to_string()));
-                        let (by, reason) = r.unwrap_or((By::Validate, String::new()));
-                        t.refused.push(Refused {
-                            follower: name.to_string(),
-                            by: by.word(),
-                            reason,
-                        });
-                    }
-                    State::Refused => t.refused_more += 1,
-                    State::Behind => t.behind.add(name),
-                    State::Gone => t.gone.add(name),
-                    State::Current | State::Updating => {}
+                let Some(s) = served[h.kind.index()].get(&*h.key) else {
+                    continue;
+                };
+                if by_exception(fleet, f, h, s, now) == State::Refused {
+                    out.insert((h.kind, o.namespace.as_str(), o.name.as_str()));
                 }
             }
-            totals.add(worst);
         }
-        let mut objects: Vec<Object> = (tallies.into_iter())
-            .map(|((kind, key), t)| {
-                let (ns, name) = key.split_once('/').unwrap_or(("", key));
-                let mut versions: Vec<Version> = (t.versions.into_iter())
+    });
+    out
+}
+
+impl Making<'_> {
+    /// The objects, in (kind, namespace, name) order.
+    fn made(&self) -> Vec<Object> {
+        let mut objects: Vec<Object> = (self.tallies.iter())
+            .map(|((kind, ns, name), t)| {
+                let mut versions: Vec<Version> = (t.versions.iter())
+                    .filter(|(_, n)| **n > 0)
                     .map(|(h, n)| Version {
                         hash: h.map(|h| h.to_string()),
-                        followers: n,
+                        followers: *n,
                     })
                     .collect();
                 versions.sort_by(|a, b| b.followers.cmp(&a.followers).then(a.hash.cmp(&b.hash)));
@@ -252,21 +513,23 @@ impl Fleet {
                     kind: kind.singular(),
                     namespace: ns.to_string(),
                     name: name.to_string(),
-                    served: t.served.to_string(),
+                    served: t.served.hash.to_string(),
                     counts: t.counts,
                     versions,
-                    refused: t.refused,
+                    refused: t.refused.clone(),
                     refused_more: t.refused_more,
-                    behind: t.behind,
-                    gone: t.gone,
+                    behind: self.names(&t.behind, &t.behind_named, &t.excepted, t.counts.behind),
+                    gone: self.names(&t.gone, &t.gone_named, &t.excepted, t.counts.gone),
                 }
             })
             .collect();
         objects
             .sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
-        (objects, totals)
+        objects
     }
+}
 
+impl Fleet {
     /// The `fleet` section of the hub's `/status`.
     pub fn status(&self, held: Option<&Held>, now: Instant) -> serde_json::Value {
         let (kept, bytes) = self.size();
@@ -274,7 +537,7 @@ impl Fleet {
             .filter(|f| f.truncated)
             .count();
         let (objects, totals) = match held {
-            Some(h) => self.objects(h, now),
+            Some(h) => self.objects(h, now, Which::All),
             None => (Vec::new(), Counts::default()),
         };
         serde_json::json!({
@@ -288,183 +551,4 @@ impl Fleet {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::intake::{Checked, Refusal};
-    use super::*;
-    use crate::serve::testing::{item, kinds, poll};
-
-    /// A poll of `team-a`'s objects (name, version), each module's content its version.
-    fn held(rvs: &[(&str, u64)]) -> Held {
-        use crate::source::{Content, ModuleFile};
-        let items = (rvs.iter())
-            .map(|(n, rv)| {
-                let mut i = item("team-a", n, *rv, &[]);
-                i.files = vec![ModuleFile {
-                    key: "k".into(),
-                    content: Content::Text(rv.to_string()),
-                }];
-                i
-            })
-            .collect();
-        poll(&Held::empty(kinds()), 1, &[(None, 10)], items)
-    }
-
-    fn hash_of(h: &Held, name: &str) -> Hash {
-        h.get(Resource::ConfigMaps, "team-a", name).unwrap().hash
-    }
-
-    fn holds(name: &str, hash: Option<Hash>, refused: Option<Hash>) -> Checked {
-        Checked {
-            holds: vec![Holding {
-                kind: Resource::ConfigMaps,
-                key: format!("team-a/{name}").into(),
-                hash,
-                resource_version: None,
-                refused: refused.map(|h| {
-                    Box::new(Refusal {
-                        hash: h,
-                        resource_version: None,
-                        by: By::Confirm,
-                        reason: "agent said no".into(),
-                    })
-                }),
-            }],
-            truncated: false,
-        }
-    }
-
-    /// A follower whose hash covers other keys (`--keys`) or names (a flat layout's) than
-    /// the hub's is told by the resourceVersion it reports: current at the served one,
-    /// refused when its refusal names it; without one, by the hash.
-    #[test]
-    fn a_follower_is_told_by_the_resource_version_it_holds() {
-        let t0 = Instant::now();
-        let fleet = Fleet::new(t0);
-        let v = held(&[("x", 5)]);
-        fleet.served(&v, t0);
-        let own = Hash([9; 32]);
-        let with_rv = |rv: u64, refused: Option<u64>| {
-            let mut c = holds("x", Some(own), refused.map(|_| own));
-            c.holds[0].resource_version = Some(rv);
-            if let (Some(r), Some(rv)) = (c.holds[0].refused.as_mut(), refused) {
-                r.resource_version = Some(rv);
-            }
-            c
-        };
-        fleet.take("a", Some(10), with_rv(5, None), t0);
-        fleet.take("b", Some(10), with_rv(4, Some(5)), t0);
-        fleet.take("c", Some(10), with_rv(4, None), t0);
-        fleet.take("d", Some(10), holds("x", Some(own), None), t0);
-        let c = fleet.objects(&v, t0).0[0].counts;
-        assert_eq!((c.current, c.refused, c.updating), (1, 1, 2), "{c:?}");
-    }
-
-    /// The counts per version and state; behind only after two of the follower's waits
-    /// since the hub serves the version; gone after its wait and the margin.
-    #[test]
-    fn counts_behind_after_two_intervals_and_gone() {
-        let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        let fleet = Fleet::new(t0);
-        let v1 = held(&[("x", 5)]);
-        fleet.served(&v1, t0);
-        let old = hash_of(&v1, "x");
-        for i in 0..4 {
-            fleet.take(
-                &format!("node-{i}"),
-                Some(10),
-                holds("x", Some(old), None),
-                t0,
-            );
-        }
-        let (objects, totals) = fleet.objects(&v1, t0);
-        assert_eq!(objects.len(), 1);
-        assert_eq!(objects[0].counts.current, 4);
-        assert_eq!(totals.current, 4);
-        // A new version, served from t=100: node-0 takes it, node-1 refuses it, node-2
-        // reports nothing new, node-3 stops being heard from.
-        let v2 = held(&[("x", 6)]);
-        fleet.served(&v2, at(100));
-        let new = hash_of(&v2, "x");
-        assert_ne!(old, new);
-        for i in 0..3 {
-            fleet.seen_name(&format!("node-{i}"), None, at(100));
-        }
-        fleet.take("node-0", None, holds("x", Some(new), None), at(101));
-        fleet.take("node-1", None, holds("x", Some(old), Some(new)), at(101));
-        let (o, _) = fleet.objects(&v2, at(110));
-        let c = o[0].counts;
-        assert_eq!(
-            (c.current, c.refused, c.updating, c.gone, c.behind),
-            (1, 1, 1, 1, 0)
-        );
-        assert_eq!(o[0].served, new.to_string());
-        assert_eq!(o[0].refused[0].follower, "node-1");
-        assert_eq!(
-            (o[0].refused[0].by, &*o[0].refused[0].reason),
-            ("confirm", "agent said no")
-        );
-        assert_eq!(o[0].gone.names, ["node-3"]);
-        let v: Vec<_> = o[0]
-            .versions
-            .iter()
-            .map(|v| (v.hash.clone(), v.followers))
-            .collect();
-        assert_eq!(v, [(Some(old.to_string()), 3), (Some(new.to_string()), 1)]);
-        // Two waits (20 s) after t=100, node-2 is behind (heard from meanwhile).
-        for i in 0..3 {
-            fleet.seen_name(&format!("node-{i}"), None, at(120));
-        }
-        let (o, _) = fleet.objects(&v2, at(120));
-        assert_eq!(o[0].counts.behind, 0, "not more than two waits yet");
-        let (o, totals) = fleet.objects(&v2, at(121));
-        assert_eq!(o[0].counts.behind, 1);
-        assert_eq!(o[0].behind.names, ["node-2"]);
-        assert_eq!(
-            (totals.current, totals.refused, totals.behind, totals.gone),
-            (1, 1, 1, 1)
-        );
-    }
-
-    /// An object no follower holds is not shown; one the hub no longer serves neither.
-    #[test]
-    fn only_served_objects_that_followers_hold() {
-        let t0 = Instant::now();
-        let fleet = Fleet::new(t0);
-        let v = held(&[("x", 5), ("y", 6)]);
-        fleet.served(&v, t0);
-        fleet.take(
-            "a",
-            None,
-            holds("gone-object", Some(Hash([0; 32])), None),
-            t0,
-        );
-        fleet.take("b", None, holds("x", Some(hash_of(&v, "x")), None), t0);
-        let (o, totals) = fleet.objects(&v, t0);
-        assert_eq!(o.iter().map(|o| &*o.name).collect::<Vec<_>>(), ["x"]);
-        assert_eq!(totals.current, 2);
-    }
-
-    /// Names are shown up to `SHOWN`, with a count of the rest.
-    #[test]
-    fn names_are_bounded() {
-        let t0 = Instant::now();
-        let fleet = Fleet::new(t0);
-        let v = held(&[("x", 5)]);
-        fleet.served(&v, t0);
-        for i in 0..12 {
-            fleet.take(
-                &format!("n{i:02}"),
-                Some(1),
-                holds("x", Some(Hash([0; 32])), None),
-                t0,
-            );
-        }
-        let (o, _) = fleet.objects(&v, t0 + Duration::from_secs(30));
-        assert_eq!(o[0].counts.behind, 12);
-        assert_eq!(o[0].behind.names, ["n00", "n01", "n02", "n03", "n04"]);
-        assert_eq!(o[0].behind.more, 7);
-        let (o, _) = fleet.objects(&v, t0 + Duration::from_secs(62));
-        assert_eq!((o[0].counts.gone, o[0].gone.more), (12, 7));
-    }
-}
+mod tests;

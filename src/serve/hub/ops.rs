@@ -9,6 +9,7 @@ use super::{Hub, status_page};
 use crate::https::http::{Answer, Request};
 use crate::locks::Recover;
 use crate::serve::auth::{Attributes, Halt, HubLane};
+use crate::serve::fleet::view::Which;
 use crate::serve::request::{Query, Route};
 
 impl Hub {
@@ -75,7 +76,9 @@ impl Hub {
     pub fn fleet_notices(&self) -> Vec<crate::serve::telling::Notice> {
         match self.current() {
             Some(h) => {
-                crate::serve::fleet::told::notices(&self.fleet.objects(&h, Instant::now()).0, &h)
+                let now = Instant::now();
+                let (objects, _) = (self.fleet).objects(&h, now, Which::Refused);
+                crate::serve::fleet::told::notices(&objects, &h)
             }
             None => Vec::new(),
         }
@@ -85,7 +88,7 @@ impl Hub {
     pub(super) fn fleet_gauges(&self) {
         let held = self.current();
         let (_, totals) = match &held {
-            Some(h) => self.fleet.objects(h, Instant::now()),
+            Some(h) => self.fleet.objects(h, Instant::now(), Which::All),
             None => Default::default(),
         };
         for s in crate::serve::fleet::view::State::ALL {
