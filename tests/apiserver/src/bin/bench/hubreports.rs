@@ -9,10 +9,12 @@
 //! the same phases (sync, ten changes a second apart); the hub's `cmpoll_fleet_*` series
 //! side by side (followers per state, reports by result).
 //!
-//! Then per N, reports off (the followers never POST: the hub before issue 59) and on,
-//! each on a fresh hub: **idle** and **churn** (one change a second): the hub's CPU and
-//! RSS, the ratio on/off, reports taken a second and `cmpoll_fleet_reports_total` by
-//! result. Then, at the first N: **validate** (`--validate`, a validator that counts its
+//! Then per N, each on a fresh hub: the hubs of `--also` builds (a build before issue 59:
+//! its followers never POST), reports off (this build, the followers never POST: what
+//! the hub does without reports, reading its followers' watches included) and on:
+//! **idle** and **churn** (one change a second): the hub's CPU and RSS, the ratios of on
+//! to off and to each other build, reports taken a second and
+//! `cmpoll_fleet_reports_total` by result. Then, at the first N: **validate** (`--validate`, a validator that counts its
 //! runs in a file and refuses a marker; one bad write: its runs against N) and **events**
 //! (`--report-events`, a share of the followers refusing, as `--confirm`'s agent would,
 //! one version: the Event writes the apiserver took, against at most one per hub per
@@ -38,6 +40,8 @@ pub struct Plan {
     pub check: usize,
     /// The share of followers refusing in the events phase.
     pub refusing: f64,
+    /// Other builds whose hubs are measured too, their followers not reporting.
+    pub also: Vec<(String, std::path::PathBuf)>,
 }
 
 /// A follower's interval: its wait at the hub.
@@ -81,11 +85,15 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
     }
     let mut rows = Vec::new();
     for &n in &plan.sizes {
-        for on in [false, true] {
-            let row = one(&api, cmpoll, &tokens[..n], &scraper, plan, on, &mut round);
+        let builds = (plan.also.iter())
+            .map(|(label, path)| (label.as_str(), path.as_path(), false))
+            .chain([("off", cmpoll, false), ("on", cmpoll, true)]);
+        for (label, build, on) in builds {
+            let mut row = one(&api, build, &tokens[..n], &scraper, plan, on, &mut round);
+            row.label = label.to_string();
             println!(
                 "  N={n} reports {}: idle {:.0} m {} MiB, churn {:.0} m {} MiB, {:.1} reports/s idle, {:.1}/s churn; {}",
-                if on { "on" } else { "off" },
+                row.label,
                 row.idle_cpu * 1000.0,
                 row.idle_rss >> 20,
                 row.churn_cpu * 1000.0,
@@ -180,7 +188,8 @@ fn churn(api: &RealApiserver, sim: &mut Sim, plan: &Plan, round: &mut usize, pha
 
 struct Row {
     n: usize,
-    on: bool,
+    /// `on`, `off`, or another build's label.
+    label: String,
     idle_cpu: f64,
     idle_rss: u64,
     churn_cpu: f64,
@@ -234,7 +243,7 @@ fn one(
     let cpu = |a: &Sample, b: &Sample, d: f64| (b.cpu - a.cpu) / d;
     Row {
         n: tokens.len(),
-        on,
+        label: String::new(),
         idle_cpu: cpu(&s1, &s2, plan.phase.as_secs_f64()),
         idle_rss: s2.rss,
         churn_cpu: cpu(&s2, &s3, secs),
@@ -273,7 +282,7 @@ fn print_table(rows: &[Row]) {
         println!(
             "| {} | {} | {:.0} m | {:.1} MiB | {:.0} m | {:.1} MiB | {:.1} | {:.1} | {} | {:.0} m | {} |",
             r.n,
-            if r.on { "on" } else { "off" },
+            r.label,
             r.idle_cpu * 1000.0,
             r.idle_rss as f64 / f64::from(1 << 20),
             r.churn_cpu * 1000.0,
@@ -286,18 +295,19 @@ fn print_table(rows: &[Row]) {
         );
     }
     println!();
-    println!("| N | CPU idle on/off | RSS idle on/off | CPU churn on/off | RSS churn on/off |");
-    println!("|---|---|---|---|---|");
-    for pair in rows.chunks(2) {
-        if let [off, on] = pair {
-            let ratio = |a: f64, b: f64| if a > 0.0 { b / a } else { f64::NAN };
+    println!("| N | on against | CPU idle | RSS idle | CPU churn | RSS churn |");
+    println!("|---|---|---|---|---|---|");
+    let ratio = |a: f64, b: f64| if a > 0.0 { b / a } else { f64::NAN };
+    for on in rows.iter().filter(|r| r.label == "on") {
+        for other in rows.iter().filter(|r| r.n == on.n && r.label != "on") {
             println!(
-                "| {} | {:.2} | {:.2} | {:.2} | {:.2} |",
-                off.n,
-                ratio(off.idle_cpu, on.idle_cpu),
-                ratio(off.idle_rss as f64, on.idle_rss as f64),
-                ratio(off.churn_cpu, on.churn_cpu),
-                ratio(off.churn_rss as f64, on.churn_rss as f64)
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                on.n,
+                other.label,
+                ratio(other.idle_cpu, on.idle_cpu),
+                ratio(other.idle_rss as f64, on.idle_rss as f64),
+                ratio(other.churn_cpu, on.churn_cpu),
+                ratio(other.churn_rss as f64, on.churn_rss as f64)
             );
         }
     }

@@ -68,7 +68,8 @@ struct Args {
     fleet_objects: Vec<usize>,
     phase: u64,
     contenders: Vec<String>,
-    /// The apiserver-fleet part: more cmpoll builds (`--also LABEL=PATH`).
+    /// The apiserver-fleet part: more cmpoll builds (`--also LABEL=PATH`); the hub-reports
+    /// part: hubs of other builds, their followers not reporting (a build before issue 59).
     also: Vec<(String, std::path::PathBuf)>,
     /// The apiserver-requests part: requests per shape.
     requests: usize,
@@ -784,6 +785,7 @@ fn main() {
                 phase: Duration::from_secs(a.phase),
                 check: a.sim_check,
                 refusing: a.refusing,
+                also: a.also.clone(),
             },
         );
         println!();

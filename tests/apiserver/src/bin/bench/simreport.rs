@@ -1,17 +1,21 @@
 //! The simulated followers' reports to their hub (issue 59), as `cmpoll run` sends them
-//! (`src/hub_report/held.rs` builds them, `sender.rs` sends them): what a follower holds,
-//! whole, POSTed to `hub_protocol::REPORT_PATH` once when it starts following and again each
-//! time what it holds changes (its first list; each change a bookmark commits), with one
-//! report in flight and only the newest one pending, a 429 waited as its `Retry-After`
-//! says, any other failure retried after a second doubling up to five minutes.
+//! (`src/hub_report/held.rs` builds them, `sender.rs` sends them): the modules a follower
+//! holds otherwise than served (here: those its agent refused), POSTed to
+//! `hub_protocol::REPORT_PATH` once when it starts following (its first list) and again
+//! each time that changes (a change a bookmark commits), with one report in flight and
+//! only the newest one pending, a 429 waited as its `Retry-After` says, any other failure
+//! retried after a second doubling up to five minutes. (A real follower also sends a
+//! report with exceptions again every 10 minutes; the phases here are shorter.)
 //!
-//! The body is `hub_protocol::Report` as serde writes it: `{"modules":[{"module":"NS/NAME",
-//! "kind":"ConfigMap","hash":"sha256:…"},…]}`, the modules in id order, a refusal as
-//! `"refused":{"hash":…,"by":"confirm","reason":…}` after the hash. What a follower holds is
-//! a function of the hub's version it last committed, so the state (and its two bodies,
-//! refusing and not) is made once per version and shared by every follower at it; each
-//! module's hash (`poll::hash`: per key in order, the key, a 0 byte, the content's length
-//! as 8 bytes big-endian, the content) once per object and round.
+//! The body is `hub_protocol::Report` as serde writes it: `{"modules":[]}` for a follower
+//! that holds what it was served; a refusal as `{"module":"NS/NAME","kind":"ConfigMap",
+//! "hash":…,"resourceVersion":…,"refused":{"hash":…,"resourceVersion":…,"by":"confirm",
+//! "reason":…}}` (what it holds instead, then what it refused), the modules in id order.
+//! What a follower holds is a function of the hub's version it last committed, so the
+//! state (and its two bodies, refusing and not) is made once per version and shared by
+//! every follower at it; each module's hash (`poll::hash`: per key in order, the key, a 0
+//! byte, the content's length as 8 bytes big-endian, the content) once per object and
+//! round.
 //!
 //! Each follower sends on a connection of its own beside its watch (a real follower's
 //! report thread has its own), made when it first reports and again after the hub closed it.
@@ -35,13 +39,17 @@ pub struct Refusing {
     pub marker: String,
 }
 
-/// A follower's state: module id → hash, and the version refused (with the hash held).
+/// A version of a module: its hash and the object's resourceVersion.
+type Version = (String, String);
+
+/// A follower's state: module id → version, and the version refused (with the version
+/// held instead).
 #[derive(Default, Clone)]
 struct Held {
-    modules: BTreeMap<String, String>,
-    /// Modules whose newest version a refusing follower refuses: the refused hash and
+    modules: BTreeMap<String, Version>,
+    /// Modules whose newest version a refusing follower refuses: the refused version and
     /// the one it holds instead.
-    refused: BTreeMap<String, (String, String)>,
+    refused: BTreeMap<String, (Version, Version)>,
     bodies: [Option<Arc<Vec<u8>>>; 2],
 }
 
@@ -168,7 +176,7 @@ impl Reports {
         let mut held = Held::default();
         for item in v["items"].as_array().into_iter().flatten() {
             if let Some((id, hash)) = module(item) {
-                held.modules.insert(id, hash);
+                held.modules.insert(id, (hash, rv_of(item)));
             }
         }
         held
@@ -187,6 +195,7 @@ impl Reports {
             held.refused.remove(&id);
             return;
         }
+        let version = (hash, rv_of(o));
         let marked = (self.refusing.as_ref())
             .is_some_and(|r| o["data"].to_string().contains(r.marker.as_str()));
         if marked {
@@ -195,11 +204,11 @@ impl Reports {
                 Some((_, kept)) => kept.clone(),
                 None => before,
             };
-            held.refused.insert(id.clone(), (hash.clone(), before));
+            held.refused.insert(id.clone(), (version.clone(), before));
         } else {
             held.refused.remove(&id);
         }
-        held.modules.insert(id, hash);
+        held.modules.insert(id, version);
     }
 
     /// An object's module id and hash, once per object and round.
@@ -407,28 +416,34 @@ fn module(o: &serde_json::Value) -> Option<(String, String)> {
     Some((id, format!("sha256:{hex}")))
 }
 
-/// The report's JSON, as serde writes `hub_protocol::Report` (field order and omissions).
+/// The object's resourceVersion.
+fn rv_of(o: &serde_json::Value) -> String {
+    o["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The report's JSON, as serde writes `hub_protocol::Report` (field order and omissions):
+/// only the modules held otherwise than served — a refusing follower's refusals.
 fn body(held: &Held, refuses: bool) -> Vec<u8> {
     let q = |v: &str| serde_json::to_string(v).unwrap_or_default();
     let mut out = String::from("{\"modules\":[");
-    for (k, (id, hash)) in held.modules.iter().enumerate() {
+    let refused = held.refused.iter().filter(|_| refuses);
+    for (k, (id, ((hash, rv), (kept, kept_rv)))) in refused.enumerate() {
         if k > 0 {
             out.push(',');
         }
-        let refused = held.refused.get(id).filter(|_| refuses);
-        let hash = refused.map_or(hash.as_str(), |(_, kept)| kept.as_str());
         out += &format!("{{\"module\":{},\"kind\":\"ConfigMap\"", q(id));
-        if !hash.is_empty() {
-            out += &format!(",\"hash\":{}", q(hash));
+        if !kept.is_empty() {
+            out += &format!(",\"hash\":{},\"resourceVersion\":{}", q(kept), q(kept_rv));
         }
-        if let Some((r, _)) = refused {
-            out += &format!(
-                ",\"refused\":{{\"hash\":{},\"by\":\"confirm\",\"reason\":{}}}",
-                q(r),
-                q(REASON)
-            );
-        }
-        out.push('}');
+        out += &format!(
+            ",\"refused\":{{\"hash\":{},\"resourceVersion\":{},\"by\":\"confirm\",\"reason\":{}}}}}",
+            q(hash),
+            q(rv),
+            q(REASON)
+        );
     }
     out += "]}";
     out.into_bytes()
