@@ -57,6 +57,9 @@ pub struct Fleet {
     pub followers: usize,
     #[serde(default)]
     pub truncated: usize,
+    /// Followers the hub's view left out (its budget: many scopes of few followers each).
+    #[serde(default)]
+    pub unread: usize,
     pub states: Counts,
     pub objects: Vec<Object>,
 }
@@ -110,8 +113,14 @@ impl Fleet {
                 self.truncated
             );
         }
+        if self.unread > 0 {
+            out += &format!(
+                "{} followers on many scopes of their own are left out of the counts (the hub's view is bounded)\n",
+                self.unread
+            );
+        }
         if self.objects.is_empty() {
-            out += "no follower reported a module this hub serves\n";
+            out += "no follower follows an object this hub serves\n";
             return out;
         }
         out += "\n";

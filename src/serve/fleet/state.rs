@@ -93,7 +93,7 @@ pub struct Scope {
 }
 
 impl Scope {
-    fn new(filter: Filter, position: u64) -> Scope {
+    pub fn new(filter: Filter, position: u64) -> Scope {
         Scope {
             key: format!("{filter:?}").into(),
             filter,
@@ -259,7 +259,18 @@ impl Fleet {
         now: Instant,
         make: impl FnOnce(Option<Follower>) -> (Vec<Arc<Scope>>, Box<[Holding]>, bool),
     ) {
-        let mut followers = self.followers.write().recover();
+        self.replace_in(&mut self.followers.write().recover(), name, wait, now, make);
+    }
+
+    /// `replace`, the followers held for writing.
+    fn replace_in(
+        &self,
+        followers: &mut Followers,
+        name: &str,
+        wait: Option<u64>,
+        now: Instant,
+        make: impl FnOnce(Option<Follower>) -> (Vec<Arc<Scope>>, Box<[Holding]>, bool),
+    ) {
         let before = followers.map.remove(name);
         if let Some(b) = &before {
             followers.bytes -= b.bytes;
@@ -272,7 +283,7 @@ impl Fleet {
             + name.len()
             + scopes.iter().map(|s| s.bytes()).sum::<usize>()
             + holds.iter().map(Holding::bytes).sum::<usize>();
-        self.forget_silent(&mut followers, now);
+        self.forget_silent(followers, now);
         while !followers.map.is_empty()
             && (followers.map.len() >= MAX_FOLLOWERS || followers.bytes + bytes > MAX_BYTES)
         {
@@ -302,47 +313,59 @@ impl Fleet {
         );
     }
 
-    /// The follower `name` follows `filter` from the hub's version `position` (a held
-    /// watch starts, a waiting list is answered): the scope kept (one per filter, the
-    /// newest `MAX_SCOPES`), its position moved to this one; the follower added if new.
-    /// A scope already kept moves on without a write lock (a waiting list answered per
-    /// change).
+    /// The follower `name` follows `scope` (a held watch starts, a waiting list is
+    /// answered): the scope kept (one per filter, the newest `MAX_SCOPES`) at `scope`'s
+    /// position, the follower added if new. It runs on the server's own thread, so it
+    /// never waits: `None` while a view or a report holds the followers (try again);
+    /// else the scope the fleet keeps, to be moved on from now on (an earlier one of the
+    /// same filter, taken over, or this one).
     pub fn following(
         &self,
         name: &str,
-        filter: &Filter,
-        position: u64,
+        scope: Arc<Scope>,
         wait: Option<u64>,
         now: Instant,
-    ) -> Arc<Scope> {
-        let scope = Scope::new(filter.clone(), position);
-        {
-            let followers = self.followers.read().recover();
-            let kept = (followers.map.get(name))
-                .and_then(|f| f.scopes.iter().find(|s| s.key == scope.key));
-            if let Some(s) = kept {
-                s.position.store(position, Ordering::Relaxed);
-                let s = s.clone();
-                drop(followers);
-                self.seen_name(name, wait, now);
-                return s;
-            }
+    ) -> Option<Arc<Scope>> {
+        let followers = match self.followers.try_read() {
+            Ok(f) => f,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        let kept =
+            (followers.map.get(name)).and_then(|f| f.scopes.iter().find(|s| s.key == scope.key));
+        if let Some(s) = kept {
+            s.position.store(scope.position(), Ordering::Relaxed);
+            let s = s.clone();
+            drop(followers);
+            self.seen_name(name, wait, now);
+            return Some(s);
         }
-        let scope = Arc::new(scope);
+        drop(followers);
+        let mut followers = match self.followers.try_write() {
+            Ok(f) => f,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
         let ours = scope.clone();
-        self.replace(name, wait, now, move |before| match before {
-            Some(b) => {
-                let mut scopes = b.scopes;
-                scopes.retain(|s| s.key != scope.key);
-                if scopes.len() >= MAX_SCOPES {
-                    scopes.remove(0);
+        self.replace_in(
+            &mut followers,
+            name,
+            wait,
+            now,
+            move |before| match before {
+                Some(b) => {
+                    let mut scopes = b.scopes;
+                    scopes.retain(|s| s.key != scope.key);
+                    if scopes.len() >= MAX_SCOPES {
+                        scopes.remove(0);
+                    }
+                    scopes.push(scope);
+                    (scopes, b.holds, b.truncated)
                 }
-                scopes.push(scope);
-                (scopes, b.holds, b.truncated)
-            }
-            None => (vec![scope], Box::default(), false),
-        });
-        ours
+                None => (vec![scope], Box::default(), false),
+            },
+        );
+        Some(ours)
     }
 
     /// Forgets who has been silent for `FORGET`.
@@ -411,8 +434,9 @@ impl Fleet {
     /// list).
     pub fn listed(&self, user: &User, ask: &Ask, at: u64, now: Instant) {
         if let Some(wait) = ask.wait {
-            let name = follower_name(user);
-            self.following(&name, &Filter::of(ask), at, Some(wait.as_secs()), now);
+            let scope = Arc::new(Scope::new(Filter::of(ask), at));
+            // Not kept now (the followers held): its next list will be.
+            let _ = self.following(&follower_name(user), scope, Some(wait.as_secs()), now);
         }
     }
 
@@ -428,22 +452,16 @@ impl Fleet {
         user: &User,
         wait: Duration,
     ) -> Box<dyn Stream> {
-        let name: Box<str> = follower_name(user).as_ref().into();
-        let wait = wait.as_secs();
-        let scope = self.following(
-            &name,
-            watch.filter(),
-            watch.committed(),
-            Some(wait),
-            Instant::now(),
-        );
-        Box::new(Watching {
+        let mut w = Watching {
+            scope: Arc::new(Scope::new(watch.filter().clone(), watch.committed())),
+            kept: false,
             inner: watch,
             fleet: self.clone(),
-            name,
-            wait,
-            scope,
-        })
+            name: follower_name(user).as_ref().into(),
+            wait: wait.as_secs(),
+        };
+        w.keep(Instant::now());
+        Box::new(w)
     }
 }
 
@@ -454,6 +472,18 @@ struct Watching {
     name: Box<str>,
     wait: u64,
     scope: Arc<Scope>,
+    /// Whether the fleet keeps `scope` (else it is tried again at the next pull).
+    kept: bool,
+}
+
+impl Watching {
+    fn keep(&mut self, now: Instant) {
+        let scope = self.scope.clone();
+        if let Some(kept) = (self.fleet).following(&self.name, scope, Some(self.wait), now) {
+            self.scope = kept;
+            self.kept = true;
+        }
+    }
 }
 
 impl Stream for Watching {
@@ -461,6 +491,9 @@ impl Stream for Watching {
         self.fleet.seen_name(&self.name, Some(self.wait), now);
         let pulled = self.inner.pull(now, room);
         (self.scope.position).fetch_max(self.inner.committed(), Ordering::Relaxed);
+        if !self.kept {
+            self.keep(now);
+        }
         pulled
     }
 }
@@ -688,9 +721,23 @@ mod tests {
         drop(f);
         // The same scope listed again is the same scope, moved; another is another.
         let listed = crate::serve::testing::filter("/api/v1/namespaces/a/configmaps", "");
-        fleet.following("node-1", &listed, 25, None, at(3000));
+        fleet
+            .following(
+                "node-1",
+                Arc::new(Scope::new(listed.clone(), 25)),
+                None,
+                at(3000),
+            )
+            .unwrap();
         let other = crate::serve::testing::filter("/api/v1/namespaces/b/configmaps", "");
-        fleet.following("node-1", &other, 25, None, at(3000));
+        fleet
+            .following(
+                "node-1",
+                Arc::new(Scope::new(other.clone(), 25)),
+                None,
+                at(3000),
+            )
+            .unwrap();
         let f = fleet.read(at(3000));
         let scopes: Vec<u64> = f.map["node-1"]
             .scopes
@@ -698,6 +745,26 @@ mod tests {
             .map(|s| s.position())
             .collect();
         assert_eq!(scopes, [25, 25]);
+    }
+
+    /// `following` runs on the server's thread: while a view holds the followers it does
+    /// not wait (`None`), a held watch's scope is kept at a later pull.
+    #[test]
+    fn following_never_waits() {
+        let t0 = Instant::now();
+        let fleet = Fleet::new(t0);
+        let f = crate::serve::testing::filter("/api/v1/namespaces/a/configmaps", "");
+        let viewing = fleet.read(t0);
+        let scope = || Arc::new(Scope::new(f.clone(), 1));
+        assert!(fleet.following("a", scope(), None, t0).is_none());
+        drop(viewing);
+        assert!(fleet.following("a", scope(), None, t0).is_some());
+        let viewing = fleet.read(t0);
+        assert!(
+            fleet.following("a", scope(), None, t0).is_some(),
+            "kept already: a read lock is enough"
+        );
+        drop(viewing);
     }
 
     /// A follower keeps its newest `MAX_SCOPES` scopes.
@@ -708,7 +775,9 @@ mod tests {
         for i in 0..MAX_SCOPES + 3 {
             let f =
                 crate::serve::testing::filter(&format!("/api/v1/namespaces/n{i}/configmaps"), "");
-            fleet.following("a", &f, i as u64, None, t0);
+            fleet
+                .following("a", Arc::new(Scope::new(f.clone(), i as u64)), None, t0)
+                .unwrap();
         }
         let f = fleet.read(t0);
         let kept: Vec<u64> = f.map["a"].scopes.iter().map(|s| s.position()).collect();

@@ -67,10 +67,12 @@ mod tests {
 
     use super::super::Fleet;
     use super::super::intake::{By, Checked, Holding, Refusal};
+    use super::super::state::Scope;
     use super::super::view::Which;
     use super::*;
     use crate::serve::testing::{item, kinds, poll};
     use crate::source::{Content, ModuleFile};
+    use std::sync::Arc;
 
     fn holds(hash: Hash, refused: Option<(Hash, &str)>) -> Checked {
         Checked {
@@ -113,7 +115,14 @@ mod tests {
         fleet.served(&held, t0);
         let scope = crate::serve::testing::filter("/api/v1/namespaces/team-a/configmaps", "");
         for n in 0..4 {
-            fleet.following(&format!("node-{n}"), &scope, 10, Some(10), t0);
+            fleet
+                .following(
+                    &format!("node-{n}"),
+                    Arc::new(Scope::new(scope.clone(), 10)),
+                    Some(10),
+                    t0,
+                )
+                .unwrap();
         }
         let refused = |f: &Fleet| notices(&f.objects(&held, t0, Which::Refused).0, &held);
         assert!(refused(&fleet).is_empty());

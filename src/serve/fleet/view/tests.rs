@@ -1,6 +1,8 @@
 use super::super::intake::{Checked, Refusal};
 use super::*;
+use crate::serve::fleet::state::Scope;
 use crate::serve::testing::{filter, item, kinds, poll};
+use std::sync::Arc;
 
 /// A poll of `team-a`'s objects (name, version), listed at the hub's version `at`, each
 /// module's content its version.
@@ -50,7 +52,14 @@ fn holds(name: &str, hash: Option<Hash>, refused: Option<Hash>) -> Checked {
 /// `name` follows every configmap of `team-a` from the hub's version `position`.
 fn watches(fleet: &Fleet, name: &str, position: u64, wait: u64, now: Instant) {
     let f = filter("/api/v1/namespaces/team-a/configmaps", "");
-    fleet.following(name, &f, position, Some(wait), now);
+    fleet
+        .following(
+            name,
+            Arc::new(Scope::new(f.clone(), position)),
+            Some(wait),
+            now,
+        )
+        .unwrap();
 }
 
 /// A follower is current once its watch has the hub's version the served one came with,
@@ -181,9 +190,18 @@ fn a_follower_counts_for_what_its_scope_selects() {
         "/api/v1/namespaces/team-a/configmaps",
         "labelSelector=team%3Dx",
     );
-    fleet.following("a", &only_x, 10, Some(10), t0);
+    fleet
+        .following("a", Arc::new(Scope::new(only_x.clone(), 10)), Some(10), t0)
+        .unwrap();
     let elsewhere = filter("/api/v1/namespaces/team-b/configmaps", "");
-    fleet.following("b", &elsewhere, 10, Some(10), t0);
+    fleet
+        .following(
+            "b",
+            Arc::new(Scope::new(elsewhere.clone(), 10)),
+            Some(10),
+            t0,
+        )
+        .unwrap();
     fleet.take(
         "c",
         None,
@@ -232,4 +250,39 @@ fn refused_reads_only_what_was_refused() {
     assert_eq!(o.iter().map(|o| &*o.name).collect::<Vec<_>>(), ["y"]);
     assert_eq!((o[0].counts.current, o[0].counts.refused), (2, 1));
     assert_eq!(fleet.objects(&v, t0, Which::All).0.len(), 2);
+}
+
+/// A view's work is bounded: the filters and classes most followed are read first, and
+/// the followers of those past the budget are counted as unread, not matched.
+#[test]
+fn a_view_reads_the_most_followed_first_within_its_budget() {
+    let t0 = Instant::now();
+    let fleet = Fleet::new(t0);
+    let v = held(&[("x", 5), ("y", 6)]);
+    fleet.served(&v, t0);
+    for i in 0..3 {
+        watches(&fleet, &format!("node-{i}"), 10, 10, t0);
+    }
+    // Two followers on selectors of their own.
+    for (n, sel) in [("odd-1", "team%3Dx"), ("odd-2", "team%3Dy")] {
+        let f = filter(
+            "/api/v1/namespaces/team-a/configmaps",
+            &format!("labelSelector={sel}"),
+        );
+        fleet
+            .following(n, Arc::new(Scope::new(f, 10)), Some(10), t0)
+            .unwrap();
+    }
+    let all = fleet.view_within(&v, t0, Which::All, MATCHES);
+    assert_eq!((all.unread, all.totals.current), (0, 5));
+    // Room for the fleet's filter (2 objects) and its class (2): the others are unread.
+    let some = fleet.view_within(&v, t0, Which::All, 4);
+    assert_eq!(some.unread, 2);
+    let counts: Vec<usize> = some.objects.iter().map(|o| o.counts.current).collect();
+    assert_eq!(counts, [3, 3]);
+    // And one more: odd-1's filter (2 visits) and class (1).
+    let more = fleet.view_within(&v, t0, Which::All, 7);
+    assert_eq!(more.unread, 1);
+    let counts: Vec<usize> = more.objects.iter().map(|o| o.counts.current).collect();
+    assert_eq!(counts, [4, 3]);
 }
