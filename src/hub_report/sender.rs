@@ -31,8 +31,14 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LONGEST: Duration = Duration::from_secs(300);
 /// How long the thread sleeps with nothing to send before it looks again.
 const IDLE: Duration = Duration::from_secs(60);
-/// A state the hub took is sent again, unchanged, after this long (and up to a fifth more).
-pub const REFRESH: Duration = Duration::from_secs(600);
+/// A state with exceptions the hub took is sent again, unchanged, after this long (and up
+/// to a fifth more): a hub that restarted, or the other hub behind the Service, learns
+/// them within it.
+pub const REFRESH: Duration = Duration::from_secs(120);
+/// After its last exception cleared, the state (none) is refreshed so long still: a hub
+/// that heard of the exceptions and not of their end forgets a silent follower after an
+/// hour, not one whose watch it still holds.
+pub const CLEARED: Duration = Duration::from_secs(3600);
 
 /// Where reports go (a seam: the hub through the follower's client, or a test's fake).
 pub trait Hub: Send {
@@ -73,14 +79,14 @@ pub struct HubReports {
 impl HubReports {
     /// Starts the sending thread over `hub`, counting into `results` (`ok`, `error`).
     pub fn start(hub: impl Hub + 'static, results: Results) -> Result<HubReports, String> {
-        HubReports::refreshing(hub, results, REFRESH)
+        HubReports::refreshing(hub, results, (REFRESH, CLEARED))
     }
 
     /// `start`, a state the hub took sent again after `refresh` (and up to a fifth more).
     fn refreshing(
         hub: impl Hub + 'static,
         results: Results,
-        refresh: Duration,
+        refresh: (Duration, Duration),
     ) -> Result<HubReports, String> {
         let shared: Shared = Arc::default();
         let theirs = shared.clone();
@@ -138,9 +144,10 @@ impl Drop for HubReports {
 }
 
 /// The thread: waits for a state to send, sends it, and keeps what the hub took.
-fn send(mut hub: impl Hub, shared: &Shared, results: &Results, refresh: Duration) {
+fn send(mut hub: impl Hub, shared: &Shared, results: &Results, refresh: (Duration, Duration)) {
     let mut state = Sending {
-        refresh,
+        refresh: refresh.0,
+        cleared: refresh.1,
         ..Sending::default()
     };
     while let Some(report) = state.next(shared) {
@@ -165,6 +172,10 @@ struct Sending {
     /// When it is sent again unchanged, and how long after it was taken (`REFRESH`).
     refresh_at: Instant,
     refresh: Duration,
+    /// How long a state without exceptions is refreshed after the last with some
+    /// (`CLEARED`), and until when.
+    cleared: Duration,
+    cleared_until: Option<Instant>,
     rng: Rng,
     /// The hub takes no reports (404, 405).
     refused: bool,
@@ -182,6 +193,8 @@ impl Default for Sending {
             taken: None,
             refresh_at: Instant::now(),
             refresh: REFRESH,
+            cleared: CLEARED,
+            cleared_until: None,
             rng: Rng::from_time(),
             refused: false,
             not_before: Instant::now(),
@@ -211,9 +224,10 @@ impl Sending {
             let now = Instant::now();
             let sendable = (s.newest.as_ref()).filter(|_| s.following && !self.refused);
             let taken = |n: &Arc<Report>| self.taken.as_ref() == Some(n);
-            // Only exceptions are refreshed: a hub reads "holds what it was served" off
-            // the follower's watch, whichever hub it is.
-            let refreshed = sendable.filter(|n| !n.modules.is_empty());
+            // Only exceptions are refreshed (and their end, for a while): a hub reads
+            // "holds what it was served" off the follower's watch, whichever hub it is.
+            let lately = self.cleared_until.is_some_and(|until| now < until);
+            let refreshed = sendable.filter(|n| !n.modules.is_empty() || lately);
             let due =
                 sendable.filter(|n| !taken(n) || (refreshed.is_some() && now >= self.refresh_at));
             let wait = match due {
@@ -230,6 +244,9 @@ impl Sending {
     fn answered(&mut self, report: Arc<Report>, answer: Result<(), kube::Error>) {
         let e = match answer {
             Ok(()) => {
+                if !report.modules.is_empty() {
+                    self.cleared_until = Some(backoff::after(Instant::now(), self.cleared));
+                }
                 self.taken = Some(report);
                 let spread = self.refresh.mul_f64(1.0 + 0.2 * self.rng.unit());
                 self.refresh_at = backoff::after(Instant::now(), spread);
@@ -362,7 +379,8 @@ mod tests {
             answers: Arc::new(Mutex::new(vec![])),
         };
         let refresh = Duration::from_millis(600);
-        let r = HubReports::refreshing(fake, Results::default(), refresh).unwrap();
+        let cleared = Duration::from_millis(2500);
+        let r = HubReports::refreshing(fake, Results::default(), (refresh, cleared)).unwrap();
         r.following(true);
         r.holds(holding(1));
         assert_eq!(rx.recv_timeout(SOON).unwrap(), holding(1));
@@ -374,14 +392,36 @@ mod tests {
         assert_eq!(rx.recv_timeout(Duration::from_secs(2)).unwrap(), holding(1));
         let after = taken.elapsed();
         assert!(after >= refresh && after < refresh * 2, "{after:?}");
-        // No exception: sent once (the hub forgets the last ones), never refreshed (every
-        // hub reads it off the watch).
+        // No exception any more: sent once, and refreshed while `cleared` lasts (a hub that
+        // heard of them hears of their end), then not (every hub reads it off the watch).
+        r.holds(holding(0));
+        let cleared_at = Instant::now();
+        assert_eq!(rx.recv_timeout(SOON).unwrap(), holding(0));
+        assert_eq!(rx.recv_timeout(refresh * 2).unwrap(), holding(0));
+        while rx.recv_timeout(refresh * 2).is_ok() {
+            assert!(cleared_at.elapsed() < cleared + refresh * 2, "past cleared");
+        }
+        assert!(
+            cleared_at.elapsed() >= cleared,
+            "{:?}",
+            cleared_at.elapsed()
+        );
+    }
+
+    /// A follower that never had an exception refreshes nothing.
+    #[test]
+    fn no_exception_ever_is_never_refreshed() {
+        let (tx, rx) = mpsc::channel();
+        let fake = Fake {
+            sent: tx,
+            answers: Arc::new(Mutex::new(vec![])),
+        };
+        let refresh = Duration::from_millis(300);
+        let r = HubReports::refreshing(fake, Results::default(), (refresh, refresh * 10)).unwrap();
+        r.following(true);
         r.holds(holding(0));
         assert_eq!(rx.recv_timeout(SOON).unwrap(), holding(0));
-        assert!(
-            rx.recv_timeout(refresh * 3).is_err(),
-            "no exception: not sent again"
-        );
+        assert!(rx.recv_timeout(refresh * 4).is_err(), "not refreshed");
     }
 
     /// Nothing before following a hub; then the state once; the same state again is not

@@ -111,6 +111,8 @@ impl Hub {
     /// `true` when waiting requests should be asked again (what a scope holds changed, or
     /// one waits for this hub to catch up).
     pub fn publish(&self, held: Held) -> bool {
+        // Before the timeline is held for writing: the server's thread reads it.
+        self.fleet.served(&held, Instant::now());
         let mut t = self.timeline.write().recover();
         let prev = t
             .held
@@ -118,7 +120,6 @@ impl Hub {
             .unwrap_or_else(|| Arc::new(Held::empty(self.kinds)));
         let changes = |h: &Held| -> Vec<u64> { h.scopes.iter().map(|s| s.changed).collect() };
         let changed = t.held.is_none() || changes(&prev) != changes(&held);
-        self.fleet.served(&held, Instant::now());
         t.history.record(&prev, &held);
         t.held = Some(Arc::new(held));
         drop(t);
@@ -330,6 +331,8 @@ impl Hub {
             if v.changed <= r {
                 if wake == Wake::Expired {
                     self.served.waited("not_modified");
+                    // Nothing changed up to the hub's version: the follower has it.
+                    self.fleet.listed(&user, &ask, v.listed, Instant::now());
                     return Ok(Reply::Answer(Answer {
                         status: 304,
                         content_type: "application/json",
@@ -347,8 +350,9 @@ impl Hub {
             }
         }
         let at = exact.unwrap_or(v.listed);
+        let answer = self.list(&held, &ask, v, at, lane)?;
         self.fleet.listed(&user, &ask, at, Instant::now());
-        Ok(Reply::Answer(self.list(&held, &ask, v, at, lane)?))
+        Ok(Reply::Answer(answer))
     }
 
     /// Authorizes exactly what the request does (`what`, as the apiserver's authorizer is

@@ -71,6 +71,25 @@ pub struct Judgement {
     pub unsettled: usize,
 }
 
+/// The versions of `served`'s scopes kept below each version `awaited` (kind, namespace,
+/// resourceVersion) while it is judged: a watcher told the hub's version past it would
+/// take it, published later at its own resourceVersion, for older than what it holds and
+/// never apply it (`hub_protocol`'s commit rule). Other changes of those scopes reach
+/// watchers once it is judged (the history releases a change only up to the scope's
+/// version: `history.rs`). A version the validator cannot judge (it cannot run) holds
+/// nothing back: it is published when it can, and a watcher past it misses it until it
+/// lists again.
+fn awaiting(served: &mut Held, awaited: &[(crate::source::Resource, String, u64)]) {
+    for (kind, namespace, rv) in awaited {
+        for s in served.scopes.iter_mut().filter(|s| s.kind == *kind) {
+            if s.namespace.as_ref().is_none_or(|ns| ns == namespace) {
+                s.listed = s.listed.min(rv.saturating_sub(1));
+                s.changed = s.changed.min(s.listed);
+            }
+        }
+    }
+}
+
 /// The hub's judge.
 pub struct Validated {
     workers: Workers,
@@ -186,7 +205,8 @@ impl Validated {
         }
         out.pending = self.workers.in_flight();
         out.cannot = self.objects.values().find_map(|j| j.error.clone());
-        let served = upstream.picked(prev, |kind, o| {
+        let mut awaited: Vec<(crate::source::Resource, String, u64)> = Vec::new();
+        let mut served = upstream.picked(prev, |kind, o| {
             let id = memory::id(kind, &o.namespace, &o.name);
             let j = self.objects.get_mut(&id)?;
             if j.known.good == Some(o.hash) {
@@ -201,6 +221,10 @@ impl Validated {
             // Refused: said so; not judged yet: the good version as it was.
             let refused = (j.known.refused.as_ref()).map(|(h, _)| *h);
             let Some(refused) = refused.filter(|h| *h == o.hash) else {
+                if j.error.is_none() {
+                    let rv = o.resource_version.parse().unwrap_or(0);
+                    awaited.push((kind, o.namespace.clone(), rv));
+                }
                 return Some(good.clone());
             };
             match &j.shown {
@@ -212,6 +236,7 @@ impl Validated {
                 }
             }
         });
+        awaiting(&mut served, &awaited);
         if changed {
             self.save();
         }

@@ -185,6 +185,10 @@ impl Watch {
             },
             (Some(false) | None, rv) => w.changes_from(rv),
         };
+        // A version ahead of the hub's (the other hub behind a Service, or made up) is
+        // not what the watcher has from this hub.
+        let watermark = w.read().history.kind(w.filter.kind).watermark;
+        w.committed = w.committed.min(watermark);
         w
     }
 

@@ -167,7 +167,8 @@ pub struct Fleet {
     epoch: Instant,
     followers: RwLock<Followers>,
     rates: Mutex<Budgets<Box<str>>>,
-    served: Mutex<ServedSince>,
+    /// Swapped whole at each publish: a view reads its own copy, holding no lock.
+    served: Mutex<Arc<ServedSince>>,
 }
 
 impl Default for Fleet {
@@ -182,7 +183,7 @@ impl Fleet {
             epoch,
             followers: RwLock::new(Followers::default()),
             rates: Mutex::new(Budgets::new(REPORT_RATE, REPORT_BURST, MAX_FOLLOWERS)),
-            served: Mutex::new(Default::default()),
+            served: Mutex::new(Arc::default()),
         }
     }
 
@@ -207,24 +208,27 @@ impl Fleet {
     }
 
     /// The follower `name` was heard from, with its wait in seconds if it said one. A
-    /// name not kept changes nothing (only a report adds a follower).
+    /// name not kept changes nothing (`false`: not kept; `true` also when it could not
+    /// look).
     ///
     /// It runs on the server's own thread (every request, every pull of a held watch), so
     /// it never waits: while a report or a view holds the followers for writing, a sighting
     /// is let go (the next one counts; gone takes a wait and a minute of silence).
-    pub fn seen_name(&self, name: &str, wait: Option<u64>, now: Instant) {
+    pub fn seen_name(&self, name: &str, wait: Option<u64>, now: Instant) -> bool {
         let followers = match self.followers.try_read() {
             Ok(f) => f,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
+            Err(TryLockError::WouldBlock) => return true,
         };
-        if let Some(f) = followers.map.get(name) {
-            f.seen.fetch_max(self.ms(now), Ordering::Relaxed);
-            if let Some(w) = wait.filter(|w| *w > 0) {
-                let w = w.min(crate::hub_protocol::MAX_WAIT.as_secs());
-                f.wait.store(w, Ordering::Relaxed);
-            }
+        let Some(f) = followers.map.get(name) else {
+            return false;
+        };
+        f.seen.fetch_max(self.ms(now), Ordering::Relaxed);
+        if let Some(w) = wait.filter(|w| *w > 0) {
+            let w = w.min(crate::hub_protocol::MAX_WAIT.as_secs());
+            f.wait.store(w, Ordering::Relaxed);
         }
+        true
     }
 
     /// One report from `name` allowed now, or how long until the next is.
@@ -346,6 +350,13 @@ impl Fleet {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
+        // Kept meanwhile (another watch of it, between the two locks): that one.
+        let kept =
+            (followers.map.get(name)).and_then(|f| f.scopes.iter().find(|s| s.key == scope.key));
+        if let Some(s) = kept {
+            s.position.store(scope.position(), Ordering::Relaxed);
+            return Some(s.clone());
+        }
         let ours = scope.clone();
         self.replace_in(
             &mut followers,
@@ -397,7 +408,7 @@ impl Fleet {
     /// `held` is served from `now`: each object's version is served since it was first
     /// served (kept when the same), or since now.
     pub fn served(&self, held: &Held, now: Instant) {
-        let mut served = self.served.lock().recover();
+        let served = self.served.lock().recover().clone();
         let mut next: ServedSince = Default::default();
         for kind in [Resource::ConfigMaps, Resource::Secrets] {
             let before = &served[kind.index()];
@@ -420,13 +431,14 @@ impl Fleet {
                 next[kind.index()].insert(key.into(), s);
             }
         }
-        *served = next;
+        *self.served.lock().recover() = Arc::new(next);
     }
 
-    /// Each object's version served, by kind and `namespace/name`: read while the lock is
-    /// held.
+    /// Each object's version served, by kind and `namespace/name` (its own copy: no lock
+    /// is held while it is read).
     pub fn served_now<T>(&self, read: impl FnOnce(&ServedSince) -> T) -> T {
-        read(&self.served.lock().recover())
+        let served = self.served.lock().recover().clone();
+        read(&served)
     }
 
     /// `user` is answered the list `ask` at the hub's version `at`: a follower's (it sent
@@ -488,7 +500,10 @@ impl Watching {
 
 impl Stream for Watching {
     fn pull(&mut self, now: Instant, room: usize) -> Pull {
-        self.fleet.seen_name(&self.name, Some(self.wait), now);
+        if !self.fleet.seen_name(&self.name, Some(self.wait), now) {
+            // Forgotten meanwhile (room made for others): kept again.
+            self.kept = false;
+        }
         let pulled = self.inner.pull(now, room);
         (self.scope.position).fetch_max(self.inner.committed(), Ordering::Relaxed);
         if !self.kept {

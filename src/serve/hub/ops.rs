@@ -105,6 +105,9 @@ impl Hub {
         );
         drop(h);
         let held = self.current();
+        // The fleet's view before the timeline is held: a publish waiting to write it
+        // would hold the server's thread's reads behind this view.
+        let fleet = self.fleet.status(held.as_deref(), Instant::now());
         let timeline = self.timeline.read().recover();
         let seen = status_page::Seen {
             ready,
@@ -113,7 +116,7 @@ impl Hub {
             history: &timeline.history,
             kinds: self.kinds,
             renders: &self.renders,
-            fleet: self.fleet.status(held.as_deref(), Instant::now()),
+            fleet,
             validation: self.validation.lock().recover().clone(),
         };
         status_page::body(&seen)

@@ -365,3 +365,21 @@ fn a_verdict_on_an_object_made_again_is_not_its() {
         "the old object's version is not served for the new one"
     );
 }
+
+/// While a version is judged, the versions of the scopes that hold it stay below it (a
+/// watcher told past it would never take it, published later at its own version); the
+/// other scopes, and a version that cannot be judged, hold nothing back.
+#[test]
+fn a_version_judged_keeps_its_scopes_versions_below_it() {
+    use crate::serve::testing::{item, kinds, poll};
+    let scopes = [(Some("a"), 120), (Some("b"), 130)];
+    let items = vec![item("a", "x", 115, &[]), item("b", "y", 125, &[])];
+    let mut served = poll(&Held::empty(kinds()), 1, &scopes, items);
+    let cm = crate::source::Resource::ConfigMaps;
+    awaiting(&mut served, &[(cm, "a".into(), 115)]);
+    let got: Vec<(u64, u64)> = (served.scopes.iter())
+        .map(|s| (s.listed, s.changed))
+        .collect();
+    assert_eq!(got, [(114, 114), (130, 130)]);
+    assert_eq!(served.versions(cm, None).unwrap().listed, 114);
+}

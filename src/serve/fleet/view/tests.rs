@@ -1,7 +1,11 @@
-use super::super::intake::{Checked, Refusal};
+use std::time::{Duration, Instant};
+
+use super::super::intake::{By, Checked, Holding, Refusal};
 use super::*;
+use crate::poll::hash::Hash;
 use crate::serve::fleet::state::Scope;
 use crate::serve::testing::{filter, item, kinds, poll};
+use crate::source::Resource;
 use std::sync::Arc;
 
 /// A poll of `team-a`'s objects (name, version), listed at the hub's version `at`, each
@@ -278,6 +282,7 @@ fn a_view_reads_the_most_followed_first_within_its_budget() {
     // Room for the fleet's filter (2 objects) and its class (2): the others are unread.
     let some = fleet.view_within(&v, t0, Which::All, 4);
     assert_eq!(some.unread, 2);
+    assert_eq!(some.totals.current, 3, "the unread are in no state");
     let counts: Vec<usize> = some.objects.iter().map(|o| o.counts.current).collect();
     assert_eq!(counts, [3, 3]);
     // And one more: odd-1's filter (2 visits) and class (1).
@@ -285,4 +290,29 @@ fn a_view_reads_the_most_followed_first_within_its_budget() {
     assert_eq!(more.unread, 1);
     let counts: Vec<usize> = more.objects.iter().map(|o| o.counts.current).collect();
     assert_eq!(counts, [4, 3]);
+}
+
+/// A follower whose two scopes select one object counts once for it, at the newer of
+/// their positions.
+#[test]
+fn overlapping_scopes_count_once() {
+    let t0 = Instant::now();
+    let fleet = Fleet::new(t0);
+    let v = held_at(20, &[("x", 15)]);
+    fleet.served(&v, t0);
+    let all = filter("/api/v1/namespaces/team-a/configmaps", "");
+    let only_x = filter(
+        "/api/v1/namespaces/team-a/configmaps",
+        "labelSelector=team%3Dx",
+    );
+    fleet
+        .following("a", Arc::new(Scope::new(all, 10)), Some(10), t0)
+        .unwrap();
+    fleet
+        .following("a", Arc::new(Scope::new(only_x, 20)), Some(10), t0)
+        .unwrap();
+    let (o, totals) = fleet.objects(&v, t0, Which::All);
+    let c = o[0].counts;
+    assert_eq!((c.current, c.updating), (1, 0), "{c:?}");
+    assert_eq!(totals.current, 1);
 }

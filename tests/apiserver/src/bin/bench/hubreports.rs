@@ -150,7 +150,10 @@ fn fleet(
         // A connection the hub closes (its admission under a thousand handshakes and
         // reviews at once) is made again, as a real follower does.
         reconnect: true,
-        arrival: None,
+        // Past 2,000, followers arrive at 500 a second (as a DaemonSet's pods come up, and
+        // as `hub-cold` measures): 10,000 at once, each connecting again as soon as it is
+        // closed, never let a hub started cold finish its handshakes and reviews.
+        arrival: (tokens.len() > 2000).then_some(500.0),
         retry: Retry::Fixed,
     });
     if let Some(refusing) = reports {
