@@ -159,6 +159,18 @@ pub struct Served {
     pub from: u64,
 }
 
+impl Followers {
+    /// The scope of `name` kept with `scope`'s filter, moved to `scope`'s position.
+    fn taken_over(&self, name: &str, scope: &Scope) -> Option<Arc<Scope>> {
+        let kept = (self.map.get(name))?
+            .scopes
+            .iter()
+            .find(|s| s.key == scope.key)?;
+        kept.position.store(scope.position(), Ordering::Relaxed);
+        Some(kept.clone())
+    }
+}
+
 /// Per kind, `namespace/name` → its version served.
 pub type ServedSince = [HashMap<Box<str>, Served>; 2];
 
@@ -335,11 +347,7 @@ impl Fleet {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
-        let kept =
-            (followers.map.get(name)).and_then(|f| f.scopes.iter().find(|s| s.key == scope.key));
-        if let Some(s) = kept {
-            s.position.store(scope.position(), Ordering::Relaxed);
-            let s = s.clone();
+        if let Some(s) = followers.taken_over(name, &scope) {
             drop(followers);
             self.seen_name(name, wait, now);
             return Some(s);
@@ -351,11 +359,8 @@ impl Fleet {
             Err(TryLockError::WouldBlock) => return None,
         };
         // Kept meanwhile (another watch of it, between the two locks): that one.
-        let kept =
-            (followers.map.get(name)).and_then(|f| f.scopes.iter().find(|s| s.key == scope.key));
-        if let Some(s) = kept {
-            s.position.store(scope.position(), Ordering::Relaxed);
-            return Some(s.clone());
+        if let Some(s) = followers.taken_over(name, &scope) {
+            return Some(s);
         }
         let ours = scope.clone();
         self.replace_in(
