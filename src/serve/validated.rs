@@ -79,11 +79,16 @@ pub struct Judgement {
 /// version: `history.rs`). A version the validator cannot judge (it cannot run) holds
 /// nothing back: it is published when it can, and a watcher past it misses it until it
 /// lists again.
-fn awaiting(served: &mut Held, awaited: &[(crate::source::Resource, String, u64)]) {
+fn awaiting(served: &mut Held, prev: &Held, awaited: &[(crate::source::Resource, String, u64)]) {
     for (kind, namespace, rv) in awaited {
         for s in served.scopes.iter_mut().filter(|s| s.kind == *kind) {
             if s.namespace.as_ref().is_none_or(|ns| ns == namespace) {
-                s.listed = s.listed.min(rv.saturating_sub(1));
+                // Never below what was published already (a version older than that
+                // is past helping: as one the validator could not judge).
+                let published = (prev.scopes.iter())
+                    .find(|p| p.kind == s.kind && p.namespace == s.namespace)
+                    .map_or(0, |p| p.listed);
+                s.listed = s.listed.min(rv.saturating_sub(1).max(published));
                 s.changed = s.changed.min(s.listed);
             }
         }
@@ -217,14 +222,15 @@ impl Validated {
             if j.good.is_none() && !judged {
                 out.unsettled += 1;
             }
+            if !judged && j.error.is_none() {
+                // Being judged (a first version too): its scopes wait below it.
+                let rv = o.resource_version.parse().unwrap_or(0);
+                awaited.push((kind, o.namespace.clone(), rv));
+            }
             let good = j.good.as_ref()?;
             // Refused: said so; not judged yet: the good version as it was.
             let refused = (j.known.refused.as_ref()).map(|(h, _)| *h);
             let Some(refused) = refused.filter(|h| *h == o.hash) else {
-                if j.error.is_none() {
-                    let rv = o.resource_version.parse().unwrap_or(0);
-                    awaited.push((kind, o.namespace.clone(), rv));
-                }
                 return Some(good.clone());
             };
             match &j.shown {
@@ -236,7 +242,7 @@ impl Validated {
                 }
             }
         });
-        awaiting(&mut served, &awaited);
+        awaiting(&mut served, prev, &awaited);
         if changed {
             self.save();
         }

@@ -252,8 +252,7 @@ impl Watch {
     }
 
     /// A `BOOKMARK` at `rv` (annotated as the end of the initial events, if `end`).
-    fn bookmark(&mut self, rv: u64, end: bool) -> Body {
-        self.committed = self.committed.max(rv);
+    fn bookmark(&self, rv: u64, end: bool) -> Body {
         let (kind, api) = match self.form {
             Form::Full => (self.filter.kind.kind(), "v1"),
             Form::Metadata => ("PartialObjectMetadata", "meta.k8s.io/v1"),
@@ -309,6 +308,7 @@ impl Watch {
         if let Some(rv) = end {
             out.push(self.bookmark(rv, true));
             self.told = self.told.max(rv);
+            self.committed = self.committed.max(rv);
         }
         self.phase = Phase::Changes { seq: then };
         true
@@ -347,6 +347,9 @@ impl Watch {
             let rv = self.told.max(watermark);
             out.push(self.bookmark(rv, false));
             self.told = rv;
+            // What it has of this hub: up to its version (a version it was told past it,
+            // its own, is not had from here).
+            self.committed = self.committed.max(watermark);
             self.commit_by = Some((now + hold, hold));
             return Some(true);
         }
@@ -358,6 +361,7 @@ impl Watch {
         if self.bookmarks && due && watermark > self.told {
             out.push(self.bookmark(watermark, false));
             self.told = watermark;
+            self.committed = self.committed.max(watermark);
         }
         if now >= self.next_bookmark {
             self.next_bookmark = now + BOOKMARK_EVERY;

@@ -160,13 +160,14 @@ pub struct Served {
 }
 
 impl Followers {
-    /// The scope of `name` kept with `scope`'s filter, moved to `scope`'s position.
+    /// The scope of `name` kept with `scope`'s filter, moved on to `scope`'s position (a
+    /// follower's versions never go back; a watch's start, clamped to the hub's, may).
     fn taken_over(&self, name: &str, scope: &Scope) -> Option<Arc<Scope>> {
         let kept = (self.map.get(name))?
             .scopes
             .iter()
             .find(|s| s.key == scope.key)?;
-        kept.position.store(scope.position(), Ordering::Relaxed);
+        kept.position.fetch_max(scope.position(), Ordering::Relaxed);
         Some(kept.clone())
     }
 }
@@ -785,6 +786,45 @@ mod tests {
             "kept already: a read lock is enough"
         );
         drop(viewing);
+    }
+
+    /// A watch from a version ahead of the hub's (the other hub's, or made up) counts from
+    /// the hub's, and its commits move it only as far as the hub's version.
+    #[test]
+    fn a_watch_ahead_of_the_hub_counts_from_the_hubs_version() {
+        use crate::serve::testing::{item, kinds, poll};
+        use crate::serve::watch::Timeline;
+        let t0 = Instant::now();
+        let first = poll(
+            &Held::empty(kinds()),
+            1,
+            &[(None, 10)],
+            vec![item("a", "x", 5, &[])],
+        );
+        let mut t = Timeline::default();
+        t.history.record(&Held::empty(kinds()), &first);
+        t.held = Some(Arc::new(first));
+        let timeline = Arc::new(RwLock::new(t));
+        let Route::Read(target) = request::route("/api/v1/namespaces/a/configmaps") else {
+            panic!()
+        };
+        let query =
+            request::Query::parse("watch=true&resourceVersion=1000&allowWatchBookmarks=true");
+        let header = |h: &str| (h == crate::hub_protocol::WAIT_HEADER).then(|| "1".to_string());
+        let ask = request::ask(target, &query, &header).unwrap();
+        let w = Watch::start(timeline, &ask, &mut crate::backoff::Rng::from_time());
+        let fleet = Arc::new(Fleet::new(t0));
+        let mut watch = fleet.watching(w, &user("jane", Some("node-1")), Duration::from_secs(1));
+        let position = |f: &Fleet| f.read(t0).map["node-1"].scopes[0].position();
+        assert_eq!(position(&fleet), 10);
+        for s in 1..5 {
+            watch.pull(t0 + Duration::from_secs(s), 1 << 20);
+        }
+        assert_eq!(
+            position(&fleet),
+            10,
+            "its commits say 1000; it has 10 from here"
+        );
     }
 
     /// A follower keeps its newest `MAX_SCOPES` scopes.

@@ -281,8 +281,13 @@ impl<'a> Making<'a> {
     fn exceptions(&mut self, name: &'a str, f: &'a Follower, class: Option<usize>) -> State {
         let mut worst = State::Current;
         let (now, fleet, held) = (self.now, self.fleet, self.held);
-        let counted = class.is_some_and(|c| self.classes[c].counted);
-        let gone = fleet.gone(f, now);
+        // Its class as the view took it (the server's thread moves positions on meanwhile).
+        let class = class.map(|c| &self.classes[c]);
+        if class.is_some_and(|c| !c.counted) {
+            // Past the view's budget: unread, in no state.
+            return worst;
+        }
+        let taken = class.map(|c| (c.scopes.clone(), c.wait, c.gone));
         for h in f.holds.iter() {
             let (ns, n) = h.names();
             let Some(o) = held.get(h.kind, ns, n) else {
@@ -290,15 +295,18 @@ impl<'a> Making<'a> {
             };
             // What its class counted of it, taken back: at the newest of its scopes that
             // select it.
-            let base = (f.scopes.iter())
-                .filter(|s| counted && s.filter.kind == h.kind && s.filter.passes(o))
-                .map(|s| s.position())
-                .max();
+            let base = taken.as_ref().and_then(|(scopes, wait, gone)| {
+                let position = (scopes.iter())
+                    .filter(|(filter, _, _)| filter.kind == h.kind && filter.passes(o))
+                    .map(|(_, _, position)| *position)
+                    .max()?;
+                Some((position, *wait, *gone))
+            });
             let Some(t) = self.tally(h.kind, o) else {
                 continue;
             };
-            if let Some(position) = base {
-                let s = by_position(position, f.wait(), gone, &t.served, now);
+            if let Some((position, wait, gone)) = base {
+                let s = by_position(position, wait, gone, &t.served, now);
                 t.counts.sub(s);
                 if s == State::Current {
                     let n = t.versions.entry(Some(t.served.hash)).or_default();

@@ -376,10 +376,19 @@ fn a_version_judged_keeps_its_scopes_versions_below_it() {
     let items = vec![item("a", "x", 115, &[]), item("b", "y", 125, &[])];
     let mut served = poll(&Held::empty(kinds()), 1, &scopes, items);
     let cm = crate::source::Resource::ConfigMaps;
-    awaiting(&mut served, &[(cm, "a".into(), 115)]);
+    let before = served.scopes.clone();
+    awaiting(&mut served, &Held::empty(kinds()), &[(cm, "a".into(), 115)]);
     let got: Vec<(u64, u64)> = (served.scopes.iter())
         .map(|s| (s.listed, s.changed))
         .collect();
     assert_eq!(got, [(114, 114), (130, 130)]);
     assert_eq!(served.versions(cm, None).unwrap().listed, 114);
+    // Never below what was published already.
+    let published = poll(&Held::empty(kinds()), 1, &[(Some("a"), 117)], Vec::new());
+    served.scopes = before;
+    awaiting(&mut served, &published, &[(cm, "a".into(), 115)]);
+    assert_eq!(
+        (served.scopes[0].listed, served.scopes[0].changed),
+        (117, 117)
+    );
 }
