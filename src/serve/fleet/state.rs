@@ -685,37 +685,45 @@ mod tests {
         assert_eq!(f.map["a"].wait(), Duration::from_secs(20), "its wait kept");
     }
 
-    /// A follower's held watch adds it, in the scope it watches at the version it
-    /// watches from; each bookmark moves the scope on; it is heard from at each pull: not
-    /// gone while the hub still sends on it, gone a wait and the margin after its last
-    /// pull.
-    #[test]
-    fn a_held_watch_keeps_its_follower_heard_from_and_moves_on() {
+    /// A hub's timeline that polled `a/x` once, at version 10, and a follower's held watch
+    /// of namespace `a` from `rv`, with `wait` seconds.
+    fn held_watch(rv: u64, wait: u64) -> (Arc<RwLock<crate::serve::watch::Timeline>>, Watch) {
         use crate::serve::testing::{item, kinds, poll};
-        use crate::serve::watch::Timeline;
-        let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
         let first = poll(
             &Held::empty(kinds()),
             1,
             &[(None, 10)],
             vec![item("a", "x", 5, &[])],
         );
-        let mut t = Timeline::default();
+        let mut t = crate::serve::watch::Timeline::default();
         t.history.record(&Held::empty(kinds()), &first);
         t.held = Some(Arc::new(first));
         let timeline = Arc::new(RwLock::new(t));
         let Route::Read(target) = request::route("/api/v1/namespaces/a/configmaps") else {
             panic!()
         };
-        let query = request::Query::parse("watch=true&resourceVersion=10&allowWatchBookmarks=true");
-        let header = |h: &str| (h == crate::hub_protocol::WAIT_HEADER).then(|| "30".to_string());
+        let query = format!("watch=true&resourceVersion={rv}&allowWatchBookmarks=true");
+        let query = request::Query::parse(&query);
+        let header = |h: &str| (h == crate::hub_protocol::WAIT_HEADER).then(|| wait.to_string());
         let ask = request::ask(target, &query, &header).unwrap();
         let w = Watch::start(
             timeline.clone(),
             &ask,
             &mut crate::backoff::Rng::from_time(),
         );
+        (timeline, w)
+    }
+
+    /// A follower's held watch adds it, in the scope it watches at the version it
+    /// watches from; each bookmark moves the scope on; it is heard from at each pull: not
+    /// gone while the hub still sends on it, gone a wait and the margin after its last
+    /// pull.
+    #[test]
+    fn a_held_watch_keeps_its_follower_heard_from_and_moves_on() {
+        use crate::serve::testing::{item, poll};
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let (timeline, w) = held_watch(10, 30);
         let fleet = Arc::new(Fleet::new(t0));
         let pod = user("jane", Some("node-1"));
         let mut watch = fleet.watching(w, &pod, Duration::from_secs(30));
@@ -792,27 +800,8 @@ mod tests {
     /// the hub's, and its commits move it only as far as the hub's version.
     #[test]
     fn a_watch_ahead_of_the_hub_counts_from_the_hubs_version() {
-        use crate::serve::testing::{item, kinds, poll};
-        use crate::serve::watch::Timeline;
         let t0 = Instant::now();
-        let first = poll(
-            &Held::empty(kinds()),
-            1,
-            &[(None, 10)],
-            vec![item("a", "x", 5, &[])],
-        );
-        let mut t = Timeline::default();
-        t.history.record(&Held::empty(kinds()), &first);
-        t.held = Some(Arc::new(first));
-        let timeline = Arc::new(RwLock::new(t));
-        let Route::Read(target) = request::route("/api/v1/namespaces/a/configmaps") else {
-            panic!()
-        };
-        let query =
-            request::Query::parse("watch=true&resourceVersion=1000&allowWatchBookmarks=true");
-        let header = |h: &str| (h == crate::hub_protocol::WAIT_HEADER).then(|| "1".to_string());
-        let ask = request::ask(target, &query, &header).unwrap();
-        let w = Watch::start(timeline, &ask, &mut crate::backoff::Rng::from_time());
+        let (_timeline, w) = held_watch(1000, 1);
         let fleet = Arc::new(Fleet::new(t0));
         let mut watch = fleet.watching(w, &user("jane", Some("node-1")), Duration::from_secs(1));
         let position = |f: &Fleet| f.read(t0).map["node-1"].scopes[0].position();
