@@ -37,118 +37,141 @@ fn list_and_run_in_every_list_mode_from_the_watch_cache() {
         assert_eq!(run.json()[0]["files"]["k"], "1");
     }
     for mode in ["auto", "full", "metadata"] {
-        let before = storage_lists(k);
-        let seen = requests(k, mark, &user, &ns).len();
-        let d = Daemon::start(
-            cmpoll().env("RUST_LOG", "debug"),
-            &[
-                "--namespace",
-                &ns,
-                "--list-mode",
-                mode,
-                "--interval",
-                "200ms",
-            ],
-        );
-        let first = d.batch(SOON);
-        assert_eq!(kinds(&first).len(), 3, "{mode}: {:?}", kinds(&first));
-        // A change.
-        k.put_configmap(&ns, "a", &[LABEL], &[("k", &format!("changed-{mode}"))]);
-        let b = d.batch(SOON);
-        assert_eq!(
-            kinds(&b)[0],
-            ("updated", format!("{ns}/a").as_str()),
-            "{mode}"
-        );
-        assert_eq!(b[0]["files"]["k"], format!("changed-{mode}"));
-        // A label edit changes the resourceVersion, not the module: nothing, as two more
-        // lists prove.
-        k.put_configmap(&ns, "b", &[LABEL, ("team", mode)], &[("k", "2")]);
-        let lists = |k: &RealApiserver| {
-            requests(k, mark, &user, &ns)
-                .iter()
-                .filter(|e| e["verb"] == "list")
-                .count()
-        };
-        let at = lists(k);
-        eventually("two more lists", SOON, || lists(k) >= at + 2);
-        // A deletion.
-        k.delete("configmap", &ns, "b");
-        let b = d.batch(SOON);
-        assert_eq!(
-            kinds(&b)[0],
-            ("removed", format!("{ns}/b").as_str()),
-            "{mode}: the label edit was no event"
-        );
-        // The last one: the list selects nothing (a metadata list then says `"items":null`).
-        k.delete("configmap", &ns, "a");
-        let b = d.batch(SOON);
-        assert_eq!(
-            kinds(&b),
-            [("removed", format!("{ns}/a").as_str()), ("synced", "")],
-            "{mode}\n{}",
-            d.stderr()
-        );
-        // Metadata lists came in protobuf, as asked (client-go's metadata client's Accept),
-        // never in JSON; full lists in JSON.
-        let log = d.stderr();
-        let said = |what: &str| log.lines().filter(|l| l.ends_with(what)).count();
-        let (proto, json) = (
-            said("PartialObjectMetadataList in protobuf"),
-            said("PartialObjectMetadataList in JSON"),
-        );
-        match mode {
-            "full" => assert_eq!(proto, 0, "{log}"),
-            _ => assert!(proto >= 3 && json == 0, "{mode}: {proto} {json}\n{log}"),
-        }
-        assert!(said("ConfigMapList in JSON") >= 1, "{mode}\n{log}");
-        d.stop();
-        k.put_configmap(&ns, "a", &[LABEL], &[("k", "1")]);
-        k.put_configmap(&ns, "b", &[LABEL], &[("k", "2")]);
-        // What the real apiserver served: every list from the cache, with the routing
-        // SPEC promises (the first at resourceVersion=0, the rest NotOlderThan).
-        let served: Vec<Value> = requests(k, mark, &user, &ns).split_off(seen);
-        let lists: Vec<&Value> = served.iter().filter(|e| e["verb"] == "list").collect();
-        assert!(lists.len() >= 4, "{mode}: {:?}", show(&served));
-        let uri = |e: &Value| e["requestURI"].as_str().unwrap_or("").to_string();
-        assert!(
-            uri(lists[0]).contains("resourceVersion=0"),
-            "{}",
-            uri(lists[0])
-        );
-        for l in &lists[1..] {
+        // etcd's lists are counted for the whole apiserver, its own included: an attempt
+        // in which etcd served a list that the apiserver's own refills do not explain is
+        // run again; three such attempts fail (cmpoll listing from etcd does so each time).
+        let mut unexplained = Vec::new();
+        while unexplained.len() < 3 {
+            let before = storage_lists(k);
+            let cmpolls = poll_in_mode(k, (mark, &ns, &user), mode, &cmpoll);
+            let after = storage_lists(k);
             assert!(
-                uri(l).contains("resourceVersionMatch=NotOlderThan"),
-                "{mode}: {}",
-                uri(l)
+                after.cache - before.cache >= cmpolls as f64,
+                "{mode}: {} cache lists for {cmpolls} of cmpoll's",
+                after.cache - before.cache,
             );
-        }
-        let gets = served.iter().filter(|e| e["verb"] == "get").count();
-        match mode {
-            "full" => assert_eq!(gets, 0, "{:?}", show(&served)),
-            _ => assert!(
-                gets >= 1,
-                "{mode}: the change was fetched: {:?}",
-                show(&served)
-            ),
+            let n = before.unexplained_since(&after);
+            if n == 0.0 {
+                break;
+            }
+            unexplained.push((n, before, after));
         }
         assert!(
-            served.iter().all(|e| e["responseStatus"]["code"] == 200),
-            "{:?}",
-            show(&served)
-        );
-        let after = storage_lists(k);
-        assert_eq!(
-            after.1, before.1,
-            "{mode}: a list of ConfigMaps was not served from the watch cache"
-        );
-        assert!(
-            after.0 - before.0 >= lists.len() as f64,
-            "{mode}: {} cache lists for {} of cmpoll's",
-            after.0 - before.0,
-            lists.len()
+            unexplained.len() < 3,
+            "{mode}: a list of ConfigMaps was not served from the watch cache: {unexplained:?}"
         );
     }
+}
+
+/// `run` in `mode` against `ns` (its lists audited since `mark` as `user`'s): a change, a
+/// label edit that changes nothing, a deletion, every list routed as SPEC says; the lists
+/// cmpoll made. Puts `a` and `b` back as they were.
+fn poll_in_mode(
+    k: &RealApiserver,
+    (mark, ns, user): (u64, &str, &str),
+    mode: &str,
+    cmpoll: &dyn Fn() -> Cmpoll,
+) -> usize {
+    let seen = requests(k, mark, user, ns).len();
+    let d = Daemon::start(
+        cmpoll().env("RUST_LOG", "debug"),
+        &[
+            "--namespace",
+            ns,
+            "--list-mode",
+            mode,
+            "--interval",
+            "200ms",
+        ],
+    );
+    let first = d.batch(SOON);
+    assert_eq!(kinds(&first).len(), 3, "{mode}: {:?}", kinds(&first));
+    // A change.
+    k.put_configmap(ns, "a", &[LABEL], &[("k", &format!("changed-{mode}"))]);
+    let b = d.batch(SOON);
+    assert_eq!(
+        kinds(&b)[0],
+        ("updated", format!("{ns}/a").as_str()),
+        "{mode}"
+    );
+    assert_eq!(b[0]["files"]["k"], format!("changed-{mode}"));
+    // A label edit changes the resourceVersion, not the module: nothing, as two more
+    // lists prove.
+    k.put_configmap(ns, "b", &[LABEL, ("team", mode)], &[("k", "2")]);
+    let lists = |k: &RealApiserver| {
+        requests(k, mark, user, ns)
+            .iter()
+            .filter(|e| e["verb"] == "list")
+            .count()
+    };
+    let at = lists(k);
+    eventually("two more lists", SOON, || lists(k) >= at + 2);
+    // A deletion.
+    k.delete("configmap", ns, "b");
+    let b = d.batch(SOON);
+    assert_eq!(
+        kinds(&b)[0],
+        ("removed", format!("{ns}/b").as_str()),
+        "{mode}: the label edit was no event"
+    );
+    // The last one: the list selects nothing (a metadata list then says `"items":null`).
+    k.delete("configmap", ns, "a");
+    let b = d.batch(SOON);
+    assert_eq!(
+        kinds(&b),
+        [("removed", format!("{ns}/a").as_str()), ("synced", "")],
+        "{mode}\n{}",
+        d.stderr()
+    );
+    // Metadata lists came in protobuf, as asked (client-go's metadata client's Accept),
+    // never in JSON; full lists in JSON.
+    let log = d.stderr();
+    let said = |what: &str| log.lines().filter(|l| l.ends_with(what)).count();
+    let (proto, json) = (
+        said("PartialObjectMetadataList in protobuf"),
+        said("PartialObjectMetadataList in JSON"),
+    );
+    match mode {
+        "full" => assert_eq!(proto, 0, "{log}"),
+        _ => assert!(proto >= 3 && json == 0, "{mode}: {proto} {json}\n{log}"),
+    }
+    assert!(said("ConfigMapList in JSON") >= 1, "{mode}\n{log}");
+    d.stop();
+    k.put_configmap(ns, "a", &[LABEL], &[("k", "1")]);
+    k.put_configmap(ns, "b", &[LABEL], &[("k", "2")]);
+    // What the real apiserver served: every list from the cache, with the routing
+    // SPEC promises (the first at resourceVersion=0, the rest NotOlderThan).
+    let served: Vec<Value> = requests(k, mark, user, ns).split_off(seen);
+    let lists: Vec<&Value> = served.iter().filter(|e| e["verb"] == "list").collect();
+    assert!(lists.len() >= 4, "{mode}: {:?}", show(&served));
+    let uri = |e: &Value| e["requestURI"].as_str().unwrap_or("").to_string();
+    assert!(
+        uri(lists[0]).contains("resourceVersion=0"),
+        "{}",
+        uri(lists[0])
+    );
+    for l in &lists[1..] {
+        assert!(
+            uri(l).contains("resourceVersionMatch=NotOlderThan"),
+            "{mode}: {}",
+            uri(l)
+        );
+    }
+    let gets = served.iter().filter(|e| e["verb"] == "get").count();
+    match mode {
+        "full" => assert_eq!(gets, 0, "{:?}", show(&served)),
+        _ => assert!(
+            gets >= 1,
+            "{mode}: the change was fetched: {:?}",
+            show(&served)
+        ),
+    }
+    assert!(
+        served.iter().all(|e| e["responseStatus"]["code"] == 200),
+        "{:?}",
+        show(&served)
+    );
+    lists.len()
 }
 
 /// A TCP relay to `port` on loopback that holds each chunk a client sends for `delay`: a

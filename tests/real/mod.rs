@@ -144,21 +144,55 @@ pub fn show(events: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// Lists by storage: (from the watch cache, from anywhere else), as the real apiserver
-/// counts them (`apiserver_storage_list_total{resource="configmaps"}`).
-pub fn storage_lists(k: &RealApiserver) -> (f64, f64) {
+/// Lists of ConfigMaps as the real apiserver counts them: served from the watch cache,
+/// from etcd, and the etcd lists that are the apiserver's own — its watch cache (re)filling
+/// itself (`apiserver_watch_cache_initializations_total`: a cache whose etcd watch broke,
+/// under load, lists again) and a consistent read the cache could not serve in time
+/// (`apiserver_watch_cache_consistent_read_total{fallback="true"}`: a list with no
+/// resourceVersion, which cmpoll never sends — its lists are read off the audit log).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Lists {
+    pub cache: f64,
+    pub etcd: f64,
+    pub apiservers_own: f64,
+}
+
+impl Lists {
+    /// Lists from etcd between `self` and `later` not explained by the apiserver's own: none
+    /// when the apiserver refilled its cache meanwhile (its list is one or several pages).
+    pub fn unexplained_since(&self, later: &Lists) -> f64 {
+        if later.apiservers_own > self.apiservers_own {
+            0.0
+        } else {
+            later.etcd - self.etcd
+        }
+    }
+}
+
+pub fn storage_lists(k: &RealApiserver) -> Lists {
     let text = k.metrics();
-    let all = real::metric_sum(
-        &text,
-        "apiserver_storage_list_total",
-        &[("resource", "configmaps")],
-    );
+    let configmaps = [("resource", "configmaps")];
+    let all = real::metric_sum(&text, "apiserver_storage_list_total", &configmaps);
     let cache = real::metric_sum(
         &text,
         "apiserver_storage_list_total",
         &[("resource", "configmaps"), ("storage", "watchcache")],
     );
-    (cache, all - cache)
+    let refills = real::metric_sum(
+        &text,
+        "apiserver_watch_cache_initializations_total",
+        &configmaps,
+    );
+    let fallbacks = real::metric_sum(
+        &text,
+        "apiserver_watch_cache_consistent_read_total",
+        &[("resource", "configmaps"), ("fallback", "true")],
+    );
+    Lists {
+        cache,
+        etcd: all - cache,
+        apiservers_own: refills + fallbacks,
+    }
 }
 
 /// When an audit event's request arrived.
