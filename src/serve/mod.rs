@@ -152,6 +152,9 @@ fn limits(counts: ServerCounts) -> Limits {
         bodies: Bodies::Post {
             path: crate::hub_protocol::REPORT_PATH,
             cert: false,
+            // A follower reports now and then, beside its watch: its report's connection
+            // is not kept for the next one (10,000 of them idle would pin their buffers).
+            close: true,
         },
         max_bodies: MAX_BODIES,
         keep_alive: true,

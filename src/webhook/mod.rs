@@ -73,6 +73,8 @@ fn limits(counts: ServerCounts, cert: bool) -> Limits {
         bodies: Bodies::Post {
             path: "/validate",
             cert,
+            // The apiserver sends review after review: its connection stays.
+            close: false,
         },
         max_bodies: MAX_BODIES,
         keep_alive: true,

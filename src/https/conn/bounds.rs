@@ -32,8 +32,15 @@ pub enum Bodies {
     /// No one's.
     None,
     /// Only a `POST` to this path's, and when `cert`, only from a client that presented a
-    /// certificate (the webhook's reviews, from the apiserver).
-    Post { path: &'static str, cert: bool },
+    /// certificate (the webhook's reviews, from the apiserver); when `close`, the
+    /// connection closes after the answer to one (a hub's reports: each client sends one
+    /// now and then, and a connection kept for the next would pin its buffers on the
+    /// server for the whole idle time, a fleet's worth of them).
+    Post {
+        path: &'static str,
+        cert: bool,
+        close: bool,
+    },
 }
 
 impl Bodies {
@@ -42,9 +49,14 @@ impl Bodies {
         match self {
             Bodies::All => true,
             Bodies::None => false,
-            Bodies::Post { path, cert: needed } => {
-                req.method == "POST" && req.path == *path && (!needed || cert())
-            }
+            Bodies::Post {
+                path, cert: needed, ..
+            } => req.method == "POST" && req.path == *path && (!needed || cert()),
         }
+    }
+
+    /// Whether the connection closes after answering a request whose body was read.
+    pub(super) fn close_after(&self) -> bool {
+        matches!(self, Bodies::Post { close: true, .. })
     }
 }

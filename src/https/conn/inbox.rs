@@ -197,6 +197,7 @@ impl Inbox {
         let rest = self.inbuf.split_off(end);
         req.body = std::mem::replace(&mut self.inbuf, rest);
         req.body.drain(..a.head);
+        req.close |= b.bodies.close_after();
         Some(Ok(req))
     }
 

@@ -487,6 +487,7 @@ fn a_body_is_read_only_where_the_rule_says() {
         bodies: Bodies::Post {
             path: "/validate",
             cert: true,
+            close: false,
         },
         ..bounds()
     };
@@ -506,6 +507,32 @@ fn a_body_is_read_only_where_the_rule_says() {
         c.ready(t, &b).unwrap().req.body.is_empty(),
         "another method"
     );
+}
+
+/// A hub's reports (`Bodies::Post { close: true }`): the answer to a report closes its
+/// connection; any other request's keeps it.
+#[test]
+fn a_read_body_closes_its_connection_where_the_rule_says() {
+    let t = Instant::now();
+    let b = Bounds {
+        bodies: Bodies::Post {
+            path: "/report",
+            cert: false,
+            close: true,
+        },
+        ..bounds()
+    };
+    let answered = |wire: Vec<u8>| {
+        let mut c = Conn::new(Fake::default(), t, &b);
+        c.io.incoming = wire;
+        let d = c.ready(t, &b).unwrap();
+        c.reply(d, ok("x"), t, &b);
+        (out(&mut c), c.done())
+    };
+    let (wire, done) = answered(post("/report", 10, 10));
+    assert!(wire.contains("Connection: close\r\n") && done, "{wire}");
+    let (wire, done) = answered(b"GET /report HTTP/1.1\r\n\r\n".to_vec());
+    assert!(!wire.contains("Connection: close") && !done, "{wire}");
 }
 
 /// Issue 56.4: the bodies read take from the server's budget from their head until their

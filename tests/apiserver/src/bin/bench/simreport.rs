@@ -18,7 +18,8 @@
 //! round.
 //!
 //! Each follower sends on a connection of its own beside its watch (a real follower's
-//! report thread has its own), made when it first reports and again after the hub closed it.
+//! report thread has its own), made for a report whenever the hub closed the last one
+//! (which it does after each answer to a report).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
