@@ -154,44 +154,42 @@ pub fn show(events: &[Value]) -> Vec<String> {
 pub struct Lists {
     pub cache: f64,
     pub etcd: f64,
-    pub apiservers_own: f64,
+    /// Consistent reads sent to etcd: one etcd list each.
+    pub fallbacks: f64,
+    /// Cache refills, done or failed: pages of etcd lists, how many not known.
+    pub refills: f64,
 }
 
 impl Lists {
-    /// Lists from etcd between `self` and `later` not explained by the apiserver's own: none
-    /// when the apiserver refilled its cache meanwhile (its list is one or several pages).
-    pub fn unexplained_since(&self, later: &Lists) -> f64 {
-        if later.apiservers_own > self.apiservers_own {
-            0.0
-        } else {
-            later.etcd - self.etcd
-        }
+    /// Lists from etcd between `self` and `later` that are not the apiserver's own; `None`
+    /// when its cache refilled meanwhile (then nobody can tell: the attempt says nothing).
+    pub fn unexplained_since(&self, later: &Lists) -> Option<f64> {
+        (later.refills == self.refills)
+            .then_some((later.etcd - self.etcd) - (later.fallbacks - self.fallbacks))
     }
 }
 
 pub fn storage_lists(k: &RealApiserver) -> Lists {
     let text = k.metrics();
     let configmaps = [("resource", "configmaps")];
-    let all = real::metric_sum(&text, "apiserver_storage_list_total", &configmaps);
-    let cache = real::metric_sum(
-        &text,
+    let sum = |name: &str, labels: &[(&str, &str)]| real::metric_sum(&text, name, labels);
+    let all = sum("apiserver_storage_list_total", &configmaps);
+    let cache = sum(
         "apiserver_storage_list_total",
         &[("resource", "configmaps"), ("storage", "watchcache")],
-    );
-    let refills = real::metric_sum(
-        &text,
-        "apiserver_watch_cache_initializations_total",
-        &configmaps,
-    );
-    let fallbacks = real::metric_sum(
-        &text,
-        "apiserver_watch_cache_consistent_read_total",
-        &[("resource", "configmaps"), ("fallback", "true")],
     );
     Lists {
         cache,
         etcd: all - cache,
-        apiservers_own: refills + fallbacks,
+        fallbacks: sum(
+            "apiserver_watch_cache_consistent_read_total",
+            &[("resource", "configmaps"), ("fallback", "true")],
+        ),
+        refills: sum("apiserver_watch_cache_initializations_total", &configmaps)
+            + sum(
+                "apiserver_watch_cache_initialization_errors_total",
+                &configmaps,
+            ),
     }
 }
 
