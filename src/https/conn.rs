@@ -534,9 +534,10 @@ impl<T: Transport> Conn<T> {
                 self.io.close();
                 let _ = self.io.flush();
             }
-            if self.inbox.discarding() && !self.inbox.eof() {
-                // Part of a body not read may still come: dropped a moment longer (what
-                // waits already, too: no edge may say so).
+            if (self.inbox.discarding() || self.inbox.has_bytes()) && !self.inbox.eof() {
+                // Part of a body not read, or a request pipelined behind one whose answer
+                // closes (a report's), may still come: dropped a moment longer (what
+                // waits already, too: no edge may say so), so that the answer is read.
                 self.phase = Phase::Lingering { shut: false };
                 self.deadline = Some(now + LINGER);
                 self.drop_incoming();

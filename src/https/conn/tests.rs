@@ -533,6 +533,15 @@ fn a_read_body_closes_its_connection_where_the_rule_says() {
     assert!(wire.contains("Connection: close\r\n") && done, "{wire}");
     let (wire, done) = answered(b"GET /report HTTP/1.1\r\n\r\n".to_vec());
     assert!(!wire.contains("Connection: close") && !done, "{wire}");
+    // A request pipelined behind a report: dropped a moment, so that closing at once
+    // (bytes unread: a reset) does not cost the client the report's answer.
+    let mut wire = post("/report", 10, 10);
+    wire.extend_from_slice(b"GET /x HTTP/1.1\r\n\r\n");
+    let (answer, done) = answered(wire);
+    assert!(
+        answer.contains("Connection: close\r\n") && !done,
+        "{answer}"
+    );
 }
 
 /// Issue 56.4: the bodies read take from the server's budget from their head until their
