@@ -1,5 +1,6 @@
 //! `kube::Client`: requests to the apiserver (GETs for the lists; POST and PATCH for
-//! `--report-events`) over ureq and our TLS connector.
+//! `--report-events`; POST and PUT for the hub's rollout state) over ureq and our TLS
+//! connector.
 //!
 //! One request function, not one per call site: it adds `Accept`, `User-Agent` and the
 //! credential, retries once right away after a 401 if the credential could be refreshed,
@@ -71,8 +72,9 @@ impl Handles {
     }
 }
 
-/// A request's method, and the body it carries.
-#[derive(Clone, Debug)]
+/// A request's method, and the body it carries (never shown by `Debug`: a Secret's data
+/// may be in it).
+#[derive(Clone)]
 pub enum Method {
     Get,
     Post {
@@ -83,6 +85,28 @@ pub enum Method {
         content_type: &'static str,
         body: Vec<u8>,
     },
+    /// A whole object replaced (with its `metadata.resourceVersion`: the apiserver's
+    /// optimistic concurrency).
+    Put {
+        content_type: &'static str,
+        body: Vec<u8>,
+    },
+}
+
+impl std::fmt::Debug for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (name, sent) = match self {
+            Method::Get => return f.write_str("Get"),
+            Method::Post { content_type, body } => ("Post", (content_type, body.len())),
+            Method::Patch { content_type, body } => ("Patch", (content_type, body.len())),
+            Method::Put { content_type, body } => ("Put", (content_type, body.len())),
+        };
+        write!(
+            f,
+            "{name} {{ content_type: {:?}, body: {} bytes }}",
+            sent.0, sent.1
+        )
+    }
 }
 
 /// `req` with `headers`.
@@ -478,6 +502,9 @@ impl Client {
                     .header("Content-Type", *content_type)
                     .send(&body[..]),
                 Method::Patch { content_type, body } => with(self.agent.patch(&url), &headers)
+                    .header("Content-Type", *content_type)
+                    .send(&body[..]),
+                Method::Put { content_type, body } => with(self.agent.put(&url), &headers)
                     .header("Content-Type", *content_type)
                     .send(&body[..]),
             };
