@@ -31,6 +31,7 @@ pub mod renders;
 pub mod request;
 pub mod reviewer;
 pub mod reviews;
+pub mod rollout;
 pub mod status;
 pub mod telling;
 #[cfg(test)]
