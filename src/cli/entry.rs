@@ -71,6 +71,7 @@ pub enum Needs {
     ReloadUrl,
     ReloadUrlOrOnChange,
     Validate,
+    Rollout,
 }
 
 impl Needs {
@@ -87,6 +88,7 @@ impl Needs {
             Needs::ReloadUrl => "--reload-url",
             Needs::ReloadUrlOrOnChange => "--reload-url or --on-change",
             Needs::Validate => "--validate",
+            Needs::Rollout => "--rollout",
         }
     }
 }

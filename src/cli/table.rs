@@ -300,6 +300,12 @@ flags! {
         authorize_per_service_account: bool [switch];
         /// keep here what the hub must remember across restarts: --validate's verdicts and each held-back object's last good version (a volume that outlives the container; mode 0700)
         state_dir: Option<String> [option, arg_name = "DIR"], needs Validate;
+        /// roll each new version of an object out in steps, each a share of the clients by a stable hash of their names: e.g. 1%,10%,50%,100% (each N% or N.NNN%, strictly increasing, the last 100%, at most 10), or none (only objects whose cmpoll.io/rollout annotation asks for steps roll out); without it, no rollouts and the annotation is ignored
+        rollout: Option<String> [option, arg_name = "STEPS"];
+        /// the least time each step of a rollout is held before the next
+        rollout_wait: Option<String> [option, arg_name = "DURATION"] = "1m", needs Rollout;
+        /// the Secret that holds the rollouts' state, read and written by every hub (default: cmpoll-rollouts in the hub's own namespace: its pod's, else its kubeconfig context's)
+        rollout_state: Option<String> [option, arg_name = "NAMESPACE/NAME"], needs Rollout;
     } {}
 }
 

@@ -86,6 +86,11 @@ pub struct Options {
     pub state_dir: Option<PathBuf>,
     /// `--report-events`: one Event per object and version refused (`telling.rs`).
     pub report_events: bool,
+    /// `--rollout`, `--rollout-wait`, `--rollout-state`: None without `--rollout` (no
+    /// rollouts; the annotation is ignored).
+    // Read by the rollout core (issue 60) once it is merged.
+    #[allow(dead_code)]
+    pub rollout: Option<rollout::steps::Settings>,
 }
 
 /// How often the hub makes what there is to tell its objects' authors (its refusals, the

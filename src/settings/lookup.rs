@@ -371,6 +371,8 @@ pub fn check_needs(look: &Lookup, agent: bool) -> Result<(), Error> {
         Needs::ReloadUrl => reload_url,
         Needs::ReloadUrlOrOnChange => reload_url || on_change,
         Needs::Validate => validate,
+        // `cmpoll serve`'s own: no command checked here takes --rollout.
+        Needs::Rollout => false,
     })
 }
 
