@@ -23,6 +23,7 @@ use super::event::{Type, frame, trim_newline, with_resource_version};
 use super::held::{Held, HeldObject};
 use super::render;
 use super::request::Form;
+use super::views::{Band, Views};
 use crate::https::http::Body;
 use crate::source::Resource;
 
@@ -53,6 +54,8 @@ pub struct Change {
     /// The number of the poll that found it: a state served from that poll or a later
     /// one already shows it.
     pub poll: u64,
+    /// The clients it is for, by cohort (`views.rs`): every client but during rollouts.
+    pub band: Band,
     /// `DELETED` of `before` at `rv`, per form, made once.
     deleted: [OnceLock<Body>; 2],
 }
@@ -81,6 +84,7 @@ impl Change {
             after,
             at: found.0,
             poll: found.1,
+            band: Band::ALL,
             deleted: Default::default(),
         }
     }
@@ -236,13 +240,29 @@ impl History {
     }
 
     /// What changed from `prev` to `next` (a complete poll after it).
+    #[cfg(test)]
     pub fn record(&mut self, prev: &Held, next: &Held) {
+        self.record_in(&[], &|_| prev, &|_| next);
+    }
+
+    /// What changed from `prev` to `next` (the views of a complete poll after them), for
+    /// each band of clients whose views differ: a change the same for several bands side
+    /// by side is one change for them all.
+    pub fn record_views(&mut self, prev: &Views, next: &Views) {
+        let cuts = prev.joint_cuts(next);
+        self.record_in(&cuts, &|h| prev.view(h).1, &|h| next.view(h).1);
+    }
+
+    /// What changed in each band between `cuts` from the view `prev` gives its clients to
+    /// the one `next` gives them (the top view: `next(f64::INFINITY)`).
+    fn record_in<'a>(&mut self, cuts: &[f64], prev: &Pick<'a>, next: &Pick<'a>) {
         let now = Instant::now();
+        let top = next(f64::INFINITY);
         for kind in [Resource::ConfigMaps, Resource::Secrets] {
-            if !next.serves(kind) {
+            if !top.serves(kind) {
                 continue;
             }
-            let Some(v) = next.versions(kind, None) else {
+            let Some(v) = top.versions(kind, None) else {
                 continue;
             };
             let kept = &mut self.kinds[kind.index()];
@@ -252,11 +272,60 @@ impl History {
                 kept.watermark = v.listed;
                 continue;
             }
-            diff(prev, next, kind, (now, next.poll), &mut kept.pending);
+            banded((prev, next), cuts, kind, (now, top.poll), &mut kept.pending);
             kept.release(v.listed, now);
         }
-        self.begun |= next.poll > 0 && !next.scopes.is_empty();
+        self.begun |= top.poll > 0 && !top.scopes.is_empty();
     }
+}
+
+/// The view a client of a cohort is served.
+type Pick<'a> = dyn Fn(f64) -> &'a Held + 'a;
+
+/// The changes of `kind` from `views.0` to `views.1` in each band between `cuts`, those
+/// alike in bands side by side made one.
+fn banded(
+    views: (&Pick, &Pick),
+    cuts: &[f64],
+    kind: Resource,
+    at: (Instant, u64),
+    out: &mut Vec<Change>,
+) {
+    let (prev, next) = views;
+    let mut lo = 0.0;
+    let mut open: Vec<Change> = Vec::new();
+    for hi in cuts.iter().copied().chain([f64::INFINITY]) {
+        let band = Band { lo, hi };
+        let mut found = Vec::new();
+        diff(prev(lo), next(lo), kind, at, &mut found);
+        let mut still: Vec<Change> = Vec::new();
+        for mut c in found {
+            c.band = band;
+            match open.iter().position(|o| alike(o, &c)) {
+                Some(i) => {
+                    let mut o = open.swap_remove(i);
+                    o.band.hi = hi;
+                    still.push(o);
+                }
+                None => still.push(c),
+            }
+        }
+        // A change not found again in this band ends where it was.
+        out.append(&mut open);
+        open = still;
+        lo = hi;
+    }
+    out.append(&mut open);
+}
+
+/// Whether two changes bring the same objects, at one version.
+fn alike(a: &Change, b: &Change) -> bool {
+    let same = |x: &Option<Arc<HeldObject>>, y: &Option<Arc<HeldObject>>| match (x, y) {
+        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+        (None, None) => true,
+        _ => false,
+    };
+    a.rv == b.rv && same(&a.before, &b.before) && same(&a.after, &b.after)
 }
 
 /// The changes of `kind` from `prev` to `next`, both in the apiserver's order.

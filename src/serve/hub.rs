@@ -33,12 +33,14 @@ use super::auth::{Attributes, Auth, Halt, HubLane, User, Who};
 use super::discovery;
 use super::fleet::Fleet;
 use super::fleet::report::Intake;
+use super::fleet::state::follower_name;
 use super::held::{Held, HeldObject, Versions};
 use super::impersonate;
 use super::render::{self, More};
 use super::renders::{Rendered, Renders, Shape};
 use super::request::{self, Ask, Query, Route, Target};
 use super::status::StatusError;
+use super::views::{self, Views};
 use super::watch::{Timeline, Watch};
 use crate::backoff::Rng;
 use crate::https::http::{Answer, Request};
@@ -52,6 +54,15 @@ use crate::source::{Resource, Resources};
 /// Bodies from this size are gzipped for a client that accepts it.
 const GZIP_FROM: usize = 16 * 1024;
 
+/// What the poll loop tells `/status` of its parts.
+#[derive(Default)]
+pub struct Said {
+    /// `--validate`: what the hub's own judge holds back.
+    pub validation: serde_json::Value,
+    /// `--rollout`: the rollouts.
+    pub rollouts: serde_json::Value,
+}
+
 /// What every request shares.
 pub struct Hub {
     kinds: Resources,
@@ -63,11 +74,13 @@ pub struct Hub {
     renders: Renders,
     /// A request waits because this hub is behind it: the next poll wakes the waiters.
     behind: AtomicBool,
+    /// Whether it serves several views (a rollout): clients are then told apart.
+    banded: AtomicBool,
     rng: Mutex<Rng>,
     /// What the followers reported and when each was last heard from (`fleet/`).
     fleet: Arc<Fleet>,
-    /// `--validate`: what the hub's own judge holds back, as its poll last said.
-    validation: Mutex<serde_json::Value>,
+    /// What `/status` says of the poll loop's own parts, as it last said.
+    said: Mutex<Said>,
 }
 
 /// What a read asks, besides its request: the query as the apiserver reads it, what it
@@ -96,34 +109,65 @@ impl Hub {
             served,
             renders: Renders::default(),
             behind: AtomicBool::new(false),
+            banded: AtomicBool::new(false),
             rng: Mutex::new(Rng::from_time()),
             fleet: Arc::new(Fleet::default()),
-            validation: Mutex::new(serde_json::Value::Null),
+            said: Mutex::new(Said::default()),
         }
     }
 
-    /// The last complete poll (`None` before the first).
+    /// The fleet, as the hub keeps it.
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
+    }
+
+    /// The last complete poll (`None` before the first), as the top view serves it.
     pub fn current(&self) -> Option<Arc<Held>> {
         (self.timeline.read().recover()).held.clone()
     }
 
-    /// Serves `held` from now on, and what changed since the last poll to its watchers;
+    /// What every client is served (`None` before the first poll).
+    pub fn views(&self) -> Option<Views> {
+        (self.timeline.read().recover()).views()
+    }
+
+    /// Serves `held` to every client from now on (`publish_views`).
+    #[cfg(test)]
+    pub fn publish(&self, held: Held) -> bool {
+        self.publish_views(Views::one(Arc::new(held)))
+    }
+
+    /// Serves `views` from now on, and what changed since the last poll to its watchers;
     /// `true` when waiting requests should be asked again (what a scope holds changed, or
     /// one waits for this hub to catch up).
-    pub fn publish(&self, held: Held) -> bool {
+    pub fn publish_views(&self, views: Views) -> bool {
         // Before the timeline is held for writing: the server's thread reads it.
-        self.fleet.served(&held, Instant::now());
+        self.fleet.served(&views.top, Instant::now());
         let mut t = self.timeline.write().recover();
         let prev = t
-            .held
-            .clone()
-            .unwrap_or_else(|| Arc::new(Held::empty(self.kinds)));
-        let changes = |h: &Held| -> Vec<u64> { h.scopes.iter().map(|s| s.changed).collect() };
-        let changed = t.held.is_none() || changes(&prev) != changes(&held);
-        t.history.record(&prev, &held);
-        t.held = Some(Arc::new(held));
+            .views()
+            .unwrap_or_else(|| Views::one(Arc::new(Held::empty(self.kinds))));
+        let changes = |v: &Views| -> Vec<u64> {
+            let all = std::iter::once(&v.top).chain(v.cuts.iter().map(|(_, h)| h));
+            all.flat_map(|h| h.scopes.iter().map(|s| s.changed))
+                .collect()
+        };
+        let changed = t.held.is_none() || changes(&prev) != changes(&views);
+        t.history.record_views(&prev, &views);
+        self.banded.store(!views.cuts.is_empty(), Ordering::SeqCst);
+        t.held = Some(views.top);
+        t.cuts = views.cuts;
         drop(t);
         changed | self.behind.swap(false, Ordering::SeqCst)
+    }
+
+    /// The cohort of `user` (`views::cohort` of its follower name) while the hub serves
+    /// several views; 0 otherwise (any: there is one view).
+    fn cohort(&self, user: &User) -> f64 {
+        match self.banded.load(Ordering::Relaxed) {
+            true => views::cohort(&follower_name(user)),
+            false => 0.0,
+        }
     }
 
     /// Each kind's newest change held back by the history (a scope not listed past it).
@@ -208,10 +252,12 @@ impl Hub {
         }
     }
 
-    /// The last complete poll, if the hub is ready to serve it.
-    fn ready_held(&self) -> Result<Arc<Held>, StatusError> {
+    /// The last complete poll as a client of `cohort` is served it, and the view's place,
+    /// if the hub is ready to serve it.
+    fn ready_held(&self, cohort: f64) -> Result<(usize, Arc<Held>), StatusError> {
         let ready = (self.health.lock().recover()).serving_withheld(Instant::now());
-        match (ready, self.current()) {
+        let view = (self.timeline.read().recover()).view(cohort);
+        match (ready, view) {
             (Ok(()), Some(held)) => Ok(held),
             (Err(why), _) => Err(StatusError::unavailable(
                 format!("cmpoll serve is not ready: {why}"),
@@ -239,7 +285,8 @@ impl Hub {
         let kind = target.kind;
         // A hub that cannot serve says so to whoever it knows, before it asks the
         // apiserver about them (its reviews fail with its polls when it lost its access).
-        let held = self.ready_held()?;
+        let cohort = self.cohort(&user);
+        let (view, held) = self.ready_held(cohort)?;
         self.authorize(&user, &what, lane)?;
         // Any other method is authorized for its verb first, as the apiserver's filters
         // do (`request::attributes`: a HEAD is a `get`, `list` or `watch`, a POST a
@@ -264,7 +311,7 @@ impl Hub {
         if ask.watch {
             let watch = {
                 let mut rng = self.rng.lock().recover();
-                Watch::start(self.timeline.clone(), &ask, &mut rng)
+                Watch::start_for(self.timeline.clone(), &ask, cohort, &mut rng)
             };
             if watch.behind() {
                 self.behind.store(true, Ordering::SeqCst);
@@ -350,7 +397,7 @@ impl Hub {
             }
         }
         let at = exact.unwrap_or(v.listed);
-        let answer = self.list(&held, &ask, v, at, lane)?;
+        let answer = self.list((view, &held), &ask, v, at, lane)?;
         self.fleet.listed(&user, &ask, at, Instant::now());
         Ok(Reply::Answer(answer))
     }
@@ -389,7 +436,7 @@ impl Hub {
     /// request (a page, or a list at a version the client chose: `Exact`).
     fn list(
         &self,
-        held: &Held,
+        (view, held): (usize, &Held),
         ask: &Ask,
         v: Versions,
         at: u64,
@@ -404,6 +451,7 @@ impl Hub {
                 fields: ask.fields.as_str().to_string(),
                 form: ask.form,
                 versions: (v.listed, v.changed),
+                view,
             };
             let kept = self.renders.get(&shape);
             // A limit the whole list fits in is the whole list, as the apiserver answers

@@ -38,6 +38,7 @@ pub mod telling;
 mod testing;
 pub mod user;
 pub mod validated;
+pub mod views;
 pub mod watch;
 
 use std::net::{SocketAddr, TcpListener};
@@ -86,10 +87,8 @@ pub struct Options {
     pub state_dir: Option<PathBuf>,
     /// `--report-events`: one Event per object and version refused (`telling.rs`).
     pub report_events: bool,
-    /// `--rollout`, `--rollout-wait`, `--rollout-state`: None without `--rollout` (no
-    /// rollouts; the annotation is ignored).
-    // Read by the rollout core (issue 60) once it is merged.
-    #[allow(dead_code)]
+    /// `--rollout`, `--rollout-wait`, `--rollout-state` (`rollout/`): `None` without
+    /// `--rollout` (no rollouts; the annotation is ignored).
     pub rollout: Option<rollout::steps::Settings>,
 }
 
@@ -280,15 +279,18 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         source,
         validated,
         teller,
+        rollouts: rolling(&opts, &config, &hub, env)?,
         upstream: None,
         cannot: None,
         observers: Observers::new(hub.health.clone(), hub.metrics.clone()),
         hub: hub.clone(),
         handle: handle.clone(),
         kinds,
-        interval: opts.interval,
-        jitter: opts.jitter,
-        drain: opts.drain,
+        pace: Pace {
+            interval: opts.interval,
+            jitter: opts.jitter,
+            drain: opts.drain,
+        },
     };
     let poll_stop = stop.clone();
     std::thread::Builder::new()
@@ -340,6 +342,35 @@ fn judging(
     Ok((validated, teller))
 }
 
+/// `--rollout`: the rollouts, their state in the Secret `--rollout-state` names.
+fn rolling(
+    opts: &Options,
+    config: &kube::Config,
+    hub: &Hub,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<rollout::Rollouts>, Error> {
+    let Some(settings) = &opts.rollout else {
+        return Ok(None);
+    };
+    let handles = kube::client::Handles::apart(&hub.metrics.lock().recover());
+    let client = kube::Client::new(config, opts.source.client.clone(), handles, env)
+        .map_err(Error::Config)?;
+    let store =
+        rollout::store::KubeStore::new(client, &settings.state_namespace, &settings.state_name);
+    let me = crate::report::instance(env);
+    log::info!(
+        "--rollout {}: new versions roll out in steps, held {} each; their state in {}",
+        settings.steps,
+        humantime::format_duration(settings.wait),
+        rollout::store::Store::describe(&store),
+    );
+    Ok(Some(rollout::Rollouts::new(
+        settings.clone(),
+        me,
+        Box::new(store),
+    )))
+}
+
 /// Reads a path of the apiserver with `client` (the issuer's discovery and keys).
 fn read_from(client: kube::Client) -> issuer::Fetch {
     let client = Mutex::new(client);
@@ -360,6 +391,8 @@ struct PollLoop {
     validated: Option<validated::Validated>,
     /// `--report-events`.
     teller: Option<telling::Teller>,
+    /// `--rollout`: what each cohort is served of each poll.
+    rollouts: Option<rollout::Rollouts>,
     /// With `--validate`, the last complete poll as listed (what is served may differ): the
     /// next poll's previous.
     upstream: Option<Arc<Held>>,
@@ -370,6 +403,11 @@ struct PollLoop {
     hub: Arc<Hub>,
     handle: Handle,
     kinds: Resources,
+    pace: Pace,
+}
+
+/// How often the hub polls, and how long it lets its followers go when it stops.
+struct Pace {
     interval: Duration,
     jitter: f64,
     drain: Duration,
@@ -380,7 +418,7 @@ impl PollLoop {
     /// the drain window (still served meanwhile: a change reaches those not yet gone),
     /// then the server stops.
     fn run(mut self, stop: &AtomicBool) {
-        let mut backoff = Backoff::polls(self.interval, self.jitter, Rng::from_time());
+        let mut backoff = Backoff::polls(self.pace.interval, self.pace.jitter, Rng::from_time());
         let mut number = 0u64;
         let mut ends: Option<Instant> = None;
         loop {
@@ -456,6 +494,29 @@ impl PollLoop {
         Some(held)
     }
 
+    /// With `--rollout`, `held` as each cohort is served it (`None`: the rollouts' state
+    /// was never read; the hub is not ready).
+    fn rolled_out(&mut self, held: Held) -> Option<views::Views> {
+        let Some(r) = &mut self.rollouts else {
+            return Some(views::Views::one(Arc::new(held)));
+        };
+        let prev = (self.hub.views())
+            .unwrap_or_else(|| views::Views::one(Arc::new(Held::empty(self.kinds))));
+        let turn = r.turn(held, &prev, self.hub.fleet());
+        self.hub.rollouts(r.status());
+        self.hub.rollout_metrics(turn.counts, &turn.wrote);
+        for (kind, rv) in turn.behind {
+            self.source.behind(kind, rv);
+        }
+        if turn.views.is_none() {
+            let why = r.error().unwrap_or("not read yet");
+            let said = format!("--rollout: the rollouts' state cannot be read: {why}; not ready");
+            self.observers.health().failed(said.clone());
+            log::debug!("{said}");
+        }
+        turn.views
+    }
+
     /// `--report-events`: what there is to tell now — the versions the hub refused, and
     /// those its followers refused — handed to the thread that writes the Events.
     fn tell(&self) {
@@ -467,6 +528,9 @@ impl PollLoop {
             _ => Vec::new(),
         };
         notices.extend(self.hub.fleet_notices());
+        if let (Some(r), Some(served)) = (&self.rollouts, self.hub.current()) {
+            notices.extend(r.notices(&served));
+        }
         t.tell(notices);
     }
 
@@ -475,10 +539,10 @@ impl PollLoop {
         self.observers.stopping();
         log::info!(
             "stopping: not ready; letting the followers go over {}",
-            humantime::format_duration(self.drain)
+            humantime::format_duration(self.pace.drain)
         );
-        self.handle.drain(self.drain);
-        backoff::after(Instant::now(), self.drain)
+        self.handle.drain(self.pace.drain);
+        backoff::after(Instant::now(), self.pace.drain)
     }
 
     /// One poll: published whole when complete; the wait before the next.
@@ -500,13 +564,17 @@ impl PollLoop {
             Ok(held) => {
                 let Some(held) = self.judged(held, &served) else {
                     // Judging the first poll: published once nothing in it is unjudged.
-                    return self.interval.min(Duration::from_millis(200));
+                    return self.pace.interval.min(Duration::from_millis(200));
                 };
-                let objects = held.len();
+                let Some(views) = self.rolled_out(held) else {
+                    // The rollouts' state never read: nothing may be served yet.
+                    return self.pace.interval;
+                };
+                let objects = views.top.len();
                 if self.observers.poll_succeeded(number, took, objects, 0) {
                     log::info!("poll {number}: serving {objects} objects");
                 }
-                if self.hub.publish(held) {
+                if self.hub.publish_views(views) {
                     log::debug!("poll {number}: {objects} objects, changed: waking the followers");
                     self.handle.notify();
                 }

@@ -45,6 +45,9 @@ pub struct Shape {
     pub form: Form,
     /// The versions of what it read: `listed` (the list's own), `changed`.
     pub versions: (u64, u64),
+    /// Which view of the poll (`views.rs`; 0: the top): during a rollout, a list differs
+    /// by the client's cohort.
+    pub view: usize,
 }
 
 /// The renders kept.
@@ -118,6 +121,7 @@ mod tests {
             fields: String::new(),
             form: Form::Full,
             versions: (listed, listed),
+            view: 0,
         }
     }
 

@@ -39,6 +39,7 @@ use super::history::{History, Start};
 use super::render;
 use super::request::{Ask, Form};
 use super::status::StatusError;
+use super::views::Views;
 use crate::backoff::Rng;
 use crate::https::http::Body;
 use crate::https::server::{Next, Pull, Stream};
@@ -61,8 +62,30 @@ pub const VISITS: usize = 2048;
 /// and the changes after it are one view.
 #[derive(Debug, Default)]
 pub struct Timeline {
+    /// The top view (`Views::top`): every client's, but during rollouts.
     pub held: Option<Arc<Held>>,
+    /// During rollouts, the views below the top (`Views::cuts`).
+    pub cuts: Vec<(f64, Arc<Held>)>,
     pub history: History,
+}
+
+impl Timeline {
+    /// The view a client of cohort `h` is served (`views.rs`), and its place (0: the top).
+    pub fn view(&self, h: f64) -> Option<(usize, Arc<Held>)> {
+        let top = self.held.as_ref()?;
+        Some(match self.cuts.iter().position(|(c, _)| h < *c) {
+            Some(i) => (i + 1, self.cuts[i].1.clone()),
+            None => (0, top.clone()),
+        })
+    }
+
+    /// What it serves, as views.
+    pub fn views(&self) -> Option<Views> {
+        Some(Views {
+            top: self.held.clone()?,
+            cuts: self.cuts.clone(),
+        })
+    }
 }
 
 /// What a watch (or a list) selects.
@@ -135,18 +158,29 @@ pub struct Watch {
     /// its state came from or before (a change still held back when the state was made,
     /// `history.rs`, is in the state).
     holds: (u64, u64),
-    /// A streaming list (`sendInitialEvents=true`): the state, then its bookmark.
-    initial: bool,
     /// A follower's held watch: its next commit is due then (a bookmark alone if no
     /// change came), and each after it within its wait, the second (at least a second:
     /// a wait of 0 would be one a pull).
     commit_by: Option<(Instant, Duration)>,
+    /// The watcher's cohort (`views.rs`): which view's state, and which changes, are its.
+    cohort: f64,
 }
 
 impl Watch {
-    /// A watch of what `ask` asks, on `timeline`. `Err` is a refusal before the stream (a
-    /// version that is not a number).
+    /// A watch of what `ask` asks, on `timeline`, where every client is served alike.
+    #[cfg(test)]
     pub fn start(timeline: Arc<RwLock<Timeline>>, ask: &Ask, rng: &mut Rng) -> Watch {
+        Watch::start_for(timeline, ask, 0.0, rng)
+    }
+
+    /// A watch of what `ask` asks, on `timeline`, for a watcher of cohort `cohort`
+    /// (`views.rs`).
+    pub fn start_for(
+        timeline: Arc<RwLock<Timeline>>,
+        ask: &Ask,
+        cohort: f64,
+        rng: &mut Rng,
+    ) -> Watch {
         let now = Instant::now();
         let filter = Filter::of(ask);
         let rv = (ask.resource_version.as_deref())
@@ -168,8 +202,8 @@ impl Watch {
             told: rv,
             committed: rv,
             holds: (rv, 0),
-            initial,
             commit_by: (ask.wait).map(|w| (now + w, w.max(Duration::from_secs(1)))),
+            cohort,
         };
         // The state first from no version or `0` (a streaming list's, which the
         // apiserver makes of a `watch=true` from there that says nothing of
@@ -178,7 +212,7 @@ impl Watch {
         // from no version starts now.
         w.phase = match (ask.watching.send_initial_events, rv) {
             (Some(false), 0) => w.changes_now(),
-            (_, 0) => w.state_now(),
+            (_, 0) => w.state_now(initial),
             (Some(true), rv) => Phase::Behind {
                 rv,
                 until: now + BEHIND_WAIT,
@@ -213,19 +247,20 @@ impl Watch {
         self.timeline.read().recover()
     }
 
-    /// The state now, to be sent first.
-    fn state_now(&mut self) -> Phase {
+    /// The state now, to be sent first (then, for a streaming list, `initial`, its
+    /// bookmark).
+    fn state_now(&mut self, initial: bool) -> Phase {
         let timeline = self.timeline.clone();
         let t = timeline.read().recover();
         let kept = t.history.kind(self.filter.kind);
-        let Some(held) = t.held.clone() else {
+        let Some((_, held)) = t.view(self.cohort) else {
             return Phase::Failed(not_ready());
         };
         self.holds.1 = held.poll;
         Phase::State {
             held,
             from: None,
-            end_bookmark: (self.initial && self.bookmarks).then_some(kept.watermark),
+            end_bookmark: (initial && self.bookmarks).then_some(kept.watermark),
             then: kept.end(),
         }
     }
@@ -328,7 +363,7 @@ impl Watch {
                 return Some(false);
             }
             *seq = c.seq + 1;
-            if c.rv <= self.holds.0 || c.poll <= self.holds.1 {
+            if c.rv <= self.holds.0 || c.poll <= self.holds.1 || !c.band.has(self.cohort) {
                 continue;
             }
             if let Some(e) = c.event(f.kind, self.form, |o| f.passes(o)) {
@@ -407,7 +442,7 @@ impl Stream for Watch {
                     let (rv, until) = (*rv, *until);
                     let watermark = self.read().history.kind(self.filter.kind).watermark;
                     if watermark >= rv {
-                        self.phase = self.state_now();
+                        self.phase = self.state_now(true);
                     } else if now >= until {
                         let current = watermark;
                         self.phase = Phase::Failed(

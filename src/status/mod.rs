@@ -12,6 +12,7 @@
 
 pub mod answer;
 mod fleet;
+mod rollouts;
 mod table;
 
 use std::path::Path;
@@ -100,13 +101,26 @@ fn run_fleet(url: &str, s: &Options, env: &dyn Fn(&str) -> Option<String>) -> Re
         }
         Some(f) => f.map_err(|e| Error::Runtime(format!("{shown}: not a fleet: {e}")))?,
     };
+    let rollouts = rollouts::from_status(&status)
+        .map_err(|e| Error::Runtime(format!("{shown}: not a rollout: {e}")))?;
     if s.json {
-        let raw = serde_json::to_string_pretty(&status["fleet"]).unwrap_or_default();
-        println!("{raw}");
+        // The fleet as the hub wrote it, with its rollouts (`--rollout`) beside.
+        let mut fleet = status["fleet"].clone();
+        if let (Some(f), Some(r)) = (fleet.as_object_mut(), status.get("rollouts")) {
+            f.insert("rollouts".into(), r.clone());
+        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&fleet).unwrap_or_default()
+        );
     } else {
         print!("{}", answer.table());
+        if !rollouts.is_empty() {
+            print!("\nrollouts:\n{}", rollouts::lines(&rollouts));
+        }
     }
-    let problems = answer.problems();
+    let mut problems = answer.problems();
+    problems.extend(rollouts::problems(&rollouts));
     if problems.is_empty() {
         return Ok(());
     }

@@ -94,6 +94,16 @@ pub(super) fn serve_metrics(r: &mut Registry) -> (Decisions, Served) {
         "Reports from followers to cmpoll serve, by result: accepted, invalid (400), forbidden (403), limited (429)",
         served.fleet_reports.clone(),
     );
+    r.register(
+        "rollouts",
+        "Objects cmpoll serve rolls out (--rollout), by state: rolling (a version reaching its clients step by step), refused (a version a follower refused during its rollout: every client is served the last good version)",
+        served.rollouts.clone(),
+    );
+    r.register(
+        "rollout_steps",
+        "Rollout decisions this cmpoll serve wrote into the rollouts' state, by what: started, advanced (to the next step), completed, refused, ended (the object gone, or written back to its last good version)",
+        served.rollout_steps.clone(),
+    );
     (decisions, served)
 }
 
@@ -106,9 +116,21 @@ pub struct Served {
     watches: Family<Labels, Counter>,
     fleet_followers: Family<Labels, Gauge>,
     fleet_reports: Family<Labels, Counter>,
+    rollouts: Family<Labels, Gauge>,
+    rollout_steps: Family<Labels, Counter>,
 }
 
 impl Served {
+    /// How many objects roll out in `state` now.
+    pub fn rollouts(&self, state: &str, n: usize) {
+        (self.rollouts.get_or_create(&label("state", state))).set(n as i64);
+    }
+
+    /// One rollout decision written: `started`, `advanced`, `completed`, `refused`, `ended`.
+    pub fn rollout_step(&self, what: &str) {
+        self.rollout_steps.get_or_create(&label("what", what)).inc();
+    }
+
     /// One answer with `code`.
     pub fn answered(&self, code: u16) {
         self.requests

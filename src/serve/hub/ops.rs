@@ -69,7 +69,22 @@ impl Hub {
 
     /// `--validate`: what `/status` says of the hub's own verdicts (`Validated::status`).
     pub fn validation(&self, v: serde_json::Value) {
-        *self.validation.lock().recover() = v;
+        self.said.lock().recover().validation = v;
+    }
+
+    /// `--rollout`: what `/status` says of the rollouts (`Rollouts::status`).
+    pub fn rollouts(&self, v: serde_json::Value) {
+        self.said.lock().recover().rollouts = v;
+    }
+
+    /// `cmpoll_rollouts{state}` and `cmpoll_rollout_steps_total{what}`: objects (rolling,
+    /// refused) now, and the decisions this hub wrote.
+    pub fn rollout_metrics(&self, (rolling, refused): (usize, usize), wrote: &[&str]) {
+        self.served.rollouts("rolling", rolling);
+        self.served.rollouts("refused", refused);
+        for w in wrote {
+            self.served.rollout_step(w);
+        }
     }
 
     /// What the fleet's reports tell the authors of the objects served now (`fleet/told.rs`).
@@ -108,6 +123,9 @@ impl Hub {
         // The fleet's view before the timeline is held: a publish waiting to write it
         // would hold the server's thread's reads behind this view.
         let fleet = self.fleet.status(held.as_deref(), Instant::now());
+        let said = self.said.lock().recover();
+        let (validation, rollouts) = (said.validation.clone(), said.rollouts.clone());
+        drop(said);
         let timeline = self.timeline.read().recover();
         let seen = status_page::Seen {
             ready,
@@ -117,7 +135,8 @@ impl Hub {
             kinds: self.kinds,
             renders: &self.renders,
             fleet,
-            validation: self.validation.lock().recover().clone(),
+            validation,
+            rollouts,
         };
         status_page::body(&seen)
     }

@@ -20,6 +20,9 @@ pub struct Seen<'a> {
     pub fleet: serde_json::Value,
     /// `--validate`: what the hub holds back (`validated::Validated::status`); null without.
     pub validation: serde_json::Value,
+    /// `--rollout`: its members (`rollouts`, `rolloutState`: `rollout::Rollouts::status`)
+    /// join the page's; null without.
+    pub rollouts: serde_json::Value,
 }
 
 /// The page's JSON.
@@ -44,7 +47,7 @@ pub fn body(seen: &Seen) -> Vec<u8> {
         })
         .collect();
     let (renders, render_bytes) = seen.renders.size();
-    let json = serde_json::json!({
+    let mut json = serde_json::json!({
         "history": history,
         "renders": {"kept": renders, "bytes": render_bytes, "made": seen.renders.made()},
         "ready": seen.ready.is_ok(),
@@ -57,5 +60,8 @@ pub fn body(seen: &Seen) -> Vec<u8> {
         "fleet": seen.fleet,
         "validation": seen.validation,
     });
+    if let (Some(page), serde_json::Value::Object(more)) = (json.as_object_mut(), &seen.rollouts) {
+        page.extend(more.clone());
+    }
     serde_json::to_vec_pretty(&json).unwrap_or_default()
 }

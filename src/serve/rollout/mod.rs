@@ -1,7 +1,238 @@
-//! Rollouts on the hub (issue 60); see docs/serve.md
+//! `cmpoll serve --rollout STEPS` (issue 60): a new version of a selected object reaches
+//! the clients of a first step (a cohort: `views::cohort` of their names below the step's
+//! threshold), the next step once every follower of this one holds it and the step's wait
+//! has passed, and so on to every client; any follower's refusal refuses it for the whole
+//! fleet, which is then served the last good version, held back (`cmpoll.io/held-back`),
+//! as a refusal by the hub's own `--validate`. docs/serve.md ("Rolling out a change") is
+//! the user's account.
+//!
+//! The state of every rollout lives in the cluster, in a Secret the hubs write with the
+//! apiserver's optimistic concurrency (`store.rs`; what it holds: `record.rs`), so that two
+//! hubs behind one Service, and a hub restarted, serve the same step: each hub reads it at
+//! its turns, makes the same decisions (`plan.rs`) and writes them with its votes (what
+//! its own followers of each step hold: `fleet::gate`); a step advances once every live
+//! hub voted that its followers hold it. What a hub serves is what the record says: a
+//! version is served to a cohort only once the record that puts it there was read or
+//! written; when the Secret cannot be read or written, nothing advances and nothing new
+//! is served (the rollout holds where it is), and a hub that never read it serves nothing.
+//!
+//! Each object's version per cohort is `pieces.rs`; a cohort whose version changes is
+//! served it at the version of the poll that applies the change, which must be newer than
+//! anything the hub told its watchers: a hub that learns of a change writes the Secret
+//! (its beat) and applies it at a poll that lists past that write.
 
-// Until the rollout core that uses them is merged (it replaces this file).
-#![allow(dead_code)]
-
+pub mod pieces;
+pub mod plan;
+pub mod record;
 pub mod steps;
 pub mod store;
+mod turn;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use self::pieces::Pieces;
+use self::record::Record;
+use self::steps::Settings;
+use self::store::{Store, Stored};
+use super::held::HeldObject;
+
+/// How often a hub writes its beat while a rollout runs, at least.
+pub const BEAT: Duration = Duration::from_secs(10);
+/// A hub whose beat has not moved for this long is gone: its votes no longer count.
+pub const HUB_GONE: Duration = Duration::from_secs(30);
+/// A gone hub's entry is removed from the record after this long.
+pub const HUB_FORGOTTEN: Duration = Duration::from_secs(600);
+/// How often a hub with nothing rolling reads the record (to learn of another hub's
+/// rollouts).
+pub const READ_IDLE: Duration = Duration::from_secs(5);
+
+/// The rollouts as one hub runs them.
+pub struct Rollouts {
+    settings: Settings,
+    /// This hub's name in the record.
+    me: String,
+    store: Box<dyn Store>,
+    /// The Secret as last read or written.
+    state: State,
+    /// What each object told apart is served, per cohort, by id.
+    tracked: BTreeMap<String, Pieces>,
+    clock: Clock,
+    /// Whether a turn has published views (before: every object is as it is).
+    published: bool,
+    /// The resourceVersion of this hub's last write.
+    fence: u64,
+    /// What was said once (dropped entries, bad annotations).
+    said: HashSet<String>,
+    /// Why the Secret could not be read or written, last time.
+    error: Option<String>,
+    /// The decisions written since the last turn ended (`turn::Turn::wrote`).
+    wrote: Vec<&'static str>,
+}
+
+/// The Secret as last read or written.
+#[derive(Default)]
+struct State {
+    /// As the apiserver answered (`None`: never read).
+    stored: Option<Stored>,
+    /// Its record.
+    record: Record,
+    /// Each rolling or refused object's stable version, read from it: (its hash, the
+    /// object).
+    stables: HashMap<String, (String, Arc<HeldObject>)>,
+}
+
+/// When the hub read and wrote, and when it saw each other hub's beat move.
+struct Clock {
+    beats: HashMap<String, (u64, Instant)>,
+    started: Instant,
+    last_write: Option<Instant>,
+    last_read: Option<Instant>,
+}
+
+impl Rollouts {
+    /// Rollouts with `settings`, for the hub named `me`, kept in `store`.
+    pub fn new(settings: Settings, me: String, store: Box<dyn Store>) -> Rollouts {
+        Rollouts {
+            settings,
+            me,
+            store,
+            state: State::default(),
+            tracked: BTreeMap::new(),
+            clock: Clock {
+                beats: HashMap::new(),
+                started: Instant::now(),
+                last_write: None,
+                last_read: None,
+            },
+            published: false,
+            fence: 0,
+            said: HashSet::new(),
+            error: None,
+            wrote: Vec::new(),
+        }
+    }
+
+    /// Why the state cannot be read or written now (for readiness while it was never
+    /// read, and for `/status`).
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Says `what` once at warning.
+    fn say_once(&mut self, what: String) {
+        if self.said.len() < 1024 && self.said.insert(what.clone()) {
+            log::warn!("--rollout: {what}");
+        }
+    }
+}
+
+impl Rollouts {
+    /// What `/status` says: `rollouts` (each object rolling out or refused: its step of
+    /// how many, the threshold, since when, every hub's vote, the refusal) and
+    /// `rolloutState` (the Secret, and why it cannot be read or written, if so).
+    pub fn status(&self) -> serde_json::Value {
+        let rollouts: Vec<serde_json::Value> = (self.state.record.rollouts.iter())
+            .map(|(id, r)| {
+                let (kind, ns, name) = self::record::parse(id);
+                let votes: serde_json::Map<String, serde_json::Value> = (self.state.record.hubs.iter())
+                    .filter_map(|(hub, h)| {
+                        let v = h.votes.get(id)?;
+                        Some((hub.clone(), serde_json::json!({"step": v.step + 1,
+                            "followers": v.followers, "holding": v.holding, "holds": v.holds})))
+                    })
+                    .collect();
+                serde_json::json!({
+                    "kind": kind, "namespace": ns, "name": name,
+                    "hash": r.hash, "from": r.from,
+                    "state": if r.rolling() { "rolling" } else { "refused" },
+                    "step": r.step + 1, "steps": r.steps.len(),
+                    "fraction": r.steps[r.step.min(r.steps.len() - 1)],
+                    "below": r.below, "since": r.since, "waitSeconds": r.wait,
+                    "votes": votes,
+                    "refused": r.refused.as_ref().map(|x| serde_json::json!({
+                        "step": x.step + 1, "follower": x.follower, "by": x.by, "reason": x.reason})),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "rollouts": rollouts,
+            "rolloutState": {
+                "secret": self.store.describe(),
+                "read": self.state.stored.is_some(),
+                "error": self.error,
+                "hub": self.me,
+                "waitSeconds": self.settings.wait.as_secs(),
+            },
+        })
+    }
+}
+#[cfg(test)]
+mod tests;
+
+impl Rollouts {
+    /// What the hub tells the authors (`telling.rs`): each version a follower refused
+    /// during its rollout, once, with the step, who and why (a follower's words, cut, and
+    /// for a Secret its validator's exit status only: `fleet::intake`), and what every
+    /// client is served instead; `served` what the clients above every cut are served.
+    pub fn notices(&self, served: &super::held::Held) -> Vec<super::telling::Notice> {
+        let mut out = Vec::new();
+        for (id, r) in &self.state.record.rollouts {
+            let (Some(x), Some((kind, ns, name))) =
+                (&r.refused, super::validated::memory::parse_id(id))
+            else {
+                continue;
+            };
+            let (Some(o), Some(hash)) = (
+                served.get(kind, ns, name),
+                crate::poll::hash::Hash::parse(&r.hash),
+            ) else {
+                continue;
+            };
+            let instead = match &r.from {
+                Some(from) => format!(
+                    "every client is served its last good version {}",
+                    short(from)
+                ),
+                None => "it is served to no client: no version of it completed a rollout".into(),
+            };
+            out.push(super::telling::Notice {
+                regarding: crate::report::Regarding {
+                    kind,
+                    namespace: ns.to_string(),
+                    name: name.to_string(),
+                    uid: o.uid(),
+                    resource_version: o.resource_version.clone(),
+                },
+                hash,
+                reason: "Refused",
+                // The words last: the note is cut at 1 KiB.
+                message: format!(
+                    "version {} refused at step {} of {} ({}) of its rollout by {} ({}); {instead}: {}",
+                    short(&r.hash),
+                    x.step + 1,
+                    r.steps.len(),
+                    percent(r.steps[x.step.min(r.steps.len() - 1)]),
+                    x.follower,
+                    x.by,
+                    x.reason,
+                ),
+                count: 1,
+            });
+        }
+        out
+    }
+}
+
+/// `sha256:` and the first 12 hex digits.
+fn short(hash: &str) -> &str {
+    record::cut(hash, 7 + 12)
+}
+
+/// A fraction as a percentage, as `--rollout` writes it.
+pub fn percent(f: f64) -> String {
+    let p = format!("{:.3}", f * 100.0);
+    let p = p.trim_end_matches('0').trim_end_matches('.');
+    format!("{p}%")
+}

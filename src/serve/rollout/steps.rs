@@ -8,8 +8,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use sha2::{Digest as _, Sha256};
-
 /// The annotation on a selected object whose value (`Steps`' grammar) overrides `--rollout`.
 pub const ANNOTATION: &str = "cmpoll.io/rollout";
 
@@ -100,19 +98,9 @@ impl Steps {
         self.milli.is_empty()
     }
 
-    /// The same as `is_none` (a `len` has its `is_empty`).
-    pub fn is_empty(&self) -> bool {
-        self.is_none()
-    }
-
     /// The steps as fractions of the fleet, in (0, 1], strictly increasing, the last 1.0.
     pub fn fractions(&self) -> &[f64] {
         &self.fractions
-    }
-
-    /// How many steps (0: none).
-    pub fn len(&self) -> usize {
-        self.milli.len()
     }
 }
 
@@ -206,27 +194,6 @@ impl fmt::Display for Steps {
     }
 }
 
-/// A client's cohort: where its name (`NAMESPACE/POD`, else its user name) falls in
-/// [0, 1), the same on every hub and at every start. The first 8 bytes of SHA-256 of the
-/// name, a big-endian u64, divided by 2^64 — rounded down to an f64's 53 bits, so that it
-/// stays below 1 (`u64::MAX as f64` is 2^64 itself: that client would be in no step).
-pub fn cohort(name: &str) -> f64 {
-    fraction(prefix(name))
-}
-
-/// The first 8 bytes of SHA-256 of `name`, big-endian.
-fn prefix(name: &str) -> u64 {
-    let digest = Sha256::digest(name.as_bytes());
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&digest[..8]);
-    u64::from_be_bytes(first)
-}
-
-/// `x / 2^64`, rounded down to 53 bits: exact, and below 1.
-fn fraction(x: u64) -> f64 {
-    (x >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// `--rollout`, `--rollout-wait` and `--rollout-state` as settings decided them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -273,7 +240,7 @@ mod tests {
         ] {
             let s = Steps::parse(written).unwrap();
             assert_eq!(s.fractions(), fractions, "{written}");
-            assert_eq!(s.len(), fractions.len());
+            assert_eq!(s.fractions().len(), fractions.len());
             assert!(!s.is_none());
             assert_eq!(s.to_string(), printed);
             assert_eq!(Steps::parse(printed).unwrap(), s, "reads back");
@@ -288,8 +255,8 @@ mod tests {
     fn none_is_no_steps() {
         for written in ["none", "  none\n"] {
             let s = Steps::parse(written).unwrap();
-            assert!(s.is_none() && s.is_empty());
-            assert_eq!((s.len(), s.fractions()), (0, &[][..]));
+            assert!(s.is_none());
+            assert!(s.fractions().is_empty());
             assert_eq!(s.to_string(), "none");
         }
         assert_eq!(Steps::none(), Steps::parse("none").unwrap());
@@ -355,38 +322,5 @@ mod tests {
         // A cut inside a multi-byte character is no panic.
         let e = Steps::parse(&"é".repeat(100)).unwrap_err();
         assert!(e.contains('…'), "{e}");
-    }
-
-    /// The cohort of a name, fixed: `printf %s monitoring/alloy-x7k2p | sha256sum` is
-    /// 228c5fe791e6dbfd3c89…, and
-    /// `printf %s system:serviceaccount:monitoring:alloy | sha256sum` is 7218bb533f59bfa5….
-    #[test]
-    fn cohort_is_the_hash_prefix_over_2_64() {
-        assert_eq!(prefix("monitoring/alloy-x7k2p"), 0x228c_5fe7_91e6_dbfd);
-        assert_eq!(cohort("monitoring/alloy-x7k2p"), 0.1349544468265792);
-        assert_eq!(
-            prefix("system:serviceaccount:monitoring:alloy"),
-            0x7218_bb53_3f59_bfa5
-        );
-        assert_eq!(
-            cohort("system:serviceaccount:monitoring:alloy"),
-            0.44568987638863333
-        );
-        // printf %s '' | sha256sum: e3b0c44298fc1c14…
-        assert_eq!(prefix(""), 0xe3b0_c442_98fc_1c14);
-        let exact = 0x228c_5fe7_91e6_dbfd_u64 as f64 / 2f64.powi(64);
-        assert!((cohort("monitoring/alloy-x7k2p") - exact).abs() < 1e-15);
-    }
-
-    #[test]
-    fn cohorts_stay_in_zero_to_one() {
-        assert_eq!(fraction(0), 0.0);
-        assert_eq!(fraction(1 << 63), 0.5);
-        assert!(fraction(u64::MAX) < 1.0, "not rounded up to 1");
-        assert!(fraction(u64::MAX - 1) < 1.0);
-        for i in 0..1000 {
-            let h = cohort(&format!("ns/pod-{i}"));
-            assert!((0.0..1.0).contains(&h), "{h}");
-        }
     }
 }

@@ -8,12 +8,14 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read as _;
+#[cfg(test)]
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use serde::Deserialize;
 
 use crate::kube::{self, client::Method};
+#[cfg(test)]
 use crate::locks::Recover as _;
 
 /// What is read of an answer at most: a Secret holds at most 1 MiB of data, 4/3 of that
@@ -233,6 +235,7 @@ fn parse(bytes: &[u8]) -> Result<Stored, String> {
     })
 }
 
+#[cfg(test)]
 /// An in-memory Store for tests: its resourceVersion a counter, its conflicts the
 /// apiserver's. Clones share the Secret (two hubs, one object); `fail` is each clone's own
 /// (one hub cut off).
@@ -244,12 +247,14 @@ pub struct MemoryStore {
     name: String,
 }
 
+#[cfg(test)]
 #[derive(Debug, Default)]
 struct Shared {
     stored: Option<Stored>,
     version: u64,
 }
 
+#[cfg(test)]
 impl Default for MemoryStore {
     /// `cmpoll/cmpoll-rollouts`, not yet created.
     fn default() -> MemoryStore {
@@ -257,6 +262,7 @@ impl Default for MemoryStore {
     }
 }
 
+#[cfg(test)]
 impl MemoryStore {
     /// The Secret `namespace`/`name`, not yet created.
     pub fn new(namespace: &str, name: &str) -> MemoryStore {
@@ -286,6 +292,7 @@ impl MemoryStore {
     }
 }
 
+#[cfg(test)]
 impl Store for MemoryStore {
     fn read(&mut self) -> Result<Option<Stored>, String> {
         self.working()?;

@@ -1,0 +1,525 @@
+//! One turn of the rollouts, at each complete poll (`Rollouts::turn`): the record read
+//! (`READ_IDLE` apart when nothing rolls), what it says applied to what each cohort is
+//! served (`pieces.rs`; a change waits for a poll newer than what the watchers were told),
+//! the hub's decisions planned (`plan.rs`) and written when they change the record, when
+//! its beat is due, or when a change waits for a write to list past; and the poll's views.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use super::pieces::{self, Pieces, Plan};
+use super::plan::{Context, Seen, plan};
+use super::record::{self, RECORD_KEY, Rollout, stable_key};
+use super::steps::{ANNOTATION, Steps};
+use super::store::{Stored, Wrote};
+use super::{BEAT, HUB_FORGOTTEN, HUB_GONE, READ_IDLE, Rollouts};
+use crate::serve::fleet::Fleet;
+use crate::serve::fleet::gate::{Gate, Step};
+use crate::serve::held::{Held, HeldObject};
+use crate::serve::validated::annotation;
+use crate::serve::validated::memory;
+use crate::serve::views::Views;
+use crate::source::reader::read_object;
+use crate::source::{KeyFilter, Resource};
+
+/// What a turn gives the poll loop.
+pub struct Turn {
+    /// The poll's views (`None`: the record was never read: nothing may be served yet).
+    pub views: Option<Views>,
+    /// Kinds the next poll must list past a version (a change waits for it).
+    pub behind: Vec<(Resource, u64)>,
+    /// The decisions this hub wrote (`started`, `advanced`, `completed`, `refused`,
+    /// `ended`), for its metrics.
+    pub wrote: Vec<&'static str>,
+    /// Objects rolling out, and refused, now.
+    pub counts: (usize, usize),
+}
+
+impl Rollouts {
+    /// The views of `judged` (a complete poll, as `--validate` serves it), after `prev`
+    /// (what was served before), with the gate read off `fleet`.
+    pub fn turn(&mut self, judged: Held, prev: &Views, fleet: &Fleet) -> Turn {
+        let now = Instant::now();
+        let judged = Arc::new(judged);
+        let due = self.clock.last_read.is_none_or(|t| now >= t + READ_IDLE)
+            || !self.state.record.rollouts.is_empty()
+            || !self.tracked.is_empty()
+            || self.news(&judged, prev);
+        let fresh = !due || self.read(now);
+        if self.state.stored.is_none() {
+            return Turn {
+                views: None,
+                behind: Vec::new(),
+                wrote: Vec::new(),
+                counts: (0, 0),
+            };
+        }
+        let (waits, told) = self.apply(&judged, prev);
+        let views = self.views(&judged, prev);
+        self.published = true;
+        if fresh {
+            self.decide(&judged, &views, fleet, waits && self.fence <= told);
+        }
+        let behind = match waits {
+            true => (judged.scopes.iter())
+                .map(|s| (s.kind, self.fence.max(told + 1)))
+                .collect(),
+            false => Vec::new(),
+        };
+        let rolling = (self.state.record.rollouts.values())
+            .filter(|r| r.rolling())
+            .count();
+        Turn {
+            views: Some(views),
+            behind,
+            wrote: std::mem::take(&mut self.wrote),
+            counts: (rolling, self.state.record.rollouts.len() - rolling),
+        }
+    }
+
+    /// Whether `judged` holds a version its clients above every cut are not served (a
+    /// rollout may start).
+    fn news(&self, judged: &Held, prev: &Views) -> bool {
+        all(judged).any(|(kind, _, o)| {
+            prev.top
+                .get(kind, &o.namespace, &o.name)
+                .is_none_or(|p| p.hash != o.hash)
+        })
+    }
+
+    /// Reads the Secret: `false` when it could not be (the last one read stands).
+    fn read(&mut self, now: Instant) -> bool {
+        match self.store.read() {
+            Ok(stored) => {
+                self.clock.last_read = Some(now);
+                self.error = None;
+                let stored = stored.unwrap_or_else(empty);
+                self.take(stored, now);
+                true
+            }
+            Err(e) => {
+                if self.error.as_ref() != Some(&e) {
+                    log::warn!(
+                        "--rollout: cannot read {}: {e}; every rollout holds where it is",
+                        self.store.describe()
+                    );
+                }
+                self.error = Some(e);
+                false
+            }
+        }
+    }
+
+    /// `stored` is the Secret now: its record, its stable versions, the hubs' beats.
+    fn take(&mut self, stored: Stored, now: Instant) {
+        let (rec, dropped) = match stored.data.get(RECORD_KEY) {
+            Some(json) => record::read(json),
+            None => Default::default(),
+        };
+        for d in dropped {
+            self.say_once(format!("{}: {d}", self.store.describe()));
+        }
+        for (name, h) in &rec.hubs {
+            let moved = self.clock.beats.get(name).is_none_or(|(b, _)| *b != h.beat);
+            if moved {
+                self.clock.beats.insert(name.clone(), (h.beat, now));
+            }
+        }
+        self.state
+            .stables
+            .retain(|id, _| rec.rollouts.contains_key(id));
+        for (id, r) in &rec.rollouts {
+            let Some(from) = &r.from else { continue };
+            if self.state.stables.get(id).is_some_and(|(h, _)| h == from) {
+                continue;
+            }
+            let blob = stored.data.get(&stable_key(id));
+            match blob.map(|json| reread(id, json)) {
+                Some(Ok(o)) if o.hash.to_string() == *from => {
+                    self.state
+                        .stables
+                        .insert(id.clone(), (from.clone(), Arc::new(o)));
+                }
+                Some(Ok(_)) => self.say_once(format!("{id}: its stable version is another")),
+                Some(Err(e)) => self.say_once(e),
+                None => self.say_once(format!("{id}: its stable version is missing")),
+            }
+        }
+        self.state.record = rec;
+        self.state.stored = Some(stored);
+    }
+
+    /// The record applied to what each cohort is served; whether some change waits for a
+    /// newer poll, and the newest version the watchers may have been told.
+    fn apply(&mut self, judged: &Arc<Held>, prev: &Views) -> (bool, u64) {
+        let told = (prev.top.scopes.iter())
+            .map(|s| s.listed)
+            .max()
+            .unwrap_or(0);
+        let mut waits = false;
+        let mut next = BTreeMap::new();
+        for (kind, id, o) in all(judged) {
+            let at = judged
+                .versions(kind, Some(&o.namespace))
+                .map_or(0, |v| v.listed);
+            let current = match self.tracked.remove(&id) {
+                Some(p) => p,
+                None => match self.plan_of(&id, o, prev.top.get(kind, &o.namespace, &o.name)) {
+                    None => continue,
+                    Some(_) => from_views(prev, kind, o),
+                },
+            };
+            let top = current.at(f64::INFINITY).cloned();
+            let plan = self.plan_of(&id, o, top.as_ref());
+            let moved = match &plan {
+                Some(plan) => current.moved_to(plan, told, at),
+                None => current.moved_to(&vec![(f64::INFINITY, Some(o.clone()))], told, at),
+            };
+            let pieces = match moved {
+                Some(p) => p,
+                None => {
+                    waits = true;
+                    current
+                }
+            };
+            if !pieces.only(o) {
+                next.insert(id, pieces);
+            }
+        }
+        self.tracked = next;
+        (waits, told)
+    }
+
+    /// What the record asks each cohort be served of `o` (`None`: `o` itself, to every
+    /// client, untold apart), `done` what the clients above every cut are served now.
+    fn plan_of(
+        &self,
+        id: &str,
+        o: &Arc<HeldObject>,
+        done: Option<&Arc<HeldObject>>,
+    ) -> Option<Plan> {
+        let hash = o.hash.to_string();
+        let stable = || self.state.stables.get(id).map(|(_, s)| s.clone());
+        let hold = || Some(vec![(f64::INFINITY, done.cloned())]);
+        match self.state.record.rollouts.get(id) {
+            Some(r) if r.hash == hash && r.rolling() => {
+                // The last step's threshold is above every cohort: the top view too.
+                let below = if r.below >= 1.0 {
+                    f64::INFINITY
+                } else {
+                    r.below
+                };
+                Some(vec![(below, Some(o.clone())), (f64::INFINITY, stable())])
+            }
+            Some(r) if r.hash == hash => {
+                let held = stable().map(|s| Arc::new(held_back(&s, &hash)));
+                Some(vec![(f64::INFINITY, held)])
+            }
+            // A newer write the record does not have yet: held.
+            Some(_) => hold(),
+            None if !self.published || self.steps_of(o).is_none() => None,
+            None if done.is_some_and(|d| d.hash == o.hash) => None,
+            None if self.tracked.get(id).is_some_and(|p| p.has_source(&hash)) => None,
+            // A new version not recorded yet: held where it is.
+            None => hold(),
+        }
+    }
+
+    /// The steps of `o`: its annotation's, else the hub's (`None`: no rollout).
+    fn steps_of(&self, o: &HeldObject) -> Option<Vec<f64>> {
+        let own = annotation_of(o, ANNOTATION).and_then(|v| Steps::parse(&v).ok());
+        let steps = own.unwrap_or_else(|| self.settings.steps.clone());
+        (!steps.is_none()).then(|| steps.fractions().to_vec())
+    }
+
+    /// The views of `judged` as each cohort is served it.
+    fn views(&self, judged: &Arc<Held>, prev: &Views) -> Views {
+        if self.tracked.is_empty() {
+            return Views::one(judged.clone());
+        }
+        let mut cuts: Vec<f64> = self.tracked.values().flat_map(|p| p.cuts()).collect();
+        cuts.sort_by(f64::total_cmp);
+        cuts.dedup();
+        let view = |h: f64, before: &Held| {
+            judged.picked(before, |kind, o| {
+                let id = memory::id(kind, &o.namespace, &o.name);
+                match self.tracked.get(&id) {
+                    Some(p) => p.at(h).cloned(),
+                    None => Some(o.clone()),
+                }
+            })
+        };
+        let mut lo = 0.0;
+        let mut out = Vec::new();
+        for c in cuts {
+            out.push((c, Arc::new(view(lo, prev.view(lo).1))));
+            lo = c;
+        }
+        Views {
+            top: Arc::new(view(f64::INFINITY, &prev.top)),
+            cuts: out,
+        }
+    }
+
+    /// Plans this turn's decisions and writes them (or the beat, when due or when a
+    /// change waits for a write to list past).
+    fn decide(&mut self, judged: &Arc<Held>, views: &Views, fleet: &Fleet, fence: bool) {
+        let now = Instant::now();
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let seen: Vec<Seen> = all(judged)
+            .map(|(kind, id, o)| Seen {
+                done: views.top.get(kind, &o.namespace, &o.name),
+                steps: self.steps_of(o).unwrap_or_default(),
+                id,
+                object: o,
+            })
+            .collect();
+        let (started, beats, me) = (self.clock.started, &self.clock.beats, self.me.clone());
+        let live = |name: &str| {
+            name == me
+                || now < started + HUB_GONE
+                || beats.get(name).is_some_and(|(_, t)| now < *t + HUB_GONE)
+        };
+        let tracked = &self.tracked;
+        let mut gate = |id: &str, r: &Rollout| gate_of(fleet, judged, tracked, id, r, now);
+        let mut lowest = |id: &str| lowest_of(fleet, judged, id, now);
+        let mut cx = Context {
+            me: &me,
+            now: wall,
+            wait: self.settings.wait.as_secs(),
+            live: &live,
+            gate: &mut gate,
+            lowest: &mut lowest,
+        };
+        let mut planned = plan(&self.state.record, &seen, &mut cx);
+        let forgotten = |name: &str| {
+            name != me
+                && now >= started + HUB_FORGOTTEN
+                && beats
+                    .get(name)
+                    .is_none_or(|(_, t)| now >= *t + HUB_FORGOTTEN)
+        };
+        planned.record.hubs.retain(|name, _| !forgotten(name));
+        let rolling = planned.record.rollouts.values().any(Rollout::rolling);
+        let beat_due = rolling && self.clock.last_write.is_none_or(|t| now >= t + BEAT);
+        if planned.record == self.state.record && !beat_due && !fence {
+            return;
+        }
+        let stables: Vec<(String, Vec<u8>)> = (planned.stables.iter())
+            .map(|(id, o)| (id.clone(), o.raw.json.to_vec()))
+            .collect();
+        self.write(planned.record, stables, now);
+    }
+
+    /// Writes `rec` (this hub's beat moved) with the stable versions it needs.
+    fn write(&mut self, mut rec: record::Record, added: Vec<(String, Vec<u8>)>, now: Instant) {
+        let known = self.state.stored.clone().unwrap_or_else(empty);
+        rec.hubs.entry(self.me.clone()).or_default().beat += 1;
+        let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for (id, r) in &rec.rollouts {
+            if r.from.is_none() {
+                continue;
+            }
+            let key = stable_key(id);
+            let blob = (added.iter().find(|(a, _)| a == id).map(|(_, b)| b.clone()))
+                .or_else(|| known.data.get(&key).cloned());
+            if let Some(b) = blob {
+                data.insert(key, b);
+            }
+        }
+        // Past the Secret's bound: the newest rollouts wait for room (they start later).
+        let size = |d: &BTreeMap<String, Vec<u8>>| d.values().map(Vec::len).sum::<usize>();
+        let started: Vec<String> = added.iter().map(|(id, _)| id.clone()).collect();
+        for id in started.iter().rev() {
+            if size(&data) + 64 * 1024 <= record::MAX_BYTES {
+                break;
+            }
+            data.remove(&stable_key(id));
+            rec.rollouts.remove(id);
+            self.say_once(format!(
+                "{id}: no room in {} for its stable version: its rollout waits",
+                self.store.describe()
+            ));
+        }
+        let json = serde_json::to_vec(&rec).unwrap_or_default();
+        data.insert(RECORD_KEY.into(), json);
+        let rv = self
+            .state
+            .stored
+            .as_ref()
+            .map(|k| k.resource_version.clone())
+            .filter(|r| !r.is_empty());
+        match self.store.write(rv.as_deref(), &data) {
+            Ok(Wrote::Done(stored)) => {
+                self.error = None;
+                let was = std::mem::take(&mut self.state.record);
+                self.wrote.extend(decisions(&was, &rec));
+                self.clock.last_write = Some(now);
+                self.fence = stored.resource_version.parse().unwrap_or(self.fence);
+                self.take(stored, now);
+            }
+            // Another hub wrote first: read again at the next turn, decide again.
+            Ok(Wrote::Conflict) => self.clock.last_read = None,
+            Err(e) => {
+                if self.error.as_ref() != Some(&e) {
+                    log::warn!(
+                        "--rollout: cannot write {}: {e}; every rollout holds where it is",
+                        self.store.describe()
+                    );
+                }
+                self.error = Some(e);
+            }
+        }
+    }
+}
+
+/// The decisions that make `after` of `before`.
+fn decisions(before: &record::Record, after: &record::Record) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for (id, r) in &after.rollouts {
+        match before.rollouts.get(id) {
+            None => out.push("started"),
+            Some(b) if b.hash != r.hash => out.push("started"),
+            Some(b) if b.rolling() && !r.rolling() => out.push("refused"),
+            Some(b) if r.step > b.step => out.push("advanced"),
+            Some(_) => {}
+        }
+    }
+    for (id, b) in &before.rollouts {
+        if !after.rollouts.contains_key(id) {
+            let last = b.rolling() && b.step + 1 == b.steps.len();
+            out.push(if last { "completed" } else { "ended" });
+        }
+    }
+    out
+}
+
+/// The Secret before it exists.
+fn empty() -> Stored {
+    Stored {
+        resource_version: String::new(),
+        data: BTreeMap::new(),
+    }
+}
+
+/// The gate of `r` (the rollout of `id`) among `fleet`'s followers.
+fn gate_of(
+    fleet: &Fleet,
+    judged: &Held,
+    tracked: &BTreeMap<String, Pieces>,
+    id: &str,
+    r: &Rollout,
+    now: Instant,
+) -> Gate {
+    let Some((kind, ns, name)) = memory::parse_id(id) else {
+        return Gate::default();
+    };
+    let (Some(o), Some(pieces)) = (judged.get(kind, ns, name), tracked.get(id)) else {
+        // Not served to any cohort yet: nobody holds it.
+        return Gate {
+            followers: 1,
+            ..Gate::default()
+        };
+    };
+    let hash = o.hash;
+    let served_at = |h: f64| {
+        let p = pieces.0.iter().find(|p| h < p.hi)?;
+        let served = p.served.as_ref().filter(|s| s.hash == hash)?;
+        served.resource_version.parse().ok()
+    };
+    let refusable_from = (pieces.0.iter())
+        .filter_map(|p| p.served.as_ref().filter(|s| s.hash == hash))
+        .filter_map(|s| s.resource_version.parse::<u64>().ok())
+        .min()
+        .unwrap_or(u64::MAX);
+    let step = Step {
+        kind,
+        object: o,
+        below: r.below,
+        served_at: &served_at,
+        refusable_from,
+    };
+    fleet.gate(&step, now)
+}
+
+/// The lowest cohort among the followers of the object `id`.
+fn lowest_of(fleet: &Fleet, judged: &Held, id: &str, now: Instant) -> Option<f64> {
+    let (kind, ns, name) = memory::parse_id(id)?;
+    let o = judged.get(kind, ns, name)?;
+    let none = |_: f64| None;
+    let step = Step {
+        kind,
+        object: o,
+        below: 0.0,
+        served_at: &none,
+        refusable_from: u64::MAX,
+    };
+    fleet.gate(&step, now).lowest
+}
+
+/// `o`'s pieces as `prev` served it, cohort by cohort.
+fn from_views(prev: &Views, kind: Resource, o: &HeldObject) -> Pieces {
+    let mut out: Vec<pieces::Piece> = Vec::new();
+    for (band, held) in prev.bands() {
+        let served = held.get(kind, &o.namespace, &o.name).cloned();
+        match out.last_mut() {
+            Some(last) if pieces::same(&last.served, &served) => last.hi = band.hi,
+            _ => out.push(pieces::Piece {
+                hi: band.hi,
+                source: served.clone(),
+                served,
+            }),
+        }
+    }
+    Pieces(out)
+}
+
+/// Every object of `held`, with its kind and id.
+fn all(held: &Held) -> impl Iterator<Item = (Resource, String, &Arc<HeldObject>)> {
+    [Resource::ConfigMaps, Resource::Secrets]
+        .into_iter()
+        .filter(|k| held.serves(*k))
+        .flat_map(move |k| {
+            held.objects(k, None)
+                .map(move |o| (k, memory::id(k, &o.namespace, &o.name), o))
+        })
+}
+
+/// The value of annotation `key` of `o` (read from its metadata).
+fn annotation_of(o: &HeldObject, key: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        annotations: Option<BTreeMap<String, String>>,
+    }
+    let meta: Meta = serde_json::from_slice(o.raw.metadata()).ok()?;
+    meta.annotations?.remove(key)
+}
+
+/// `stable` as served while `refused` is held back.
+fn held_back(stable: &HeldObject, refused: &str) -> HeldObject {
+    let raw = annotation::held_back(&stable.raw, refused).unwrap_or_else(|| stable.raw.clone());
+    HeldObject::new(
+        stable.namespace.clone(),
+        stable.name.clone(),
+        stable.resource_version.clone(),
+        stable.labels.clone(),
+        raw,
+        stable.hash,
+    )
+}
+
+/// A stable version read back from the Secret: the object its id names.
+fn reread(id: &str, json: &[u8]) -> Result<HeldObject, String> {
+    let fail = |why: &str| format!("{id}: its stable version {why}");
+    let (kind, ns, name) = memory::parse_id(id).ok_or_else(|| fail("has no id"))?;
+    let (_, _, item) = read_object(json, &KeyFilter::all(), kind, None, true)
+        .map_err(|_| fail("cannot be read"))?;
+    if item.namespace != ns || item.name != name {
+        return Err(fail("is another object"));
+    }
+    HeldObject::of_item(item).map_err(|_| fail("cannot be read"))
+}
