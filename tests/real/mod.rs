@@ -26,6 +26,8 @@ mod hub;
 mod lists;
 mod manifests;
 mod methods;
+// Issue 60: rollouts (steps, cohorts, refusals, replaced versions, two hubs and restarts).
+mod rollout;
 mod serve;
 mod short_watch;
 mod tokens;

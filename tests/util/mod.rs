@@ -463,6 +463,11 @@ impl Daemon {
             .unwrap_or_else(|_| panic!("no event within {within:?}\n{}", self.context()))
     }
 
+    /// The events read so far and not yet taken, without waiting.
+    pub fn events_so_far(&self) -> Vec<serde_json::Value> {
+        self.events.try_iter().collect()
+    }
+
     /// The events up to and including the next `synced`.
     pub fn batch(&self, within: std::time::Duration) -> Vec<serde_json::Value> {
         let deadline = std::time::Instant::now() + within;
