@@ -311,6 +311,9 @@ impl Hub {
         if ask.watch {
             let watch = {
                 let mut rng = self.rng.lock().recover();
+                // A watch outlives a poll: it knows its cohort whether or not the hub
+                // tells its clients apart now (a rollout may begin while it runs).
+                let cohort = views::cohort(&follower_name(&user));
                 Watch::start_for(self.timeline.clone(), &ask, cohort, &mut rng)
             };
             if watch.behind() {

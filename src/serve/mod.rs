@@ -393,8 +393,8 @@ struct PollLoop {
     teller: Option<telling::Teller>,
     /// `--rollout`: what each cohort is served of each poll.
     rollouts: Option<rollout::Rollouts>,
-    /// With `--validate`, the last complete poll as listed (what is served may differ): the
-    /// next poll's previous.
+    /// With `--validate` or `--rollout`, the last complete poll as listed (what is served
+    /// may differ): the next poll's previous.
     upstream: Option<Arc<Held>>,
     /// Why the validator cannot run, as last said.
     cannot: Option<String>,
@@ -500,6 +500,12 @@ impl PollLoop {
         let Some(r) = &mut self.rollouts else {
             return Some(views::Views::one(Arc::new(held)));
         };
+        let held = Arc::new(held);
+        if self.validated.is_none() {
+            // What the next poll takes over unread is what was listed, not what a cohort
+            // is served.
+            self.upstream = Some(held.clone());
+        }
         let prev = (self.hub.views())
             .unwrap_or_else(|| views::Views::one(Arc::new(Held::empty(self.kinds))));
         let turn = r.turn(held, &prev, self.hub.fleet());

@@ -70,7 +70,7 @@ impl Loop {
         self.n += 1;
         let held = poll(&self.upstream, self.n, &[(None, listed)], vec![a(rv)]);
         self.upstream = poll(&self.upstream, self.n, &[(None, listed)], vec![a(rv)]);
-        let turn = self.rollouts.turn(held, &self.views, &self.fleet);
+        let turn = self.rollouts.turn(Arc::new(held), &self.views, &self.fleet);
         let views = turn.views.expect("the record was read");
         let before = self.history.kind(crate::source::Resource::ConfigMaps).end();
         self.history.record_views(&self.views, &views);
@@ -178,7 +178,7 @@ fn nothing_is_served_before_the_record_is_read_and_nothing_moves_while_it_cannot
     let mut l = Loop::new("50%,100%", store);
     l.follows(&low, 100);
     let held = poll(&Held::empty(kinds()), 1, &[(None, 100)], vec![a(50)]);
-    let turn = l.rollouts.turn(held, &l.views, &l.fleet);
+    let turn = l.rollouts.turn(Arc::new(held), &l.views, &l.fleet);
     assert!(turn.views.is_none());
     assert_eq!(l.rollouts.error(), Some("forbidden"));
 }
@@ -326,4 +326,27 @@ fn two_hubs_serve_one_step_and_a_restarted_hub_goes_on_from_it() {
     for l in [&again, &two] {
         assert_eq!(l.served(&high).0, "105", "{:?}", l.rollouts.state.record);
     }
+}
+
+#[test]
+fn a_newer_write_moves_the_first_cohort_on_and_never_back() {
+    let (low, high) = low_and_high();
+    let mut l = Loop::new("50%,100%", MemoryStore::default());
+    l.follows(&low, 100);
+    l.follows(&high, 100);
+    l.poll(100, 50);
+    l.poll(110, 105);
+    l.poll(120, 105);
+    assert_eq!(l.served(&low).0, "105");
+    // Written again while the first step runs: recorded from the first step again; until
+    // then the cohort keeps what it has — never the stable version in between.
+    let changes = l.poll(200, 190);
+    assert!(changes.is_empty(), "{changes:?}");
+    assert_eq!(l.served(&low).0, "105");
+    let r = &l.rollouts.state.record.rollouts["configmap/ns/a"];
+    assert_eq!(r.step, 0);
+    let changes = l.poll(210, 190);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(l.served(&low), ("190".into(), "210".into()));
+    assert_eq!(l.served(&high), ("50".into(), "50".into()));
 }

@@ -23,6 +23,16 @@ use crate::serve::views::Views;
 use crate::source::reader::read_object;
 use crate::source::{KeyFilter, Resource};
 
+/// What the record asks of one object's cohorts.
+enum Wanted {
+    /// The object as polled, to every client, untold apart.
+    Plain,
+    /// Each cohort keeps what it is served (a version not recorded yet).
+    Keep,
+    /// Each range of cohorts its source.
+    Plan(Plan),
+}
+
 /// What a turn gives the poll loop.
 pub struct Turn {
     /// The poll's views (`None`: the record was never read: nothing may be served yet).
@@ -39,9 +49,8 @@ pub struct Turn {
 impl Rollouts {
     /// The views of `judged` (a complete poll, as `--validate` serves it), after `prev`
     /// (what was served before), with the gate read off `fleet`.
-    pub fn turn(&mut self, judged: Held, prev: &Views, fleet: &Fleet) -> Turn {
+    pub fn turn(&mut self, judged: Arc<Held>, prev: &Views, fleet: &Fleet) -> Turn {
         let now = Instant::now();
-        let judged = Arc::new(judged);
         let due = self.clock.last_read.is_none_or(|t| now >= t + READ_IDLE)
             || !self.state.record.rollouts.is_empty()
             || !self.tracked.is_empty()
@@ -163,18 +172,23 @@ impl Rollouts {
             let at = judged
                 .versions(kind, Some(&o.namespace))
                 .map_or(0, |v| v.listed);
-            let current = match self.tracked.remove(&id) {
-                Some(p) => p,
-                None => match self.plan_of(&id, o, prev.top.get(kind, &o.namespace, &o.name)) {
-                    None => continue,
-                    Some(_) => from_views(prev, kind, o),
-                },
+            let kept = self.tracked.remove(&id);
+            let done = match &kept {
+                Some(p) => p.at(f64::INFINITY).cloned(),
+                None => prev.top.get(kind, &o.namespace, &o.name).cloned(),
             };
-            let top = current.at(f64::INFINITY).cloned();
-            let plan = self.plan_of(&id, o, top.as_ref());
-            let moved = match &plan {
-                Some(plan) => current.moved_to(plan, told, at),
-                None => current.moved_to(&vec![(f64::INFINITY, Some(o.clone()))], told, at),
+            let wanted = self.wanted(&id, o, kept.as_ref(), done.as_ref());
+            let current = match (kept, &wanted) {
+                (Some(p), _) => p,
+                (None, Wanted::Plain) => continue,
+                (None, _) => from_views(prev, kind, o),
+            };
+            let moved = match wanted {
+                Wanted::Keep => Some(current.clone()),
+                Wanted::Plan(plan) => current.moved_to(&plan, told, at),
+                Wanted::Plain => {
+                    current.moved_to(&vec![(f64::INFINITY, Some(o.clone()))], told, at)
+                }
             };
             let pieces = match moved {
                 Some(p) => p,
@@ -191,17 +205,17 @@ impl Rollouts {
         (waits, told)
     }
 
-    /// What the record asks each cohort be served of `o` (`None`: `o` itself, to every
-    /// client, untold apart), `done` what the clients above every cut are served now.
-    fn plan_of(
+    /// What the record asks each cohort be served of `o`, whose cohorts are served
+    /// `kept` (if told apart) and, above every cut, `done`.
+    fn wanted(
         &self,
         id: &str,
         o: &Arc<HeldObject>,
+        kept: Option<&Pieces>,
         done: Option<&Arc<HeldObject>>,
-    ) -> Option<Plan> {
+    ) -> Wanted {
         let hash = o.hash.to_string();
         let stable = || self.state.stables.get(id).map(|(_, s)| s.clone());
-        let hold = || Some(vec![(f64::INFINITY, done.cloned())]);
         match self.state.record.rollouts.get(id) {
             Some(r) if r.hash == hash && r.rolling() => {
                 // The last step's threshold is above every cohort: the top view too.
@@ -210,19 +224,20 @@ impl Rollouts {
                 } else {
                     r.below
                 };
-                Some(vec![(below, Some(o.clone())), (f64::INFINITY, stable())])
+                Wanted::Plan(vec![(below, Some(o.clone())), (f64::INFINITY, stable())])
             }
             Some(r) if r.hash == hash => {
                 let held = stable().map(|s| Arc::new(held_back(&s, &hash)));
-                Some(vec![(f64::INFINITY, held)])
+                Wanted::Plan(vec![(f64::INFINITY, held)])
             }
-            // A newer write the record does not have yet: held.
-            Some(_) => hold(),
-            None if !self.published || self.steps_of(o).is_none() => None,
-            None if done.is_some_and(|d| d.hash == o.hash) => None,
-            None if self.tracked.get(id).is_some_and(|p| p.has_source(&hash)) => None,
-            // A new version not recorded yet: held where it is.
-            None => hold(),
+            // A newer write the record does not have yet: every cohort keeps its version.
+            Some(_) => Wanted::Keep,
+            None if !self.published || self.steps_of(o).is_none() => Wanted::Plain,
+            None if done.is_some_and(|d| d.hash == o.hash) => Wanted::Plain,
+            // A rollout done (another hub ended it): every cohort on its version.
+            None if kept.is_some_and(|p| p.has_source(&hash)) => Wanted::Plain,
+            // A new version not recorded yet: every cohort keeps its version.
+            None => Wanted::Keep,
         }
     }
 
