@@ -74,8 +74,6 @@ pub struct Hub {
     renders: Renders,
     /// A request waits because this hub is behind it: the next poll wakes the waiters.
     behind: AtomicBool,
-    /// Whether it serves several views (a rollout): clients are then told apart.
-    banded: AtomicBool,
     rng: Mutex<Rng>,
     /// What the followers reported and when each was last heard from (`fleet/`).
     fleet: Arc<Fleet>,
@@ -109,7 +107,6 @@ impl Hub {
             served,
             renders: Renders::default(),
             behind: AtomicBool::new(false),
-            banded: AtomicBool::new(false),
             rng: Mutex::new(Rng::from_time()),
             fleet: Arc::new(Fleet::default()),
             said: Mutex::new(Said::default()),
@@ -154,20 +151,16 @@ impl Hub {
         };
         let changed = t.held.is_none() || changes(&prev) != changes(&views);
         t.history.record_views(&prev, &views);
-        self.banded.store(!views.cuts.is_empty(), Ordering::SeqCst);
         t.held = Some(views.top);
         t.cuts = views.cuts;
         drop(t);
         changed | self.behind.swap(false, Ordering::SeqCst)
     }
 
-    /// The cohort of `user` (`views::cohort` of its follower name) while the hub serves
-    /// several views; 0 otherwise (any: there is one view).
+    /// The cohort of `user` (`views::cohort` of its follower name): always, since the
+    /// views it picks between may change as it is read.
     fn cohort(&self, user: &User) -> f64 {
-        match self.banded.load(Ordering::Relaxed) {
-            true => views::cohort(&follower_name(user)),
-            false => 0.0,
-        }
+        views::cohort(&follower_name(user))
     }
 
     /// Each kind's newest change held back by the history (a scope not listed past it).
@@ -311,9 +304,6 @@ impl Hub {
         if ask.watch {
             let watch = {
                 let mut rng = self.rng.lock().recover();
-                // A watch outlives a poll: it knows its cohort whether or not the hub
-                // tells its clients apart now (a rollout may begin while it runs).
-                let cohort = views::cohort(&follower_name(&user));
                 Watch::start_for(self.timeline.clone(), &ask, cohort, &mut rng)
             };
             if watch.behind() {

@@ -63,17 +63,21 @@ pub fn problems(rollouts: &[Rollout]) -> Vec<String> {
 }
 
 fn id(r: &Rollout) -> String {
-    format!("{} {}/{}", r.kind, r.namespace, r.name)
+    plain(&format!("{} {}/{}", r.kind, r.namespace, r.name))
+}
+
+/// What a hub or a follower named reaches a terminal: no control character of it does.
+fn plain(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 fn line(r: &Rollout) -> String {
     let pct = crate::serve::rollout::percent(r.fraction);
     match &r.refused {
         Some(x) => {
-            // What a follower said reaches a terminal: no control character of it does.
-            let why: String = (crate::reason::cut(first_line(&x.reason), 120).chars())
-                .map(|c| if c.is_control() { '?' } else { c })
-                .collect();
+            let why = plain(&crate::reason::cut(first_line(&x.reason), 120));
             let instead = match &r.from {
                 Some(f) => format!("every client is served {}", short(f)),
                 None => "served to no client".into(),
@@ -83,8 +87,8 @@ fn line(r: &Rollout) -> String {
                 short(&r.hash),
                 x.step,
                 r.steps,
-                x.follower,
-                x.by
+                plain(&x.follower),
+                plain(&x.by)
             )
         }
         None => {

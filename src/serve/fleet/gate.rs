@@ -7,7 +7,7 @@
 //! and a margin: they hold nothing). Also the lowest cohort among all the object's
 //! followers, so that a step's threshold can take in at least one.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::intake::By;
 use super::state::Fleet;
@@ -25,10 +25,15 @@ pub struct Step<'a> {
     /// The version at which the hub serves the step's version to a cohort (`None`: not to
     /// that one yet).
     pub served_at: &'a dyn Fn(f64) -> Option<u64>,
-    /// The versions at which the hub served the step's version, from the lowest: a
-    /// refusal of an object at one of these is a refusal of it.
-    pub refusable_from: u64,
+    /// The versions at which the hub served the step's version (to any cohort): a
+    /// refusal of the object at one of these, exactly, is a refusal of it (a report cannot
+    /// refuse a version before it exists).
+    pub served: &'a [u64],
 }
+
+/// A follower gone for longer than this no longer counts in a step (its pod deleted, or
+/// its watch moved to the other hub behind the Service): until then it holds the step.
+pub const GONE_COUNTS: Duration = Duration::from_secs(300);
 
 /// What the gate found.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -75,7 +80,7 @@ impl Fleet {
             let told = (f.holds.iter()).find(|x| x.kind == step.kind && *x.key == *key);
             let refused = told.and_then(|x| x.refused.as_ref()).filter(|r| {
                 r.resource_version
-                    .is_some_and(|rv| rv >= step.refusable_from)
+                    .is_some_and(|rv| step.served.contains(&rv))
             });
             if let Some(r) = refused {
                 if out.refused.is_none() {
@@ -84,13 +89,19 @@ impl Fleet {
                 continue;
             }
             if self.gone(f, now) {
-                out.gone += 1;
+                if now.saturating_duration_since(self.seen_at(f)) > GONE_COUNTS {
+                    out.followers -= 1;
+                } else {
+                    out.gone += 1;
+                }
                 continue;
             }
             // A follower that reported holding otherwise (unwritten, an older version)
             // holds what it said.
-            let otherwise =
-                told.is_some_and(|x| x.resource_version.is_none_or(|rv| rv < step.refusable_from));
+            let otherwise = told.is_some_and(|x| {
+                x.resource_version
+                    .is_none_or(|rv| !step.served.contains(&rv))
+            });
             let reached = (step.served_at)(h).is_some_and(|at| position >= at);
             if reached && !otherwise {
                 out.holding += 1;

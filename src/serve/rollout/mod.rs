@@ -44,6 +44,9 @@ pub const BEAT: Duration = Duration::from_secs(10);
 pub const HUB_GONE: Duration = Duration::from_secs(30);
 /// A gone hub's entry is removed from the record after this long.
 pub const HUB_FORGOTTEN: Duration = Duration::from_secs(600);
+/// How long an object deleted is remembered (a recreation with the same content is the
+/// version every client was served, not a new one).
+pub const DELETED_KEPT: Duration = Duration::from_secs(600);
 /// How often a hub with nothing rolling reads the record (to learn of another hub's
 /// rollouts).
 pub const READ_IDLE: Duration = Duration::from_secs(5);
@@ -83,12 +86,19 @@ struct State {
     stables: HashMap<String, (String, Arc<HeldObject>)>,
 }
 
-/// When the hub read and wrote, and when it saw each other hub's beat move.
+/// What this hub saw, by its own clock: when it read and wrote, when it saw each other
+/// hub's beat move and each rollout's current step begin, and what was deleted a moment
+/// ago.
 struct Clock {
     beats: HashMap<String, (u64, Instant)>,
     started: Instant,
     last_write: Option<Instant>,
     last_read: Option<Instant>,
+    /// By id: the rollout's version and step, and when this hub first saw that step.
+    steps_seen: HashMap<String, (String, usize, Instant)>,
+    /// By id: an object served and then gone, and when (a recreation with the same
+    /// content is not new).
+    deleted: HashMap<String, (Arc<HeldObject>, Instant)>,
 }
 
 impl Rollouts {
@@ -105,6 +115,8 @@ impl Rollouts {
                 started: Instant::now(),
                 last_write: None,
                 last_read: None,
+                steps_seen: HashMap::new(),
+                deleted: HashMap::new(),
             },
             published: false,
             fence: 0,

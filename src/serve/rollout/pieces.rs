@@ -63,18 +63,15 @@ impl Pieces {
         p.served.as_ref()
     }
 
+    /// What the version a client of cohort `h` is served is made of.
+    pub fn source_at(&self, h: f64) -> Option<&Arc<HeldObject>> {
+        let p = self.0.iter().find(|p| h < p.hi).or(self.0.last())?;
+        p.source.as_ref()
+    }
+
     /// Its cuts (the finite `hi`s).
     pub fn cuts(&self) -> impl Iterator<Item = f64> + '_ {
         self.0.iter().map(|p| p.hi).filter(|h| h.is_finite())
-    }
-
-    /// Whether some cohort is served a version of hash `hash` (as a string).
-    pub fn has_source(&self, hash: &str) -> bool {
-        (self.0.iter()).any(|p| {
-            p.source
-                .as_ref()
-                .is_some_and(|s| s.hash.to_string() == hash)
-        })
     }
 
     /// One piece whose served version is `o` itself: nothing to tell apart any more.

@@ -30,7 +30,15 @@ pub struct Seen<'a> {
     pub done: Option<&'a Arc<HeldObject>>,
     /// Its rollout's steps (its annotation's, else the hub's): empty for none.
     pub steps: Vec<f64>,
+    /// The hub's steps (`--rollout`), in place of an annotation's whose threshold would
+    /// make one view too many (`MAX_CUTS`).
+    pub fallback: Vec<f64>,
 }
+
+/// Distinct thresholds of the rollouts under way, at most (each is a view of every
+/// object the hub serves): an annotation's steps that would pass it give way to the
+/// hub's.
+pub const MAX_CUTS: usize = 16;
 
 /// What a plan needs besides the objects.
 pub struct Context<'a> {
@@ -46,6 +54,8 @@ pub struct Context<'a> {
     pub gate: &'a mut dyn FnMut(&str, &Rollout) -> Gate,
     /// The lowest cohort among an object's followers (for a step's threshold).
     pub lowest: &'a mut dyn FnMut(&str) -> Option<f64>,
+    /// Whether this hub has seen a rollout's current step for its wait, by its own clock.
+    pub waited: &'a dyn Fn(&str, &Rollout) -> bool,
 }
 
 /// A plan: the record to write, and the stable versions it needs that the Secret does not
@@ -61,44 +71,94 @@ pub fn plan(record: &Record, objects: &[Seen], cx: &mut Context) -> Planned {
     let mut next = record.clone();
     let mut stables = Vec::new();
     let present: std::collections::HashSet<&str> = objects.iter().map(|s| s.id.as_str()).collect();
-    next.rollouts.retain(|id, _| present.contains(id.as_str()));
+    // Gone objects end their rollouts; done ones are forgotten once every hub had the
+    // time to apply them.
+    next.rollouts.retain(|id, r| {
+        present.contains(id.as_str()) && r.done.is_none_or(|t| cx.now < t.saturating_add(DONE_KEPT))
+    });
     for seen in objects {
         let hash = seen.object.hash.to_string();
-        let done = seen.done.map(|d| d.hash.to_string());
-        let start = |from: Option<String>, lowest: Option<f64>| Rollout {
-            hash: hash.clone(),
-            from,
-            steps: seen.steps.clone(),
-            step: 0,
-            below: threshold(seen.steps[0], lowest),
-            since: cx.now,
-            wait: cx.wait,
-            refused: None,
+        let rv: u64 = seen.object.resource_version.parse().unwrap_or(0);
+        let cuts: Vec<f64> = (next.rollouts.values())
+            .filter(|r| r.rolling())
+            .map(|r| r.below)
+            .collect();
+        let start = |from: Option<String>, lowest: Option<f64>| {
+            let fits = |steps: &[f64]| {
+                let Some(first) = steps.first() else {
+                    return false;
+                };
+                cuts.len() < MAX_CUTS || cuts.contains(&threshold(*first, lowest))
+            };
+            // Neither fits: it waits for a rollout to end (its version held, as when the
+            // table is full).
+            let steps = match (fits(&seen.steps), fits(&seen.fallback)) {
+                (true, _) => seen.steps.clone(),
+                (false, true) if !seen.fallback.is_empty() => seen.fallback.clone(),
+                _ => return None,
+            };
+            Some(Rollout {
+                hash: hash.clone(),
+                rv,
+                from,
+                below: threshold(steps[0], lowest),
+                steps,
+                step: 0,
+                since: cx.now,
+                wait: cx.wait,
+                refused: None,
+                done: None,
+            })
         };
         match next.rollouts.get(&seen.id) {
+            // This hub has not listed the version recorded yet (its list began before the
+            // write, its watch cache is behind, its own --validate has not judged it):
+            // it decides nothing about it.
+            Some(r) if rv < r.rv => {}
             Some(r) if r.hash == hash => {}
-            Some(r) if r.from.as_ref() == Some(&hash) => {
-                // The stable version written back: nothing rolls out.
+            Some(r) if r.done.is_some() => {
+                // A newer write after a rollout done: from the version done.
                 next.rollouts.remove(&seen.id);
+                if !seen.steps.is_empty() && room(&next, &seen.id) {
+                    let lowest = (cx.lowest)(&seen.id);
+                    if let Some(r) = start(seen.done.map(|d| d.hash.to_string()), lowest) {
+                        next.rollouts.insert(seen.id.clone(), r);
+                        if let Some(d) = seen.done {
+                            stables.push((seen.id.clone(), d.clone()));
+                        }
+                    }
+                }
             }
-            Some(r) if seen.steps.is_empty() => {
-                let _ = r;
+            // The stable version written back, or a newer write with no rollout: ends it.
+            Some(r) if r.from.as_ref() == Some(&hash) || seen.steps.is_empty() => {
                 next.rollouts.remove(&seen.id);
             }
             Some(r) => {
-                // A newer write: from the first step again, from the same stable version.
-                let from = r.from.clone();
+                // A newer write: from the first step again, from the same stable version —
+                // the one this hub serves above every cut when it serves one (what the
+                // Secret says of it is trusted only by a hub that has none).
+                let own = seen
+                    .done
+                    .filter(|d| r.from.as_ref() != Some(&d.hash.to_string()));
+                let from = own.map_or(r.from.clone(), |d| Some(d.hash.to_string()));
                 let lowest = (cx.lowest)(&seen.id);
-                next.rollouts.insert(seen.id.clone(), start(from, lowest));
+                if let Some(r) = start(from, lowest) {
+                    next.rollouts.insert(seen.id.clone(), r);
+                    if let Some(d) = own {
+                        stables.push((seen.id.clone(), d.clone()));
+                    }
+                }
             }
-            None if done.as_ref() == Some(&hash) || seen.steps.is_empty() => {}
-            None if next.rollouts.len() >= MAX_ROLLOUTS => {}
+            None if seen.done.is_some_and(|d| d.hash.to_string() == hash) => {}
+            None if seen.steps.is_empty() || !room(&next, &seen.id) => {}
             None => {
                 let lowest = (cx.lowest)(&seen.id);
-                next.rollouts
-                    .insert(seen.id.clone(), start(done.clone(), lowest));
-                if let Some(d) = seen.done {
-                    stables.push((seen.id.clone(), d.clone()));
+                let from = seen.done.map(|d| d.hash.to_string());
+                if let Some(r) = start(from, lowest) {
+                    next.rollouts.insert(seen.id.clone(), r);
+                    if let Some(d) = seen.done {
+                        stables.push((seen.id.clone(), d.clone()));
+                    }
                 }
             }
         }
@@ -108,6 +168,18 @@ pub fn plan(record: &Record, objects: &[Seen], cx: &mut Context) -> Planned {
         record: next,
         stables,
     }
+}
+
+/// How long a done rollout stays recorded (seconds).
+pub const DONE_KEPT: u64 = 600;
+
+/// Whether `record` has room for one more rollout of `id`: under `MAX_ROLLOUTS`, and its
+/// namespace under a fourth of that.
+fn room(record: &Record, id: &str) -> bool {
+    let ns = |id: &str| id.split('/').nth(1).map(str::to_string);
+    let mine = ns(id);
+    let in_ns = (record.rollouts.keys()).filter(|k| ns(k) == mine).count();
+    record.rollouts.len() < MAX_ROLLOUTS && in_ns < MAX_ROLLOUTS / 4
 }
 
 /// This hub's votes on every rollout, refusals taken, and the steps every live hub holds
@@ -130,7 +202,9 @@ fn vote_and_advance(next: &mut Record, cx: &mut Context) {
             Vote {
                 hash: r.hash.clone(),
                 step: r.step,
-                holds: gate.holds(),
+                // Held its wait as this hub's own clock sees it, too: a hub whose clock
+                // runs ahead cannot cut another's wait short.
+                holds: gate.holds() && (cx.waited)(id, r),
                 followers: gate.followers,
                 holding: gate.holding,
             },
@@ -158,8 +232,11 @@ fn vote_and_advance(next: &mut Record, cx: &mut Context) {
             continue;
         };
         if r.step + 1 >= r.steps.len() {
-            // Done: every client is served it, nothing more to record.
-            next.rollouts.remove(&id);
+            // Done: every client is served it; recorded so for `DONE_KEPT`.
+            r.done = Some(cx.now);
+            if let Some(h) = next.hubs.get_mut(cx.me) {
+                h.votes.remove(&id);
+            }
             continue;
         }
         r.step += 1;
@@ -170,7 +247,10 @@ fn vote_and_advance(next: &mut Record, cx: &mut Context) {
             h.votes.remove(&id);
         }
     }
-    let rolling: std::collections::HashSet<&String> = next.rollouts.keys().collect();
+    let rolling: std::collections::HashSet<&String> = (next.rollouts.iter())
+        .filter(|(_, r)| r.rolling())
+        .map(|(id, _)| id)
+        .collect();
     for h in next.hubs.values_mut() {
         h.votes.retain(|id, _| rolling.contains(id));
     }

@@ -23,8 +23,9 @@ pub const RECORD_KEY: &str = "rollouts.json";
 pub const STABLE_PREFIX: &str = "stable.";
 /// What the Secret's data may hold in all (the apiserver takes 1 MiB).
 pub const MAX_BYTES: usize = 900 << 10;
-/// Objects rolling out or refused at once, at most.
-pub const MAX_ROLLOUTS: usize = 1_000;
+/// Objects rolling out, refused or just done at once, at most (and a fourth of that in
+/// one namespace: one team's writes cannot fill the table for the others).
+pub const MAX_ROLLOUTS: usize = 500;
 /// Hubs voting, at most.
 pub const MAX_HUBS: usize = 64;
 /// A refusal's reason kept, at most (bytes).
@@ -49,6 +50,10 @@ pub struct Record {
 pub struct Rollout {
     /// The version rolling out (`sha256:…`).
     pub hash: String,
+    /// The object's own resourceVersion at that version: a hub whose poll holds an older
+    /// one has not seen it yet, and decides nothing about it.
+    #[serde(default)]
+    pub rv: u64,
     /// The version that last completed (its JSON under `stable_key`); none: the object is
     /// new, and the others do not see it yet.
     #[serde(default)]
@@ -68,6 +73,11 @@ pub struct Rollout {
     /// The refusal that stopped it.
     #[serde(default)]
     pub refused: Option<Refused>,
+    /// Done (Unix seconds): every client is served it; kept a while, so that a hub that
+    /// has not applied the last step yet serves it to everyone rather than taking a
+    /// missing entry for a rollout never begun.
+    #[serde(default)]
+    pub done: Option<u64>,
 }
 
 /// Who refused a version, at which step, and why.
@@ -103,9 +113,9 @@ pub struct Vote {
 }
 
 impl Rollout {
-    /// Whether it still rolls out (not refused).
+    /// Whether it still rolls out (neither refused nor done).
     pub fn rolling(&self) -> bool {
-        self.refused.is_none()
+        self.refused.is_none() && self.done.is_none()
     }
 }
 
@@ -216,6 +226,8 @@ mod tests {
     fn rollout() -> Rollout {
         Rollout {
             hash: hash('a'),
+            rv: 12,
+            done: None,
             from: Some(hash('b')),
             steps: vec![0.01, 0.5, 1.0],
             step: 1,

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::pieces::{self, Pieces, Plan};
 use super::plan::{Context, Seen, plan};
@@ -129,6 +129,15 @@ impl Rollouts {
         for d in dropped {
             self.say_once(format!("{}: {d}", self.store.describe()));
         }
+        // When this hub first saw each rollout's current step (its own clock).
+        let seen = &mut self.clock.steps_seen;
+        seen.retain(|id, (h, st, _)| {
+            (rec.rollouts.get(id)).is_some_and(|r| r.rolling() && r.hash == *h && r.step == *st)
+        });
+        for (id, r) in rec.rollouts.iter().filter(|(_, r)| r.rolling()) {
+            seen.entry(id.clone())
+                .or_insert((r.hash.clone(), r.step, now));
+        }
         for (name, h) in &rec.hubs {
             let moved = self.clock.beats.get(name).is_none_or(|(b, _)| *b != h.beat);
             if moved {
@@ -174,9 +183,12 @@ impl Rollouts {
                 .map_or(0, |v| v.listed);
             let kept = self.tracked.remove(&id);
             let done = match &kept {
-                Some(p) => p.at(f64::INFINITY).cloned(),
+                Some(p) => p.source_at(f64::INFINITY).cloned(),
                 None => prev.top.get(kind, &o.namespace, &o.name).cloned(),
             };
+            // Deleted and made again with the same content (`kubectl replace --force`):
+            // what every client was served.
+            let done = done.or_else(|| self.recreated(&id, o));
             let wanted = self.wanted(&id, o, kept.as_ref(), done.as_ref());
             let current = match (kept, &wanted) {
                 (Some(p), _) => p,
@@ -202,7 +214,29 @@ impl Rollouts {
             }
         }
         self.tracked = next;
+        self.forget_deleted(judged, prev);
         (waits, told)
+    }
+
+    /// `o` (polled under `id`, not served before) if it is an object deleted a moment ago
+    /// made again with the same content.
+    fn recreated(&self, id: &str, o: &Arc<HeldObject>) -> Option<Arc<HeldObject>> {
+        let (gone, _) = self.clock.deleted.get(id)?;
+        (gone.hash == o.hash).then(|| o.clone())
+    }
+
+    /// Keeps what `prev` served that `judged` no longer holds, for `DELETED_KEPT`.
+    fn forget_deleted(&mut self, judged: &Held, prev: &Views) {
+        let now = Instant::now();
+        self.clock
+            .deleted
+            .retain(|_, (_, t)| now < *t + super::DELETED_KEPT);
+        for (kind, id, o) in all(&prev.top) {
+            if judged.get(kind, &o.namespace, &o.name).is_none() && self.clock.deleted.len() < 4096
+            {
+                self.clock.deleted.insert(id, (o.clone(), now));
+            }
+        }
     }
 
     /// What the record asks each cohort be served of `o`, whose cohorts are served
@@ -215,27 +249,57 @@ impl Rollouts {
         done: Option<&Arc<HeldObject>>,
     ) -> Wanted {
         let hash = o.hash.to_string();
-        let stable = || self.state.stables.get(id).map(|(_, s)| s.clone());
+        let rv: u64 = o.resource_version.parse().unwrap_or(0);
+        // The stable version: the one this hub served itself, else the Secret's copy.
+        let stable = |r: &Rollout| -> Option<Option<Arc<HeldObject>>> {
+            let Some(from) = &r.from else {
+                return Some(None);
+            };
+            if let Some(d) = done.filter(|d| d.hash.to_string() == *from) {
+                return Some(Some(d.clone()));
+            }
+            let (h, s) = self.state.stables.get(id)?;
+            (h == from).then(|| Some(s.clone()))
+        };
         match self.state.record.rollouts.get(id) {
+            // Not listed that far yet: every cohort keeps its version.
+            Some(r) if rv < r.rv => Wanted::Keep,
+            Some(r) if r.hash == hash && r.done.is_some() => {
+                Wanted::Plan(vec![(f64::INFINITY, Some(o.clone()))])
+            }
             Some(r) if r.hash == hash && r.rolling() => {
+                // A stable version this hub cannot have (the Secret's copy gone, and it
+                // served none itself: it started since): the version as polled, to every
+                // client, rather than the object gone for those above the step (said).
+                let Some(stable) = stable(r) else {
+                    return Wanted::Plain;
+                };
                 // The last step's threshold is above every cohort: the top view too.
                 let below = if r.below >= 1.0 {
                     f64::INFINITY
                 } else {
                     r.below
                 };
-                Wanted::Plan(vec![(below, Some(o.clone())), (f64::INFINITY, stable())])
+                Wanted::Plan(vec![(below, Some(o.clone())), (f64::INFINITY, stable)])
             }
-            Some(r) if r.hash == hash => {
-                let held = stable().map(|s| Arc::new(held_back(&s, &hash)));
-                Wanted::Plan(vec![(f64::INFINITY, held)])
-            }
+            Some(r) if r.hash == hash => match stable(r) {
+                Some(s) => {
+                    let held = s.map(|s| Arc::new(held_back(&s, &hash)));
+                    Wanted::Plan(vec![(f64::INFINITY, held)])
+                }
+                // Refused, and no good version to serve: what every cohort has, or (a
+                // hub started since) none.
+                None => Wanted::Keep,
+            },
+            // A newer write after a rollout done, with none to run: to every client.
+            Some(r) if r.done.is_some() && self.steps_of(o).is_none() => Wanted::Plain,
             // A newer write the record does not have yet: every cohort keeps its version.
             Some(_) => Wanted::Keep,
             None if !self.published || self.steps_of(o).is_none() => Wanted::Plain,
             None if done.is_some_and(|d| d.hash == o.hash) => Wanted::Plain,
-            // A rollout done (another hub ended it): every cohort on its version.
-            None if kept.is_some_and(|p| p.has_source(&hash)) => Wanted::Plain,
+            // Told apart, and no record of why (the Secret emptied, or not read yet):
+            // every cohort keeps its version until a record says otherwise.
+            None if kept.is_some() => Wanted::Keep,
             // A new version not recorded yet: every cohort keeps its version.
             None => Wanted::Keep,
         }
@@ -288,6 +352,7 @@ impl Rollouts {
             .map(|(kind, id, o)| Seen {
                 done: views.top.get(kind, &o.namespace, &o.name),
                 steps: self.steps_of(o).unwrap_or_default(),
+                fallback: self.settings.steps.fractions().to_vec(),
                 id,
                 object: o,
             })
@@ -301,6 +366,13 @@ impl Rollouts {
         let tracked = &self.tracked;
         let mut gate = |id: &str, r: &Rollout| gate_of(fleet, judged, tracked, id, r, now);
         let mut lowest = |id: &str| lowest_of(fleet, judged, id, now);
+        let steps_seen = &self.clock.steps_seen;
+        let waited = |id: &str, r: &Rollout| {
+            let seen = steps_seen
+                .get(id)
+                .filter(|(h, s, _)| *h == r.hash && *s == r.step);
+            seen.is_some_and(|(_, _, t)| now >= *t + Duration::from_secs(r.wait))
+        };
         let mut cx = Context {
             me: &me,
             now: wall,
@@ -308,6 +380,7 @@ impl Rollouts {
             live: &live,
             gate: &mut gate,
             lowest: &mut lowest,
+            waited: &waited,
         };
         let mut planned = plan(&self.state.record, &seen, &mut cx);
         let forgotten = |name: &str| {
@@ -335,7 +408,8 @@ impl Rollouts {
         rec.hubs.entry(self.me.clone()).or_default().beat += 1;
         let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
         for (id, r) in &rec.rollouts {
-            if r.from.is_none() {
+            // A done rollout's stable version is no one's any more.
+            if r.from.is_none() || r.done.is_some() {
                 continue;
             }
             let key = stable_key(id);
@@ -345,11 +419,15 @@ impl Rollouts {
                 data.insert(key, b);
             }
         }
-        // Past the Secret's bound: the newest rollouts wait for room (they start later).
-        let size = |d: &BTreeMap<String, Vec<u8>>| d.values().map(Vec::len).sum::<usize>();
+        // Past the Secret's bound (its stable versions and its record, as written): the
+        // newest rollouts wait for room (they start later).
+        let size = |d: &BTreeMap<String, Vec<u8>>, rec: &record::Record| {
+            d.values().map(Vec::len).sum::<usize>()
+                + serde_json::to_vec(rec).map_or(usize::MAX, |j| j.len())
+        };
         let started: Vec<String> = added.iter().map(|(id, _)| id.clone()).collect();
         for id in started.iter().rev() {
-            if size(&data) + 64 * 1024 <= record::MAX_BYTES {
+            if size(&data, &rec) <= record::MAX_BYTES {
                 break;
             }
             data.remove(&stable_key(id));
@@ -358,6 +436,13 @@ impl Rollouts {
                 "{id}: no room in {} for its stable version: its rollout waits",
                 self.store.describe()
             ));
+        }
+        if size(&data, &rec) > record::MAX_BYTES {
+            // Still too large (the record itself): nothing is written, nothing advances.
+            let why = format!("the rollouts' state would pass {} bytes", record::MAX_BYTES);
+            self.say_once(why.clone());
+            self.error = Some(why);
+            return;
         }
         let json = serde_json::to_vec(&rec).unwrap_or_default();
         data.insert(RECORD_KEY.into(), json);
@@ -445,17 +530,16 @@ fn gate_of(
         let served = p.served.as_ref().filter(|s| s.hash == hash)?;
         served.resource_version.parse().ok()
     };
-    let refusable_from = (pieces.0.iter())
+    let served: Vec<u64> = (pieces.0.iter())
         .filter_map(|p| p.served.as_ref().filter(|s| s.hash == hash))
         .filter_map(|s| s.resource_version.parse::<u64>().ok())
-        .min()
-        .unwrap_or(u64::MAX);
+        .collect();
     let step = Step {
         kind,
         object: o,
         below: r.below,
         served_at: &served_at,
-        refusable_from,
+        served: &served,
     };
     fleet.gate(&step, now)
 }
@@ -470,7 +554,7 @@ fn lowest_of(fleet: &Fleet, judged: &Held, id: &str, now: Instant) -> Option<f64
         object: o,
         below: 0.0,
         served_at: &none,
-        refusable_from: u64::MAX,
+        served: &[],
     };
     fleet.gate(&step, now).lowest
 }

@@ -34,6 +34,7 @@ fn planned(
     let live = |_: &str| true;
     let mut g = |_: &str, _: &Rollout| gate.clone();
     let mut l = |_: &str| lowest;
+    let waited = |_: &str, _: &Rollout| true;
     let mut cx = Context {
         me: "hub-0",
         now,
@@ -41,6 +42,7 @@ fn planned(
         live: &live,
         gate: &mut g,
         lowest: &mut l,
+        waited: &waited,
     };
     plan(record, objects, &mut cx)
 }
@@ -51,6 +53,7 @@ fn seen<'a>(o: &'a Arc<HeldObject>, done: Option<&'a Arc<HeldObject>>) -> Seen<'
         object: o,
         done,
         steps: STEPS.to_vec(),
+        fallback: STEPS.to_vec(),
     }
 }
 
@@ -137,8 +140,25 @@ fn a_step_advances_once_held_its_wait_with_every_follower_holding() {
     last.rollouts.get_mut(ID).unwrap().step = 2;
     last.rollouts.get_mut(ID).unwrap().below = 2.0;
     let p = planned(&last, &[seen(&new, Some(&old))], 200, holding(3), None);
-    assert!(p.record.rollouts.is_empty(), "{:?}", p.record);
+    assert_eq!(p.record.rollouts[ID].done, Some(200), "{:?}", p.record);
     assert!(p.record.hubs["hub-0"].votes.is_empty());
+    // Kept for every hub to apply, then forgotten.
+    let p = planned(
+        &p.record,
+        &[seen(&new, Some(&new))],
+        200 + DONE_KEPT - 1,
+        holding(3),
+        None,
+    );
+    assert!(p.record.rollouts.contains_key(ID));
+    let p = planned(
+        &p.record,
+        &[seen(&new, Some(&new))],
+        200 + DONE_KEPT,
+        holding(3),
+        None,
+    );
+    assert!(p.record.rollouts.is_empty());
 }
 
 #[test]
@@ -179,6 +199,7 @@ fn another_live_hubs_vote_holds_the_step() {
     let live = |h: &str| h != "hub-1";
     let mut g = |_: &str, _: &Rollout| holding(3);
     let mut l = |_: &str| None;
+    let waited = |_: &str, _: &Rollout| true;
     let mut cx = Context {
         me: "hub-0",
         now: 200,
@@ -186,6 +207,7 @@ fn another_live_hubs_vote_holds_the_step() {
         live: &live,
         gate: &mut g,
         lowest: &mut l,
+        waited: &waited,
     };
     let p = plan(&voted, &[seen(&new, Some(&old))], &mut cx);
     assert_eq!(p.record.rollouts[ID].step, 1);
