@@ -51,9 +51,10 @@ impl Rollouts {
     /// (what was served before), with the gate read off `fleet`.
     pub fn turn(&mut self, judged: Arc<Held>, prev: &Views, fleet: &Fleet) -> Turn {
         let now = Instant::now();
+        // Read at every poll while a rollout runs or a version is new here; else every
+        // `READ_IDLE` (another hub's decisions, a record edited).
         let due = self.clock.last_read.is_none_or(|t| now >= t + READ_IDLE)
-            || !self.state.record.rollouts.is_empty()
-            || !self.tracked.is_empty()
+            || self.state.record.rollouts.values().any(|r| r.rolling())
             || self.news(&judged, prev);
         let fresh = !due || self.read(now);
         if self.state.stored.is_none() {
@@ -90,10 +91,10 @@ impl Rollouts {
     /// Whether `judged` holds a version its clients above every cut are not served (a
     /// rollout may start).
     fn news(&self, judged: &Held, prev: &Views) -> bool {
-        all(judged).any(|(kind, _, o)| {
-            prev.top
-                .get(kind, &o.namespace, &o.name)
-                .is_none_or(|p| p.hash != o.hash)
+        all(judged).any(|(kind, id, o)| {
+            let refused = (self.state.record.rollouts.get(&id))
+                .is_some_and(|r| r.refused.is_some() && r.hash == o.hash.to_string());
+            !refused && (prev.top.get(kind, &o.namespace, &o.name)).is_none_or(|p| p.hash != o.hash)
         })
     }
 
