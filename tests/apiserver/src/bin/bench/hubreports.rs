@@ -45,7 +45,7 @@ pub struct Plan {
 }
 
 /// A follower's interval: its wait at the hub.
-const WAIT: Duration = Duration::from_secs(30);
+pub(super) const WAIT: Duration = Duration::from_secs(30);
 /// What the validator refuses, and what the refusing followers refuse.
 const BAD: &str = "BENCH-BAD-MARK";
 const REFUSE: &str = "BENCH-REFUSE-MARK";
@@ -130,7 +130,7 @@ fn hub_may_write_events(api: &RealApiserver) {
 }
 
 /// A hub, N simulated followers (reporting or not) synced on it.
-fn fleet(
+pub(super) fn fleet(
     api: &RealApiserver,
     cmpoll: &Path,
     tokens: &[String],
@@ -317,7 +317,7 @@ fn print_table(rows: &[Row]) {
 }
 
 /// Object `i` at `round`, its content carrying `mark`.
-fn marked(i: usize, round: usize, mark: &str) -> serde_json::Value {
+pub(super) fn marked(i: usize, round: usize, mark: &str) -> serde_json::Value {
     let mut o = apifleet::object(i, round);
     let key = format!("module-{i}.txt");
     let text = o["data"][&key].as_str().unwrap_or_default().to_string();
@@ -388,6 +388,7 @@ fn events(
     let refusing = Refusing {
         share: plan.refusing,
         marker: REFUSE.into(),
+        confirm: Duration::ZERO,
     };
     let (hubs, mut sim, _d) = fleet(
         api,

@@ -33,11 +33,13 @@ use sha2::{Digest, Sha256};
 pub const REPORT_BIT: u64 = 1 << 40;
 
 /// Followers who refuse (as `--confirm`'s agent would) every version whose content
-/// contains `marker`: the first `share` of them by a stable hash of their index.
+/// contains `marker`: the first `share` of them by a stable hash of their index, each
+/// `confirm` after it committed the version (its agent's confirm time; zero: at once).
 #[derive(Clone, Debug)]
 pub struct Refusing {
     pub share: f64,
     pub marker: String,
+    pub confirm: Duration,
 }
 
 /// A version of a module: its hash and the object's resourceVersion.
@@ -147,6 +149,11 @@ impl Reports {
             return;
         };
         let k = usize::from(refuses);
+        // A refusal leaves once the agent said so: `confirm` after the version came.
+        let delay = match &self.refusing {
+            Some(r) if refuses && !held.refused.is_empty() => r.confirm,
+            _ => Duration::ZERO,
+        };
         let body = match &held.bodies[k] {
             Some(b) => b.clone(),
             None => {
@@ -161,8 +168,8 @@ impl Reports {
             return;
         }
         c.pending = Some(body);
-        if c.due.is_none() && !c.in_flight {
-            c.due = Some(Instant::now());
+        if !c.in_flight && (c.due.is_none() || delay > Duration::ZERO) {
+            c.due = Some(Instant::now() + delay);
         }
     }
 
