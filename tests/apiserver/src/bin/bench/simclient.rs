@@ -99,6 +99,15 @@ pub enum Retry {
 /// Per follower: when it got each (object name, round).
 pub type Seen = HashMap<(String, u64), Instant>;
 
+/// A version of the tracked object (`Sim::track`) as a follower's watch brought it: its
+/// round, when, and whether the hub held it back (`cmpoll.io/held-back`: a rollback).
+#[derive(Clone, Copy, Debug)]
+pub struct Served {
+    pub round: u64,
+    pub at: Instant,
+    pub held_back: bool,
+}
+
 /// What the simulator reports.
 #[derive(Default, Debug, Clone)]
 pub struct Report {
@@ -165,6 +174,8 @@ struct Follower {
     pub listed_at: Option<Instant>,
     /// With reports: the watch's events not yet committed by a bookmark.
     events: Vec<Vec<u8>>,
+    /// Each version of the tracked object its watch brought, in order.
+    served: Vec<Served>,
 }
 
 /// Framing of the response being read.
@@ -204,6 +215,8 @@ pub struct Sim {
     pub report: Report,
     /// Each follower's reports to the hub (`with_reports`), as `cmpoll run` sends them.
     pub reports: Option<Reports>,
+    /// The object whose every version each follower was served is kept (`track`).
+    tracked: Option<String>,
 }
 
 /// A new connection to `addr` for follower `i`, registered with `epoll`.
@@ -259,6 +272,7 @@ impl Sim {
             next_arrival: setup.arrival.map(|_| now),
             report: Report::default(),
             reports: None,
+            tracked: None,
             setup: Arc::new(setup),
         };
         if sim.setup.arrival.is_none() {
@@ -308,6 +322,7 @@ impl Sim {
             failures: 0,
             listed_at: None,
             events: Vec::new(),
+            served: Vec::new(),
         });
     }
 
@@ -412,6 +427,17 @@ impl Sim {
                 r.tick(&self.epoll, &self.config);
             }
         }
+    }
+
+    /// From now on, each version of object `name` a follower's watch brings is kept, in
+    /// order (`served`).
+    pub fn track(&mut self, name: &str) {
+        self.tracked = Some(name.to_string());
+    }
+
+    /// Every follower's versions of the tracked object, in order.
+    pub fn served(&self) -> impl Iterator<Item = &[Served]> {
+        self.followers.iter().map(|f| f.served.as_slice())
     }
 
     /// Every follower's (name, round) → when it was held.
@@ -669,6 +695,13 @@ impl Sim {
                             f.events.push(line.to_vec());
                         }
                         f.seen.entry((name.clone(), round)).or_insert(now);
+                        if self.tracked.as_ref() == Some(&name) {
+                            f.served.push(Served {
+                                round,
+                                at: now,
+                                held_back: find(line, b"cmpoll.io/held-back").is_some(),
+                            });
+                        }
                         let newest = f.newest.entry(name).or_default();
                         if round < *newest {
                             self.report.backwards += 1;
