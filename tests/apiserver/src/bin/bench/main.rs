@@ -28,6 +28,7 @@ mod hubs;
 mod outdir;
 mod pollcost;
 mod rollout;
+mod rollouts;
 mod sidecar;
 mod simclient;
 mod simfleet;
@@ -79,6 +80,8 @@ struct Args {
     sim_check: usize,
     /// The hub-reports part: the share of followers refusing in its events phase.
     refusing: f64,
+    /// The hub-rollouts part: how long a refusing follower's agent takes (`--confirm`).
+    confirm: Duration,
     sim_protocols: Vec<simclient::Protocol>,
     /// The hub-cold part: followers arriving a second, and how long a run may take.
     arrival: f64,
@@ -120,6 +123,7 @@ fn args() -> Args {
         sim_sizes: vec![1000, 5000, 10_000],
         sim_check: 50,
         refusing: 0.1,
+        confirm: Duration::from_secs(1),
         sim_protocols: vec![simclient::Protocol::LongPoll, simclient::Protocol::Watch],
         arrival: 500.0,
         cold_limit: 300,
@@ -151,6 +155,9 @@ fn args() -> Args {
             "--unselected" => a.unselected = v.split(',').map(parse_count).collect(),
             "--sim-check" => a.sim_check = v.parse().expect("--sim-check N"),
             "--refusing" => a.refusing = v.parse().expect("--refusing SHARE"),
+            "--confirm" => {
+                a.confirm = Duration::from_secs_f64(v.parse().expect("--confirm SECONDS"))
+            }
             "--arrival" => a.arrival = v.parse().expect("--arrival FOLLOWERS_A_SECOND"),
             "--cold-limit" => a.cold_limit = v.parse().expect("--cold-limit SECONDS"),
             "--sim-protocols" => {
@@ -168,7 +175,7 @@ fn args() -> Args {
             }
             _ => {
                 eprintln!(
-                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency,hub-hostile] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-keys 2] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH] [--sim-sizes 1k,5k,10k] [--sim-check 50] [--sim-protocols longpoll,watch] [--arrival 500] [--cold-limit 300] [--refusing 0.1]"
+                    "usage: bench [--sizes 1k,10k,50k,100k] [--bytes 2048] [--runs 3] [--steady-polls 100] [--fleet 100] [--only sizes,crossover,fleet,outdir,sidecar,apiserver-fleet,latency,hub-hostile] [--outdir-sizes 10k,100k] [--outdir-bytes 512] [--outdir-keys 2] [--outdir-layout files] [--baseline PATH] [--dashboards 300] [--quiet 60] [--fleet-sizes 10,100,300] [--fleet-objects 100,1000] [--phase 30] [--contenders 'cmpoll auto,informer'] [--requests 300] [--also LABEL=PATH] [--sim-sizes 1k,5k,10k] [--sim-check 50] [--sim-protocols longpoll,watch] [--arrival 500] [--cold-limit 300] [--refusing 0.1] [--confirm 1]"
                 );
                 std::process::exit(2);
             }
@@ -786,6 +793,19 @@ fn main() {
                 check: a.sim_check,
                 refusing: a.refusing,
                 also: a.also.clone(),
+            },
+        );
+        println!();
+    }
+    // Rollouts at a fleet's scale (issue 60); by name only.
+    if a.only.iter().any(|o| o == "hub-rollouts") {
+        rollouts::run(
+            &cmpoll,
+            &rollouts::Plan {
+                sizes: a.sim_sizes.clone(),
+                objects: a.fleet_objects.first().copied().unwrap_or(1000),
+                check: a.sim_check,
+                confirm: a.confirm,
             },
         );
         println!();
