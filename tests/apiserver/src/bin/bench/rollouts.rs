@@ -520,6 +520,8 @@ struct Good {
     cpu: f64,
     peak_kib: u64,
     errors: u64,
+    /// The simulator's answers, broken watches, reconnects and reports, as counted.
+    counts: String,
     status: String,
 }
 
@@ -582,7 +584,7 @@ impl Bench<'_> {
             }
         }
         println!(
-            "  N={n} bad version (load {}): received by {} (first step by cohort {}, 1 % = {}), {} back on the last good version held back within {} s of getting it (the last {} s after the write); {} of {n} end held back; {} went back otherwise; reports {:?}; errors {}",
+            "  N={n} bad version (load {}): received by {} (first step by cohort {}, 1 % = {}), {} back on the last good version held back within {} s of getting it (the last {} s after the write); {} of {n} end held back; {} went back otherwise; answers {:?}, broken {}, reconnects {}; reports {:?}; errors {}",
             out.load,
             out.received,
             out.first_step,
@@ -592,6 +594,9 @@ impl Bench<'_> {
             opt(out.last_back),
             out.held_back,
             out.went_back,
+            sim.report.codes,
+            sim.report.broken,
+            sim.report.reconnects,
             sim.reports.as_ref().map(|r| r.counts.clone()),
             out.errors
         );
@@ -676,6 +681,14 @@ impl Bench<'_> {
             cpu: cpu1 - cpu0,
             peak_kib: peak,
             errors: errors(sim),
+            counts: format!(
+                "answers {:?}, broken {}, reconnects {}, relists {}; reports {:?}",
+                sim.report.codes,
+                sim.report.broken,
+                sim.report.reconnects,
+                sim.report.relists,
+                sim.reports.as_ref().map(|r| r.counts.clone())
+            ),
             status: String::new(),
         }
     }
@@ -723,6 +736,7 @@ fn print_good(label: &str, n: usize, g: &Good) {
             format!("; {}", g.status)
         }
     );
+    println!("  ({})", g.counts);
 }
 
 fn print_table(plan: &Plan, rows: &[(usize, Bad, Good, Good)]) {
