@@ -87,12 +87,26 @@ fn a_version_the_hub_refuses_reaches_no_follower_and_new_ones_start_on_the_last_
         .as_str()
         .unwrap()
         .to_string();
-    // A plain watcher of the hub from the good version, as kubectl get -w would hold it.
+    // A plain watcher of the hub from its list's version, as kubectl get -w lists then
+    // watches (the object's own version may be older than the hub's first poll, which
+    // never saw what came before it: a 410, as the apiserver's watch cache answers it).
+    let (_, _, listed) = get(
+        &hub.url(),
+        &hub.ca,
+        &token,
+        &format!("/api/v1/namespaces/{ns}/configmaps"),
+        &[],
+    );
+    let listed: Value = serde_json::from_slice(&listed).unwrap();
+    let list_rv = listed["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let watcher = HeldOpen::open(
         &hub.url(),
         &hub.ca,
         &token,
-        &format!("/api/v1/namespaces/{ns}/configmaps?watch=true&resourceVersion={good_rv}"),
+        &format!("/api/v1/namespaces/{ns}/configmaps?watch=true&resourceVersion={list_rv}"),
         120.0,
     );
 
