@@ -315,6 +315,32 @@ mod tests {
         assert_eq!(dropped.len(), 1);
     }
 
+    /// A step's threshold raised just above a follower's cohort reads back exactly: read
+    /// one float lower, that follower was in no step (serde_json's default float parser is
+    /// not exact; the crate reads with `float_roundtrip`).
+    #[test]
+    fn a_threshold_reads_back_bit_for_bit() {
+        let lowest = 0.010635610924791927_f64;
+        let mut r = Record::default();
+        let mut x = rollout();
+        x.step = 0;
+        x.below = f64::from_bits(lowest.to_bits() + 1);
+        r.rollouts.insert("configmap/ns/a".into(), x.clone());
+        let (back, dropped) = read(&serde_json::to_vec(&r).unwrap());
+        assert!(dropped.is_empty(), "{dropped:?}");
+        let below = back.rollouts["configmap/ns/a"].below;
+        assert_eq!(below.to_bits(), x.below.to_bits());
+        assert!(lowest < below);
+        // And over many cohorts: each raised threshold stays above its cohort.
+        for i in 0..2000 {
+            let h = crate::serve::views::cohort(&format!("fleet-agents/agent-{i}"));
+            let raised = f64::from_bits(h.to_bits() + 1);
+            let json = serde_json::to_vec(&raised).unwrap();
+            let back: f64 = serde_json::from_slice(&json).unwrap();
+            assert!(h < back, "{i}: {raised} read back as {back}, not above {h}");
+        }
+    }
+
     #[test]
     fn a_stable_key_is_the_ids_digest() {
         // printf %s configmap/ns/a | sha256sum
