@@ -29,6 +29,9 @@ pub struct Rollout {
     pub name: String,
     pub hash: String,
     pub from: Option<String>,
+    /// `rolling`, `refused` or `done` (kept a while after).
+    #[serde(default)]
+    pub state: String,
     pub step: usize,
     pub steps: usize,
     pub fraction: f64,
@@ -74,7 +77,7 @@ fn plain(s: &str) -> String {
 }
 
 fn line(r: &Rollout) -> String {
-    let pct = crate::serve::rollout::percent(r.fraction);
+    let pct = crate::serve::rollout::shown::percent(r.fraction);
     match &r.refused {
         Some(x) => {
             let why = plain(&crate::reason::cut(first_line(&x.reason), 120));
@@ -91,6 +94,7 @@ fn line(r: &Rollout) -> String {
                 plain(&x.by)
             )
         }
+        None if r.state == "done" => format!("done: every client is served {}", short(&r.hash)),
         None => {
             let followers: usize = r.votes.values().map(|v| v.followers).sum();
             let holding: usize = r.votes.values().map(|v| v.holding).sum();

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use super::intake::By;
 use super::state::Fleet;
 use crate::serve::held::HeldObject;
-use crate::serve::views::cohort;
 use crate::source::Resource;
 
 /// A step, as the gate is asked about it.
@@ -71,7 +70,7 @@ impl Fleet {
             let Some(position) = matching.map(|s| s.position()).max() else {
                 continue;
             };
-            let h = cohort(name);
+            let h = f.cohort;
             out.lowest = Some(out.lowest.map_or(h, |l: f64| l.min(h)));
             if h >= step.below {
                 continue;

@@ -125,6 +125,8 @@ pub struct Follower {
     pub holds: Box<[Holding]>,
     /// It holds more than it reported.
     pub truncated: bool,
+    /// Its cohort (`views::cohort` of its name), made once.
+    pub cohort: f64,
     /// What it keeps, in bytes.
     bytes: usize,
 }
@@ -295,6 +297,8 @@ impl Fleet {
         let kept_wait = before
             .as_ref()
             .map_or(0, |b| b.wait.load(Ordering::Relaxed));
+        let cohort =
+            (before.as_ref()).map_or_else(|| crate::serve::views::cohort(name), |b| b.cohort);
         let (scopes, holds, truncated) = make(before);
         let bytes = std::mem::size_of::<Follower>()
             + name.len()
@@ -325,6 +329,7 @@ impl Fleet {
                 scopes,
                 holds,
                 truncated,
+                cohort,
                 bytes,
             },
         );

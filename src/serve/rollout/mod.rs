@@ -24,6 +24,7 @@
 pub mod pieces;
 pub mod plan;
 pub mod record;
+pub mod shown;
 pub mod steps;
 pub mod store;
 mod turn;
@@ -47,6 +48,8 @@ pub const HUB_FORGOTTEN: Duration = Duration::from_secs(600);
 /// How long an object deleted is remembered (a recreation with the same content is the
 /// version every client was served, not a new one).
 pub const DELETED_KEPT: Duration = Duration::from_secs(600);
+/// How often a hub asks its rollouts' gates when nothing else moved.
+pub const DECIDE_EVERY: Duration = Duration::from_secs(2);
 /// How often a hub with nothing rolling reads the record (to learn of another hub's
 /// rollouts).
 pub const READ_IDLE: Duration = Duration::from_secs(5);
@@ -94,6 +97,9 @@ struct Clock {
     started: Instant,
     last_write: Option<Instant>,
     last_read: Option<Instant>,
+    last_decide: Option<Instant>,
+    /// `DECIDE_EVERY` (tests turn faster).
+    decide_every: Duration,
     /// By id: the rollout's version and step, and when this hub first saw that step.
     steps_seen: HashMap<String, (String, usize, Instant)>,
     /// By id: an object served and then gone, and when (a recreation with the same
@@ -115,6 +121,8 @@ impl Rollouts {
                 started: Instant::now(),
                 last_write: None,
                 last_read: None,
+                last_decide: None,
+                decide_every: DECIDE_EVERY,
                 steps_seen: HashMap::new(),
                 deleted: HashMap::new(),
             },
@@ -132,6 +140,23 @@ impl Rollouts {
         self.error.as_deref()
     }
 
+    /// What `/status` says of the rollouts (`shown::status`).
+    pub fn status(&self) -> serde_json::Value {
+        let state = shown::State {
+            secret: self.store.describe(),
+            read: self.state.stored.is_some(),
+            error: self.error.clone(),
+            hub: self.me.clone(),
+            wait: self.settings.wait,
+        };
+        shown::status(&self.state.record, &state)
+    }
+
+    /// What the hub tells the authors of refused versions (`shown::notices`).
+    pub fn notices(&self, served: &super::held::Held) -> Vec<super::telling::Notice> {
+        shown::notices(&self.state.record, served)
+    }
+
     /// Says `what` once at warning.
     fn say_once(&mut self, what: String) {
         if self.said.len() < 1024 && self.said.insert(what.clone()) {
@@ -140,111 +165,5 @@ impl Rollouts {
     }
 }
 
-impl Rollouts {
-    /// What `/status` says: `rollouts` (each object rolling out or refused: its step of
-    /// how many, the threshold, since when, every hub's vote, the refusal) and
-    /// `rolloutState` (the Secret, and why it cannot be read or written, if so).
-    pub fn status(&self) -> serde_json::Value {
-        let rollouts: Vec<serde_json::Value> = (self.state.record.rollouts.iter())
-            .map(|(id, r)| {
-                let (kind, ns, name) = self::record::parse(id);
-                let votes: serde_json::Map<String, serde_json::Value> = (self.state.record.hubs.iter())
-                    .filter_map(|(hub, h)| {
-                        let v = h.votes.get(id)?;
-                        Some((hub.clone(), serde_json::json!({"step": v.step + 1,
-                            "followers": v.followers, "holding": v.holding, "holds": v.holds})))
-                    })
-                    .collect();
-                serde_json::json!({
-                    "kind": kind, "namespace": ns, "name": name,
-                    "hash": r.hash, "from": r.from,
-                    "state": if r.rolling() { "rolling" } else { "refused" },
-                    "step": r.step + 1, "steps": r.steps.len(),
-                    "fraction": r.steps[r.step.min(r.steps.len() - 1)],
-                    "below": r.below, "since": r.since, "waitSeconds": r.wait,
-                    "votes": votes,
-                    "refused": r.refused.as_ref().map(|x| serde_json::json!({
-                        "step": x.step + 1, "follower": x.follower, "by": x.by, "reason": x.reason})),
-                })
-            })
-            .collect();
-        serde_json::json!({
-            "rollouts": rollouts,
-            "rolloutState": {
-                "secret": self.store.describe(),
-                "read": self.state.stored.is_some(),
-                "error": self.error,
-                "hub": self.me,
-                "waitSeconds": self.settings.wait.as_secs(),
-            },
-        })
-    }
-}
 #[cfg(test)]
 mod tests;
-
-impl Rollouts {
-    /// What the hub tells the authors (`telling.rs`): each version a follower refused
-    /// during its rollout, once, with the step, who and why (a follower's words, cut, and
-    /// for a Secret its validator's exit status only: `fleet::intake`), and what every
-    /// client is served instead; `served` what the clients above every cut are served.
-    pub fn notices(&self, served: &super::held::Held) -> Vec<super::telling::Notice> {
-        let mut out = Vec::new();
-        for (id, r) in &self.state.record.rollouts {
-            let (Some(x), Some((kind, ns, name))) =
-                (&r.refused, super::validated::memory::parse_id(id))
-            else {
-                continue;
-            };
-            let (Some(o), Some(hash)) = (
-                served.get(kind, ns, name),
-                crate::poll::hash::Hash::parse(&r.hash),
-            ) else {
-                continue;
-            };
-            let instead = match &r.from {
-                Some(from) => format!(
-                    "every client is served its last good version {}",
-                    short(from)
-                ),
-                None => "it is served to no client: no version of it completed a rollout".into(),
-            };
-            out.push(super::telling::Notice {
-                regarding: crate::report::Regarding {
-                    kind,
-                    namespace: ns.to_string(),
-                    name: name.to_string(),
-                    uid: o.uid(),
-                    resource_version: o.resource_version.clone(),
-                },
-                hash,
-                reason: "Refused",
-                // The words last: the note is cut at 1 KiB.
-                message: format!(
-                    "version {} refused at step {} of {} ({}) of its rollout by {} ({}); {instead}: {}",
-                    short(&r.hash),
-                    x.step + 1,
-                    r.steps.len(),
-                    percent(r.steps[x.step.min(r.steps.len() - 1)]),
-                    x.follower,
-                    x.by,
-                    x.reason,
-                ),
-                count: 1,
-            });
-        }
-        out
-    }
-}
-
-/// `sha256:` and the first 12 hex digits.
-fn short(hash: &str) -> &str {
-    record::cut(hash, 7 + 12)
-}
-
-/// A fraction as a percentage, as `--rollout` writes it.
-pub fn percent(f: f64) -> String {
-    let p = format!("{:.3}", f * 100.0);
-    let p = p.trim_end_matches('0').trim_end_matches('.');
-    format!("{p}%")
-}

@@ -53,10 +53,29 @@ impl Rollouts {
         let now = Instant::now();
         // Read at every poll while a rollout runs or a version is new here; else every
         // `READ_IDLE` (another hub's decisions, a record edited).
+        let news = self.news(&judged, prev);
         let due = self.clock.last_read.is_none_or(|t| now >= t + READ_IDLE)
             || self.state.record.rollouts.values().any(|r| r.rolling())
-            || self.news(&judged, prev);
+            || news;
+        let read_at = self
+            .state
+            .stored
+            .as_ref()
+            .map(|s| s.resource_version.clone());
         let fresh = !due || self.read(now);
+        // The gates are asked (each a pass over the followers) when something may have
+        // moved: a new version here, a record another hub wrote, or every `DECIDE_EVERY`.
+        let moved = news
+            || read_at
+                != self
+                    .state
+                    .stored
+                    .as_ref()
+                    .map(|s| s.resource_version.clone())
+            || self
+                .clock
+                .last_decide
+                .is_none_or(|t| now >= t + self.clock.decide_every);
         if self.state.stored.is_none() {
             return Turn {
                 views: None,
@@ -68,8 +87,10 @@ impl Rollouts {
         let (waits, told) = self.apply(&judged, prev);
         let views = self.views(&judged, prev);
         self.published = true;
-        if fresh {
-            self.decide(&judged, &views, fleet, waits && self.fence <= told);
+        let fence = waits && self.fence <= told;
+        if fresh && (moved || fence) {
+            self.clock.last_decide = Some(now);
+            self.decide(&judged, &views, fleet, fence);
         }
         let behind = match waits {
             true => (judged.scopes.iter())

@@ -10,7 +10,11 @@ fn two_hubs(steps: &str) -> (Loop, Loop) {
     let shared = Shared::default();
     let hub = |name: &str| {
         let mut l = Loop::new(steps, MemoryStore::default());
-        l.rollouts = Rollouts::new(settings(steps), name.into(), Box::new(shared.clone()));
+        l.rollouts = quick(Rollouts::new(
+            settings(steps),
+            name.into(),
+            Box::new(shared.clone()),
+        ));
         l
     };
     (hub("hub-1"), hub("hub-2"))
