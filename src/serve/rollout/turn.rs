@@ -284,8 +284,10 @@ impl Rollouts {
             (h == from).then(|| Some(s.clone()))
         };
         match self.state.record.rollouts.get(id) {
-            // Not listed that far yet: every cohort keeps its version.
-            Some(r) if rv < r.rv => Wanted::Keep,
+            // Not listed that far yet: every cohort keeps its version (a hub that served
+            // nothing yet serves what it listed: nothing kept is no object at all).
+            Some(r) if rv < r.rv && self.published => Wanted::Keep,
+            Some(r) if rv < r.rv => Wanted::Plain,
             Some(r) if r.hash == hash && r.done.is_some() => {
                 Wanted::Plan(vec![(f64::INFINITY, Some(o.clone()))])
             }

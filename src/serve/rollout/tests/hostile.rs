@@ -330,3 +330,26 @@ fn annotations_cannot_ask_for_a_view_each() {
         .count();
     assert_eq!(rolling, plan::MAX_CUTS, "the others wait");
 }
+
+#[test]
+fn a_hub_started_behind_the_record_serves_what_it_listed_not_nothing() {
+    let (low, high) = low_and_high();
+    let store = MemoryStore::default();
+    let mut l = Loop::new("50%,100%", store.clone());
+    l.rollouts.settings.wait = Duration::from_secs(3600);
+    l.follows(&low, 100);
+    l.follows(&high, 100);
+    l.poll(100, 50);
+    l.poll(110, 105);
+    l.poll(120, 105);
+    // A hub started now whose first list is older than the record's version.
+    let mut fresh = Loop::new("50%,100%", store.clone());
+    fresh.poll(108, 50);
+    assert_eq!(data(&fresh, &low).as_deref(), Some("50"));
+    assert_eq!(data(&fresh, &high).as_deref(), Some("50"));
+    // Once it lists the version, it serves the step the record says.
+    fresh.poll(130, 105);
+    fresh.poll(140, 105);
+    assert_eq!(data(&fresh, &low).as_deref(), Some("105"));
+    assert_eq!(data(&fresh, &high).as_deref(), Some("50"));
+}
