@@ -503,7 +503,7 @@ fn reread(id: &str, json: &[u8]) -> Result<HeldObject, String> {
 }
 
 /// `good` as served while `held` is held back: with the annotation saying so.
-fn with_annotation(good: &HeldObject, held: &Hash) -> HeldObject {
+pub fn with_annotation(good: &HeldObject, held: &Hash) -> HeldObject {
     let raw = annotation::held_back(&good.raw, &held.to_string()).unwrap_or_else(|| {
         log::warn!(
             "{}/{}: cannot annotate its last good version (its metadata is not an object): served without {}",

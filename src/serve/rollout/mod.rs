@@ -21,6 +21,7 @@
 //! anything the hub told its watchers: a hub that learns of a change writes the Secret
 //! (its beat) and applies it at a poll that lists past that write.
 
+mod lookups;
 pub mod pieces;
 pub mod plan;
 pub mod record;

@@ -8,20 +8,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::pieces::{self, Pieces, Plan};
+use super::lookups::{
+    all, annotation_of, decisions, empty, from_views, gate_of, lowest_of, reread,
+};
+use super::pieces::{Pieces, Plan};
 use super::plan::{Context, Seen, plan};
 use super::record::{self, RECORD_KEY, Rollout, stable_key};
 use super::steps::{ANNOTATION, Steps};
 use super::store::{Stored, Wrote};
 use super::{BEAT, HUB_FORGOTTEN, HUB_GONE, READ_IDLE, Rollouts};
 use crate::serve::fleet::Fleet;
-use crate::serve::fleet::gate::{Gate, Step};
 use crate::serve::held::{Held, HeldObject};
-use crate::serve::validated::annotation;
-use crate::serve::validated::memory;
+use crate::serve::validated::{memory, with_annotation};
 use crate::serve::views::Views;
-use crate::source::reader::read_object;
-use crate::source::{KeyFilter, Resource};
+use crate::source::Resource;
 
 /// What the record asks of one object's cohorts.
 enum Wanted {
@@ -308,7 +308,7 @@ impl Rollouts {
             }
             Some(r) if r.hash == hash => match stable(r) {
                 Some(s) => {
-                    let held = s.map(|s| Arc::new(held_back(&s, &hash)));
+                    let held = s.map(|s| Arc::new(with_annotation(&s, &o.hash)));
                     Wanted::Plan(vec![(f64::INFINITY, held)])
                 }
                 // Refused, and no good version to serve: what every cohort has, or (a
@@ -498,151 +498,4 @@ impl Rollouts {
             }
         }
     }
-}
-
-/// The decisions that make `after` of `before`.
-fn decisions(before: &record::Record, after: &record::Record) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    for (id, r) in &after.rollouts {
-        match before.rollouts.get(id) {
-            None => out.push("started"),
-            Some(b) if b.hash != r.hash => out.push("started"),
-            Some(b) if b.rolling() && !r.rolling() => out.push("refused"),
-            Some(b) if r.step > b.step => out.push("advanced"),
-            Some(_) => {}
-        }
-    }
-    for (id, b) in &before.rollouts {
-        if !after.rollouts.contains_key(id) {
-            let last = b.rolling() && b.step + 1 == b.steps.len();
-            out.push(if last { "completed" } else { "ended" });
-        }
-    }
-    out
-}
-
-/// The Secret before it exists.
-fn empty() -> Stored {
-    Stored {
-        resource_version: String::new(),
-        data: BTreeMap::new(),
-    }
-}
-
-/// The gate of `r` (the rollout of `id`) among `fleet`'s followers.
-fn gate_of(
-    fleet: &Fleet,
-    judged: &Held,
-    tracked: &BTreeMap<String, Pieces>,
-    id: &str,
-    r: &Rollout,
-    now: Instant,
-) -> Gate {
-    let Some((kind, ns, name)) = memory::parse_id(id) else {
-        return Gate::default();
-    };
-    let (Some(o), Some(pieces)) = (judged.get(kind, ns, name), tracked.get(id)) else {
-        // Not served to any cohort yet: nobody holds it.
-        return Gate {
-            followers: 1,
-            ..Gate::default()
-        };
-    };
-    let hash = o.hash;
-    let served_at = |h: f64| {
-        let p = pieces.0.iter().find(|p| h < p.hi)?;
-        let served = p.served.as_ref().filter(|s| s.hash == hash)?;
-        served.resource_version.parse().ok()
-    };
-    let served: Vec<u64> = (pieces.0.iter())
-        .filter_map(|p| p.served.as_ref().filter(|s| s.hash == hash))
-        .filter_map(|s| s.resource_version.parse::<u64>().ok())
-        .collect();
-    let step = Step {
-        kind,
-        object: o,
-        below: r.below,
-        served_at: &served_at,
-        served: &served,
-    };
-    fleet.gate(&step, now)
-}
-
-/// The lowest cohort among the followers of the object `id`.
-fn lowest_of(fleet: &Fleet, judged: &Held, id: &str, now: Instant) -> Option<f64> {
-    let (kind, ns, name) = memory::parse_id(id)?;
-    let o = judged.get(kind, ns, name)?;
-    let none = |_: f64| None;
-    let step = Step {
-        kind,
-        object: o,
-        below: 0.0,
-        served_at: &none,
-        served: &[],
-    };
-    fleet.gate(&step, now).lowest
-}
-
-/// `o`'s pieces as `prev` served it, cohort by cohort.
-fn from_views(prev: &Views, kind: Resource, o: &HeldObject) -> Pieces {
-    let mut out: Vec<pieces::Piece> = Vec::new();
-    for (band, held) in prev.bands() {
-        let served = held.get(kind, &o.namespace, &o.name).cloned();
-        match out.last_mut() {
-            Some(last) if pieces::same(&last.served, &served) => last.hi = band.hi,
-            _ => out.push(pieces::Piece {
-                hi: band.hi,
-                source: served.clone(),
-                served,
-            }),
-        }
-    }
-    Pieces(out)
-}
-
-/// Every object of `held`, with its kind and id.
-fn all(held: &Held) -> impl Iterator<Item = (Resource, String, &Arc<HeldObject>)> {
-    [Resource::ConfigMaps, Resource::Secrets]
-        .into_iter()
-        .filter(|k| held.serves(*k))
-        .flat_map(move |k| {
-            held.objects(k, None)
-                .map(move |o| (k, memory::id(k, &o.namespace, &o.name), o))
-        })
-}
-
-/// The value of annotation `key` of `o` (read from its metadata).
-fn annotation_of(o: &HeldObject, key: &str) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Meta {
-        #[serde(default)]
-        annotations: Option<BTreeMap<String, String>>,
-    }
-    let meta: Meta = serde_json::from_slice(o.raw.metadata()).ok()?;
-    meta.annotations?.remove(key)
-}
-
-/// `stable` as served while `refused` is held back.
-fn held_back(stable: &HeldObject, refused: &str) -> HeldObject {
-    let raw = annotation::held_back(&stable.raw, refused).unwrap_or_else(|| stable.raw.clone());
-    HeldObject::new(
-        stable.namespace.clone(),
-        stable.name.clone(),
-        stable.resource_version.clone(),
-        stable.labels.clone(),
-        raw,
-        stable.hash,
-    )
-}
-
-/// A stable version read back from the Secret: the object its id names.
-fn reread(id: &str, json: &[u8]) -> Result<HeldObject, String> {
-    let fail = |why: &str| format!("{id}: its stable version {why}");
-    let (kind, ns, name) = memory::parse_id(id).ok_or_else(|| fail("has no id"))?;
-    let (_, _, item) = read_object(json, &KeyFilter::all(), kind, None, true)
-        .map_err(|_| fail("cannot be read"))?;
-    if item.namespace != ns || item.name != name {
-        return Err(fail("is another object"));
-    }
-    HeldObject::of_item(item).map_err(|_| fail("cannot be read"))
 }
