@@ -209,12 +209,25 @@ impl Follower {
     }
 
     /// The contents of its key in every version it applied, in order.
+    ///
+    /// The daemon switches the file before it prints the event, so this reads the stream
+    /// until its last content is what the file holds now (at most 5 s), then answers.
     fn applied(&mut self) -> Vec<String> {
         let (module, key) = (self.module.clone(), self.key.clone());
-        (self.pump().iter())
-            .filter(|e| (e["type"] == "added" || e["type"] == "updated") && e["module"] == module)
-            .map(|e| e["files"][&key].as_str().unwrap_or("?").to_string())
-            .collect()
+        let start = Instant::now();
+        loop {
+            let now = self.holds();
+            let applied: Vec<String> = (self.pump().iter())
+                .filter(|e| {
+                    (e["type"] == "added" || e["type"] == "updated") && e["module"] == module
+                })
+                .map(|e| e["files"][&key].as_str().unwrap_or("?").to_string())
+                .collect();
+            if applied.last() == now.as_ref() || start.elapsed() > Duration::from_secs(5) {
+                return applied;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Waits for its `rejected` event about its module: its reason, and when it was read.
