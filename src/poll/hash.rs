@@ -41,6 +41,11 @@ impl Hash {
         Some(Hash(out))
     }
 
+    /// Whether `s` is this hash in the `sha256:<hex>` form (read, not made: no allocation).
+    pub fn is(&self, s: &str) -> bool {
+        Hash::parse(s).is_some_and(|h| h == *self)
+    }
+
     /// The first `n` hex digits, for tables.
     pub fn short(&self, n: usize) -> String {
         let full = self.to_string();
@@ -111,6 +116,9 @@ mod tests {
             &format!("{h}0"),
         ] {
             assert_eq!(Hash::parse(bad), None, "{bad}");
+            assert!(!h.is(bad), "{bad}");
         }
+        assert!(h.is(&h.to_string()));
+        assert!(!Hash::of([]).is(&h.to_string()));
     }
 }

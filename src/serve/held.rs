@@ -203,6 +203,19 @@ impl Held {
         self.objects[kind.index()].get(&format!("{namespace}/{name}"))
     }
 
+    /// Every object of `kind` with its key (`namespace/name`), in key order: for passes
+    /// over every object that look each up elsewhere (`by_key`) without making its key.
+    pub fn keyed(&self, kind: Resource) -> impl Iterator<Item = (&str, &Arc<HeldObject>)> {
+        self.objects[kind.index()]
+            .iter()
+            .map(|(k, o)| (k.as_str(), o))
+    }
+
+    /// One object, by its key (`namespace/name`).
+    pub fn by_key(&self, kind: Resource, key: &str) -> Option<&Arc<HeldObject>> {
+        self.objects[kind.index()].get(key)
+    }
+
     /// Objects held, of every kind.
     pub fn len(&self) -> usize {
         self.objects.iter().map(BTreeMap::len).sum()
@@ -303,13 +316,19 @@ impl Held {
             let before = (prev.scopes.iter()).find(|s| s.kind == kind && s.namespace == namespace);
             let same = |s: &ListedScope| {
                 let ns = s.namespace.as_deref();
-                let now = held
-                    .objects(kind, ns)
-                    .map(|o| (o.key(), &o.resource_version));
-                let then = prev
-                    .objects(kind, ns)
-                    .map(|o| (o.key(), &o.resource_version));
-                now.eq(then)
+                // The same objects at the same versions (no key made per object).
+                let (mut now, mut then) = (held.objects(kind, ns), prev.objects(kind, ns));
+                loop {
+                    match (now.next(), then.next()) {
+                        (None, None) => break true,
+                        (Some(a), Some(b))
+                            if Arc::ptr_eq(a, b)
+                                || (a.namespace == b.namespace
+                                    && a.name == b.name
+                                    && a.resource_version == b.resource_version) => {}
+                        _ => break false,
+                    }
+                }
             };
             let changed = match before {
                 Some(s) if same(s) => s.changed,
@@ -326,21 +345,19 @@ impl Held {
     }
 
     /// This poll as served under `--validate` (`validated.rs`): each object as `pick`
-    /// says (itself, another version of it, or none), each scope's `changed` against
+    /// says from its kind, key and self (itself, another version of it, or none), each scope's `changed` against
     /// `prev`, what was served before.
     pub fn picked(
         &self,
         prev: &Held,
-        mut pick: impl FnMut(Resource, &Arc<HeldObject>) -> Option<Arc<HeldObject>>,
+        mut pick: impl FnMut(Resource, &str, &Arc<HeldObject>) -> Option<Arc<HeldObject>>,
     ) -> Held {
-        let mut objects = [BTreeMap::new(), BTreeMap::new()];
-        for kind in [Resource::ConfigMaps, Resource::Secrets] {
-            for (key, o) in &self.objects[kind.index()] {
-                if let Some(p) = pick(kind, o) {
-                    objects[kind.index()].insert(key.clone(), p);
-                }
-            }
-        }
+        let mut picked = |kind: Resource| -> BTreeMap<String, Arc<HeldObject>> {
+            (self.objects[kind.index()].iter())
+                .filter_map(|(key, o)| Some((key.clone(), pick(kind, key, o)?)))
+                .collect()
+        };
+        let objects = [picked(Resource::ConfigMaps), picked(Resource::Secrets)];
         let listed = (self.scopes.iter())
             .map(|s| (s.kind, s.namespace.clone(), s.listed))
             .collect();

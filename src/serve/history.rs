@@ -335,29 +335,30 @@ fn diff(prev: &Held, next: &Held, kind: Resource, at: (Instant, u64), out: &mut 
         next.versions(kind, Some(&o.namespace))
             .map_or(0, |v| v.listed)
     };
-    let mut old = prev.objects(kind, None).peekable();
-    let mut new = next.objects(kind, None).peekable();
+    // Keyed as held (`namespace/name`): no key made per object, per band, per poll.
+    let mut old = prev.keyed(kind).peekable();
+    let mut new = next.keyed(kind).peekable();
     loop {
         let order = match (old.peek(), new.peek()) {
             (None, None) => break,
             (Some(_), None) => std::cmp::Ordering::Less,
             (None, Some(_)) => std::cmp::Ordering::Greater,
-            (Some(a), Some(b)) => a.key().cmp(&b.key()),
+            (Some((a, _)), Some((b, _))) => a.cmp(b),
         };
         match order {
             std::cmp::Ordering::Less => {
-                let Some(a) = old.next() else { break };
+                let Some((_, a)) = old.next() else { break };
                 out.push(Change::new(gone_at(a), Some(a.clone()), None, at));
             }
             std::cmp::Ordering::Greater => {
-                let Some(b) = new.next() else { break };
+                let Some((_, b)) = new.next() else { break };
                 out.push(Change::new(rv(b), None, Some(b.clone()), at));
             }
             std::cmp::Ordering::Equal => {
-                let (Some(a), Some(b)) = (old.next(), new.next()) else {
+                let (Some((_, a)), Some((_, b))) = (old.next(), new.next()) else {
                     break;
                 };
-                if a.resource_version != b.resource_version {
+                if !Arc::ptr_eq(a, b) && a.resource_version != b.resource_version {
                     out.push(Change::new(rv(b), Some(a.clone()), Some(b.clone()), at));
                 }
             }

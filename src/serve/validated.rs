@@ -211,7 +211,7 @@ impl Validated {
         out.pending = self.workers.in_flight();
         out.cannot = self.objects.values().find_map(|j| j.error.clone());
         let mut awaited: Vec<(crate::source::Resource, String, u64)> = Vec::new();
-        let mut served = upstream.picked(prev, |kind, o| {
+        let mut served = upstream.picked(prev, |kind, _, o| {
             let id = memory::id(kind, &o.namespace, &o.name);
             let j = self.objects.get_mut(&id)?;
             if j.known.good == Some(o.hash) {

@@ -1,9 +1,10 @@
 //! What a turn of the rollouts (`turn.rs`) looks up, and makes of what it finds: the gate
 //! of a rollout's step and the lowest cohort among an object's followers (`fleet::gate`),
-//! an object's pieces as the views served it, every object of a poll with its id, an
-//! annotation, a stable version read back from the Secret, the decisions a write made.
+//! an object's pieces as the views served it, every object of a poll with its key (and
+//! the few ids a turn looks at), an annotation, a stable version read back from the
+//! Secret, the decisions a write made.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -118,15 +119,33 @@ pub fn from_views(prev: &Views, kind: Resource, o: &HeldObject) -> Pieces {
     Pieces(out)
 }
 
-/// Every object of `held`, with its kind and id.
-pub fn all(held: &Held) -> impl Iterator<Item = (Resource, String, &Arc<HeldObject>)> {
+/// Every object of `held`, with its kind and key (`namespace/name`; its id is the kind's
+/// singular and that key): for passes over every object at every poll, no id made.
+pub fn keyed(held: &Held) -> impl Iterator<Item = (Resource, &str, &Arc<HeldObject>)> {
     [Resource::ConfigMaps, Resource::Secrets]
         .into_iter()
         .filter(|k| held.serves(*k))
-        .flat_map(move |k| {
-            held.objects(k, None)
-                .map(move |o| (k, memory::id(k, &o.namespace, &o.name), o))
-        })
+        .flat_map(move |k| held.keyed(k).map(move |(key, o)| (k, key, o)))
+}
+
+/// A set of ids, asked by kind and key (`namespace/name`): whether an object of a pass
+/// over every object is one of the few a turn looks at, without making its id.
+pub struct Ids([BTreeSet<String>; 2]);
+
+impl Ids {
+    pub fn of<'a>(ids: impl IntoIterator<Item = &'a String>) -> Ids {
+        let mut out = Ids(Default::default());
+        for id in ids {
+            if let Some((kind, ns, name)) = memory::parse_id(id) {
+                out.0[kind.index()].insert(format!("{ns}/{name}"));
+            }
+        }
+        out
+    }
+
+    pub fn has(&self, kind: Resource, key: &str) -> bool {
+        self.0[kind.index()].contains(key)
+    }
 }
 
 /// The value of annotation `key` of `o` (read from its metadata).
@@ -150,4 +169,23 @@ pub fn reread(id: &str, json: &[u8]) -> Result<HeldObject, String> {
         return Err(fail("is another object"));
     }
     HeldObject::of_item(item).map_err(|_| fail("cannot be read"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_asked_by_kind_and_key() {
+        let ids: Vec<String> = ["configmap/ns/a", "secret/ns/b", "not an id"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let ids = Ids::of(&ids);
+        assert!(ids.has(Resource::ConfigMaps, "ns/a"));
+        assert!(ids.has(Resource::Secrets, "ns/b"));
+        assert!(!ids.has(Resource::Secrets, "ns/a"));
+        assert!(!ids.has(Resource::ConfigMaps, "ns/b"));
+        assert!(!ids.has(Resource::ConfigMaps, "ns/a/"));
+    }
 }

@@ -65,8 +65,9 @@ pub struct Planned {
     pub stables: Vec<(String, Arc<HeldObject>)>,
 }
 
-/// The record as this hub would write it after seeing `objects` (every object polled),
-/// from `record` (the one last read or written).
+/// The record as this hub would write it after seeing `objects` (every object polled that
+/// is recorded or whose version is new: any other is left as it is), from `record` (the
+/// one last read or written).
 pub fn plan(record: &Record, objects: &[Seen], cx: &mut Context) -> Planned {
     let mut next = record.clone();
     let mut stables = Vec::new();
@@ -149,7 +150,7 @@ pub fn plan(record: &Record, objects: &[Seen], cx: &mut Context) -> Planned {
                     }
                 }
             }
-            None if seen.done.is_some_and(|d| d.hash.to_string() == hash) => {}
+            None if seen.done.is_some_and(|d| d.hash == seen.object.hash) => {}
             None if seen.steps.is_empty() || !room(&next, &seen.id) => {}
             None => {
                 let lowest = (cx.lowest)(&seen.id);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::lookups::{
-    all, annotation_of, decisions, empty, from_views, gate_of, lowest_of, reread,
+    Ids, annotation_of, decisions, empty, from_views, gate_of, keyed, lowest_of, reread,
 };
 use super::pieces::{Pieces, Plan};
 use super::plan::{Context, Seen, plan};
@@ -112,10 +112,14 @@ impl Rollouts {
     /// Whether `judged` holds a version its clients above every cut are not served (a
     /// rollout may start).
     fn news(&self, judged: &Held, prev: &Views) -> bool {
-        all(judged).any(|(kind, id, o)| {
+        keyed(judged).any(|(kind, key, o)| {
+            if (prev.top.by_key(kind, key)).is_some_and(|p| p.hash == o.hash) {
+                return false;
+            }
+            let id = memory::id(kind, &o.namespace, &o.name);
             let refused = (self.state.record.rollouts.get(&id))
-                .is_some_and(|r| r.refused.is_some() && r.hash == o.hash.to_string());
-            !refused && (prev.top.get(kind, &o.namespace, &o.name)).is_none_or(|p| p.hash != o.hash)
+                .is_some_and(|r| r.refused.is_some() && o.hash.is(&r.hash));
+            !refused
         })
     }
 
@@ -176,7 +180,7 @@ impl Rollouts {
             }
             let blob = stored.data.get(&stable_key(id));
             match blob.map(|json| reread(id, json)) {
-                Some(Ok(o)) if o.hash.to_string() == *from => {
+                Some(Ok(o)) if o.hash.is(from) => {
                     self.state
                         .stables
                         .insert(id.clone(), (from.clone(), Arc::new(o)));
@@ -199,7 +203,16 @@ impl Rollouts {
             .unwrap_or(0);
         let mut waits = false;
         let mut next = BTreeMap::new();
-        for (kind, id, o) in all(judged) {
+        // The objects neither told apart nor recorded, served above every cut as polled,
+        // stay so (`Wanted::Plain`): the pass looks only at the others.
+        let looked = Ids::of(self.tracked.keys().chain(self.state.record.rollouts.keys()));
+        for (kind, key, o) in keyed(judged) {
+            if !looked.has(kind, key)
+                && (prev.top.by_key(kind, key)).is_some_and(|d| d.hash == o.hash)
+            {
+                continue;
+            }
+            let id = memory::id(kind, &o.namespace, &o.name);
             let at = judged
                 .versions(kind, Some(&o.namespace))
                 .map_or(0, |v| v.listed);
@@ -253,9 +266,9 @@ impl Rollouts {
         self.clock
             .deleted
             .retain(|_, (_, t)| now < *t + super::DELETED_KEPT);
-        for (kind, id, o) in all(&prev.top) {
-            if judged.get(kind, &o.namespace, &o.name).is_none() && self.clock.deleted.len() < 4096
-            {
+        for (kind, key, o) in keyed(&prev.top) {
+            if judged.by_key(kind, key).is_none() && self.clock.deleted.len() < 4096 {
+                let id = memory::id(kind, &o.namespace, &o.name);
                 self.clock.deleted.insert(id, (o.clone(), now));
             }
         }
@@ -277,7 +290,7 @@ impl Rollouts {
             let Some(from) = &r.from else {
                 return Some(None);
             };
-            if let Some(d) = done.filter(|d| d.hash.to_string() == *from) {
+            if let Some(d) = done.filter(|d| d.hash.is(from)) {
                 return Some(Some(d.clone()));
             }
             let (h, s) = self.state.stables.get(id)?;
@@ -319,8 +332,8 @@ impl Rollouts {
             Some(r) if r.done.is_some() && self.steps_of(o).is_none() => Wanted::Plain,
             // A newer write the record does not have yet: every cohort keeps its version.
             Some(_) => Wanted::Keep,
-            None if !self.published || self.steps_of(o).is_none() => Wanted::Plain,
             None if done.is_some_and(|d| d.hash == o.hash) => Wanted::Plain,
+            None if !self.published || self.steps_of(o).is_none() => Wanted::Plain,
             // Told apart, and no record of why (the Secret emptied, or not read yet):
             // every cohort keeps its version until a record says otherwise.
             None if kept.is_some() => Wanted::Keep,
@@ -344,8 +357,12 @@ impl Rollouts {
         let mut cuts: Vec<f64> = self.tracked.values().flat_map(|p| p.cuts()).collect();
         cuts.sort_by(f64::total_cmp);
         cuts.dedup();
+        let told_apart = Ids::of(self.tracked.keys());
         let view = |h: f64, before: &Held| {
-            judged.picked(before, |kind, o| {
+            judged.picked(before, |kind, key, o| {
+                if !told_apart.has(kind, key) {
+                    return Some(o.clone());
+                }
                 let id = memory::id(kind, &o.namespace, &o.name);
                 match self.tracked.get(&id) {
                     Some(p) => p.at(h).cloned(),
@@ -372,13 +389,22 @@ impl Rollouts {
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let seen: Vec<Seen> = all(judged)
-            .map(|(kind, id, o)| Seen {
-                done: views.top.get(kind, &o.namespace, &o.name),
-                steps: self.steps_of(o).unwrap_or_default(),
-                fallback: self.settings.steps.fractions().to_vec(),
-                id,
-                object: o,
+        // The objects a plan looks at: those recorded, and those whose version is new
+        // (the plan leaves every other as it is).
+        let recorded = Ids::of(self.state.record.rollouts.keys());
+        let seen: Vec<Seen> = keyed(judged)
+            .filter_map(|(kind, key, o)| {
+                let done = views.top.by_key(kind, key);
+                if !recorded.has(kind, key) && done.is_some_and(|d| d.hash == o.hash) {
+                    return None;
+                }
+                Some(Seen {
+                    done,
+                    steps: self.steps_of(o).unwrap_or_default(),
+                    fallback: self.settings.steps.fractions().to_vec(),
+                    id: memory::id(kind, &o.namespace, &o.name),
+                    object: o,
+                })
             })
             .collect();
         let (started, beats, me) = (self.clock.started, &self.clock.beats, self.me.clone());

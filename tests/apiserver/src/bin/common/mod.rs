@@ -5,6 +5,10 @@ use std::process::Command;
 
 /// Builds cmpoll in release mode (quietly, incrementally) and returns its path.
 pub fn release_cmpoll() -> PathBuf {
+    // Another build to run instead (a `--profile profiling` one, for `perf`).
+    if let Some(bin) = std::env::var_os("CMPOLL_BENCH_BIN") {
+        return PathBuf::from(bin).canonicalize().expect("CMPOLL_BENCH_BIN");
+    }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--release", "--quiet", "-p", "cmpoll"])
