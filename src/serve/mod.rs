@@ -26,6 +26,7 @@ pub mod issuer;
 pub mod jwt;
 pub mod kept;
 pub mod query;
+pub mod remotecfg;
 pub mod render;
 pub mod renders;
 pub mod request;

@@ -1,0 +1,251 @@
+//! What one collector is sent: the root, then each module it gets wrapped in its own
+//! `declare` (the root's `Template`: docs/alloy.md's wrapping and isolation checks), in the
+//! order the hub holds them (`namespace/name`), as one text and its hash (SHA-256, hex).
+//!
+//! A module is a selected ConfigMap's `*.alloy` keys, joined in key order as `--layout
+//! concat` joins them. It goes to a collector when the collector may `list` ConfigMaps in
+//! its namespace (the caller decides, `may_list`) and, if the ConfigMap is annotated
+//! `cmpoll.io/collectors: SELECTOR` (label-selector grammar), when the selector matches the
+//! collector's attributes. A module the checks refuse (not one Alloy body, naming a module,
+//! not UTF-8, a selector that does not parse) goes to no one; it is said once in the log,
+//! when its version is first wrapped. The text is never empty: it starts with a comment.
+//!
+//! Work is kept: each module version is wrapped once per root (`Modules`), and each distinct
+//! set of (module, version) under one root is composed once (`Compositions`), so a poll
+//! that changes nothing costs a walk over the view's keys and a map lookup per module.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest as _, Sha256};
+
+use super::messages::Attributes;
+use super::root::Root;
+use crate::locks::Recover;
+use crate::poll::hash::Hash;
+use crate::selector::LabelSelector;
+use crate::serve::held::{Held, HeldObject};
+use crate::source::reader::{ReadError, read_object};
+use crate::source::{Content, KeyFilter, ModuleFile, Resource};
+
+/// The annotation that narrows a module to some collectors.
+pub const COLLECTORS: &str = "cmpoll.io/collectors";
+
+/// The largest content sent: a composition over it is refused (`resource_exhausted`).
+pub const MAX_CONTENT: usize = 4 << 20;
+
+/// Compositions kept (distinct sets of modules: a view and a match of attributes each).
+const KEPT_COMPOSITIONS: usize = 256;
+
+/// The first line of every content.
+const HEAD: &str =
+    "// Served by cmpoll serve (--remotecfg): the root, then one declare block per module.\n";
+
+/// One module version, wrapped for collectors (or refused).
+#[derive(Debug)]
+pub struct Wrapped {
+    /// `cmpoll.io/collectors`, read.
+    pub only_for: Option<LabelSelector>,
+    /// The declare block and its instance; `Err`: why it goes to no one; `Ok(None)`: it has
+    /// no `*.alloy` key.
+    pub text: Result<Option<String>, String>,
+}
+
+/// What a collector is sent.
+#[derive(Debug)]
+pub struct Composition {
+    pub content: String,
+    /// SHA-256 of `content`, lowercase hex.
+    pub hash: String,
+    /// Each module in it: `namespace/name` and its version.
+    pub modules: Vec<(Box<str>, Hash)>,
+}
+
+/// Modules wrapped under one root, by key and version.
+#[derive(Default)]
+pub struct Modules {
+    root: [u8; 32],
+    wrapped: HashMap<(Box<str>, Hash), Arc<Wrapped>>,
+}
+
+/// Compositions made, by root and modules.
+#[derive(Default)]
+pub struct Compositions {
+    modules: Mutex<Modules>,
+    made: Mutex<HashMap<[u8; 32], Arc<Composition>>>,
+}
+
+impl Compositions {
+    /// What a collector with `attributes`, allowed ConfigMaps of the namespaces `may_list`
+    /// says, is sent of `view` under `root`; `may_list`'s error ends it.
+    pub fn compose<E>(
+        &self,
+        root: &Root,
+        view: &Held,
+        attributes: &Attributes,
+        mut may_list: impl FnMut(&str) -> Result<bool, E>,
+    ) -> Result<Result<Arc<Composition>, String>, E> {
+        let mut chosen: Vec<(&str, &Arc<HeldObject>, Arc<Wrapped>)> = Vec::new();
+        let mut last_ns: Option<(&str, bool)> = None;
+        for (key, o) in view.keyed(Resource::ConfigMaps) {
+            let w = self.wrapped(root, key, o);
+            if !matches!(w.text, Ok(Some(_))) {
+                continue;
+            }
+            let get = |k: &str| attributes.get(k).map(String::as_str);
+            if !w.only_for.as_ref().is_none_or(|s| s.matches(get)) {
+                continue;
+            }
+            let allowed = match last_ns {
+                Some((ns, allowed)) if ns == o.namespace => allowed,
+                _ => {
+                    let allowed = may_list(&o.namespace)?;
+                    last_ns = Some((&o.namespace, allowed));
+                    allowed
+                }
+            };
+            if allowed {
+                chosen.push((key, o, w));
+            }
+        }
+        let mut h = Sha256::new();
+        h.update(root.fingerprint);
+        for (key, o, _) in &chosen {
+            h.update(key.as_bytes());
+            h.update([0]);
+            h.update(o.hash.0);
+        }
+        let digest: [u8; 32] = h.finalize().into();
+        if let Some(c) = self.made.lock().recover().get(&digest) {
+            return Ok(Ok(c.clone()));
+        }
+        let composed = compose(root, &chosen);
+        if let Ok(c) = &composed {
+            let mut made = self.made.lock().recover();
+            if made.len() >= KEPT_COMPOSITIONS {
+                made.clear();
+            }
+            made.insert(digest, c.clone());
+        }
+        Ok(composed)
+    }
+
+    /// Module `key` at `o`'s version, wrapped under `root` (once).
+    fn wrapped(&self, root: &Root, key: &str, o: &HeldObject) -> Arc<Wrapped> {
+        let mut m = self.modules.lock().recover();
+        if m.root != root.fingerprint {
+            m.root = root.fingerprint;
+            m.wrapped.clear();
+        }
+        let id = (Box::from(key), o.hash);
+        if let Some(w) = m.wrapped.get(&id) {
+            return w.clone();
+        }
+        let w = Arc::new(wrap(root, key, o));
+        if let Err(why) = &w.text {
+            log::warn!("--remotecfg: {key}: sent to no collector: {why}");
+        }
+        // Versions no view holds any more go when the map outgrows what views hold.
+        if m.wrapped.len() >= 4096 {
+            m.wrapped.clear();
+        }
+        m.wrapped.insert(id, w.clone());
+        w
+    }
+}
+
+/// Module `key` wrapped under `root`.
+fn wrap(root: &Root, key: &str, o: &HeldObject) -> Wrapped {
+    let refused = |why: String| Wrapped {
+        only_for: None,
+        text: Err(why),
+    };
+    let alloy = match KeyFilter::new(&["*.alloy".to_string()]) {
+        Ok(k) => k,
+        Err(e) => return refused(e),
+    };
+    let read = read_object(
+        &o.raw.json[..],
+        &alloy,
+        Resource::ConfigMaps,
+        Some(COLLECTORS),
+        false,
+    );
+    let item = match read {
+        Ok((_, _, item)) => item,
+        Err(ReadError::Bad(why)) => return refused(format!("cannot be read: {why}")),
+        Err(ReadError::Io(e)) => return refused(format!("cannot be read: {e}")),
+    };
+    if let Some(p) = item.problems.first() {
+        return refused(p.clone());
+    }
+    let only_for = match item.folder.as_deref().map(LabelSelector::parse) {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => return refused(format!("its annotation {COLLECTORS}: {e}")),
+    };
+    let mut files: Vec<ModuleFile> = item.files;
+    files.sort_by(|a, b| a.key.cmp(&b.key));
+    if files.is_empty() {
+        return Wrapped {
+            only_for,
+            text: Ok(None),
+        };
+    }
+    if let Some(f) = files
+        .iter()
+        .find(|f| matches!(f.content, Content::Binary(_)))
+    {
+        return refused(format!("{}: binary data, not Alloy text", f.key));
+    }
+    if let Some(why) = root.template.refuses(&files) {
+        return refused(why);
+    }
+    match String::from_utf8(root.template.render(key, &files)) {
+        Ok(text) => Wrapped {
+            only_for,
+            text: Ok(Some(text)),
+        },
+        Err(_) => refused("not UTF-8".into()),
+    }
+}
+
+/// The root and `chosen` modules as one text, or why it cannot be sent.
+fn compose(
+    root: &Root,
+    chosen: &[(&str, &Arc<HeldObject>, Arc<Wrapped>)],
+) -> Result<Arc<Composition>, String> {
+    let mut content = String::with_capacity(HEAD.len() + root.text.len() + 1024 * chosen.len());
+    content.push_str(HEAD);
+    content.push_str(&root.text);
+    let mut modules = Vec::with_capacity(chosen.len());
+    for (key, o, w) in chosen {
+        if let Ok(Some(text)) = &w.text {
+            if !content.ends_with('\n') {
+                content.push('\n');
+            }
+            content.push('\n');
+            content.push_str(text);
+            modules.push((Box::from(*key), o.hash));
+        }
+    }
+    if content.len() > MAX_CONTENT {
+        return Err(format!(
+            "the root and its {} modules are {} bytes, more than {MAX_CONTENT}",
+            modules.len(),
+            content.len()
+        ));
+    }
+    let hash = Sha256::digest(content.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok(Arc::new(Composition {
+        content,
+        hash,
+        modules,
+    }))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,230 @@
+#![allow(clippy::unwrap_used)]
+
+use std::convert::Infallible;
+
+use super::*;
+use crate::serve::testing::{item, kinds, poll};
+use crate::source::Item;
+
+/// ConfigMap `ns/name` at `rv` with `data`, annotated `cmpoll.io/collectors: only_for`.
+fn module(ns: &str, name: &str, rv: u64, data: &[(&str, &str)], only_for: Option<&str>) -> Item {
+    let mut i = item(ns, name, rv, &[]);
+    let mut meta =
+        serde_json::json!({"name": name, "namespace": ns, "resourceVersion": rv.to_string()});
+    if let Some(s) = only_for {
+        meta["annotations"] = serde_json::json!({ COLLECTORS: s });
+    }
+    let data: serde_json::Map<String, serde_json::Value> = (data.iter())
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
+    let metadata = meta.to_string();
+    let json = format!(
+        "{{\"metadata\":{metadata},\"data\":{}}}",
+        serde_json::Value::Object(data.clone())
+    );
+    let m = "{\"metadata\":".len();
+    i.raw = Some(crate::source::RawObject {
+        json: json.as_bytes().into(),
+        metadata: m..m + metadata.len(),
+    });
+    i.files = (data.iter())
+        .map(|(k, v)| ModuleFile {
+            key: k.clone(),
+            content: Content::Text(v.as_str().unwrap().to_string()),
+        })
+        .collect();
+    i
+}
+
+fn root(args: Option<&str>) -> Root {
+    let text = "prometheus.remote_write \"default\" { }\n".to_string();
+    Root::parse(text, args.map(|a| (a, "args"))).unwrap()
+}
+
+fn held(items: Vec<Item>) -> Held {
+    poll(&Held::empty(kinds()), 1, &[(None, 10)], items)
+}
+
+fn all(_: &str) -> Result<bool, Infallible> {
+    Ok(true)
+}
+
+fn attrs(pairs: &[(&str, &str)]) -> Attributes {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+const SCRAPE: &str = "argument \"receiver\" { }\nprometheus.scrape \"x\" { targets = [] forward_to = [argument.receiver.value] }\n";
+
+#[test]
+fn the_root_then_each_module_in_its_declare_block() {
+    let r = root(Some(
+        "receiver = prometheus.remote_write.default.receiver\nother = 1\n",
+    ));
+    let view = held(vec![
+        module(
+            "team-b",
+            "web",
+            3,
+            &[("m.alloy", SCRAPE), ("notes.txt", "not alloy")],
+            None,
+        ),
+        module("team-a", "db", 4, &[("m.alloy", "// nothing\n")], None),
+        module("team-a", "txt", 5, &[("notes.txt", "no alloy key")], None),
+    ]);
+    let c = Compositions::default();
+    let got = c
+        .compose(&r, &view, &Attributes::new(), all)
+        .unwrap()
+        .unwrap();
+    assert!(got.content.starts_with(HEAD), "{}", got.content);
+    assert!(
+        got.content
+            .contains("prometheus.remote_write \"default\" { }\n")
+    );
+    let a = got.content.find("declare \"team_a_S_db\" {").unwrap();
+    let b = got.content.find("declare \"team_b_S_web\" {").unwrap();
+    assert!(a < b, "in key order: {}", got.content);
+    assert!(
+        got.content.contains(
+            "team_b_S_web \"module\" {\n  receiver = prometheus.remote_write.default.receiver\n}"
+        ),
+        "{}",
+        got.content
+    );
+    assert!(
+        !got.content.contains("other = 1"),
+        "an offer it does not declare is not passed"
+    );
+    assert!(!got.content.contains("not alloy"), "only *.alloy keys");
+    let keys: Vec<&str> = got.modules.iter().map(|(k, _)| &**k).collect();
+    assert_eq!(keys, ["team-a/db", "team-b/web"]);
+    assert_eq!(got.hash.len(), 64);
+    assert_eq!(
+        got.hash,
+        Sha256::digest(got.content.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    // Nothing at all: still a text.
+    let empty = held(vec![]);
+    let none = c
+        .compose(&r, &empty, &Attributes::new(), all)
+        .unwrap()
+        .unwrap();
+    assert!(none.content.starts_with("//") && none.modules.is_empty());
+}
+
+/// A module the isolation checks refuse goes to no one; the others still go.
+#[test]
+fn a_module_that_leaves_its_block_goes_to_no_one() {
+    let r = root(None);
+    let view = held(vec![
+        module(
+            "a",
+            "escape",
+            1,
+            &[("m.alloy", "}\nprometheus.remote_write \"x\" {\n")],
+            None,
+        ),
+        module("a", "names", 2, &[("m.alloy", "b_S_web \"m\" { }\n")], None),
+        module("b", "web", 3, &[("m.alloy", "// fine\n")], None),
+        module("b", "sel", 4, &[("m.alloy", "// fine\n")], Some("a in (")),
+    ]);
+    let got = Compositions::default()
+        .compose(&r, &view, &Attributes::new(), all)
+        .unwrap()
+        .unwrap();
+    let keys: Vec<&str> = got.modules.iter().map(|(k, _)| &**k).collect();
+    assert_eq!(keys, ["b/web"], "{}", got.content);
+    assert!(!got.content.contains("remote_write \"x\""));
+}
+
+/// `cmpoll.io/collectors` narrows a module to the collectors its selector matches;
+/// `may_list` to the namespaces a collector may list.
+#[test]
+fn selectors_and_namespaces_choose_the_modules() {
+    let r = root(None);
+    let view = held(vec![
+        module(
+            "a",
+            "linux",
+            1,
+            &[("m.alloy", "// l\n")],
+            Some("collector.os=linux,team in (a)"),
+        ),
+        module("a", "all", 2, &[("m.alloy", "// all\n")], None),
+        module("b", "all", 3, &[("m.alloy", "// b\n")], None),
+    ]);
+    let c = Compositions::default();
+    let keys = |attributes: &Attributes, ns_ok: &dyn Fn(&str) -> bool| -> Vec<String> {
+        let may = |ns: &str| Ok::<_, Infallible>(ns_ok(ns));
+        let got = c.compose(&r, &view, attributes, may).unwrap().unwrap();
+        got.modules.iter().map(|(k, _)| k.to_string()).collect()
+    };
+    let linux_a = attrs(&[("collector.os", "linux"), ("team", "a")]);
+    assert_eq!(keys(&linux_a, &|_| true), ["a/all", "a/linux", "b/all"]);
+    assert_eq!(
+        keys(&attrs(&[("collector.os", "linux")]), &|_| true),
+        ["a/all", "b/all"]
+    );
+    assert_eq!(keys(&linux_a, &|ns| ns == "b"), ["b/all"]);
+    assert_eq!(keys(&linux_a, &|_| false), Vec::<String>::new());
+    // The namespace's answer is asked once per namespace, and its error ends it.
+    let mut asked = Vec::new();
+    let e = c.compose(&r, &view, &linux_a, |ns: &str| {
+        asked.push(ns.to_string());
+        if ns == "b" {
+            Err("review failed")
+        } else {
+            Ok(true)
+        }
+    });
+    assert_eq!(e.unwrap_err(), "review failed");
+    assert_eq!(asked, ["a", "b"]);
+}
+
+/// One composition per distinct set of modules: asked again, the same one is handed out;
+/// a new version or a new root makes another.
+#[test]
+fn compositions_are_made_once() {
+    let r = root(None);
+    let c = Compositions::default();
+    let v1 = held(vec![module("a", "m", 1, &[("m.alloy", "// one\n")], None)]);
+    let first = c
+        .compose(&r, &v1, &Attributes::new(), all)
+        .unwrap()
+        .unwrap();
+    let again = c
+        .compose(&r, &v1, &attrs(&[("x", "y")]), all)
+        .unwrap()
+        .unwrap();
+    assert!(Arc::ptr_eq(&first, &again));
+    let v2 = held(vec![module("a", "m", 2, &[("m.alloy", "// two\n")], None)]);
+    let second = c
+        .compose(&r, &v2, &Attributes::new(), all)
+        .unwrap()
+        .unwrap();
+    assert_ne!(first.hash, second.hash);
+    let other_root = Root::parse("// another root\n".into(), None).unwrap();
+    let third = c
+        .compose(&other_root, &v2, &Attributes::new(), all)
+        .unwrap()
+        .unwrap();
+    assert!(third.content.contains("// another root"));
+    assert_ne!(third.hash, second.hash);
+}
+
+#[test]
+fn content_over_the_bound_is_refused() {
+    let big = format!("// {}\n", "x".repeat(MAX_CONTENT));
+    let r = Root::parse(big, None).unwrap();
+    let e = Compositions::default()
+        .compose(&r, &held(vec![]), &Attributes::new(), all)
+        .unwrap()
+        .unwrap_err();
+    assert!(e.contains("more than 4194304"), "{e}");
+}

@@ -1,0 +1,221 @@
+//! The three procedures of `collector.v1.CollectorService` once the hub has authenticated
+//! and authorized the call (`serve::hub`'s side): each request decoded (`messages.rs`: a
+//! malformed one is `invalid_argument`, naming the message and what was wrong), an empty id
+//! refused, the collector kept or forgotten (`collectors.rs`); `GetConfig` answered with the
+//! composition for the view and the namespaces the caller gives (`compose.rs`), or
+//! `not_modified` when the hash the collector echoes is the one it would be sent now.
+//! `RegisterCollector` never depends on the hub's polls: Alloy does not start when it fails.
+
+use std::time::Instant;
+
+use super::collectors::{Asked, Collectors};
+use super::compose::Compositions;
+use super::connect::ConnectError;
+use super::messages::{self, GetConfig, Register, Unregister};
+use super::root::RootFiles;
+use crate::serve::held::Held;
+
+/// The service: the root, the compositions made, the collectors kept.
+pub struct Remotecfg {
+    root: RootFiles,
+    compositions: Compositions,
+    pub collectors: Collectors,
+}
+
+fn invalid(message: &str, e: String) -> ConnectError {
+    ConnectError::new("invalid_argument", format!("{message}: {e}"))
+}
+
+fn id_given(id: &str, message: &str) -> Result<(), ConnectError> {
+    match id.is_empty() {
+        true => Err(ConnectError::new(
+            "invalid_argument",
+            format!("{message}: id is empty"),
+        )),
+        false => Ok(()),
+    }
+}
+
+impl Remotecfg {
+    pub fn new(root: RootFiles) -> Remotecfg {
+        Remotecfg {
+            root,
+            compositions: Compositions::default(),
+            collectors: Collectors::default(),
+        }
+    }
+
+    /// `RegisterCollector` from `who` (its follower name): an empty answer.
+    pub fn register(&self, who: &str, body: &[u8], now: Instant) -> Result<Vec<u8>, ConnectError> {
+        let m = Register::decode(body).map_err(|e| invalid("RegisterCollectorRequest", e))?;
+        id_given(&m.id, "RegisterCollectorRequest")?;
+        self.collectors
+            .register(who, &m.id, &m.name, &m.attributes, now);
+        log::debug!(
+            "--remotecfg: collector {} of {who} registered",
+            crate::reason::cut(&m.id, 64)
+        );
+        Ok(Vec::new())
+    }
+
+    /// `UnregisterCollector` from `who`: an empty answer.
+    pub fn unregister(&self, who: &str, body: &[u8]) -> Result<Vec<u8>, ConnectError> {
+        let m = Unregister::decode(body).map_err(|e| invalid("UnregisterCollectorRequest", e))?;
+        id_given(&m.id, "UnregisterCollectorRequest")?;
+        self.collectors.forget(who, &m.id);
+        Ok(Vec::new())
+    }
+
+    /// `GetConfig` from `who`, served of `view`, with the modules of the namespaces
+    /// `may_list` allows; its error ends it.
+    pub fn get_config<E>(
+        &self,
+        who: &str,
+        body: &[u8],
+        view: &Held,
+        may_list: impl FnMut(&str) -> Result<bool, E>,
+        now: Instant,
+    ) -> Result<Result<Vec<u8>, ConnectError>, E> {
+        let m = match GetConfig::decode(body) {
+            Ok(m) => m,
+            Err(e) => return Ok(Err(invalid("GetConfigRequest", e))),
+        };
+        if let Err(e) = id_given(&m.id, "GetConfigRequest") {
+            return Ok(Err(e));
+        }
+        let root = self.root.current(now);
+        let composed = self
+            .compositions
+            .compose(&root, view, &m.attributes, may_list)?;
+        let c = match composed {
+            Ok(c) => c,
+            Err(why) => {
+                log::warn!("--remotecfg: {why}: the collectors keep what they run");
+                return Ok(Err(ConnectError::new("resource_exhausted", why)));
+            }
+        };
+        let asked = Asked {
+            attributes: &m.attributes,
+            hash: &m.hash,
+            status: m.status.as_ref(),
+            sent: &c.hash,
+        };
+        self.collectors.asked(who, &m.id, asked, now);
+        if m.hash == c.hash {
+            return Ok(Ok(messages::get_config_response("", &c.hash, true)));
+        }
+        Ok(Ok(messages::get_config_response(
+            &c.content, &c.hash, false,
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::convert::Infallible;
+
+    use super::*;
+    use crate::serve::remotecfg::wire::Writer;
+    use crate::serve::testing::kinds;
+
+    fn service() -> (Remotecfg, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "cmpoll-rc-service-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let root = dir.join("root.alloy");
+        std::fs::write(&root, "// the root\n").unwrap();
+        (Remotecfg::new(RootFiles::open(root, None).unwrap()), dir)
+    }
+
+    fn get_config(id: &str, hash: &str) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.bytes(1, id.as_bytes());
+        w.bytes(3, hash.as_bytes());
+        w.out
+    }
+
+    /// (content, hash, not_modified) of an encoded `GetConfigResponse`, read back.
+    fn response(b: &[u8]) -> (String, String, bool) {
+        let mut r = crate::serve::remotecfg::wire::Reader::new(b);
+        let mut out = (String::new(), String::new(), false);
+        while let Some(f) = r.field() {
+            match f.unwrap() {
+                (1, crate::serve::remotecfg::wire::Value::Bytes(b)) => {
+                    out.0 = String::from_utf8(b.to_vec()).unwrap()
+                }
+                (2, crate::serve::remotecfg::wire::Value::Bytes(b)) => {
+                    out.1 = String::from_utf8(b.to_vec()).unwrap()
+                }
+                (3, crate::serve::remotecfg::wire::Value::Varint(v)) => out.2 = v == 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        out
+    }
+
+    fn all(_: &str) -> Result<bool, Infallible> {
+        Ok(true)
+    }
+
+    /// The content and its hash; the same hash echoed: `not_modified`, no content; another
+    /// (or none, after a restart): the content again.
+    #[test]
+    fn not_modified_when_the_echoed_hash_is_current() {
+        let (s, dir) = service();
+        let view = Held::empty(kinds());
+        let t = Instant::now();
+        let first = s
+            .get_config("w", &get_config("a", ""), &view, all, t)
+            .unwrap()
+            .unwrap();
+        let (content, hash, not_modified) = response(&first);
+        assert!(
+            content.contains("// the root") && !not_modified,
+            "{content}"
+        );
+        assert_eq!(hash.len(), 64);
+        let again = s
+            .get_config("w", &get_config("a", &hash), &view, all, t)
+            .unwrap()
+            .unwrap();
+        assert_eq!(response(&again), (String::new(), hash.clone(), true));
+        let other = s
+            .get_config("w", &get_config("a", "old"), &view, all, t)
+            .unwrap()
+            .unwrap();
+        assert_eq!(response(&other).0, content);
+        assert_eq!(s.collectors.get("w", "a").unwrap().sent, Some(hash));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn bad_requests_are_invalid_arguments() {
+        let (s, dir) = service();
+        let view = Held::empty(kinds());
+        let t = Instant::now();
+        let e = s
+            .get_config("w", &[0x0a, 0x05], &view, all, t)
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.code, "invalid_argument");
+        assert!(e.message.starts_with("GetConfigRequest: "), "{}", e.message);
+        let e = s
+            .get_config("w", &get_config("", ""), &view, all, t)
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.message, "GetConfigRequest: id is empty");
+        assert_eq!(
+            s.register("w", &[], t).unwrap_err().code,
+            "invalid_argument"
+        );
+        assert!(s.register("w", &get_config("a", ""), t).unwrap().is_empty());
+        assert!(s.collectors.get("w", "a").unwrap().registered);
+        assert!(s.unregister("w", &get_config("a", "")).unwrap().is_empty());
+        assert!(s.collectors.get("w", "a").is_none());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
