@@ -44,7 +44,7 @@ WIDER = {
     'kube/kubeconfig.rs::RawAuthInfo': (14, IMPL_MOST, "a kubeconfig's users[].user as the file has it (client-go's AuthInfo)"),
     'kube/kubeconfig.rs::AuthInfo': (14, IMPL_MOST, "RawAuthInfo read: the same fields, checked"),
     'batch/observe.rs::Record': (14, IMPL_MOST, "what one commit did, one fact per field, each read by an observer"),
-    'serve/mod.rs::Options': (13, IMPL_MOST, "cmpoll serve's options as settings decided them: one field per flag or flag group, plain data"),
+    'serve/mod.rs::Options': (14, IMPL_MOST, "cmpoll serve's options as settings decided them: one field per flag or flag group, plain data"),
 }
 
 args = [a for a in sys.argv[1:] if not a.startswith('--')]

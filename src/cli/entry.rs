@@ -72,6 +72,7 @@ pub enum Needs {
     ReloadUrlOrOnChange,
     Validate,
     Rollout,
+    Remotecfg,
 }
 
 impl Needs {
@@ -89,6 +90,7 @@ impl Needs {
             Needs::ReloadUrlOrOnChange => "--reload-url or --on-change",
             Needs::Validate => "--validate",
             Needs::Rollout => "--rollout",
+            Needs::Remotecfg => "--remotecfg",
         }
     }
 }

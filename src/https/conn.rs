@@ -25,7 +25,7 @@
 
 use std::time::{Duration, Instant};
 
-pub use self::bounds::{Bodies, Bounds};
+pub use self::bounds::{Bodies, Bounds, Post};
 use self::inbox::{Inbox, RECORD};
 use self::outbox::{Bytes, Outbox};
 use super::handler::{Holder, Next, Reply, Stream, Wake};

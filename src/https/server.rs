@@ -50,7 +50,7 @@ use self::shares::{Counted, Shares};
 use self::table::Table;
 use self::timers::Timers;
 use self::workers::Workers;
-pub use super::conn::Bodies;
+pub use super::conn::{Bodies, Post};
 use super::conn::{Bounds, Conn, Dispatch, Evict};
 pub use super::handler::{Call, Handler, Holder, Next, Peer, Pull, Reply, Stream, Wake};
 pub use super::handshakes::Sizes;

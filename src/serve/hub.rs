@@ -36,6 +36,7 @@ use super::fleet::report::Intake;
 use super::fleet::state::follower_name;
 use super::held::{Held, HeldObject, Versions};
 use super::impersonate;
+use super::remotecfg::service::Remotecfg;
 use super::render::{self, More};
 use super::renders::{Rendered, Renders, Shape};
 use super::request::{self, Ask, Query, Route, Target};
@@ -79,6 +80,8 @@ pub struct Hub {
     fleet: Arc<Fleet>,
     /// What `/status` says of the poll loop's own parts, as it last said.
     said: Mutex<Said>,
+    /// `--remotecfg`: Alloy's collectors (`remotecfg.rs`).
+    remotecfg: Option<Remotecfg>,
 }
 
 /// What a read asks, besides its request: the query as the apiserver reads it, what it
@@ -110,7 +113,14 @@ impl Hub {
             rng: Mutex::new(Rng::from_time()),
             fleet: Arc::new(Fleet::default()),
             said: Mutex::new(Said::default()),
+            remotecfg: None,
         }
+    }
+
+    /// `--remotecfg`: the hub answers Alloy's collectors too.
+    pub fn with_remotecfg(mut self, remotecfg: Option<Remotecfg>) -> Hub {
+        self.remotecfg = remotecfg;
+        self
     }
 
     /// The fleet, as the hub keeps it.
@@ -228,6 +238,7 @@ impl Hub {
                 };
                 intake.answer(req, &who.user, lane).map(Reply::Answer)
             }
+            Route::Remotecfg => self.collector(req, (&route, &query, lane)),
             Route::Unknown => {
                 self.who(req, &route, &query, lane)?;
                 Err(StatusError::no_such_path().into())
@@ -593,6 +604,7 @@ impl Handler for Hub {
 }
 
 mod ops;
+mod remotecfg;
 mod status_page;
 #[cfg(test)]
 mod tests;

@@ -57,7 +57,7 @@ use crate::backoff::{self, Backoff, Rng};
 use crate::batch::Observers;
 use crate::error::Error;
 use crate::https::lanes::Lane;
-use crate::https::server::{Bodies, Handle, Limits, Server, Sizes};
+use crate::https::server::{Bodies, Handle, Limits, Post, Server, Sizes};
 use crate::https::tls;
 use crate::kube;
 use crate::locks::Recover;
@@ -91,6 +91,8 @@ pub struct Options {
     /// `--rollout`, `--rollout-wait`, `--rollout-state` (`rollout/`): `None` without
     /// `--rollout` (no rollouts; the annotation is ignored).
     pub rollout: Option<rollout::steps::Settings>,
+    /// `--remotecfg`, `--remotecfg-arguments` (`remotecfg/`): `None` without them.
+    pub remotecfg: Option<remotecfg::root::Paths>,
 }
 
 /// How often the hub makes what there is to tell its objects' authors (its refusals, the
@@ -123,10 +125,35 @@ pub const MAX_BODIES: usize = 32 << 20;
 /// server's thread.
 const HANDSHAKERS: usize = 2;
 
+/// The bodies the hub reads: a follower's report (`hub_protocol::REPORT_PATH`), and with
+/// `--remotecfg` each Connect call of a collector (a `GetConfig` after a load echoes the
+/// whole content it loaded: `remotecfg::service::MAX_CALL`).
+fn bodies(remotecfg: bool) -> Vec<Post> {
+    let mut posts = vec![Post {
+        path: crate::hub_protocol::REPORT_PATH,
+        cert: false,
+        // A follower reports now and then, beside its watch: its report's connection
+        // is not kept for the next one (10,000 of them idle would pin their buffers).
+        close: true,
+        max: crate::hub_protocol::MAX_REPORT,
+    }];
+    if remotecfg {
+        // A collector's next call comes within its poll frequency (10 s at least, 1 m by
+        // default): its connection is kept, as a follower's watch is.
+        posts.extend(remotecfg::connect::PATHS.map(|(path, _)| Post {
+            path,
+            cert: false,
+            close: false,
+            max: remotecfg::service::MAX_CALL,
+        }));
+    }
+    posts
+}
+
 /// How the hub holds its clients: a fleet of followers, each with a keep-alive connection
 /// and, between changes, one request waiting; requests whose reviews are kept are
 /// answered on one lane, reviews are waited for on two others (`auth`).
-fn limits(counts: ServerCounts) -> Limits {
+fn limits(counts: ServerCounts, posts: Vec<Post>) -> Limits {
     let busy = |r: status::StatusError| {
         r.answer()
             .with(crate::hub_protocol::HUB_HEADER, env!("CARGO_PKG_VERSION"))
@@ -150,18 +177,12 @@ fn limits(counts: ServerCounts) -> Limits {
         idle: Duration::from_secs(120),
         write_deadline: Duration::from_secs(60),
         max_head: crate::https::http::MAX_HEAD,
-        // A follower's report (`hub_protocol::REPORT_PATH`) is the one body read (any
-        // other request is answered without its body: a POST elsewhere is a 401, 403 or
-        // 405); one over `MAX_REPORT` is a 413 from its head; the bodies held at once share
-        // `MAX_BODIES` (then 503, Retry-After).
-        max_body: crate::hub_protocol::MAX_REPORT,
-        bodies: Bodies::Post {
-            path: crate::hub_protocol::REPORT_PATH,
-            cert: false,
-            // A follower reports now and then, beside its watch: its report's connection
-            // is not kept for the next one (10,000 of them idle would pin their buffers).
-            close: true,
-        },
+        // The bodies of `posts` are the ones read (any other request is answered without
+        // its body: a POST elsewhere is a 401, 403 or 405); one over its path's bound is a
+        // 413 from its head; the bodies held at once share `MAX_BODIES` (then 503,
+        // Retry-After).
+        max_body: posts.iter().map(|p| p.max).max().unwrap_or(0),
+        bodies: Bodies::Post(posts),
         max_bodies: MAX_BODIES,
         keep_alive: true,
         lanes: HubLane::ALL.map(lane).to_vec(),
@@ -212,21 +233,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
                 .map_err(Error::Config)?,
         );
     }
-    // Always: which tokens the cluster signed decides the budget their reviews draw on;
-    // with --token-audience, tokens for it are verified here.
-    let issuer = {
-        let handles = kube::client::Handles::apart(&metrics);
-        let client = kube::Client::new(&config, opts.source.client.clone(), handles, env)
-            .map_err(Error::Config)?;
-        if let Some(audience) = &opts.token_audience {
-            log::info!(
-                "--token-audience {audience}: tokens for it are verified here, against the service-account issuer's keys"
-            );
-        }
-        let issuer = issuer::Issuer::new(opts.token_audience.clone(), read_from(client));
-        issuer.prefetch();
-        Some(issuer)
-    };
+    let issuer = verifier(&opts, &config, &metrics, env)?;
     let auth = auth::Auth::new(
         Box::new(reviews::ApiReviewer::new(clients)),
         metrics.decisions(),
@@ -242,13 +249,23 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         in_flight,
     );
     let kinds = opts.source.selection.resources;
-    let hub = Arc::new(Hub::new(
-        kinds,
-        Arc::new(Mutex::new(health)),
-        Arc::new(Mutex::new(metrics)),
-        auth,
-        served,
-    ));
+    let remote = (opts.remotecfg.clone())
+        .map(|paths| {
+            remotecfg::root::RootFiles::open(paths).map(remotecfg::service::Remotecfg::new)
+        })
+        .transpose()
+        .map_err(Error::Config)?;
+    let posts = bodies(remote.is_some());
+    let hub = Arc::new(
+        Hub::new(
+            kinds,
+            Arc::new(Mutex::new(health)),
+            Arc::new(Mutex::new(metrics)),
+            auth,
+            served,
+        )
+        .with_remotecfg(remote),
+    );
     let certs =
         Arc::new(tls::Reloading::new(opts.cert.clone(), opts.key.clone()).map_err(Error::Config)?);
     let tls_config = certs.config(None).map_err(Error::Config)?;
@@ -257,23 +274,25 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     let bound = listener
         .local_addr()
         .map_err(|e| Error::Config(format!("--listen {}: {e}", opts.listen)))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [SIGTERM, SIGINT] {
-        // The first signal drains (`PollLoop::run`); a second one while it does stops at
-        // once, as the signal's default action.
-        signal_hook::flag::register_conditional_default(sig, stop.clone())
-            .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
-            .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
-    }
-    let (server, handle) = Server::new(listener, Some(tls_config), hub.clone(), limits(counts))
-        .map_err(|e| Error::Runtime(format!("--listen {bound}: {e}")))?;
+    let stop = stopped_by_signals()?;
+    let (server, handle) = Server::new(
+        listener,
+        Some(tls_config),
+        hub.clone(),
+        limits(counts, posts),
+    )
+    .map_err(|e| Error::Runtime(format!("--listen {bound}: {e}")))?;
     log::info!(
-        "cmpoll serve {}: polling {} every {} (jitter {}): {}; serving it over HTTPS on {bound} (/api/v1, /healthz, /readyz, /metrics, /status)",
+        "cmpoll serve {}: polling {} every {} (jitter {}): {}; serving it over HTTPS on {bound} (/api/v1, /healthz, /readyz, /metrics, /status{})",
         env!("CARGO_PKG_VERSION"),
         source.describe(),
         humantime::format_duration(opts.interval),
         opts.jitter,
         opts.source.selection.describe(),
+        match opts.remotecfg {
+            Some(_) => ", /collector.v1.CollectorService",
+            None => "",
+        },
     );
     let (validated, teller) = judging(&opts, &config, &hub, env)?;
     let poller = PollLoop {
@@ -302,6 +321,39 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
     server.run(&AtomicBool::new(false));
     log::info!("stopped");
     Ok(())
+}
+
+/// Set by SIGTERM or SIGINT: the first signal drains (`PollLoop::run`); a second one while
+/// it does stops at once, as the signal's default action.
+fn stopped_by_signals() -> Result<Arc<AtomicBool>, Error> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [SIGTERM, SIGINT] {
+        signal_hook::flag::register_conditional_default(sig, stop.clone())
+            .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
+            .map_err(|e| Error::Runtime(format!("cannot handle signals: {e}")))?;
+    }
+    Ok(stop)
+}
+
+/// Always: which tokens the cluster signed decides the budget their reviews draw on; with
+/// `--token-audience`, tokens for it are verified here.
+fn verifier(
+    opts: &Options,
+    config: &kube::Config,
+    metrics: &Metrics,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<issuer::Issuer>, Error> {
+    let handles = kube::client::Handles::apart(metrics);
+    let client = kube::Client::new(config, opts.source.client.clone(), handles, env)
+        .map_err(Error::Config)?;
+    if let Some(audience) = &opts.token_audience {
+        log::info!(
+            "--token-audience {audience}: tokens for it are verified here, against the service-account issuer's keys"
+        );
+    }
+    let issuer = issuer::Issuer::new(opts.token_audience.clone(), read_from(client));
+    issuer.prefetch();
+    Ok(Some(issuer))
 }
 
 /// `--validate` and `--report-events`: the hub's judge, and the thread that tells authors.

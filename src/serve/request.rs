@@ -17,6 +17,9 @@ use crate::hub_protocol::{MAX_WAIT, WAIT_HEADER};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::source::Resource;
 
+/// Where Alloy's `remotecfg` calls go: grafana's `collector.v1.CollectorService`.
+pub const COLLECTOR_SERVICE: &str = "/collector.v1.CollectorService/";
+
 /// Where a request goes.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Route {
@@ -28,6 +31,9 @@ pub enum Route {
     Ops(&'static str),
     /// `hub_protocol::REPORT_PATH`: a follower's report.
     Report,
+    /// `/collector.v1.CollectorService/…`: a collector's call (`--remotecfg`; the hub
+    /// reads which procedure).
+    Remotecfg,
     /// Nothing the hub serves.
     Unknown,
 }
@@ -253,6 +259,9 @@ pub fn route(path: &str) -> Route {
     // Exactly this path: the server reads a body only for it (`serve::limits`).
     if path == crate::hub_protocol::REPORT_PATH {
         return Route::Report;
+    }
+    if path.starts_with(COLLECTOR_SERVICE) {
+        return Route::Remotecfg;
     }
     let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     let kind = |s: &str| match s {

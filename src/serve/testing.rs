@@ -150,6 +150,12 @@ impl super::reviewer::Reviewer for std::sync::Arc<Fake> {
                 namespace: Some(ns),
                 ..
             } if ns == "team-a" => Decision::Allowed,
+            // Alloy's remotecfg calls (`--remotecfg`).
+            Attributes::Path { verb: "post", path }
+                if path.starts_with("/collector.v1.CollectorService/") =>
+            {
+                Decision::Allowed
+            }
             _ => Decision::Denied(String::new()),
         })
     }

@@ -371,8 +371,8 @@ pub fn check_needs(look: &Lookup, agent: bool) -> Result<(), Error> {
         Needs::ReloadUrl => reload_url,
         Needs::ReloadUrlOrOnChange => reload_url || on_change,
         Needs::Validate => validate,
-        // `cmpoll serve`'s own: no command checked here takes --rollout.
-        Needs::Rollout => false,
+        // `cmpoll serve`'s own: no command checked here takes --rollout or --remotecfg.
+        Needs::Rollout | Needs::Remotecfg => false,
     })
 }
 

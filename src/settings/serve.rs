@@ -16,6 +16,7 @@ use crate::cli::{Needs, ServeArgs, flag};
 use crate::kube;
 use crate::ops::logging as log_options;
 use crate::serve;
+use crate::serve::remotecfg::root::Paths as RemotecfgPaths;
 use crate::serve::rollout::steps::{Settings as Rollout, Steps};
 use crate::source::Resources;
 use crate::source::origin::{self, Origin};
@@ -44,10 +45,12 @@ fn read(look: &Lookup) -> Result<ServeSettings, Error> {
     let server = look.given(&flag::server)?.is_some();
     let validating = look.given(&flag::validate)?.is_some();
     let rolling = look.given(&flag::rollout)?.is_some();
+    let remote = look.given(&flag::remotecfg)?.is_some();
     look.check_needs(|n| match n {
         Needs::Server => server,
         Needs::Validate => validating,
         Needs::Rollout => rolling,
+        Needs::Remotecfg => remote,
         _ => false,
     })?;
     let needed = |f: &'static crate::cli::Flag, what: &str| {
@@ -84,6 +87,7 @@ fn read(look: &Lookup) -> Result<ServeSettings, Error> {
             state_dir: path(look.opt(&flag::state_dir))?,
             validate,
             rollout,
+            remotecfg: remotecfg(look)?,
         },
         logging: logging(look)?,
     })
@@ -186,6 +190,28 @@ fn own_namespace(look: &Lookup, source: &origin::Options) -> Result<String, Erro
     })
 }
 
+/// `--remotecfg ROOT` (a file; `configmap:NS/NAME` is not built yet) with
+/// `--remotecfg-arguments FILE`. The files are read when the hub starts (`serve::run`).
+fn remotecfg(look: &Lookup) -> Result<Option<RemotecfgPaths>, Error> {
+    let arguments = path(look.opt(&flag::remotecfg_arguments))?;
+    let Some(v) = look.opt(&flag::remotecfg) else {
+        return Ok(None);
+    };
+    if v.value.starts_with("configmap:") {
+        return Err(usage(
+            &v.from,
+            format!(
+                "'{}': a root in a ConfigMap is not built yet: give the root as a file",
+                v.value
+            ),
+        ));
+    }
+    let Some(root) = path(Some(v))? else {
+        return Ok(None);
+    };
+    Ok(Some(RemotecfgPaths { root, arguments }))
+}
+
 /// `--drain-window`: a duration, `0s` (no drain) included.
 fn drain_window(look: &Lookup) -> Result<Duration, Error> {
     match look.value(&flag::drain_window) {
@@ -249,6 +275,40 @@ mod tests {
         assert!(
             e.starts_with("--token-file: only used with --server"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn remotecfg_takes_a_file_and_its_arguments() {
+        let s = serve_of(&NEEDED, &[]).unwrap();
+        assert!(s.serve.remotecfg.is_none());
+        let with = [&NEEDED[..], &["--remotecfg", "/etc/root.alloy"]].concat();
+        let r = serve_of(&with, &[("CMPOLL_REMOTECFG_ARGUMENTS", "/etc/args")])
+            .unwrap()
+            .serve
+            .remotecfg
+            .unwrap();
+        assert_eq!(r.root, PathBuf::from("/etc/root.alloy"));
+        assert_eq!(r.arguments, Some(PathBuf::from("/etc/args")));
+        let cm = [&NEEDED[..], &["--remotecfg", "configmap:ops/root"]].concat();
+        let e = serve_of(&cm, &[]).unwrap_err();
+        assert!(
+            e.starts_with(
+                "--remotecfg: 'configmap:ops/root': a root in a ConfigMap is not built yet"
+            ),
+            "{e}"
+        );
+        let alone = [&NEEDED[..], &["--remotecfg-arguments", "/etc/args"]].concat();
+        let e = serve_of(&alone, &[]).unwrap_err();
+        assert!(
+            e.starts_with("--remotecfg-arguments: only used with --remotecfg"),
+            "{e}"
+        );
+        let empty = [&NEEDED[..], &["--remotecfg", ""]].concat();
+        assert!(
+            serve_of(&empty, &[])
+                .unwrap_err()
+                .starts_with("--remotecfg: empty")
         );
     }
 

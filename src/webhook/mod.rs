@@ -27,7 +27,7 @@ use self::review::Decision;
 use crate::error::Error;
 use crate::https::http::{Answer, Request};
 use crate::https::lanes::Lane;
-use crate::https::server::{Bodies, Call, Handler, Limits, Peer, Reply, Server, Sizes};
+use crate::https::server::{Bodies, Call, Handler, Limits, Peer, Post, Reply, Server, Sizes};
 use crate::https::tls;
 use crate::locks::Recover;
 use crate::ops::metrics::{Metrics, Results, ServerCounts};
@@ -70,12 +70,13 @@ fn limits(counts: ServerCounts, cert: bool) -> Limits {
         write_deadline: Duration::from_secs(10),
         max_head: crate::https::http::MAX_HEAD,
         max_body: MAX_BODY,
-        bodies: Bodies::Post {
+        bodies: Bodies::Post(vec![Post {
             path: "/validate",
             cert,
             // The apiserver sends review after review: its connection stays.
             close: false,
-        },
+            max: MAX_BODY,
+        }]),
         max_bodies: MAX_BODIES,
         keep_alive: true,
         // Probes and scrapes on one lane, reviews (the validator may take its timeout)

@@ -31,32 +31,34 @@ pub enum Bodies {
     All,
     /// No one's.
     None,
-    /// Only a `POST` to this path's, and when `cert`, only from a client that presented a
-    /// certificate (the webhook's reviews, from the apiserver); when `close`, the
-    /// connection closes after the answer to one (a hub's reports: each client sends one
-    /// now and then, and a connection kept for the next would pin its buffers on the
-    /// server for the whole idle time, a fleet's worth of them).
-    Post {
-        path: &'static str,
-        cert: bool,
-        close: bool,
-    },
+    /// Only a `POST` to one of these paths, each with its own rule.
+    Post(Vec<Post>),
+}
+
+/// A path whose `POST` bodies are read: when `cert`, only from a client that presented a
+/// certificate (the webhook's reviews, from the apiserver); at most `max` bytes (a longer
+/// one is a 413 from its head); when `close`, the connection closes after the answer to one
+/// (a hub's reports: each client sends one now and then, and a connection kept for the next
+/// would pin its buffers on the server for the whole idle time, a fleet's worth of them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Post {
+    pub path: &'static str,
+    pub cert: bool,
+    pub close: bool,
+    pub max: usize,
 }
 
 impl Bodies {
-    /// Whether `req`'s body is read (`cert`: whether its client presented a certificate).
-    pub(super) fn read(&self, req: &Request, cert: impl FnOnce() -> bool) -> bool {
+    /// Whether `req`'s body is read (`cert`: whether its client presented a certificate):
+    /// if so, its bound and whether the connection closes after the answer.
+    pub(super) fn read(&self, req: &Request, cert: impl FnOnce() -> bool) -> Option<(usize, bool)> {
         match self {
-            Bodies::All => true,
-            Bodies::None => false,
-            Bodies::Post {
-                path, cert: needed, ..
-            } => req.method == "POST" && req.path == *path && (!needed || cert()),
+            Bodies::All => Some((usize::MAX, false)),
+            Bodies::None => None,
+            Bodies::Post(posts) => {
+                let p = (posts.iter()).find(|p| req.method == "POST" && req.path == p.path)?;
+                (!p.cert || cert()).then_some((p.max, p.close))
+            }
         }
-    }
-
-    /// Whether the connection closes after answering a request whose body was read.
-    pub(super) fn close_after(&self) -> bool {
-        matches!(self, Bodies::Post { close: true, .. })
     }
 }

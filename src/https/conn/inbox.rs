@@ -34,6 +34,8 @@ struct Awaiting {
     req: Request,
     head: usize,
     length: usize,
+    /// The connection closes after its answer (`Bodies`).
+    close: bool,
 }
 
 /// A connection's receive side.
@@ -166,15 +168,27 @@ impl Inbox {
                 self.inbuf.drain(..head);
                 return Some(Ok(req));
             }
-            if !b.bodies.read(&req, cert) {
+            let Some((max, close)) = b.bodies.read(&req, cert) else {
                 // Answered without it: nothing of it is kept, and the connection closes
                 // after the answer.
                 self.inbuf.clear();
                 self.discard = true;
                 req.close = true;
                 return Some(Ok(req));
+            };
+            if length > max {
+                // As `parse_head` refuses a body over the server's bound.
+                self.inbuf.clear();
+                self.discard = true;
+                let too_large = format!("a body of at most {max} bytes\n");
+                return Some(Err(Answer::text(413, too_large)));
             }
-            self.awaiting = Some(Awaiting { req, head, length });
+            self.awaiting = Some(Awaiting {
+                req,
+                head,
+                length,
+                close,
+            });
         }
         let a = self.awaiting.as_mut()?;
         let end = a.head + a.length;
@@ -197,7 +211,7 @@ impl Inbox {
         let rest = self.inbuf.split_off(end);
         req.body = std::mem::replace(&mut self.inbuf, rest);
         req.body.drain(..a.head);
-        req.close |= b.bodies.close_after();
+        req.close |= a.close;
         Some(Ok(req))
     }
 

@@ -484,11 +484,12 @@ fn a_refused_head_lingers_so_that_its_answer_is_read() {
 fn a_body_is_read_only_where_the_rule_says() {
     let t = Instant::now();
     let b = Bounds {
-        bodies: Bodies::Post {
+        bodies: Bodies::Post(vec![Post {
             path: "/validate",
             cert: true,
             close: false,
-        },
+            max: 16,
+        }]),
         ..bounds()
     };
     let asked = |path: &str, cert: bool| {
@@ -500,6 +501,13 @@ fn a_body_is_read_only_where_the_rule_says() {
     assert_eq!(asked("/validate", true), 10);
     assert_eq!(asked("/validate", false), 0, "no certificate");
     assert_eq!(asked("/metrics", true), 0, "another path");
+    // Over the path's own bound (the server's is 1024): a 413 from its head.
+    let mut c = Conn::new(Fake::default(), t, &b);
+    c.io.cert = true;
+    c.io.incoming = post("/validate", 17, 17);
+    assert!(c.ready(t, &b).is_none());
+    let wire = out(&mut c);
+    assert!(wire.starts_with("HTTP/1.1 413 "), "{wire}");
     let mut c = Conn::new(Fake::default(), t, &b);
     c.io.cert = true;
     c.io.incoming = b"PUT /validate HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc".to_vec();
@@ -509,17 +517,26 @@ fn a_body_is_read_only_where_the_rule_says() {
     );
 }
 
-/// A hub's reports (`Bodies::Post { close: true }`): the answer to a report closes its
-/// connection; any other request's keeps it.
+/// A hub's reports (`Post { close: true }`): the answer to a report closes its connection;
+/// any other request's keeps it, a body read on another path (`close: false`) too.
 #[test]
 fn a_read_body_closes_its_connection_where_the_rule_says() {
     let t = Instant::now();
     let b = Bounds {
-        bodies: Bodies::Post {
-            path: "/report",
-            cert: false,
-            close: true,
-        },
+        bodies: Bodies::Post(vec![
+            Post {
+                path: "/report",
+                cert: false,
+                close: true,
+                max: 1024,
+            },
+            Post {
+                path: "/kept",
+                cert: false,
+                close: false,
+                max: 1024,
+            },
+        ]),
         ..bounds()
     };
     let answered = |wire: Vec<u8>| {
@@ -532,6 +549,8 @@ fn a_read_body_closes_its_connection_where_the_rule_says() {
     let (wire, done) = answered(post("/report", 10, 10));
     assert!(wire.contains("Connection: close\r\n") && done, "{wire}");
     let (wire, done) = answered(b"GET /report HTTP/1.1\r\n\r\n".to_vec());
+    assert!(!wire.contains("Connection: close") && !done, "{wire}");
+    let (wire, done) = answered(post("/kept", 10, 10));
     assert!(!wire.contains("Connection: close") && !done, "{wire}");
     // A request pipelined behind a report: dropped a moment, so that closing at once
     // (bytes unread: a reset) does not cost the client the report's answer.

@@ -137,6 +137,8 @@ impl Hub {
             fleet,
             validation,
             rollouts,
+            collectors: (self.remotecfg.as_ref())
+                .map_or(serde_json::Value::Null, |r| r.collectors.status()),
         };
         status_page::body(&seen)
     }

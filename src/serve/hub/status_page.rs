@@ -23,6 +23,9 @@ pub struct Seen<'a> {
     /// `--rollout`: its members (`rollouts`, `rolloutState`: `rollout::Rollouts::status`)
     /// join the page's; null without.
     pub rollouts: serde_json::Value,
+    /// `--remotecfg`: its collectors (`remotecfg::collectors::Collectors::status`); null
+    /// without, and then not on the page.
+    pub collectors: serde_json::Value,
 }
 
 /// The page's JSON.
@@ -62,6 +65,9 @@ pub fn body(seen: &Seen) -> Vec<u8> {
     });
     if let (Some(page), serde_json::Value::Object(more)) = (json.as_object_mut(), &seen.rollouts) {
         page.extend(more.clone());
+    }
+    if let (Some(page), false) = (json.as_object_mut(), seen.collectors.is_null()) {
+        page.insert("remotecfg".into(), seen.collectors.clone());
     }
     serde_json::to_vec_pretty(&json).unwrap_or_default()
 }

@@ -409,3 +409,97 @@ fn the_fleet_is_on_metrics_without_names() {
     assert!(text.contains(r#"cmpoll_fleet_reports_total{result="accepted"} 1"#));
     assert!(!text.contains("alice"));
 }
+
+/// `--remotecfg`: a collector's call, answered in Connect's words: 401 `unauthenticated`
+/// before anything else, the call's shape checked, then the content (the root; team-a's
+/// objects have no `*.alloy` key), `not_modified` for its hash echoed.
+#[test]
+fn a_collectors_calls_are_answered_in_connects_words() {
+    use crate::serve::remotecfg::root::{Paths, RootFiles};
+    use crate::serve::remotecfg::service::Remotecfg;
+    let dir = std::env::temp_dir().join(format!("cmpoll-hub-rc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = dir.join("root.alloy");
+    std::fs::write(&root, "// the platform's root\n").unwrap();
+    let files = RootFiles::open(Paths {
+        root,
+        arguments: None,
+    })
+    .unwrap();
+    let Test { hub, fake } = hub(true);
+    let t = Test {
+        hub: hub.with_remotecfg(Some(Remotecfg::new(files))),
+        fake,
+    };
+    let path = "/collector.v1.CollectorService/GetConfig";
+    let proto = ("Content-Type", "application/proto");
+    // id "a", hash as given.
+    let call = |headers: &[(&str, &str)], hash: &str| {
+        let mut r = request("POST", path, headers);
+        r.body = [
+            &[0x0a, 1, b'a', 0x1a, hash.len() as u8][..],
+            hash.as_bytes(),
+        ]
+        .concat();
+        r
+    };
+    let code = |a: &Answer| -> String {
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        v["code"].as_str().unwrap().to_string()
+    };
+    let (_, got, a) = t.ask(&call(&[proto], ""));
+    assert_eq!(got, Got::Status(401));
+    assert_eq!(code(&a.unwrap()), "unauthenticated");
+    let (_, got, a) = t.ask(&call(&[("Authorization", "Bearer bad"), proto], ""));
+    assert_eq!(
+        (got, code(&a.unwrap()).as_str()),
+        (Got::Status(401), "unauthenticated")
+    );
+    assert_eq!(t.status(&call(&[GOOD], "")), 415);
+    let mut get = call(&[GOOD, proto], "");
+    get.method = "GET".into();
+    assert_eq!(t.status(&get), 405);
+    let (_, got, a) = t.ask(&call(&[GOOD, proto], ""));
+    let a = a.unwrap();
+    assert_eq!(
+        (got, a.content_type),
+        (Got::Status(200), "application/proto")
+    );
+    let text = String::from_utf8_lossy(&a.body).to_string();
+    assert!(text.contains("// the platform's root"), "{text}");
+    // The hash is the 64 hex digits after field 2's key and length (0x12, 64).
+    let at = a.body.windows(2).rposition(|w| w == [0x12, 64]).unwrap();
+    let hash = String::from_utf8(a.body[at + 2..at + 66].to_vec()).unwrap();
+    let (_, _, again) = t.ask(&call(&[GOOD, proto], &hash));
+    let again = again.unwrap();
+    assert!(
+        again.body.ends_with(&[0x18, 1]),
+        "not_modified: {:?}",
+        &again.body[..]
+    );
+    assert!(!String::from_utf8_lossy(&again.body).contains("root"));
+    // Another path under the service: no such procedure.
+    let other = request(
+        "POST",
+        "/collector.v1.CollectorService/Other",
+        &[GOOD, proto],
+    );
+    assert_eq!(t.status(&other), 404);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Without `--remotecfg`, the service's paths are unknown ones.
+#[test]
+fn without_remotecfg_the_service_is_not_there() {
+    let t = hub(true);
+    let mut r = request(
+        "POST",
+        "/collector.v1.CollectorService/RegisterCollector",
+        &[GOOD, ("Content-Type", "application/proto")],
+    );
+    r.body = vec![0x0a, 1, b'a'];
+    let (_, got, a) = t.ask(&r);
+    assert_eq!(got, Got::Status(404));
+    let v: serde_json::Value = serde_json::from_slice(&a.unwrap().body).unwrap();
+    assert_eq!(v["code"], "not_found");
+}

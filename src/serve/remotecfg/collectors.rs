@@ -17,6 +17,9 @@ use crate::locks::Recover;
 /// Collectors kept, at most.
 pub const MAX_COLLECTORS: usize = 10_000;
 
+/// Failed collectors `/status` names, at most.
+const SHOWN: usize = 20;
+
 /// A status's message, kept at most.
 pub const KEPT_MESSAGE: usize = 1024;
 
@@ -101,14 +104,42 @@ impl Collectors {
     }
 
     /// One collector, as kept.
+    #[cfg(test)]
     pub fn get(&self, who: &str, id: &str) -> Option<Collector> {
         (self.kept.lock().recover())
             .get(&(who.to_string(), id.to_string()))
             .cloned()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.kept.lock().recover().len()
+    }
+
+    /// What `/status` says of them: how many, how many run what they were last sent
+    /// (`applied` for it), and the first `SHOWN` whose last status is `failed`, with its
+    /// words.
+    pub fn status(&self) -> serde_json::Value {
+        let kept = self.kept.lock().recover();
+        let mut applied = 0;
+        let mut failed = Vec::new();
+        for ((who, id), c) in kept.iter() {
+            match &c.status {
+                Some((r, hash)) if r.status == Status::Applied && c.sent.as_ref() == Some(hash) => {
+                    applied += 1
+                }
+                Some((r, hash)) if r.status == Status::Failed => failed.push(serde_json::json!({
+                    "collector": who, "id": id, "hash": hash, "message": r.message,
+                })),
+                _ => {}
+            }
+        }
+        let count = failed.len();
+        failed.sort_by_key(|f| f.to_string());
+        failed.truncate(SHOWN);
+        serde_json::json!({
+            "collectors": kept.len(), "applied": applied, "failedCount": count, "failed": failed,
+        })
     }
 
     /// Changes collector (`who`, `id`), made if new (the one heard from longest ago
@@ -196,6 +227,18 @@ mod tests {
         assert_eq!((kept.name.as_str(), kept.registered), ("alloy", true));
         // Another identity's "x" is another collector.
         assert!(c.get("ns/other", "x").is_none());
+        let page = c.status();
+        assert_eq!(
+            (page["collectors"].as_u64(), page["failedCount"].as_u64()),
+            (Some(1), Some(1))
+        );
+        assert_eq!(page["failed"][0]["collector"], "ns/pod");
+        let applied = Reported {
+            status: Status::Applied,
+            message: String::new(),
+        };
+        c.asked("ns/pod", "x", ask("h1", Some(&applied), "h1"), t);
+        assert_eq!(c.status()["applied"], 1);
         c.forget("ns/pod", "x");
         assert!(c.get("ns/pod", "x").is_none());
     }

@@ -34,6 +34,13 @@ declare \"{{ident}}\" {
 /// How often the files are looked at, at most.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
+/// `--remotecfg ROOT` and `--remotecfg-arguments FILE`, as settings decided them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Paths {
+    pub root: PathBuf,
+    pub arguments: Option<PathBuf>,
+}
+
 /// The root and the template, as read.
 #[derive(Debug)]
 pub struct Root {
@@ -78,7 +85,8 @@ impl Root {
 
 impl RootFiles {
     /// Reads both files: an error is a usage error, naming the flag.
-    pub fn open(root: PathBuf, arguments: Option<PathBuf>) -> Result<RootFiles, String> {
+    pub fn open(paths: Paths) -> Result<RootFiles, String> {
+        let Paths { root, arguments } = paths;
         let current = read(&root, arguments.as_deref())?;
         let stamps = stamps(&root, arguments.as_deref());
         Ok(RootFiles {
@@ -166,7 +174,11 @@ mod tests {
         let (root, args) = (dir.join("root.alloy"), dir.join("args"));
         std::fs::write(&root, "// one\n").unwrap();
         std::fs::write(&args, "receiver = x.y\n").unwrap();
-        let f = RootFiles::open(root.clone(), Some(args.clone())).unwrap();
+        let f = RootFiles::open(Paths {
+            root: root.clone(),
+            arguments: Some(args.clone()),
+        })
+        .unwrap();
         let t = Instant::now();
         let first = f.current(t);
         assert_eq!(first.text, "// one\n");
@@ -184,7 +196,12 @@ mod tests {
         let kept = f.current(later + LOOK_EVERY);
         assert_eq!(kept.text, "// two, longer\n");
         std::fs::remove_dir_all(&dir).unwrap();
-        let e = RootFiles::open(root, None).err().unwrap();
+        let e = RootFiles::open(Paths {
+            root,
+            arguments: None,
+        })
+        .err()
+        .unwrap();
         assert!(e.starts_with("--remotecfg '"), "{e}");
     }
 }

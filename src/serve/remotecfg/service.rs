@@ -15,6 +15,11 @@ use super::messages::{self, GetConfig, Register, Unregister};
 use super::root::RootFiles;
 use crate::serve::held::Held;
 
+/// The largest call read: a `GetConfig` echoes the content it loaded (at most
+/// `compose::MAX_CONTENT`) beside a status message and attributes (each bounded by
+/// `messages`).
+pub const MAX_CALL: usize = super::compose::MAX_CONTENT + (256 << 10);
+
 /// The service: the root, the compositions made, the collectors kept.
 pub struct Remotecfg {
     root: RootFiles,
@@ -104,6 +109,12 @@ impl Remotecfg {
         if m.hash == c.hash {
             return Ok(Ok(messages::get_config_response("", &c.hash, true)));
         }
+        log::debug!(
+            "--remotecfg: collector {} of {who} sent {} ({} modules)",
+            crate::reason::cut(&m.id, 64),
+            &c.hash[..16.min(c.hash.len())],
+            c.modules.len()
+        );
         Ok(Ok(messages::get_config_response(
             &c.content, &c.hash, false,
         )))
@@ -128,7 +139,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let root = dir.join("root.alloy");
         std::fs::write(&root, "// the root\n").unwrap();
-        (Remotecfg::new(RootFiles::open(root, None).unwrap()), dir)
+        let paths = crate::serve::remotecfg::root::Paths {
+            root,
+            arguments: None,
+        };
+        (Remotecfg::new(RootFiles::open(paths).unwrap()), dir)
     }
 
     fn get_config(id: &str, hash: &str) -> Vec<u8> {

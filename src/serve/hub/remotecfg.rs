@@ -1,0 +1,106 @@
+//! The hub's side of `--remotecfg`: a call of `collector.v1.CollectorService`, in this
+//! order — without `--remotecfg`, a path like any unknown one (401, then 404); its token
+//! authenticated as every request's (401 `unauthenticated`); the call's shape checked
+//! (`connect::refused`: 405, 415, `unimplemented`, `invalid_argument`); sent to a lane
+//! where reviews may wait; `post` on the procedure's path authorized (a non-resource URL:
+//! a ClusterRole's `nonResourceURLs: ["/collector.v1.CollectorService/*"]`; 403
+//! `permission_denied`), so that a token of the cluster is not enough to read the root.
+//! `GetConfig` then needs the hub ready (503 `unavailable`, as a follower's list: the
+//! collector keeps what it runs) and is served of the view of the caller's cohort (its
+//! follower name's, so rollouts apply to collectors as to followers), with the modules of
+//! the namespaces where it may `list` ConfigMaps — a follower's report is authorized so —
+//! asked first for all namespaces, then for each namespace that holds a module.
+//! `RegisterCollector` does not wait for a poll: Alloy refuses to start when it fails.
+//! Every refusal is Connect's JSON error.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Hub;
+use crate::https::http::{Answer, Request};
+use crate::https::server::Reply;
+use crate::serve::auth::{Attributes, Auth, Halt, HubLane, User};
+use crate::serve::fleet::state::follower_name;
+use crate::serve::remotecfg::connect::{self, ConnectError, Rpc};
+use crate::serve::request::{Query, Route};
+use crate::serve::status::StatusError;
+use crate::source::Resource;
+
+/// Where a call goes, read: its route, its query and the lane it is on.
+pub(super) type At<'a> = (&'a Route, &'a Query, HubLane);
+
+impl Hub {
+    /// A collector's call: its answer, or the lane it goes to.
+    pub(super) fn collector(&self, req: &Request, at: At) -> Result<Reply, Halt> {
+        answer(self, req, at)
+    }
+}
+
+fn answer(hub: &Hub, req: &Request, (route, query, lane): At) -> Result<Reply, Halt> {
+    match call(hub, req, route, query, lane) {
+        Ok(a) => Ok(Reply::Answer(a)),
+        Err(Halt::Lane(l)) => Err(Halt::Lane(l)),
+        Err(Halt::Refused(r)) => {
+            if r.code >= 500 {
+                log::debug!("{}: {}", req.path, r.message);
+            }
+            Ok(Reply::Answer(ConnectError::from(r).answer()))
+        }
+    }
+}
+
+fn call(
+    hub: &Hub,
+    req: &Request,
+    route: &Route,
+    query: &Query,
+    lane: HubLane,
+) -> Result<Answer, Halt> {
+    let (who, what) = hub.who(req, route, query, lane)?;
+    let (Some(service), Some(rpc)) = (&hub.remotecfg, Rpc::at(&req.path)) else {
+        return Err(StatusError::no_such_path().into());
+    };
+    if let Some(refused) = connect::refused(req) {
+        return Ok(refused);
+    }
+    if !lane.may_wait() {
+        return Err(Halt::Lane(HubLane::Authorize));
+    }
+    let auth = &hub.auth;
+    auth.authorize(&who.user, &what, lane)?;
+    let name = follower_name(&who.user);
+    let now = Instant::now();
+    let done = match rpc {
+        Rpc::RegisterCollector => service.register(&name, &req.body, now),
+        Rpc::UnregisterCollector => service.unregister(&name, &req.body),
+        Rpc::GetConfig => {
+            let (_, view) = hub.ready_held(hub.cohort(&who.user))?;
+            let everywhere = may_list(auth, &who.user, None, lane)?;
+            let may = |ns: &str| match everywhere {
+                true => Ok(true),
+                false => may_list(auth, &who.user, Some(ns), lane),
+            };
+            service.get_config(&name, &req.body, &view, may, now)?
+        }
+    };
+    Ok(match done {
+        Ok(message) => connect::message(req, message),
+        Err(e) => e.answer(),
+    })
+}
+
+/// Whether `user` may list ConfigMaps in namespace `ns` (`None`: in all); a review that
+/// fails is the call's error, never a refusal.
+fn may_list(auth: &Auth, user: &Arc<User>, ns: Option<&str>, lane: HubLane) -> Result<bool, Halt> {
+    let what = Attributes::Resource {
+        verb: "list",
+        kind: Resource::ConfigMaps,
+        namespace: ns.map(str::to_string),
+        name: None,
+    };
+    match auth.authorize(user, &what, lane) {
+        Ok(()) => Ok(true),
+        Err(Halt::Refused(r)) if r.code == 403 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
