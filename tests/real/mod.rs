@@ -26,6 +26,7 @@ mod hub;
 mod lists;
 mod manifests;
 mod methods;
+mod remotecfg;
 // Issue 60: rollouts (steps, cohorts, refusals, replaced versions, two hubs and restarts).
 mod rollout;
 mod serve;

@@ -1,0 +1,316 @@
+//! Alloy's `remotecfg` against a hub (issue 61): a hub under `--remotecfg` on the real
+//! apiserver, and real Alloys whose local file holds nothing but a `remotecfg` block (a
+//! bound service-account token in `bearer_token_file`, the hub's CA in `tls_config`). A
+//! module ConfigMap written runs as a component of every Alloy within its poll frequency
+//! (10 s) plus 2 s; updated and deleted likewise; a collector without a valid token, or
+//! without the right to call the service, gets nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::fleet::pod_token;
+use super::hub::*;
+use super::*;
+use crate::alloy_modules::{alloy_bin, alloy_on, scrape_module};
+use crate::util::{Cmpoll, KillOnDrop, SOON, eventually_explained, tools::free_port};
+
+/// Alloy's poll frequency here: its least.
+const POLL: Duration = Duration::from_secs(10);
+
+/// What a change may take to run in every Alloy: a poll and 2 s.
+const WITHIN: Duration = Duration::from_secs(12);
+
+/// A service account whose pods may call the service (a ClusterRole's non-resource URL)
+/// and list ConfigMaps in `ns` (a Role): what docs/alloy.md says a collector needs.
+fn collector_account(k: &test_apiserver::real::RealApiserver, ns: &str, name: &str) {
+    let _ = account(
+        k,
+        ns,
+        name,
+        Some(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}])),
+    );
+    let role = format!("cmpoll-collector-{ns}-{name}");
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": role},
+             "rules": [{"nonResourceURLs": ["/collector.v1.CollectorService/*"], "verbs": ["post"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": role},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}]})
+        .to_string(),
+    );
+}
+
+/// A real Alloy whose only configuration is a `remotecfg` block pointed at `hub`.
+struct Collector {
+    id: String,
+    port: u16,
+    logs: PathBuf,
+    child: KillOnDrop,
+}
+
+impl Collector {
+    fn start(alloy: &Path, hub: &Hub, id: &str, token: &str) -> Collector {
+        let c = Cmpoll::new();
+        let logs = c.path("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let token_file = c.write("token", token);
+        let config = c.write(
+            "config.alloy",
+            &format!(
+                r#"remotecfg {{
+  url               = "{}"
+  id                = "{id}"
+  poll_frequency    = "{}s"
+  bearer_token_file = "{}"
+  attributes        = {{"team" = "a"}}
+  tls_config {{
+    ca_file = "{}"
+  }}
+}}
+"#,
+                hub.url(),
+                POLL.as_secs(),
+                token_file.display(),
+                hub.ca.display()
+            ),
+        );
+        let port = free_port();
+        let child = alloy_on(alloy, &config, port, &logs, id);
+        Collector {
+            id: id.into(),
+            port,
+            logs,
+            child,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.logs.join(format!("{}.log", self.id))).unwrap_or_default()
+    }
+
+    /// Its remote components (`GET /api/v0/web/remotecfg/components`): localID → health.
+    fn components(&self) -> Vec<(String, String)> {
+        let url = format!(
+            "http://127.0.0.1:{}/api/v0/web/remotecfg/components",
+            self.port
+        );
+        let Some((200, body)) = crate::util::tools::curl(&url) else {
+            return Vec::new();
+        };
+        let all: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        (all.as_array().into_iter().flatten())
+            .map(|c| {
+                let id = c["localID"].as_str().unwrap_or_default().to_string();
+                (id, c["health"]["state"].as_str().unwrap_or_default().into())
+            })
+            .collect()
+    }
+
+    /// The components inside the remote module instance `instance`.
+    fn inside(&self, instance: &str) -> Vec<String> {
+        let url = format!(
+            "http://127.0.0.1:{}/api/v0/web/remotecfg/modules/remotecfg/{instance}/components",
+            self.port
+        );
+        let Some((200, body)) = crate::util::tools::curl(&url) else {
+            return Vec::new();
+        };
+        let all: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        (all.as_array().into_iter().flatten())
+            .filter_map(|c| Some(c["localID"].as_str()?.to_string()))
+            .collect()
+    }
+}
+
+/// A call of the service with curl as `token`, its body empty: (status, Connect code).
+fn call(hub: &Hub, procedure: &str, token: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(&hub.ca)
+        .args(["-X", "POST", "-H", "Content-Type: application/proto"])
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .args(["--data-binary", "", "-w", "\n%{http_code}"])
+        .arg(format!(
+            "{}/collector.v1.CollectorService/{procedure}",
+            hub.url()
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    (
+        code.trim().parse().unwrap_or(0),
+        v["code"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[test]
+fn alloys_with_only_a_remotecfg_block_run_every_module() {
+    let Some(alloy) = alloy_bin() else { return };
+    let Some((_one, k)) = cluster() else {
+        return;
+    };
+    let ns = k.namespace("hub-remotecfg");
+    let platform = Cmpoll::new();
+    // The root: what the offered argument refers to (its endpoint need not answer for the
+    // component to be built).
+    let root = platform.write(
+        "root.alloy",
+        &format!(
+            "prometheus.remote_write \"default\" {{\n  endpoint {{\n    url = \"http://127.0.0.1:{}/api/v1/write\"\n  }}\n}}\n",
+            free_port()
+        ),
+    );
+    let offered = platform.write(
+        "offered-arguments",
+        "receiver = prometheus.remote_write.default.receiver\n",
+    );
+    let hub = start_hub(
+        k,
+        &hub_account(k, &ns, "hub"),
+        &[
+            "--namespace",
+            &ns,
+            "--interval",
+            "1s",
+            "--drain-window",
+            "0s",
+            "--remotecfg",
+            root.to_str().unwrap(),
+            "--remotecfg-arguments",
+            offered.to_str().unwrap(),
+        ],
+    );
+    collector_account(k, &ns, "collector");
+    let _ = account(k, &ns, "nobody", Some(json!([])));
+    let alloys: Vec<Collector> = ["node-1", "node-2"]
+        .iter()
+        .map(|pod| Collector::start(&alloy, &hub, pod, &pod_token(k, &ns, "collector", pod)))
+        .collect();
+    for a in &alloys {
+        eventually_explained(
+            "Alloy started on its remotecfg block, the root running",
+            SOON,
+            || (a.components().iter()).any(|(id, _)| id == "prometheus.remote_write.default"),
+            || format!("{}\n{}", a.log(), hub.d.stderr()),
+        );
+    }
+
+    // A collector without a valid token gets nothing: Alloy does not even start.
+    let stranger = Collector::start(&alloy, &hub, "stranger", "not-a-token");
+    // Nor does one whose token may not call the service.
+    let nobody_token = k.token(&ns, "nobody", "10m");
+    let nobody = Collector::start(&alloy, &hub, "nobody", &nobody_token);
+    assert_eq!(
+        call(&hub, "GetConfig", "not-a-token"),
+        (401, "unauthenticated".into())
+    );
+    assert_eq!(
+        call(&hub, "GetConfig", &nobody_token),
+        (403, "permission_denied".into())
+    );
+
+    let instance = format!("{}_S_web.module", ns.replace('-', "_"));
+    let put = |text: &str| {
+        k.apply(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "web", "namespace": ns, "labels": {"cmpoll.io/module": "true"}},
+                "data": {"module.alloy": text}})
+            .to_string(),
+        );
+        Instant::now()
+    };
+    let every = |what: &str, written: Instant, ok: &dyn Fn(&Collector) -> bool| {
+        eventually_explained(
+            what,
+            WITHIN,
+            || alloys.iter().all(ok),
+            || {
+                let a = &alloys[0];
+                format!("{:?}\n{}\n{}", a.components(), a.log(), hub.d.stderr())
+            },
+        );
+        eprintln!("{what}: {:?} after the write", written.elapsed());
+    };
+
+    let written = put(&scrape_module("web", alloys[0].port, ""));
+    every("the module runs in every Alloy", written, &|a| {
+        a.components()
+            .contains(&(instance.clone(), "healthy".into()))
+    });
+    let inside = alloys[0].inside(&instance);
+    assert!(
+        inside
+            .iter()
+            .any(|c| c.ends_with("prometheus.scrape.default")),
+        "{inside:?}"
+    );
+
+    let updated = scrape_module("web", alloys[0].port, "").replace("\"default\"", "\"v2\"");
+    let written = put(&updated);
+    every("the update runs in every Alloy", written, &|a| {
+        let inside = a.inside(&instance);
+        inside.iter().any(|c| c.ends_with("prometheus.scrape.v2"))
+            && !inside
+                .iter()
+                .any(|c| c.ends_with("prometheus.scrape.default"))
+    });
+
+    k.ok(&["delete", "configmap", "web", "-n", &ns]);
+    let written = Instant::now();
+    every("the module is gone from every Alloy", written, &|a| {
+        let c = a.components();
+        !c.iter().any(|(id, _)| *id == instance)
+            && c.iter()
+                .any(|(id, _)| id == "prometheus.remote_write.default")
+    });
+
+    // The hub's /status: both collectors, each running what it was last sent.
+    let token = scraper(k, &ns);
+    eventually_explained(
+        "the hub's /status names both collectors applied",
+        WITHIN,
+        || {
+            let (code, _, body) = get(&hub.url(), &hub.ca, token.trim(), "/status", &[]);
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            code == 200 && v["remotecfg"]["collectors"] == 2 && v["remotecfg"]["applied"] == 2
+        },
+        || {
+            String::from_utf8_lossy(&get(&hub.url(), &hub.ca, token.trim(), "/status", &[]).2)
+                .into()
+        },
+    );
+
+    // The refused ones never ran anything: Alloy stops when it cannot register.
+    for (mut a, words) in [(stranger, "unauthenticated"), (nobody, "permission_denied")] {
+        let status = wait_exit(&mut a.child.0, SOON);
+        let log = a.log();
+        assert!(
+            status.is_some_and(|s| !s.success()) && log.contains(words),
+            "{}: {status:?}\n{log}",
+            a.id
+        );
+    }
+}
+
+/// The child's exit status within `within`, if it exits.
+fn wait_exit(
+    child: &mut std::process::Child,
+    within: Duration,
+) -> Option<std::process::ExitStatus> {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
