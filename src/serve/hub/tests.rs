@@ -452,7 +452,10 @@ fn a_collectors_calls_are_answered_in_connects_words() {
     assert_eq!(code(&a.unwrap()), "unauthenticated");
     // Authentication first, whatever else is wrong with the call.
     let (_, got, a) = t.ask(&call(&[], ""));
-    assert_eq!((got, code(&a.unwrap()).as_str()), (Got::Status(401), "unauthenticated"));
+    assert_eq!(
+        (got, code(&a.unwrap()).as_str()),
+        (Got::Status(401), "unauthenticated")
+    );
     let (_, got, a) = t.ask(&call(&[("Authorization", "Bearer bad"), proto], ""));
     assert_eq!(
         (got, code(&a.unwrap()).as_str()),

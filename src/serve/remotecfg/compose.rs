@@ -61,12 +61,16 @@ pub struct Composition {
     pub modules: Vec<(Box<str>, Hash)>,
 }
 
-/// Modules wrapped under one root, by key and version.
+/// Modules wrapped under one root: by key, the versions the views hold (`KEPT_VERSIONS` at
+/// most: a rollout serves two or three at once), newest first.
 #[derive(Default)]
 pub struct Modules {
     root: [u8; 32],
-    wrapped: HashMap<(Box<str>, Hash), Arc<Wrapped>>,
+    wrapped: HashMap<Box<str>, Vec<(Hash, Arc<Wrapped>)>>,
 }
+
+/// Versions of one module kept wrapped.
+const KEPT_VERSIONS: usize = 4;
 
 /// Compositions made, by root and modules.
 #[derive(Default)]
@@ -85,17 +89,27 @@ impl Compositions {
         attributes: &Attributes,
         mut may_list: impl FnMut(&str) -> Result<bool, E>,
     ) -> Result<Result<Arc<Composition>, String>, E> {
-        let mut chosen: Vec<(&str, &Arc<HeldObject>, Arc<Wrapped>)> = Vec::new();
-        let mut last_ns: Option<(&str, bool)> = None;
+        // The modules for these attributes, wrapped (under the lock, which no review is
+        // waited for under)…
+        let mut matched: Vec<(&str, &Arc<HeldObject>, Arc<Wrapped>)> = Vec::new();
+        let mut modules = self.modules.lock().recover();
+        if modules.root != root.fingerprint {
+            modules.root = root.fingerprint;
+            modules.wrapped.clear();
+        }
+        let get = |k: &str| attributes.get(k).map(String::as_str);
         for (key, o) in view.keyed(Resource::ConfigMaps) {
-            let w = self.wrapped(root, key, o);
-            if !matches!(w.text, Ok(Some(_))) {
-                continue;
+            let w = modules.wrapped(root, key, o);
+            if matches!(w.text, Ok(Some(_))) && w.only_for.as_ref().is_none_or(|s| s.matches(get)) {
+                matched.push((key, o, w));
             }
-            let get = |k: &str| attributes.get(k).map(String::as_str);
-            if !w.only_for.as_ref().is_none_or(|s| s.matches(get)) {
-                continue;
-            }
+        }
+        drop(modules);
+        // …then those of the namespaces it may list (each namespace asked once: keys are in
+        // namespace order).
+        let mut chosen = Vec::with_capacity(matched.len());
+        let mut last_ns: Option<(&str, bool)> = None;
+        for (key, o, w) in matched {
             let allowed = match last_ns {
                 Some((ns, allowed)) if ns == o.namespace => allowed,
                 _ => {
@@ -129,27 +143,28 @@ impl Compositions {
         }
         Ok(composed)
     }
+}
 
-    /// Module `key` at `o`'s version, wrapped under `root` (once).
-    fn wrapped(&self, root: &Root, key: &str, o: &HeldObject) -> Arc<Wrapped> {
-        let mut m = self.modules.lock().recover();
-        if m.root != root.fingerprint {
-            m.root = root.fingerprint;
-            m.wrapped.clear();
-        }
-        let id = (Box::from(key), o.hash);
-        if let Some(w) = m.wrapped.get(&id) {
+impl Modules {
+    /// Module `key` at `o`'s version, wrapped under `root` (once; the caller has cleared
+    /// what another root wrapped).
+    fn wrapped(&mut self, root: &Root, key: &str, o: &HeldObject) -> Arc<Wrapped> {
+        if let Some(versions) = self.wrapped.get(key)
+            && let Some((_, w)) = versions.iter().find(|(h, _)| *h == o.hash)
+        {
             return w.clone();
         }
         let w = Arc::new(wrap(root, key, o));
         if let Err(why) = &w.text {
             log::warn!("--remotecfg: {key}: sent to no collector: {why}");
         }
-        // Versions no view holds any more go when the map outgrows what views hold.
-        if m.wrapped.len() >= 4096 {
-            m.wrapped.clear();
+        // Modules no view holds any more go when the map outgrows what views hold.
+        if self.wrapped.len() >= 16_384 {
+            self.wrapped.clear();
         }
-        m.wrapped.insert(id, w.clone());
+        let versions = self.wrapped.entry(Box::from(key)).or_default();
+        versions.insert(0, (o.hash, w.clone()));
+        versions.truncate(KEPT_VERSIONS);
         w
     }
 }
