@@ -1,18 +1,26 @@
 //! What the hub keeps of each collector (`Collectors`, at most `MAX_COLLECTORS`): told apart
 //! by who it is (its token's follower name: `NAMESPACE/POD`, else its user name) and the id
 //! it gives, since an id is the collector's own word and two identities may give the same
-//! one. Kept: its name and attributes (as it last registered or asked), the hash it was last
-//! sent, and the last status it reported with the hash it reported it for — Alloy sends a
-//! status once, when it changes, so the hub must remember `FAILED for H`. A status's message
-//! is cut to `KEPT_MESSAGE`. When the map is full, the collector heard from longest ago
-//! makes room. `UnregisterCollector` forgets one.
+//! one. Kept: its name and attributes (as it last registered or asked), the modules it was
+//! last sent (their versions, under the text's hash), those it last confirmed (`APPLIED` for
+//! a hash it was sent), and its last status with the hash it was reported for — Alloy sends
+//! a status once, when it changes, so the hub must remember `FAILED for H`.
+//!
+//! A `FAILED` is about the module versions of the text it names that the collector had not
+//! confirmed: Alloy loads a text all or nothing and keeps what it ran, so those are what it
+//! refused. None — a `FAILED` for the text it runs — is Alloy's own fetch failing
+//! (`unavailable: …`), not a refusal. A status's message is cut to `KEPT_MESSAGE`. When the
+//! map is full, the collector heard from longest ago makes room. `UnregisterCollector`
+//! forgets one.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::compose::Composition;
 use super::messages::{Attributes, Reported, Status};
 use crate::locks::Recover;
+use crate::poll::hash::Hash;
 
 /// Collectors kept, at most.
 pub const MAX_COLLECTORS: usize = 10_000;
@@ -23,15 +31,29 @@ const SHOWN: usize = 20;
 /// A status's message, kept at most.
 pub const KEPT_MESSAGE: usize = 1024;
 
+/// Module versions: `namespace/name` and the version's hash.
+pub type Versions = Arc<[(Box<str>, Hash)]>;
+
+/// A text sent: its hash and its modules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sent {
+    pub hash: String,
+    pub modules: Versions,
+}
+
 /// One collector, as kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Collector {
     pub name: String,
     pub attributes: Attributes,
-    /// The hash it was last sent.
-    pub sent: Option<String>,
+    /// The text it was last sent.
+    pub sent: Option<Sent>,
+    /// The last text it confirmed (`APPLIED`).
+    pub applied: Option<Sent>,
     /// Its last status, and the hash it was reported for.
     pub status: Option<(Reported, String)>,
+    /// With a `FAILED`: the module versions it refused.
+    pub refused: Vec<(Box<str>, Hash)>,
     pub registered: bool,
     pub seen: Instant,
 }
@@ -40,6 +62,49 @@ pub struct Collector {
 #[derive(Default)]
 pub struct Collectors {
     kept: Mutex<HashMap<(String, String), Collector>>,
+}
+
+/// What a `GetConfig` said, and what it was answered.
+pub struct Asked<'a> {
+    pub attributes: &'a Attributes,
+    /// The hash it echoed.
+    pub hash: &'a str,
+    pub status: Option<&'a Reported>,
+    /// What it is sent now.
+    pub sent: &'a Composition,
+}
+
+impl Collector {
+    /// Takes `status`, reported for the text of `hash`: with what it was sent, what it
+    /// confirmed and refused. `Some`: it changed.
+    fn take(&mut self, status: Reported, hash: &str) -> Option<(Reported, String)> {
+        let about = self.sent.clone().filter(|s| s.hash == hash);
+        match status.status {
+            Status::Applied => {
+                if let Some(s) = about {
+                    self.applied = Some(s);
+                }
+                self.refused.clear();
+            }
+            Status::Failed => {
+                let held = |m: &(Box<str>, Hash)| {
+                    (self.applied.as_ref()).is_some_and(|a| a.modules.contains(m))
+                };
+                self.refused = (about.iter())
+                    .flat_map(|s| s.modules.iter())
+                    .filter(|m| !held(m))
+                    .cloned()
+                    .collect();
+            }
+            _ => {}
+        }
+        let now = (status, hash.to_string());
+        if self.status.as_ref() == Some(&now) {
+            return None;
+        }
+        self.status = Some(now.clone());
+        Some(now)
+    }
 }
 
 impl Collectors {
@@ -52,55 +117,46 @@ impl Collectors {
         });
     }
 
-    /// A `GetConfig` of `hash` that is answered with `sent`; its status, if it carried one.
+    /// A `GetConfig` (`asked`), its status taken about the text it echoes the hash of.
     pub fn asked(&self, who: &str, id: &str, asked: Asked<'_>, now: Instant) {
-        let status = asked.status.filter(|s| s.status != Status::Unset).map(|s| {
-            let message = crate::reason::cut(&s.message, KEPT_MESSAGE).into_owned();
-            let changed = s.status;
-            (
-                Reported {
-                    status: changed,
-                    message,
-                },
-                asked.hash.to_string(),
-            )
-        });
+        let status = asked
+            .status
+            .filter(|s| s.status != Status::Unset)
+            .map(|s| Reported {
+                status: s.status,
+                message: crate::reason::cut(&s.message, KEPT_MESSAGE).into_owned(),
+            });
         let mut said = None;
         self.with(who, id, now, |c| {
             if c.attributes != *asked.attributes {
                 c.attributes = asked.attributes.clone();
             }
-            c.sent = Some(asked.sent.to_string());
             if let Some(s) = status {
-                if c.status.as_ref() != Some(&s) {
-                    said = Some(s.clone());
-                }
-                c.status = Some(s);
+                said = c.take(s, asked.hash).map(|s| (s, c.refused.len()));
+            }
+            if c.sent.as_ref().is_none_or(|s| s.hash != asked.sent.hash) {
+                c.sent = Some(Sent {
+                    hash: asked.sent.hash.clone(),
+                    modules: asked.sent.modules.clone(),
+                });
             }
         });
-        if let Some((r, hash)) = said {
+        if let Some(((r, hash), refused)) = said {
             let id = crate::reason::cut(id, 64);
+            let hash = crate::reason::cut(&hash, 16);
             match r.status {
                 Status::Failed => log::info!(
-                    "--remotecfg: collector {id} of {who} failed to apply {}: {}",
-                    crate::reason::cut(&hash, 16),
+                    "--remotecfg: collector {id} of {who} failed to apply {hash} ({refused} module versions new to it): {}",
                     crate::reason::cut(&r.message, 256)
                 ),
-                s => log::debug!(
-                    "--remotecfg: collector {id} of {who}: {} {}",
-                    s.word(),
-                    crate::reason::cut(&hash, 16)
-                ),
+                s => log::debug!("--remotecfg: collector {id} of {who}: {} {hash}", s.word()),
             }
         }
     }
 
     /// `UnregisterCollector`.
     pub fn forget(&self, who: &str, id: &str) {
-        self.kept
-            .lock()
-            .recover()
-            .remove(&(who.to_string(), id.to_string()));
+        (self.kept.lock().recover()).remove(&(who.to_string(), id.to_string()));
     }
 
     /// One collector, as kept.
@@ -117,20 +173,24 @@ impl Collectors {
     }
 
     /// What `/status` says of them: how many, how many run what they were last sent
-    /// (`applied` for it), and the first `SHOWN` whose last status is `failed`, with its
+    /// (`applied`), and the first `SHOWN` whose last status is `failed`: the collector, its
+    /// id, the hash, the modules it refused (none: Alloy's own fetch failed) and Alloy's
     /// words.
     pub fn status(&self) -> serde_json::Value {
         let kept = self.kept.lock().recover();
         let mut applied = 0;
         let mut failed = Vec::new();
         for ((who, id), c) in kept.iter() {
-            match &c.status {
-                Some((r, hash)) if r.status == Status::Applied && c.sent.as_ref() == Some(hash) => {
-                    applied += 1
+            let Some((r, hash)) = &c.status else { continue };
+            match r.status {
+                Status::Applied if c.sent.as_ref().is_some_and(|s| s.hash == *hash) => applied += 1,
+                Status::Failed => {
+                    let modules: Vec<&str> = c.refused.iter().map(|(k, _)| &**k).collect();
+                    failed.push(serde_json::json!({
+                        "collector": who, "id": id, "hash": hash, "modules": modules,
+                        "message": r.message,
+                    }))
                 }
-                Some((r, hash)) if r.status == Status::Failed => failed.push(serde_json::json!({
-                    "collector": who, "id": id, "hash": hash, "message": r.message,
-                })),
                 _ => {}
             }
         }
@@ -159,7 +219,9 @@ impl Collectors {
             name: String::new(),
             attributes: Attributes::new(),
             sent: None,
+            applied: None,
             status: None,
+            refused: Vec::new(),
             registered: false,
             seen: now,
         });
@@ -168,101 +230,5 @@ impl Collectors {
     }
 }
 
-/// What a `GetConfig` said, and what it was answered.
-pub struct Asked<'a> {
-    pub attributes: &'a Attributes,
-    /// The hash it echoed.
-    pub hash: &'a str,
-    pub status: Option<&'a Reported>,
-    /// The hash it is sent now.
-    pub sent: &'a str,
-}
-
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-    use std::time::Duration;
-
-    fn failed(message: &str) -> Reported {
-        Reported {
-            status: Status::Failed,
-            message: message.into(),
-        }
-    }
-
-    /// A status is kept with the hash it was reported for, until another comes; requests
-    /// without one keep it (Alloy sends it once).
-    #[test]
-    fn a_status_is_kept_for_its_hash() {
-        let c = Collectors::default();
-        let t = Instant::now();
-        let a = Attributes::from([("team".to_string(), "a".to_string())]);
-        c.register("ns/pod", "x", "alloy", &a, t);
-        let ask = |hash, status, sent| Asked {
-            attributes: &a,
-            hash,
-            status,
-            sent,
-        };
-        let unset = Reported {
-            status: Status::Unset,
-            message: String::new(),
-        };
-        c.asked("ns/pod", "x", ask("", Some(&unset), "h1"), t);
-        assert_eq!(
-            c.get("ns/pod", "x").unwrap().status,
-            None,
-            "UNSET is no status"
-        );
-        let long = "e".repeat(5000);
-        let refusal = failed(&long);
-        c.asked("ns/pod", "x", ask("h1", Some(&refusal), "h1"), t);
-        c.asked("ns/pod", "x", ask("h1", None, "h1"), t);
-        let kept = c.get("ns/pod", "x").unwrap();
-        let (r, hash) = kept.status.unwrap();
-        assert_eq!((r.status, hash.as_str()), (Status::Failed, "h1"));
-        assert!(r.message.len() <= KEPT_MESSAGE, "{}", r.message.len());
-        assert_eq!(kept.sent.as_deref(), Some("h1"));
-        assert_eq!((kept.name.as_str(), kept.registered), ("alloy", true));
-        // Another identity's "x" is another collector.
-        assert!(c.get("ns/other", "x").is_none());
-        let page = c.status();
-        assert_eq!(
-            (page["collectors"].as_u64(), page["failedCount"].as_u64()),
-            (Some(1), Some(1))
-        );
-        assert_eq!(page["failed"][0]["collector"], "ns/pod");
-        let applied = Reported {
-            status: Status::Applied,
-            message: String::new(),
-        };
-        c.asked("ns/pod", "x", ask("h1", Some(&applied), "h1"), t);
-        assert_eq!(c.status()["applied"], 1);
-        c.forget("ns/pod", "x");
-        assert!(c.get("ns/pod", "x").is_none());
-    }
-
-    /// Full: the collector heard from longest ago makes room.
-    #[test]
-    fn the_map_is_bounded() {
-        let c = Collectors::default();
-        let t = Instant::now();
-        let a = Attributes::new();
-        for i in 0..MAX_COLLECTORS {
-            c.register(
-                "who",
-                &i.to_string(),
-                "",
-                &a,
-                t + Duration::from_millis(i as u64),
-            );
-        }
-        // The first one, heard from again, is not the oldest any more.
-        c.register("who", "0", "", &a, t + Duration::from_secs(3600));
-        c.register("who", "new", "", &a, t + Duration::from_secs(3601));
-        assert_eq!(c.len(), MAX_COLLECTORS);
-        assert!(c.get("who", "0").is_some() && c.get("who", "new").is_some());
-        assert!(c.get("who", "1").is_none(), "the oldest went");
-    }
-}
+mod tests;

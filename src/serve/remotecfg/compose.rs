@@ -57,8 +57,9 @@ pub struct Composition {
     pub content: String,
     /// SHA-256 of `content`, lowercase hex.
     pub hash: String,
-    /// Each module in it: `namespace/name` and its version.
-    pub modules: Vec<(Box<str>, Hash)>,
+    /// Each module in it: `namespace/name` and its version (shared with the collectors
+    /// that hold it: `collectors.rs`).
+    pub modules: Arc<[(Box<str>, Hash)]>,
 }
 
 /// Modules wrapped under one root: by key, the versions the views hold (`KEPT_VERSIONS` at
@@ -258,7 +259,7 @@ fn compose(
     Ok(Arc::new(Composition {
         content,
         hash,
-        modules,
+        modules: modules.into(),
     }))
 }
 

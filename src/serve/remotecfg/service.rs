@@ -103,7 +103,7 @@ impl Remotecfg {
             attributes: &m.attributes,
             hash: &m.hash,
             status: m.status.as_ref(),
-            sent: &c.hash,
+            sent: &c,
         };
         self.collectors.asked(who, &m.id, asked, now);
         if m.hash == c.hash {
@@ -203,7 +203,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(response(&other).0, content);
-        assert_eq!(s.collectors.get("w", "a").unwrap().sent, Some(hash));
+        assert_eq!(s.collectors.get("w", "a").unwrap().sent.unwrap().hash, hash);
         std::fs::remove_dir_all(dir).unwrap();
     }
 

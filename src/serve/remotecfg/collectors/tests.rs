@@ -1,0 +1,124 @@
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use super::*;
+
+fn text(hash: &str, modules: &[(&str, u8)]) -> Composition {
+    Composition {
+        content: String::new(),
+        hash: hash.into(),
+        modules: (modules.iter())
+            .map(|(k, v)| (Box::from(*k), Hash([*v; 32])))
+            .collect(),
+    }
+}
+
+fn reported(status: Status, message: &str) -> Reported {
+    Reported {
+        status,
+        message: message.into(),
+    }
+}
+
+/// Alloy's calls around a change, as the research saw them: the poll (old hash echoed,
+/// new text sent), then the notify (new hash echoed, its status).
+struct Alloy<'c> {
+    c: &'c Collectors,
+    attributes: Attributes,
+}
+
+impl Alloy<'_> {
+    fn get(&self, echoed: &str, status: Option<&Reported>, sent: &Composition) {
+        let asked = Asked {
+            attributes: &self.attributes,
+            hash: echoed,
+            status,
+            sent,
+        };
+        self.c.asked("ns/pod", "x", asked, Instant::now());
+    }
+
+    fn kept(&self) -> Collector {
+        self.c.get("ns/pod", "x").unwrap()
+    }
+}
+
+/// A status is kept with the hash it was reported for, until another comes (Alloy sends
+/// it once); `FAILED` names the module versions the collector had not confirmed.
+#[test]
+fn a_failure_is_about_the_versions_new_to_the_collector() {
+    let c = Collectors::default();
+    let a = Alloy {
+        c: &c,
+        attributes: Attributes::from([("team".to_string(), "a".to_string())]),
+    };
+    let (h1, h2) = (
+        text("h1", &[("a/x", 1), ("b/y", 1)]),
+        text("h2", &[("a/x", 2), ("b/y", 1), ("c/z", 1)]),
+    );
+    c.register("ns/pod", "x", "alloy", &a.attributes, Instant::now());
+    // The first call after a start: UNSET, no status.
+    a.get("", Some(&reported(Status::Unset, "")), &h1);
+    assert_eq!(a.kept().status, None, "UNSET is no status");
+    a.get("h1", Some(&reported(Status::Applied, "")), &h1);
+    assert_eq!(a.kept().applied.unwrap().hash, "h1");
+    assert_eq!(c.status()["applied"], 1);
+    // A new text it cannot load: a/x's new version and c/z are what it refused.
+    a.get("h1", None, &h2);
+    let long = "e".repeat(5000);
+    a.get("h2", Some(&reported(Status::Failed, &long)), &h2);
+    a.get("h2", None, &h2);
+    let kept = a.kept();
+    let (r, hash) = kept.status.clone().unwrap();
+    assert_eq!((r.status, hash.as_str()), (Status::Failed, "h2"));
+    assert!(r.message.len() <= KEPT_MESSAGE, "{}", r.message.len());
+    let refused: Vec<(&str, u8)> = kept.refused.iter().map(|(k, h)| (&**k, h.0[0])).collect();
+    assert_eq!(refused, [("a/x", 2), ("c/z", 1)]);
+    assert_eq!(kept.applied.unwrap().hash, "h1", "it still runs h1");
+    let page = c.status();
+    assert_eq!(
+        (page["applied"].as_u64(), page["failedCount"].as_u64()),
+        (Some(0), Some(1))
+    );
+    assert_eq!(page["failed"][0]["collector"], "ns/pod");
+    assert_eq!(
+        page["failed"][0]["modules"],
+        serde_json::json!(["a/x", "c/z"])
+    );
+    // Its fetch failing while it runs h1: FAILED about nothing it was sent anew.
+    a.get("h1", None, &h1);
+    a.get(
+        "h1",
+        Some(&reported(Status::Failed, "unavailable: 503")),
+        &h1,
+    );
+    assert!(a.kept().refused.is_empty());
+    // Another identity's "x" is another collector.
+    assert!(c.get("ns/other", "x").is_none());
+    c.forget("ns/pod", "x");
+    assert!(c.get("ns/pod", "x").is_none());
+}
+
+/// Full: the collector heard from longest ago makes room.
+#[test]
+fn the_map_is_bounded() {
+    let c = Collectors::default();
+    let t = Instant::now();
+    let a = Attributes::new();
+    for i in 0..MAX_COLLECTORS {
+        c.register(
+            "who",
+            &i.to_string(),
+            "",
+            &a,
+            t + Duration::from_millis(i as u64),
+        );
+    }
+    // The first one, heard from again, is not the oldest any more.
+    c.register("who", "0", "", &a, t + Duration::from_secs(3600));
+    c.register("who", "new", "", &a, t + Duration::from_secs(3601));
+    assert_eq!(c.len(), MAX_COLLECTORS);
+    assert!(c.get("who", "0").is_some() && c.get("who", "new").is_some());
+    assert!(c.get("who", "1").is_none(), "the oldest went");
+}
