@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::fleet::pod_token;
 use super::hub::*;
 use super::*;
-use crate::alloy_modules::{alloy_bin, alloy_on, scrape_module};
+use crate::alloy_modules::{alloy_bin, alloy_on, scrape_module, unbuildable};
 use crate::util::{Cmpoll, KillOnDrop, SOON, eventually_explained, tools::free_port};
 
 /// Alloy's poll frequency here: its least.
@@ -263,6 +263,38 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
                 .any(|c| c.ends_with("prometheus.scrape.default"))
     });
 
+    // A version Alloy cannot build (it passes the hub's checks): the whole text fails in
+    // each Alloy, which keeps running the last one; the hub's /status names the module.
+    let token = scraper(k, &ns);
+    let status = || {
+        let (code, _, body) = get(&hub.url(), &hub.ca, token.trim(), "/status", &[]);
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        (code, v)
+    };
+    let written = put(&unbuildable("web", alloys[0].port).replace("\"default\"", "\"v3\""));
+    eventually_explained(
+        "both collectors' FAILED on /status, naming the module",
+        WITHIN,
+        || {
+            let (_, v) = status();
+            let f = &v["remotecfg"]["failed"];
+            let named = |i: usize| {
+                f[i]["modules"] == json!([format!("{ns}/web")])
+                    && (f[i]["message"].as_str()).is_some_and(|m| m.contains("scrape_timeout"))
+            };
+            v["remotecfg"]["failedCount"] == 2 && named(0) && named(1)
+        },
+        || format!("{}\n{}", status().1, hub.d.stderr()),
+    );
+    eprintln!("FAILED on /status: {:?} after the write", written.elapsed());
+    for a in &alloys {
+        let inside = a.inside(&instance);
+        assert!(
+            inside.iter().any(|c| c.ends_with("prometheus.scrape.v2")),
+            "the last good version runs on: {inside:?}"
+        );
+    }
+
     k.ok(&["delete", "configmap", "web", "-n", &ns]);
     let written = Instant::now();
     every("the module is gone from every Alloy", written, &|a| {
@@ -273,19 +305,17 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
     });
 
     // The hub's /status: both collectors, each running what it was last sent.
-    let token = scraper(k, &ns);
     eventually_explained(
         "the hub's /status names both collectors applied",
         WITHIN,
         || {
-            let (code, _, body) = get(&hub.url(), &hub.ca, token.trim(), "/status", &[]);
-            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            code == 200 && v["remotecfg"]["collectors"] == 2 && v["remotecfg"]["applied"] == 2
+            let (code, v) = status();
+            code == 200
+                && v["remotecfg"]["collectors"] == 2
+                && v["remotecfg"]["applied"] == 2
+                && v["remotecfg"]["failedCount"] == 0
         },
-        || {
-            String::from_utf8_lossy(&get(&hub.url(), &hub.ca, token.trim(), "/status", &[]).2)
-                .into()
-        },
+        || status().1.to_string(),
     );
 
     // The refused ones never ran anything: Alloy stops when it cannot register.
