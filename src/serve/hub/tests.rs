@@ -509,3 +509,52 @@ fn without_remotecfg_the_service_is_not_there() {
     let v: serde_json::Value = serde_json::from_slice(&a.unwrap().body).unwrap();
     assert_eq!(v["code"], "not_found");
 }
+
+/// `--remotecfg`: a collector gets the modules of the namespaces where it may list
+/// ConfigMaps (alice: team-a only), the others left out.
+#[test]
+fn a_collector_gets_the_modules_of_namespaces_it_may_list() {
+    use crate::serve::remotecfg::root::{Paths, RootFiles};
+    use crate::serve::remotecfg::service::Remotecfg;
+    let dir = std::env::temp_dir().join(format!("cmpoll-hub-rc-ns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = dir.join("root.alloy");
+    std::fs::write(&root, "// root\n").unwrap();
+    let files = RootFiles::open(Paths {
+        root,
+        arguments: None,
+    })
+    .unwrap();
+    let Test { hub, fake } = hub(true);
+    let t = Test {
+        hub: hub.with_remotecfg(Some(Remotecfg::new(files))),
+        fake,
+    };
+    let module = |ns: &str, name: &str, rv: u64| {
+        let mut i = item(ns, name, rv, &[]);
+        let raw = i.raw.as_mut().unwrap();
+        let json = String::from_utf8(raw.json.to_vec()).unwrap();
+        let with = json.replace(
+            &format!("\"data\":{{\"k\":\"{rv}\"}}"),
+            &format!("\"data\":{{\"m.alloy\":\"// {ns} {name}\\n\"}}"),
+        );
+        assert_ne!(with, json);
+        raw.json = with.as_bytes().into();
+        i
+    };
+    let items = vec![module("team-a", "web", 11), module("team-b", "db", 12)];
+    t.hub
+        .publish(poll(&Held::empty(kinds()), 2, &[(None, 20)], items));
+    let mut r = request(
+        "POST",
+        "/collector.v1.CollectorService/GetConfig",
+        &[GOOD, ("Content-Type", "application/proto")],
+    );
+    r.body = vec![0x0a, 1, b'a'];
+    let (_, got, a) = t.ask(&r);
+    let text = String::from_utf8_lossy(&a.unwrap().body).to_string();
+    assert_eq!(got, Got::Status(200));
+    assert!(text.contains("declare \"team_a_S_web\""), "{text}");
+    assert!(!text.contains("team_b"), "{text}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
