@@ -22,6 +22,7 @@ use crate::https::server::Reply;
 use crate::serve::auth::{Attributes, Auth, Halt, HubLane, User};
 use crate::serve::fleet::state::follower_name;
 use crate::serve::remotecfg::connect::{self, ConnectError, Rpc};
+use crate::serve::remotecfg::service::Message;
 use crate::serve::request::{Query, Route};
 use crate::serve::status::StatusError;
 use crate::source::Resource;
@@ -84,7 +85,11 @@ fn call(
         }
     };
     Ok(match done {
-        Ok(message) => connect::message(req, message),
+        Ok(Message::Made(bytes)) => {
+            let gzipped = || crate::serve::render::gzip(&bytes).into();
+            connect::message(req, bytes.clone().into(), gzipped)
+        }
+        Ok(Message::Text(c)) => connect::message(req, c.response(), || c.response_gzipped()),
         Err(e) => e.answer(),
     })
 }

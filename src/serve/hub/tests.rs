@@ -473,6 +473,9 @@ fn a_collectors_calls_are_answered_in_connects_words() {
     );
     let text = String::from_utf8_lossy(&a.body).to_string();
     assert!(text.contains("// the platform's root"), "{text}");
+    // Sent the same text again: the same bytes, made once for every call.
+    let (_, _, b) = t.ask(&call(&[GOOD, proto], ""));
+    assert_eq!(b.unwrap().body.addr(), a.body.addr());
     // The hash is the 64 hex digits after field 2's key and length (0x12, 64).
     let at = a.body.windows(2).rposition(|w| w == [0x12, 64]).unwrap();
     let hash = String::from_utf8(a.body[at + 2..at + 66].to_vec()).unwrap();

@@ -15,12 +15,13 @@
 //! that changes nothing costs a walk over the view's keys and a map lookup per module.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest as _, Sha256};
 
-use super::messages::Attributes;
+use super::messages::{Attributes, get_config_response};
 use super::root::Root;
+use crate::https::http::Body;
 use crate::locks::Recover;
 use crate::poll::hash::Hash;
 use crate::selector::LabelSelector;
@@ -57,6 +58,11 @@ pub struct Composition {
     pub content: String,
     /// SHA-256 of `content`, lowercase hex.
     pub hash: String,
+    /// Its `GetConfigResponse`, plain and gzipped, made once for every collector that is
+    /// sent it: one allocation however many connections write it (a fleet sharing one
+    /// token is counted once for it, `https::server`'s shares).
+    pub encoded: OnceLock<Body>,
+    pub gzipped: OnceLock<Body>,
     /// Each module in it: `namespace/name` and its version (shared with the collectors
     /// that hold it: `collectors.rs`).
     pub modules: Arc<[(Box<str>, Hash)]>,
@@ -170,6 +176,22 @@ impl Modules {
     }
 }
 
+impl Composition {
+    /// Its `GetConfigResponse` (the text and its hash), encoded once.
+    pub fn response(&self) -> Body {
+        (self.encoded)
+            .get_or_init(|| get_config_response(&self.content, &self.hash, false).into())
+            .clone()
+    }
+
+    /// `response`, gzipped once.
+    pub fn response_gzipped(&self) -> Body {
+        (self.gzipped)
+            .get_or_init(|| crate::serve::render::gzip(&self.response()).into())
+            .clone()
+    }
+}
+
 /// Module `key` wrapped under `root`.
 fn wrap(root: &Root, key: &str, o: &HeldObject) -> Wrapped {
     let refused = |why: String| Wrapped {
@@ -259,6 +281,8 @@ fn compose(
     Ok(Arc::new(Composition {
         content,
         hash,
+        encoded: OnceLock::new(),
+        gzipped: OnceLock::new(),
         modules: modules.into(),
     }))
 }

@@ -9,7 +9,7 @@
 //! anything after it) and the message, gzipped when large and accepted; a failure is the
 //! JSON `{"code","message"}` with the HTTP status connect-go gives the code.
 
-use crate::https::http::{Answer, Request};
+use crate::https::http::{Answer, Body, Request};
 use crate::serve::status::StatusError;
 
 /// A procedure of `collector.v1.CollectorService`.
@@ -147,25 +147,22 @@ pub fn refused(req: &Request) -> Option<Answer> {
     None
 }
 
-/// A message sent back: 200, `application/proto`, gzipped when large and accepted.
-pub fn message(req: &Request, body: Vec<u8>) -> Answer {
+/// A message sent back: 200, `application/proto`; when large and the client accepts it,
+/// gzipped (`gzipped` makes it: a composition's is made once).
+pub fn message(req: &Request, body: Body, gzipped: impl FnOnce() -> Body) -> Answer {
     let gzip = body.len() >= GZIP_FROM
         && (req.header("accept-encoding").unwrap_or(""))
             .split(',')
             .any(|e| e.split(';').next().unwrap_or("").trim() == "gzip");
-    let (body, encoded) = match gzip {
-        true => (crate::serve::render::gzip(&body), true),
-        false => (body, false),
-    };
-    let a = Answer {
+    let a = |body: Body| Answer {
         status: 200,
         content_type: "application/proto",
         headers: Vec::new(),
-        body: body.into(),
+        body,
     };
-    match encoded {
-        true => a.with("Content-Encoding", "gzip"),
-        false => a,
+    match gzip {
+        true => a(gzipped()).with("Content-Encoding", "gzip"),
+        false => a(body),
     }
 }
 
@@ -256,16 +253,19 @@ mod tests {
     #[test]
     fn a_message_is_application_proto_exactly() {
         let r = req("POST", &[("Accept-Encoding", "gzip")]);
-        let small = message(&r, vec![1, 2]);
+        let gz = |b: &[u8]| -> Body { crate::serve::render::gzip(b).into() };
+        let small = message(&r, vec![1, 2].into(), || unreachable!("small"));
         assert_eq!(
             (small.status, small.content_type),
             (200, "application/proto")
         );
         assert_eq!(header(&small, "content-encoding"), None);
-        let large = message(&r, vec![b'a'; GZIP_FROM]);
+        let large = message(&r, vec![b'a'; GZIP_FROM].into(), || gz(&[b'a'; GZIP_FROM]));
         assert_eq!(header(&large, "content-encoding"), Some("gzip"));
         assert!(large.body.len() < GZIP_FROM);
-        let plain = message(&req("POST", &[]), vec![b'a'; GZIP_FROM]);
+        let plain = message(&req("POST", &[]), vec![b'a'; GZIP_FROM].into(), || {
+            unreachable!("not accepted")
+        });
         assert_eq!(header(&plain, "content-encoding"), None);
     }
 }

@@ -6,10 +6,11 @@
 //! `not_modified` when the hash the collector echoes is the one it would be sent now.
 //! `RegisterCollector` never depends on the hub's polls: Alloy does not start when it fails.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::collectors::{Asked, Collectors};
-use super::compose::Compositions;
+use super::compose::{Composition, Compositions};
 use super::connect::ConnectError;
 use super::messages::{self, GetConfig, Register, Unregister};
 use super::root::RootFiles;
@@ -19,6 +20,13 @@ use crate::serve::held::Held;
 /// `compose::MAX_CONTENT`) beside a status message and attributes (each bounded by
 /// `messages`).
 pub const MAX_CALL: usize = super::compose::MAX_CONTENT + (256 << 10);
+
+/// What a call is answered: a message made for it, or a composition's response (made once
+/// for every collector it is sent to).
+pub enum Message {
+    Made(Vec<u8>),
+    Text(Arc<Composition>),
+}
 
 /// The service: the root, the compositions made, the collectors kept.
 pub struct Remotecfg {
@@ -51,7 +59,7 @@ impl Remotecfg {
     }
 
     /// `RegisterCollector` from `who` (its follower name): an empty answer.
-    pub fn register(&self, who: &str, body: &[u8], now: Instant) -> Result<Vec<u8>, ConnectError> {
+    pub fn register(&self, who: &str, body: &[u8], now: Instant) -> Result<Message, ConnectError> {
         let m = Register::decode(body).map_err(|e| invalid("RegisterCollectorRequest", e))?;
         id_given(&m.id, "RegisterCollectorRequest")?;
         self.collectors
@@ -60,15 +68,15 @@ impl Remotecfg {
             "--remotecfg: collector {} of {who} registered",
             crate::reason::cut(&m.id, 64)
         );
-        Ok(Vec::new())
+        Ok(Message::Made(Vec::new()))
     }
 
     /// `UnregisterCollector` from `who`: an empty answer.
-    pub fn unregister(&self, who: &str, body: &[u8]) -> Result<Vec<u8>, ConnectError> {
+    pub fn unregister(&self, who: &str, body: &[u8]) -> Result<Message, ConnectError> {
         let m = Unregister::decode(body).map_err(|e| invalid("UnregisterCollectorRequest", e))?;
         id_given(&m.id, "UnregisterCollectorRequest")?;
         self.collectors.forget(who, &m.id);
-        Ok(Vec::new())
+        Ok(Message::Made(Vec::new()))
     }
 
     /// `GetConfig` from `who`, served of `view`, with the modules of the namespaces
@@ -80,7 +88,7 @@ impl Remotecfg {
         view: &Held,
         may_list: impl FnMut(&str) -> Result<bool, E>,
         now: Instant,
-    ) -> Result<Result<Vec<u8>, ConnectError>, E> {
+    ) -> Result<Result<Message, ConnectError>, E> {
         let m = match GetConfig::decode(body) {
             Ok(m) => m,
             Err(e) => return Ok(Err(invalid("GetConfigRequest", e))),
@@ -107,7 +115,8 @@ impl Remotecfg {
         };
         self.collectors.asked(who, &m.id, asked, now);
         if m.hash == c.hash {
-            return Ok(Ok(messages::get_config_response("", &c.hash, true)));
+            let unchanged = messages::get_config_response("", &c.hash, true);
+            return Ok(Ok(Message::Made(unchanged)));
         }
         log::debug!(
             "--remotecfg: collector {} of {who} sent {} ({} modules)",
@@ -115,9 +124,7 @@ impl Remotecfg {
             &c.hash[..16.min(c.hash.len())],
             c.modules.len()
         );
-        Ok(Ok(messages::get_config_response(
-            &c.content, &c.hash, false,
-        )))
+        Ok(Ok(Message::Text(c)))
     }
 }
 
@@ -172,6 +179,13 @@ mod tests {
         out
     }
 
+    fn bytes(m: Message) -> Vec<u8> {
+        match m {
+            Message::Made(b) => b,
+            Message::Text(c) => c.response().to_vec(),
+        }
+    }
+
     fn all(_: &str) -> Result<bool, Infallible> {
         Ok(true)
     }
@@ -187,7 +201,7 @@ mod tests {
             .get_config("w", &get_config("a", ""), &view, all, t)
             .unwrap()
             .unwrap();
-        let (content, hash, not_modified) = response(&first);
+        let (content, hash, not_modified) = response(&bytes(first));
         assert!(
             content.contains("// the root") && !not_modified,
             "{content}"
@@ -197,39 +211,41 @@ mod tests {
             .get_config("w", &get_config("a", &hash), &view, all, t)
             .unwrap()
             .unwrap();
-        assert_eq!(response(&again), (String::new(), hash.clone(), true));
+        assert_eq!(response(&bytes(again)), (String::new(), hash.clone(), true));
         let other = s
             .get_config("w", &get_config("a", "old"), &view, all, t)
             .unwrap()
             .unwrap();
-        assert_eq!(response(&other).0, content);
+        assert_eq!(response(&bytes(other)).0, content);
         assert_eq!(s.collectors.get("w", "a").unwrap().sent.unwrap().hash, hash);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn bad_requests_are_invalid_arguments() {
+        let code = |r: Result<Message, ConnectError>| match r {
+            Ok(_) => panic!("taken"),
+            Err(e) => e.code,
+        };
         let (s, dir) = service();
         let view = Held::empty(kinds());
         let t = Instant::now();
-        let e = s
-            .get_config("w", &[0x0a, 0x05], &view, all, t)
-            .unwrap()
-            .unwrap_err();
+        let Err(e) = s.get_config("w", &[0x0a, 0x05], &view, all, t).unwrap() else {
+            panic!("taken")
+        };
         assert_eq!(e.code, "invalid_argument");
         assert!(e.message.starts_with("GetConfigRequest: "), "{}", e.message);
-        let e = s
+        let Err(e) = s
             .get_config("w", &get_config("", ""), &view, all, t)
             .unwrap()
-            .unwrap_err();
+        else {
+            panic!("taken")
+        };
         assert_eq!(e.message, "GetConfigRequest: id is empty");
-        assert_eq!(
-            s.register("w", &[], t).unwrap_err().code,
-            "invalid_argument"
-        );
-        assert!(s.register("w", &get_config("a", ""), t).unwrap().is_empty());
+        assert_eq!(code(s.register("w", &[], t)), "invalid_argument");
+        assert!(bytes(s.register("w", &get_config("a", ""), t).unwrap()).is_empty());
         assert!(s.collectors.get("w", "a").unwrap().registered);
-        assert!(s.unregister("w", &get_config("a", "")).unwrap().is_empty());
+        assert!(bytes(s.unregister("w", &get_config("a", "")).unwrap()).is_empty());
         assert!(s.collectors.get("w", "a").is_none());
         std::fs::remove_dir_all(dir).unwrap();
     }

@@ -8,6 +8,8 @@ fn text(hash: &str, modules: &[(&str, u8)]) -> Composition {
     Composition {
         content: String::new(),
         hash: hash.into(),
+        encoded: Default::default(),
+        gzipped: Default::default(),
         modules: (modules.iter())
             .map(|(k, v)| (Box::from(*k), Hash([*v; 32])))
             .collect(),
