@@ -112,17 +112,25 @@ impl Collector {
             .collect()
     }
 
-    /// The components inside the remote module instance `instance`.
+    /// The components inside the remote module instance `instance` (the module it
+    /// created, as Alloy's API names it).
     fn inside(&self, instance: &str) -> Vec<String> {
-        let url = format!(
-            "http://127.0.0.1:{}/api/v0/web/remotecfg/modules/remotecfg/{instance}/components",
-            self.port
-        );
-        let Some((200, body)) = crate::util::tools::curl(&url) else {
+        let base = format!("http://127.0.0.1:{}/api/v0/web/remotecfg", self.port);
+        let list = |url: &str| -> Vec<Value> {
+            let Some((200, body)) = crate::util::tools::curl(url) else {
+                return Vec::new();
+            };
+            let all: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            all.as_array().cloned().unwrap_or_default()
+        };
+        let top = list(&format!("{base}/components"));
+        let Some(module) = (top.iter())
+            .find(|c| c["localID"] == instance)
+            .and_then(|c| c["createdModuleIDs"][0].as_str().map(str::to_string))
+        else {
             return Vec::new();
         };
-        let all: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-        (all.as_array().into_iter().flatten())
+        (list(&format!("{base}/modules/{module}/components")).iter())
             .filter_map(|c| Some(c["localID"].as_str()?.to_string()))
             .collect()
     }
