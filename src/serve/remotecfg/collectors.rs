@@ -7,8 +7,9 @@
 //! a status once, when it changes, so the hub must remember `FAILED for H`.
 //!
 //! A `FAILED` is about the module versions of the text it names that the collector had not
-//! confirmed: Alloy loads a text all or nothing and keeps what it ran, so those are what it
-//! refused. None — a `FAILED` for the text it runs — is Alloy's own fetch failing
+//! confirmed: Alloy loads a text all or nothing and keeps what it ran, so one of those is
+//! what it refused — the ones whose lines Alloy's diagnostics point into (`LINE:COL:`),
+//! else all of them. None — a `FAILED` for the text it runs — is Alloy's own fetch failing
 //! (`unavailable: …`), not a refusal. A status's message is cut to `KEPT_MESSAGE`. When the
 //! map is full, the collector heard from longest ago makes room. `UnregisterCollector`
 //! forgets one.
@@ -34,11 +35,12 @@ pub const KEPT_MESSAGE: usize = 1024;
 /// Module versions: `namespace/name` and the version's hash.
 pub type Versions = Arc<[(Box<str>, Hash)]>;
 
-/// A text sent: its hash and its modules.
+/// A text sent: its hash, its modules and the lines each takes in it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sent {
     pub hash: String,
     pub modules: Versions,
+    pub spans: Arc<[(usize, usize)]>,
 }
 
 /// One collector, as kept.
@@ -90,14 +92,31 @@ impl Collector {
                 let held = |m: &(Box<str>, Hash)| {
                     (self.applied.as_ref()).is_some_and(|a| a.modules.contains(m))
                 };
-                self.refused = (about.iter())
-                    .flat_map(|s| s.modules.iter())
-                    .filter(|m| !held(m))
-                    .cloned()
+                let Some(s) = about else {
+                    self.refused.clear();
+                    return self.said(status, hash);
+                };
+                let new: Vec<usize> = (0..s.modules.len())
+                    .filter(|i| !held(&s.modules[*i]))
                     .collect();
+                // Those of them Alloy's diagnostics point into, if any; else all of them.
+                let lines = positions(&status.message);
+                let pointed: Vec<usize> = (new.iter().copied())
+                    .filter(|i| {
+                        let (first, last) = s.spans.get(*i).copied().unwrap_or((1, 0));
+                        lines.iter().any(|l| (first..=last).contains(l))
+                    })
+                    .collect();
+                let picked = if pointed.is_empty() { new } else { pointed };
+                self.refused = picked.iter().map(|i| s.modules[*i].clone()).collect();
             }
             _ => {}
         }
+        self.said(status, hash)
+    }
+
+    /// `status` for `hash` kept; `Some`: it changed.
+    fn said(&mut self, status: Reported, hash: &str) -> Option<(Reported, String)> {
         let now = (status, hash.to_string());
         if self.status.as_ref() == Some(&now) {
             return None;
@@ -105,6 +124,19 @@ impl Collector {
         self.status = Some(now.clone());
         Some(now)
     }
+}
+
+/// The lines Alloy's diagnostics name: `LINE:COL:` words (`diag.AllMessages`: each
+/// `LINE:COL: message`, joined by `; `; the file has no name in remote content).
+fn positions(message: &str) -> Vec<usize> {
+    (message.split(|c: char| c.is_whitespace() || c == ';'))
+        .filter_map(|w| {
+            let (line, col) = w.strip_suffix(':')?.split_once(':')?;
+            let digits =
+                |s: &str| !s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit());
+            (digits(line) && digits(col)).then(|| line.parse().ok())?
+        })
+        .collect()
 }
 
 impl Collectors {
@@ -138,6 +170,7 @@ impl Collectors {
                 c.sent = Some(Sent {
                     hash: asked.sent.hash.clone(),
                     modules: asked.sent.modules.clone(),
+                    spans: asked.sent.spans.clone(),
                 });
             }
         });

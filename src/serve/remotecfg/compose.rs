@@ -66,6 +66,9 @@ pub struct Composition {
     /// Each module in it: `namespace/name` and its version (shared with the collectors
     /// that hold it: `collectors.rs`).
     pub modules: Arc<[(Box<str>, Hash)]>,
+    /// The lines of `content` each module's text takes, first and last (from 1, as Alloy
+    /// numbers a diagnostic's line): what a collector's error points at.
+    pub spans: Arc<[(usize, usize)]>,
 }
 
 /// Modules wrapped under one root: by key, the versions the views hold (`KEPT_VERSIONS` at
@@ -257,14 +260,24 @@ fn compose(
     content.push_str(HEAD);
     content.push_str(&root.text);
     let mut modules = Vec::with_capacity(chosen.len());
+    let mut spans = Vec::with_capacity(chosen.len());
+    // Lines ended so far: a module's text starts on the line after them.
+    let mut ended = content.matches('\n').count();
     for (key, o, w) in chosen {
         if let Ok(Some(text)) = &w.text {
             if !content.ends_with('\n') {
                 content.push('\n');
+                ended += 1;
             }
             content.push('\n');
+            ended += 1;
+            let first = ended + 1;
             content.push_str(text);
+            let breaks = text.matches('\n').count();
+            ended += breaks;
+            let last = first + text.trim_end_matches('\n').matches('\n').count();
             modules.push((Box::from(*key), o.hash));
+            spans.push((first, last));
         }
     }
     if content.len() > MAX_CONTENT {
@@ -284,6 +297,7 @@ fn compose(
         encoded: OnceLock::new(),
         gzipped: OnceLock::new(),
         modules: modules.into(),
+        spans: spans.into(),
     }))
 }
 

@@ -10,6 +10,10 @@ fn text(hash: &str, modules: &[(&str, u8)]) -> Composition {
         hash: hash.into(),
         encoded: Default::default(),
         gzipped: Default::default(),
+        // Module i on lines 10i+1 to 10i+9.
+        spans: (0..modules.len())
+            .map(|i| (10 * i + 1, 10 * i + 9))
+            .collect(),
         modules: (modules.iter())
             .map(|(k, v)| (Box::from(*k), Hash([*v; 32])))
             .collect(),
@@ -87,6 +91,46 @@ fn a_failure_is_about_the_versions_new_to_the_collector() {
     assert_eq!(
         page["failed"][0]["modules"],
         serde_json::json!(["a/x", "c/z"])
+    );
+    // Alloy's diagnostics point into c/z's lines (21 to 29): c/z alone. Into a/x's
+    // lines (1 to 9), or the root's, with nothing new there: every new version.
+    let h3 = text("h3", &[("a/x", 2), ("b/y", 1), ("c/z", 2)]);
+    a.get("h2", None, &h3);
+    a.get(
+        "h3",
+        Some(&reported(Status::Failed, "25:3: bad; 4:1: other")),
+        &h3,
+    );
+    assert_eq!(
+        a.kept()
+            .refused
+            .iter()
+            .map(|(k, h)| (&**k, h.0[0]))
+            .collect::<Vec<_>>(),
+        [("a/x", 2), ("c/z", 2)]
+    );
+    a.get(
+        "h3",
+        Some(&reported(Status::Failed, "loading: 25:3: bad")),
+        &h3,
+    );
+    assert_eq!(
+        a.kept()
+            .refused
+            .iter()
+            .map(|(k, h)| (&**k, h.0[0]))
+            .collect::<Vec<_>>(),
+        [("c/z", 2)]
+    );
+    a.get(
+        "h3",
+        Some(&reported(Status::Failed, "15:3: in b/y, held")),
+        &h3,
+    );
+    assert_eq!(
+        a.kept().refused.len(),
+        2,
+        "b/y is no new version: every new one"
     );
     // Its fetch failing while it runs h1: FAILED about nothing it was sent anew.
     a.get("h1", None, &h1);

@@ -101,6 +101,23 @@ fn the_root_then_each_module_in_its_declare_block() {
     assert!(!got.content.contains("not alloy"), "only *.alloy keys");
     let keys: Vec<&str> = got.modules.iter().map(|(k, _)| &**k).collect();
     assert_eq!(keys, ["team-a/db", "team-b/web"]);
+    // Each module's lines, as Alloy numbers them: its first comment to its instance's end.
+    let lines: Vec<&str> = got.content.lines().collect();
+    for ((key, _), (first, last)) in got.modules.iter().zip(got.spans.iter()) {
+        assert!(
+            lines[first - 1].starts_with(&format!("// {key}: ")),
+            "{key}: {}",
+            lines[first - 1]
+        );
+        assert_eq!(lines[last - 1], "}", "{key}");
+        let instance = format!("{} \"module\" {{", crate::template::ident(key));
+        assert!(
+            lines[first - 1..*last].contains(&instance.as_str()),
+            "{key}"
+        );
+    }
+    assert_eq!(got.spans.len(), 2);
+    assert!(got.spans[0].1 < got.spans[1].0);
     assert_eq!(got.hash.len(), 64);
     assert_eq!(
         got.hash,
