@@ -279,7 +279,20 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
         let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         (code, v)
     };
-    let written = put(&unbuildable("web", alloys[0].port).replace("\"default\"", "\"v3\""));
+    // With a good new module in the same write: the one Alloy's diagnostics point into is
+    // named (written first, the good one lands in the same text or in the one before).
+    let db = scrape_module("db", alloys[0].port, "");
+    let bad = unbuildable("web", alloys[0].port).replace("\"default\"", "\"v3\"");
+    let cm = |name: &str, text: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "labels": {"cmpoll.io/module": "true"}},
+            "data": {"module.alloy": text}})
+    };
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "List", "items": [cm("db", &db), cm("web", &bad)]})
+            .to_string(),
+    );
+    let written = Instant::now();
     eventually_explained(
         "both collectors' FAILED on /status, naming the module",
         WITHIN,
@@ -305,12 +318,18 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
 
     k.ok(&["delete", "configmap", "web", "-n", &ns]);
     let written = Instant::now();
-    every("the module is gone from every Alloy", written, &|a| {
-        let c = a.components();
-        !c.iter().any(|(id, _)| *id == instance)
-            && c.iter()
-                .any(|(id, _)| id == "prometheus.remote_write.default")
-    });
+    let db_instance = format!("{}_S_db.module", ns.replace('-', "_"));
+    every(
+        "the module is gone from every Alloy, the other one runs",
+        written,
+        &|a| {
+            let c = a.components();
+            !c.iter().any(|(id, _)| *id == instance)
+                && c.contains(&(db_instance.clone(), "healthy".into()))
+                && c.iter()
+                    .any(|(id, _)| id == "prometheus.remote_write.default")
+        },
+    );
 
     // The hub's /status: both collectors, each running what it was last sent.
     eventually_explained(
