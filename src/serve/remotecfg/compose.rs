@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
 
@@ -26,6 +27,7 @@ use crate::locks::Recover;
 use crate::poll::hash::Hash;
 use crate::selector::LabelSelector;
 use crate::serve::held::{Held, HeldObject};
+use crate::serve::kept::Budgets;
 use crate::source::reader::{ReadError, read_object};
 use crate::source::{Content, KeyFilter, ModuleFile, Resource};
 
@@ -82,23 +84,53 @@ pub struct Modules {
 /// Versions of one module kept wrapped.
 const KEPT_VERSIONS: usize = 4;
 
-/// Compositions made, by root and modules.
-#[derive(Default)]
+/// Compositions made, by root and modules; and what each identity may have made.
 pub struct Compositions {
     modules: Mutex<Modules>,
     made: Mutex<HashMap<[u8; 32], Arc<Composition>>>,
+    budgets: Mutex<Budgets<Box<str>>>,
+}
+
+/// Texts one identity may have made that no one asked before: a burst of `MADE_BURST`,
+/// then `MADE_RATE` a second. A fleet makes a few after each change (one per view and
+/// match of attributes); a client cycling its attributes through more sets of modules
+/// than `KEPT_COMPOSITIONS` would otherwise have the hub make a text at every call.
+const MADE_BURST: f64 = 16.0;
+const MADE_RATE: f64 = 0.2;
+
+/// Identities whose budgets are kept.
+const BUDGETS_KEPT: usize = 16_384;
+
+/// Why no text is sent.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unmade {
+    /// Over `MAX_CONTENT`.
+    TooLarge(String),
+    /// Its identity made too many texts of late: again after this.
+    Busy(Duration),
+}
+
+impl Default for Compositions {
+    fn default() -> Compositions {
+        Compositions {
+            modules: Mutex::default(),
+            made: Mutex::default(),
+            budgets: Mutex::new(Budgets::new(MADE_RATE, MADE_BURST, BUDGETS_KEPT)),
+        }
+    }
 }
 
 impl Compositions {
-    /// What a collector with `attributes`, allowed ConfigMaps of the namespaces `may_list`
-    /// says, is sent of `view` under `root`; `may_list`'s error ends it.
+    /// What a collector of `who` with `attributes`, allowed ConfigMaps of the namespaces
+    /// `may_list` says, is sent of `view` under `root`; `may_list`'s error ends it.
     pub fn compose<E>(
         &self,
         root: &Root,
         view: &Held,
-        attributes: &Attributes,
+        (who, attributes): (&str, &Attributes),
+        now: Instant,
         mut may_list: impl FnMut(&str) -> Result<bool, E>,
-    ) -> Result<Result<Arc<Composition>, String>, E> {
+    ) -> Result<Result<Arc<Composition>, Unmade>, E> {
         // The modules for these attributes, wrapped (under the lock, which no review is
         // waited for under)…
         let mut matched: Vec<(&str, &Arc<HeldObject>, Arc<Wrapped>)> = Vec::new();
@@ -143,7 +175,10 @@ impl Compositions {
         if let Some(c) = self.made.lock().recover().get(&digest) {
             return Ok(Ok(c.clone()));
         }
-        let composed = compose(root, &chosen);
+        if let Err(wait) = self.budgets.lock().recover().take(&Box::from(who), now) {
+            return Ok(Err(Unmade::Busy(wait)));
+        }
+        let composed = compose(root, &chosen).map_err(Unmade::TooLarge);
         if let Ok(c) = &composed {
             let mut made = self.made.lock().recover();
             if made.len() >= KEPT_COMPOSITIONS {

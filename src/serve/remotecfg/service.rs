@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::collectors::{Asked, Collectors};
-use super::compose::{Composition, Compositions};
+use super::compose::{Composition, Compositions, Unmade};
 use super::connect::ConnectError;
 use super::messages::{self, GetConfig, Register, Unregister};
 use super::root::RootFiles;
@@ -97,14 +97,22 @@ impl Remotecfg {
             return Ok(Err(e));
         }
         let root = self.root.current(now);
-        let composed = self
-            .compositions
-            .compose(&root, view, &m.attributes, may_list)?;
+        let composed =
+            (self.compositions).compose(&root, view, (who, &m.attributes), now, may_list)?;
         let c = match composed {
             Ok(c) => c,
-            Err(why) => {
+            Err(Unmade::TooLarge(why)) => {
                 log::warn!("--remotecfg: {why}: the collectors keep what they run");
                 return Ok(Err(ConnectError::new("resource_exhausted", why)));
+            }
+            Err(Unmade::Busy(wait)) => {
+                let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+                let mut e = ConnectError::new(
+                    "resource_exhausted",
+                    format!("too many different texts asked of late: try again in {secs} s"),
+                );
+                e.retry_after = Some(secs);
+                return Ok(Err(e));
             }
         };
         let asked = Asked {

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::convert::Infallible;
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::serve::testing::{item, kinds, poll};
@@ -76,7 +77,7 @@ fn the_root_then_each_module_in_its_declare_block() {
     ]);
     let c = Compositions::default();
     let got = c
-        .compose(&r, &view, &Attributes::new(), all)
+        .compose(&r, &view, ("who", &Attributes::new()), Instant::now(), all)
         .unwrap()
         .unwrap();
     assert!(got.content.starts_with(HEAD), "{}", got.content);
@@ -129,7 +130,7 @@ fn the_root_then_each_module_in_its_declare_block() {
     // Nothing at all: still a text.
     let empty = held(vec![]);
     let none = c
-        .compose(&r, &empty, &Attributes::new(), all)
+        .compose(&r, &empty, ("who", &Attributes::new()), Instant::now(), all)
         .unwrap()
         .unwrap();
     assert!(none.content.starts_with("//") && none.modules.is_empty());
@@ -152,7 +153,7 @@ fn a_module_that_leaves_its_block_goes_to_no_one() {
         module("b", "sel", 4, &[("m.alloy", "// fine\n")], Some("a in (")),
     ]);
     let got = Compositions::default()
-        .compose(&r, &view, &Attributes::new(), all)
+        .compose(&r, &view, ("who", &Attributes::new()), Instant::now(), all)
         .unwrap()
         .unwrap();
     let keys: Vec<&str> = got.modules.iter().map(|(k, _)| &**k).collect();
@@ -179,7 +180,10 @@ fn selectors_and_namespaces_choose_the_modules() {
     let c = Compositions::default();
     let keys = |attributes: &Attributes, ns_ok: &dyn Fn(&str) -> bool| -> Vec<String> {
         let may = |ns: &str| Ok::<_, Infallible>(ns_ok(ns));
-        let got = c.compose(&r, &view, attributes, may).unwrap().unwrap();
+        let got = c
+            .compose(&r, &view, ("who", attributes), Instant::now(), may)
+            .unwrap()
+            .unwrap();
         got.modules.iter().map(|(k, _)| k.to_string()).collect()
     };
     let linux_a = attrs(&[("collector.os", "linux"), ("team", "a")]);
@@ -192,7 +196,7 @@ fn selectors_and_namespaces_choose_the_modules() {
     assert_eq!(keys(&linux_a, &|_| false), Vec::<String>::new());
     // The namespace's answer is asked once per namespace, and its error ends it.
     let mut asked = Vec::new();
-    let e = c.compose(&r, &view, &linux_a, |ns: &str| {
+    let e = c.compose(&r, &view, ("who", &linux_a), Instant::now(), |ns: &str| {
         asked.push(ns.to_string());
         if ns == "b" {
             Err("review failed")
@@ -212,23 +216,29 @@ fn compositions_are_made_once() {
     let c = Compositions::default();
     let v1 = held(vec![module("a", "m", 1, &[("m.alloy", "// one\n")], None)]);
     let first = c
-        .compose(&r, &v1, &Attributes::new(), all)
+        .compose(&r, &v1, ("who", &Attributes::new()), Instant::now(), all)
         .unwrap()
         .unwrap();
     let again = c
-        .compose(&r, &v1, &attrs(&[("x", "y")]), all)
+        .compose(&r, &v1, ("who", &attrs(&[("x", "y")])), Instant::now(), all)
         .unwrap()
         .unwrap();
     assert!(Arc::ptr_eq(&first, &again));
     let v2 = held(vec![module("a", "m", 2, &[("m.alloy", "// two\n")], None)]);
     let second = c
-        .compose(&r, &v2, &Attributes::new(), all)
+        .compose(&r, &v2, ("who", &Attributes::new()), Instant::now(), all)
         .unwrap()
         .unwrap();
     assert_ne!(first.hash, second.hash);
     let other_root = Root::parse("// another root\n".into(), None).unwrap();
     let third = c
-        .compose(&other_root, &v2, &Attributes::new(), all)
+        .compose(
+            &other_root,
+            &v2,
+            ("who", &Attributes::new()),
+            Instant::now(),
+            all,
+        )
         .unwrap()
         .unwrap();
     assert!(third.content.contains("// another root"));
@@ -240,8 +250,59 @@ fn content_over_the_bound_is_refused() {
     let big = format!("// {}\n", "x".repeat(MAX_CONTENT));
     let r = Root::parse(big, None).unwrap();
     let e = Compositions::default()
-        .compose(&r, &held(vec![]), &Attributes::new(), all)
+        .compose(
+            &r,
+            &held(vec![]),
+            ("who", &Attributes::new()),
+            Instant::now(),
+            all,
+        )
         .unwrap()
         .unwrap_err();
-    assert!(e.contains("more than 4194304"), "{e}");
+    assert!(
+        matches!(&e, Unmade::TooLarge(e) if e.contains("more than 4194304")),
+        "{e:?}"
+    );
+}
+
+/// An identity that asks for more new texts than its budget (cycling its attributes
+/// through sets of modules) is told to come back; another identity, and texts already
+/// made, are not held up.
+#[test]
+fn new_texts_are_budgeted_per_identity() {
+    let r = root(None);
+    let items: Vec<Item> = (0..40)
+        .map(|i| {
+            module(
+                "a",
+                &format!("m{i}"),
+                i + 1,
+                &[("m.alloy", "// m\n")],
+                Some(&format!("n={i}")),
+            )
+        })
+        .collect();
+    let view = held(items);
+    let c = Compositions::default();
+    let t = Instant::now();
+    let ask = |who: &str, n: usize, at: Instant| {
+        let a = attrs(&[("n", &n.to_string())]);
+        c.compose(&r, &view, (who, &a), at, all).unwrap()
+    };
+    for n in 0..16 {
+        assert!(ask("greedy", n, t).is_ok(), "{n}");
+    }
+    let Err(Unmade::Busy(wait)) = ask("greedy", 16, t) else {
+        panic!("not budgeted")
+    };
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_secs(5),
+        "{wait:?}"
+    );
+    assert!(ask("greedy", 3, t).is_ok(), "made already");
+    assert!(ask("other", 17, t).is_ok(), "another identity");
+    assert!(
+        ask("greedy", 16, t + Duration::from_secs(5)).is_ok(),
+        "later"
+    );
 }
