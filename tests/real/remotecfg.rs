@@ -52,6 +52,8 @@ struct Collector {
     port: u16,
     logs: PathBuf,
     child: KillOnDrop,
+    /// Its folder (config, token, logs), gone with it.
+    _dir: Cmpoll,
 }
 
 impl Collector {
@@ -87,6 +89,7 @@ impl Collector {
             port,
             logs,
             child,
+            _dir: c,
         }
     }
 
@@ -226,6 +229,11 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
     );
 
     let instance = format!("{}_S_web.module", ns.replace('-', "_"));
+    let cm = |name: &str, text: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "labels": {"cmpoll.io/module": "true"}},
+            "data": {"module.alloy": text}})
+    };
     let put = |text: &str| {
         k.apply(
             &json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -261,8 +269,14 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
         "{inside:?}"
     );
 
+    // The update, with a second module added beside it.
     let updated = scrape_module("web", alloys[0].port, "").replace("\"default\"", "\"v2\"");
-    let written = put(&updated);
+    let db = scrape_module("db", alloys[0].port, "");
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "List", "items": [cm("db", &db), cm("web", &updated)]})
+            .to_string(),
+    );
+    let written = Instant::now();
     every("the update runs in every Alloy", written, &|a| {
         let inside = a.inside(&instance);
         inside.iter().any(|c| c.ends_with("prometheus.scrape.v2"))
@@ -279,17 +293,15 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
         let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         (code, v)
     };
-    // With a good new module in the same write: the one Alloy's diagnostics point into is
-    // named (written first, the good one lands in the same text or in the one before).
-    let db = scrape_module("db", alloys[0].port, "");
+    // With a good update of the other module in the same write: the one Alloy's
+    // diagnostics point into is named (written first, the good one lands in the same text
+    // or in the one before). Not a new module: Alloy v1.19.2 keeps the loader of a module
+    // instance a failed text added, and refuses every later text with it ("a loader exists
+    // already exists for remotecfg/…").
+    let db2 = db.replace("\"default\"", "\"d2\"");
     let bad = unbuildable("web", alloys[0].port).replace("\"default\"", "\"v3\"");
-    let cm = |name: &str, text: &str| {
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": ns, "labels": {"cmpoll.io/module": "true"}},
-            "data": {"module.alloy": text}})
-    };
     k.apply(
-        &json!({"apiVersion": "v1", "kind": "List", "items": [cm("db", &db), cm("web", &bad)]})
+        &json!({"apiVersion": "v1", "kind": "List", "items": [cm("db", &db2), cm("web", &bad)]})
             .to_string(),
     );
     let written = Instant::now();
