@@ -28,6 +28,9 @@ pub struct Step<'a> {
     /// refusal of the object at one of these, exactly, is a refusal of it (a report cannot
     /// refuse a version before it exists).
     pub served: &'a [u64],
+    /// Whether the lowest cohort among the object's followers is asked (a pass over
+    /// every follower; else only those of the step are looked at past their cohort).
+    pub lowest: bool,
 }
 
 /// A follower gone for longer than this no longer counts in a step (its pod deleted, or
@@ -45,7 +48,7 @@ pub struct Gate {
     pub gone: u32,
     /// The first refusal found: the follower, by what, why.
     pub refused: Option<(String, By, String)>,
-    /// The lowest cohort among the object's followers (any step).
+    /// The lowest cohort among the object's followers (any step), when asked.
     pub lowest: Option<f64>,
 }
 
@@ -63,6 +66,10 @@ impl Fleet {
         let key = step.object.key();
         let mut out = Gate::default();
         for (name, f) in &followers.map {
+            let h = f.cohort;
+            if h >= step.below && !step.lowest {
+                continue;
+            }
             let matching = f
                 .scopes
                 .iter()
@@ -70,8 +77,9 @@ impl Fleet {
             let Some(position) = matching.map(|s| s.position()).max() else {
                 continue;
             };
-            let h = f.cohort;
-            out.lowest = Some(out.lowest.map_or(h, |l: f64| l.min(h)));
+            if step.lowest {
+                out.lowest = Some(out.lowest.map_or(h, |l: f64| l.min(h)));
+            }
             if h >= step.below {
                 continue;
             }

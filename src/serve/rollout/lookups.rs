@@ -83,6 +83,7 @@ pub fn gate_of(
         below: r.below,
         served_at: &served_at,
         served: &served,
+        lowest: false,
     };
     fleet.gate(&step, now)
 }
@@ -98,6 +99,7 @@ pub fn lowest_of(fleet: &Fleet, judged: &Held, id: &str, now: Instant) -> Option
         below: 0.0,
         served_at: &none,
         served: &[],
+        lowest: true,
     };
     fleet.gate(&step, now).lowest
 }

@@ -637,6 +637,20 @@ impl Bench<'_> {
         let n = sim.served().count();
         sim.track(&format!("module-{GOOD}"));
         let (_, pid) = hubs.hub(0);
+        // Every report taken first (each follower's first one, retried while a fleet
+        // arrives at once: at 10,000 for a minute or so after the sync): both runs
+        // measure the change alone, not the tail of the arrival.
+        let settling = Instant::now();
+        while sim.reports.as_ref().is_some_and(|r| !r.settled())
+            && settling.elapsed() < Duration::from_secs(180)
+        {
+            sim.run_for(Duration::from_millis(250));
+        }
+        println!(
+            "  (reports settled {:.1} s after the sync: {})",
+            settling.elapsed().as_secs_f64(),
+            sim.reports.as_ref().is_none_or(|r| r.settled())
+        );
         let load = load();
         let (cpu0, rss0) = super::proc_usage(pid);
         let mut peak = rss0;

@@ -232,6 +232,11 @@ impl Reports {
         Some((id, hash))
     }
 
+    /// Whether every report was taken: none in flight, none waiting to go (again).
+    pub fn settled(&self) -> bool {
+        (self.conns.iter()).all(|c| !c.in_flight && c.pending.is_none())
+    }
+
     /// The earliest moment a report is due.
     pub fn next_due(&self) -> Option<Instant> {
         (self.conns.iter())
