@@ -8,8 +8,8 @@
 //!
 //! A `FAILED` is about the module versions of the text it names that the collector had not
 //! confirmed: Alloy loads a text all or nothing and keeps what it ran, so one of those is
-//! what it refused — the ones whose lines Alloy's diagnostics point into (`LINE:COL:`),
-//! else all of them. None — a `FAILED` for the text it runs — is Alloy's own fetch failing
+//! what it refused — the ones whose lines Alloy's diagnostics point into (the `LINE:COL:`
+//! that opens each diagnostic, never one inside a message), else all of them. None — a `FAILED` for the text it runs — is Alloy's own fetch failing
 //! (`unavailable: …`), not a refusal. A status's message is cut to `KEPT_MESSAGE`. When the
 //! map is full, the collector heard from longest ago makes room. `UnregisterCollector`
 //! forgets one.
@@ -126,15 +126,21 @@ impl Collector {
     }
 }
 
-/// The lines Alloy's diagnostics name: `LINE:COL:` words (`diag.AllMessages`: each
-/// `LINE:COL: message`, joined by `; `; the file has no name in remote content).
+/// The lines Alloy's diagnostics name. Alloy v1.19.2 sends `diag.AllMessages()`: each
+/// diagnostic's `Position.String()`, `": "` and its message, joined by `"; "` — the file
+/// has no name in remote content, so a position is `LINE:COL` (`LINE` when the column is
+/// 0). Only the position that opens each diagnostic is read: a `N:M:` inside a message
+/// (a module quoting one in its own text) points nowhere.
 fn positions(message: &str) -> Vec<usize> {
-    (message.split(|c: char| c.is_whitespace() || c == ';'))
-        .filter_map(|w| {
-            let (line, col) = w.strip_suffix(':')?.split_once(':')?;
-            let digits =
-                |s: &str| !s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit());
-            (digits(line) && digits(col)).then(|| line.parse().ok())?
+    let digits = |s: &str| !s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit());
+    (message.split("; "))
+        .filter_map(|d| {
+            let (position, _) = d.split_once(": ")?;
+            let line = match position.split_once(':') {
+                Some((line, col)) => digits(col).then_some(line)?,
+                None => position,
+            };
+            digits(line).then(|| line.parse().ok())?
         })
         .collect()
 }

@@ -109,11 +109,7 @@ fn a_failure_is_about_the_versions_new_to_the_collector() {
             .collect::<Vec<_>>(),
         [("a/x", 2), ("c/z", 2)]
     );
-    a.get(
-        "h3",
-        Some(&reported(Status::Failed, "loading: 25:3: bad")),
-        &h3,
-    );
+    a.get("h3", Some(&reported(Status::Failed, "25:3: bad")), &h3);
     assert_eq!(
         a.kept()
             .refused
@@ -167,4 +163,20 @@ fn the_map_is_bounded() {
     assert_eq!(c.len(), MAX_COLLECTORS);
     assert!(c.get("who", "0").is_some() && c.get("who", "new").is_some());
     assert!(c.get("who", "1").is_none(), "the oldest went");
+}
+
+/// Only the position that opens each of Alloy's diagnostics (`LINE:COL: message`, joined
+/// by `; `) points into a module: a module quoting `57:1:` in its own error text blames no
+/// other module's lines.
+#[test]
+fn only_a_diagnostics_opening_position_counts() {
+    assert_eq!(
+        positions("3:5: invalid value \"see 57:1: here\"; -: no position"),
+        [3]
+    );
+    assert_eq!(positions("25:3: bad; 4:1: other"), [25, 4]);
+    assert_eq!(positions("7: no column"), [7]);
+    assert!(positions("loading: 25:3: bad").is_empty());
+    assert!(positions("unavailable: 503 Service Unavailable").is_empty());
+    assert!(positions("12:x: not a column").is_empty());
 }
