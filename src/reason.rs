@@ -61,6 +61,34 @@ pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
     Cow::Owned(format!("{}{mark}", &text[..end]))
 }
 
+/// `text` as a log line or a terminal may take it from someone else: each control
+/// character (a newline that would forge a line, an escape that would start a colour) and
+/// each bidirectional override written as its Rust escape (`\n`, `\u{1b}`), the rest as
+/// it is.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let hidden = |c: char| {
+        c.is_control()
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    };
+    if !text.chars().any(hidden) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match hidden(c) {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `printable(text)`, then `cut` to `max` bytes.
+pub fn shown(text: &str, max: usize) -> String {
+    cut(&printable(text), max).into_owned()
+}
+
 /// A rejection's reason as a Secret's may be shown (a `Rejected` Event's note, `/status`,
 /// a stdout event, a log line): the validator's exit status (the last line of a
 /// validator's reason, `(validator exited with status 1)`), never its output, which may
@@ -104,6 +132,17 @@ mod tests {
             redacted("refused by the agent: password=hunter2 is not valid"),
             "refused by the agent: (a Secret's agent output is not shown)"
         );
+    }
+
+    #[test]
+    fn printable_escapes_what_would_forge_a_line_or_colour_a_terminal() {
+        assert_eq!(printable("plain: ünïcode"), "plain: ünïcode");
+        assert_eq!(
+            printable("a\nb\r\u{1b}[31mc\u{202e}d\te"),
+            "a\\nb\\r\\u{1b}[31mc\\u{202e}d\\te"
+        );
+        assert_eq!(shown("ab\ncd", 6), "ab\\ncd");
+        assert_eq!(shown("ab\ncd", 5), "ab…");
     }
 
     #[test]

@@ -10,7 +10,11 @@
 //! confirmed: Alloy loads a text all or nothing and keeps what it ran, so one of those is
 //! what it refused — the ones whose lines Alloy's diagnostics point into (the `LINE:COL:`
 //! that opens each diagnostic, never one inside a message), else all of them. None — a `FAILED` for the text it runs — is Alloy's own fetch failing
-//! (`unavailable: …`), not a refusal. A status's message is cut to `KEPT_MESSAGE`. When the
+//! (`unavailable: …`), not a refusal. A status's message is kept `printable` (its control
+//! characters escaped, so that neither `/status` nor the log shows a forged line) and cut to
+//! `KEPT_MESSAGE`; every word of a collector's in a log line is so too. Only ConfigMaps and
+//! the root are ever sent, so the message is kept as a ConfigMap's refusal is
+//! (`reason::redacted` hides a Secret's only). When the
 //! map is full, the collector heard from longest ago makes room. `UnregisterCollector`
 //! forgets one.
 
@@ -145,6 +149,33 @@ fn positions(message: &str) -> Vec<usize> {
         .collect()
 }
 
+/// The log line of a status a collector of `who` with `id` reported (`refused`: module
+/// versions it refused): every word of the collector's own (its id, the hash it echoed,
+/// Alloy's message) and of its token's (`who`) made `printable` and cut, so that none
+/// forges a line or colours a terminal.
+fn told(
+    (who, id): (&str, &str),
+    (r, hash): &(Reported, String),
+    refused: usize,
+) -> (log::Level, String) {
+    let who = crate::reason::shown(who, 256);
+    let id = crate::reason::shown(id, 64);
+    let hash = crate::reason::shown(hash, 16);
+    match r.status {
+        Status::Failed => (
+            log::Level::Info,
+            format!(
+                "--remotecfg: collector {id} of {who} failed to apply {hash} ({refused} module versions new to it): {}",
+                crate::reason::shown(&r.message, 256)
+            ),
+        ),
+        s => (
+            log::Level::Debug,
+            format!("--remotecfg: collector {id} of {who}: {} {hash}", s.word()),
+        ),
+    }
+}
+
 impl Collectors {
     /// `RegisterCollector`.
     pub fn register(&self, who: &str, id: &str, name: &str, attributes: &Attributes, now: Instant) {
@@ -162,7 +193,7 @@ impl Collectors {
             .filter(|s| s.status != Status::Unset)
             .map(|s| Reported {
                 status: s.status,
-                message: crate::reason::cut(&s.message, KEPT_MESSAGE).into_owned(),
+                message: crate::reason::shown(&s.message, KEPT_MESSAGE),
             });
         let mut said = None;
         self.with(who, id, now, |c| {
@@ -180,16 +211,9 @@ impl Collectors {
                 });
             }
         });
-        if let Some(((r, hash), refused)) = said {
-            let id = crate::reason::cut(id, 64);
-            let hash = crate::reason::cut(&hash, 16);
-            match r.status {
-                Status::Failed => log::info!(
-                    "--remotecfg: collector {id} of {who} failed to apply {hash} ({refused} module versions new to it): {}",
-                    crate::reason::cut(&r.message, 256)
-                ),
-                s => log::debug!("--remotecfg: collector {id} of {who}: {} {hash}", s.word()),
-            }
+        if let Some((said, refused)) = said {
+            let (level, line) = told((who, id), &said, refused);
+            log::log!(level, "{line}");
         }
     }
 

@@ -65,8 +65,9 @@ impl Remotecfg {
         self.collectors
             .register(who, &m.id, &m.name, &m.attributes, now);
         log::debug!(
-            "--remotecfg: collector {} of {who} registered",
-            crate::reason::cut(&m.id, 64)
+            "--remotecfg: collector {} of {} registered",
+            crate::reason::shown(&m.id, 64),
+            crate::reason::shown(who, 256)
         );
         Ok(Message::Made(Vec::new()))
     }
@@ -127,8 +128,9 @@ impl Remotecfg {
             return Ok(Ok(Message::Made(unchanged)));
         }
         log::debug!(
-            "--remotecfg: collector {} of {who} sent {} ({} modules)",
-            crate::reason::cut(&m.id, 64),
+            "--remotecfg: collector {} of {} sent {} ({} modules)",
+            crate::reason::shown(&m.id, 64),
+            crate::reason::shown(who, 256),
             &c.hash[..16.min(c.hash.len())],
             c.modules.len()
         );

@@ -180,3 +180,39 @@ fn only_a_diagnostics_opening_position_counts() {
     assert!(positions("unavailable: 503 Service Unavailable").is_empty());
     assert!(positions("12:x: not a column").is_empty());
 }
+
+/// What a collector says (its id, the hash it echoes, Alloy's message) reaches the log and
+/// `/status` with its control characters escaped: no forged line, no colour.
+#[test]
+fn a_collectors_words_forge_no_log_line() {
+    let c = Collectors::default();
+    let a = Alloy {
+        c: &c,
+        attributes: Attributes::new(),
+    };
+    let h1 = text("h1", &[("a/x", 1)]);
+    a.get("", None, &h1);
+    let forged = "1:1: bad\n2026-12-07T20:00:00Z INFO all is well \u{1b}[2J";
+    a.get("h1", Some(&reported(Status::Failed, forged)), &h1);
+    let (r, hash) = a.kept().status.unwrap();
+    assert!(
+        !r.message.contains('\n') && !r.message.contains('\u{1b}'),
+        "{}",
+        r.message
+    );
+    assert!(r.message.contains("\\n2026"), "{}", r.message);
+    let (_, line) = told(
+        ("ns/pod\nx", "id\r\n"),
+        &(r.clone(), format!("{hash}\u{1b}[31m")),
+        1,
+    );
+    assert!(!line.chars().any(char::is_control), "{line}");
+    assert!(
+        line.contains("id\\r\\n of ns/pod\\nx failed to apply h1\\u{1b}"),
+        "{line}"
+    );
+    assert_eq!(
+        c.status()["failed"][0]["message"],
+        serde_json::json!(r.message)
+    );
+}
