@@ -236,32 +236,57 @@ impl Collectors {
     }
 
     /// What `/status` says of them: how many, how many run what they were last sent
-    /// (`applied`), and the first `SHOWN` whose last status is `failed`: the collector, its
-    /// id, the hash, the modules it refused (none: Alloy's own fetch failed) and Alloy's
-    /// words.
+    /// (`applied`), and the first `SHOWN` by (identity, id) whose last status is `failed`:
+    /// the collector, its id, the hash, the modules it refused (none: Alloy's own fetch
+    /// failed) and Alloy's words. Under the lock only a walk and a partial sort by the key
+    /// the map already holds, and `SHOWN` of them copied; the page is made after it.
     pub fn status(&self) -> serde_json::Value {
-        let kept = self.kept.lock().recover();
-        let mut applied = 0;
-        let mut failed = Vec::new();
-        for ((who, id), c) in kept.iter() {
-            let Some((r, hash)) = &c.status else { continue };
-            match r.status {
-                Status::Applied if c.sent.as_ref().is_some_and(|s| s.hash == *hash) => applied += 1,
-                Status::Failed => {
-                    let modules: Vec<&str> = c.refused.iter().map(|(k, _)| &**k).collect();
-                    failed.push(serde_json::json!({
-                        "collector": who, "id": id, "hash": hash, "modules": modules,
-                        "message": r.message,
-                    }))
+        type Shown = (String, String, String, Vec<Box<str>>, String);
+        let (collectors, applied, count, shown) = {
+            let kept = self.kept.lock().recover();
+            let mut applied = 0;
+            let mut failed: Vec<(&(String, String), &Collector)> = Vec::new();
+            for (key, c) in kept.iter() {
+                let Some((r, hash)) = &c.status else { continue };
+                match r.status {
+                    Status::Applied if c.sent.as_ref().is_some_and(|s| s.hash == *hash) => {
+                        applied += 1
+                    }
+                    Status::Failed => failed.push((key, c)),
+                    _ => {}
                 }
-                _ => {}
             }
-        }
-        let count = failed.len();
-        failed.sort_by_key(|f| f.to_string());
-        failed.truncate(SHOWN);
+            let count = failed.len();
+            if failed.len() > SHOWN {
+                failed.select_nth_unstable_by(SHOWN, |a, b| a.0.cmp(b.0));
+                failed.truncate(SHOWN);
+            }
+            failed.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let shown: Vec<Shown> = (failed.into_iter())
+                .filter_map(|((who, id), c)| {
+                    let (r, hash) = c.status.as_ref()?;
+                    let modules = c.refused.iter().map(|(k, _)| k.clone()).collect();
+                    Some((
+                        who.clone(),
+                        id.clone(),
+                        hash.clone(),
+                        modules,
+                        r.message.clone(),
+                    ))
+                })
+                .collect();
+            (kept.len(), applied, count, shown)
+        };
+        let failed: Vec<serde_json::Value> = (shown.into_iter())
+            .map(|(who, id, hash, modules, message)| {
+                serde_json::json!({
+                    "collector": who, "id": id, "hash": hash, "modules": modules,
+                    "message": message,
+                })
+            })
+            .collect();
         serde_json::json!({
-            "collectors": kept.len(), "applied": applied, "failedCount": count, "failed": failed,
+            "collectors": collectors, "applied": applied, "failedCount": count, "failed": failed,
         })
     }
 

@@ -216,3 +216,34 @@ fn a_collectors_words_forge_no_log_line() {
         serde_json::json!(r.message)
     );
 }
+
+/// `/status` names the first `SHOWN` failed collectors by (identity, id), whatever their
+/// hashes and messages, and counts them all.
+#[test]
+fn status_shows_the_first_failed_by_identity_and_id() {
+    let c = Collectors::default();
+    let n = SHOWN + 5;
+    for i in 0..n {
+        // Hashes fall as ids rise: an order by anything but (identity, id) shows others.
+        let sent = text(&format!("h{:02}", n - i), &[("a/x", 1)]);
+        let id = format!("{i:02}");
+        let get = |hash: &str, status: Option<&Reported>| {
+            let asked = Asked {
+                attributes: &Attributes::new(),
+                hash,
+                status,
+                sent: &sent,
+            };
+            c.asked("who", &id, asked, Instant::now());
+        };
+        get("", None);
+        get(&sent.hash, Some(&reported(Status::Failed, "1:1: no")));
+    }
+    let page = c.status();
+    assert_eq!(page["failedCount"], n);
+    let ids: Vec<&str> = (page["failed"].as_array().unwrap().iter())
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    let want: Vec<String> = (0..SHOWN).map(|i| format!("{i:02}")).collect();
+    assert_eq!(ids, want);
+}
