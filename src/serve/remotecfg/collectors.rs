@@ -9,19 +9,24 @@
 //! A `FAILED` is about the module versions of the text it names that the collector had not
 //! confirmed: Alloy loads a text all or nothing and keeps what it ran, so one of those is
 //! what it refused — the ones whose lines Alloy's diagnostics point into (the `LINE:COL:`
-//! that opens each diagnostic, never one inside a message), else all of them. None — a `FAILED` for the text it runs — is Alloy's own fetch failing
-//! (`unavailable: …`), not a refusal. A status's message is kept `printable` (its control
-//! characters escaped, so that neither `/status` nor the log shows a forged line) and cut to
-//! `KEPT_MESSAGE`; every word of a collector's in a log line is so too. Only ConfigMaps and
-//! the root are ever sent, so the message is kept as a ConfigMap's refusal is
-//! (`reason::redacted` hides a Secret's only). When the
-//! map is full, the collector heard from longest ago makes room. `UnregisterCollector`
-//! forgets one.
+//! that opens each diagnostic, never one inside a message), else all of them. None — a
+//! `FAILED` for the text it runs — is Alloy's own fetch failing (`unavailable: …`), not a
+//! refusal. A status's message is kept `printable` (its control characters escaped, so that
+//! neither `/status` nor the log shows a forged line) and cut to `KEPT_MESSAGE`; every word
+//! of a collector's in a log line is so too. Only ConfigMaps and the root are ever sent, so
+//! the message is kept as a ConfigMap's refusal is (`reason::redacted` hides a Secret's
+//! only). `UnregisterCollector` forgets one.
+//!
+//! The map is bounded (`shares.rs`): `MAX_COLLECTORS` collectors holding `MAX_KEPT_BYTES`
+//! together, each identity at most `IDENTITY_COLLECTORS` of them holding `IDENTITY_BYTES`.
+//! An identity over its share forgets its own collector heard from longest ago; a full map
+//! makes room from the identity that holds the most, so a token cycling ids evicts its own
+//! collectors, not another identity's that holds no more than it does.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use self::shares::{Bounds, Shares};
 use super::compose::Composition;
 use super::messages::{Attributes, Reported, Status};
 use crate::locks::Recover;
@@ -29,6 +34,29 @@ use crate::poll::hash::Hash;
 
 /// Collectors kept, at most.
 pub const MAX_COLLECTORS: usize = 10_000;
+
+/// What the collectors kept hold together, at most (`weight`: their words — id, identity,
+/// name, attributes, status, refused modules — and `ENTRY` each).
+pub const MAX_KEPT_BYTES: usize = 32 << 20;
+
+/// One identity's share of the collectors and of their bytes: a token shared by a fleet
+/// (one without a pod's name) is one identity; a pod's token is one of its own.
+pub const IDENTITY_COLLECTORS: usize = 2_500;
+pub const IDENTITY_BYTES: usize = MAX_KEPT_BYTES / 4;
+
+/// A collector's fixed part, counted in its weight: the map's entry, its strings' headers.
+const ENTRY: usize = 512;
+
+/// An attribute's or a refused module's own part, beside its bytes.
+const ITEM: usize = 64;
+
+/// The bounds of the map.
+const BOUNDS: Bounds = Bounds {
+    entries: MAX_COLLECTORS,
+    bytes: MAX_KEPT_BYTES,
+    identity_entries: IDENTITY_COLLECTORS,
+    identity_bytes: IDENTITY_BYTES,
+};
 
 /// Failed collectors `/status` names, at most.
 const SHOWN: usize = 20;
@@ -61,13 +89,29 @@ pub struct Collector {
     /// With a `FAILED`: the module versions it refused.
     pub refused: Vec<(Box<str>, Hash)>,
     pub registered: bool,
-    pub seen: Instant,
 }
 
 /// Every collector kept, by (identity, id).
-#[derive(Default)]
 pub struct Collectors {
-    kept: Mutex<HashMap<(String, String), Collector>>,
+    kept: Mutex<Shares<Collector>>,
+}
+
+impl Default for Collectors {
+    fn default() -> Collectors {
+        Collectors {
+            kept: Mutex::new(Shares::new(BOUNDS)),
+        }
+    }
+}
+
+/// What collector (`who`, `id`) holds, about.
+fn weight(who: &str, id: &str, c: &Collector) -> usize {
+    let attributes: usize = (c.attributes.iter())
+        .map(|(k, v)| ITEM + k.len() + v.len())
+        .sum();
+    let status = (c.status.as_ref()).map_or(0, |(r, hash)| r.message.len() + hash.len());
+    let refused: usize = c.refused.iter().map(|(k, _)| ITEM + k.len()).sum();
+    ENTRY + 2 * (who.len() + id.len()) + c.name.len() + attributes + status + refused
 }
 
 /// What a `GetConfig` said, and what it was answered.
@@ -290,20 +334,9 @@ impl Collectors {
         })
     }
 
-    /// Changes collector (`who`, `id`), made if new (the one heard from longest ago
-    /// forgotten if the map is full).
+    /// Changes collector (`who`, `id`), made if new (room made as `Shares` makes it).
     fn with(&self, who: &str, id: &str, now: Instant, change: impl FnOnce(&mut Collector)) {
-        let mut kept = self.kept.lock().recover();
-        let key = (who.to_string(), id.to_string());
-        if !kept.contains_key(&key) && kept.len() >= MAX_COLLECTORS {
-            let oldest = (kept.iter())
-                .min_by_key(|(_, c)| c.seen)
-                .map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                kept.remove(&k);
-            }
-        }
-        let c = kept.entry(key).or_insert_with(|| Collector {
+        let new = || Collector {
             name: String::new(),
             attributes: Attributes::new(),
             sent: None,
@@ -311,12 +344,12 @@ impl Collectors {
             status: None,
             refused: Vec::new(),
             registered: false,
-            seen: now,
-        });
-        c.seen = now;
-        change(c);
+        };
+        let key = (who.to_string(), id.to_string());
+        (self.kept.lock().recover()).change(key, now, new, change, |c| weight(who, id, c));
     }
 }
 
+mod shares;
 #[cfg(test)]
 mod tests;

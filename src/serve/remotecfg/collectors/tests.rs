@@ -142,27 +142,38 @@ fn a_failure_is_about_the_versions_new_to_the_collector() {
     assert!(c.get("ns/pod", "x").is_none());
 }
 
-/// Full: the collector heard from longest ago makes room.
+/// Full: the collector heard from longest ago makes room, of the identity that holds the
+/// most; one identity holds its share at most, whatever ids and attributes it cycles, and
+/// evicts none of the others' collectors.
 #[test]
-fn the_map_is_bounded() {
+fn the_map_is_bounded_and_shared() {
     let c = Collectors::default();
     let t = Instant::now();
     let a = Attributes::new();
-    for i in 0..MAX_COLLECTORS {
-        c.register(
-            "who",
-            &i.to_string(),
-            "",
-            &a,
-            t + Duration::from_millis(i as u64),
-        );
+    for i in 0..MAX_COLLECTORS - 1 {
+        let pod = format!("ns/pod-{i}");
+        c.register(&pod, "x", "", &a, t + Duration::from_millis(i as u64));
     }
     // The first one, heard from again, is not the oldest any more.
-    c.register("who", "0", "", &a, t + Duration::from_secs(3600));
-    c.register("who", "new", "", &a, t + Duration::from_secs(3601));
-    assert_eq!(c.len(), MAX_COLLECTORS);
-    assert!(c.get("who", "0").is_some() && c.get("who", "new").is_some());
-    assert!(c.get("who", "1").is_none(), "the oldest went");
+    c.register("ns/pod-0", "x", "", &a, t + Duration::from_secs(3600));
+    // A token cycling ids with the largest attributes a request may carry.
+    let big: Attributes = (0..crate::serve::remotecfg::messages::MAX_ATTRIBUTES)
+        .map(|i| (format!("{i:0256}"), "v".repeat(1024)))
+        .collect();
+    for i in 0..IDENTITY_COLLECTORS + 10 {
+        let at = t + Duration::from_secs(3601 + i as u64);
+        c.register("user:evil", &i.to_string(), "", &big, at);
+    }
+    assert!(c.len() <= MAX_COLLECTORS);
+    let kept = c.kept.lock().unwrap();
+    let evil = kept.iter().filter(|(k, _)| k.0 == "user:evil").count();
+    assert!(kept.bytes() <= MAX_KEPT_BYTES, "{}", kept.bytes());
+    assert!(evil > 0 && evil * 80_000 <= IDENTITY_BYTES, "{evil}");
+    drop(kept);
+    let pods = (0..MAX_COLLECTORS - 1)
+        .filter(|i| c.get(&format!("ns/pod-{i}"), "x").is_some())
+        .count();
+    assert_eq!(pods, MAX_COLLECTORS - 1, "no pod's collector was evicted");
 }
 
 /// Only the position that opens each of Alloy's diagnostics (`LINE:COL: message`, joined
