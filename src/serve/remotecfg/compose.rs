@@ -10,7 +10,7 @@
 //! not UTF-8, a selector that does not parse) goes to no one; it is said once in the log,
 //! when its version is first wrapped. The text is never empty: it starts with a comment.
 //!
-//! Work is kept: each module version is wrapped once per root (`Modules`), and each distinct
+//! Work is kept: each module version (its hash and resourceVersion) is wrapped once per root (`Modules`), and each distinct
 //! set of (module, version) under one root is composed once (`Compositions`), so a poll
 //! that changes nothing costs a walk over the view's keys and a map lookup per module.
 
@@ -74,11 +74,13 @@ pub struct Composition {
 }
 
 /// Modules wrapped under one root: by key, the versions the views hold (`KEPT_VERSIONS` at
-/// most: a rollout serves two or three at once), newest first.
+/// most: a rollout serves two or three at once), newest first. A version is the module's
+/// hash and the object's resourceVersion: an edit of only its `cmpoll.io/collectors`
+/// annotation (which the hash leaves out) is a new version, read again.
 #[derive(Default)]
 pub struct Modules {
     root: [u8; 32],
-    wrapped: HashMap<Box<str>, Vec<(Hash, Arc<Wrapped>)>>,
+    wrapped: HashMap<Box<str>, Vec<(Hash, Box<str>, Arc<Wrapped>)>>,
 }
 
 /// Versions of one module kept wrapped.
@@ -194,8 +196,11 @@ impl Modules {
     /// Module `key` at `o`'s version, wrapped under `root` (once; the caller has cleared
     /// what another root wrapped).
     fn wrapped(&mut self, root: &Root, key: &str, o: &HeldObject) -> Arc<Wrapped> {
+        let version = |(h, rv, _): &&(Hash, Box<str>, Arc<Wrapped>)| {
+            *h == o.hash && **rv == *o.resource_version
+        };
         if let Some(versions) = self.wrapped.get(key)
-            && let Some((_, w)) = versions.iter().find(|(h, _)| *h == o.hash)
+            && let Some((_, _, w)) = versions.iter().find(version)
         {
             return w.clone();
         }
@@ -208,7 +213,7 @@ impl Modules {
             self.wrapped.clear();
         }
         let versions = self.wrapped.entry(Box::from(key)).or_default();
-        versions.insert(0, (o.hash, w.clone()));
+        versions.insert(0, (o.hash, o.resource_version.as_str().into(), w.clone()));
         versions.truncate(KEPT_VERSIONS);
         w
     }

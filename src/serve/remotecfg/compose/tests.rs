@@ -306,3 +306,29 @@ fn new_texts_are_budgeted_per_identity() {
         "later"
     );
 }
+
+/// An edit of only the `cmpoll.io/collectors` annotation (the module's hash unchanged, a
+/// new resourceVersion) changes who gets the module.
+#[test]
+fn an_annotation_edit_alone_takes_effect() {
+    let r = root(None);
+    let c = Compositions::default();
+    let b = attrs(&[("team", "b")]);
+    let modules = |view: &Held| -> usize {
+        let got = c.compose(&r, view, ("who", &b), Instant::now(), all);
+        got.unwrap().unwrap().modules.len()
+    };
+    let data = [("m.alloy", "// nothing\n")];
+    let before = held(vec![module("ns", "m", 3, &data, Some("team=a"))]);
+    assert_eq!(modules(&before), 0);
+    let after = held(vec![module("ns", "m", 4, &data, Some("team=b"))]);
+    let (o1, o2) = (
+        before.keyed(Resource::ConfigMaps).next().unwrap().1,
+        after.keyed(Resource::ConfigMaps).next().unwrap().1,
+    );
+    assert_eq!(
+        o1.hash, o2.hash,
+        "the annotation is not in the module's hash"
+    );
+    assert_eq!(modules(&after), 1);
+}
