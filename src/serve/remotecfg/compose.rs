@@ -2,17 +2,16 @@
 //! `declare` (the root's `Template`: docs/alloy.md's wrapping and isolation checks), in the
 //! order the hub holds them (`namespace/name`), as one text and its hash (SHA-256, hex).
 //!
-//! A module is a selected ConfigMap's `*.alloy` keys, joined in key order as `--layout
-//! concat` joins them. It goes to a collector when the collector may `list` ConfigMaps in
-//! its namespace (the caller decides, `may_list`) and, if the ConfigMap is annotated
+//! A module (`wrapped.rs`) goes to a collector when the collector may `list` ConfigMaps in
+//! its namespace (the caller decides, `may_list`: asked before any module is wrapped, so a
+//! namespace it may not list costs no wrapping) and, if the ConfigMap is annotated
 //! `cmpoll.io/collectors: SELECTOR` (label-selector grammar), when the selector matches the
-//! collector's attributes. A module the checks refuse (not one Alloy body, naming a module,
-//! not UTF-8, a selector that does not parse) goes to no one; it is said once in the log,
-//! when its version is first wrapped. The text is never empty: it starts with a comment.
+//! collector's attributes. The text is never empty: it starts with a comment.
 //!
-//! Work is kept: each module version (its hash and resourceVersion) is wrapped once per root (`Modules`), and each distinct
-//! set of (module, version) under one root is composed once (`Compositions`), so a poll
-//! that changes nothing costs a walk over the view's keys and a map lookup per module.
+//! Work is kept: each module version is wrapped once per root and kept, bounded
+//! (`wrapped::Modules`), and each distinct set of (module, version) under one root is
+//! composed once (`Compositions`), so a poll that changes nothing costs a walk over the
+//! view's keys and a lookup per module under the lock; the selectors are matched after it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -22,17 +21,13 @@ use sha2::{Digest as _, Sha256};
 
 use super::messages::{Attributes, get_config_response};
 use super::root::Root;
+use super::wrapped::{Modules, Wrapped};
 use crate::https::http::Body;
 use crate::locks::Recover;
 use crate::poll::hash::Hash;
-use crate::selector::LabelSelector;
 use crate::serve::held::{Held, HeldObject};
 use crate::serve::kept::Budgets;
-use crate::source::reader::{ReadError, read_object};
-use crate::source::{Content, KeyFilter, ModuleFile, Resource};
-
-/// The annotation that narrows a module to some collectors.
-pub const COLLECTORS: &str = "cmpoll.io/collectors";
+use crate::source::Resource;
 
 /// The largest content sent: a composition over it is refused (`resource_exhausted`).
 pub const MAX_CONTENT: usize = 4 << 20;
@@ -43,16 +38,6 @@ const KEPT_COMPOSITIONS: usize = 256;
 /// The first line of every content.
 const HEAD: &str =
     "// Served by cmpoll serve (--remotecfg): the root, then one declare block per module.\n";
-
-/// One module version, wrapped for collectors (or refused).
-#[derive(Debug)]
-pub struct Wrapped {
-    /// `cmpoll.io/collectors`, read.
-    pub only_for: Option<LabelSelector>,
-    /// The declare block and its instance; `Err`: why it goes to no one; `Ok(None)`: it has
-    /// no `*.alloy` key.
-    pub text: Result<Option<String>, String>,
-}
 
 /// What a collector is sent.
 #[derive(Debug)]
@@ -73,22 +58,9 @@ pub struct Composition {
     pub spans: Arc<[(usize, usize)]>,
 }
 
-/// Modules wrapped under one root: by key, the versions the views hold (`KEPT_VERSIONS` at
-/// most: a rollout serves two or three at once), newest first. A version is the module's
-/// hash and the object's resourceVersion: an edit of only its `cmpoll.io/collectors`
-/// annotation (which the hash leaves out) is a new version, read again.
-#[derive(Default)]
-pub struct Modules {
-    root: [u8; 32],
-    wrapped: HashMap<Box<str>, Vec<(Hash, Box<str>, Arc<Wrapped>)>>,
-}
-
-/// Versions of one module kept wrapped.
-const KEPT_VERSIONS: usize = 4;
-
 /// Compositions made, by root and modules; and what each identity may have made.
 pub struct Compositions {
-    modules: Mutex<Modules>,
+    modules: Modules,
     made: Mutex<HashMap<[u8; 32], Arc<Composition>>>,
     budgets: Mutex<Budgets<Box<str>>>,
 }
@@ -115,7 +87,7 @@ pub enum Unmade {
 impl Default for Compositions {
     fn default() -> Compositions {
         Compositions {
-            modules: Mutex::default(),
+            modules: Modules::default(),
             made: Mutex::default(),
             budgets: Mutex::new(Budgets::new(MADE_RATE, MADE_BURST, BUDGETS_KEPT)),
         }
@@ -133,27 +105,11 @@ impl Compositions {
         now: Instant,
         mut may_list: impl FnMut(&str) -> Result<bool, E>,
     ) -> Result<Result<Arc<Composition>, Unmade>, E> {
-        // The modules for these attributes, wrapped (under the lock, which no review is
-        // waited for under)…
-        let mut matched: Vec<(&str, &Arc<HeldObject>, Arc<Wrapped>)> = Vec::new();
-        let mut modules = self.modules.lock().recover();
-        if modules.root != root.fingerprint {
-            modules.root = root.fingerprint;
-            modules.wrapped.clear();
-        }
-        let get = |k: &str| attributes.get(k).map(String::as_str);
-        for (key, o) in view.keyed(Resource::ConfigMaps) {
-            let w = modules.wrapped(root, key, o);
-            if matches!(w.text, Ok(Some(_))) && w.only_for.as_ref().is_none_or(|s| s.matches(get)) {
-                matched.push((key, o, w));
-            }
-        }
-        drop(modules);
-        // …then those of the namespaces it may list (each namespace asked once: keys are in
-        // namespace order).
-        let mut chosen = Vec::with_capacity(matched.len());
+        // The modules of the namespaces it may list (each namespace asked once: keys are in
+        // namespace order), before any is wrapped…
+        let mut listed: Vec<(&str, &Arc<HeldObject>)> = Vec::new();
         let mut last_ns: Option<(&str, bool)> = None;
-        for (key, o, w) in matched {
+        for (key, o) in view.keyed(Resource::ConfigMaps) {
             let allowed = match last_ns {
                 Some((ns, allowed)) if ns == o.namespace => allowed,
                 _ => {
@@ -163,9 +119,20 @@ impl Compositions {
                 }
             };
             if allowed {
-                chosen.push((key, o, w));
+                listed.push((key, o));
             }
         }
+        // …then wrapped (kept: `Modules`), and those for these attributes chosen, outside
+        // any lock.
+        let wrapped = self.modules.wrapped(root, &listed, now);
+        let get = |k: &str| attributes.get(k).map(String::as_str);
+        let chosen: Vec<(&str, &Arc<HeldObject>, Arc<Wrapped>)> = (listed.into_iter())
+            .zip(wrapped)
+            .filter(|(_, w)| {
+                matches!(w.text, Ok(Some(_))) && w.only_for.as_ref().is_none_or(|s| s.matches(get))
+            })
+            .map(|((key, o), w)| (key, o, w))
+            .collect();
         let mut h = Sha256::new();
         h.update(root.fingerprint);
         for (key, o, _) in &chosen {
@@ -192,33 +159,6 @@ impl Compositions {
     }
 }
 
-impl Modules {
-    /// Module `key` at `o`'s version, wrapped under `root` (once; the caller has cleared
-    /// what another root wrapped).
-    fn wrapped(&mut self, root: &Root, key: &str, o: &HeldObject) -> Arc<Wrapped> {
-        let version = |(h, rv, _): &&(Hash, Box<str>, Arc<Wrapped>)| {
-            *h == o.hash && **rv == *o.resource_version
-        };
-        if let Some(versions) = self.wrapped.get(key)
-            && let Some((_, _, w)) = versions.iter().find(version)
-        {
-            return w.clone();
-        }
-        let w = Arc::new(wrap(root, key, o));
-        if let Err(why) = &w.text {
-            log::warn!("--remotecfg: {key}: sent to no collector: {why}");
-        }
-        // Modules no view holds any more go when the map outgrows what views hold.
-        if self.wrapped.len() >= 16_384 {
-            self.wrapped.clear();
-        }
-        let versions = self.wrapped.entry(Box::from(key)).or_default();
-        versions.insert(0, (o.hash, o.resource_version.as_str().into(), w.clone()));
-        versions.truncate(KEPT_VERSIONS);
-        w
-    }
-}
-
 impl Composition {
     /// Its `GetConfigResponse` (the text and its hash), encoded once.
     pub fn response(&self) -> Body {
@@ -232,62 +172,6 @@ impl Composition {
         (self.gzipped)
             .get_or_init(|| crate::serve::render::gzip(&self.response()).into())
             .clone()
-    }
-}
-
-/// Module `key` wrapped under `root`.
-fn wrap(root: &Root, key: &str, o: &HeldObject) -> Wrapped {
-    let refused = |why: String| Wrapped {
-        only_for: None,
-        text: Err(why),
-    };
-    let alloy = match KeyFilter::new(&["*.alloy".to_string()]) {
-        Ok(k) => k,
-        Err(e) => return refused(e),
-    };
-    let read = read_object(
-        &o.raw.json[..],
-        &alloy,
-        Resource::ConfigMaps,
-        Some(COLLECTORS),
-        false,
-    );
-    let item = match read {
-        Ok((_, _, item)) => item,
-        Err(ReadError::Bad(why)) => return refused(format!("cannot be read: {why}")),
-        Err(ReadError::Io(e)) => return refused(format!("cannot be read: {e}")),
-    };
-    if let Some(p) = item.problems.first() {
-        return refused(p.clone());
-    }
-    let only_for = match item.folder.as_deref().map(LabelSelector::parse) {
-        None => None,
-        Some(Ok(s)) => Some(s),
-        Some(Err(e)) => return refused(format!("its annotation {COLLECTORS}: {e}")),
-    };
-    let mut files: Vec<ModuleFile> = item.files;
-    files.sort_by(|a, b| a.key.cmp(&b.key));
-    if files.is_empty() {
-        return Wrapped {
-            only_for,
-            text: Ok(None),
-        };
-    }
-    if let Some(f) = files
-        .iter()
-        .find(|f| matches!(f.content, Content::Binary(_)))
-    {
-        return refused(format!("{}: binary data, not Alloy text", f.key));
-    }
-    if let Some(why) = root.template.refuses(&files) {
-        return refused(why);
-    }
-    match String::from_utf8(root.template.render(key, &files)) {
-        Ok(text) => Wrapped {
-            only_for,
-            text: Ok(Some(text)),
-        },
-        Err(_) => refused("not UTF-8".into()),
     }
 }
 

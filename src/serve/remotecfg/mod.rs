@@ -5,7 +5,8 @@
 //!
 //! The rooms: `wire.rs` (Protocol Buffers' binary format, bounded), `messages.rs` (the
 //! service's messages), `connect.rs` (the Connect protocol's unary calls and errors),
-//! `root.rs` (the root and offered arguments, read again when they change), `compose.rs`
+//! `root.rs` (the root and offered arguments, read again when they change), `wrapped.rs`
+//! (each module in its `declare`, kept), `compose.rs`
 //! (what a collector is sent, made once per distinct set of modules), `collectors.rs`
 //! (what is kept of each collector) and `service.rs` (the procedures). The hub's handler
 //! (`serve::hub`) authenticates and authorizes each call and picks the collector's view.
@@ -17,3 +18,4 @@ pub mod messages;
 pub mod root;
 pub mod service;
 pub mod wire;
+pub mod wrapped;

@@ -4,8 +4,9 @@ use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::serve::remotecfg::wrapped::{COLLECTORS, IDLE};
 use crate::serve::testing::{item, kinds, poll};
-use crate::source::Item;
+use crate::source::{Content, Item, ModuleFile};
 
 /// ConfigMap `ns/name` at `rv` with `data`, annotated `cmpoll.io/collectors: only_for`.
 fn module(ns: &str, name: &str, rv: u64, data: &[(&str, &str)], only_for: Option<&str>) -> Item {
@@ -331,4 +332,80 @@ fn an_annotation_edit_alone_takes_effect() {
         "the annotation is not in the module's hash"
     );
     assert_eq!(modules(&after), 1);
+}
+
+/// The wrappings kept are bounded in bytes: a team cycling new large ConfigMaps (new
+/// names, new versions) leaves the hub holding the bound at most.
+#[test]
+fn the_wrappings_kept_are_bounded_in_bytes() {
+    let bound = 256 << 10;
+    let c = Compositions {
+        modules: Modules::bounded(bound),
+        ..Compositions::default()
+    };
+    let r = root(None);
+    let big = format!("// {}\n", "x".repeat(16 << 10));
+    for round in 0..4u64 {
+        let items = (0..40)
+            .map(|i| {
+                module(
+                    "team",
+                    &format!("m{round}-{i}"),
+                    10 * round + 1,
+                    &[("m.alloy", &big)],
+                    None,
+                )
+            })
+            .collect();
+        let view = held(items);
+        let got = c.compose(&r, &view, ("who", &Attributes::new()), Instant::now(), all);
+        assert_eq!(got.unwrap().map(|g| g.modules.len()).unwrap_or(40), 40);
+        assert!(
+            c.modules.bytes() <= bound,
+            "{} > {bound}",
+            c.modules.bytes()
+        );
+    }
+}
+
+/// A module gone from the views goes from what is kept once unused for `IDLE`.
+#[test]
+fn a_module_gone_from_the_view_is_dropped() {
+    let c = Compositions::default();
+    let r = root(None);
+    let t = Instant::now();
+    let view = held(vec![
+        module("a", "gone", 1, &[("m.alloy", "// g\n")], None),
+        module("a", "kept", 2, &[("m.alloy", "// k\n")], None),
+    ]);
+    c.compose(&r, &view, ("who", &Attributes::new()), t, all)
+        .unwrap()
+        .unwrap();
+    assert!(c.modules.holds("a/gone"));
+    let later = held(vec![module("a", "kept", 2, &[("m.alloy", "// k\n")], None)]);
+    let after = t + IDLE + Duration::from_secs(1);
+    c.compose(&r, &later, ("who", &Attributes::new()), after, all)
+        .unwrap()
+        .unwrap();
+    assert!(
+        !c.modules.holds("a/gone"),
+        "gone from the view, unused: dropped"
+    );
+    assert!(c.modules.holds("a/kept"));
+}
+
+/// A module of a namespace the collector may not list is never wrapped for it.
+#[test]
+fn namespaces_are_checked_before_wrapping() {
+    let c = Compositions::default();
+    let r = root(None);
+    let view = held(vec![
+        module("other", "m", 1, &[("m.alloy", "// o\n")], None),
+        module("mine", "m", 2, &[("m.alloy", "// m\n")], None),
+    ]);
+    let mine = |ns: &str| Ok::<_, Infallible>(ns == "mine");
+    let got = c.compose(&r, &view, ("who", &Attributes::new()), Instant::now(), mine);
+    assert_eq!(got.unwrap().unwrap().modules.len(), 1);
+    assert!(c.modules.holds("mine/m"));
+    assert!(!c.modules.holds("other/m"), "not listed: not wrapped");
 }
