@@ -10,7 +10,8 @@
 //!
 //! Work is kept: each module version is wrapped once per root and kept, bounded
 //! (`wrapped::Modules`), and each distinct set of (module, version) under one root is
-//! composed once (`Compositions`), so a poll that changes nothing costs a walk over the
+//! composed once (`Compositions`: `KEPT_COMPOSITIONS` and `MAX_COMPOSED_BYTES` at most, the
+//! one asked for longest ago going first), so a poll that changes nothing costs a walk over the
 //! view's keys and a lookup per module under the lock; the selectors are matched after it.
 
 use std::collections::HashMap;
@@ -34,6 +35,59 @@ pub const MAX_CONTENT: usize = 4 << 20;
 
 /// Compositions kept (distinct sets of modules: a view and a match of attributes each).
 const KEPT_COMPOSITIONS: usize = 256;
+
+/// What the compositions kept hold together, at most: each weighed as its content three
+/// times (the text, its response, the response gzipped, which is smaller). Over it, or
+/// over `KEPT_COMPOSITIONS`, the one asked for longest ago goes (a connection writing it
+/// keeps it until written).
+pub const MAX_COMPOSED_BYTES: usize = 128 << 20;
+
+/// Compositions kept, by digest: each with its weight and when it was last asked for.
+struct Made {
+    kept: HashMap<[u8; 32], (Arc<Composition>, usize, u64)>,
+    bytes: usize,
+    bound: usize,
+    tick: u64,
+}
+
+impl Made {
+    fn bounded(bound: usize) -> Made {
+        Made {
+            kept: HashMap::new(),
+            bytes: 0,
+            bound,
+            tick: 0,
+        }
+    }
+
+    fn get(&mut self, digest: &[u8; 32]) -> Option<Arc<Composition>> {
+        self.tick += 1;
+        let (c, _, used) = self.kept.get_mut(digest)?;
+        *used = self.tick;
+        Some(c.clone())
+    }
+
+    fn insert(&mut self, digest: [u8; 32], c: Arc<Composition>) {
+        self.tick += 1;
+        let bytes = 256 + 3 * c.content.len();
+        if let Some((_, old, _)) = self.kept.insert(digest, (c, bytes, self.tick)) {
+            self.bytes -= old;
+        }
+        self.bytes += bytes;
+        while self.bytes > self.bound || self.kept.len() > KEPT_COMPOSITIONS {
+            let Some(oldest) = (self.kept.iter())
+                .filter(|(d, _)| **d != digest)
+                .min_by_key(|(_, (_, _, used))| *used)
+                .map(|(d, _)| *d)
+            else {
+                break;
+            };
+            if let Some((_, freed, _)) = self.kept.remove(&oldest) {
+                self.bytes -= freed;
+            }
+        }
+    }
+}
 
 /// The first line of every content.
 const HEAD: &str =
@@ -61,7 +115,7 @@ pub struct Composition {
 /// Compositions made, by root and modules; and what each identity may have made.
 pub struct Compositions {
     modules: Modules,
-    made: Mutex<HashMap<[u8; 32], Arc<Composition>>>,
+    made: Mutex<Made>,
     budgets: Mutex<Budgets<Box<str>>>,
 }
 
@@ -88,7 +142,7 @@ impl Default for Compositions {
     fn default() -> Compositions {
         Compositions {
             modules: Modules::default(),
-            made: Mutex::default(),
+            made: Mutex::new(Made::bounded(MAX_COMPOSED_BYTES)),
             budgets: Mutex::new(Budgets::new(MADE_RATE, MADE_BURST, BUDGETS_KEPT)),
         }
     }
@@ -142,18 +196,14 @@ impl Compositions {
         }
         let digest: [u8; 32] = h.finalize().into();
         if let Some(c) = self.made.lock().recover().get(&digest) {
-            return Ok(Ok(c.clone()));
+            return Ok(Ok(c));
         }
         if let Err(wait) = self.budgets.lock().recover().take(&Box::from(who), now) {
             return Ok(Err(Unmade::Busy(wait)));
         }
         let composed = compose(root, &chosen).map_err(Unmade::TooLarge);
         if let Ok(c) = &composed {
-            let mut made = self.made.lock().recover();
-            if made.len() >= KEPT_COMPOSITIONS {
-                made.clear();
-            }
-            made.insert(digest, c.clone());
+            self.made.lock().recover().insert(digest, c.clone());
         }
         Ok(composed)
     }

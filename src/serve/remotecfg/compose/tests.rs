@@ -409,3 +409,43 @@ fn namespaces_are_checked_before_wrapping() {
     assert!(c.modules.holds("mine/m"));
     assert!(!c.modules.holds("other/m"), "not listed: not wrapped");
 }
+
+/// The compositions kept are bounded in bytes and in number; over a bound the one asked for
+/// longest ago goes, never those asked for since (no clearing of them all).
+#[test]
+fn compositions_kept_are_bounded_and_the_used_stay() {
+    let bound = 64 << 10;
+    let c = Compositions {
+        made: Mutex::new(Made::bounded(bound)),
+        ..Compositions::default()
+    };
+    let r = root(None);
+    let t = Instant::now();
+    let ask = |view: &Held, who: &str| {
+        let got = c.compose(&r, view, (who, &Attributes::new()), t, all);
+        got.unwrap().unwrap()
+    };
+    let used = held(vec![module("a", "used", 1, &[("m.alloy", "// u\n")], None)]);
+    let first = ask(&used, "fleet");
+    let text = format!("// {}\n", "x".repeat(4 << 10));
+    for i in 0..KEPT_COMPOSITIONS + 20 {
+        let other = held(vec![module(
+            "a",
+            "cycled",
+            i as u64 + 2,
+            &[("m.alloy", &format!("{text}// {i}\n"))],
+            None,
+        )]);
+        ask(&other, &format!("cycler-{i}"));
+        assert!(
+            Arc::ptr_eq(&ask(&used, "fleet"), &first),
+            "kept while asked for: {i}"
+        );
+        let made = c.made.lock().unwrap();
+        assert!(
+            made.bytes <= bound && made.kept.len() <= KEPT_COMPOSITIONS,
+            "{}",
+            made.bytes
+        );
+    }
+}
