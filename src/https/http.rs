@@ -334,6 +334,15 @@ pub struct Budget {
     cap: usize,
 }
 
+/// Two budgets are equal when they are the same one.
+impl PartialEq for Budget {
+    fn eq(&self, other: &Budget) -> bool {
+        Arc::ptr_eq(&self.used, &other.used)
+    }
+}
+
+impl Eq for Budget {}
+
 impl Budget {
     pub fn new(cap: usize) -> Budget {
         Budget {

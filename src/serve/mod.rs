@@ -56,6 +56,7 @@ use self::reviewer::HubLane;
 use crate::backoff::{self, Backoff, Rng};
 use crate::batch::Observers;
 use crate::error::Error;
+use crate::https::http::Budget;
 use crate::https::lanes::Lane;
 use crate::https::server::{Bodies, Handle, Limits, Post, Server, Sizes};
 use crate::https::tls;
@@ -125,9 +126,15 @@ pub const MAX_BODIES: usize = 32 << 20;
 /// server's thread.
 const HANDSHAKERS: usize = 2;
 
+/// What the bodies of collectors' calls (`--remotecfg`) being read or answered may hold
+/// together: a budget of their own, apart from `MAX_BODIES`. They are read before their
+/// token is checked (a `GetConfig` after a load echoes the whole content it loaded, up to
+/// `remotecfg::service::MAX_CALL`), so unknown clients sending the largest ones fill this
+/// one (then 503, Retry-After), never the followers' reports'.
+pub const MAX_CALL_BODIES: usize = 32 << 20;
+
 /// The bodies the hub reads: a follower's report (`hub_protocol::REPORT_PATH`), and with
-/// `--remotecfg` each Connect call of a collector (a `GetConfig` after a load echoes the
-/// whole content it loaded: `remotecfg::service::MAX_CALL`).
+/// `--remotecfg` each Connect call of a collector (`MAX_CALL_BODIES`).
 fn bodies(remotecfg: bool) -> Vec<Post> {
     let mut posts = vec![Post {
         path: crate::hub_protocol::REPORT_PATH,
@@ -136,8 +143,10 @@ fn bodies(remotecfg: bool) -> Vec<Post> {
         // is not kept for the next one (10,000 of them idle would pin their buffers).
         close: true,
         max: crate::hub_protocol::MAX_REPORT,
+        budget: None,
     }];
     if remotecfg {
+        let calls = Budget::new(MAX_CALL_BODIES);
         // A collector's next call comes within its poll frequency (10 s at least, 1 m by
         // default): its connection is kept, as a follower's watch is.
         posts.extend(remotecfg::connect::PATHS.map(|(path, _)| Post {
@@ -145,6 +154,7 @@ fn bodies(remotecfg: bool) -> Vec<Post> {
             cert: false,
             close: false,
             max: remotecfg::service::MAX_CALL,
+            budget: Some(calls.clone()),
         }));
     }
     posts

@@ -76,6 +76,7 @@ fn limits(counts: ServerCounts, cert: bool) -> Limits {
             // The apiserver sends review after review: its connection stays.
             close: false,
             max: MAX_BODY,
+            budget: None,
         }]),
         max_bodies: MAX_BODIES,
         keep_alive: true,

@@ -1,6 +1,7 @@
 //! How the server holds a connection (`Bounds`): the deadlines of a request, an idle
 //! keep-alive and a write, the bounds of a request's head and body, which requests'
-//! bodies are read (`Bodies`) and the budget the bodies read share.
+//! bodies are read (`Bodies`) and the budget the bodies read share (a path's own, if it has
+//! one).
 
 use std::time::Duration;
 
@@ -39,25 +40,34 @@ pub enum Bodies {
 /// certificate (the webhook's reviews, from the apiserver); at most `max` bytes (a longer
 /// one is a 413 from its head); when `close`, the connection closes after the answer to one
 /// (a hub's reports: each client sends one now and then, and a connection kept for the next
-/// would pin its buffers on the server for the whole idle time, a fleet's worth of them).
+/// would pin its buffers on the server for the whole idle time, a fleet's worth of them);
+/// with a `budget` of its own, its bodies take from it, not from the server's (bodies read
+/// before their request is authenticated, which unknown clients could fill, starve none of
+/// the other paths').
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Post {
     pub path: &'static str,
     pub cert: bool,
     pub close: bool,
     pub max: usize,
+    pub budget: Option<Budget>,
 }
 
 impl Bodies {
     /// Whether `req`'s body is read (`cert`: whether its client presented a certificate):
-    /// if so, its bound and whether the connection closes after the answer.
-    pub(super) fn read(&self, req: &Request, cert: impl FnOnce() -> bool) -> Option<(usize, bool)> {
+    /// if so, its bound, whether the connection closes after the answer, and the budget of
+    /// its own it takes from (`None`: the server's).
+    pub(super) fn read(
+        &self,
+        req: &Request,
+        cert: impl FnOnce() -> bool,
+    ) -> Option<(usize, bool, Option<Budget>)> {
         match self {
-            Bodies::All => Some((usize::MAX, false)),
+            Bodies::All => Some((usize::MAX, false, None)),
             Bodies::None => None,
             Bodies::Post(posts) => {
                 let p = (posts.iter()).find(|p| req.method == "POST" && req.path == p.path)?;
-                (!p.cert || cert()).then_some((p.max, p.close))
+                (!p.cert || cert()).then(|| (p.max, p.close, p.budget.clone()))
             }
         }
     }

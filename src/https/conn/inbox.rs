@@ -8,7 +8,7 @@
 use std::io;
 
 use super::bounds::Bounds;
-use crate::https::http::{self, Answer, Head, Request};
+use crate::https::http::{self, Answer, Budget, Head, Request};
 use crate::https::transport::Transport;
 
 /// Bytes buffered for a connection beyond a body at most (a head, and the next request's
@@ -36,6 +36,8 @@ struct Awaiting {
     length: usize,
     /// The connection closes after its answer (`Bodies`).
     close: bool,
+    /// The budget of its path's own, if any (else the server's).
+    budget: Option<Budget>,
 }
 
 /// A connection's receive side.
@@ -168,7 +170,7 @@ impl Inbox {
                 self.inbuf.drain(..head);
                 return Some(Ok(req));
             }
-            let Some((max, close)) = b.bodies.read(&req, cert) else {
+            let Some((max, close, budget)) = b.bodies.read(&req, cert) else {
                 // Answered without it: nothing of it is kept, and the connection closes
                 // after the answer.
                 self.inbuf.clear();
@@ -188,6 +190,7 @@ impl Inbox {
                 head,
                 length,
                 close,
+                budget,
             });
         }
         let a = self.awaiting.as_mut()?;
@@ -195,7 +198,11 @@ impl Inbox {
         // The body is taken from the budget as it arrives: a head that announces one and
         // stalls holds none of it.
         let arrived = self.inbuf.len().min(end).saturating_sub(a.head);
-        if !a.req.taken.grow(&b.budget, arrived) {
+        if !a
+            .req
+            .taken
+            .grow(a.budget.as_ref().unwrap_or(&b.budget), arrived)
+        {
             self.awaiting = None;
             self.inbuf.clear();
             self.discard = true;

@@ -489,6 +489,7 @@ fn a_body_is_read_only_where_the_rule_says() {
             cert: true,
             close: false,
             max: 16,
+            budget: None,
         }]),
         ..bounds()
     };
@@ -529,12 +530,14 @@ fn a_read_body_closes_its_connection_where_the_rule_says() {
                 cert: false,
                 close: true,
                 max: 1024,
+                budget: None,
             },
             Post {
                 path: "/kept",
                 cert: false,
                 close: false,
                 max: 1024,
+                budget: None,
             },
         ]),
         ..bounds()
@@ -696,4 +699,49 @@ fn a_handshake_counts_what_it_was_sent() {
     assert_eq!(c.footprint().own, CONN_COST + 60_000);
     c.io.handshake = 10 << 20;
     assert_eq!(c.footprint().own, CONN_COST + HANDSHAKE_HELD);
+}
+
+/// A path with a budget of its own (a hub's remotecfg calls, read before their token is
+/// checked): its bodies take from it alone, so filling it leaves the server's budget (the
+/// followers' reports') whole, and a body over it is a 503 while another path's is read.
+#[test]
+fn a_path_with_its_own_budget_takes_from_it_alone() {
+    let t = Instant::now();
+    let own = Budget::new(1500);
+    let b = Bounds {
+        bodies: Bodies::Post(vec![
+            Post {
+                path: "/report",
+                cert: false,
+                close: true,
+                max: 1024,
+                budget: None,
+            },
+            Post {
+                path: "/call",
+                cert: false,
+                close: false,
+                max: 1024,
+                budget: Some(own.clone()),
+            },
+        ]),
+        ..bounds()
+    };
+    let mut first = Conn::new(Fake::default(), t, &b);
+    first.io.incoming = post("/call", 1000, 1000);
+    let held = first.ready(t, &b).unwrap();
+    assert_eq!((own.used(), b.budget.used()), (1000, 0));
+    let mut second = Conn::new(Fake::default(), t, &b);
+    second.io.incoming = post("/call", 1000, 1000);
+    assert!(second.ready(t, &b).is_none());
+    assert!(
+        out(&mut second).starts_with("HTTP/1.1 503 "),
+        "its own budget is full"
+    );
+    let mut report = Conn::new(Fake::default(), t, &b);
+    report.io.incoming = post("/report", 1000, 1000);
+    let read = report.ready(t, &b).unwrap();
+    assert_eq!((read.req.body.len(), b.budget.used()), (1000, 1000));
+    drop(held);
+    assert_eq!(own.used(), 0);
 }
