@@ -11,6 +11,8 @@
 //! the namespaces where it may `list` ConfigMaps — a follower's report is authorized so —
 //! asked first for all namespaces, then for each namespace that holds a module.
 //! `RegisterCollector` does not wait for a poll: Alloy refuses to start when it fails.
+//! Collectors are kept by their identity, `collector_name` (its pod, `NAMESPACE/POD`, else
+//! `user:NAME`), and the id they give.
 //! Every refusal is Connect's JSON error.
 
 use std::sync::Arc;
@@ -20,7 +22,6 @@ use super::Hub;
 use crate::https::http::{Answer, Request};
 use crate::https::server::Reply;
 use crate::serve::auth::{Attributes, Auth, Halt, HubLane, User};
-use crate::serve::fleet::state::follower_name;
 use crate::serve::remotecfg::connect::{self, ConnectError, Rpc};
 use crate::serve::remotecfg::service::Message;
 use crate::serve::request::{Query, Route};
@@ -69,7 +70,7 @@ fn call(
     }
     let auth = &hub.auth;
     auth.authorize(&who.user, &what, lane)?;
-    let name = follower_name(&who.user);
+    let name = collector_name(&who.user);
     let now = Instant::now();
     let done = match rpc {
         Rpc::RegisterCollector => service.register(&name, &req.body, now),
@@ -94,6 +95,31 @@ fn call(
     })
 }
 
+/// Who a collector is, as the hub keeps and names it (`collectors.rs`, `/status`): its pod,
+/// `NAMESPACE/POD`, for a token bound to one (a ServiceAccount's, the pod's name a DNS
+/// label's characters: no `:` in either part), else `user:NAME`. The two never meet: a
+/// pod's name has no `:`, a user's has one before any `/` — so a user named `ns/pod` is
+/// `user:ns/pod`, never that pod (a follower's name, `follower_name`, does not tell them
+/// apart).
+fn collector_name(user: &User) -> String {
+    let pod = (user.extra.get("authentication.kubernetes.io/pod-name"))
+        .and_then(|v| v.first())
+        .map(String::as_str);
+    let namespace = (user.name.strip_prefix("system:serviceaccount:"))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(ns, _)| ns);
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && (s.bytes())
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    };
+    match (namespace, pod) {
+        (Some(ns), Some(pod)) if plain(ns) && plain(pod) => format!("{ns}/{pod}"),
+        _ => format!("user:{}", user.name),
+    }
+}
+
 /// Whether `user` may list ConfigMaps in namespace `ns` (`None`: in all); a review that
 /// fails is the call's error, never a refusal.
 fn may_list(auth: &Auth, user: &Arc<User>, ns: Option<&str>, lane: HubLane) -> Result<bool, Halt> {
@@ -107,5 +133,42 @@ fn may_list(auth: &Auth, user: &Arc<User>, ns: Option<&str>, lane: HubLane) -> R
         Ok(()) => Ok(true),
         Err(Halt::Refused(r)) if r.code == 403 => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn user(name: &str, pod: Option<&str>) -> User {
+        let mut extra = BTreeMap::new();
+        if let Some(p) = pod {
+            let key = "authentication.kubernetes.io/pod-name".to_string();
+            extra.insert(key, vec![p.to_string()]);
+        }
+        User {
+            name: name.into(),
+            uid: String::new(),
+            groups: Vec::new(),
+            extra,
+        }
+    }
+
+    /// A user named like a pod is not that pod's collector: the names never meet.
+    #[test]
+    fn a_collectors_name_tells_pods_and_users_apart() {
+        let pod = user("system:serviceaccount:ns:alloy", Some("pod"));
+        assert_eq!(collector_name(&pod), "ns/pod");
+        assert_eq!(collector_name(&user("ns/pod", None)), "user:ns/pod");
+        assert_eq!(
+            collector_name(&user("system:serviceaccount:ns:alloy", None)),
+            "user:system:serviceaccount:ns:alloy"
+        );
+        // A pod name from elsewhere than a ServiceAccount, or one with a `/` or `:`.
+        assert_eq!(collector_name(&user("alice", Some("pod"))), "user:alice");
+        let odd = user("system:serviceaccount:ns:alloy", Some("a/b"));
+        assert_eq!(collector_name(&odd), "user:system:serviceaccount:ns:alloy");
     }
 }
