@@ -14,7 +14,8 @@
 //!   that starts is `ADDED`.
 //! - With `allowWatchBookmarks`, a `BOOKMARK` about every minute (the first at a random
 //!   moment of it, so that a fleet's do not come together) when the hub's version moved
-//!   past the last one the watcher was told, and one before the end.
+//!   past the last one the watcher was told, and one before the end (a follower's held
+//!   watch below: its commits instead).
 //! - It ends at `timeoutSeconds`, or, without, at a random moment between 30 and 60
 //!   minutes, as the apiserver's `--min-request-timeout` (1800 s) ends its watches; also
 //!   when the history dropped changes the watcher had not read (it was too slow), as the
@@ -392,7 +393,11 @@ impl Watch {
     }
 
     fn maybe_bookmark(&mut self, out: &mut Chunks, watermark: u64, now: Instant) -> bool {
-        let due = now >= self.next_bookmark || now >= self.ends;
+        // A follower's held watch is told the hub's version at each commit, its wait
+        // apart at most: a minute's bookmark between would be one write more per follower
+        // whenever changes not its own moved the hub on (a rollout's steps: each
+        // follower outside a step, once a minute, alone).
+        let due = (now >= self.next_bookmark && self.commit_by.is_none()) || now >= self.ends;
         if self.bookmarks && due && watermark > self.told {
             out.push(self.bookmark(watermark, false));
             self.told = watermark;
@@ -467,7 +472,7 @@ impl Stream for Watch {
                         Some(false) => return cut(out, now),
                         Some(true) if now >= self.ends => self.phase = Phase::Done,
                         Some(true) => {
-                            let next = if self.bookmarks {
+                            let next = if self.bookmarks && self.commit_by.is_none() {
                                 self.next_bookmark.min(self.ends)
                             } else {
                                 self.ends

@@ -286,6 +286,38 @@ fn a_held_followers_watch_commits_each_change_and_goes_on() {
     );
 }
 
+/// A follower's held watch is told the hub's version at its commits only: changes that
+/// are not its own (another namespace here; a rollout step's band elsewhere) move the hub
+/// on without a minute's bookmark to each follower between its commits.
+#[test]
+fn a_held_followers_watch_has_no_minute_bookmarks_between_its_commits() {
+    let t = timeline(vec![(10, vec![item("a", "x", 5, &[])])]);
+    let mut a = ask("watch=1&resourceVersion=10&allowWatchBookmarks=true");
+    a.wait = Some(Duration::from_secs(300));
+    let mut w = Watch::start(t.clone(), &a, &mut Rng::new(1));
+    let now = Instant::now();
+    assert!(pull_all(&mut w, now).0.is_empty());
+    then(&t, 40, vec![item("a", "x", 5, &[]), item("b", "other", 35, &[])]);
+    // Past the minute: nothing, and no wake for it.
+    let minute = now + BOOKMARK_EVERY + Duration::from_secs(1);
+    let (got, next) = pull_all(&mut w, minute);
+    assert!(got.is_empty(), "{got:?}");
+    assert!(
+        matches!(next, Next::At(at) if at >= now + Duration::from_secs(299)),
+        "the next wake is the commit: {next:?}"
+    );
+    // The commit tells it the hub's version.
+    let commit = now + Duration::from_secs(301);
+    assert_eq!(pull_all(&mut w, commit).0, vec![ev("BOOKMARK", "", 40)]);
+    // The same watch without the wait has its minute's bookmark.
+    let mut plain = Watch::start(
+        t,
+        &ask("watch=1&resourceVersion=10&allowWatchBookmarks=true"),
+        &mut Rng::new(1),
+    );
+    assert_eq!(pull_all(&mut plain, minute).0, vec![ev("BOOKMARK", "", 40)]);
+}
+
 /// Issue 56.3: a change a hub of two namespaces held back (the other namespace not yet
 /// listed past it) is never sent to a watcher that already holds it, when it is released:
 /// not to one watching from a version past it (a list of its namespace at that version
