@@ -126,11 +126,14 @@ pub const MAX_BODIES: usize = 32 << 20;
 /// server's thread.
 const HANDSHAKERS: usize = 2;
 
-/// What the bodies of collectors' calls (`--remotecfg`) being read or answered may hold
+/// What the whole bodies of collectors' calls (`--remotecfg`) being answered may hold
 /// together: a budget of their own, apart from `MAX_BODIES`. They are read before their
 /// token is checked (a `GetConfig` after a load echoes the whole content it loaded, up to
-/// `remotecfg::service::MAX_CALL`), so unknown clients sending the largest ones fill this
-/// one (then 503, Retry-After), never the followers' reports'.
+/// `remotecfg::service::MAX_CALL`): while one arrives it is its connection's own bytes
+/// (its owner's share, or the token-less connections', `MAX_LOOSE`, where the silent for
+/// longest goes first), so clients that announce large bodies and stall fill neither this
+/// budget nor the followers' reports'; only whole bodies take from it (then 503,
+/// Retry-After).
 pub const MAX_CALL_BODIES: usize = 32 << 20;
 
 /// The bodies the hub reads: a follower's report (`hub_protocol::REPORT_PATH`), and with

@@ -43,7 +43,10 @@ pub enum Bodies {
 /// would pin its buffers on the server for the whole idle time, a fleet's worth of them);
 /// with a `budget` of its own, its bodies take from it, not from the server's (bodies read
 /// before their request is authenticated, which unknown clients could fill, starve none of
-/// the other paths').
+/// the other paths'), and only once whole: while one arrives it is its connection's own
+/// bytes (`Footprint`), counted in its owner's share or the token-less connections' and let
+/// go with the silent for longest, so clients that announce bodies and stall fill no
+/// budget another client's call needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Post {
     pub path: &'static str,

@@ -1,7 +1,9 @@
 //! What a connection has received (`Inbox`, `Conn`'s receive side): plaintext not yet
 //! parsed, up to a cap (a head and the next one's start, and a body being read); a
 //! request's head, and its body where the server's rule says the request needs one, taken
-//! from the server's `Budget` as it arrives (past it, a 503); a body not read is dropped as
+//! from the server's `Budget` as it arrives (past it, a 503), or, on a path with a budget
+//! of its own, counted as the connection's own bytes while it arrives and taken from that
+//! budget once whole (a stalled body holds nothing another call needs); a body not read is dropped as
 //! it comes, a bounded amount at a time and `MAX_DROPPED` while its request is answered;
 //! the receive buffer gives its room back once a request is out of it.
 
@@ -195,14 +197,17 @@ impl Inbox {
         }
         let a = self.awaiting.as_mut()?;
         let end = a.head + a.length;
-        // The body is taken from the budget as it arrives: a head that announces one and
-        // stalls holds none of it.
+        // The body is taken from the server's budget as it arrives: a head that announces
+        // one and stalls holds none of it. A path's own budget is taken from only once the
+        // body is whole: while it arrives, it is the connection's own bytes (`held`), in its
+        // owner's share or the token-less connections', where a stalled one is let go as
+        // the silent for longest is, and no client's stall refuses another's call.
         let arrived = self.inbuf.len().min(end).saturating_sub(a.head);
-        if !a
-            .req
-            .taken
-            .grow(a.budget.as_ref().unwrap_or(&b.budget), arrived)
-        {
+        let taken = match &a.budget {
+            None => a.req.taken.grow(&b.budget, arrived),
+            Some(own) => arrived < a.length || a.req.taken.grow(own, arrived),
+        };
+        if !taken {
             self.awaiting = None;
             self.inbuf.clear();
             self.discard = true;

@@ -745,3 +745,50 @@ fn a_path_with_its_own_budget_takes_from_it_alone() {
     drop(held);
     assert_eq!(own.used(), 0);
 }
+
+/// Review 61 (second), finding 1: clients that announce the largest calls on a path with a
+/// budget of its own, send all but their last byte and stall hold none of that budget —
+/// their bytes are their connections' own, where the server's shares let the silent go —
+/// so another client's small call is read and dispatched, never a 503.
+#[test]
+fn stalled_bodies_hold_nothing_of_their_paths_budget() {
+    let t = Instant::now();
+    let own = Budget::new(1500);
+    let b = Bounds {
+        bodies: Bodies::Post(vec![Post {
+            path: "/call",
+            cert: false,
+            close: false,
+            max: 1024,
+            budget: Some(own.clone()),
+        }]),
+        ..bounds()
+    };
+    let mut stalled = Vec::new();
+    for _ in 0..8 {
+        let mut c = Conn::new(Fake::default(), t, &b);
+        c.io.incoming = post("/call", 1000, 999);
+        assert!(c.ready(t, &b).is_none());
+        assert!(out(&mut c).is_empty(), "still reading");
+        assert!(
+            c.footprint().own >= CONN_COST + 999,
+            "its bytes are its own"
+        );
+        stalled.push(c);
+    }
+    assert_eq!(own.used(), 0);
+    let mut small = Conn::new(Fake::default(), t, &b);
+    small.io.incoming = post("/call", 100, 100);
+    let d = small.ready(t, &b).expect("read, not refused");
+    assert_eq!((d.req.body.len(), own.used()), (100, 100));
+    assert!(out(&mut small).is_empty(), "no 503");
+    // A whole body takes from the budget; one that does not fit then is refused.
+    stalled[0].io.incoming = b"x".to_vec();
+    let whole = stalled[0].ready(t, &b).unwrap();
+    assert_eq!(own.used(), 1100);
+    stalled[1].io.incoming = b"x".to_vec();
+    assert!(stalled[1].ready(t, &b).is_none());
+    assert!(out(&mut stalled[1]).starts_with("HTTP/1.1 503 "));
+    drop((whole, d));
+    assert_eq!(own.used(), 0);
+}
