@@ -183,7 +183,7 @@ impl Modules {
                 None => {
                     let w = Arc::new(wrap(root, key, o));
                     if let Err(why) = &w.text {
-                        log::warn!("--remotecfg: {key}: sent to no collector: {why}");
+                        log::warn!("{}", sent_to_no_one(key, why));
                     }
                     made.push((*key, o, w.clone()));
                     w
@@ -306,5 +306,33 @@ impl Kept {
         if versions.is_empty() {
             self.versions.remove(key);
         }
+    }
+}
+
+/// The log line of a module sent to no collector: `why` quotes what the ConfigMap's author
+/// wrote (an annotation, a block's name), made `printable` and cut so that it forges no
+/// line and colours no terminal, as every other word of a client's in the log.
+fn sent_to_no_one(key: &str, why: &str) -> String {
+    format!(
+        "--remotecfg: {}: sent to no collector: {}",
+        crate::reason::shown(key, 256),
+        crate::reason::shown(why, 1024)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    /// Review 61 (second), finding 6: a reason quoting a ConfigMap author's escape or
+    /// bidirectional override is logged escaped.
+    #[test]
+    fn a_refused_modules_line_is_printable() {
+        let line =
+            super::sent_to_no_one("ns/m", "its annotation: bad \u{1b}[31mred\u{202e}\nforged");
+        assert!(
+            !line.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{line:?}"
+        );
+        assert!(line.contains("\\u{1b}[31mred\\u{202e}\\nforged"), "{line}");
+        assert!(super::sent_to_no_one("ns/m", &"x".repeat(10_000)).len() < 1200);
     }
 }
