@@ -23,6 +23,7 @@
 //! makes room from the identity that holds the most, so a token cycling ids evicts its own
 //! collectors, not another identity's that holds no more than it does.
 
+use std::cmp::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -137,16 +138,12 @@ impl Collector {
                 self.refused.clear();
             }
             Status::Failed => {
-                let held = |m: &(Box<str>, Hash)| {
-                    (self.applied.as_ref()).is_some_and(|a| a.modules.contains(m))
-                };
                 let Some(s) = about else {
                     self.refused.clear();
                     return self.said(status, hash);
                 };
-                let new: Vec<usize> = (0..s.modules.len())
-                    .filter(|i| !held(&s.modules[*i]))
-                    .collect();
+                let held = self.applied.as_ref().map_or(&[][..], |a| &a.modules[..]);
+                let new = new_in(&s.modules, held, |a, b| a.cmp(b));
                 // Those of them Alloy's diagnostics point into, if any; else all of them.
                 let lines = positions(&status.message);
                 let pointed: Vec<usize> = (new.iter().copied())
@@ -172,6 +169,35 @@ impl Collector {
         self.status = Some(now.clone());
         Some(now)
     }
+}
+
+/// The indexes of `sent`'s module versions not in `held`. Both are in key order (a
+/// composition's modules are in its view's), so they are walked together: `compare` (of a
+/// key of `held` with one of `sent`) is called at most once per module of either, not once
+/// per pair — a failure of a text of 10,000 modules costs 20,000 comparisons under the
+/// collectors' lock, not 10^8.
+fn new_in(
+    sent: &[(Box<str>, Hash)],
+    held: &[(Box<str>, Hash)],
+    mut compare: impl FnMut(&str, &str) -> Ordering,
+) -> Vec<usize> {
+    let mut j = 0;
+    let mut new = Vec::new();
+    for (i, (key, version)) in sent.iter().enumerate() {
+        let mut order = Ordering::Greater;
+        while let Some((k, _)) = held.get(j) {
+            order = compare(k, key);
+            if order != Ordering::Less {
+                break;
+            }
+            j += 1;
+        }
+        let same = order == Ordering::Equal && held.get(j).is_some_and(|(_, v)| v == version);
+        if !same {
+            new.push(i);
+        }
+    }
+    new
 }
 
 /// The lines Alloy's diagnostics name. Alloy v1.19.2 sends `diag.AllMessages()`: each
