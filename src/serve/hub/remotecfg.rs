@@ -5,8 +5,8 @@
 //! where reviews may wait; `post` on the procedure's path authorized (a non-resource URL:
 //! a ClusterRole's `nonResourceURLs: ["/collector.v1.CollectorService/*"]`; 403
 //! `permission_denied`), so that a token of the cluster is not enough to read the root.
-//! `GetConfig` then needs the hub ready (503 `unavailable`, as a follower's list: the
-//! collector keeps what it runs) and is served of the view of the caller's cohort (its
+//! `GetConfig` then has its status kept (`service`), then needs the hub ready (503
+//! `unavailable`, as a follower's list: the collector keeps what it runs) and is served of the view of the caller's cohort (its
 //! follower name's, so rollouts apply to collectors as to followers), with the modules of
 //! the namespaces where it may `list` ConfigMaps — a follower's report is authorized so —
 //! asked first for all namespaces, then for each namespace that holds a module.
@@ -76,13 +76,20 @@ fn call(
         Rpc::RegisterCollector => service.register(&name, &req.body, now),
         Rpc::UnregisterCollector => service.unregister(&name, &req.body),
         Rpc::GetConfig => {
-            let (_, view) = hub.ready_held(hub.cohort(&who.user))?;
-            let everywhere = may_list(auth, &who.user, None, lane)?;
-            let may = |ns: &str| match everywhere {
-                true => Ok(true),
-                false => may_list(auth, &who.user, Some(ns), lane),
+            // Asked only once the call's status is kept (`service::get_config`).
+            let view = || Ok::<_, Halt>(hub.ready_held(hub.cohort(&who.user))?.1);
+            let mut everywhere = None;
+            let may = |ns: &str| {
+                let all = match everywhere {
+                    Some(all) => all,
+                    None => *everywhere.insert(may_list(auth, &who.user, None, lane)?),
+                };
+                match all {
+                    true => Ok(true),
+                    false => may_list(auth, &who.user, Some(ns), lane),
+                }
             };
-            service.get_config(&name, &req.body, &view, may, now)?
+            service.get_config(&name, &req.body, view, may, now)?
         }
     };
     Ok(match done {

@@ -116,13 +116,15 @@ fn weight(who: &str, id: &str, c: &Collector) -> usize {
 }
 
 /// What a `GetConfig` said, and what it was answered.
+#[derive(Clone, Copy)]
 pub struct Asked<'a> {
     pub attributes: &'a Attributes,
     /// The hash it echoed.
     pub hash: &'a str,
     pub status: Option<&'a Reported>,
-    /// What it is sent now.
-    pub sent: &'a Composition,
+    /// What it is sent now (`None`: not yet known, or the call is refused: its status is
+    /// taken all the same, since Alloy sends one only once).
+    pub sent: Option<&'a Composition>,
 }
 
 impl Collector {
@@ -273,11 +275,13 @@ impl Collectors {
             if let Some(s) = status {
                 said = c.take(s, asked.hash).map(|s| (s, c.refused.len()));
             }
-            if c.sent.as_ref().is_none_or(|s| s.hash != asked.sent.hash) {
+            if let Some(sent) = asked.sent
+                && c.sent.as_ref().is_none_or(|s| s.hash != sent.hash)
+            {
                 c.sent = Some(Sent {
-                    hash: asked.sent.hash.clone(),
-                    modules: asked.sent.modules.clone(),
-                    spans: asked.sent.spans.clone(),
+                    hash: sent.hash.clone(),
+                    modules: sent.modules.clone(),
+                    spans: sent.spans.clone(),
                 });
             }
         });

@@ -1,7 +1,8 @@
 //! The three procedures of `collector.v1.CollectorService` once the hub has authenticated
 //! and authorized the call (`serve::hub`'s side): each request decoded (`messages.rs`: a
 //! malformed one is `invalid_argument`, naming the message and what was wrong), an empty id
-//! refused, the collector kept or forgotten (`collectors.rs`); `GetConfig` answered with the
+//! refused, the collector kept or forgotten (`collectors.rs`); `GetConfig`'s status kept
+//! before anything may refuse the call (Alloy sends a status once), then answered with the
 //! composition for the view and the namespaces the caller gives (`compose.rs`), or
 //! `not_modified` when the hash the collector echoes is the one it would be sent now.
 //! `RegisterCollector` never depends on the hub's polls: Alloy does not start when it fails.
@@ -80,13 +81,15 @@ impl Remotecfg {
         Ok(Message::Made(Vec::new()))
     }
 
-    /// `GetConfig` from `who`, served of `view`, with the modules of the namespaces
-    /// `may_list` allows; its error ends it.
+    /// `GetConfig` from `who`, served of the view `view` gives, with the modules of the
+    /// namespaces `may_list` allows; their error ends it. The status it carries is kept
+    /// first, whatever then refuses the call (a hub not ready, a review, a text too large
+    /// or asked too often): Alloy sends a status only once.
     pub fn get_config<E>(
         &self,
         who: &str,
         body: &[u8],
-        view: &Held,
+        view: impl FnOnce() -> Result<Arc<Held>, E>,
         may_list: impl FnMut(&str) -> Result<bool, E>,
         now: Instant,
     ) -> Result<Result<Message, ConnectError>, E> {
@@ -97,9 +100,17 @@ impl Remotecfg {
         if let Err(e) = id_given(&m.id, "GetConfigRequest") {
             return Ok(Err(e));
         }
+        let asked = Asked {
+            attributes: &m.attributes,
+            hash: &m.hash,
+            status: m.status.as_ref(),
+            sent: None,
+        };
+        self.collectors.asked(who, &m.id, asked, now);
         let root = self.root.current(now);
+        let view = view()?;
         let composed =
-            (self.compositions).compose(&root, view, (who, &m.attributes), now, may_list)?;
+            (self.compositions).compose(&root, &view, (who, &m.attributes), now, may_list)?;
         let c = match composed {
             Ok(c) => c,
             Err(Unmade::TooLarge(why)) => {
@@ -117,10 +128,9 @@ impl Remotecfg {
             }
         };
         let asked = Asked {
-            attributes: &m.attributes,
-            hash: &m.hash,
-            status: m.status.as_ref(),
-            sent: &c,
+            status: None,
+            sent: Some(&c),
+            ..asked
         };
         self.collectors.asked(who, &m.id, asked, now);
         if m.hash == c.hash {
@@ -200,15 +210,47 @@ mod tests {
         Ok(true)
     }
 
+    fn held(view: &Arc<Held>) -> impl FnOnce() -> Result<Arc<Held>, Infallible> {
+        let view = view.clone();
+        move || Ok(view)
+    }
+
+    /// Review 61 (second), finding 8: a status carried by a call the hub then refuses (a
+    /// hub not ready, here) is kept: Alloy sends it only once.
+    #[test]
+    fn a_refused_calls_status_is_kept() {
+        let (s, dir) = service();
+        let view = Arc::new(Held::empty(kinds()));
+        let t = Instant::now();
+        let first = s.get_config("w", &get_config("a", ""), held(&view), all, t);
+        let (_, hash, _) = response(&bytes(first.unwrap().unwrap()));
+        let mut w = Writer::default();
+        w.bytes(1, b"a");
+        w.bytes(3, hash.as_bytes());
+        // remote_config_status: FAILED (field 1, varint 3), its message (field 2).
+        let status = [&[0x08, 0x03][..], &[0x12, 7], b"1:1: no"].concat();
+        w.bytes(5, &status);
+        let not_ready = || Err::<Arc<Held>, &str>("503");
+        let refused = s.get_config("w", &w.out, not_ready, |_| Ok(true), t);
+        assert_eq!(refused.err(), Some("503"));
+        let (r, about) = s.collectors.get("w", "a").unwrap().status.unwrap();
+        assert_eq!(
+            (r.status, r.message.as_str()),
+            (messages::Status::Failed, "1:1: no")
+        );
+        assert_eq!(about, hash);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     /// The content and its hash; the same hash echoed: `not_modified`, no content; another
     /// (or none, after a restart): the content again.
     #[test]
     fn not_modified_when_the_echoed_hash_is_current() {
         let (s, dir) = service();
-        let view = Held::empty(kinds());
+        let view = Arc::new(Held::empty(kinds()));
         let t = Instant::now();
         let first = s
-            .get_config("w", &get_config("a", ""), &view, all, t)
+            .get_config("w", &get_config("a", ""), held(&view), all, t)
             .unwrap()
             .unwrap();
         let (content, hash, not_modified) = response(&bytes(first));
@@ -218,12 +260,12 @@ mod tests {
         );
         assert_eq!(hash.len(), 64);
         let again = s
-            .get_config("w", &get_config("a", &hash), &view, all, t)
+            .get_config("w", &get_config("a", &hash), held(&view), all, t)
             .unwrap()
             .unwrap();
         assert_eq!(response(&bytes(again)), (String::new(), hash.clone(), true));
         let other = s
-            .get_config("w", &get_config("a", "old"), &view, all, t)
+            .get_config("w", &get_config("a", "old"), held(&view), all, t)
             .unwrap()
             .unwrap();
         assert_eq!(response(&bytes(other)).0, content);
@@ -238,15 +280,18 @@ mod tests {
             Err(e) => e.code,
         };
         let (s, dir) = service();
-        let view = Held::empty(kinds());
+        let view = Arc::new(Held::empty(kinds()));
         let t = Instant::now();
-        let Err(e) = s.get_config("w", &[0x0a, 0x05], &view, all, t).unwrap() else {
+        let Err(e) = s
+            .get_config("w", &[0x0a, 0x05], held(&view), all, t)
+            .unwrap()
+        else {
             panic!("taken")
         };
         assert_eq!(e.code, "invalid_argument");
         assert!(e.message.starts_with("GetConfigRequest: "), "{}", e.message);
         let Err(e) = s
-            .get_config("w", &get_config("", ""), &view, all, t)
+            .get_config("w", &get_config("", ""), held(&view), all, t)
             .unwrap()
         else {
             panic!("taken")

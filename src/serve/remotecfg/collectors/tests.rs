@@ -40,7 +40,7 @@ impl Alloy<'_> {
             attributes: &self.attributes,
             hash: echoed,
             status,
-            sent,
+            sent: Some(sent),
         };
         self.c.asked("ns/pod", "x", asked, Instant::now());
     }
@@ -243,7 +243,7 @@ fn status_shows_the_first_failed_by_identity_and_id() {
                 attributes: &Attributes::new(),
                 hash,
                 status,
-                sent: &sent,
+                sent: Some(&sent),
             };
             c.asked("who", &id, asked, Instant::now());
         };
