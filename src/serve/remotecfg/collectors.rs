@@ -15,7 +15,8 @@
 //! neither `/status` nor the log shows a forged line) and cut to `KEPT_MESSAGE`; every word
 //! of a collector's in a log line is so too. Only ConfigMaps and the root are ever sent, so
 //! the message is kept as a ConfigMap's refusal is (`reason::redacted` hides a Secret's
-//! only). `UnregisterCollector` forgets one.
+//! only). `UnregisterCollector` forgets one. A `FAILED` is a line of the log at `info`, at
+//! most `LINES_BURST` at once and one a minute per identity (the others at `debug`).
 //!
 //! The map is bounded (`shares.rs`): `MAX_COLLECTORS` collectors holding `MAX_KEPT_BYTES`
 //! together, each identity at most `IDENTITY_COLLECTORS` of them holding `IDENTITY_BYTES`.
@@ -32,6 +33,7 @@ use super::compose::Composition;
 use super::messages::{Attributes, Reported, Status};
 use crate::locks::Recover;
 use crate::poll::hash::Hash;
+use crate::serve::kept::Budgets;
 
 /// Collectors kept, at most.
 pub const MAX_COLLECTORS: usize = 10_000;
@@ -92,15 +94,23 @@ pub struct Collector {
     pub registered: bool,
 }
 
-/// Every collector kept, by (identity, id).
+/// `FAILED` lines one identity may have logged at `info`: a burst of `LINES_BURST`, then
+/// one a minute; past it they go to `debug` (each is on `/status` all the same), so a
+/// token sending a new message at every call does not flood the log.
+const LINES_BURST: f64 = 5.0;
+const LINES_RATE: f64 = 1.0 / 60.0;
+
+/// Every collector kept, by (identity, id); and what each identity may log.
 pub struct Collectors {
     kept: Mutex<Shares<Collector>>,
+    lines: Mutex<Budgets<Box<str>>>,
 }
 
 impl Default for Collectors {
     fn default() -> Collectors {
         Collectors {
             kept: Mutex::new(Shares::new(BOUNDS)),
+            lines: Mutex::new(Budgets::new(LINES_RATE, LINES_BURST, MAX_COLLECTORS)),
         }
     }
 }
@@ -258,8 +268,9 @@ impl Collectors {
         });
     }
 
-    /// A `GetConfig` (`asked`), its status taken about the text it echoes the hash of.
-    pub fn asked(&self, who: &str, id: &str, asked: Asked<'_>, now: Instant) {
+    /// A `GetConfig` (`asked`), its status taken about the text it echoes the hash of;
+    /// the level of the line that said it changed, if it did.
+    pub fn asked(&self, who: &str, id: &str, asked: Asked<'_>, now: Instant) -> Option<log::Level> {
         let status = asked
             .status
             .filter(|s| s.status != Status::Unset)
@@ -285,10 +296,15 @@ impl Collectors {
                 });
             }
         });
-        if let Some((said, refused)) = said {
-            let (level, line) = told((who, id), &said, refused);
-            log::log!(level, "{line}");
+        let (said, refused) = said?;
+        let (mut level, line) = told((who, id), &said, refused);
+        if level == log::Level::Info
+            && (self.lines.lock().recover().take(&Box::from(who), now)).is_err()
+        {
+            level = log::Level::Debug;
         }
+        log::log!(level, "{line}");
+        Some(level)
     }
 
     /// `UnregisterCollector`.

@@ -285,3 +285,35 @@ fn a_failures_new_versions_are_found_in_one_walk() {
     assert_eq!(new_in(&sent, &[], |a, b| a.cmp(b)).len(), m);
     assert!(new_in(&sent, &sent, |a, b| a.cmp(b)).is_empty());
 }
+
+/// Review 61 (second), finding 7: a token sending a new `FAILED` message at every call has
+/// `LINES_BURST` lines at `info`, then one a minute; the others go to `debug`, and another
+/// identity's line is still said.
+#[test]
+fn failed_lines_are_rate_limited_per_identity() {
+    let c = Collectors::default();
+    let sent = text("h1", &[("a/x", 1)]);
+    let t = Instant::now();
+    let fail = |who: &str, i: usize, at: Instant| {
+        let status = reported(Status::Failed, &format!("1:1: no {i}"));
+        let asked = Asked {
+            attributes: &Attributes::new(),
+            hash: "h1",
+            status: Some(&status),
+            sent: Some(&sent),
+        };
+        c.asked(who, "x", asked, at)
+    };
+    let levels: Vec<_> = (0..20).map(|i| fail("flood", i, t)).collect();
+    let info = levels
+        .iter()
+        .filter(|l| **l == Some(log::Level::Info))
+        .count();
+    assert_eq!(info, LINES_BURST as usize, "{levels:?}");
+    assert_eq!(levels[19], Some(log::Level::Debug));
+    assert_eq!(fail("other", 0, t), Some(log::Level::Info));
+    assert_eq!(
+        fail("flood", 99, t + Duration::from_secs(61)),
+        Some(log::Level::Info)
+    );
+}
