@@ -13,6 +13,8 @@
 //! composed once (`Compositions`: `KEPT_COMPOSITIONS` and `MAX_COMPOSED_BYTES` at most, the
 //! one asked for longest ago going first), so a poll that changes nothing costs a walk over the
 //! view's keys and a lookup per module under the lock; the selectors are matched after it.
+//! A set over `MAX_CONTENT` is refused from its length, never built, and the refusal kept
+//! by digest (`REFUSALS_KEPT`), so asking again costs neither a text nor a budget.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -42,12 +44,18 @@ const KEPT_COMPOSITIONS: usize = 256;
 /// keeps it until written).
 pub const MAX_COMPOSED_BYTES: usize = 128 << 20;
 
-/// Compositions kept, by digest: each with its weight and when it was last asked for.
+/// Refusals kept (sets of modules over `MAX_CONTENT`), by digest; when full, forgotten
+/// all at once.
+const REFUSALS_KEPT: usize = 256;
+
+/// Compositions kept, by digest: each with its weight and when it was last asked for; and
+/// the sets refused, by digest, with why.
 struct Made {
     kept: HashMap<[u8; 32], (Arc<Composition>, usize, u64)>,
     bytes: usize,
     bound: usize,
     tick: u64,
+    refused: HashMap<[u8; 32], String>,
 }
 
 impl Made {
@@ -57,7 +65,15 @@ impl Made {
             bytes: 0,
             bound,
             tick: 0,
+            refused: HashMap::new(),
         }
+    }
+
+    fn refuse(&mut self, digest: [u8; 32], why: &str) {
+        if self.refused.len() >= REFUSALS_KEPT {
+            self.refused.clear();
+        }
+        self.refused.insert(digest, why.to_string());
     }
 
     fn get(&mut self, digest: &[u8; 32]) -> Option<Arc<Composition>> {
@@ -195,17 +211,25 @@ impl Compositions {
             h.update(o.hash.0);
         }
         let digest: [u8; 32] = h.finalize().into();
-        if let Some(c) = self.made.lock().recover().get(&digest) {
-            return Ok(Ok(c));
+        {
+            let mut made = self.made.lock().recover();
+            if let Some(c) = made.get(&digest) {
+                return Ok(Ok(c));
+            }
+            if let Some(why) = made.refused.get(&digest) {
+                return Ok(Err(Unmade::TooLarge(why.clone())));
+            }
         }
         if let Err(wait) = self.budgets.lock().recover().take(&Box::from(who), now) {
             return Ok(Err(Unmade::Busy(wait)));
         }
-        let composed = compose(root, &chosen).map_err(Unmade::TooLarge);
-        if let Ok(c) = &composed {
-            self.made.lock().recover().insert(digest, c.clone());
+        let composed = compose(root, &chosen);
+        let mut made = self.made.lock().recover();
+        match &composed {
+            Ok(c) => made.insert(digest, c.clone()),
+            Err(why) => made.refuse(digest, why),
         }
-        Ok(composed)
+        Ok(composed.map_err(Unmade::TooLarge))
     }
 }
 
@@ -225,12 +249,34 @@ impl Composition {
     }
 }
 
-/// The root and `chosen` modules as one text, or why it cannot be sent.
+/// The length of the text of the root and `chosen` modules, as `compose` makes it,
+/// counted without making it.
+fn length(root: &Root, chosen: &[(&str, &Arc<HeldObject>, Arc<Wrapped>)]) -> usize {
+    let mut len = HEAD.len() + root.text.len();
+    let mut ended = root.text.ends_with('\n') || root.text.is_empty();
+    for (_, _, w) in chosen {
+        if let Ok(Some(text)) = &w.text {
+            len += usize::from(!ended) + 1 + text.len();
+            ended = text.ends_with('\n') || text.is_empty();
+        }
+    }
+    len
+}
+
+/// The root and `chosen` modules as one text, or why it cannot be sent (counted before
+/// any of it is made: a text over `MAX_CONTENT` is never built).
 fn compose(
     root: &Root,
     chosen: &[(&str, &Arc<HeldObject>, Arc<Wrapped>)],
 ) -> Result<Arc<Composition>, String> {
-    let mut content = String::with_capacity(HEAD.len() + root.text.len() + 1024 * chosen.len());
+    let len = length(root, chosen);
+    if len > MAX_CONTENT {
+        return Err(format!(
+            "the root and its {} modules are {len} bytes, more than {MAX_CONTENT}",
+            chosen.len(),
+        ));
+    }
+    let mut content = String::with_capacity(len);
     content.push_str(HEAD);
     content.push_str(&root.text);
     let mut modules = Vec::with_capacity(chosen.len());
@@ -254,13 +300,7 @@ fn compose(
             spans.push((first, last));
         }
     }
-    if content.len() > MAX_CONTENT {
-        return Err(format!(
-            "the root and its {} modules are {} bytes, more than {MAX_CONTENT}",
-            modules.len(),
-            content.len()
-        ));
-    }
+    debug_assert_eq!(content.len(), len);
     let hash = Sha256::digest(content.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))

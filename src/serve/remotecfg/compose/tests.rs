@@ -266,6 +266,32 @@ fn content_over_the_bound_is_refused() {
     );
 }
 
+/// Review 61 (second), finding 5: a set of modules over `MAX_CONTENT` is refused once and
+/// the refusal kept by digest: asked again (more often than an identity may have texts
+/// made), it is refused from what was kept, costing no budget and no text.
+#[test]
+fn a_refusal_is_kept_by_digest() {
+    let half = format!("// {}\n", "x".repeat(MAX_CONTENT / 2));
+    let view = held(vec![
+        module("a", "one", 1, &[("m.alloy", &half)], None),
+        module("a", "two", 2, &[("m.alloy", &half)], None),
+    ]);
+    let (r, c, t) = (root(None), Compositions::default(), Instant::now());
+    for i in 0..40 {
+        let e = (c.compose(&r, &view, ("who", &Attributes::new()), t, all))
+            .unwrap()
+            .unwrap_err();
+        assert!(matches!(&e, Unmade::TooLarge(_)), "{i}: {e:?}");
+    }
+    // Its budget was spent once: a new text is still made for it.
+    let small = held(vec![module("a", "one", 1, &[("m.alloy", "// m\n")], None)]);
+    assert!(
+        c.compose(&r, &small, ("who", &Attributes::new()), t, all)
+            .unwrap()
+            .is_ok()
+    );
+}
+
 /// An identity that asks for more new texts than its budget (cycling its attributes
 /// through sets of modules) is told to come back; another identity, and texts already
 /// made, are not held up.
