@@ -9,7 +9,8 @@
 //! `unavailable`, as a follower's list: the collector keeps what it runs) and is served of the view of the caller's cohort (its
 //! follower name's, so rollouts apply to collectors as to followers), with the modules of
 //! the namespaces where it may `list` ConfigMaps — a follower's report is authorized so —
-//! asked first for all namespaces, then for each namespace that holds a module.
+//! asked first for all namespaces, then for each namespace that holds a module, each
+//! decision kept per (user name, groups) for longer than a poll (`listable.rs`).
 //! `RegisterCollector` does not wait for a poll: Alloy refuses to start when it fails.
 //! Collectors are kept by their identity, `collector_name` (its pod, `NAMESPACE/POD`, else
 //! `user:NAME`), and the id they give.
@@ -23,6 +24,7 @@ use crate::https::http::{Answer, Request};
 use crate::https::server::Reply;
 use crate::serve::auth::{Attributes, Auth, Halt, HubLane, User};
 use crate::serve::remotecfg::connect::{self, ConnectError, Rpc};
+use crate::serve::remotecfg::listable;
 use crate::serve::remotecfg::service::Message;
 use crate::serve::request::{Query, Route};
 use crate::serve::status::StatusError;
@@ -78,15 +80,19 @@ fn call(
         Rpc::GetConfig => {
             // Asked only once the call's status is kept (`service::get_config`).
             let view = || Ok::<_, Halt>(hub.ready_held(hub.cohort(&who.user))?.1);
+            let (key, listable) = (listable::key(&who.user), &service.listable);
+            let ask = |ns: Option<&str>| {
+                listable.may(key, ns, now, || may_list(auth, &who.user, ns, lane))
+            };
             let mut everywhere = None;
             let may = |ns: &str| {
                 let all = match everywhere {
                     Some(all) => all,
-                    None => *everywhere.insert(may_list(auth, &who.user, None, lane)?),
+                    None => *everywhere.insert(ask(None)?),
                 };
                 match all {
                     true => Ok(true),
-                    false => may_list(auth, &who.user, Some(ns), lane),
+                    false => ask(Some(ns)),
                 }
             };
             service.get_config(&name, &req.body, view, may, now)?

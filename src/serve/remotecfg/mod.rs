@@ -8,12 +8,14 @@
 //! `root.rs` (the root and offered arguments, read again when they change), `wrapped.rs`
 //! (each module in its `declare`, kept), `compose.rs`
 //! (what a collector is sent, made once per distinct set of modules), `collectors.rs`
-//! (what is kept of each collector) and `service.rs` (the procedures). The hub's handler
+//! (what is kept of each collector), `listable.rs` (the namespaces each user may list,
+//! kept) and `service.rs` (the procedures). The hub's handler
 //! (`serve::hub`) authenticates and authorizes each call and picks the collector's view.
 
 pub mod collectors;
 pub mod compose;
 pub mod connect;
+pub mod listable;
 pub mod messages;
 pub mod root;
 pub mod service;

@@ -13,6 +13,7 @@ use std::time::Instant;
 use super::collectors::{Asked, Collectors};
 use super::compose::{Composition, Compositions, Unmade};
 use super::connect::ConnectError;
+use super::listable::Listable;
 use super::messages::{self, GetConfig, Register, Unregister};
 use super::root::RootFiles;
 use crate::serve::held::Held;
@@ -29,11 +30,13 @@ pub enum Message {
     Text(Arc<Composition>),
 }
 
-/// The service: the root, the compositions made, the collectors kept.
+/// The service: the root, the compositions made, the collectors kept, the namespaces
+/// each user may list.
 pub struct Remotecfg {
     root: RootFiles,
     compositions: Compositions,
     pub collectors: Collectors,
+    pub listable: Listable,
 }
 
 fn invalid(message: &str, e: String) -> ConnectError {
@@ -56,6 +59,7 @@ impl Remotecfg {
             root,
             compositions: Compositions::default(),
             collectors: Collectors::default(),
+            listable: Listable::default(),
         }
     }
 
