@@ -18,7 +18,8 @@
 //! only). `UnregisterCollector` forgets one. A `FAILED` is a line of the log at `info`, at
 //! most `LINES_BURST` at once and one a minute per identity (the others at `debug`).
 //!
-//! The map is bounded (`shares.rs`): `MAX_COLLECTORS` collectors holding `MAX_KEPT_BYTES`
+//! The module lists of the texts they hold are kept once each however many hold them,
+//! `lists::MAX_LIST_BYTES` together (`lists.rs`). The map is bounded (`shares.rs`): `MAX_COLLECTORS` collectors holding `MAX_KEPT_BYTES`
 //! together, each identity at most `IDENTITY_COLLECTORS` of them holding `IDENTITY_BYTES`.
 //! An identity over its share forgets its own collector heard from longest ago; a full map
 //! makes room from the identity that holds the most, so a token cycling ids evicts its own
@@ -28,6 +29,7 @@ use std::cmp::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use self::lists::Lists;
 use self::shares::{Bounds, Shares};
 use super::compose::Composition;
 use super::messages::{Attributes, Reported, Status};
@@ -102,14 +104,14 @@ const LINES_RATE: f64 = 1.0 / 60.0;
 
 /// Every collector kept, by (identity, id); and what each identity may log.
 pub struct Collectors {
-    kept: Mutex<Shares<Collector>>,
+    kept: Mutex<(Shares<Collector>, Lists)>,
     lines: Mutex<Budgets<Box<str>>>,
 }
 
 impl Default for Collectors {
     fn default() -> Collectors {
         Collectors {
-            kept: Mutex::new(Shares::new(BOUNDS)),
+            kept: Mutex::new((Shares::new(BOUNDS), Lists::default())),
             lines: Mutex::new(Budgets::new(LINES_RATE, LINES_BURST, MAX_COLLECTORS)),
         }
     }
@@ -138,6 +140,11 @@ pub struct Asked<'a> {
 }
 
 impl Collector {
+    /// The texts it holds (their module lists kept in `Lists`).
+    fn texts(&self) -> impl Iterator<Item = &Sent> {
+        self.sent.iter().chain(self.applied.iter())
+    }
+
     /// Takes `status`, reported for the text of `hash`: with what it was sent, what it
     /// confirmed and refused. `Some`: it changed.
     fn take(&mut self, status: Reported, hash: &str) -> Option<(Reported, String)> {
@@ -309,20 +316,29 @@ impl Collectors {
 
     /// `UnregisterCollector`.
     pub fn forget(&self, who: &str, id: &str) {
-        (self.kept.lock().recover()).remove(&(who.to_string(), id.to_string()));
+        let (shares, lists) = &mut *self.kept.lock().recover();
+        if let Some(c) = shares.remove(&(who.to_string(), id.to_string())) {
+            c.texts().for_each(|s| lists.give_back(&s.modules));
+        }
     }
 
     /// One collector, as kept.
     #[cfg(test)]
     pub fn get(&self, who: &str, id: &str) -> Option<Collector> {
-        (self.kept.lock().recover())
+        (self.kept.lock().recover().0)
             .get(&(who.to_string(), id.to_string()))
             .cloned()
     }
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.kept.lock().recover().len()
+        self.kept.lock().recover().0.len()
+    }
+
+    /// The bytes of the module lists kept.
+    #[cfg(test)]
+    pub fn list_bytes(&self) -> usize {
+        self.kept.lock().recover().1.bytes()
     }
 
     /// What `/status` says of them: how many, how many run what they were last sent
@@ -333,7 +349,8 @@ impl Collectors {
     pub fn status(&self) -> serde_json::Value {
         type Shown = (String, String, String, Vec<Box<str>>, String);
         let (collectors, applied, count, shown) = {
-            let kept = self.kept.lock().recover();
+            let guard = self.kept.lock().recover();
+            let kept = &guard.0;
             let mut applied = 0;
             let mut failed: Vec<(&(String, String), &Collector)> = Vec::new();
             for (key, c) in kept.iter() {
@@ -392,10 +409,26 @@ impl Collectors {
             registered: false,
         };
         let key = (who.to_string(), id.to_string());
-        (self.kept.lock().recover()).change(key, now, new, change, |c| weight(who, id, c));
+        let (shares, lists) = &mut *self.kept.lock().recover();
+        let change = |c: &mut Collector| {
+            let before: Vec<Sent> = c.texts().cloned().collect();
+            change(c);
+            // The texts held now taken (a list already held is found), then the former
+            // given back.
+            for s in [&mut c.sent, &mut c.applied].into_iter().flatten() {
+                if !lists.take(&s.modules) {
+                    (s.modules, s.spans) = (Arc::new([]), Arc::new([]));
+                }
+            }
+            before
+        };
+        let (before, gone) = shares.change(key, now, new, change, |c| weight(who, id, c));
+        let given = (before.iter()).chain(gone.iter().flat_map(Collector::texts));
+        given.for_each(|s| lists.give_back(&s.modules));
     }
 }
 
+mod lists;
 mod shares;
 #[cfg(test)]
 mod tests;

@@ -85,7 +85,7 @@ impl<V> Shares<V> {
     }
 
     /// Changes entry `key` (made by `make` if new), heard from `now`, weighed again by
-    /// `weigh`; then makes room, never from `key` itself.
+    /// `weigh`; then makes room, never from `key` itself: the entries let go.
     pub fn change<T>(
         &mut self,
         key: (String, String),
@@ -93,7 +93,7 @@ impl<V> Shares<V> {
         make: impl FnOnce() -> V,
         change: impl FnOnce(&mut V) -> T,
         weigh: impl Fn(&V) -> usize,
-    ) -> T {
+    ) -> (T, Vec<V>) {
         let share = self.identities.entry(key.0.clone()).or_default();
         let e = self.map.entry(key.clone()).or_insert_with(|| {
             share.entries += 1;
@@ -109,10 +109,11 @@ impl<V> Shares<V> {
         share.bytes = share.bytes + weight - e.weight;
         self.bytes = self.bytes + weight - e.weight;
         e.weight = weight;
+        let mut gone = Vec::new();
         while let Some(victim) = self.victim(&key) {
-            self.remove(&victim);
+            gone.extend(self.remove(&victim));
         }
-        out
+        (out, gone)
     }
 
     /// The entry to forget now, if any: never `keep`.

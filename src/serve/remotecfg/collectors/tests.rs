@@ -165,11 +165,12 @@ fn the_map_is_bounded_and_shared() {
         c.register("user:evil", &i.to_string(), "", &big, at);
     }
     assert!(c.len() <= MAX_COLLECTORS);
-    let kept = c.kept.lock().unwrap();
+    let guard = c.kept.lock().unwrap();
+    let kept = &guard.0;
     let evil = kept.iter().filter(|(k, _)| k.0 == "user:evil").count();
     assert!(kept.bytes() <= MAX_KEPT_BYTES, "{}", kept.bytes());
     assert!(evil > 0 && evil * 80_000 <= IDENTITY_BYTES, "{evil}");
-    drop(kept);
+    drop(guard);
     let pods = (0..MAX_COLLECTORS - 1)
         .filter(|i| c.get(&format!("ns/pod-{i}"), "x").is_some())
         .count();
@@ -316,4 +317,54 @@ fn failed_lines_are_rate_limited_per_identity() {
         fail("flood", 99, t + Duration::from_secs(61)),
         Some(log::Level::Info)
     );
+}
+
+/// Review 61 (second), finding 4: the module lists the collectors hold are counted, once
+/// each however many hold them, given back with their last holder, and bounded: a list
+/// over `MAX_LIST_BYTES` is not kept (its collector keeps the hash alone).
+#[test]
+fn module_lists_are_counted_once_and_bounded() {
+    let c = Collectors::default();
+    let t = Instant::now();
+    let ask = |id: &str, sent: &Composition| {
+        let asked = Asked {
+            attributes: &Attributes::new(),
+            hash: "",
+            status: None,
+            sent: Some(sent),
+        };
+        c.asked("who", id, asked, t);
+    };
+    let one = text("h1", &[("a/x", 1), ("a/y", 1)]);
+    let n = lists::bytes(&one.modules);
+    for id in 0..100 {
+        ask(&id.to_string(), &one);
+    }
+    assert_eq!(c.list_bytes(), n, "one list, however many hold it");
+    // The same set made again (its text left the cache): a second list.
+    let again = text("h1", &[("a/x", 1), ("a/y", 1)]);
+    ask("new", &again);
+    assert_eq!(c.list_bytes(), 2 * n);
+    let other = text("h2", &[("a/x", 2)]);
+    for id in 0..100 {
+        ask(&id.to_string(), &other);
+    }
+    let m = lists::bytes(&other.modules);
+    assert_eq!(
+        c.list_bytes(),
+        n + m,
+        "the first given back with its last holder"
+    );
+    c.forget("who", "new");
+    assert_eq!(c.list_bytes(), m);
+    // A list over the bound: its collector keeps the hash alone.
+    let keys: Vec<String> = (0..lists::MAX_LIST_BYTES / 64)
+        .map(|i| format!("a/{i:07}"))
+        .collect();
+    let huge: Vec<(&str, u8)> = keys.iter().map(|k| (k.as_str(), 1)).collect();
+    let huge = text("h3", &huge);
+    ask("huge", &huge);
+    assert_eq!(c.list_bytes(), m);
+    let kept = c.get("who", "huge").unwrap().sent.unwrap();
+    assert_eq!((kept.hash.as_str(), kept.modules.len()), ("h3", 0));
 }
