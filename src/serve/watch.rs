@@ -28,10 +28,12 @@
 //! then every second) is held: each change after R of the hub's polls that has any for it comes as its
 //! events, then a `BOOKMARK` at the hub's version (the change is complete: commit it);
 //! when W passes with none, the `BOOKMARK` alone (nothing changed: the version it holds,
-//! or the hub's if newer); until the watch ends as any other does. A change costs each
+//! or the hub's if newer), at the last point before it of a grid of the hub's clock
+//! (`COMMIT_GRID`: a fleet's idle commits go out together); until the watch ends as any
+//! other does. A change costs each
 //! follower its events and a bookmark on a stream already open, no request at all.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use super::event::{self, Type};
@@ -55,6 +57,10 @@ pub const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 /// The longest `timeoutSeconds` taken.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// A held watch's commits fall on a grid of the hub's clock this fine at most (a sixth of
+/// its wait; none under 1 s): a fleet's idle commits, however far apart its watches
+/// began, go out together, one wake of the hub's loop for many, not one each.
+pub const COMMIT_GRID: Duration = Duration::from_secs(5);
 /// Objects or changes one pull looks at, at most (then it is cut, and pulled again once
 /// the server has served the others).
 pub const VISITS: usize = 2048;
@@ -203,7 +209,7 @@ impl Watch {
             told: rv,
             committed: rv,
             holds: (rv, 0),
-            commit_by: (ask.wait).map(|w| (now + w, w.max(Duration::from_secs(1)))),
+            commit_by: (ask.wait).map(|w| (next_commit(now, w), w.max(Duration::from_secs(1)))),
             cohort,
         };
         // The state first from no version or `0` (a streaming list's, which the
@@ -386,7 +392,7 @@ impl Watch {
             // What it has of this hub: up to its version (a version it was told past it,
             // its own, is not had from here).
             self.committed = self.committed.max(watermark);
-            self.commit_by = Some((now + hold, hold));
+            self.commit_by = Some((next_commit(now, hold), hold));
             return Some(true);
         }
         Some(self.maybe_bookmark(out, watermark, now))
@@ -489,6 +495,21 @@ impl Stream for Watch {
         }
         cut(out, now)
     }
+}
+
+/// When a held watch of wait `hold` next commits, from `now`: `now + hold`, brought back
+/// to the last point of `COMMIT_GRID`'s grid (never later: the wait is the longest between
+/// two bookmarks, `hub_protocol::WAIT_HEADER`).
+fn next_commit(now: Instant, hold: Duration) -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let at = now + hold;
+    let grid = (hold / 6).min(COMMIT_GRID).as_nanos();
+    if grid < Duration::from_secs(1).as_nanos() {
+        return at;
+    }
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    let past = at.saturating_duration_since(epoch).as_nanos() % grid;
+    at - Duration::from_nanos(past as u64)
 }
 
 /// A pull cut short by its room: more as soon as this is out.

@@ -286,6 +286,32 @@ fn a_held_followers_watch_commits_each_change_and_goes_on() {
     );
 }
 
+/// Idle commits fall on the hub's grid: watches begun anywhere in a wait commit at a few
+/// moments, never later than their wait, and a short wait is kept to the second.
+#[test]
+fn held_watches_commit_together_on_the_grid_within_their_wait() {
+    let now = Instant::now();
+    let wait = Duration::from_secs(30);
+    let mut moments = std::collections::BTreeSet::new();
+    for ms in (0..30_000).step_by(7) {
+        let began = now + Duration::from_millis(ms);
+        let at = next_commit(began, wait);
+        assert!(
+            at <= began + wait && at > began + wait - COMMIT_GRID,
+            "{ms}"
+        );
+        moments.insert(at);
+    }
+    assert!(moments.len() <= 7, "{} moments", moments.len());
+    for w in [0, 1, 5] {
+        let w = Duration::from_secs(w);
+        assert_eq!(next_commit(now, w), now + w, "under the grid: as asked");
+    }
+    let long = next_commit(now, Duration::from_secs(300));
+    assert!(long <= now + Duration::from_secs(300));
+    assert!(long > now + Duration::from_secs(300) - COMMIT_GRID);
+}
+
 /// A follower's held watch is told the hub's version at its commits only: changes that
 /// are not its own (another namespace here; a rollout step's band elsewhere) move the hub
 /// on without a minute's bookmark to each follower between its commits.
@@ -297,13 +323,17 @@ fn a_held_followers_watch_has_no_minute_bookmarks_between_its_commits() {
     let mut w = Watch::start(t.clone(), &a, &mut Rng::new(1));
     let now = Instant::now();
     assert!(pull_all(&mut w, now).0.is_empty());
-    then(&t, 40, vec![item("a", "x", 5, &[]), item("b", "other", 35, &[])]);
+    then(
+        &t,
+        40,
+        vec![item("a", "x", 5, &[]), item("b", "other", 35, &[])],
+    );
     // Past the minute: nothing, and no wake for it.
     let minute = now + BOOKMARK_EVERY + Duration::from_secs(1);
     let (got, next) = pull_all(&mut w, minute);
     assert!(got.is_empty(), "{got:?}");
     assert!(
-        matches!(next, Next::At(at) if at >= now + Duration::from_secs(299)),
+        matches!(next, Next::At(at) if at > now + Duration::from_secs(300) - COMMIT_GRID),
         "the next wake is the commit: {next:?}"
     );
     // The commit tells it the hub's version.
