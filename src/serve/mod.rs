@@ -119,7 +119,8 @@ pub const MAX_PINNED: usize = 32 << 20;
 /// refused) may hold together: 4,096 of them at 16 KiB each.
 pub const MAX_LOOSE: usize = 64 << 20;
 
-/// What the report bodies being read or answered may hold together: 32 of the largest.
+/// What the whole report bodies being answered may hold together: 32 of the largest (one
+/// arriving is its connection's own bytes, `bodies`).
 pub const MAX_BODIES: usize = 32 << 20;
 
 /// Workers that make the TLS handshakes (their crypto), at a lower priority than the
@@ -138,7 +139,7 @@ pub const MAX_CALL_BODIES: usize = 32 << 20;
 
 /// The bodies the hub reads: a follower's report (`hub_protocol::REPORT_PATH`), and with
 /// `--remotecfg` each Connect call of a collector (`MAX_CALL_BODIES`).
-fn bodies(remotecfg: bool) -> Vec<Post> {
+pub(crate) fn bodies(remotecfg: bool) -> Vec<Post> {
     let mut posts = vec![Post {
         path: crate::hub_protocol::REPORT_PATH,
         cert: false,
@@ -146,7 +147,10 @@ fn bodies(remotecfg: bool) -> Vec<Post> {
         // is not kept for the next one (10,000 of them idle would pin their buffers).
         close: true,
         max: crate::hub_protocol::MAX_REPORT,
-        budget: None,
+        // Read before its token is checked: a report's body is its connection's own bytes
+        // until whole (`Post`), so token-less clients that announce reports and stall
+        // fill nothing a follower's report needs.
+        budget: Some(Budget::new(MAX_BODIES)),
     }];
     if remotecfg {
         let calls = Budget::new(MAX_CALL_BODIES);

@@ -561,3 +561,24 @@ fn a_collector_gets_the_modules_of_namespaces_it_may_list() {
     assert!(!text.contains("team_b"), "{text}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Every body the hub reads (reports; collectors' calls) is read before its token is
+/// checked, so each path takes from a budget of its own, only once whole: clients that
+/// announce bodies and stall fill none another client needs (the rule:
+/// `https::conn::tests::stalled_bodies_hold_nothing_of_their_paths_budget`).
+#[test]
+fn every_body_the_hub_reads_takes_from_a_budget_of_its_own() {
+    for remotecfg in [false, true] {
+        let posts = crate::serve::bodies(remotecfg);
+        assert!(!posts.is_empty());
+        for p in &posts {
+            assert!(p.budget.is_some(), "{}", p.path);
+        }
+        let report = (posts.iter())
+            .find(|p| p.path == crate::hub_protocol::REPORT_PATH)
+            .and_then(|p| p.budget.as_ref())
+            .expect("reports are read");
+        assert!(report.take(crate::serve::MAX_BODIES + 1).is_none());
+        assert!(report.take(crate::serve::MAX_BODIES).is_some());
+    }
+}
