@@ -806,6 +806,7 @@ fn main() {
                 objects: a.fleet_objects.first().copied().unwrap_or(1000),
                 check: a.sim_check,
                 confirm: a.confirm,
+                runs: a.runs,
             },
         );
         println!();

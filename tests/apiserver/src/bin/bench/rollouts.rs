@@ -17,7 +17,10 @@
 //! (wait + the followers' interval + confirm) + 5 s; whether a follower was ever served an
 //! older content but on a rollback: every version of the object each was served is kept),
 //! and its **cost**: the hub's CPU and peak RSS from the write until every follower held
-//! it, against the same change on a fresh hub without `--rollout`, over a window as long.
+//! it, against the same change on a fresh hub without `--rollout`, over a window as long:
+//! `--runs` such pairs (with, then without), alternating so that both see the machine
+//! alike, their medians and the ratio of the medians, each pair's ratio beside it (one
+//! pair's hub CPU varies by a third between runs on a shared 2-core machine).
 
 use std::path::Path;
 use std::process::Command;
@@ -41,6 +44,9 @@ pub struct Plan {
     pub check: usize,
     /// How long a refusing follower's agent takes to refuse (`--confirm`'s).
     pub confirm: Duration,
+    /// Good-version pairs (with a rollout, then without) per size, alternating: the
+    /// hub's CPU of each, their medians and the ratio of the medians (`--runs`).
+    pub runs: usize,
 }
 
 const STEPS: &str = "1%,10%,50%,100%";
@@ -104,9 +110,13 @@ pub fn run(cmpoll: &Path, plan: &Plan) {
     let mut rows = Vec::new();
     for &n in &plan.sizes {
         let bad = bench.bad(&tokens[..n]);
-        let good = bench.good(&tokens[..n]);
-        let without = bench.without(&tokens[..n], good.window);
-        rows.push((n, bad, good, without));
+        let (mut goods, mut withouts) = (Vec::new(), Vec::new());
+        for _ in 0..plan.runs.max(1) {
+            let good = bench.good(&tokens[..n]);
+            withouts.push(bench.without(&tokens[..n], good.window));
+            goods.push(good);
+        }
+        rows.push((n, bad, goods, withouts));
     }
     println!();
     print_table(plan, &rows);
@@ -753,32 +763,52 @@ fn print_good(label: &str, n: usize, g: &Good) {
     println!("  ({})", g.counts);
 }
 
-fn print_table(plan: &Plan, rows: &[(usize, Bad, Good, Good)]) {
+/// The median of `xs` (the upper of the middle two when even).
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn print_table(plan: &Plan, rows: &[(usize, Bad, Vec<Good>, Vec<Good>)]) {
     let bound = bound(plan).as_secs();
     println!(
-        "| N | bad: received (first step, 1 %) | bad: back, held back | bad: back within (s) | good: all hold it (s; bound {bound}) | went back | hub CPU, rollout | hub CPU, none | CPU ratio | peak RSS, rollout | peak RSS, none | RSS ratio | load |"
+        "| N | bad: received (first step, 1 %) | bad: back, held back | bad: back within (s) | good: all hold it (s, slowest; bound {bound}) | went back | hub CPU, rollout (median) | hub CPU, none (median) | CPU ratio (of the medians) | each pair's ratio | peak RSS, rollout | peak RSS, none | RSS ratio | load (bad; each good / none) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (n, bad, good, none) in rows {
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (n, bad, goods, nones) in rows {
+        let cpu = |gs: &[Good]| median(gs.iter().map(|g| g.cpu).collect());
+        let peak = |gs: &[Good]| median(gs.iter().map(|g| g.peak_kib as f64 / 1024.0).collect());
+        let (good_cpu, none_cpu) = (cpu(goods), cpu(nones));
+        let (good_peak, none_peak) = (peak(goods), peak(nones));
+        let pairs: Vec<String> = (goods.iter().zip(nones))
+            .map(|(g, x)| format!("{:.2}/{:.2} = {:.2}", g.cpu, x.cpu, g.cpu / x.cpu))
+            .collect();
+        let slowest = (goods.iter())
+            .map(|g| g.reached[4].unwrap_or(f64::INFINITY))
+            .fold(0.0, f64::max);
+        let went_back: usize = goods.iter().map(|g| g.went_back).sum();
+        let loads: Vec<String> = (goods.iter().zip(nones))
+            .map(|(g, x)| format!("{} / {}", g.load, x.load))
+            .collect();
         println!(
-            "| {n} | {} ({}, {}) | {} of {} | {} | {} | {} | {:.2} s | {:.2} s | {:.2} | {:.1} MiB | {:.1} MiB | {:.2} | {} / {} / {} |",
+            "| {n} | {} ({}, {}) | {} of {} | {} | {:.1} | {} | {:.2} s | {:.2} s | {:.2} | {} | {:.1} MiB | {:.1} MiB | {:.2} | {}; {} |",
             bad.received,
             bad.first_step,
             n / 100,
             bad.back,
             bad.received,
             opt(bad.back_secs),
-            opt(good.reached[4]),
-            bad.went_back + good.went_back,
-            good.cpu,
-            none.cpu,
-            good.cpu / none.cpu,
-            good.peak_kib as f64 / 1024.0,
-            none.peak_kib as f64 / 1024.0,
-            good.peak_kib as f64 / none.peak_kib as f64,
+            slowest,
+            bad.went_back + went_back,
+            good_cpu,
+            none_cpu,
+            good_cpu / none_cpu,
+            pairs.join(", "),
+            good_peak,
+            none_peak,
+            good_peak / none_peak,
             bad.load,
-            good.load,
-            none.load
+            loads.join("; ")
         );
     }
 }
