@@ -196,8 +196,9 @@ fn limits(counts: ServerCounts, posts: Vec<Post>) -> Limits {
         max_head: crate::https::http::MAX_HEAD,
         // The bodies of `posts` are the ones read (any other request is answered without
         // its body: a POST elsewhere is a 401, 403 or 405); one over its path's bound is a
-        // 413 from its head; the bodies held at once share `MAX_BODIES` (then 503,
-        // Retry-After).
+        // 413 from its head; each path's whole bodies take from its own budget (`bodies`:
+        // then 503, Retry-After), so the server's (`max_bodies`) is a floor no hub path
+        // uses.
         max_body: posts.iter().map(|p| p.max).max().unwrap_or(0),
         bodies: Bodies::Post(posts),
         max_bodies: MAX_BODIES,

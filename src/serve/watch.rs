@@ -478,7 +478,15 @@ impl Stream for Watch {
                         Some(false) => return cut(out, now),
                         Some(true) if now >= self.ends => self.phase = Phase::Done,
                         Some(true) => {
-                            let next = if self.bookmarks && self.commit_by.is_none() {
+                            // A held watch wakes for no minute's bookmark, but one whose
+                            // wait is longer is still pulled every minute: each pull is a
+                            // sighting of its follower (`fleet::state`, which may drop one
+                            // when busy), and a follower silent past its wait is gone.
+                            let minute = match self.commit_by {
+                                None => self.bookmarks,
+                                Some((_, hold)) => hold > BOOKMARK_EVERY,
+                            };
+                            let next = if minute {
                                 self.next_bookmark.min(self.ends)
                             } else {
                                 self.ends

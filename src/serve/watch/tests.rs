@@ -328,12 +328,23 @@ fn a_held_followers_watch_has_no_minute_bookmarks_between_its_commits() {
         40,
         vec![item("a", "x", 5, &[]), item("b", "other", 35, &[])],
     );
-    // Past the minute: nothing, and no wake for it.
+    // Past the minute: nothing written; a wait this long is still pulled every minute
+    // (each pull a sighting of its follower).
     let minute = now + BOOKMARK_EVERY + Duration::from_secs(1);
     let (got, next) = pull_all(&mut w, minute);
     assert!(got.is_empty(), "{got:?}");
     assert!(
-        matches!(next, Next::At(at) if at > now + Duration::from_secs(300) - COMMIT_GRID),
+        matches!(next, Next::At(at) if at <= minute + BOOKMARK_EVERY),
+        "pulled again within the minute: {next:?}"
+    );
+    // A wait within the minute: no wake but its commits.
+    let mut a30 = ask("watch=1&resourceVersion=10&allowWatchBookmarks=true");
+    a30.wait = Some(Duration::from_secs(30));
+    let mut w30 = Watch::start(t.clone(), &a30, &mut Rng::new(1));
+    let (got, next) = pull_all(&mut w30, now);
+    assert!(got.is_empty(), "{got:?}");
+    assert!(
+        matches!(next, Next::At(at) if at <= now + Duration::from_secs(30)),
         "the next wake is the commit: {next:?}"
     );
     // The commit tells it the hub's version.
