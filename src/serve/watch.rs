@@ -115,6 +115,16 @@ impl Filter {
         }
     }
 
+    /// Every object of `kind` (what a collector follows: `fleet::collected`).
+    pub fn everything(kind: Resource) -> Filter {
+        Filter {
+            kind,
+            namespace: None,
+            labels: LabelSelector::default(),
+            fields: FieldSelector::default(),
+        }
+    }
+
     /// Whether it selects `o` (an object of its kind).
     pub fn passes(&self, o: &HeldObject) -> bool {
         self.namespace.as_ref().is_none_or(|ns| *ns == o.namespace)

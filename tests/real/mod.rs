@@ -27,6 +27,7 @@ mod lists;
 mod manifests;
 mod methods;
 mod remotecfg;
+mod remotecfg_rollout;
 // Issue 60: rollouts (steps, cohorts, refusals, replaced versions, two hubs and restarts).
 mod rollout;
 mod serve;

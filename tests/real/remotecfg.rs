@@ -18,14 +18,14 @@ use crate::alloy_modules::{alloy_bin, alloy_on, scrape_module, unbuildable};
 use crate::util::{Cmpoll, KillOnDrop, SOON, eventually_explained, tools::free_port};
 
 /// Alloy's poll frequency here: its least.
-const POLL: Duration = Duration::from_secs(10);
+pub(crate) const POLL: Duration = Duration::from_secs(10);
 
 /// What a change may take to run in every Alloy: a poll and 2 s.
 const WITHIN: Duration = Duration::from_secs(12);
 
 /// A service account whose pods may call the service (a ClusterRole's non-resource URL)
 /// and list ConfigMaps in `ns` (a Role): what docs/alloy.md says a collector needs.
-fn collector_account(k: &test_apiserver::real::RealApiserver, ns: &str, name: &str) {
+pub(crate) fn collector_account(k: &test_apiserver::real::RealApiserver, ns: &str, name: &str) {
     let _ = account(
         k,
         ns,
@@ -46,10 +46,27 @@ fn collector_account(k: &test_apiserver::real::RealApiserver, ns: &str, name: &s
     );
 }
 
+/// The platform's root and offered arguments, written in `platform`: a remote write
+/// (its endpoint need not answer for the component to be built) offered as `receiver`.
+pub(crate) fn platform_root(platform: &Cmpoll) -> (PathBuf, PathBuf) {
+    let root = platform.write(
+        "root.alloy",
+        &format!(
+            "prometheus.remote_write \"default\" {{\n  endpoint {{\n    url = \"http://127.0.0.1:{}/api/v1/write\"\n  }}\n}}\n",
+            free_port()
+        ),
+    );
+    let offered = platform.write(
+        "offered-arguments",
+        "receiver = prometheus.remote_write.default.receiver\n",
+    );
+    (root, offered)
+}
+
 /// A real Alloy whose only configuration is a `remotecfg` block pointed at `hub`.
-struct Collector {
-    id: String,
-    port: u16,
+pub(crate) struct Collector {
+    pub(crate) id: String,
+    pub(crate) port: u16,
     logs: PathBuf,
     child: KillOnDrop,
     /// Its folder (config, token, logs), gone with it.
@@ -57,7 +74,7 @@ struct Collector {
 }
 
 impl Collector {
-    fn start(alloy: &Path, hub: &Hub, id: &str, token: &str) -> Collector {
+    pub(crate) fn start(alloy: &Path, hub: &Hub, id: &str, token: &str) -> Collector {
         let c = Cmpoll::new();
         let logs = c.path("logs");
         std::fs::create_dir_all(&logs).unwrap();
@@ -93,12 +110,12 @@ impl Collector {
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.logs.join(format!("{}.log", self.id))).unwrap_or_default()
     }
 
     /// Its remote components (`GET /api/v0/web/remotecfg/components`): localID → health.
-    fn components(&self) -> Vec<(String, String)> {
+    pub(crate) fn components(&self) -> Vec<(String, String)> {
         let url = format!(
             "http://127.0.0.1:{}/api/v0/web/remotecfg/components",
             self.port
@@ -117,7 +134,7 @@ impl Collector {
 
     /// The components inside the remote module instance `instance` (the module it
     /// created, as Alloy's API names it).
-    fn inside(&self, instance: &str) -> Vec<String> {
+    pub(crate) fn inside(&self, instance: &str) -> Vec<String> {
         let base = format!("http://127.0.0.1:{}/api/v0/web/remotecfg", self.port);
         let list = |url: &str| -> Vec<Value> {
             let Some((200, body)) = crate::util::tools::curl(url) else {
@@ -170,19 +187,7 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
     };
     let ns = k.namespace("hub-remotecfg");
     let platform = Cmpoll::new();
-    // The root: what the offered argument refers to (its endpoint need not answer for the
-    // component to be built).
-    let root = platform.write(
-        "root.alloy",
-        &format!(
-            "prometheus.remote_write \"default\" {{\n  endpoint {{\n    url = \"http://127.0.0.1:{}/api/v1/write\"\n  }}\n}}\n",
-            free_port()
-        ),
-    );
-    let offered = platform.write(
-        "offered-arguments",
-        "receiver = prometheus.remote_write.default.receiver\n",
-    );
+    let (root, offered) = platform_root(&platform);
     let hub = start_hub(
         k,
         &hub_account(k, &ns, "hub"),

@@ -279,22 +279,7 @@ struct Scene<'k> {
 impl<'k> Scene<'k> {
     fn new(k: &'k RealApiserver, prefix: &str) -> Scene<'k> {
         let ns = k.namespace(prefix);
-        // What the contract says the hubs need for their state (beside the shipped role):
-        // get and update on the Secret by name, create on Secrets in its namespace.
-        k.apply(
-            &json!({"apiVersion": "v1", "kind": "List", "items": [
-                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                 "metadata": {"name": "hub-rollouts", "namespace": ns},
-                 "rules": [
-                    {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [STATE],
-                     "verbs": ["get", "update"]},
-                    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]},
-                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                 "metadata": {"name": "hub-rollouts", "namespace": ns},
-                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub-rollouts"},
-                 "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": ns}]}]})
-            .to_string(),
-        );
+        state_role(k, &ns, STATE, "hub");
         let hub_token = hub_account(k, &ns, "hub");
         let rules = json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "get", "watch"]}]);
         let _ = account(k, &ns, "agent", Some(rules));
@@ -467,6 +452,26 @@ impl<'k> Scene<'k> {
         assert_eq!(code, 200, "{v}\n{}", hub.d.stderr());
         v["data"][key].as_str().unwrap_or("?").to_string()
     }
+}
+
+/// What the contract says the hubs need for their state (beside the shipped role), for
+/// account `hub` of `ns`: get and update on the Secret `state` by name, create on Secrets
+/// in its namespace.
+pub(crate) fn state_role(k: &RealApiserver, ns: &str, state: &str, hub: &str) {
+    k.apply(
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": "hub-rollouts", "namespace": ns},
+             "rules": [
+                {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [state],
+                 "verbs": ["get", "update"]},
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "hub-rollouts", "namespace": ns},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub-rollouts"},
+             "subjects": [{"kind": "ServiceAccount", "name": hub, "namespace": ns}]}]})
+        .to_string(),
+    );
 }
 
 /// A hub's address and certificate, kept so that it can be started again as the same

@@ -4,6 +4,7 @@
 //! fleet's state per served object read off them (`view.rs`, made by `tally.rs`: for `/status`, `/metrics`,
 //! and, `told.rs`, the Events that tell the objects' authors). docs/serve.md ("The fleet's state") is the user's account.
 
+pub mod collected;
 pub mod gate;
 pub mod intake;
 pub mod report;

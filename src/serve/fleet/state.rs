@@ -105,6 +105,11 @@ impl Scope {
         self.position.load(Ordering::Relaxed)
     }
 
+    /// Moved on to `at`, if that is further (a follower's versions never go back).
+    pub fn advance(&self, at: u64) {
+        self.position.fetch_max(at, Ordering::Relaxed);
+    }
+
     /// The bytes it keeps (for the fleet's bound).
     fn bytes(&self) -> usize {
         std::mem::size_of::<Scope>() + 2 * self.key.len()
@@ -271,7 +276,7 @@ impl Fleet {
     /// The follower `name`, made again by `make` from what was kept of it (its scopes,
     /// exceptions and whether they were cut), heard from now, with its wait if it said
     /// one; room is made first by forgetting the silent (`FORGET`), then the longest gone.
-    fn replace(
+    pub(super) fn replace(
         &self,
         name: &str,
         wait: Option<u64>,
@@ -402,6 +407,11 @@ impl Fleet {
             keep
         });
         followers.bytes -= freed;
+    }
+
+    /// The followers, read as they are (none forgotten first).
+    pub(super) fn read_now(&self) -> std::sync::RwLockReadGuard<'_, Followers> {
+        self.followers.read().recover()
     }
 
     /// The followers, read (`view.rs`); who has been silent for `FORGET` forgotten first.

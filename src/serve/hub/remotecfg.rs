@@ -23,6 +23,7 @@ use super::Hub;
 use crate::https::http::{Answer, Request};
 use crate::https::server::Reply;
 use crate::serve::auth::{Attributes, Auth, Halt, HubLane, User};
+use crate::serve::fleet::state::follower_name;
 use crate::serve::remotecfg::connect::{self, ConnectError, Rpc};
 use crate::serve::remotecfg::listable;
 use crate::serve::remotecfg::service::Message;
@@ -95,7 +96,9 @@ fn call(
                     false => ask(Some(ns)),
                 }
             };
-            service.get_config(&name, &req.body, view, may, now)?
+            let fleet_name = follower_name(&who.user);
+            let mut tell = |word| hub.fleet.collected(&fleet_name, word, now);
+            service.get_config(&name, &req.body, (view, may), &mut tell, now)?
         }
     };
     Ok(match done {

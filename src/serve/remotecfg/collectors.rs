@@ -34,8 +34,10 @@ use self::shares::{Bounds, Shares};
 use super::compose::Composition;
 use super::messages::{Attributes, Reported, Status};
 use crate::locks::Recover;
-use crate::poll::hash::Hash;
+use crate::serve::fleet::collected::{Change, Word};
+use crate::serve::fleet::intake::{By, Holding, KEPT_REASON, Refusal};
 use crate::serve::kept::Budgets;
+use crate::source::Resource;
 
 /// Collectors kept, at most.
 pub const MAX_COLLECTORS: usize = 10_000;
@@ -69,8 +71,7 @@ const SHOWN: usize = 20;
 /// A status's message, kept at most.
 pub const KEPT_MESSAGE: usize = 1024;
 
-/// Module versions: `namespace/name` and the version's hash.
-pub type Versions = Arc<[(Box<str>, Hash)]>;
+pub use crate::serve::fleet::collected::{Version, Versions};
 
 /// A text sent: its hash, its modules and the lines each takes in it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,8 +93,12 @@ pub struct Collector {
     /// Its last status, and the hash it was reported for.
     pub status: Option<(Reported, String)>,
     /// With a `FAILED`: the module versions it refused.
-    pub refused: Vec<(Box<str>, Hash)>,
+    pub refused: Vec<Version>,
     pub registered: bool,
+    /// The hub's version when `sent` was last its answer (sent, or `not_modified`).
+    pub answered: u64,
+    /// When its last `GetConfig` came.
+    pub called: Option<Instant>,
 }
 
 /// `FAILED` lines one identity may have logged at `info`: a burst of `LINES_BURST`, then
@@ -123,7 +128,7 @@ fn weight(who: &str, id: &str, c: &Collector) -> usize {
         .map(|(k, v)| ITEM + k.len() + v.len())
         .sum();
     let status = (c.status.as_ref()).map_or(0, |(r, hash)| r.message.len() + hash.len());
-    let refused: usize = c.refused.iter().map(|(k, _)| ITEM + k.len()).sum();
+    let refused: usize = c.refused.iter().map(|v| ITEM + v.key.len()).sum();
     ENTRY + 2 * (who.len() + id.len()) + c.name.len() + attributes + status + refused
 }
 
@@ -137,7 +142,13 @@ pub struct Asked<'a> {
     /// What it is sent now (`None`: not yet known, or the call is refused: its status is
     /// taken all the same, since Alloy sends one only once).
     pub sent: Option<&'a Composition>,
+    /// The hub's version of the view `sent` was made of.
+    pub at: u64,
 }
+
+/// How far apart two calls must be to tell the collector's wait: Alloy's status comes in
+/// a second call right after the poll that brought the text.
+const APART: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Collector {
     /// The texts it holds (their module lists kept in `Lists`).
@@ -146,37 +157,68 @@ impl Collector {
     }
 
     /// Takes `status`, reported for the text of `hash`: with what it was sent, what it
-    /// confirmed and refused. `Some`: it changed.
-    fn take(&mut self, status: Reported, hash: &str) -> Option<(Reported, String)> {
+    /// confirmed and refused. `Some`: it changed; and what the fleet is told of it.
+    fn take(&mut self, status: Reported, hash: &str) -> (Option<(Reported, String)>, Word) {
         let about = self.sent.clone().filter(|s| s.hash == hash);
-        match status.status {
-            Status::Applied => {
+        let mut word = Word::default();
+        match (status.status, about) {
+            (Status::Applied, about) => {
                 if let Some(s) = about {
+                    word.at = Some(self.answered);
+                    word.change = Some(Change::Applied(s.modules.clone()));
                     self.applied = Some(s);
                 }
                 self.refused.clear();
             }
-            Status::Failed => {
-                let Some(s) = about else {
-                    self.refused.clear();
-                    return self.said(status, hash);
-                };
-                let held = self.applied.as_ref().map_or(&[][..], |a| &a.modules[..]);
-                let new = new_in(&s.modules, held, |a, b| a.cmp(b));
-                // Those of them Alloy's diagnostics point into, if any; else all of them.
-                let lines = positions(&status.message);
-                let pointed: Vec<usize> = (new.iter().copied())
-                    .filter(|i| {
-                        let (first, last) = s.spans.get(*i).copied().unwrap_or((1, 0));
-                        lines.iter().any(|l| (first..=last).contains(l))
-                    })
-                    .collect();
-                let picked = if pointed.is_empty() { new } else { pointed };
-                self.refused = picked.iter().map(|i| s.modules[*i].clone()).collect();
+            (Status::Failed, None) => self.refused.clear(),
+            (Status::Failed, Some(s)) => {
+                let (refused, holdings) = self.failed(&s, &status.message);
+                self.refused = refused;
+                word.change = Some(Change::Failed(holdings));
             }
             _ => {}
         }
-        self.said(status, hash)
+        (self.said(status, hash), word)
+    }
+
+    /// A `FAILED` of `s` with Alloy's `message`: the module versions it refused — of those
+    /// new to it, the ones Alloy's diagnostics point into; all of them when no diagnostic
+    /// names a line (an error of no position), none when they point elsewhere (the root,
+    /// a module it runs) — and the exceptions the fleet is told: each new one, holding
+    /// what the collector runs of it, the refused with Alloy's words.
+    fn failed(&self, s: &Sent, message: &str) -> (Vec<Version>, Vec<Holding>) {
+        let held = self.applied.as_ref().map_or(&[][..], |a| &a.modules[..]);
+        let new = new_in(&s.modules, held, |a, b| a.cmp(b));
+        let lines = positions(message);
+        let refuses = |i: usize| {
+            let (first, last) = s.spans.get(i).copied().unwrap_or((1, 0));
+            lines.is_empty() || lines.iter().any(|l| (first..=last).contains(l))
+        };
+        let reason: Box<str> = crate::reason::cut(message, KEPT_REASON).into();
+        let mut refused = Vec::new();
+        let holdings = (new.iter().copied())
+            .map(|i| {
+                let v = &s.modules[i];
+                let runs = (held.binary_search_by(|h| (*h.key).cmp(&v.key)).ok()).map(|j| &held[j]);
+                let refusal = refuses(i).then(|| {
+                    refused.push(v.clone());
+                    Box::new(Refusal {
+                        hash: v.hash,
+                        resource_version: Some(v.rv),
+                        by: By::Confirm,
+                        reason: reason.clone(),
+                    })
+                });
+                Holding {
+                    kind: Resource::ConfigMaps,
+                    key: v.key.clone(),
+                    hash: runs.map(|r| r.hash),
+                    resource_version: runs.map(|r| r.rv),
+                    refused: refusal,
+                }
+            })
+            .collect();
+        (refused, holdings)
     }
 
     /// `status` for `hash` kept; `Some`: it changed.
@@ -196,22 +238,22 @@ impl Collector {
 /// per pair — a failure of a text of 10,000 modules costs 20,000 comparisons under the
 /// collectors' lock, not 10^8.
 fn new_in(
-    sent: &[(Box<str>, Hash)],
-    held: &[(Box<str>, Hash)],
+    sent: &[Version],
+    held: &[Version],
     mut compare: impl FnMut(&str, &str) -> Ordering,
 ) -> Vec<usize> {
     let mut j = 0;
     let mut new = Vec::new();
-    for (i, (key, version)) in sent.iter().enumerate() {
+    for (i, v) in sent.iter().enumerate() {
         let mut order = Ordering::Greater;
-        while let Some((k, _)) = held.get(j) {
-            order = compare(k, key);
+        while let Some(h) = held.get(j) {
+            order = compare(&h.key, &v.key);
             if order != Ordering::Less {
                 break;
             }
             j += 1;
         }
-        let same = order == Ordering::Equal && held.get(j).is_some_and(|(_, v)| v == version);
+        let same = order == Ordering::Equal && held.get(j).is_some_and(|h| h.hash == v.hash);
         if !same {
             new.push(i);
         }
@@ -276,8 +318,20 @@ impl Collectors {
     }
 
     /// A `GetConfig` (`asked`), its status taken about the text it echoes the hash of;
-    /// the level of the line that said it changed, if it did.
-    pub fn asked(&self, who: &str, id: &str, asked: Asked<'_>, now: Instant) -> Option<log::Level> {
+    /// the level of the line that said it changed, if it did, and what the fleet is told.
+    ///
+    /// A call that echoes the hash of the text it is answered now says the collector runs
+    /// that text (`Word::at`, `Change::Applied` the first time) unless its last status is
+    /// a `FAILED`: Alloy sends a status only when it changes, so after a first `APPLIED`
+    /// each text it runs is told by its hash alone, and a hub that never heard its status
+    /// (restarted, or the other hub behind a Service) takes the hash it echoes.
+    pub fn asked(
+        &self,
+        who: &str,
+        id: &str,
+        asked: Asked<'_>,
+        now: Instant,
+    ) -> (Option<log::Level>, Word) {
         let status = asked
             .status
             .filter(|s| s.status != Status::Unset)
@@ -286,24 +340,52 @@ impl Collectors {
                 message: crate::reason::shown(&s.message, KEPT_MESSAGE),
             });
         let mut said = None;
+        let mut word = Word::default();
         self.with(who, id, now, |c| {
             if c.attributes != *asked.attributes {
                 c.attributes = asked.attributes.clone();
             }
             if let Some(s) = status {
-                said = c.take(s, asked.hash).map(|s| (s, c.refused.len()));
+                let (changed, w) = c.take(s, asked.hash);
+                said = changed.map(|s| (s, c.refused.len()));
+                word = w;
             }
-            if let Some(sent) = asked.sent
-                && c.sent.as_ref().is_none_or(|s| s.hash != sent.hash)
-            {
-                c.sent = Some(Sent {
-                    hash: sent.hash.clone(),
-                    modules: sent.modules.clone(),
-                    spans: sent.spans.clone(),
-                });
+            if let Some(sent) = asked.sent {
+                if c.sent.as_ref().is_none_or(|s| s.hash != sent.hash) {
+                    c.sent = Some(Sent {
+                        hash: sent.hash.clone(),
+                        modules: sent.modules.clone(),
+                        spans: sent.spans.clone(),
+                    });
+                }
+                c.answered = asked.at;
+                word.wait = (c.called)
+                    .map(|t| now.saturating_duration_since(t))
+                    .filter(|gap| *gap >= APART)
+                    .map(|gap| gap.as_secs_f64().ceil() as u64);
+                c.called = Some(now);
+                let failed = (c.status.as_ref()).is_some_and(|(r, _)| r.status != Status::Applied);
+                if asked.hash == sent.hash && !failed {
+                    word.at = Some(asked.at);
+                    if c.applied.as_ref().is_none_or(|a| a.hash != sent.hash) {
+                        c.applied = c.sent.clone();
+                        c.refused.clear();
+                        word.change =
+                            (c.applied.as_ref()).map(|a| Change::Applied(a.modules.clone()));
+                        c.status = Some((
+                            Reported {
+                                status: Status::Applied,
+                                message: String::new(),
+                            },
+                            sent.hash.clone(),
+                        ));
+                    }
+                }
             }
         });
-        let (said, refused) = said?;
+        let Some((said, refused)) = said else {
+            return (None, word);
+        };
         let (mut level, line) = told((who, id), &said, refused);
         if level == log::Level::Info
             && (self.lines.lock().recover().take(&Box::from(who), now)).is_err()
@@ -311,7 +393,7 @@ impl Collectors {
             level = log::Level::Debug;
         }
         log::log!(level, "{line}");
-        Some(level)
+        (Some(level), word)
     }
 
     /// `UnregisterCollector`.
@@ -372,7 +454,7 @@ impl Collectors {
             let shown: Vec<Shown> = (failed.into_iter())
                 .filter_map(|((who, id), c)| {
                     let (r, hash) = c.status.as_ref()?;
-                    let modules = c.refused.iter().map(|(k, _)| k.clone()).collect();
+                    let modules = c.refused.iter().map(|v| v.key.clone()).collect();
                     Some((
                         who.clone(),
                         id.clone(),
@@ -407,6 +489,8 @@ impl Collectors {
             status: None,
             refused: Vec::new(),
             registered: false,
+            answered: 0,
+            called: None,
         };
         let key = (who.to_string(), id.to_string());
         let (shares, lists) = &mut *self.kept.lock().recover();

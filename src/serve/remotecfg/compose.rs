@@ -27,7 +27,7 @@ use super::root::Root;
 use super::wrapped::{Modules, Wrapped};
 use crate::https::http::Body;
 use crate::locks::Recover;
-use crate::poll::hash::Hash;
+use crate::serve::fleet::collected::{Version, Versions};
 use crate::serve::held::{Held, HeldObject};
 use crate::serve::kept::Budgets;
 use crate::source::Resource;
@@ -122,7 +122,7 @@ pub struct Composition {
     pub gzipped: OnceLock<Body>,
     /// Each module in it: `namespace/name` and its version (shared with the collectors
     /// that hold it: `collectors.rs`).
-    pub modules: Arc<[(Box<str>, Hash)]>,
+    pub modules: Versions,
     /// The lines of `content` each module's text takes, first and last (from 1, as Alloy
     /// numbers a diagnostic's line): what a collector's error points at.
     pub spans: Arc<[(usize, usize)]>,
@@ -296,7 +296,11 @@ fn compose(
             let breaks = text.matches('\n').count();
             ended += breaks;
             let last = first + text.trim_end_matches('\n').matches('\n').count();
-            modules.push((Box::from(*key), o.hash));
+            modules.push(Version {
+                key: Box::from(*key),
+                hash: o.hash,
+                rv: o.resource_version.parse().unwrap_or(0),
+            });
             spans.push((first, last));
         }
     }

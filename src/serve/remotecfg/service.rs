@@ -16,7 +16,9 @@ use super::connect::ConnectError;
 use super::listable::Listable;
 use super::messages::{self, GetConfig, Register, Unregister};
 use super::root::RootFiles;
+use crate::serve::fleet::collected::Word;
 use crate::serve::held::Held;
+use crate::source::Resource;
 
 /// The largest call read: a `GetConfig` echoes the content it loaded (at most
 /// `compose::MAX_CONTENT`) beside a status message and attributes (each bounded by
@@ -88,13 +90,17 @@ impl Remotecfg {
     /// `GetConfig` from `who`, served of the view `view` gives, with the modules of the
     /// namespaces `may_list` allows; their error ends it. The status it carries is kept
     /// first, whatever then refuses the call (a hub not ready, a review, a text too large
-    /// or asked too often): Alloy sends a status only once.
+    /// or asked too often): Alloy sends a status only once. What the fleet is told of the
+    /// collector goes to `tell` (`fleet::collected`), as soon as it is known.
     pub fn get_config<E>(
         &self,
         who: &str,
         body: &[u8],
-        view: impl FnOnce() -> Result<Arc<Held>, E>,
-        may_list: impl FnMut(&str) -> Result<bool, E>,
+        (view, may_list): (
+            impl FnOnce() -> Result<Arc<Held>, E>,
+            impl FnMut(&str) -> Result<bool, E>,
+        ),
+        tell: &mut dyn FnMut(Word),
         now: Instant,
     ) -> Result<Result<Message, ConnectError>, E> {
         let m = match GetConfig::decode(body) {
@@ -109,10 +115,12 @@ impl Remotecfg {
             hash: &m.hash,
             status: m.status.as_ref(),
             sent: None,
+            at: 0,
         };
-        self.collectors.asked(who, &m.id, asked, now);
+        tell(self.collectors.asked(who, &m.id, asked, now).1);
         let root = self.root.current(now);
         let view = view()?;
+        let at = (view.versions(Resource::ConfigMaps, None)).map_or(0, |v| v.listed);
         let composed =
             (self.compositions).compose(&root, &view, (who, &m.attributes), now, may_list)?;
         let c = match composed {
@@ -134,9 +142,10 @@ impl Remotecfg {
         let asked = Asked {
             status: None,
             sent: Some(&c),
+            at,
             ..asked
         };
-        self.collectors.asked(who, &m.id, asked, now);
+        tell(self.collectors.asked(who, &m.id, asked, now).1);
         if m.hash == c.hash {
             let unchanged = messages::get_config_response("", &c.hash, true);
             return Ok(Ok(Message::Made(unchanged)));
@@ -226,7 +235,13 @@ mod tests {
         let (s, dir) = service();
         let view = Arc::new(Held::empty(kinds()));
         let t = Instant::now();
-        let first = s.get_config("w", &get_config("a", ""), held(&view), all, t);
+        let first = s.get_config(
+            "w",
+            &get_config("a", ""),
+            (held(&view), all),
+            &mut |_| {},
+            t,
+        );
         let (_, hash, _) = response(&bytes(first.unwrap().unwrap()));
         let mut w = Writer::default();
         w.bytes(1, b"a");
@@ -235,7 +250,7 @@ mod tests {
         let status = [&[0x08, 0x03][..], &[0x12, 7], b"1:1: no"].concat();
         w.bytes(5, &status);
         let not_ready = || Err::<Arc<Held>, &str>("503");
-        let refused = s.get_config("w", &w.out, not_ready, |_| Ok(true), t);
+        let refused = s.get_config("w", &w.out, (not_ready, |_| Ok(true)), &mut |_| {}, t);
         assert_eq!(refused.err(), Some("503"));
         let (r, about) = s.collectors.get("w", "a").unwrap().status.unwrap();
         assert_eq!(
@@ -254,7 +269,13 @@ mod tests {
         let view = Arc::new(Held::empty(kinds()));
         let t = Instant::now();
         let first = s
-            .get_config("w", &get_config("a", ""), held(&view), all, t)
+            .get_config(
+                "w",
+                &get_config("a", ""),
+                (held(&view), all),
+                &mut |_| {},
+                t,
+            )
             .unwrap()
             .unwrap();
         let (content, hash, not_modified) = response(&bytes(first));
@@ -264,12 +285,24 @@ mod tests {
         );
         assert_eq!(hash.len(), 64);
         let again = s
-            .get_config("w", &get_config("a", &hash), held(&view), all, t)
+            .get_config(
+                "w",
+                &get_config("a", &hash),
+                (held(&view), all),
+                &mut |_| {},
+                t,
+            )
             .unwrap()
             .unwrap();
         assert_eq!(response(&bytes(again)), (String::new(), hash.clone(), true));
         let other = s
-            .get_config("w", &get_config("a", "old"), held(&view), all, t)
+            .get_config(
+                "w",
+                &get_config("a", "old"),
+                (held(&view), all),
+                &mut |_| {},
+                t,
+            )
             .unwrap()
             .unwrap();
         assert_eq!(response(&bytes(other)).0, content);
@@ -287,7 +320,7 @@ mod tests {
         let view = Arc::new(Held::empty(kinds()));
         let t = Instant::now();
         let Err(e) = s
-            .get_config("w", &[0x0a, 0x05], held(&view), all, t)
+            .get_config("w", &[0x0a, 0x05], (held(&view), all), &mut |_| {}, t)
             .unwrap()
         else {
             panic!("taken")
@@ -295,7 +328,7 @@ mod tests {
         assert_eq!(e.code, "invalid_argument");
         assert!(e.message.starts_with("GetConfigRequest: "), "{}", e.message);
         let Err(e) = s
-            .get_config("w", &get_config("", ""), held(&view), all, t)
+            .get_config("w", &get_config("", ""), (held(&view), all), &mut |_| {}, t)
             .unwrap()
         else {
             panic!("taken")

@@ -9,16 +9,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::poll::hash::Hash;
-
-/// A list: each module's `namespace/name` and version (`collectors::Versions`).
-type Versions = Arc<[(Box<str>, Hash)]>;
+use crate::serve::fleet::collected::Versions;
 
 /// What the lists kept hold together, at most.
 pub const MAX_LIST_BYTES: usize = 64 << 20;
 
 /// A module's part of a list: its key's header and its hash, its span.
-const PER_MODULE: usize = 16 + 32 + 16;
+const PER_MODULE: usize = 16 + 32 + 8 + 16;
 
 /// The lists kept: by address, their bytes and how many collectors' texts hold each.
 #[derive(Default)]
@@ -35,7 +32,7 @@ fn address(modules: &Versions) -> usize {
 /// A list's bytes.
 pub fn bytes(modules: &Versions) -> usize {
     64 + (modules.iter())
-        .map(|(k, _)| PER_MODULE + k.len())
+        .map(|v| PER_MODULE + v.key.len())
         .sum::<usize>()
 }
 

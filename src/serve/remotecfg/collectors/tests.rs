@@ -14,9 +14,15 @@ fn text(hash: &str, modules: &[(&str, u8)]) -> Composition {
         spans: (0..modules.len())
             .map(|i| (10 * i + 1, 10 * i + 9))
             .collect(),
-        modules: (modules.iter())
-            .map(|(k, v)| (Box::from(*k), Hash([*v; 32])))
-            .collect(),
+        modules: (modules.iter()).map(|(k, v)| version(k, *v)).collect(),
+    }
+}
+
+fn version(key: &str, v: u8) -> Version {
+    Version {
+        key: key.into(),
+        hash: crate::poll::hash::Hash([v; 32]),
+        rv: u64::from(v),
     }
 }
 
@@ -41,6 +47,7 @@ impl Alloy<'_> {
             hash: echoed,
             status,
             sent: Some(sent),
+            at: 0,
         };
         self.c.asked("ns/pod", "x", asked, Instant::now());
     }
@@ -79,7 +86,11 @@ fn a_failure_is_about_the_versions_new_to_the_collector() {
     let (r, hash) = kept.status.clone().unwrap();
     assert_eq!((r.status, hash.as_str()), (Status::Failed, "h2"));
     assert!(r.message.len() <= KEPT_MESSAGE, "{}", r.message.len());
-    let refused: Vec<(&str, u8)> = kept.refused.iter().map(|(k, h)| (&**k, h.0[0])).collect();
+    let refused: Vec<(&str, u8)> = kept
+        .refused
+        .iter()
+        .map(|v| (&*v.key, v.hash.0[0]))
+        .collect();
     assert_eq!(refused, [("a/x", 2), ("c/z", 1)]);
     assert_eq!(kept.applied.unwrap().hash, "h1", "it still runs h1");
     let page = c.status();
@@ -93,7 +104,7 @@ fn a_failure_is_about_the_versions_new_to_the_collector() {
         serde_json::json!(["a/x", "c/z"])
     );
     // Alloy's diagnostics point into c/z's lines (21 to 29): c/z alone. Into a/x's
-    // lines (1 to 9), or the root's, with nothing new there: every new version.
+    // lines (1 to 9) too: both. Into b/y's, which it runs, alone: none.
     let h3 = text("h3", &[("a/x", 2), ("b/y", 1), ("c/z", 2)]);
     a.get("h2", None, &h3);
     a.get(
@@ -105,7 +116,7 @@ fn a_failure_is_about_the_versions_new_to_the_collector() {
         a.kept()
             .refused
             .iter()
-            .map(|(k, h)| (&**k, h.0[0]))
+            .map(|v| (&*v.key, v.hash.0[0]))
             .collect::<Vec<_>>(),
         [("a/x", 2), ("c/z", 2)]
     );
@@ -114,7 +125,7 @@ fn a_failure_is_about_the_versions_new_to_the_collector() {
         a.kept()
             .refused
             .iter()
-            .map(|(k, h)| (&**k, h.0[0]))
+            .map(|v| (&*v.key, v.hash.0[0]))
             .collect::<Vec<_>>(),
         [("c/z", 2)]
     );
@@ -123,10 +134,9 @@ fn a_failure_is_about_the_versions_new_to_the_collector() {
         Some(&reported(Status::Failed, "15:3: in b/y, held")),
         &h3,
     );
-    assert_eq!(
-        a.kept().refused.len(),
-        2,
-        "b/y is no new version: every new one"
+    assert!(
+        a.kept().refused.is_empty(),
+        "b/y is no new version: none of the new ones"
     );
     // Its fetch failing while it runs h1: FAILED about nothing it was sent anew.
     a.get("h1", None, &h1);
@@ -245,6 +255,7 @@ fn status_shows_the_first_failed_by_identity_and_id() {
                 hash,
                 status,
                 sent: Some(&sent),
+                at: 0,
             };
             c.asked("who", &id, asked, Instant::now());
         };
@@ -267,11 +278,10 @@ fn status_shows_the_first_failed_by_identity_and_id() {
 fn a_failures_new_versions_are_found_in_one_walk() {
     let m = 10_000;
     let key = |i: usize| -> Box<str> { format!("ns/m{i:05}").into() };
-    let sent: Vec<(Box<str>, Hash)> = (0..m).map(|i| (key(i), Hash([1; 32]))).collect();
+    let sent: Vec<Version> = (0..m).map(|i| version(&key(i), 1)).collect();
     // It confirmed every other one, and one more at another version.
-    let mut held: Vec<(Box<str>, Hash)> =
-        (0..m).step_by(2).map(|i| (key(i), Hash([1; 32]))).collect();
-    held[0].1 = Hash([2; 32]);
+    let mut held: Vec<Version> = (0..m).step_by(2).map(|i| version(&key(i), 1)).collect();
+    held[0] = version(&key(0), 2);
     let mut compared = 0;
     let new = new_in(&sent, &held, |a, b| {
         compared += 1;
@@ -302,8 +312,9 @@ fn failed_lines_are_rate_limited_per_identity() {
             hash: "h1",
             status: Some(&status),
             sent: Some(&sent),
+            at: 0,
         };
-        c.asked(who, "x", asked, at)
+        c.asked(who, "x", asked, at).0
     };
     let levels: Vec<_> = (0..20).map(|i| fail("flood", i, t)).collect();
     let info = levels
@@ -332,6 +343,7 @@ fn module_lists_are_counted_once_and_bounded() {
             hash: "",
             status: None,
             sent: Some(sent),
+            at: 0,
         };
         c.asked("who", id, asked, t);
     };
@@ -367,4 +379,88 @@ fn module_lists_are_counted_once_and_bounded() {
     assert_eq!(c.list_bytes(), m);
     let kept = c.get("who", "huge").unwrap().sent.unwrap();
     assert_eq!((kept.hash.as_str(), kept.modules.len()), ("h3", 0));
+}
+
+/// What the fleet is told of a collector's calls (`fleet::collected`): the hub's version
+/// of the text it runs — once it says `APPLIED` for it, or echoes its hash with no
+/// `FAILED` since (Alloy says `APPLIED` once, then runs each text it loads without a
+/// word; a hub that never heard it takes the hash) — a text it runs, the exceptions of one
+/// it failed; a wait once its calls are `APART`.
+#[test]
+fn the_fleet_hears_what_a_collector_runs_and_refuses() {
+    let c = Collectors::default();
+    let t = Instant::now();
+    let call = |echoed: &str, status: Option<&Reported>, sent: &Composition, at: u64, s: u64| {
+        let asked = Asked {
+            attributes: &Attributes::new(),
+            hash: echoed,
+            status,
+            sent: Some(sent),
+            at,
+        };
+        c.asked("ns/pod", "x", asked, t + Duration::from_secs(s)).1
+    };
+    let (h1, h2) = (
+        text("h1", &[("a/x", 1)]),
+        text("h2", &[("a/x", 1), ("b/y", 1)]),
+    );
+    let h3 = text("h3", &[("a/x", 1), ("b/y", 2), ("c/z", 1)]);
+    let w = call("", Some(&reported(Status::Unset, "")), &h1, 3, 0);
+    assert_eq!((w.at, w.change, w.wait), (None, None, None));
+    let w = call("h1", Some(&reported(Status::Applied, "")), &h1, 4, 0);
+    assert_eq!(w.at, Some(4));
+    assert_eq!(w.change, Some(Change::Applied(h1.modules.clone())));
+    // Polled 10 s later: a new text; then its hash echoed, no status (it ran it).
+    let w = call("h1", None, &h2, 6, 10);
+    assert_eq!((w.at, w.change, w.wait), (None, None, Some(10)));
+    let w = call("h2", None, &h2, 6, 10);
+    assert_eq!((w.at, w.wait), (Some(6), None));
+    assert_eq!(w.change, Some(Change::Applied(h2.modules.clone())));
+    let w = call("h2", None, &h2, 7, 20);
+    assert_eq!((w.at, w.change, w.wait), (Some(7), None, Some(10)));
+    // h3 fails in c/z's lines (21 to 29): b/y's and c/z's new versions are exceptions,
+    // c/z's refused; no position while it fails.
+    call("h2", None, &h3, 8, 30);
+    let w = call(
+        "h3",
+        Some(&reported(Status::Failed, "22:1: bad")),
+        &h3,
+        8,
+        30,
+    );
+    assert_eq!(w.at, None);
+    let Some(Change::Failed(holds)) = w.change else {
+        panic!("{:?}", w.change)
+    };
+    let told: Vec<_> = (holds.iter())
+        .map(|h| {
+            let refused = h
+                .refused
+                .as_ref()
+                .map(|r| (r.hash.0[0], r.resource_version));
+            (&*h.key, h.hash.map(|x| x.0[0]), h.resource_version, refused)
+        })
+        .collect();
+    assert_eq!(
+        told,
+        [
+            ("b/y", Some(1), Some(1), None),
+            ("c/z", None, None, Some((1, Some(1))))
+        ]
+    );
+    assert_eq!(holds[1].refused.as_ref().unwrap().by, By::Confirm);
+    assert_eq!(&*holds[1].refused.as_ref().unwrap().reason, "22:1: bad");
+    let w = call("h3", None, &h3, 9, 40);
+    assert_eq!((w.at, w.change), (None, None));
+    // A hub that never heard this collector takes the hash it echoes.
+    let fresh = Collectors::default();
+    let asked = Asked {
+        attributes: &Attributes::new(),
+        hash: "h2",
+        status: None,
+        sent: Some(&h2),
+        at: 12,
+    };
+    let w = fresh.asked("ns/pod", "x", asked, t).1;
+    assert_eq!(w.at, Some(12));
 }

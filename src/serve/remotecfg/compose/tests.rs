@@ -101,11 +101,11 @@ fn the_root_then_each_module_in_its_declare_block() {
         "an offer it does not declare is not passed"
     );
     assert!(!got.content.contains("not alloy"), "only *.alloy keys");
-    let keys: Vec<&str> = got.modules.iter().map(|(k, _)| &**k).collect();
+    let keys: Vec<&str> = got.modules.iter().map(|v| &*v.key).collect();
     assert_eq!(keys, ["team-a/db", "team-b/web"]);
     // Each module's lines, as Alloy numbers them: its first comment to its instance's end.
     let lines: Vec<&str> = got.content.lines().collect();
-    for ((key, _), (first, last)) in got.modules.iter().zip(got.spans.iter()) {
+    for (Version { key, .. }, (first, last)) in got.modules.iter().zip(got.spans.iter()) {
         assert!(
             lines[first - 1].starts_with(&format!("// {key}: ")),
             "{key}: {}",
@@ -157,7 +157,7 @@ fn a_module_that_leaves_its_block_goes_to_no_one() {
         .compose(&r, &view, ("who", &Attributes::new()), Instant::now(), all)
         .unwrap()
         .unwrap();
-    let keys: Vec<&str> = got.modules.iter().map(|(k, _)| &**k).collect();
+    let keys: Vec<&str> = got.modules.iter().map(|v| &*v.key).collect();
     assert_eq!(keys, ["b/web"], "{}", got.content);
     assert!(!got.content.contains("remote_write \"x\""));
 }
@@ -185,7 +185,7 @@ fn selectors_and_namespaces_choose_the_modules() {
             .compose(&r, &view, ("who", attributes), Instant::now(), may)
             .unwrap()
             .unwrap();
-        got.modules.iter().map(|(k, _)| k.to_string()).collect()
+        got.modules.iter().map(|v| v.key.to_string()).collect()
     };
     let linux_a = attrs(&[("collector.os", "linux"), ("team", "a")]);
     assert_eq!(keys(&linux_a, &|_| true), ["a/all", "a/linux", "b/all"]);

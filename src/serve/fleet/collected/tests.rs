@@ -1,0 +1,162 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::serve::fleet::gate::{Gate, Step};
+use crate::serve::fleet::intake::{By, Refusal};
+use crate::serve::held::Held;
+use crate::serve::testing::{item, kinds, poll};
+
+fn version(key: &str, v: u8, rv: u64) -> Version {
+    Version {
+        key: key.into(),
+        hash: Hash([v; 32]),
+        rv,
+    }
+}
+
+/// A step of `a/x` at rv 7, served to every cohort at hub version 7.
+fn gate(fleet: &Fleet, held: &Held, now: Instant) -> Gate {
+    let step = Step {
+        kind: Resource::ConfigMaps,
+        object: held.get(Resource::ConfigMaps, "a", "x").unwrap(),
+        below: 1.0,
+        served_at: &|_| Some(7),
+        served: &[7],
+        lowest: false,
+    };
+    fleet.gate(&step, now)
+}
+
+fn refusing(key: &str, held: Option<(u8, u64)>, refused: (u8, u64)) -> Holding {
+    Holding {
+        kind: Resource::ConfigMaps,
+        key: key.into(),
+        hash: held.map(|(v, _)| Hash([v; 32])),
+        resource_version: held.map(|(_, rv)| rv),
+        refused: Some(Box::new(Refusal {
+            hash: Hash([refused.0; 32]),
+            resource_version: Some(refused.1),
+            by: By::Confirm,
+            reason: "9:1: no".into(),
+        })),
+    }
+}
+
+/// A collector counts in a step's gate as a follower does: not holding before a text
+/// with the step's version runs (its position), refusing it once Alloy fails it (its
+/// exception, kept while it runs texts that hold the module), holding it once it runs it.
+#[test]
+fn a_collectors_word_is_a_followers_report_to_the_gate() {
+    let held = poll(
+        &Held::empty(kinds()),
+        1,
+        &[(None, 7)],
+        vec![item("a", "x", 7, &[])],
+    );
+    let fleet = Fleet::new(Instant::now());
+    let now = Instant::now();
+    let at = |at: u64| Word {
+        at: Some(at),
+        ..Word::default()
+    };
+    // Its first call: a follower of every ConfigMap, holding nothing yet.
+    fleet.collected("ns/pod", Word::default(), now);
+    let g = gate(&fleet, &held, now);
+    assert_eq!((g.followers, g.holding, g.refused), (1, 0, None));
+    // It failed the text with a/x at rv 7: refused, by its agent, with Alloy's words.
+    let failed = Word {
+        change: Some(Change::Failed(vec![refusing("a/x", Some((1, 3)), (2, 7))])),
+        ..at(5)
+    };
+    fleet.collected("ns/pod", failed, now);
+    let g = gate(&fleet, &held, now);
+    let refused = g.refused.unwrap();
+    assert_eq!(
+        (refused.0.as_str(), refused.1, refused.2.as_str()),
+        ("ns/pod", By::Confirm, "9:1: no")
+    );
+    // It runs a text that holds a/x at its last good version (rv 3), answered at 8:
+    // the refusal stays.
+    let good = Word {
+        change: Some(Change::Applied(Arc::new([version("a/x", 1, 3)]))),
+        ..at(8)
+    };
+    fleet.collected("ns/pod", good, now);
+    assert!(gate(&fleet, &held, now).refused.is_some(), "still refused");
+    // A text without a/x: nothing refused, nothing else excepted; it holds what the hub
+    // serves from its position (8 ≥ 7) on.
+    let other = Word {
+        change: Some(Change::Applied(Arc::new([version("b/y", 1, 4)]))),
+        ..at(8)
+    };
+    fleet.collected("ns/pod", other, now);
+    let g = gate(&fleet, &held, now);
+    assert_eq!((g.followers, g.holding, g.refused), (1, 1, None));
+    // A failed text that holds a/x at rv 7 without refusing it (Alloy pointed elsewhere):
+    // it runs rv 3 of it, so it does not hold the step's version.
+    let unrun = Holding {
+        refused: None,
+        ..refusing("a/x", Some((1, 3)), (2, 7))
+    };
+    let failed = Word {
+        change: Some(Change::Failed(vec![unrun])),
+        ..Word::default()
+    };
+    fleet.collected("ns/pod", failed, now);
+    let g = gate(&fleet, &held, now);
+    assert_eq!((g.followers, g.holding, g.refused), (1, 0, None));
+}
+
+/// Collectors sharing a token are one follower: one's text that runs the refused version
+/// does not take back another's refusal; positions only move on; a word with no change
+/// touches no exception.
+#[test]
+fn collectors_of_one_token_keep_each_others_refusals() {
+    let fleet = Fleet::new(Instant::now());
+    let now = Instant::now();
+    let failed = Word {
+        at: Some(5),
+        change: Some(Change::Failed(vec![refusing("a/x", None, (2, 7))])),
+        ..Word::default()
+    };
+    fleet.collected("user:alloy", failed, now);
+    let runs = Word {
+        at: Some(9),
+        change: Some(Change::Applied(Arc::new([
+            version("a/x", 2, 7),
+            version("b/y", 1, 2),
+        ]))),
+        ..Word::default()
+    };
+    fleet.collected("user:alloy", runs, now);
+    let back = Word {
+        at: Some(6),
+        ..Word::default()
+    };
+    fleet.collected("user:alloy", back, now);
+    let followers = fleet.read(now);
+    let f = followers.map.get("user:alloy").unwrap();
+    assert_eq!(f.scopes.len(), 1);
+    assert_eq!(f.scopes[0].position(), 9, "never back");
+    assert_eq!(f.holds.len(), 1);
+    let h = &f.holds[0];
+    assert_eq!(
+        (
+            &*h.key,
+            h.resource_version,
+            h.refused.as_ref().unwrap().hash
+        ),
+        ("a/x", Some(7), Hash([2; 32]))
+    );
+}
+
+/// Holds are merged by key, in key order.
+#[test]
+fn failures_merge_by_key() {
+    let a = refusing("a/x", None, (1, 1));
+    let b = refusing("b/y", None, (1, 1));
+    let c = refusing("c/z", None, (1, 1));
+    let b2 = refusing("b/y", Some((1, 1)), (2, 2));
+    let out = merged(&[a.clone(), b], vec![b2.clone(), c.clone()]);
+    assert_eq!(out, [a, b2, c]);
+}
