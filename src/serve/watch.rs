@@ -115,14 +115,20 @@ impl Filter {
         }
     }
 
-    /// Every object of `kind` (what a collector follows: `fleet::collected`).
-    pub fn everything(kind: Resource) -> Filter {
+    /// Every object of `kind` in `namespace` (`None`: all), no selector: what a collector
+    /// follows (`fleet::collected`).
+    pub fn namespace(kind: Resource, namespace: Option<&str>) -> Filter {
         Filter {
             kind,
-            namespace: None,
+            namespace: namespace.map(str::to_string),
             labels: LabelSelector::default(),
             fields: FieldSelector::default(),
         }
+    }
+
+    /// Whether it has no selector: all of its kind, in its namespace or all.
+    pub fn plain(&self) -> bool {
+        self.labels == LabelSelector::default() && self.fields == FieldSelector::default()
     }
 
     /// Whether it selects `o` (an object of its kind).

@@ -138,14 +138,24 @@ fn a_version_alloy_refuses_by_remotecfg_reaches_only_the_first_step() {
     );
     eprintln!("refused {:?} after the write", written.elapsed());
     // The moment passed: the step's wait and two polls beyond the write. Had any other
-    // collector been sent the version, it would have failed it too.
+    // collector been sent the version, it would have failed it too (Alloy's log says each
+    // text it fails).
     std::thread::sleep((written + WAIT + 2 * POLL).saturating_duration_since(Instant::now()));
-    let page = status();
-    let failed = &page["remotecfg"]["failed"];
-    assert!(
-        (failed.as_array().into_iter().flatten()).all(|f| f["collector"] == first),
-        "only {first} was sent the refused version: {page}"
-    );
+    let failed = |a: &Collector| {
+        a.log()
+            .matches("failed to parse and load new remote configuration")
+            .count()
+    };
+    assert_eq!(failed(&alloys[0]), 1, "{}", alloys[0].log());
+    for a in &alloys[1..] {
+        assert_eq!(
+            failed(a),
+            0,
+            "{} was sent the refused version\n{}",
+            a.id,
+            a.log()
+        );
+    }
     for a in &alloys {
         assert!(
             runs(a, "v1"),
@@ -179,13 +189,30 @@ fn a_version_alloy_refuses_by_remotecfg_reaches_only_the_first_step() {
         || k.ok(&["get", "events", "-n", &ns, "-o", "yaml"]),
     );
 
-    // A later good version reaches every Alloy, the first step first.
+    // A later good version reaches every Alloy, the first step first: the others only
+    // after the step's wait.
     let written = put(&module("v3"));
+    let mut got: Vec<Option<Duration>> = vec![None; alloys.len()];
     eventually_explained(
         "the good version runs in every Alloy",
         2 * POLL + WAIT + SOON,
-        || alloys.iter().all(|a| runs(a, "v3")),
+        || {
+            for (a, t) in alloys.iter().zip(got.iter_mut()) {
+                if t.is_none() && runs(a, "v3") {
+                    *t = Some(written.elapsed());
+                }
+            }
+            got.iter().all(Option::is_some)
+        },
         explain,
     );
-    eprintln!("v3 everywhere {:?} after the write", written.elapsed());
+    eprintln!("v3 reached the Alloys after {got:?} (the first step's first)");
+    let first_got = got[0].unwrap();
+    for (a, t) in alloys.iter().zip(&got).skip(1) {
+        assert!(
+            t.unwrap() >= first_got + Duration::from_secs(2),
+            "{} got v3 at {t:?}, the first step at {first_got:?}",
+            a.id
+        );
+    }
 }

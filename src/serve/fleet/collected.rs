@@ -4,11 +4,12 @@
 //!
 //! A collector is a follower of the fleet under the name its token gives a follower
 //! (`follower_name`: its pod, else its user name), so its cohort is the one its texts were
-//! made for. It follows every ConfigMap the hub serves (one scope of all ConfigMaps: the
-//! hub does not keep which modules each collector's namespaces and attributes let in, so
-//! it counts on `/status` as following those it is not sent too, holding what the hub
-//! serves), as far as the hub's version of the last text it runs (`Word::at`: a text sent
-//! at that version, or answered `not_modified` then). What it says changes its exceptions:
+//! made for. It follows the ConfigMaps of each namespace it is sent modules of (a scope
+//! each, without selector: past half of `MAX_SCOPES` namespaces, one of all ConfigMaps) —
+//! so a caller sent no module follows nothing and holds no step; a module of such a
+//! namespace whose `cmpoll.io/collectors` leaves it out counts it all the same, holding
+//! what the hub serves — as far as the hub's version of the last text it runs
+//! (`Word::at`: the text it was sent, echoed). What it says changes its exceptions:
 //! - `Applied(text)`: it runs `text`. Its exceptions go, but a refusal of a module the text
 //!   holds stays (it holds the text's version and refuses the one it refused): a follower
 //!   keeps saying what it refused while it holds back, and collectors sharing one token
@@ -25,23 +26,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::intake::Holding;
-use super::state::{Fleet, Scope};
+pub use super::intake::{Version, Versions};
+use super::state::{Fleet, MAX_SCOPES, Scope};
 use crate::hub_protocol::MAX_REPORT_MODULES;
-use crate::poll::hash::Hash;
 use crate::serve::watch::Filter;
 use crate::source::Resource;
-
-/// One module's version in a text sent to a collector: `namespace/name`, its hash, its
-/// resourceVersion (what a refusal is matched by: `gate.rs`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Version {
-    pub key: Box<str>,
-    pub hash: Hash,
-    pub rv: u64,
-}
-
-/// The module versions of a text, in key order.
-pub type Versions = Arc<[Version]>;
 
 /// What a collector's call changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,20 +49,43 @@ pub struct Word {
     pub at: Option<u64>,
     /// How long it waits between its calls, in seconds, when seen.
     pub wait: Option<u64>,
+    /// The namespaces of the modules of the text it is sent, when that text changed (in
+    /// order, once each): what it follows.
+    pub namespaces: Option<Vec<Box<str>>>,
     pub change: Option<Change>,
 }
 
-/// The scope every collector follows.
-fn everything() -> Arc<Scope> {
-    Arc::new(Scope::new(Filter::everything(Resource::ConfigMaps), 0))
+/// The scopes a collector sent modules of `namespaces` follows: one per namespace, or
+/// all ConfigMaps past half of `MAX_SCOPES` (a follower's own scopes keep room).
+fn wanted(namespaces: &[Box<str>]) -> Vec<Arc<Scope>> {
+    let filters: Vec<Filter> = if namespaces.len() > MAX_SCOPES / 2 {
+        vec![Filter::namespace(Resource::ConfigMaps, None)]
+    } else {
+        (namespaces.iter())
+            .map(|ns| Filter::namespace(Resource::ConfigMaps, Some(ns)))
+            .collect()
+    };
+    filters
+        .into_iter()
+        .map(|f| Arc::new(Scope::new(f, 0)))
+        .collect()
+}
+
+/// Whether `s` is a collector's scope (all ConfigMaps of a namespace, or of all).
+fn plain(s: &Scope) -> bool {
+    s.filter.kind == Resource::ConfigMaps && s.filter.plain()
 }
 
 /// `holds` once `text` runs: the refusals of modules the text holds, each now holding
-/// the text's version; nothing else.
+/// the text's version, and what is not a ConfigMap's (a follower's of the same name);
+/// nothing else.
 fn applied(holds: &[Holding], text: &[Version]) -> Vec<Holding> {
     (holds.iter())
-        .filter(|h| h.refused.is_some())
         .filter_map(|h| {
+            if h.kind != Resource::ConfigMaps {
+                return Some(h.clone());
+            }
+            h.refused.as_ref()?;
             let i = text.binary_search_by(|v| (*v.key).cmp(&h.key)).ok()?;
             Some(Holding {
                 hash: Some(text[i].hash),
@@ -84,53 +96,84 @@ fn applied(holds: &[Holding], text: &[Version]) -> Vec<Holding> {
         .collect()
 }
 
-/// `holds` with `new` in place of those of the same keys (both in key order).
+/// The order holds are kept in: kind, then key.
+fn order(h: &Holding) -> (usize, &str) {
+    (h.kind.index(), &h.key)
+}
+
+/// `holds` with `new` in place of those of the same kind and key (both in that order).
 fn merged(holds: &[Holding], new: Vec<Holding>) -> Vec<Holding> {
     let mut out: Vec<Holding> = (holds.iter())
-        .filter(|h| new.binary_search_by(|n| n.key.cmp(&h.key)).is_err())
+        .filter(|h| new.binary_search_by(|n| order(n).cmp(&order(h))).is_err())
         .cloned()
         .collect();
     out.extend(new);
-    out.sort_by(|a, b| a.key.cmp(&b.key));
+    out.sort_by(|a, b| order(a).cmp(&order(b)));
     out
 }
 
+/// `holds` cut to `MAX_REPORT_MODULES`, refusals kept first; and whether it was cut.
+fn bounded(mut holds: Vec<Holding>) -> (Vec<Holding>, bool) {
+    if holds.len() <= MAX_REPORT_MODULES {
+        return (holds, false);
+    }
+    holds.sort_by_key(|h| h.refused.is_none());
+    holds.truncate(MAX_REPORT_MODULES);
+    holds.sort_by(|a, b| order(a).cmp(&order(b)));
+    (holds, true)
+}
+
 impl Fleet {
-    /// Collector `name` (its follower name) said `word`, now.
-    pub fn collected(&self, name: &str, word: Word, now: Instant) {
-        let all = everything();
-        if word.change.is_none() {
+    /// Collector `name` (its follower name) said `word`, now. A change is taken within
+    /// the follower's report budget (`Fleet::rate`): Alloy's status changes at most twice
+    /// a text, so past it a change is dropped, and the followers' lock is written at a
+    /// bounded rate whatever a token sends.
+    pub fn collected(&self, name: &str, mut word: Word, now: Instant) {
+        if word.change.is_some() && self.rate(name, now).is_err() {
+            word.change = None;
+        }
+        if word.change.is_none() && word.namespaces.is_none() {
             let followers = self.read_now();
-            if let Some(f) = followers.map.get(name)
-                && let Some(s) = f.scopes.iter().find(|s| s.key == all.key)
-            {
-                s.advance(word.at.unwrap_or(0));
-                drop(followers);
-                self.seen_name(name, word.wait, now);
+            let Some(f) = followers.map.get(name) else {
+                // Not followed: nothing it holds counts yet (a text of modules adds it).
                 return;
+            };
+            if let Some(at) = word.at {
+                (f.scopes.iter())
+                    .filter(|s| plain(s))
+                    .for_each(|s| s.advance(at));
             }
+            drop(followers);
+            self.seen_name(name, word.wait, now);
+            return;
         }
         self.replace(name, word.wait, now, move |before| {
             let (mut scopes, holds, _) = before
                 .map(|b| (b.scopes, b.holds, b.truncated))
                 .unwrap_or_default();
-            match scopes.iter().find(|s| s.key == all.key) {
-                Some(s) => s.advance(word.at.unwrap_or(0)),
-                None => {
-                    all.advance(word.at.unwrap_or(0));
-                    scopes.push(all);
-                    if scopes.len() > super::state::MAX_SCOPES {
-                        scopes.remove(0);
-                    }
+            if let Some(namespaces) = &word.namespaces {
+                let kept = std::mem::take(&mut scopes);
+                let (theirs, ours): (Vec<_>, Vec<_>) = kept.into_iter().partition(|s| !plain(s));
+                scopes = theirs;
+                for w in wanted(namespaces) {
+                    let same = ours.iter().find(|s| s.key == w.key);
+                    scopes.push(same.cloned().unwrap_or(w));
+                }
+                while scopes.len() > MAX_SCOPES {
+                    scopes.remove(0);
                 }
             }
-            let mut holds = match word.change {
+            if let Some(at) = word.at {
+                (scopes.iter())
+                    .filter(|s| plain(s))
+                    .for_each(|s| s.advance(at));
+            }
+            let holds = match word.change {
                 None => holds.into_vec(),
                 Some(Change::Applied(text)) => applied(&holds, &text),
                 Some(Change::Failed(new)) => merged(&holds, new),
             };
-            let truncated = holds.len() > MAX_REPORT_MODULES;
-            holds.truncate(MAX_REPORT_MODULES);
+            let (holds, truncated) = bounded(holds);
             (scopes, holds.into_boxed_slice(), truncated)
         });
     }

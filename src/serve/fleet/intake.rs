@@ -51,6 +51,18 @@ pub struct Refusal {
     pub reason: Box<str>,
 }
 
+/// One module's version in a text sent to a collector (`--remotecfg`): `namespace/name`,
+/// its hash, its resourceVersion (what a refusal is matched by: `gate.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    pub key: Box<str>,
+    pub hash: Hash,
+    pub rv: u64,
+}
+
+/// The module versions of a text, in key order.
+pub type Versions = std::sync::Arc<[Version]>;
+
 /// One module a follower holds, as kept: the object (`kind`, `namespace/name`), the version
 /// it holds (none: it holds none), its refusal.
 #[derive(Clone, Debug, PartialEq, Eq)]

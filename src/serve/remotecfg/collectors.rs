@@ -9,9 +9,10 @@
 //! A `FAILED` is about the module versions of the text it names that the collector had not
 //! confirmed: Alloy loads a text all or nothing and keeps what it ran, so one of those is
 //! what it refused — the ones whose lines Alloy's diagnostics point into (the `LINE:COL:`
-//! that opens each diagnostic, never one inside a message), else all of them. None — a
-//! `FAILED` for the text it runs — is Alloy's own fetch failing (`unavailable: …`), not a
-//! refusal. A status's message is kept `printable` (its control characters escaped, so that
+//! that opens each diagnostic, never one inside a message), all of them when none has a
+//! position, none when they point elsewhere. None either for a `FAILED` of the text it
+//! runs, or in Connect's words (`unavailable: …`): Alloy's own fetch failing, not a
+//! refusal. What the fleet is told of it (`fleet::collected::Word`) is made here too. A status's message is kept `printable` (its control characters escaped, so that
 //! neither `/status` nor the log shows a forged line) and cut to `KEPT_MESSAGE`; every word
 //! of a collector's in a log line is so too. Only ConfigMaps and the root are ever sent, so
 //! the message is kept as a ConfigMap's refusal is (`reason::redacted` hides a Secret's
@@ -171,6 +172,7 @@ impl Collector {
                 self.refused.clear();
             }
             (Status::Failed, None) => self.refused.clear(),
+            (Status::Failed, Some(_)) if fetch_failed(&status.message) => self.refused.clear(),
             (Status::Failed, Some(s)) => {
                 let (refused, holdings) = self.failed(&s, &status.message);
                 self.refused = refused;
@@ -178,7 +180,12 @@ impl Collector {
             }
             _ => {}
         }
-        (self.said(status, hash), word)
+        let said = self.said(status, hash);
+        if said.is_none() {
+            // Said before: the fleet has it.
+            word.change = None;
+        }
+        (said, word)
     }
 
     /// A `FAILED` of `s` with Alloy's `message`: the module versions it refused — of those
@@ -232,6 +239,18 @@ impl Collector {
     }
 }
 
+/// The namespaces of `modules` (in key order), once each.
+fn namespaces(modules: &[Version]) -> Vec<Box<str>> {
+    let mut out: Vec<Box<str>> = Vec::new();
+    for v in modules {
+        let ns = v.key.split_once('/').map_or(&*v.key, |(ns, _)| ns);
+        if out.last().is_none_or(|l| **l != *ns) {
+            out.push(ns.into());
+        }
+    }
+    out
+}
+
 /// The indexes of `sent`'s module versions not in `held`. Both are in key order (a
 /// composition's modules are in its view's), so they are walked together: `compare` (of a
 /// key of `held` with one of `sent`) is called at most once per module of either, not once
@@ -259,6 +278,31 @@ fn new_in(
         }
     }
     new
+}
+
+/// Whether a `FAILED`'s message is Alloy's own fetch failing, not a text it refused: a
+/// Connect error's words (`unavailable: 503 Service Unavailable`, `unauthenticated: …`),
+/// where a text's failure opens with a position or Alloy's loader's words.
+fn fetch_failed(message: &str) -> bool {
+    const CODES: [&str; 16] = [
+        "canceled",
+        "unknown",
+        "invalid_argument",
+        "deadline_exceeded",
+        "not_found",
+        "already_exists",
+        "permission_denied",
+        "resource_exhausted",
+        "failed_precondition",
+        "aborted",
+        "out_of_range",
+        "unimplemented",
+        "internal",
+        "unavailable",
+        "data_loss",
+        "unauthenticated",
+    ];
+    (message.split_once(": ")).is_some_and(|(code, _)| CODES.contains(&code))
 }
 
 /// The lines Alloy's diagnostics name. Alloy v1.19.2 sends `diag.AllMessages()`: each
@@ -357,6 +401,7 @@ impl Collectors {
                         modules: sent.modules.clone(),
                         spans: sent.spans.clone(),
                     });
+                    word.namespaces = Some(namespaces(&sent.modules));
                 }
                 c.answered = asked.at;
                 word.wait = (c.called)
@@ -364,22 +409,25 @@ impl Collectors {
                     .filter(|gap| *gap >= APART)
                     .map(|gap| gap.as_secs_f64().ceil() as u64);
                 c.called = Some(now);
-                let failed = (c.status.as_ref()).is_some_and(|(r, _)| r.status != Status::Applied);
-                if asked.hash == sent.hash && !failed {
+                // It runs what it echoes, but for the versions a FAILED of it made
+                // exceptions of.
+                let failed = (c.status.as_ref())
+                    .is_some_and(|(r, h)| r.status == Status::Failed && *h == sent.hash);
+                if asked.hash == sent.hash {
                     word.at = Some(asked.at);
-                    if c.applied.as_ref().is_none_or(|a| a.hash != sent.hash) {
-                        c.applied = c.sent.clone();
-                        c.refused.clear();
-                        word.change =
-                            (c.applied.as_ref()).map(|a| Change::Applied(a.modules.clone()));
-                        c.status = Some((
-                            Reported {
-                                status: Status::Applied,
-                                message: String::new(),
-                            },
-                            sent.hash.clone(),
-                        ));
-                    }
+                }
+                let new = c.applied.as_ref().is_none_or(|a| a.hash != sent.hash);
+                if asked.hash == sent.hash && !failed && new {
+                    c.applied = c.sent.clone();
+                    c.refused.clear();
+                    word.change = (c.applied.as_ref()).map(|a| Change::Applied(a.modules.clone()));
+                    c.status = Some((
+                        Reported {
+                            status: Status::Applied,
+                            message: String::new(),
+                        },
+                        sent.hash.clone(),
+                    ));
                 }
             }
         });

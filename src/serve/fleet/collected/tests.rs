@@ -1,10 +1,12 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::poll::hash::Hash;
 use crate::serve::fleet::gate::{Gate, Step};
 use crate::serve::fleet::intake::{By, Refusal};
 use crate::serve::held::Held;
 use crate::serve::testing::{item, kinds, poll};
+use std::time::Duration;
 
 fn version(key: &str, v: u8, rv: u64) -> Version {
     Version {
@@ -59,14 +61,24 @@ fn a_collectors_word_is_a_followers_report_to_the_gate() {
         at: Some(at),
         ..Word::default()
     };
-    // Its first call: a follower of every ConfigMap, holding nothing yet.
+    // A call before it is sent any module: it follows nothing, holds no step.
     fleet.collected("ns/pod", Word::default(), now);
+    assert_eq!(gate(&fleet, &held, now).followers, 0);
+    // Sent a text of modules of `b` alone: not a follower of `a`'s objects.
+    let sent = |ns: &[&str]| Word {
+        namespaces: Some(ns.iter().map(|n| Box::from(*n)).collect()),
+        ..Word::default()
+    };
+    fleet.collected("ns/pod", sent(&["b"]), now);
+    assert_eq!(gate(&fleet, &held, now).followers, 0);
+    // Sent one with `a`'s: a follower of the step, holding nothing yet.
+    fleet.collected("ns/pod", sent(&["a", "b"]), now);
     let g = gate(&fleet, &held, now);
     assert_eq!((g.followers, g.holding, g.refused), (1, 0, None));
     // It failed the text with a/x at rv 7: refused, by its agent, with Alloy's words.
     let failed = Word {
         change: Some(Change::Failed(vec![refusing("a/x", Some((1, 3)), (2, 7))])),
-        ..at(5)
+        ..Word::default()
     };
     fleet.collected("ns/pod", failed, now);
     let g = gate(&fleet, &held, now);
@@ -115,11 +127,11 @@ fn collectors_of_one_token_keep_each_others_refusals() {
     let fleet = Fleet::new(Instant::now());
     let now = Instant::now();
     let failed = Word {
-        at: Some(5),
+        namespaces: Some(vec!["a".into(), "b".into()]),
         change: Some(Change::Failed(vec![refusing("a/x", None, (2, 7))])),
         ..Word::default()
     };
-    fleet.collected("user:alloy", failed, now);
+    fleet.collected("alloy", failed, now);
     let runs = Word {
         at: Some(9),
         change: Some(Change::Applied(Arc::new([
@@ -128,16 +140,16 @@ fn collectors_of_one_token_keep_each_others_refusals() {
         ]))),
         ..Word::default()
     };
-    fleet.collected("user:alloy", runs, now);
+    fleet.collected("alloy", runs, now);
     let back = Word {
         at: Some(6),
         ..Word::default()
     };
-    fleet.collected("user:alloy", back, now);
+    fleet.collected("alloy", back, now);
     let followers = fleet.read(now);
-    let f = followers.map.get("user:alloy").unwrap();
-    assert_eq!(f.scopes.len(), 1);
-    assert_eq!(f.scopes[0].position(), 9, "never back");
+    let f = followers.map.get("alloy").unwrap();
+    assert_eq!(f.scopes.len(), 2);
+    assert!(f.scopes.iter().all(|s| s.position() == 9), "never back");
     assert_eq!(f.holds.len(), 1);
     let h = &f.holds[0];
     assert_eq!(
@@ -150,6 +162,67 @@ fn collectors_of_one_token_keep_each_others_refusals() {
     );
 }
 
+/// A follower's scopes and exceptions of the same name stay: a collector's text changes
+/// only the ConfigMaps' scopes without selector, and its exceptions only ConfigMaps'.
+#[test]
+fn a_followers_own_scopes_and_secrets_stay() {
+    let fleet = Fleet::new(Instant::now());
+    let now = Instant::now();
+    let filter =
+        crate::serve::testing::filter("/api/v1/namespaces/a/configmaps", "labelSelector=x%3Dy");
+    let theirs = Arc::new(Scope::new(filter, 3));
+    fleet.following("ns/pod", theirs, Some(30), now).unwrap();
+    let secret = Holding {
+        kind: Resource::Secrets,
+        ..refusing("a/x", None, (1, 1))
+    };
+    let failed = Word {
+        namespaces: Some(vec!["a".into()]),
+        change: Some(Change::Failed(vec![
+            secret.clone(),
+            refusing("a/x", None, (2, 7)),
+        ])),
+        ..Word::default()
+    };
+    fleet.collected("ns/pod", failed, now);
+    let text = Word {
+        namespaces: Some(vec!["c".into()]),
+        change: Some(Change::Applied(Arc::new([version("c/z", 1, 2)]))),
+        at: Some(4),
+        ..Word::default()
+    };
+    fleet.collected("ns/pod", text, now);
+    let followers = fleet.read(now);
+    let f = followers.map.get("ns/pod").unwrap();
+    let scopes: Vec<(Option<&str>, bool, u64)> = (f.scopes.iter())
+        .map(|s| {
+            (
+                s.filter.namespace.as_deref(),
+                s.filter.plain(),
+                s.position(),
+            )
+        })
+        .collect();
+    assert_eq!(scopes, [(Some("a"), false, 3), (Some("c"), true, 4)]);
+    assert_eq!(&*f.holds, [secret]);
+}
+
+/// Past `MAX_REPORT_MODULES` exceptions, the refusals are kept first.
+#[test]
+fn refusals_are_kept_first() {
+    let mut holds: Vec<Holding> = (0..MAX_REPORT_MODULES + 10)
+        .map(|i| Holding {
+            refused: None,
+            ..refusing(&format!("a/m{i:05}"), Some((1, 1)), (1, 1))
+        })
+        .collect();
+    holds.push(refusing("z/last", None, (2, 2)));
+    let (kept, cut) = bounded(holds);
+    assert!(cut);
+    assert_eq!(kept.len(), MAX_REPORT_MODULES);
+    assert_eq!(&*kept[MAX_REPORT_MODULES - 1].key, "z/last");
+}
+
 /// Holds are merged by key, in key order.
 #[test]
 fn failures_merge_by_key() {
@@ -159,4 +232,33 @@ fn failures_merge_by_key() {
     let b2 = refusing("b/y", Some((1, 1)), (2, 2));
     let out = merged(&[a.clone(), b], vec![b2.clone(), c.clone()]);
     assert_eq!(out, [a, b2, c]);
+}
+
+/// A token that changes its status at every call writes the followers' lock within the
+/// report budget: past `REPORT_BURST`, a change is dropped until the budget refills.
+#[test]
+fn changes_are_taken_within_the_report_budget() {
+    let fleet = Fleet::new(Instant::now());
+    let now = Instant::now();
+    let failing = |i: u8| Word {
+        namespaces: Some(vec!["a".into()]),
+        change: Some(Change::Failed(vec![refusing(
+            "a/x",
+            None,
+            (i, u64::from(i)),
+        )])),
+        ..Word::default()
+    };
+    let refused = |fleet: &Fleet| {
+        let followers = fleet.read(now);
+        let f = followers.map.get("ns/pod").unwrap();
+        f.holds[0].refused.as_ref().unwrap().hash.0[0]
+    };
+    let burst = crate::serve::fleet::state::REPORT_BURST as u8;
+    for i in 1..=burst + 3 {
+        fleet.collected("ns/pod", failing(i), now);
+    }
+    assert_eq!(refused(&fleet), burst, "the changes past the burst dropped");
+    fleet.collected("ns/pod", failing(99), now + Duration::from_secs(10));
+    assert_eq!(refused(&fleet), 99, "taken once the budget refilled");
 }

@@ -381,25 +381,42 @@ fn module_lists_are_counted_once_and_bounded() {
     assert_eq!((kept.hash.as_str(), kept.modules.len()), ("h3", 0));
 }
 
-/// What the fleet is told of a collector's calls (`fleet::collected`): the hub's version
-/// of the text it runs — once it says `APPLIED` for it, or echoes its hash with no
-/// `FAILED` since (Alloy says `APPLIED` once, then runs each text it loads without a
-/// word; a hub that never heard it takes the hash) — a text it runs, the exceptions of one
-/// it failed; a wait once its calls are `APART`.
+/// What the fleet is told of a collector's calls (`fleet::collected`), made as
+/// `service::get_config` makes them (the status first, then what it is sent): the hub's
+/// version of the text it echoes (what it runs, but for a `FAILED`'s exceptions), the
+/// namespaces of a new text, a text it runs — once it says `APPLIED` for it, or echoes its
+/// hash with no `FAILED` of it (Alloy says `APPLIED` once, then runs each text it loads
+/// without a word; a hub that never heard it takes the hash) — the exceptions of one it
+/// failed, once; its fetch failing is no refusal; a wait once its calls are `APART`.
 #[test]
 fn the_fleet_hears_what_a_collector_runs_and_refuses() {
     let c = Collectors::default();
     let t = Instant::now();
     let call = |echoed: &str, status: Option<&Reported>, sent: &Composition, at: u64, s: u64| {
+        let now = t + Duration::from_secs(s);
         let asked = Asked {
             attributes: &Attributes::new(),
             hash: echoed,
             status,
+            sent: None,
+            at: 0,
+        };
+        let first = c.asked("ns/pod", "x", asked, now).1;
+        let asked = Asked {
+            status: None,
             sent: Some(sent),
             at,
+            ..asked
         };
-        c.asked("ns/pod", "x", asked, t + Duration::from_secs(s)).1
+        let then = c.asked("ns/pod", "x", asked, now).1;
+        Word {
+            at: then.at.or(first.at),
+            wait: then.wait,
+            namespaces: then.namespaces,
+            change: first.change.or(then.change),
+        }
     };
+    let ns = |n: &[&str]| Some(n.iter().map(|x| Box::from(*x)).collect::<Vec<_>>());
     let (h1, h2) = (
         text("h1", &[("a/x", 1)]),
         text("h2", &[("a/x", 1), ("b/y", 1)]),
@@ -407,19 +424,21 @@ fn the_fleet_hears_what_a_collector_runs_and_refuses() {
     let h3 = text("h3", &[("a/x", 1), ("b/y", 2), ("c/z", 1)]);
     let w = call("", Some(&reported(Status::Unset, "")), &h1, 3, 0);
     assert_eq!((w.at, w.change, w.wait), (None, None, None));
+    assert_eq!(w.namespaces, ns(&["a"]));
     let w = call("h1", Some(&reported(Status::Applied, "")), &h1, 4, 0);
-    assert_eq!(w.at, Some(4));
+    assert_eq!((w.at, w.namespaces), (Some(4), None));
     assert_eq!(w.change, Some(Change::Applied(h1.modules.clone())));
     // Polled 10 s later: a new text; then its hash echoed, no status (it ran it).
     let w = call("h1", None, &h2, 6, 10);
     assert_eq!((w.at, w.change, w.wait), (None, None, Some(10)));
+    assert_eq!(w.namespaces, ns(&["a", "b"]));
     let w = call("h2", None, &h2, 6, 10);
     assert_eq!((w.at, w.wait), (Some(6), None));
     assert_eq!(w.change, Some(Change::Applied(h2.modules.clone())));
     let w = call("h2", None, &h2, 7, 20);
     assert_eq!((w.at, w.change, w.wait), (Some(7), None, Some(10)));
     // h3 fails in c/z's lines (21 to 29): b/y's and c/z's new versions are exceptions,
-    // c/z's refused; no position while it fails.
+    // c/z's refused, told once; it runs h2 but for them.
     call("h2", None, &h3, 8, 30);
     let w = call(
         "h3",
@@ -428,7 +447,7 @@ fn the_fleet_hears_what_a_collector_runs_and_refuses() {
         8,
         30,
     );
-    assert_eq!(w.at, None);
+    assert_eq!(w.at, Some(8));
     let Some(Change::Failed(holds)) = w.change else {
         panic!("{:?}", w.change)
     };
@@ -450,8 +469,23 @@ fn the_fleet_hears_what_a_collector_runs_and_refuses() {
     );
     assert_eq!(holds[1].refused.as_ref().unwrap().by, By::Confirm);
     assert_eq!(&*holds[1].refused.as_ref().unwrap().reason, "22:1: bad");
-    let w = call("h3", None, &h3, 9, 40);
-    assert_eq!((w.at, w.change), (None, None));
+    let again = call(
+        "h3",
+        Some(&reported(Status::Failed, "22:1: bad")),
+        &h3,
+        9,
+        40,
+    );
+    assert_eq!((again.at, again.change), (Some(9), None), "said once");
+    let w = call("h3", None, &h3, 9, 50);
+    assert_eq!((w.at, w.change), (Some(9), None));
+    // Its fetch failing, about the text it was sent: no refusal.
+    let h4 = text("h4", &[("a/x", 2)]);
+    call("h3", None, &h4, 10, 60);
+    let unavailable = reported(Status::Failed, "unavailable: 503 Service Unavailable");
+    let w = call("h4", Some(&unavailable), &h4, 10, 60);
+    assert_eq!(w.change, None);
+    assert!(c.get("ns/pod", "x").unwrap().refused.is_empty());
     // A hub that never heard this collector takes the hash it echoes.
     let fresh = Collectors::default();
     let asked = Asked {
@@ -463,4 +497,5 @@ fn the_fleet_hears_what_a_collector_runs_and_refuses() {
     };
     let w = fresh.asked("ns/pod", "x", asked, t).1;
     assert_eq!(w.at, Some(12));
+    assert_eq!(w.change, Some(Change::Applied(h2.modules.clone())));
 }
