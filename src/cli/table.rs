@@ -306,7 +306,7 @@ flags! {
         rollout_wait: Option<String> [option, arg_name = "DURATION"] = "1m", needs Rollout;
         /// the Secret that holds the rollouts' state, read and written by every hub (default: cmpoll-rollouts in the hub's own namespace: its pod's, else its kubeconfig context's)
         rollout_state: Option<String> [option, arg_name = "NAMESPACE/NAME"], needs Rollout;
-        /// answer Alloy's remotecfg block (grafana's collector.v1.CollectorService) on the hub's port: each collector runs ROOT (an Alloy file, read again when it changes) then each selected ConfigMap's *.alloy keys wrapped in a declare block of its own, as docs/alloy.md wraps them, for the namespaces it may list and, with the annotation cmpoll.io/collectors: SELECTOR, when the selector matches its attributes
+        /// answer Alloy's remotecfg block (grafana's collector.v1.CollectorService) on the hub's port: each collector runs ROOT (an Alloy file, read again when it changes; or configmap:NS/NAME, its key root.alloy, and its key arguments as --remotecfg-arguments, read again after each poll) then each selected ConfigMap's *.alloy keys wrapped in a declare block of its own, as docs/alloy.md wraps them, for the namespaces it may list and, with the annotation cmpoll.io/collectors: SELECTOR, when the selector matches its attributes
         remotecfg: Option<String> [option, arg_name = "ROOT"];
         /// NAME = VALUE lines (as --offer-arguments): the arguments --remotecfg offers every module, each passed those it declares; values are Alloy expressions in ROOT's scope
         remotecfg_arguments: Option<String> [option, arg_name = "FILE"], needs Remotecfg;

@@ -81,7 +81,7 @@ pub struct Hub {
     /// What `/status` says of the poll loop's own parts, as it last said.
     said: Mutex<Said>,
     /// `--remotecfg`: Alloy's collectors (`remotecfg.rs`).
-    remotecfg: Option<Remotecfg>,
+    pub(super) remotecfg: Option<Remotecfg>,
 }
 
 /// What a read asks, besides its request: the query as the apiserver reads it, what it

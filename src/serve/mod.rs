@@ -267,12 +267,7 @@ pub fn run(opts: Options, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Er
         in_flight,
     );
     let kinds = opts.source.selection.resources;
-    let remote = (opts.remotecfg.clone())
-        .map(|paths| {
-            remotecfg::root::RootFiles::open(paths).map(remotecfg::service::Remotecfg::new)
-        })
-        .transpose()
-        .map_err(Error::Config)?;
+    let remote = remote_config(&opts, &config, &metrics, env)?;
     let posts = bodies(remote.is_some());
     let hub = Arc::new(
         Hub::new(
@@ -413,6 +408,29 @@ fn judging(
     Ok((validated, teller))
 }
 
+/// `--remotecfg`: the service, its root read (a ConfigMap's with a client of its own).
+fn remote_config(
+    opts: &Options,
+    config: &kube::Config,
+    metrics: &Metrics,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<remotecfg::service::Remotecfg>, Error> {
+    let Some(paths) = opts.remotecfg.clone() else {
+        return Ok(None);
+    };
+    let fetch = match &paths.root {
+        remotecfg::root::Location::ConfigMap(_) => {
+            let handles = kube::client::Handles::apart(metrics);
+            let client = kube::Client::new(config, opts.source.client.clone(), handles, env)
+                .map_err(Error::Config)?;
+            Some(read_bounded(client, remotecfg::root::configmap::MAX_ANSWER))
+        }
+        remotecfg::root::Location::File(_) => None,
+    };
+    let files = remotecfg::root::RootFiles::open(paths, fetch).map_err(Error::Config)?;
+    Ok(Some(remotecfg::service::Remotecfg::new(files)))
+}
+
 /// `--rollout`: the rollouts, their state in the Secret `--rollout-state` names.
 fn rolling(
     opts: &Options,
@@ -444,13 +462,18 @@ fn rolling(
 
 /// Reads a path of the apiserver with `client` (the issuer's discovery and keys).
 fn read_from(client: kube::Client) -> issuer::Fetch {
+    read_bounded(client, 1 << 20)
+}
+
+/// Reads a path of the apiserver with `client`, `max` bytes of it at most.
+fn read_bounded(client: kube::Client, max: u64) -> issuer::Fetch {
     let client = Mutex::new(client);
     Box::new(move |path: &str, accept: &str| {
         use std::io::Read as _;
         let mut c = client.lock().recover();
         let body = (c.get(path, accept, &format!("read {path}"))).map_err(|e| e.to_string())?;
         let mut out = Vec::new();
-        (body.take(1 << 20).read_to_end(&mut out)).map_err(|e| format!("{path}: {e}"))?;
+        (body.take(max).read_to_end(&mut out)).map_err(|e| format!("{path}: {e}"))?;
         Ok(out)
     })
 }
@@ -501,6 +524,10 @@ impl PollLoop {
             }
             number += 1;
             let wait = self.poll(number, &mut backoff);
+            if let Some(r) = &self.hub.remotecfg {
+                // `--remotecfg configmap:NS/NAME`: its root read again.
+                r.refresh_root();
+            }
             let mut until = backoff::after(Instant::now(), wait);
             loop {
                 if ends.is_none() && stop.load(Ordering::Relaxed) {

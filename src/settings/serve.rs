@@ -16,7 +16,7 @@ use crate::cli::{Needs, ServeArgs, flag};
 use crate::kube;
 use crate::ops::logging as log_options;
 use crate::serve;
-use crate::serve::remotecfg::root::Paths as RemotecfgPaths;
+use crate::serve::remotecfg::root::{Location, Named, Paths as RemotecfgPaths};
 use crate::serve::rollout::steps::{Settings as Rollout, Steps};
 use crate::source::Resources;
 use crate::source::origin::{self, Origin};
@@ -190,26 +190,24 @@ fn own_namespace(look: &Lookup, source: &origin::Options) -> Result<String, Erro
     })
 }
 
-/// `--remotecfg ROOT` (a file; `configmap:NS/NAME` is not built yet) with
-/// `--remotecfg-arguments FILE`. The files are read when the hub starts (`serve::run`).
+/// `--remotecfg ROOT` (a file, or `configmap:NS/NAME`) with `--remotecfg-arguments
+/// FILE`. What they name is read when the hub starts (`serve::run`).
 fn remotecfg(look: &Lookup) -> Result<Option<RemotecfgPaths>, Error> {
     let arguments = path(look.opt(&flag::remotecfg_arguments))?;
     let Some(v) = look.opt(&flag::remotecfg) else {
         return Ok(None);
     };
-    if v.value.starts_with("configmap:") {
-        return Err(usage(
-            &v.from,
-            format!(
-                "'{}': a root in a ConfigMap is not built yet: give the root as a file",
-                v.value
-            ),
-        ));
+    if let Some(named) = Named::parse(&v.value) {
+        let root = Location::ConfigMap(named.map_err(|e| usage(&v.from, e))?);
+        return Ok(Some(RemotecfgPaths { root, arguments }));
     }
     let Some(root) = path(Some(v))? else {
         return Ok(None);
     };
-    Ok(Some(RemotecfgPaths { root, arguments }))
+    Ok(Some(RemotecfgPaths {
+        root: Location::File(root),
+        arguments,
+    }))
 }
 
 /// `--drain-window`: a duration, `0s` (no drain) included.
@@ -288,14 +286,16 @@ mod tests {
             .serve
             .remotecfg
             .unwrap();
-        assert_eq!(r.root, PathBuf::from("/etc/root.alloy"));
+        assert_eq!(r.root, Location::File(PathBuf::from("/etc/root.alloy")));
         assert_eq!(r.arguments, Some(PathBuf::from("/etc/args")));
         let cm = [&NEEDED[..], &["--remotecfg", "configmap:ops/root"]].concat();
-        let e = serve_of(&cm, &[]).unwrap_err();
+        let r = serve_of(&cm, &[]).unwrap().serve.remotecfg.unwrap();
+        let named = Named::parse("configmap:ops/root").unwrap().unwrap();
+        assert_eq!(r.root, Location::ConfigMap(named));
+        let bad = [&NEEDED[..], &["--remotecfg", "configmap:ops"]].concat();
+        let e = serve_of(&bad, &[]).unwrap_err();
         assert!(
-            e.starts_with(
-                "--remotecfg: 'configmap:ops/root': a root in a ConfigMap is not built yet"
-            ),
+            e.starts_with("--remotecfg: 'configmap:ops': give configmap:NAMESPACE/NAME"),
             "{e}"
         );
         let alone = [&NEEDED[..], &["--remotecfg-arguments", "/etc/args"]].concat();

@@ -48,8 +48,21 @@ fn a_version_alloy_refuses_by_remotecfg_reaches_only_the_first_step() {
         Some(json!([{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}])),
     );
     let hub_token = hub_account(k, &ns, "hub");
+    // The root in a ConfigMap (`--remotecfg configmap:NS/NAME`): the file's text and
+    // offered arguments as its keys.
     let platform = Cmpoll::new();
     let (root, offered) = platform_root(&platform);
+    let root_text = std::fs::read_to_string(&root).unwrap();
+    let put_root = |text: &str| {
+        k.apply(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "alloy-root", "namespace": ns},
+                "data": {"root.alloy": text, "arguments": std::fs::read_to_string(&offered).unwrap()}})
+            .to_string(),
+        );
+    };
+    put_root(&root_text);
+    let root_at = format!("configmap:{ns}/alloy-root");
     let port = free_port();
     // Module `web`, its scrape component named `job`.
     let module =
@@ -77,9 +90,7 @@ fn a_version_alloy_refuses_by_remotecfg_reaches_only_the_first_step() {
             "--drain-window",
             "0s",
             "--remotecfg",
-            root.to_str().unwrap(),
-            "--remotecfg-arguments",
-            offered.to_str().unwrap(),
+            &root_at,
             "--rollout",
             "1%,100%",
             "--rollout-wait",
@@ -215,4 +226,24 @@ fn a_version_alloy_refuses_by_remotecfg_reaches_only_the_first_step() {
             a.id
         );
     }
+
+    // The root's ConfigMap edited: read again after a poll, it runs in every Alloy.
+    put_root(&format!(
+        "{root_text}\nprometheus.remote_write \"second\" {{\n  endpoint {{\n    url = \"http://127.0.0.1:1/api/v1/write\"\n  }}\n}}\n"
+    ));
+    let written = Instant::now();
+    eventually_explained(
+        "the root's edit runs in every Alloy",
+        2 * POLL,
+        || {
+            (alloys.iter()).all(|a| {
+                (a.components().iter()).any(|(id, _)| id == "prometheus.remote_write.second")
+            })
+        },
+        explain,
+    );
+    eprintln!(
+        "the root's edit everywhere {:?} after the write",
+        written.elapsed()
+    );
 }

@@ -421,10 +421,13 @@ fn a_collectors_calls_are_answered_in_connects_words() {
     std::fs::create_dir_all(&dir).unwrap();
     let root = dir.join("root.alloy");
     std::fs::write(&root, "// the platform's root\n").unwrap();
-    let files = RootFiles::open(Paths {
-        root,
-        arguments: None,
-    })
+    let files = RootFiles::open(
+        Paths {
+            root: crate::serve::remotecfg::root::Location::File(root),
+            arguments: None,
+        },
+        None,
+    )
     .unwrap();
     let Test { hub, fake } = hub(true);
     let t = Test {
@@ -523,10 +526,13 @@ fn a_collector_gets_the_modules_of_namespaces_it_may_list() {
     std::fs::create_dir_all(&dir).unwrap();
     let root = dir.join("root.alloy");
     std::fs::write(&root, "// root\n").unwrap();
-    let files = RootFiles::open(Paths {
-        root,
-        arguments: None,
-    })
+    let files = RootFiles::open(
+        Paths {
+            root: crate::serve::remotecfg::root::Location::File(root),
+            arguments: None,
+        },
+        None,
+    )
     .unwrap();
     let Test { hub, fake } = hub(true);
     let t = Test {

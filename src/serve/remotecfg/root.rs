@@ -6,7 +6,9 @@
 //! `template::Template`, the one that wraps and checks every module. Both files are read at
 //! the start (unreadable: a usage error) and again when either changes (length or mtime,
 //! looked at once a second at most); a file that cannot be read or parsed then keeps the
-//! last good root, said once in the log.
+//! last good root, said once in the log. ROOT may instead be `configmap:NS/NAME`
+//! (`configmap.rs`): read at the start likewise, then again after each of the hub's polls
+//! (`refresh`, on the poll's thread: no collector's call waits for the apiserver).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -14,8 +16,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest as _, Sha256};
 
+pub use self::configmap::Named;
 use crate::locks::Recover;
 use crate::template::Template;
+
+pub mod configmap;
 
 /// Each module's wrapping: k8s/alloy's `module.tmpl`, as docs/alloy.md shows it.
 pub const MODULE_TEMPLATE: &str =
@@ -34,12 +39,22 @@ declare \"{{ident}}\" {
 /// How often the files are looked at, at most.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
+/// Where the root is: a file, or a ConfigMap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    File(PathBuf),
+    ConfigMap(Named),
+}
+
 /// `--remotecfg ROOT` and `--remotecfg-arguments FILE`, as settings decided them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Paths {
-    pub root: PathBuf,
+    pub root: Location,
     pub arguments: Option<PathBuf>,
 }
+
+/// Reads a path of the apiserver (`accept`): the body, bounded; or why not.
+pub type Fetch = Box<dyn Fn(&str, &str) -> Result<Vec<u8>, String> + Send + Sync>;
 
 /// The root and the template, as read.
 #[derive(Debug)]
@@ -53,9 +68,15 @@ pub struct Root {
 
 /// Where the files are, and what was last read of them.
 pub struct RootFiles {
-    root: PathBuf,
+    root: Source,
     arguments: Option<PathBuf>,
     state: Mutex<State>,
+}
+
+/// Where the root is read from.
+enum Source {
+    File(PathBuf),
+    ConfigMap(Named, Fetch),
 }
 
 struct State {
@@ -84,11 +105,19 @@ impl Root {
 }
 
 impl RootFiles {
-    /// Reads both files: an error is a usage error, naming the flag.
-    pub fn open(paths: Paths) -> Result<RootFiles, String> {
+    /// Reads both files: an error is a usage error, naming the flag. A ConfigMap is read
+    /// with `fetch` (none given: an error).
+    pub fn open(paths: Paths, fetch: Option<Fetch>) -> Result<RootFiles, String> {
         let Paths { root, arguments } = paths;
-        let current = read(&root, arguments.as_deref())?;
-        let stamps = stamps(&root, arguments.as_deref());
+        let root = match (root, fetch) {
+            (Location::File(p), _) => Source::File(p),
+            (Location::ConfigMap(n), Some(f)) => Source::ConfigMap(n, f),
+            (Location::ConfigMap(n), None) => {
+                return Err(format!("{}: no apiserver to read it from", n.shown()));
+            }
+        };
+        let current = root.read(arguments.as_deref())?;
+        let stamps = root.stamps(arguments.as_deref());
         Ok(RootFiles {
             root,
             arguments,
@@ -101,55 +130,103 @@ impl RootFiles {
         })
     }
 
-    /// The root now: read again when a file changed.
+    /// The root now: read again when a file changed (a ConfigMap's: by `refresh`).
     pub fn current(&self, now: Instant) -> Arc<Root> {
         let mut s = self.state.lock().recover();
-        if now.saturating_duration_since(s.looked) < LOOK_EVERY {
+        if matches!(self.root, Source::ConfigMap(..))
+            || now.saturating_duration_since(s.looked) < LOOK_EVERY
+        {
             return s.current.clone();
         }
         s.looked = now;
-        let stamps = stamps(&self.root, self.arguments.as_deref());
+        let stamps = self.root.stamps(self.arguments.as_deref());
         if stamps == s.stamps {
             return s.current.clone();
         }
-        match read(&self.root, self.arguments.as_deref()) {
-            Ok(r) => {
-                log::info!("--remotecfg: read again ({} bytes of root)", r.text.len());
-                s.current = Arc::new(r);
-                s.stamps = stamps;
-                s.said = None;
-            }
-            Err(e) => {
-                if s.said.as_deref() != Some(&e) {
-                    log::warn!("{e}; the collectors are served the last root read");
-                    s.said = Some(e);
-                }
-            }
-        }
+        let read = self.root.read(self.arguments.as_deref());
+        taken(&mut s, read, stamps);
         s.current.clone()
+    }
+
+    /// A ConfigMap's root read again (after each of the hub's polls), outside the lock
+    /// `current` takes; a file's is read by `current`.
+    pub fn refresh(&self) {
+        if let Source::File(_) = self.root {
+            return;
+        }
+        let read = self.root.read(self.arguments.as_deref());
+        let stamps = self.root.stamps(self.arguments.as_deref());
+        let mut s = self.state.lock().recover();
+        let same = matches!(&read, Ok(r) if r.fingerprint == s.current.fingerprint);
+        if same {
+            s.said = None;
+            return;
+        }
+        taken(&mut s, read, stamps);
     }
 }
 
-fn stamps(root: &Path, arguments: Option<&Path>) -> Vec<Option<(u64, SystemTime)>> {
-    let stamp = |p: &Path| {
-        let m = std::fs::metadata(p).ok()?;
-        Some((m.len(), m.modified().ok()?))
-    };
-    std::iter::once(root).chain(arguments).map(stamp).collect()
+/// `read` taken into `s`: a new root (said), or the error said once (the last root kept).
+fn taken(s: &mut State, read: Result<Root, String>, stamps: Vec<Option<(u64, SystemTime)>>) {
+    match read {
+        Ok(r) => {
+            log::info!("--remotecfg: read again ({} bytes of root)", r.text.len());
+            s.current = Arc::new(r);
+            s.stamps = stamps;
+            s.said = None;
+        }
+        Err(e) => {
+            if s.said.as_deref() != Some(&e) {
+                log::warn!("{e}; the collectors are served the last root read");
+                s.said = Some(e);
+            }
+        }
+    }
 }
 
-fn read(root: &Path, arguments: Option<&Path>) -> Result<Root, String> {
-    let text = std::fs::read_to_string(root)
-        .map_err(|e| format!("--remotecfg '{}': {e}", root.display()))?;
-    let args = match arguments {
-        Some(p) => Some((
-            std::fs::read_to_string(p)
-                .map_err(|e| format!("--remotecfg-arguments '{}': {e}", p.display()))?,
-            format!("--remotecfg-arguments '{}'", p.display()),
-        )),
-        None => None,
-    };
-    Root::parse(text, args.as_ref().map(|(a, o)| (a.as_str(), o.as_str())))
+impl Source {
+    /// (length, mtime) of each file read.
+    fn stamps(&self, arguments: Option<&Path>) -> Vec<Option<(u64, SystemTime)>> {
+        let stamp = |p: &Path| {
+            let m = std::fs::metadata(p).ok()?;
+            Some((m.len(), m.modified().ok()?))
+        };
+        let root = match self {
+            Source::File(p) => Some(p.as_path()),
+            Source::ConfigMap(..) => None,
+        };
+        root.into_iter().chain(arguments).map(stamp).collect()
+    }
+
+    /// The root, with the arguments of `arguments` (else a ConfigMap's own).
+    fn read(&self, arguments: Option<&Path>) -> Result<Root, String> {
+        let (text, theirs, origin) = match self {
+            Source::File(root) => {
+                let text = std::fs::read_to_string(root)
+                    .map_err(|e| format!("--remotecfg '{}': {e}", root.display()))?;
+                (text, None, String::new())
+            }
+            Source::ConfigMap(n, fetch) => {
+                let answer = fetch(&n.path(), "application/json")
+                    .map_err(|e| format!("{}: {e}", n.shown()))?;
+                let (text, args) = n.read(&answer)?;
+                (
+                    text,
+                    args,
+                    format!("{}'s key {}", n.shown(), configmap::ARGUMENTS_KEY),
+                )
+            }
+        };
+        let args = match arguments {
+            Some(p) => Some((
+                std::fs::read_to_string(p)
+                    .map_err(|e| format!("--remotecfg-arguments '{}': {e}", p.display()))?,
+                format!("--remotecfg-arguments '{}'", p.display()),
+            )),
+            None => theirs.map(|a| (a, origin)),
+        };
+        Root::parse(text, args.as_ref().map(|(a, o)| (a.as_str(), o.as_str())))
+    }
 }
 
 #[cfg(test)]
@@ -167,6 +244,66 @@ mod tests {
         assert_eq!(MODULE_TEMPLATE, shipped);
     }
 
+    /// `configmap:NS/NAME`: read at the start (unreadable: the error naming it), its
+    /// `arguments` key offered, read again by `refresh` alone (never by a collector's
+    /// call), the last good root kept while an answer cannot be read.
+    #[test]
+    fn a_configmaps_root_is_read_again_after_each_poll() {
+        let answer = Arc::new(Mutex::new(Err::<String, String>("403 forbidden".into())));
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let fetch = |answer: &Arc<Mutex<Result<String, String>>>| -> Fetch {
+            let (answer, asked) = (answer.clone(), asked.clone());
+            Box::new(move |path: &str, _: &str| {
+                asked.lock().unwrap().push(path.to_string());
+                answer.lock().unwrap().clone().map(String::into_bytes)
+            })
+        };
+        let cm = |root: &str, args: &str| {
+            serde_json::json!({"kind": "ConfigMap",
+                "metadata": {"name": "root", "namespace": "ops"},
+                "data": {"root.alloy": root, "arguments": args}})
+            .to_string()
+        };
+        let paths = Paths {
+            root: Location::ConfigMap(Named::parse("configmap:ops/root").unwrap().unwrap()),
+            arguments: None,
+        };
+        let e = RootFiles::open(paths.clone(), Some(fetch(&answer)))
+            .err()
+            .unwrap();
+        assert_eq!(e, "--remotecfg configmap:ops/root: 403 forbidden");
+        *answer.lock().unwrap() = Ok(cm("// one\n", "receiver = x.y\n"));
+        let f = RootFiles::open(paths, Some(fetch(&answer))).unwrap();
+        let t = Instant::now();
+        let first = f.current(t);
+        assert_eq!(first.text, "// one\n");
+        let with = |args| Root::parse("// one\n".into(), args).unwrap().fingerprint;
+        assert_eq!(
+            first.fingerprint,
+            with(Some(("receiver = x.y\n", "the key")))
+        );
+        assert_ne!(first.fingerprint, with(None), "its arguments key offered");
+        *answer.lock().unwrap() = Ok(cm("// two\n", "receiver = x.y\n"));
+        let n = asked.lock().unwrap().len();
+        assert_eq!(f.current(t + 10 * LOOK_EVERY).text, "// one\n");
+        assert_eq!(
+            asked.lock().unwrap().len(),
+            n,
+            "no call reads the apiserver"
+        );
+        f.refresh();
+        assert_eq!(f.current(t).text, "// two\n");
+        assert_eq!(
+            asked.lock().unwrap().last().unwrap(),
+            "/api/v1/namespaces/ops/configmaps/root"
+        );
+        *answer.lock().unwrap() = Err("503".into());
+        f.refresh();
+        *answer.lock().unwrap() = Ok(cm("// three\n", "not an argument line\n"));
+        f.refresh();
+        assert_eq!(f.current(t).text, "// two\n", "the last good root kept");
+    }
+
     #[test]
     fn the_files_are_read_again_when_they_change() {
         let dir = std::env::temp_dir().join(format!("cmpoll-rc-root-{}", std::process::id()));
@@ -174,10 +311,13 @@ mod tests {
         let (root, args) = (dir.join("root.alloy"), dir.join("args"));
         std::fs::write(&root, "// one\n").unwrap();
         std::fs::write(&args, "receiver = x.y\n").unwrap();
-        let f = RootFiles::open(Paths {
-            root: root.clone(),
-            arguments: Some(args.clone()),
-        })
+        let f = RootFiles::open(
+            Paths {
+                root: Location::File(root.clone()),
+                arguments: Some(args.clone()),
+            },
+            None,
+        )
         .unwrap();
         let t = Instant::now();
         let first = f.current(t);
@@ -196,10 +336,13 @@ mod tests {
         let kept = f.current(later + LOOK_EVERY);
         assert_eq!(kept.text, "// two, longer\n");
         std::fs::remove_dir_all(&dir).unwrap();
-        let e = RootFiles::open(Paths {
-            root,
-            arguments: None,
-        })
+        let e = RootFiles::open(
+            Paths {
+                root: Location::File(root),
+                arguments: None,
+            },
+            None,
+        )
         .err()
         .unwrap();
         assert!(e.starts_with("--remotecfg '"), "{e}");

@@ -65,6 +65,11 @@ impl Remotecfg {
         }
     }
 
+    /// The root read again, if it is a ConfigMap's.
+    pub fn refresh_root(&self) {
+        self.root.refresh();
+    }
+
     /// `RegisterCollector` from `who` (its follower name): an empty answer.
     pub fn register(&self, who: &str, body: &[u8], now: Instant) -> Result<Message, ConnectError> {
         let m = Register::decode(body).map_err(|e| invalid("RegisterCollectorRequest", e))?;
@@ -180,10 +185,10 @@ mod tests {
         let root = dir.join("root.alloy");
         std::fs::write(&root, "// the root\n").unwrap();
         let paths = crate::serve::remotecfg::root::Paths {
-            root,
+            root: crate::serve::remotecfg::root::Location::File(root),
             arguments: None,
         };
-        (Remotecfg::new(RootFiles::open(paths).unwrap()), dir)
+        (Remotecfg::new(RootFiles::open(paths, None).unwrap()), dir)
     }
 
     fn get_config(id: &str, hash: &str) -> Vec<u8> {
