@@ -2,7 +2,8 @@
 //! apiserver, and real Alloys whose local file holds nothing but a `remotecfg` block (a
 //! bound service-account token in `bearer_token_file`, the hub's CA in `tls_config`). A
 //! module ConfigMap written runs as a component of every Alloy within its poll frequency
-//! (10 s) plus 2 s; updated and deleted likewise; a collector without a valid token, or
+//! (10 s) plus 2 s; updated and deleted likewise; a module that would leave its block is
+//! sent to none; a collector without a valid token, or
 //! without the right to call the service, gets nothing.
 
 use std::path::{Path, PathBuf};
@@ -206,7 +207,7 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
     );
     collector_account(k, &ns, "collector");
     let _ = account(k, &ns, "nobody", Some(json!([])));
-    let alloys: Vec<Collector> = ["node-1", "node-2"]
+    let alloys: Vec<Collector> = ["node-1", "node-2", "node-3", "node-4", "node-5"]
         .iter()
         .map(|pod| Collector::start(&alloy, &hub, pod, &pod_token(k, &ns, "collector", pod)))
         .collect();
@@ -274,6 +275,65 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
         "{inside:?}"
     );
 
+    // Isolation, through this path too (docs/alloy.md, "Isolation, by construction"): a
+    // module that closes its block to add a component to the root, one declaring another
+    // module's block, one instantiating it with its own arguments — each sent to no
+    // collector, said in the hub's log; the moment passed (a poll and 2 s after the hub
+    // said so), no Alloy runs any of them and the module beside them runs on.
+    let hostile = [
+        (
+            "escape",
+            "argument \"receiver\" { }\n}\n\nprometheus.remote_write \"evil\" {\n  endpoint {\n    url = \"http://127.0.0.1:9/\"\n  }\n}\n\ndeclare \"swallow\" {\n",
+        ),
+        (
+            "redeclare",
+            &format!("declare \"{}_S_web\" {{\n}}\n", ns.replace('-', "_")),
+        ),
+        (
+            "borrow",
+            &format!(
+                "argument \"receiver\" {{ }}\n{}_S_web \"mine\" {{\n  receiver = argument.receiver.value\n}}\n",
+                ns.replace('-', "_")
+            ),
+        ),
+    ];
+    let items: Vec<Value> = hostile.iter().map(|(name, text)| cm(name, text)).collect();
+    k.apply(&json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string());
+    eventually_explained(
+        "the hub sends the hostile modules to no collector",
+        SOON,
+        || {
+            let log = hub.d.stderr();
+            (hostile.iter()).all(|(name, _)| {
+                log.contains(&format!("--remotecfg: {ns}/{name}: sent to no collector"))
+            })
+        },
+        || hub.d.stderr(),
+    );
+    std::thread::sleep(WITHIN);
+    for a in &alloys {
+        let c = a.components();
+        assert!(
+            c.contains(&(instance.clone(), "healthy".into()))
+                && !c.iter().any(|(id, _)| {
+                    id.contains("evil")
+                        || id.contains("swallow")
+                        || hostile.iter().any(|(n, _)| id.contains(&format!("_S_{n}")))
+                }),
+            "{}: {c:?}",
+            a.id
+        );
+    }
+    k.ok(&[
+        "delete",
+        "configmap",
+        "escape",
+        "redeclare",
+        "borrow",
+        "-n",
+        &ns,
+    ]);
+
     // The update, with a second module added beside it.
     let updated = scrape_module("web", alloys[0].port, "").replace("\"default\"", "\"v2\"");
     let db = scrape_module("db", alloys[0].port, "");
@@ -311,7 +371,7 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
     );
     let written = Instant::now();
     eventually_explained(
-        "both collectors' FAILED on /status, naming the module",
+        "every collector's FAILED on /status, naming the module",
         WITHIN,
         || {
             let (_, v) = status();
@@ -320,7 +380,7 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
                 f[i]["modules"] == json!([format!("{ns}/web")])
                     && (f[i]["message"].as_str()).is_some_and(|m| m.contains("scrape_timeout"))
             };
-            v["remotecfg"]["failedCount"] == 2 && named(0) && named(1)
+            v["remotecfg"]["failedCount"] == alloys.len() && (0..alloys.len()).all(named)
         },
         || format!("{}\n{}", status().1, hub.d.stderr()),
     );
@@ -348,15 +408,15 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
         },
     );
 
-    // The hub's /status: both collectors, each running what it was last sent.
+    // The hub's /status: every collector, each running what it was last sent.
     eventually_explained(
-        "the hub's /status names both collectors applied",
+        "the hub's /status names every collector applied",
         WITHIN,
         || {
             let (code, v) = status();
             code == 200
-                && v["remotecfg"]["collectors"] == 2
-                && v["remotecfg"]["applied"] == 2
+                && v["remotecfg"]["collectors"] == alloys.len()
+                && v["remotecfg"]["applied"] == alloys.len()
                 && v["remotecfg"]["failedCount"] == 0
         },
         || status().1.to_string(),
