@@ -422,7 +422,7 @@ fn remote_config(
         remotecfg::root::Location::ConfigMap(_) => {
             let handles = kube::client::Handles::apart(metrics);
             let client = kube::Client::new(config, opts.source.client.clone(), handles, env)
-                .map_err(Error::Config)?;
+                .map_err(|e| Error::Config(format!("--remotecfg: {e}")))?;
             Some(read_bounded(client, remotecfg::root::configmap::MAX_ANSWER))
         }
         remotecfg::root::Location::File(_) => None,
@@ -526,7 +526,7 @@ impl PollLoop {
             let wait = self.poll(number, &mut backoff);
             if let Some(r) = &self.hub.remotecfg {
                 // `--remotecfg configmap:NS/NAME`: its root read again.
-                r.refresh_root();
+                r.refresh_root(Instant::now());
             }
             let mut until = backoff::after(Instant::now(), wait);
             loop {

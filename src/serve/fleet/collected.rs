@@ -5,7 +5,7 @@
 //! A collector is a follower of the fleet under the name its token gives a follower
 //! (`follower_name`: its pod, else its user name), so its cohort is the one its texts were
 //! made for. It follows the ConfigMaps of each namespace it is sent modules of (a scope
-//! each, without selector: past half of `MAX_SCOPES` namespaces, one of all ConfigMaps) —
+//! each, without selector: past `COLLECTOR_SCOPES` namespaces, one of all ConfigMaps) —
 //! so a caller sent no module follows nothing and holds no step; a module of such a
 //! namespace whose `cmpoll.io/collectors` leaves it out counts it all the same, holding
 //! what the hub serves — as far as the hub's version of the last text it runs
@@ -55,10 +55,14 @@ pub struct Word {
     pub change: Option<Change>,
 }
 
+/// Namespace scopes a collector keeps at most; sent modules of more namespaces, it follows
+/// all ConfigMaps.
+pub const COLLECTOR_SCOPES: usize = 32;
+
 /// The scopes a collector sent modules of `namespaces` follows: one per namespace, or
-/// all ConfigMaps past half of `MAX_SCOPES` (a follower's own scopes keep room).
+/// all ConfigMaps past `COLLECTOR_SCOPES`.
 fn wanted(namespaces: &[Box<str>]) -> Vec<Arc<Scope>> {
-    let filters: Vec<Filter> = if namespaces.len() > MAX_SCOPES / 2 {
+    let filters: Vec<Filter> = if namespaces.len() > COLLECTOR_SCOPES {
         vec![Filter::namespace(Resource::ConfigMaps, None)]
     } else {
         (namespaces.iter())
@@ -124,19 +128,26 @@ fn bounded(mut holds: Vec<Holding>) -> (Vec<Holding>, bool) {
 }
 
 impl Fleet {
-    /// Collector `name` (its follower name) said `word`, now. A change is taken within
-    /// the follower's report budget (`Fleet::rate`): Alloy's status changes at most twice
-    /// a text, so past it a change is dropped, and the followers' lock is written at a
-    /// bounded rate whatever a token sends.
-    pub fn collected(&self, name: &str, mut word: Word, now: Instant) {
-        if word.change.is_some() && self.rate(name, now).is_err() {
-            word.change = None;
+    /// Collector `name` (its follower name) said `word`, now. A word that changes what it
+    /// follows or holds is taken within the follower's report budget (`Fleet::rate`), so
+    /// that the followers' lock is written at a bounded rate whatever a token sends;
+    /// `false`: it was not taken (its caller tells it again with the next).
+    pub fn collected(&self, name: &str, word: Word, now: Instant) -> bool {
+        let changes = word.change.is_some() || word.namespaces.is_some();
+        if changes && self.rate(name, now).is_err() {
+            let at = Word {
+                namespaces: None,
+                change: None,
+                ..word
+            };
+            self.collected(name, at, now);
+            return false;
         }
-        if word.change.is_none() && word.namespaces.is_none() {
+        if !changes {
             let followers = self.read_now();
             let Some(f) = followers.map.get(name) else {
                 // Not followed: nothing it holds counts yet (a text of modules adds it).
-                return;
+                return true;
             };
             if let Some(at) = word.at {
                 (f.scopes.iter())
@@ -145,7 +156,7 @@ impl Fleet {
             }
             drop(followers);
             self.seen_name(name, word.wait, now);
-            return;
+            return true;
         }
         self.replace(name, word.wait, now, move |before| {
             let (mut scopes, holds, _) = before
@@ -153,14 +164,16 @@ impl Fleet {
                 .unwrap_or_default();
             if let Some(namespaces) = &word.namespaces {
                 let kept = std::mem::take(&mut scopes);
-                let (theirs, ours): (Vec<_>, Vec<_>) = kept.into_iter().partition(|s| !plain(s));
+                let (mut theirs, ours): (Vec<_>, Vec<_>) =
+                    kept.into_iter().partition(|s| !plain(s));
+                // A follower's own (of the same name) keep their own bound.
+                while theirs.len() > MAX_SCOPES {
+                    theirs.remove(0);
+                }
                 scopes = theirs;
                 for w in wanted(namespaces) {
                     let same = ours.iter().find(|s| s.key == w.key);
                     scopes.push(same.cloned().unwrap_or(w));
-                }
-                while scopes.len() > MAX_SCOPES {
-                    scopes.remove(0);
                 }
             }
             if let Some(at) = word.at {
@@ -176,6 +189,7 @@ impl Fleet {
             let (holds, truncated) = bounded(holds);
             (scopes, holds.into_boxed_slice(), truncated)
         });
+        true
     }
 }
 

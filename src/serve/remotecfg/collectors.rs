@@ -100,6 +100,12 @@ pub struct Collector {
     pub answered: u64,
     /// When its last `GetConfig` came.
     pub called: Option<Instant>,
+    /// The text its last `FAILED`'s exceptions were made for.
+    pub failed_for: Option<String>,
+    /// What the fleet was not told yet (past its budget): told with the next word.
+    pub untold: Option<Word>,
+    /// When the fleet was last told the namespaces it follows.
+    pub followed: Option<Instant>,
 }
 
 /// `FAILED` lines one identity may have logged at `info`: a burst of `LINES_BURST`, then
@@ -130,7 +136,17 @@ fn weight(who: &str, id: &str, c: &Collector) -> usize {
         .sum();
     let status = (c.status.as_ref()).map_or(0, |(r, hash)| r.message.len() + hash.len());
     let refused: usize = c.refused.iter().map(|v| ITEM + v.key.len()).sum();
-    ENTRY + 2 * (who.len() + id.len()) + c.name.len() + attributes + status + refused
+    let untold: usize = (c.untold.iter())
+        .map(|w| {
+            let namespaces = w.namespaces.iter().flatten().map(|n| ITEM + n.len());
+            let holds = match &w.change {
+                Some(Change::Failed(h)) => h.iter().map(Holding::bytes).sum(),
+                _ => 0,
+            };
+            namespaces.sum::<usize>() + holds
+        })
+        .sum();
+    ENTRY + 2 * (who.len() + id.len()) + c.name.len() + attributes + status + refused + untold
 }
 
 /// What a `GetConfig` said, and what it was answered.
@@ -146,6 +162,9 @@ pub struct Asked<'a> {
     /// The hub's version of the view `sent` was made of.
     pub at: u64,
 }
+
+/// How often the fleet is told again the namespaces a collector follows.
+const RETELL: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// How far apart two calls must be to tell the collector's wait: Alloy's status comes in
 /// a second call right after the poll that brought the text.
@@ -170,12 +189,14 @@ impl Collector {
                     self.applied = Some(s);
                 }
                 self.refused.clear();
+                self.failed_for = None;
             }
             (Status::Failed, None) => self.refused.clear(),
             (Status::Failed, Some(_)) if fetch_failed(&status.message) => self.refused.clear(),
             (Status::Failed, Some(s)) => {
                 let (refused, holdings) = self.failed(&s, &status.message);
                 self.refused = refused;
+                self.failed_for = Some(s.hash.clone());
                 word.change = Some(Change::Failed(holdings));
             }
             _ => {}
@@ -186,6 +207,51 @@ impl Collector {
             word.change = None;
         }
         (said, word)
+    }
+
+    /// A call that echoes `echoed`, answered with the text `sent` made of the hub's view
+    /// at `at`: what it says the collector runs, into `word`. Alloy echoes the last text
+    /// it received and says a status only when it changes, so a text whose hash it echoes
+    /// is one it runs — when its last status is `APPLIED`, or none was heard (a hub that
+    /// restarted, or the other behind a Service) — or one it failed, when its last status
+    /// is a `FAILED` of a text (the same words again; or one the hub could not place,
+    /// knowing no text then): its exceptions made now if they were not. After its fetch
+    /// failed (`unavailable: …`) what it runs is not known until it says `APPLIED`.
+    fn echoed(&mut self, echoed: &str, at: u64, word: &mut Word) {
+        let Some(sent) = self.sent.clone().filter(|s| s.hash == echoed) else {
+            return;
+        };
+        match self.status.clone() {
+            None => self.confirmed(sent, word),
+            Some((r, _)) if r.status == Status::Applied => self.confirmed(sent, word),
+            Some((r, _)) if r.status == Status::Failed && !fetch_failed(&r.message) => {
+                if self.failed_for.as_deref() != Some(&sent.hash) {
+                    let (refused, holdings) = self.failed(&sent, &r.message);
+                    self.refused = refused;
+                    self.failed_for = Some(sent.hash.clone());
+                    self.status = Some((r, sent.hash.clone()));
+                    word.change = Some(Change::Failed(holdings));
+                }
+            }
+            _ => return,
+        }
+        word.at = Some(at);
+    }
+
+    /// It runs `sent`: confirmed, if it was not.
+    fn confirmed(&mut self, sent: Sent, word: &mut Word) {
+        if self.applied.as_ref().is_some_and(|a| a.hash == sent.hash) {
+            return;
+        }
+        word.change = Some(Change::Applied(sent.modules.clone()));
+        self.refused.clear();
+        self.failed_for = None;
+        let applied = Reported {
+            status: Status::Applied,
+            message: String::new(),
+        };
+        self.status = Some((applied, sent.hash.clone()));
+        self.applied = Some(sent);
     }
 
     /// A `FAILED` of `s` with Alloy's `message`: the module versions it refused — of those
@@ -389,6 +455,8 @@ impl Collectors {
             if c.attributes != *asked.attributes {
                 c.attributes = asked.attributes.clone();
             }
+            // What the fleet was not told: told now, unless this call says newer.
+            let untold = c.untold.take().unwrap_or_default();
             if let Some(s) = status {
                 let (changed, w) = c.take(s, asked.hash);
                 said = changed.map(|s| (s, c.refused.len()));
@@ -401,7 +469,15 @@ impl Collectors {
                         modules: sent.modules.clone(),
                         spans: sent.spans.clone(),
                     });
+                    c.followed = None;
+                }
+                if c.followed
+                    .is_none_or(|t| now.saturating_duration_since(t) >= RETELL)
+                {
+                    // Told again now and then: a fleet that forgot it (silent an hour,
+                    // or room made) follows it again.
                     word.namespaces = Some(namespaces(&sent.modules));
+                    c.followed = Some(now);
                 }
                 c.answered = asked.at;
                 word.wait = (c.called)
@@ -409,27 +485,10 @@ impl Collectors {
                     .filter(|gap| *gap >= APART)
                     .map(|gap| gap.as_secs_f64().ceil() as u64);
                 c.called = Some(now);
-                // It runs what it echoes, but for the versions a FAILED of it made
-                // exceptions of.
-                let failed = (c.status.as_ref())
-                    .is_some_and(|(r, h)| r.status == Status::Failed && *h == sent.hash);
-                if asked.hash == sent.hash {
-                    word.at = Some(asked.at);
-                }
-                let new = c.applied.as_ref().is_none_or(|a| a.hash != sent.hash);
-                if asked.hash == sent.hash && !failed && new {
-                    c.applied = c.sent.clone();
-                    c.refused.clear();
-                    word.change = (c.applied.as_ref()).map(|a| Change::Applied(a.modules.clone()));
-                    c.status = Some((
-                        Reported {
-                            status: Status::Applied,
-                            message: String::new(),
-                        },
-                        sent.hash.clone(),
-                    ));
-                }
+                c.echoed(asked.hash, asked.at, &mut word);
             }
+            word.namespaces = word.namespaces.take().or(untold.namespaces);
+            word.change = word.change.take().or(untold.change);
         });
         let Some((said, refused)) = said else {
             return (None, word);
@@ -442,6 +501,18 @@ impl Collectors {
         }
         log::log!(level, "{line}");
         (Some(level), word)
+    }
+
+    /// What the fleet did not take of `word` (past its budget), told with the next word of
+    /// collector (`who`, `id`), if it is still kept.
+    pub fn untold(&self, who: &str, id: &str, word: Word, now: Instant) {
+        self.with(who, id, now, |c| {
+            c.untold = Some(Word {
+                at: None,
+                wait: None,
+                ..word
+            });
+        });
     }
 
     /// `UnregisterCollector`.
@@ -539,6 +610,9 @@ impl Collectors {
             registered: false,
             answered: 0,
             called: None,
+            failed_for: None,
+            untold: None,
+            followed: None,
         };
         let key = (who.to_string(), id.to_string());
         let (shares, lists) = &mut *self.kept.lock().recover();

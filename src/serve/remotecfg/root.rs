@@ -7,8 +7,9 @@
 //! the start (unreadable: a usage error) and again when either changes (length or mtime,
 //! looked at once a second at most); a file that cannot be read or parsed then keeps the
 //! last good root, said once in the log. ROOT may instead be `configmap:NS/NAME`
-//! (`configmap.rs`): read at the start likewise, then again after each of the hub's polls
-//! (`refresh`, on the poll's thread: no collector's call waits for the apiserver).
+//! (`configmap.rs`): read at the start likewise, then again after the hub's polls, every
+//! 10 s at most (`refresh`, on the poll's thread: no collector's call waits for the
+//! apiserver).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -38,6 +39,10 @@ declare \"{{ident}}\" {
 
 /// How often the files are looked at, at most.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// How often a ConfigMap's root is read again, at most (a GET of the apiserver on the
+/// poll's thread, which it may hold up to `--timeout`).
+const REFRESH_EVERY: Duration = Duration::from_secs(10);
 
 /// Where the root is: a file, or a ConfigMap.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,11 +153,18 @@ impl RootFiles {
         s.current.clone()
     }
 
-    /// A ConfigMap's root read again (after each of the hub's polls), outside the lock
-    /// `current` takes; a file's is read by `current`.
-    pub fn refresh(&self) {
+    /// A ConfigMap's root read again (after a poll of the hub's, `REFRESH_EVERY` at
+    /// most), outside the lock `current` takes; a file's is read by `current`.
+    pub fn refresh(&self, now: Instant) {
         if let Source::File(_) = self.root {
             return;
+        }
+        {
+            let mut s = self.state.lock().recover();
+            if now.saturating_duration_since(s.looked) < REFRESH_EVERY {
+                return;
+            }
+            s.looked = now;
         }
         let read = self.root.read(self.arguments.as_deref());
         let stamps = self.root.stamps(self.arguments.as_deref());
@@ -291,16 +303,19 @@ mod tests {
             n,
             "no call reads the apiserver"
         );
-        f.refresh();
+        f.refresh(t);
+        assert_eq!(f.current(t).text, "// one\n", "not read again within 10 s");
+        let t = t + REFRESH_EVERY;
+        f.refresh(t);
         assert_eq!(f.current(t).text, "// two\n");
         assert_eq!(
             asked.lock().unwrap().last().unwrap(),
             "/api/v1/namespaces/ops/configmaps/root"
         );
         *answer.lock().unwrap() = Err("503".into());
-        f.refresh();
+        f.refresh(t + REFRESH_EVERY);
         *answer.lock().unwrap() = Ok(cm("// three\n", "not an argument line\n"));
-        f.refresh();
+        f.refresh(t + 2 * REFRESH_EVERY);
         assert_eq!(f.current(t).text, "// two\n", "the last good root kept");
     }
 

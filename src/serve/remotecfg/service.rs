@@ -66,8 +66,26 @@ impl Remotecfg {
     }
 
     /// The root read again, if it is a ConfigMap's.
-    pub fn refresh_root(&self) {
-        self.root.refresh();
+    pub fn refresh_root(&self, now: Instant) {
+        self.root.refresh(now);
+    }
+
+    /// `word` of collector (`who`, `id`) told the fleet; what it did not take kept, to be
+    /// told with the next.
+    fn told(
+        &self,
+        who: &str,
+        id: &str,
+        word: Word,
+        tell: &mut dyn FnMut(Word) -> bool,
+        now: Instant,
+    ) {
+        let pending = (word.change.is_some() || word.namespaces.is_some()).then(|| word.clone());
+        if !tell(word)
+            && let Some(w) = pending
+        {
+            self.collectors.untold(who, id, w, now);
+        }
     }
 
     /// `RegisterCollector` from `who` (its follower name): an empty answer.
@@ -105,7 +123,7 @@ impl Remotecfg {
             impl FnOnce() -> Result<Arc<Held>, E>,
             impl FnMut(&str) -> Result<bool, E>,
         ),
-        tell: &mut dyn FnMut(Word),
+        tell: &mut dyn FnMut(Word) -> bool,
         now: Instant,
     ) -> Result<Result<Message, ConnectError>, E> {
         let m = match GetConfig::decode(body) {
@@ -122,7 +140,13 @@ impl Remotecfg {
             sent: None,
             at: 0,
         };
-        tell(self.collectors.asked(who, &m.id, asked, now).1);
+        self.told(
+            who,
+            &m.id,
+            self.collectors.asked(who, &m.id, asked, now).1,
+            tell,
+            now,
+        );
         let root = self.root.current(now);
         let view = view()?;
         let at = (view.versions(Resource::ConfigMaps, None)).map_or(0, |v| v.listed);
@@ -150,7 +174,13 @@ impl Remotecfg {
             at,
             ..asked
         };
-        tell(self.collectors.asked(who, &m.id, asked, now).1);
+        self.told(
+            who,
+            &m.id,
+            self.collectors.asked(who, &m.id, asked, now).1,
+            tell,
+            now,
+        );
         if m.hash == c.hash {
             let unchanged = messages::get_config_response("", &c.hash, true);
             return Ok(Ok(Message::Made(unchanged)));
@@ -244,7 +274,7 @@ mod tests {
             "w",
             &get_config("a", ""),
             (held(&view), all),
-            &mut |_| {},
+            &mut |_| true,
             t,
         );
         let (_, hash, _) = response(&bytes(first.unwrap().unwrap()));
@@ -255,7 +285,7 @@ mod tests {
         let status = [&[0x08, 0x03][..], &[0x12, 7], b"1:1: no"].concat();
         w.bytes(5, &status);
         let not_ready = || Err::<Arc<Held>, &str>("503");
-        let refused = s.get_config("w", &w.out, (not_ready, |_| Ok(true)), &mut |_| {}, t);
+        let refused = s.get_config("w", &w.out, (not_ready, |_| Ok(true)), &mut |_| true, t);
         assert_eq!(refused.err(), Some("503"));
         let (r, about) = s.collectors.get("w", "a").unwrap().status.unwrap();
         assert_eq!(
@@ -278,7 +308,7 @@ mod tests {
                 "w",
                 &get_config("a", ""),
                 (held(&view), all),
-                &mut |_| {},
+                &mut |_| true,
                 t,
             )
             .unwrap()
@@ -294,7 +324,7 @@ mod tests {
                 "w",
                 &get_config("a", &hash),
                 (held(&view), all),
-                &mut |_| {},
+                &mut |_| true,
                 t,
             )
             .unwrap()
@@ -305,7 +335,7 @@ mod tests {
                 "w",
                 &get_config("a", "old"),
                 (held(&view), all),
-                &mut |_| {},
+                &mut |_| true,
                 t,
             )
             .unwrap()
@@ -325,7 +355,7 @@ mod tests {
         let view = Arc::new(Held::empty(kinds()));
         let t = Instant::now();
         let Err(e) = s
-            .get_config("w", &[0x0a, 0x05], (held(&view), all), &mut |_| {}, t)
+            .get_config("w", &[0x0a, 0x05], (held(&view), all), &mut |_| true, t)
             .unwrap()
         else {
             panic!("taken")
@@ -333,7 +363,13 @@ mod tests {
         assert_eq!(e.code, "invalid_argument");
         assert!(e.message.starts_with("GetConfigRequest: "), "{}", e.message);
         let Err(e) = s
-            .get_config("w", &get_config("", ""), (held(&view), all), &mut |_| {}, t)
+            .get_config(
+                "w",
+                &get_config("", ""),
+                (held(&view), all),
+                &mut |_| true,
+                t,
+            )
             .unwrap()
         else {
             panic!("taken")

@@ -57,22 +57,28 @@ fn a_collectors_word_is_a_followers_report_to_the_gate() {
     );
     let fleet = Fleet::new(Instant::now());
     let now = Instant::now();
+    // Each word 3 s after the last: within the report budget.
+    let ticks = std::cell::Cell::new(0);
+    let tick = || {
+        ticks.set(ticks.get() + 3);
+        now + Duration::from_secs(ticks.get())
+    };
     let at = |at: u64| Word {
         at: Some(at),
         ..Word::default()
     };
     // A call before it is sent any module: it follows nothing, holds no step.
-    fleet.collected("ns/pod", Word::default(), now);
+    fleet.collected("ns/pod", Word::default(), tick());
     assert_eq!(gate(&fleet, &held, now).followers, 0);
     // Sent a text of modules of `b` alone: not a follower of `a`'s objects.
     let sent = |ns: &[&str]| Word {
         namespaces: Some(ns.iter().map(|n| Box::from(*n)).collect()),
         ..Word::default()
     };
-    fleet.collected("ns/pod", sent(&["b"]), now);
+    fleet.collected("ns/pod", sent(&["b"]), tick());
     assert_eq!(gate(&fleet, &held, now).followers, 0);
     // Sent one with `a`'s: a follower of the step, holding nothing yet.
-    fleet.collected("ns/pod", sent(&["a", "b"]), now);
+    fleet.collected("ns/pod", sent(&["a", "b"]), tick());
     let g = gate(&fleet, &held, now);
     assert_eq!((g.followers, g.holding, g.refused), (1, 0, None));
     // It failed the text with a/x at rv 7: refused, by its agent, with Alloy's words.
@@ -80,7 +86,7 @@ fn a_collectors_word_is_a_followers_report_to_the_gate() {
         change: Some(Change::Failed(vec![refusing("a/x", Some((1, 3)), (2, 7))])),
         ..Word::default()
     };
-    fleet.collected("ns/pod", failed, now);
+    fleet.collected("ns/pod", failed, tick());
     let g = gate(&fleet, &held, now);
     let refused = g.refused.unwrap();
     assert_eq!(
@@ -93,7 +99,7 @@ fn a_collectors_word_is_a_followers_report_to_the_gate() {
         change: Some(Change::Applied(Arc::new([version("a/x", 1, 3)]))),
         ..at(8)
     };
-    fleet.collected("ns/pod", good, now);
+    fleet.collected("ns/pod", good, tick());
     assert!(gate(&fleet, &held, now).refused.is_some(), "still refused");
     // A text without a/x: nothing refused, nothing else excepted; it holds what the hub
     // serves from its position (8 ≥ 7) on.
@@ -101,7 +107,7 @@ fn a_collectors_word_is_a_followers_report_to_the_gate() {
         change: Some(Change::Applied(Arc::new([version("b/y", 1, 4)]))),
         ..at(8)
     };
-    fleet.collected("ns/pod", other, now);
+    fleet.collected("ns/pod", other, tick());
     let g = gate(&fleet, &held, now);
     assert_eq!((g.followers, g.holding, g.refused), (1, 1, None));
     // A failed text that holds a/x at rv 7 without refusing it (Alloy pointed elsewhere):
@@ -114,7 +120,7 @@ fn a_collectors_word_is_a_followers_report_to_the_gate() {
         change: Some(Change::Failed(vec![unrun])),
         ..Word::default()
     };
-    fleet.collected("ns/pod", failed, now);
+    fleet.collected("ns/pod", failed, tick());
     let g = gate(&fleet, &held, now);
     assert_eq!((g.followers, g.holding, g.refused), (1, 0, None));
 }
@@ -256,8 +262,21 @@ fn changes_are_taken_within_the_report_budget() {
     };
     let burst = crate::serve::fleet::state::REPORT_BURST as u8;
     for i in 1..=burst + 3 {
-        fleet.collected("ns/pod", failing(i), now);
+        let taken = fleet.collected("ns/pod", failing(i), now);
+        assert_eq!(
+            taken,
+            i <= burst,
+            "{i}: the caller tells what was not taken again"
+        );
     }
+    let moved = Word {
+        namespaces: Some(vec!["b".into()]),
+        ..Word::default()
+    };
+    assert!(
+        !fleet.collected("ns/pod", moved, now),
+        "what it follows is rated too"
+    );
     assert_eq!(refused(&fleet), burst, "the changes past the burst dropped");
     fleet.collected("ns/pod", failing(99), now + Duration::from_secs(10));
     assert_eq!(refused(&fleet), 99, "taken once the budget refilled");

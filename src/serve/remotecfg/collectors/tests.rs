@@ -409,6 +409,9 @@ fn the_fleet_hears_what_a_collector_runs_and_refuses() {
             ..asked
         };
         let then = c.asked("ns/pod", "x", asked, now).1;
+        if matches!(first.change, Some(Change::Failed(_))) {
+            assert_eq!(then.change, None, "a call says one thing");
+        }
         Word {
             at: then.at.or(first.at),
             wait: then.wait,
@@ -479,13 +482,33 @@ fn the_fleet_hears_what_a_collector_runs_and_refuses() {
     assert_eq!((again.at, again.change), (Some(9), None), "said once");
     let w = call("h3", None, &h3, 9, 50);
     assert_eq!((w.at, w.change), (Some(9), None));
-    // Its fetch failing, about the text it was sent: no refusal.
+    // A new text failing with the same words: Alloy says nothing (its status did not
+    // change), so the hash it echoes is of a text it failed too.
+    let h5 = text("h5", &[("a/x", 1), ("b/y", 2), ("c/z", 2)]);
+    call("h3", None, &h5, 10, 55);
+    let w = call("h5", None, &h5, 10, 55);
+    assert_eq!(w.at, Some(10));
+    let Some(Change::Failed(holds)) = w.change else {
+        panic!("{:?}", w.change)
+    };
+    let refused: Vec<&str> = (holds.iter())
+        .filter(|h| h.refused.is_some())
+        .map(|h| &*h.key)
+        .collect();
+    assert_eq!(refused, ["c/z"]);
+    // Its fetch failing, about the text it was sent: no refusal, and what it runs is not
+    // known until it says APPLIED.
     let h4 = text("h4", &[("a/x", 2)]);
-    call("h3", None, &h4, 10, 60);
+    call("h5", None, &h4, 11, 60);
     let unavailable = reported(Status::Failed, "unavailable: 503 Service Unavailable");
-    let w = call("h4", Some(&unavailable), &h4, 10, 60);
-    assert_eq!(w.change, None);
+    let w = call("h4", Some(&unavailable), &h4, 11, 60);
+    assert_eq!((w.at, w.change), (None, None));
     assert!(c.get("ns/pod", "x").unwrap().refused.is_empty());
+    let w = call("h4", None, &h4, 12, 70);
+    assert_eq!((w.at, w.change), (None, None));
+    let w = call("h4", Some(&reported(Status::Applied, "")), &h4, 12, 80);
+    assert_eq!(w.at, Some(12));
+    assert_eq!(w.change, Some(Change::Applied(h4.modules.clone())));
     // A hub that never heard this collector takes the hash it echoes.
     let fresh = Collectors::default();
     let asked = Asked {
@@ -498,4 +521,54 @@ fn the_fleet_hears_what_a_collector_runs_and_refuses() {
     let w = fresh.asked("ns/pod", "x", asked, t).1;
     assert_eq!(w.at, Some(12));
     assert_eq!(w.change, Some(Change::Applied(h2.modules.clone())));
+    // One that heard a FAILED before it knew the text: the text's exceptions made once it
+    // does, every module (it confirmed none), the pointed one refused.
+    let fresh = Collectors::default();
+    let failed = reported(Status::Failed, "12:1: bad");
+    let first = Asked {
+        status: Some(&failed),
+        sent: None,
+        at: 0,
+        ..asked
+    };
+    assert_eq!(fresh.asked("ns/pod", "x", first, t).1.change, None);
+    let w = fresh.asked("ns/pod", "x", asked, t).1;
+    assert_eq!(w.at, Some(12));
+    let Some(Change::Failed(holds)) = w.change else {
+        panic!("{:?}", w.change)
+    };
+    let told: Vec<(&str, bool)> = (holds.iter())
+        .map(|h| (&*h.key, h.refused.is_some()))
+        .collect();
+    assert_eq!(told, [("a/x", false), ("b/y", true)]);
+}
+
+/// What the fleet did not take is told with the next word, unless that one says newer.
+#[test]
+fn what_the_fleet_did_not_take_is_told_next() {
+    let c = Collectors::default();
+    let t = Instant::now();
+    let h1 = text("h1", &[("a/x", 1)]);
+    let asked = Asked {
+        attributes: &Attributes::new(),
+        hash: "",
+        status: None,
+        sent: Some(&h1),
+        at: 3,
+    };
+    let w = c.asked("ns/pod", "x", asked, t).1;
+    assert_eq!(w.namespaces, Some(vec!["a".into()]));
+    c.untold("ns/pod", "x", w, t);
+    let again = Asked {
+        hash: "h1",
+        ..asked
+    };
+    let w = c.asked("ns/pod", "x", again, t).1;
+    assert_eq!(w.namespaces, Some(vec!["a".into()]), "told again");
+    assert_eq!(w.change, Some(Change::Applied(h1.modules.clone())));
+    let w = c.asked("ns/pod", "x", again, t).1;
+    assert_eq!((w.namespaces, w.change), (None, None), "told once");
+    // Every RETELL, the namespaces again.
+    let w = c.asked("ns/pod", "x", again, t + RETELL).1;
+    assert_eq!(w.namespaces, Some(vec!["a".into()]));
 }
