@@ -70,16 +70,17 @@ impl Remotecfg {
         self.root.refresh(now);
     }
 
-    /// `word` of collector (`who`, `id`) told the fleet; what it did not take kept, to be
-    /// told with the next.
-    fn told(
+    /// `asked` of collector (`who`, `id`) kept, and what it says told the fleet; what the
+    /// fleet did not take kept, to be told with the next.
+    fn ask(
         &self,
         who: &str,
         id: &str,
-        word: Word,
+        asked: Asked<'_>,
         tell: &mut dyn FnMut(Word) -> bool,
         now: Instant,
     ) {
+        let word = self.collectors.asked(who, id, asked, now).1;
         let pending = (word.change.is_some() || word.namespaces.is_some()).then(|| word.clone());
         if !tell(word)
             && let Some(w) = pending
@@ -140,13 +141,7 @@ impl Remotecfg {
             sent: None,
             at: 0,
         };
-        self.told(
-            who,
-            &m.id,
-            self.collectors.asked(who, &m.id, asked, now).1,
-            tell,
-            now,
-        );
+        self.ask(who, &m.id, asked, tell, now);
         let root = self.root.current(now);
         let view = view()?;
         let at = (view.versions(Resource::ConfigMaps, None)).map_or(0, |v| v.listed);
@@ -174,13 +169,7 @@ impl Remotecfg {
             at,
             ..asked
         };
-        self.told(
-            who,
-            &m.id,
-            self.collectors.asked(who, &m.id, asked, now).1,
-            tell,
-            now,
-        );
+        self.ask(who, &m.id, asked, tell, now);
         if m.hash == c.hash {
             let unchanged = messages::get_config_response("", &c.hash, true);
             return Ok(Ok(Message::Made(unchanged)));
