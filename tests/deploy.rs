@@ -130,6 +130,7 @@ pub fn manifests() -> tempfile::TempDir {
         ("serve-alloy.yaml", "k8s/serve-alloy"),
         ("alloy-tenant.yaml", "k8s/alloy-tenants/team-a"),
         ("alloy-clustered.yaml", "k8s/alloy-clustered"),
+        ("alloy-remotecfg.yaml", "k8s/alloy-remotecfg"),
     ] {
         let (ok, out) = run(Command::new("kubectl")
             .args(["kustomize"])
@@ -165,6 +166,17 @@ pub fn manifests() -> tempfile::TempDir {
         (
             "chart-hub-rollouts.yaml",
             vec![r"hub.rollout.steps=1%\,10%\,50%\,100%"],
+        ),
+        // Alloy's remotecfg: the root's ConfigMap, the hubs' Role on it, the collectors'
+        // rules, the flag.
+        (
+            "chart-hub-remotecfg.yaml",
+            vec![
+                "hub.remotecfg.root=// the root",
+                "hub.remotecfg.arguments=the offered arguments",
+                "hub.remotecfg.collectors[0].namespace=cmpoll",
+                "hub.remotecfg.collectors[0].name=alloy-collector",
+            ],
         ),
         (
             "chart-webhook.yaml",
@@ -555,6 +567,7 @@ fn checkov_finds_nothing_unjustified() {
         "webhook/deployment.yaml",
         "serve/deployment.yaml",
         "serve-alloy/daemonset.yaml",
+        "alloy-remotecfg/daemonset.yaml",
     ] {
         let variant = file;
         let deployment = std::fs::read_to_string(root().join("k8s").join(file)).unwrap();
@@ -567,14 +580,15 @@ fn checkov_finds_nothing_unjustified() {
             "{variant}: the token is not auto-mounted"
         );
     }
-    // Only those two, in each of the fifteen rendered workloads (cmpoll's Deployment in
+    // Only those two, in each of the seventeen rendered workloads (cmpoll's Deployment in
     // three variants, in the components' overlay, in a tenant's and clustered, the
-    // webhook's, the hubs', the Alloy DaemonSet's, the chart's hub in its three renders and
-    // its webhook, Grafana's alloy chart with k8s/alloy-helm's two values files); and in
-    // the alloy chart's two, CKV_K8S_38: that chart cannot say automountServiceAccountToken
-    // on the pod, only on its service account (false there, checked by the pod tests).
+    // webhook's, the hubs', the Alloy DaemonSets' of serve-alloy and alloy-remotecfg, the
+    // chart's hub in its four renders and its webhook, Grafana's alloy chart with
+    // k8s/alloy-helm's two values files); and in the alloy chart's two, CKV_K8S_38: that
+    // chart cannot say automountServiceAccountToken on the pod, only on its service account
+    // (false there, checked by the pod tests).
     let skipped_ids = skipped(&report);
-    assert_eq!(skipped_ids.len(), 32, "{skipped_ids:?}");
+    assert_eq!(skipped_ids.len(), 36, "{skipped_ids:?}");
     for c in report["results"]["skipped_checks"].as_array().unwrap() {
         let id = c["check_id"].as_str().unwrap();
         let file = c["file_path"].as_str().unwrap();

@@ -37,6 +37,14 @@ pub fn installed(node: &Node) -> Vec<Hub> {
     // Were links on, the kubelet would give each hub CMPOLL_INTERVAL_SERVICE_HOST, …
     node.apply(COLLIDING_SERVICE);
     let chart = super::root().join("charts/cmpoll");
+    // The hubs answer Alloy's remotecfg too (remotecfg.rs): the root and arguments as a
+    // user gives them, files through --set-file.
+    let root_file = node.dir.join("remotecfg-root.alloy");
+    std::fs::write(&root_file, super::remotecfg::ROOT).unwrap();
+    let arguments_file = node.dir.join("remotecfg-arguments");
+    std::fs::write(&arguments_file, super::remotecfg::ARGUMENTS).unwrap();
+    let root_set = format!("hub.remotecfg.root={}", root_file.display());
+    let arguments_set = format!("hub.remotecfg.arguments={}", arguments_file.display());
     let args = [
         "install",
         "cmpoll",
@@ -45,6 +53,12 @@ pub fn installed(node: &Node) -> Vec<Hub> {
         "cmpoll",
         "--set",
         &format!("hub.tokenExpirationSeconds={TOKEN_LIFETIME}"),
+        "--set-file",
+        &root_set,
+        "--set-file",
+        &arguments_set,
+        "--set",
+        "hub.remotecfg.collectors[0].namespace=cmpoll,hub.remotecfg.collectors[0].name=alloy-collector",
         "--wait",
         "--timeout",
         "3m",

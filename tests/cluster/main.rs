@@ -257,6 +257,7 @@ mod chart;
 mod fleet;
 mod follower;
 mod prometheus;
+mod remotecfg;
 mod rotation;
 mod shapes;
 mod webhook;
@@ -277,6 +278,8 @@ fn the_shapes_users_install_run_under_a_real_kubelet() {
     chart::the_projected_token_is_the_kubelets(&node, &hubs);
     follower::lists_through_the_service(&node);
     took("a follower listed through the Service by its DNS name");
+    remotecfg::alloy_with_only_a_remotecfg_block_runs_the_hubs_modules(&node);
+    took("k8s/alloy-remotecfg ran the root and a module of the chart's hubs");
     alloy::serve_alloy_runs_what_the_hub_serves(&node);
     took("k8s/serve-alloy ran a module, its update and its delete");
     prometheus::the_primary_shape_serves_the_rules(&node);
