@@ -135,12 +135,15 @@ impl Fleet {
     pub fn collected(&self, name: &str, word: Word, now: Instant) -> bool {
         let changes = word.change.is_some() || word.namespaces.is_some();
         if changes && self.rate(name, now).is_err() {
-            let at = Word {
+            // Heard from, and nothing else: its position waits with its change (a FAILED
+            // told later must not find it holding what it refused meanwhile).
+            let heard = Word {
+                at: None,
                 namespaces: None,
                 change: None,
                 ..word
             };
-            self.collected(name, at, now);
+            self.collected(name, heard, now);
             return false;
         }
         if !changes {

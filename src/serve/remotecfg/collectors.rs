@@ -464,12 +464,16 @@ impl Collectors {
             }
             if let Some(sent) = asked.sent {
                 if c.sent.as_ref().is_none_or(|s| s.hash != sent.hash) {
+                    let before = c.sent.as_ref().map(|s| namespaces(&s.modules));
+                    if before.is_none_or(|b| b != namespaces(&sent.modules)) {
+                        // What it follows changed: told now, not only every RETELL.
+                        c.followed = None;
+                    }
                     c.sent = Some(Sent {
                         hash: sent.hash.clone(),
                         modules: sent.modules.clone(),
                         spans: sent.spans.clone(),
                     });
-                    c.followed = None;
                 }
                 if c.followed
                     .is_none_or(|t| now.saturating_duration_since(t) >= RETELL)

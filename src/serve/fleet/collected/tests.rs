@@ -277,6 +277,18 @@ fn changes_are_taken_within_the_report_budget() {
         !fleet.collected("ns/pod", moved, now),
         "what it follows is rated too"
     );
+    // A word past the budget moves no position: it waits with its change.
+    let position = |fleet: &Fleet| {
+        let followers = fleet.read(now);
+        followers.map.get("ns/pod").unwrap().scopes[0].position()
+    };
+    let before = position(&fleet);
+    let later = Word {
+        at: Some(before + 100),
+        ..failing(7)
+    };
+    assert!(!fleet.collected("ns/pod", later, now));
+    assert_eq!(position(&fleet), before);
     assert_eq!(refused(&fleet), burst, "the changes past the burst dropped");
     fleet.collected("ns/pod", failing(99), now + Duration::from_secs(10));
     assert_eq!(refused(&fleet), 99, "taken once the budget refilled");
