@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
+use super::runs::{RETELL, new_in, positions};
 use super::*;
+use crate::serve::fleet::intake::By;
 
 fn text(hash: &str, modules: &[(&str, u8)]) -> Composition {
     Composition {
