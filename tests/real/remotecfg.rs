@@ -64,6 +64,13 @@ pub(crate) fn platform_root(platform: &Cmpoll) -> (PathBuf, PathBuf) {
     (root, offered)
 }
 
+/// A module ConfigMap `ns/name` whose `module.alloy` is `text`, labelled for the hub.
+pub(crate) fn module_cm(ns: &str, name: &str, text: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": {"cmpoll.io/module": "true"}},
+        "data": {"module.alloy": text}})
+}
+
 /// A real Alloy whose only configuration is a `remotecfg` block pointed at `hub`.
 pub(crate) struct Collector {
     pub(crate) id: String,
@@ -235,18 +242,9 @@ fn alloys_with_only_a_remotecfg_block_run_every_module() {
     );
 
     let instance = format!("{}_S_web.module", ns.replace('-', "_"));
-    let cm = |name: &str, text: &str| {
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": ns, "labels": {"cmpoll.io/module": "true"}},
-            "data": {"module.alloy": text}})
-    };
+    let cm = |name: &str, text: &str| module_cm(&ns, name, text);
     let put = |text: &str| {
-        k.apply(
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "web", "namespace": ns, "labels": {"cmpoll.io/module": "true"}},
-                "data": {"module.alloy": text}})
-            .to_string(),
-        );
+        k.apply(&cm("web", text).to_string());
         Instant::now()
     };
     let every = |what: &str, written: Instant, ok: &dyn Fn(&Collector) -> bool| {

@@ -12,7 +12,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::fleet::{pod_token, status_fleet};
 use super::hub::*;
-use super::remotecfg::{Collector, POLL, collector_account, platform_root};
+use super::remotecfg::{Collector, POLL, collector_account, module_cm, platform_root};
 use super::rollout::state_role;
 use super::*;
 use crate::alloy_modules::{alloy_bin, scrape_module, unbuildable};
@@ -68,12 +68,7 @@ fn a_version_alloy_refuses_by_remotecfg_reaches_only_the_first_step() {
     let module =
         |job: &str| scrape_module("web", port, "").replace("\"default\"", &format!("\"{job}\""));
     let put = |text: &str| {
-        k.apply(
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "web", "namespace": ns, "labels": {"cmpoll.io/module": "true"}},
-                "data": {"module.alloy": text}})
-            .to_string(),
-        );
+        k.apply(&module_cm(&ns, "web", text).to_string());
         Instant::now()
     };
     put(&module("v1"));
